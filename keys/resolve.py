@@ -1,0 +1,122 @@
+"""Key resolution: from what is known about a connection to the raw routing key (SPEC A1 steps 1-2).
+
+Pure code: no I/O, no clock. The router's I/O layer fills a `ConnectionFacts` from the socket and
+(later) from the protocol sniffers; this module turns the facts into the key string that the rest of
+the workflow uses, applying the router's key filter and the `NULL` rule exactly as Artemis's
+`KeyResolver` does.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    import re
+
+__all__ = [
+    "INTERNAL_CLIENT_ID_PREFIX",
+    "NULL_KEY",
+    "ConnectionFacts",
+    "KeyType",
+    "is_internal_client_id",
+    "resolve_key",
+]
+
+NULL_KEY: Final = "NULL"
+"""The literal key of a connection with no value for the key type, or whose value misses the filter."""
+
+INTERNAL_CLIENT_ID_PREFIX: Final = "$.artemis.internal.router.client."
+"""Client ids with this prefix are router-to-router probes and always go to the local target."""
+
+
+class KeyType(enum.Enum):
+    """Which property of a connection is the routing key (Artemis `key-type`)."""
+
+    CLIENT_ID = "CLIENT_ID"
+    SNI_HOST = "SNI_HOST"
+    SOURCE_IP = "SOURCE_IP"
+    USER_NAME = "USER_NAME"
+    ROLE_NAME = "ROLE_NAME"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionFacts:
+    """Everything the router knows about one client connection when it routes it.
+
+    A field is `None` when the connection does not carry that value (a protocol without a client id,
+    a plain-TCP connection without SNI, an unauthenticated user).
+    """
+
+    source_ip: str | None = None
+    """The client's address without port; IPv6 without brackets."""
+    client_id: str | None = None
+    """MQTT client identifier, AMQP container-id, OpenWire/STOMP/CORE client id."""
+    user_name: str | None = None
+    """The authenticated user, else the user name sent on the wire."""
+    sni_host: str | None = None
+    """server_name from the TLS ClientHello."""
+    roles: tuple[str, ...] = field(default=())
+    """Roles of the user authenticated by the router, in user/role store order."""
+
+    def __post_init__(self) -> None:
+        if self.source_ip is not None:
+            # Normalise "[::1]" and "::ffff:127.0.0.1"-style spellings so equal peers give equal keys.
+            text = self.source_ip.strip("[]")
+            address = ipaddress.ip_address(text)
+            if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+                address = address.ipv4_mapped
+            object.__setattr__(self, "source_ip", str(address))
+
+
+def is_internal_client_id(client_id: str | None) -> bool:
+    """Whether a client id marks a router-to-router probe (SPEC A1 step 0)."""
+    return client_id is not None and client_id.startswith(INTERNAL_CLIENT_ID_PREFIX)
+
+
+def _raw_value(key_type: KeyType, facts: ConnectionFacts, key_filter: re.Pattern[str] | None) -> str | None:
+    match key_type:
+        case KeyType.CLIENT_ID:
+            return facts.client_id
+        case KeyType.SNI_HOST:
+            return facts.sni_host
+        case KeyType.SOURCE_IP:
+            return facts.source_ip
+        case KeyType.USER_NAME:
+            return facts.user_name
+        case KeyType.ROLE_NAME:
+            # SPEC A2: with a filter, the first role (store order) the filter finds; else the first.
+            if not facts.roles:
+                return None
+            if key_filter is None:
+                return facts.roles[0]
+            for role in facts.roles:
+                if key_filter.search(role) is not None:
+                    return role
+            return None
+
+
+def resolve_key(key_type: KeyType, key_filter: re.Pattern[str] | None, facts: ConnectionFacts) -> str:
+    """Resolve the routing key of a connection (SPEC A1 steps 1 and 2).
+
+    Args:
+        key_type: the router's key type.
+        key_filter: the router's compiled key filter, or None when it has none.
+        facts: what is known about the connection.
+
+    Returns:
+        The whole text the filter finds in the raw value (group 0, capture groups ignored), the raw
+        value when there is no filter, or `NULL_KEY` when the value is missing or the filter finds
+        nothing. An empty value counts as missing (our decision: an MQTT client that sends an
+        empty client id has none, and an empty key would put all such clients on one broker
+        without saying so).
+    """
+    value = _raw_value(key_type, facts, key_filter)
+    if not value:
+        return NULL_KEY
+    if key_filter is None:
+        return value
+    found = key_filter.search(value)
+    return NULL_KEY if found is None else found.group(0)

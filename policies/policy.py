@@ -1,0 +1,265 @@
+"""Policies: how a router picks one target from the ready targets of its pool (SPEC A3).
+
+Pure decision code: no clock, no I/O. A policy may hold state that Artemis's policies hold too
+(the round-robin position). Policies register themselves by their Artemis name through
+`__init_subclass__`, so the configuration loader and `make_policy` find them by name.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from policies.hashing import artemis_hash
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from pools.target import Target
+
+__all__ = [
+    "ConnectionCountSource",
+    "ConsistentHashModuloPolicy",
+    "ConsistentHashPolicy",
+    "FirstElementPolicy",
+    "LeastConnectionsPolicy",
+    "Policy",
+    "PolicyConfig",
+    "RoundRobinPolicy",
+    "make_policy",
+    "policy_names",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyConfig:
+    """The `<policy name="…"><property key="…" value="…"/></policy>` element."""
+
+    name: str
+    """One of the registered policy names (FIRST_ELEMENT, ROUND_ROBIN, …)."""
+    properties: tuple[tuple[str, str], ...] = field(default=())
+    """Properties in document order."""
+
+    def __post_init__(self) -> None:
+        if self.name not in Policy.registry:
+            raise ValueError(f"unknown policy {self.name!r}, expected one of {policy_names()}")
+        cls = Policy.registry[self.name]
+        for key, _ in self.properties:
+            if key not in cls.PROPERTIES:
+                allowed = ", ".join(sorted(cls.PROPERTIES)) or "none"
+                raise ValueError(f"policy {self.name} has no property {key!r} (accepted: {allowed})")
+        cls.validate_properties(dict(self.properties))
+
+
+class ConnectionCountSource(Protocol):
+    """Where LEAST_CONNECTIONS reads connection counts (router-counted plus broker-reported)."""
+
+    def connection_count(self, node_id: str) -> int | None:
+        """The current count for a target, or None when it is unknown."""
+        ...
+
+
+class Policy:
+    """Base of all policies. Subclasses set `NAME` and are registered under it."""
+
+    NAME: ClassVar[str] = ""
+    PROPERTIES: ClassVar[frozenset[str]] = frozenset()
+    registry: ClassVar[dict[str, type[Policy]]] = {}
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        if cls.NAME:
+            Policy.registry[cls.NAME] = cls
+
+    def __init__(
+        self,
+        properties: Mapping[str, str],
+        *,
+        round_robin_start: int | None = None,
+        counts: ConnectionCountSource | None = None,
+    ) -> None:
+        del properties, round_robin_start, counts
+
+    @classmethod
+    def validate_properties(cls, properties: Mapping[str, str]) -> None:
+        """Reject bad property values (raise ValueError naming the property and value)."""
+        del properties
+
+    def transform_key(self, key: str) -> str:
+        """Transform a non-NULL key before the local filter and cache (SPEC A1 step 3)."""
+        return key
+
+    def select(self, targets: Sequence[Target], key: str) -> Target | None:
+        """Pick one of the ready targets (in pool order) for a key, or None when there are none."""
+        raise NotImplementedError
+
+
+def policy_names() -> list[str]:
+    """The registered policy names, sorted."""
+    return sorted(Policy.registry)
+
+
+def make_policy(
+    config: PolicyConfig,
+    *,
+    round_robin_start: int | None = None,
+    counts: ConnectionCountSource | None = None,
+) -> Policy:
+    """Build the policy a configuration names.
+
+    Args:
+        config: the validated policy element.
+        round_robin_start: first round-robin position (tests); random when None, as in Artemis.
+        counts: connection counts for LEAST_CONNECTIONS; every count unknown when None.
+
+    Returns:
+        A fresh policy instance with its own state.
+    """
+    cls = Policy.registry[config.name]
+    return cls(dict(config.properties), round_robin_start=round_robin_start, counts=counts)
+
+
+class FirstElementPolicy(Policy):
+    """The first ready target in pool order: a priority list."""
+
+    NAME = "FIRST_ELEMENT"
+
+    def select(self, targets: Sequence[Target], key: str) -> Target | None:
+        return targets[0] if targets else None
+
+
+class RoundRobinPolicy(Policy):
+    """Each call takes the next target; the key is ignored.
+
+    Like Artemis: `pos %= n; pick targets[pos]; pos += 1`, starting at a random position.
+    """
+
+    NAME = "ROUND_ROBIN"
+
+    def __init__(
+        self,
+        properties: Mapping[str, str],
+        *,
+        round_robin_start: int | None = None,
+        counts: ConnectionCountSource | None = None,
+    ) -> None:
+        super().__init__(properties, round_robin_start=round_robin_start, counts=counts)
+        # Artemis starts at RandomUtil.randomInterval(0, Integer.MAX_VALUE).
+        self.position = random.randrange(2**31 - 1) if round_robin_start is None else round_robin_start
+
+    def select(self, targets: Sequence[Target], key: str) -> Target | None:
+        if not targets:
+            return None
+        if len(targets) == 1:
+            return targets[0]
+        self.position %= len(targets)
+        target = targets[self.position]
+        self.position += 1
+        return target
+
+
+class ConsistentHashPolicy(Policy):
+    """The same key always picks the same target while the ready set is unchanged (Artemis-exact).
+
+    Each target is one point on a ring at `artemis_hash(node_id)`; on equal hashes the later target
+    wins. The pick is the greatest point <= hash(key) (signed), else the smallest point.
+    """
+
+    NAME = "CONSISTENT_HASH"
+
+    def select(self, targets: Sequence[Target], key: str) -> Target | None:
+        if not targets:
+            return None
+        if len(targets) == 1:
+            return targets[0]
+        ring: dict[int, Target] = {}
+        for target in targets:
+            ring[artemis_hash(target.node_id)] = target  # later target wins, as Java's TreeMap.put
+        points = sorted(ring)
+        index = bisect.bisect_right(points, artemis_hash(key)) - 1
+        return ring[points[index]] if index >= 0 else ring[points[0]]
+
+
+class LeastConnectionsPolicy(RoundRobinPolicy):
+    """The target with the fewest connections; ties are broken round-robin; unknown counts last."""
+
+    NAME = "LEAST_CONNECTIONS"
+    PROPERTIES = frozenset({"CONNECTION_COUNT_THRESHOLD"})
+
+    def __init__(
+        self,
+        properties: Mapping[str, str],
+        *,
+        round_robin_start: int | None = None,
+        counts: ConnectionCountSource | None = None,
+    ) -> None:
+        super().__init__(properties, round_robin_start=round_robin_start, counts=counts)
+        self.threshold = int(properties.get("CONNECTION_COUNT_THRESHOLD", "0"))
+        self.counts = counts
+
+    @classmethod
+    def validate_properties(cls, properties: Mapping[str, str]) -> None:
+        value = properties.get("CONNECTION_COUNT_THRESHOLD", "0")
+        try:
+            threshold = int(value)
+        except ValueError:
+            threshold = -1
+        if threshold < 0:
+            raise ValueError(f"CONNECTION_COUNT_THRESHOLD must be an integer >= 0, got {value!r}")
+
+    def _count(self, node_id: str) -> float:
+        count = None if self.counts is None else self.counts.connection_count(node_id)
+        if count is None:
+            return float("inf")  # Artemis: Integer.MAX_VALUE, so unknown counts sort last
+        return 0 if count < self.threshold else count
+
+    def select(self, targets: Sequence[Target], key: str) -> Target | None:
+        if len(targets) <= 1:
+            return targets[0] if targets else None
+        counts = [self._count(t.node_id) for t in targets]
+        least = min(counts)
+        tied = [t for t, c in zip(targets, counts, strict=True) if c == least]
+        return tied[0] if len(tied) == 1 else super().select(tied, key)
+
+
+class ConsistentHashModuloPolicy(Policy):
+    """A key transformer: key -> str((hash(key) & 0x7fffffff) % MODULO). Never selects a target."""
+
+    NAME = "CONSISTENT_HASH_MODULO"
+    PROPERTIES = frozenset({"MODULO", "modulo"})
+
+    def __init__(
+        self,
+        properties: Mapping[str, str],
+        *,
+        round_robin_start: int | None = None,
+        counts: ConnectionCountSource | None = None,
+    ) -> None:
+        super().__init__(properties, round_robin_start=round_robin_start, counts=counts)
+        self.modulo = _modulo(properties)
+
+    @classmethod
+    def validate_properties(cls, properties: Mapping[str, str]) -> None:
+        _modulo(properties)
+
+    def transform_key(self, key: str) -> str:
+        return str((artemis_hash(key) & 0x7FFFFFFF) % self.modulo)
+
+    def select(self, targets: Sequence[Target], key: str) -> Target | None:
+        return None
+
+
+def _modulo(properties: Mapping[str, str]) -> int:
+    # SPEC A3: MODULO is required; the Artemis manual spells it `modulo`, so both are accepted.
+    value = properties.get("MODULO", properties.get("modulo"))
+    if value is None:
+        raise ValueError("CONSISTENT_HASH_MODULO needs property MODULO (a positive integer)")
+    try:
+        modulo = int(value)
+    except ValueError:
+        modulo = 0
+    if modulo <= 0:
+        raise ValueError(f"MODULO must be a positive integer, got {value!r}")
+    return modulo

@@ -1,0 +1,16 @@
+"""Pools of targets: connectors, targets, pool configuration and readiness/quorum state.
+
+Pure decision state: no clock, no network. Probing happens in `router/health.py`, which feeds
+outcomes into `Pool.record_check`.
+"""
+
+from pools.pool import Pool as Pool
+from pools.pool import PoolConfig as PoolConfig
+from pools.pool import PoolEvent as PoolEvent
+from pools.pool import PoolEventKind as PoolEventKind
+from pools.pool import PoolKind as PoolKind
+from pools.pool import TargetState as TargetState
+from pools.target import LOCAL_NODE_ID as LOCAL_NODE_ID
+from pools.target import Connector as Connector
+from pools.target import Target as Target
+from pools.target import parse_url_params as parse_url_params

@@ -1,0 +1,222 @@
+"""Pool configuration and pool state: which targets are ready, and whether the pool is active.
+
+Rule 1 (as in h11's `_state.py`): everything that changes a pool's readiness state lives in this
+file. The I/O layer (`router/health.py`) runs the probes and feeds each outcome into
+`Pool.record_check`; routing reads `routing_targets()` and `ready_target()`. No clock and no
+network here: the quorum *wait* is the caller's, this module only says whether quorum holds.
+
+Transitions, per target (initial state UNKNOWN, which counts as not ready):
+
+    state      on check ok    on check failed
+    UNKNOWN    READY          NOT_READY
+    READY      READY          NOT_READY
+    NOT_READY  READY          NOT_READY
+
+and per pool: ACTIVE while at least `quorum_size` targets are READY, else INACTIVE (initial).
+Every change of either state is reported once as a `PoolEvent`, so logs show each change once.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from pools.target import Target
+
+__all__ = ["Pool", "PoolConfig", "PoolEvent", "PoolEventKind", "PoolKind", "TargetState"]
+
+
+class PoolKind(enum.Enum):
+    """Where a pool's targets come from (exactly one per pool)."""
+
+    STATIC = "static-connectors"
+    DISCOVERY = "discovery-group-ref"
+    CLUSTER = "cluster-connection"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolConfig:
+    """The `<pool>` element of a connection router (SPEC A4)."""
+
+    kind: PoolKind
+    """Which of static-connectors, discovery-group-ref or cluster-connection the pool uses."""
+    static_connectors: tuple[str, ...] = ()
+    """Connector names in configured order (kind STATIC)."""
+    discovery_group: str | None = None
+    """Discovery group name (kind DISCOVERY)."""
+    cluster_connection: str | None = None
+    """Cluster connection name (kind CLUSTER)."""
+    username: str | None = None
+    """User name for our health probes only."""
+    password: str | None = field(default=None, repr=False)
+    """Password for our health probes only; never logged, never in repr."""
+    check_period_ms: int = 5000
+    """How often each target is probed."""
+    quorum_size: int = 1
+    """Ready targets needed before the pool hands out any."""
+    quorum_timeout_ms: int = 3000
+    """How long a routing decision waits for the quorum."""
+    local_target_enabled: bool = False
+    """Whether the local target is the first member of the pool."""
+
+    def __post_init__(self) -> None:
+        if self.check_period_ms <= 0:
+            raise ValueError(f"check-period must be > 0, got {self.check_period_ms!r}")
+        if self.quorum_size <= 0:
+            raise ValueError(f"quorum-size must be > 0, got {self.quorum_size!r}")
+        if self.quorum_timeout_ms < 0:
+            raise ValueError(f"quorum-timeout must be >= 0, got {self.quorum_timeout_ms!r}")
+        sources = {
+            PoolKind.STATIC: bool(self.static_connectors),
+            PoolKind.DISCOVERY: self.discovery_group is not None,
+            PoolKind.CLUSTER: self.cluster_connection is not None,
+        }
+        if not sources[self.kind] or sum(sources.values()) != 1:
+            raise ValueError(
+                "a pool needs exactly one of static-connectors, discovery-group-ref, "
+                f"cluster-connection, got {[k.value for k, v in sources.items() if v]!r}"
+            )
+
+
+class TargetState(enum.Enum):
+    """Readiness of one target as last probed."""
+
+    UNKNOWN = "unknown"
+    READY = "ready"
+    NOT_READY = "not-ready"
+
+
+class PoolEventKind(enum.Enum):
+    """A change worth one log line and one metric update."""
+
+    TARGET_READY = "target-ready"
+    TARGET_NOT_READY = "target-not-ready"
+    POOL_ACTIVE = "pool-active"
+    POOL_INACTIVE = "pool-inactive"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolEvent:
+    """One state change of a pool or of one of its targets."""
+
+    kind: PoolEventKind
+    pool: str
+    """The owning router's name (a pool belongs to exactly one router)."""
+    node_id: str | None = None
+    """The target concerned, for target events."""
+    detail: str = ""
+    """Why: the probe's error for TARGET_NOT_READY, the ready count for pool events."""
+
+
+_NEXT_STATE = {
+    (TargetState.UNKNOWN, True): TargetState.READY,
+    (TargetState.UNKNOWN, False): TargetState.NOT_READY,
+    (TargetState.READY, True): TargetState.READY,
+    (TargetState.READY, False): TargetState.NOT_READY,
+    (TargetState.NOT_READY, True): TargetState.READY,
+    (TargetState.NOT_READY, False): TargetState.NOT_READY,
+}
+
+
+class Pool:
+    """The targets of one router's pool, in pool order, with their readiness (mutable state).
+
+    Pool order is: the local target first when enabled, then static connectors in configured order,
+    then discovered members in arrival order (SPEC A3 FIRST_ELEMENT).
+    """
+
+    __slots__ = ("_active", "_states", "_targets", "name", "quorum_size")
+
+    def __init__(self, name: str, quorum_size: int, targets: Iterable[Target] = ()) -> None:
+        self.name = name
+        self.quorum_size = quorum_size
+        self._targets: list[Target] = []
+        self._states: dict[str, TargetState] = {}
+        self._active = False
+        for target in targets:
+            self.add_target(target)
+
+    @property
+    def targets(self) -> Sequence[Target]:
+        """All targets in pool order, ready or not."""
+        return tuple(self._targets)
+
+    @property
+    def active(self) -> bool:
+        """Whether at least `quorum_size` targets are ready."""
+        return self._active
+
+    def state(self, node_id: str) -> TargetState:
+        """The readiness of one target.
+
+        Raises:
+            KeyError: no target with this node id.
+        """
+        return self._states[node_id]
+
+    def add_target(self, target: Target) -> None:
+        """Append a target (not ready until its first successful check).
+
+        Raises:
+            ValueError: a target with the same node id is already in the pool.
+        """
+        if target.node_id in self._states:
+            raise ValueError(f"pool {self.name!r}: duplicate node id {target.node_id!r}")
+        self._targets.append(target)
+        self._states[target.node_id] = TargetState.UNKNOWN
+
+    def record_check(self, node_id: str, ok: bool, detail: str = "") -> list[PoolEvent]:
+        """Apply one probe outcome and report what changed.
+
+        Args:
+            node_id: the probed target.
+            ok: whether the probe succeeded.
+            detail: the probe's error message when it failed.
+
+        Returns:
+            The state changes, target first and pool second, empty when nothing changed.
+
+        Raises:
+            KeyError: no target with this node id.
+        """
+        before = self._states[node_id]
+        after = _NEXT_STATE[(before, ok)]
+        events: list[PoolEvent] = []
+        if after is not before:
+            kind = PoolEventKind.TARGET_READY if ok else PoolEventKind.TARGET_NOT_READY
+            events.append(PoolEvent(kind=kind, pool=self.name, node_id=node_id, detail=detail))
+        self._states[node_id] = after
+        events.extend(self._update_active())
+        return events
+
+    def _update_active(self) -> list[PoolEvent]:
+        ready = self.ready_count()
+        active = ready >= self.quorum_size
+        if active == self._active:
+            return []
+        self._active = active
+        kind = PoolEventKind.POOL_ACTIVE if active else PoolEventKind.POOL_INACTIVE
+        return [PoolEvent(kind=kind, pool=self.name, detail=f"{ready}/{self.quorum_size} ready")]
+
+    def ready_count(self) -> int:
+        """How many targets are ready now."""
+        return sum(1 for s in self._states.values() if s is TargetState.READY)
+
+    def ready_targets(self) -> list[Target]:
+        """The ready targets in pool order, whether or not quorum holds."""
+        return [t for t in self._targets if self._states[t.node_id] is TargetState.READY]
+
+    def routing_targets(self) -> list[Target]:
+        """What the pool hands to a policy: the ready targets while quorum holds, else nothing."""
+        ready = self.ready_targets()
+        return ready if len(ready) >= self.quorum_size else []
+
+    def ready_target(self, node_id: str) -> Target | None:
+        """The target with this node id if it is in the pool and ready (no quorum check: SPEC A1 6)."""
+        if self._states.get(node_id) is not TargetState.READY:
+            return None
+        return next(t for t in self._targets if t.node_id == node_id)

@@ -1,0 +1,125 @@
+"""Connectors and targets: the brokers a pool can hand out.
+
+Pure data: a `Connector` is a parsed Artemis connector URL (`tcp://host:port?nodeId=…`), a `Target`
+is one broker of a pool identified by its node id. Nothing here resolves names or opens sockets.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = ["LOCAL_NODE_ID", "Connector", "Target", "parse_url_params"]
+
+LOCAL_NODE_ID: Final = "local"
+"""Node id of the local target when the router has no local connector configured."""
+
+
+def parse_url_params(query: str) -> dict[str, str]:
+    """Parse the parameters of an Artemis URL, which separates them with `;` or `&`.
+
+    Args:
+        query: the part after `?`.
+
+    Returns:
+        Parameter name to value, later duplicates winning (as Artemis's URISupport does).
+
+    Raises:
+        ValueError: a parameter without `=`.
+    """
+    params: dict[str, str] = {}
+    for part in query.replace(";", "&").split("&"):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"url parameter {part!r} has no '=value'")
+        params[urllib.parse.unquote(name)] = urllib.parse.unquote(value)
+    return params
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Connector:
+    """A named way to reach a broker, as in `<connector name="…">tcp://host:port?…</connector>`."""
+
+    name: str
+    """The connector's name in the configuration."""
+    host: str
+    """Host name or IP literal (IPv6 without brackets)."""
+    port: int
+    """TCP port, 1-65535."""
+    params: tuple[tuple[str, str], ...] = field(default=())
+    """URL parameters in order of appearance."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("connector name must not be empty")
+        if not self.host:
+            raise ValueError(f"connector {self.name!r}: host must not be empty")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"connector {self.name!r}: port must be 1-65535, got {self.port!r}")
+
+    @classmethod
+    def from_url(cls, name: str, url: str) -> Connector:
+        """Parse `tcp://host:port?a=b;c=d` (also `[v6]:port`).
+
+        Raises:
+            ValueError: the URL has no host or no valid port.
+        """
+        parsed = urllib.parse.urlsplit(url.strip())
+        if not parsed.scheme or not parsed.netloc:
+            raise ValueError(f"connector URL must look like tcp://host:port, got {url!r}")
+        try:
+            port = parsed.port
+        except ValueError as exc:
+            raise ValueError(f"connector URL has an invalid port: {url!r}") from exc
+        if parsed.hostname is None or port is None:
+            raise ValueError(f"connector URL must name host and port, got {url!r}")
+        params = tuple(parse_url_params(parsed.query).items())
+        return cls(name=name, host=parsed.hostname, port=port, params=params)
+
+    @property
+    def param_map(self) -> dict[str, str]:
+        """The URL parameters as a dict."""
+        return dict(self.params)
+
+    @property
+    def node_id(self) -> str:
+        """The target's node id: URL parameter `nodeId`, else the connector's name."""
+        return self.param_map.get("nodeId", self.name)
+
+    @property
+    def url(self) -> str:
+        """`tcp://host:port`, with brackets around an IPv6 host."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"tcp://{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """One broker a pool can hand out, identified by node id (policies hash node ids, not addresses)."""
+
+    node_id: str
+    """Stable identity of the broker; the cache stores it and CONSISTENT_HASH hashes it."""
+    connector: Connector | None
+    """How to reach the broker; None only for a local target without a local connector."""
+    local: bool = False
+    """Whether this is the router's local target."""
+
+    def __post_init__(self) -> None:
+        if not self.node_id:
+            raise ValueError("target node id must not be empty")
+        if self.connector is None and not self.local:
+            raise ValueError(f"remote target {self.node_id!r} needs a connector")
+
+    @classmethod
+    def remote(cls, connector: Connector) -> Target:
+        """The target behind a configured connector."""
+        return cls(node_id=connector.node_id, connector=connector)
+
+    @classmethod
+    def local_target(cls, connector: Connector | None) -> Target:
+        """The router's local target, reached through `connector` when one is configured."""
+        node_id = connector.node_id if connector is not None else LOCAL_NODE_ID
+        return cls(node_id=node_id, connector=connector, local=True)

@@ -1,0 +1,21 @@
+"""connection-router: routes each broker client connection to one broker, Artemis-style.
+
+Parts, by folder (the import direction runs down this list; nothing imports `router` except
+`tests` and the entry points):
+
+- `tls_sni/`  leaf: TLS ClientHello parsing for SNI. Imports nothing of ours.
+- `keys/`     routing keys: key types, connection facts, key resolution with filter and NULL, and
+              (later) the sans-IO protocol sniffers. May import `tls_sni`.
+- `policies/` pure policies picking a target for a key (FIRST_ELEMENT, ROUND_ROBIN,
+              CONSISTENT_HASH, LEAST_CONNECTIONS, CONSISTENT_HASH_MODULO).
+- `pools/`    connectors, targets, pool configuration, readiness and quorum state.
+- `cache/`    the sticky key -> node id cache with expire-after-access.
+- `router/`   everything else, and all trio I/O:
+    `settings` (config dataclasses), `config` (broker.xml loader + XSD), `engine` (the pure SPEC A1
+    workflow), `routing` (quorum wait around the engine), `health` (probe loop), `proxy` (one
+    connection: key -> route -> connect -> relay), `server` (listeners, nursery tree, shutdown),
+    `admin` (HTTP lookup API and /metrics), `metrics`, `cli` (`routerd`, `routerctl`).
+
+`policies`, `pools`, `cache` and `keys` never read a clock or touch the network: they take facts
+and `now` and return decisions or new state.
+"""

@@ -1,0 +1,173 @@
+"""The configuration model: one frozen dataclass per element the router uses (no parsing here).
+
+`router/config.py` reads a `broker.xml`-shaped document and builds these; the pool, policy and
+cache sections are the types their own packages define (`PoolConfig`, `PolicyConfig`,
+`CacheConfig`). Constructors validate, so an instance that exists is a valid one; cross-references
+(an acceptor naming a router, a pool naming a connector) are checked by `Config`.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from keys import KeyType
+
+if TYPE_CHECKING:
+    from cache import CacheConfig
+    from policies import PolicyConfig
+    from pools import Connector, PoolConfig
+
+__all__ = [
+    "AcceptorConfig",
+    "AcceptorMode",
+    "ClusterConnectionConfig",
+    "Config",
+    "DiscoveryGroupConfig",
+    "RouterConfig",
+    "compile_filter",
+]
+
+
+def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
+    """Compile a key filter or local-target filter; blank means disabled (SPEC A7).
+
+    Raises:
+        ValueError: Python cannot compile the expression.
+    """
+    if pattern is None or not pattern.strip():
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{what} {pattern!r} is not a valid regular expression: {exc}") from None
+
+
+class AcceptorMode(enum.Enum):
+    """What an acceptor does with a routed connection."""
+
+    PROXY = "proxy"
+    """Connect to the target and relay the bytes both ways."""
+    REDIRECT = "redirect"
+    """Tell the client where to go, natively, and close (protocol support arrives later)."""
+    AUTO = "auto"
+    """Redirect clients that can follow a redirect, proxy the others."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptorConfig:
+    """`<acceptor name="…">tcp://host:port?router=NAME;protocols=…;mode=…</acceptor>`."""
+
+    name: str
+    host: str
+    """Address to listen on (IPv6 without brackets)."""
+    port: int
+    """Port to listen on; 0 lets the system choose (tests)."""
+    router: str
+    """The connection router that routes this acceptor's connections."""
+    protocols: tuple[str, ...] = ()
+    """Protocols the acceptor accepts (upper case); empty means all."""
+    mode: AcceptorMode = AcceptorMode.PROXY
+    params: tuple[tuple[str, str], ...] = field(default=())
+    """All URL parameters in order, including the ones above."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"acceptor port must be 0-65535, got {self.port!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiscoveryGroupConfig:
+    """`<discovery-group name="…">`: kept by name so pools can refer to it.
+
+    Members are found by the discovery mechanisms of later releases (ZooKeeper); until then a
+    discovery pool starts empty.
+    """
+
+    name: str
+    refresh_timeout_ms: int = 10000
+    """Artemis `refresh-timeout`, kept for compatibility."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterConnectionConfig:
+    """`<cluster-connection name="…">`: a cluster pool's targets are its static connectors."""
+
+    name: str
+    connector_ref: str | None = None
+    """The cluster's own connector (Artemis `connector-ref`)."""
+    static_connectors: tuple[str, ...] = ()
+    """Member connectors in order."""
+    discovery_group: str | None = None
+    """Discovery group of the members, when not static."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouterConfig:
+    """`<connection-router name="…">` (SPEC A8)."""
+
+    name: str
+    key_type: KeyType = KeyType.SOURCE_IP
+    key_filter: str | None = None
+    """Regular expression searched in the raw key (whole match kept)."""
+    local_target_filter: str | None = None
+    """Regular expression fully matched against the key to pick the local target."""
+    local_connector: str | None = None
+    """Our extension `<local-target-connector-ref>`: the connector of the local target."""
+    cache: CacheConfig | None = None
+    policy: PolicyConfig | None = None
+    pool: PoolConfig | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("connection-router name must not be empty")
+        compile_filter(self.key_filter, "key-filter")
+        compile_filter(self.local_target_filter, "local-target-filter")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """A whole loaded configuration, cross-references checked."""
+
+    source: str
+    """The file it came from (for messages)."""
+    connectors: tuple[Connector, ...] = ()
+    acceptors: tuple[AcceptorConfig, ...] = ()
+    routers: tuple[RouterConfig, ...] = ()
+    discovery_groups: tuple[DiscoveryGroupConfig, ...] = ()
+    cluster_connections: tuple[ClusterConnectionConfig, ...] = ()
+
+    def connector(self, name: str) -> Connector:
+        """The connector with this name.
+
+        Raises:
+            KeyError: no such connector.
+        """
+        for connector in self.connectors:
+            if connector.name == name:
+                return connector
+        raise KeyError(name)
+
+    def router(self, name: str) -> RouterConfig:
+        """The connection router with this name.
+
+        Raises:
+            KeyError: no such router.
+        """
+        for router in self.routers:
+            if router.name == name:
+                return router
+        raise KeyError(name)
+
+    def cluster_connection(self, name: str) -> ClusterConnectionConfig:
+        """The cluster connection with this name.
+
+        Raises:
+            KeyError: no such cluster connection.
+        """
+        for cluster in self.cluster_connections:
+            if cluster.name == name:
+                return cluster
+        raise KeyError(name)
