@@ -1,0 +1,5 @@
+"""`python -m router` runs `routerd`."""
+
+from router.cli import routerd_main
+
+routerd_main()

@@ -1,0 +1,276 @@
+"""Entry points: `routerd` runs the router; `routerctl` dry-runs the engine or talks to a router.
+
+    routerd --config FILE [--admin HOST:PORT | --no-admin] [--grace-period S] [--log-level L]
+    routerctl route --config FILE --router NAME [--ready all|none|NODE,...] KEY...
+    routerctl route --config FILE --router NAME [--client-id X] [--user U] [--sni H]
+                    [--source-ip IP] [--role R]...
+    routerctl target --admin URL ROUTER KEY
+    routerctl status --admin URL [ROUTER]
+
+Errors a person can fix (bad configuration, a port in use, a router that is not running) are one
+line on stderr and a non-zero exit status, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import TYPE_CHECKING, NoReturn
+
+import trio
+
+from keys import ConnectionFacts
+from router.config import ConfigError, load_config
+from router.engine import RoutingEngine, build_pool
+from router.server import serve_router
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from router.settings import Config
+
+__all__ = ["main_routerctl", "main_routerd", "routerctl_main", "routerd_main"]
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+def _fail(prog: str, message: str, status: int = EXIT_FAILURE) -> NoReturn:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(status)
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _load(prog: str, path: str) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        _fail(prog, str(exc), EXIT_USAGE)
+
+
+# -- routerd ----------------------------------------------------------------------------------
+
+
+def _routerd_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="routerd", description="Run the connection router.")
+    parser.add_argument("--config", required=True, help="broker.xml-style configuration file")
+    parser.add_argument(
+        "--admin",
+        type=_host_port,
+        default=("127.0.0.1", 9180),
+        help="admin API and /metrics listener (default 127.0.0.1:9180)",
+    )
+    parser.add_argument("--no-admin", action="store_true", help="do not open the admin listener")
+    parser.add_argument(
+        "--grace-period",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long open connections may finish after SIGTERM (default 10)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO"
+    )
+    return parser
+
+
+async def _run_routerd(config: Config, args: argparse.Namespace) -> None:
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def watch_signals() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    if shutdown.is_set():
+                        logging.getLogger("routerd").warning("second signal: stopping now")
+                        nursery.cancel_scope.cancel()
+                        return
+                    logging.getLogger("routerd").info("%s received", signal.Signals(signum).name)
+                    shutdown.set()
+
+        nursery.start_soon(watch_signals)
+        await serve_router(
+            config,
+            admin=None if args.no_admin else args.admin,
+            grace_s=args.grace_period,
+            shutdown=shutdown,
+        )
+        nursery.cancel_scope.cancel()
+
+
+def main_routerd(argv: Sequence[str] | None = None) -> int:
+    """`routerd`: load the configuration and serve until SIGTERM; 0 after a clean drain."""
+    args = _routerd_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = _load("routerd", args.config)
+    if not config.acceptors:
+        _fail(
+            "routerd",
+            f"{config.source}: no <acceptor> names a router (URL parameter router=NAME)",
+            EXIT_USAGE,
+        )
+    try:
+        trio.run(_run_routerd, config, args)
+    except OSError as exc:
+        _fail("routerd", f"cannot listen: {exc.strerror or exc} ({exc.filename or 'address'})")
+    return 0
+
+
+def routerd_main() -> None:
+    """Console-script wrapper of `main_routerd`."""
+    raise SystemExit(main_routerd())
+
+
+# -- routerctl --------------------------------------------------------------------------------
+
+
+def _routerctl_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="routerctl", description="Operate a connection router.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    route = sub.add_parser(
+        "route",
+        help="dry-run the routing engine on a configuration file",
+        description="Print the engine's decision as one JSON object per line. "
+        "KEYs are treated as the management lookup treats them (from the key "
+        "transform on); --client-id/--user/--sni/--source-ip/--role describe one "
+        "connection and run the whole workflow.",
+    )
+    route.add_argument("--config", required=True)
+    route.add_argument("--router", required=True)
+    route.add_argument(
+        "--ready",
+        default="all",
+        help="which targets count as ready: all, none, or NODE,NODE,... (default all)",
+    )
+    route.add_argument(
+        "--round-robin-start",
+        type=int,
+        default=None,
+        help="first round-robin position (default random, as Artemis)",
+    )
+    route.add_argument("--client-id")
+    route.add_argument("--user")
+    route.add_argument("--sni")
+    route.add_argument("--source-ip")
+    route.add_argument("--role", action="append", default=[], help="repeat for several roles")
+    route.add_argument("keys", nargs="*", metavar="KEY")
+
+    target = sub.add_parser("target", help="ask a running router's management API for a target")
+    target.add_argument("--admin", default="http://127.0.0.1:9180")
+    target.add_argument("router")
+    target.add_argument("key")
+
+    status = sub.add_parser("status", help="show a running router's routers and pool states")
+    status.add_argument("--admin", default="http://127.0.0.1:9180")
+    status.add_argument("router", nargs="?")
+    return parser
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    config = _load("routerctl", args.config)
+    try:
+        router = config.router(args.router)
+    except KeyError:
+        names = ", ".join(r.name for r in config.routers) or "none"
+        _fail(
+            "routerctl", f"no connection router {args.router!r} in {config.source} (has: {names})", EXIT_USAGE
+        )
+    has_facts = any(v is not None for v in (args.client_id, args.user, args.sni, args.source_ip))
+    has_facts = has_facts or bool(args.role)
+    if has_facts == bool(args.keys):
+        _fail(
+            "routerctl",
+            "give either KEY... or connection facts (--client-id, --user, --sni, "
+            "--source-ip, --role), not both and not neither",
+            EXIT_USAGE,
+        )
+    pool, local = build_pool(config, router)
+    if pool is not None:
+        node_ids = [t.node_id for t in pool.targets]
+        if args.ready == "all":
+            ready = set(node_ids)
+        elif args.ready == "none":
+            ready = set()
+        else:
+            ready = {n.strip() for n in args.ready.split(",") if n.strip()}
+            unknown = sorted(ready - set(node_ids))
+            if unknown:
+                _fail(
+                    "routerctl",
+                    f"--ready names unknown node ids {unknown} (pool of {router.name!r} has {node_ids})",
+                    EXIT_USAGE,
+                )
+        for node_id in node_ids:
+            pool.record_check(node_id, node_id in ready)
+    engine = RoutingEngine(router, pool, local, round_robin_start=args.round_robin_start)
+    if has_facts:
+        try:
+            facts = ConnectionFacts(
+                client_id=args.client_id,
+                user_name=args.user,
+                sni_host=args.sni,
+                source_ip=args.source_ip,
+                roles=tuple(args.role),
+            )
+        except ValueError as exc:
+            _fail("routerctl", f"--source-ip: {exc}", EXIT_USAGE)
+        decisions = [engine.route(facts, 0.0)]
+    else:
+        decisions = [engine.lookup(key, 0.0) for key in args.keys]
+    for decision in decisions:
+        print(json.dumps(decision.to_json()))
+    return 0
+
+
+def _get(admin: str, path: str) -> object:
+    url = admin.rstrip("/") + path
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read()).get("error", exc.reason)
+        except ValueError:
+            detail = exc.reason
+        _fail("routerctl", f"{url}: {exc.code} {detail}")
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        _fail("routerctl", f"cannot reach the router's admin API at {admin}: {reason}")
+
+
+def main_routerctl(argv: Sequence[str] | None = None) -> int:
+    """`routerctl`: see the module docstring."""
+    args = _routerctl_parser().parse_args(argv)
+    if args.command == "route":
+        return _dry_run(args)
+    if args.command == "target":
+        path = f"/api/v1/routers/{urllib.parse.quote(args.router, safe='')}/target?" + urllib.parse.urlencode(
+            {"key": args.key}
+        )
+        print(json.dumps(_get(args.admin, path)))
+        return 0
+    path = "/api/v1/routers" + (f"/{urllib.parse.quote(args.router, safe='')}" if args.router else "")
+    print(json.dumps(_get(args.admin, path), indent=2))
+    return 0
+
+
+def routerctl_main() -> None:
+    """Console-script wrapper of `main_routerctl`."""
+    raise SystemExit(main_routerctl())
