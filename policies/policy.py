@@ -70,7 +70,9 @@ class Policy:
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()
-        if cls.NAME:
+        # Only a class that names itself registers: a subclass (LEAST_CONNECTIONS extends
+        # ROUND_ROBIN, a test fake extends a policy) must not replace its parent's entry.
+        if cls.__dict__.get("NAME"):
             Policy.registry[cls.NAME] = cls
 
     def __init__(
@@ -152,8 +154,8 @@ class RoundRobinPolicy(Policy):
     def select(self, targets: Sequence[Target], key: str) -> Target | None:
         if not targets:
             return None
-        if len(targets) == 1:
-            return targets[0]
+        # No shortcut for one target: Artemis's RoundRobinPolicy.selectTarget runs `pos %= n;
+        # targets.get(pos++)` for every non-empty list, so a single pick moves the position too.
         self.position %= len(targets)
         target = targets[self.position]
         self.position += 1

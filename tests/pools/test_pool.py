@@ -1,0 +1,268 @@
+"""Tests for pools/pool.py: pool configuration, readiness transitions, events and quorum (SPEC A4)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pools.pool import Pool, PoolConfig, PoolEvent, PoolEventKind, PoolKind, TargetState
+from pools.target import Connector, Target
+
+
+def target(node_id: str) -> Target:
+    return Target(node_id=node_id, connector=Connector(name=f"c-{node_id}", host="10.0.0.1", port=61616))
+
+
+A, B, C = target("a"), target("b"), target("c")
+
+
+def is_active(pool: Pool) -> bool:
+    # A function call, so that mypy does not keep `pool.active` narrowed across state changes.
+    return pool.active
+
+
+def ready(pool: str, node_id: str) -> PoolEvent:
+    return PoolEvent(kind=PoolEventKind.TARGET_READY, pool=pool, node_id=node_id)
+
+
+def not_ready(pool: str, node_id: str, detail: str = "") -> PoolEvent:
+    return PoolEvent(kind=PoolEventKind.TARGET_NOT_READY, pool=pool, node_id=node_id, detail=detail)
+
+
+def active(pool: str, detail: str) -> PoolEvent:
+    return PoolEvent(kind=PoolEventKind.POOL_ACTIVE, pool=pool, detail=detail)
+
+
+def inactive(pool: str, detail: str) -> PoolEvent:
+    return PoolEvent(kind=PoolEventKind.POOL_INACTIVE, pool=pool, detail=detail)
+
+
+# -- PoolConfig --
+
+
+class TestPoolConfig:
+    def test_pool_config_defaults(self):
+        config = PoolConfig(kind=PoolKind.STATIC, static_connectors=("a",))
+        assert config.check_period_ms == 5000
+        assert config.quorum_size == 1
+        assert config.quorum_timeout_ms == 3000
+        assert config.local_target_enabled is False
+        assert config.username is None
+        assert config.password is None
+
+    def test_pool_kind_values_are_element_names(self):
+        assert PoolKind.STATIC.value == "static-connectors"
+        assert PoolKind.DISCOVERY.value == "discovery-group-ref"
+        assert PoolKind.CLUSTER.value == "cluster-connection"
+
+    @pytest.mark.parametrize(
+        "config",
+        [
+            {"kind": PoolKind.STATIC, "static_connectors": ("a", "b")},
+            {"kind": PoolKind.DISCOVERY, "discovery_group": "dg"},
+            {"kind": PoolKind.CLUSTER, "cluster_connection": "cc"},
+        ],
+    )
+    def test_pool_config_accepts_one_pool_kind(self, config):
+        assert PoolConfig(**config).kind is config["kind"]
+
+    @pytest.mark.parametrize(
+        "config",
+        [
+            {"kind": PoolKind.STATIC},  # none
+            {"kind": PoolKind.STATIC, "static_connectors": ()},  # empty list is none
+            {"kind": PoolKind.DISCOVERY},
+            {"kind": PoolKind.CLUSTER},
+            {"kind": PoolKind.STATIC, "static_connectors": ("a",), "discovery_group": "dg"},
+            {"kind": PoolKind.DISCOVERY, "discovery_group": "dg", "cluster_connection": "cc"},
+            {"kind": PoolKind.CLUSTER, "static_connectors": ("a",), "cluster_connection": "cc"},
+            {"kind": PoolKind.STATIC, "discovery_group": "dg"},  # kind disagrees with the source
+        ],
+    )
+    def test_pool_config_rejects_other_than_exactly_one_kind(self, config):
+        with pytest.raises(ValueError, match="exactly one of static-connectors, discovery-group-ref"):
+            PoolConfig(**config)
+
+    @pytest.mark.parametrize("period", [0, -1])
+    def test_pool_config_check_period_must_be_positive(self, period):
+        with pytest.raises(ValueError, match=f"check-period must be > 0, got {period}"):
+            PoolConfig(kind=PoolKind.STATIC, static_connectors=("a",), check_period_ms=period)
+
+    @pytest.mark.parametrize("size", [0, -5])
+    def test_pool_config_quorum_size_must_be_positive(self, size):
+        with pytest.raises(ValueError, match=f"quorum-size must be > 0, got {size}"):
+            PoolConfig(kind=PoolKind.STATIC, static_connectors=("a",), quorum_size=size)
+
+    def test_pool_config_quorum_timeout_must_not_be_negative(self):
+        with pytest.raises(ValueError, match="quorum-timeout must be >= 0, got -1"):
+            PoolConfig(kind=PoolKind.STATIC, static_connectors=("a",), quorum_timeout_ms=-1)
+
+    def test_pool_config_accepts_boundary_values(self):
+        config = PoolConfig(
+            kind=PoolKind.STATIC,
+            static_connectors=("a",),
+            check_period_ms=1,
+            quorum_size=1,
+            quorum_timeout_ms=0,
+        )
+        assert (config.check_period_ms, config.quorum_size, config.quorum_timeout_ms) == (1, 1, 0)
+
+    def test_pool_config_repr_hides_password(self):
+        config = PoolConfig(
+            kind=PoolKind.STATIC, static_connectors=("a",), username="probe", password="s3cr3t-Pa55"
+        )
+        assert "s3cr3t-Pa55" not in repr(config)
+        assert "s3cr3t-Pa55" not in str(config)
+        assert "probe" in repr(config)
+        assert config.password == "s3cr3t-Pa55"
+
+    def test_pool_config_repr_of_replaced_config_hides_password(self):
+        config = PoolConfig(kind=PoolKind.STATIC, static_connectors=("a",), password="s3cr3t-Pa55")
+        assert "s3cr3t-Pa55" not in repr(dataclasses.replace(config, quorum_size=2))
+
+
+# -- Pool --
+
+
+class TestPoolReadiness:
+    def test_pool_targets_not_ready_until_first_ok_check(self):
+        pool = Pool("r1", 1, [A, B])
+        assert pool.state("a") is TargetState.UNKNOWN
+        assert pool.ready_targets() == []
+        assert pool.routing_targets() == []
+        assert pool.ready_target("a") is None
+        assert pool.ready_count() == 0
+        assert is_active(pool) is False
+
+    def test_pool_first_ok_check_makes_target_ready_and_pool_active(self):
+        pool = Pool("r1", 1, [A, B])
+        events = pool.record_check("b", True)
+        assert events == [ready("r1", "b"), active("r1", "1/1 ready")]
+        assert pool.state("b") is TargetState.READY
+        assert pool.ready_targets() == [B]
+        assert pool.routing_targets() == [B]
+        assert pool.ready_target("b") is B
+        assert is_active(pool) is True
+
+    def test_pool_events_once_per_change(self):
+        """Scenario: repeated equal outcomes report nothing; each flip reports once."""
+        pool = Pool("r1", 1, [A])
+        assert pool.record_check("a", True) == [ready("r1", "a"), active("r1", "1/1 ready")]
+        assert pool.record_check("a", True) == []
+        assert pool.record_check("a", True) == []
+        assert pool.record_check("a", False, "connection refused") == [
+            not_ready("r1", "a", "connection refused"),
+            inactive("r1", "0/1 ready"),
+        ]
+        assert pool.record_check("a", False, "connection refused") == []
+        assert pool.record_check("a", True) == [ready("r1", "a"), active("r1", "1/1 ready")]
+
+    def test_pool_first_failed_check_reports_not_ready(self):
+        """Scenario: UNKNOWN -> NOT_READY is a change (one event); the pool stays inactive (no event)."""
+        pool = Pool("r1", 1, [A])
+        assert pool.record_check("a", False, "timeout") == [not_ready("r1", "a", "timeout")]
+        assert pool.state("a") is TargetState.NOT_READY
+        assert pool.record_check("a", False, "timeout") == []
+
+    def test_pool_failure_makes_target_unready_at_once(self):
+        pool = Pool("r1", 1, [A, B])
+        pool.record_check("a", True)
+        pool.record_check("b", True)
+        assert pool.record_check("a", False, "closed") == [not_ready("r1", "a", "closed")]
+        assert pool.ready_targets() == [B]
+        assert pool.ready_target("a") is None
+        assert is_active(pool) is True
+
+    def test_pool_record_check_unknown_node_raises(self):
+        pool = Pool("r1", 1, [A])
+        with pytest.raises(KeyError):
+            pool.record_check("zz", True)
+        with pytest.raises(KeyError):
+            pool.state("zz")
+
+    def test_pool_ready_targets_keep_pool_order(self):
+        """Scenario: readiness arrives in order c, a; the list is still in pool order a, c."""
+        pool = Pool("r1", 1, [A, B, C])
+        pool.record_check("c", True)
+        pool.record_check("a", True)
+        assert pool.ready_targets() == [A, C]
+        assert pool.targets == (A, B, C)
+
+    def test_pool_duplicate_node_id_rejected(self):
+        twin = Target(node_id="a", connector=Connector(name="other", host="10.0.0.9", port=1))
+        with pytest.raises(ValueError, match="duplicate node id 'a'"):
+            Pool("r1", 1, [A, twin])
+        pool = Pool("r1", 1, [A])
+        with pytest.raises(ValueError, match="duplicate node id 'a'"):
+            pool.add_target(twin)
+        assert pool.targets == (A,)
+
+    def test_pool_add_target_appends_unready(self):
+        pool = Pool("r1", 1, [A])
+        pool.record_check("a", True)
+        pool.add_target(B)
+        assert pool.targets == (A, B)
+        assert pool.state("b") is TargetState.UNKNOWN
+        assert pool.ready_targets() == [A]
+
+    def test_pool_targets_is_a_snapshot(self):
+        pool = Pool("r1", 1, [A])
+        snapshot = pool.targets
+        pool.add_target(B)
+        assert snapshot == (A,)
+
+    def test_pool_empty(self):
+        pool = Pool("r1", 1)
+        assert pool.targets == ()
+        assert pool.routing_targets() == []
+        assert is_active(pool) is False
+
+
+class TestPoolQuorum:
+    def test_pool_quorum_two_of_three(self):
+        pool = Pool("r1", 2, [A, B, C])
+        assert pool.record_check("a", True) == [ready("r1", "a")]
+        assert is_active(pool) is False
+        assert pool.ready_targets() == [A]
+        assert pool.routing_targets() == []
+        assert pool.record_check("c", True) == [ready("r1", "c"), active("r1", "2/2 ready")]
+        assert is_active(pool) is True
+        assert pool.routing_targets() == [A, C]
+        assert pool.record_check("b", True) == [ready("r1", "b")]
+        assert pool.routing_targets() == [A, B, C]
+        assert pool.record_check("a", False, "refused") == [not_ready("r1", "a", "refused")]
+        assert pool.routing_targets() == [B, C]
+        assert pool.record_check("b", False, "refused") == [
+            not_ready("r1", "b", "refused"),
+            inactive("r1", "1/2 ready"),
+        ]
+        assert is_active(pool) is False
+        assert pool.routing_targets() == []
+        assert pool.ready_targets() == [C]
+
+    def test_pool_ready_target_ignores_quorum(self):
+        """Scenario: below quorum the pool hands out no targets, but a cached node id still resolves
+        to its ready target (SPEC A1 step 6)."""
+        pool = Pool("r1", 2, [A, B, C])
+        pool.record_check("b", True)
+        assert is_active(pool) is False
+        assert pool.routing_targets() == []
+        assert pool.ready_target("b") is B
+        assert pool.ready_target("a") is None
+        assert pool.ready_target("not-in-pool") is None
+
+    def test_pool_quorum_larger_than_pool_never_active(self):
+        pool = Pool("r1", 3, [A, B])
+        assert pool.record_check("a", True) == [ready("r1", "a")]
+        assert pool.record_check("b", True) == [ready("r1", "b")]
+        assert is_active(pool) is False
+        assert pool.routing_targets() == []
+
+    def test_pool_active_event_counts_ready_targets(self):
+        """Scenario: with quorum 1, the pool becomes inactive only when the last ready target fails."""
+        pool = Pool("r1", 1, [A, B])
+        pool.record_check("a", True)
+        pool.record_check("b", True)
+        assert pool.record_check("a", False) == [not_ready("r1", "a")]
+        assert pool.record_check("b", False) == [not_ready("r1", "b"), inactive("r1", "0/1 ready")]

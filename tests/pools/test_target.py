@@ -1,0 +1,152 @@
+"""Tests for pools/target.py: connector URLs, node ids and targets (SPEC A4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pools.target import LOCAL_NODE_ID, Connector, Target, parse_url_params
+
+
+class TestParseUrlParams:
+    def test_parse_url_params_semicolon_and_ampersand(self):
+        assert parse_url_params("nodeId=x;a=b&c=d") == {"nodeId": "x", "a": "b", "c": "d"}
+
+    def test_parse_url_params_empty(self):
+        assert parse_url_params("") == {}
+
+    def test_parse_url_params_skips_empty_parts(self):
+        assert parse_url_params(";a=1;;b=2&") == {"a": "1", "b": "2"}
+
+    def test_parse_url_params_later_duplicate_wins(self):
+        assert parse_url_params("a=1;a=2") == {"a": "2"}
+
+    def test_parse_url_params_empty_value_allowed(self):
+        assert parse_url_params("a=") == {"a": ""}
+
+    def test_parse_url_params_value_keeps_further_equals(self):
+        assert parse_url_params("filter=a=b") == {"filter": "a=b"}
+
+    def test_parse_url_params_percent_decoding(self):
+        assert parse_url_params("nodeId=node%201;x%3By=1") == {"nodeId": "node 1", "x;y": "1"}
+
+    def test_parse_url_params_without_equals_raises(self):
+        with pytest.raises(ValueError, match="'sslEnabled' has no '=value'"):
+            parse_url_params("port=1;sslEnabled")
+
+
+class TestConnectorFromUrl:
+    def test_connector_from_url_with_params(self):
+        c = Connector.from_url("artemis-1", "tcp://broker1.example.com:61616?nodeId=x;a=b&c=d")
+        assert c.name == "artemis-1"
+        assert c.host == "broker1.example.com"
+        assert c.port == 61616
+        assert c.params == (("nodeId", "x"), ("a", "b"), ("c", "d"))
+        assert c.param_map == {"nodeId": "x", "a": "b", "c": "d"}
+        assert c.node_id == "x"
+        assert c.url == "tcp://broker1.example.com:61616"
+
+    def test_connector_from_url_ipv6(self):
+        c = Connector.from_url("v6", "tcp://[::1]:61616")
+        assert c.host == "::1"
+        assert c.port == 61616
+        assert c.url == "tcp://[::1]:61616"
+
+    def test_connector_from_url_ipv6_full_address_with_params(self):
+        c = Connector.from_url("v6", "tcp://[2001:db8::7]:5672?nodeId=n7")
+        assert c.host == "2001:db8::7"
+        assert c.port == 5672
+        assert c.node_id == "n7"
+        assert c.url == "tcp://[2001:db8::7]:5672"
+
+    def test_connector_from_url_node_id_defaults_to_name(self):
+        c = Connector.from_url("artemis-2", "tcp://10.0.0.2:61617?sslEnabled=false")
+        assert c.node_id == "artemis-2"
+
+    def test_connector_from_url_strips_whitespace(self):
+        """Scenario: broker.xml text content often carries surrounding whitespace and newlines."""
+        c = Connector.from_url("c", "\n   tcp://10.0.0.2:61617\n  ")
+        assert (c.host, c.port) == ("10.0.0.2", 61617)
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "",
+            "10.0.0.1:61616",  # no scheme
+            "tcp://10.0.0.1",  # no port
+            "tcp://:61616",  # no host
+            "tcp://10.0.0.1:notaport",
+            "tcp://10.0.0.1:70000",
+            "tcp://10.0.0.1:0",
+            "tcp:///path",
+            "tcp://10.0.0.1:61616?sslEnabled",  # parameter without a value
+        ],
+    )
+    def test_connector_from_url_bad_url_raises(self, url):
+        with pytest.raises(ValueError, match=r"connector|url parameter"):
+            Connector.from_url("bad", url)
+
+
+class TestConnector:
+    @pytest.mark.parametrize("port", [0, -1, 65536])
+    def test_connector_rejects_bad_port(self, port):
+        with pytest.raises(ValueError, match="port must be 1-65535"):
+            Connector(name="c", host="h", port=port)
+
+    def test_connector_accepts_port_bounds(self):
+        assert Connector(name="c", host="h", port=1).port == 1
+        assert Connector(name="c", host="h", port=65535).port == 65535
+
+    def test_connector_rejects_empty_name(self):
+        with pytest.raises(ValueError, match="connector name must not be empty"):
+            Connector(name="", host="h", port=1)
+
+    def test_connector_rejects_empty_host(self):
+        with pytest.raises(ValueError, match="host must not be empty"):
+            Connector(name="c", host="", port=1)
+
+    def test_connector_is_frozen_and_hashable(self):
+        a = Connector(name="c", host="h", port=1, params=(("nodeId", "n"),))
+        b = Connector(name="c", host="h", port=1, params=(("nodeId", "n"),))
+        assert a == b
+        assert hash(a) == hash(b)
+        with pytest.raises(AttributeError):
+            a.port = 2  # type: ignore[misc]  # the assignment itself is what is tested
+
+
+class TestTarget:
+    def test_target_remote_uses_connector_node_id(self):
+        connector = Connector.from_url("artemis-1", "tcp://10.0.0.1:61616?nodeId=broker1")
+        t = Target.remote(connector)
+        assert t.node_id == "broker1"
+        assert t.connector is connector
+        assert t.local is False
+
+    def test_target_remote_node_id_defaults_to_connector_name(self):
+        t = Target.remote(Connector.from_url("artemis-1", "tcp://10.0.0.1:61616"))
+        assert t.node_id == "artemis-1"
+
+    def test_target_local_without_connector(self):
+        t = Target.local_target(None)
+        assert t.node_id == LOCAL_NODE_ID == "local"
+        assert t.connector is None
+        assert t.local is True
+
+    def test_target_local_with_connector(self):
+        connector = Connector.from_url("here", "tcp://127.0.0.1:61616?nodeId=broker-local")
+        t = Target.local_target(connector)
+        assert t.node_id == "broker-local"
+        assert t.connector is connector
+        assert t.local is True
+
+    def test_target_rejects_empty_node_id(self):
+        with pytest.raises(ValueError, match="node id must not be empty"):
+            Target(node_id="", connector=Connector(name="c", host="h", port=1))
+
+    def test_target_remote_needs_connector(self):
+        with pytest.raises(ValueError, match="needs a connector"):
+            Target(node_id="n", connector=None)
+
+    def test_target_empty_node_id_param_rejected(self):
+        """Scenario: `nodeId=` gives an empty node id, which no target may have."""
+        with pytest.raises(ValueError, match="node id must not be empty"):
+            Target.remote(Connector.from_url("c", "tcp://h:1?nodeId="))
