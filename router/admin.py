@@ -42,7 +42,6 @@ REQUEST_TIMEOUT_S: Final = 10.0
 """A client must send its whole request within this time."""
 
 
-
 def router_status(runtime: RouterRuntime) -> dict[str, object]:
     """A router's configuration and pool state as JSON."""
     engine, pool = runtime.engine, runtime.pool

@@ -14,7 +14,6 @@ PACKAGES = ("router", "keys", "pools", "policies", "cache", "tls_sni")
 
 NOT_YET_TESTED = frozenset(
     {
-        "router/config.py",
         "router/health.py",
         "router/proxy.py",
         "router/metrics.py",

@@ -85,14 +85,16 @@ class TestAdmin:
             "connector": "tcp://127.0.0.1:21001",
         }
 
-    async def test_admin_target_local_filter_without_connector(
-        self, server: tuple[ServerInfo, str]
-    ) -> None:
+    async def test_admin_target_local_filter_without_connector(self, server: tuple[ServerInfo, str]) -> None:
         _, base = server
         status, body = await _call(f"{base}/api/v1/routers/hash/target?key=admin")
         assert status == 200
         assert json.loads(body) == {
-            "key": "admin", "status": "OK", "node_id": "local", "local": True, "connector": None,
+            "key": "admin",
+            "status": "OK",
+            "node_id": "local",
+            "local": True,
+            "connector": None,
         }
 
     async def test_admin_target_without_pool_is_refused_use_another(

@@ -101,9 +101,7 @@ class TestServeRouter:
         ok = {"router": "r", "status": "OK"}
         assert registry.get_sample_value("router_routing_decisions_total", ok) == 1.0
 
-    async def test_serve_router_fails_over_in_pool_order(
-        self, server: ServerInfo, fleet: list[int]
-    ) -> None:
+    async def test_serve_router_fails_over_in_pool_order(self, server: ServerInfo, fleet: list[int]) -> None:
         """Scenario: FIRST_ELEMENT; the first target goes un-ready, connections go to the second."""
         runtime = server.runtimes["r"]
         assert runtime.pool is not None
@@ -143,8 +141,9 @@ async def test_serve_router_drains_open_connections_on_shutdown(nursery: trio.Nu
     done = trio.Event()
 
     async def run(task_status: trio.TaskStatus[ServerInfo]) -> None:
-        await serve_router(_config([port]), admin=None, grace_s=30, shutdown=shutdown,
-                           task_status=task_status)
+        await serve_router(
+            _config([port]), admin=None, grace_s=30, shutdown=shutdown, task_status=task_status
+        )
         done.set()
 
     info: ServerInfo = await nursery.start(run)

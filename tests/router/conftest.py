@@ -1,0 +1,248 @@
+"""Real components for integration tests: mosquitto brokers and routerd processes on loopback.
+
+Ports are chosen at run time below 32768 (outside the ephemeral range, ENVIRONMENT.md gotcha 6).
+Nothing here sleeps for a fixed time: we wait for a port to accept, or for a line in routerd's log,
+each with a deadline. Every process is stopped by the PID we started it with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+PORT_RANGE = (20000, 32000)
+_used_ports: set[int] = set()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free now, below the ephemeral range, not handed out before in this session."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(*PORT_RANGE)
+        if port in _used_ports:
+            continue
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        _used_ports.add(port)
+        return port
+    raise RuntimeError("no free port found")
+
+
+def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None:
+    """Wait until something accepts on host:port."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing accepts on {host}:{port} after {timeout} s") from None
+            time.sleep(0.02)  # polling a port: nothing to await on another process's listen()
+
+
+def port_closed(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+class Mosquitto:
+    """One real mosquitto broker on 127.0.0.1."""
+
+    def __init__(self, workdir: Path, name: str) -> None:
+        self.name = name
+        self.port = free_port()
+        self.dir = workdir / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.conf = self.dir / "mosquitto.conf"
+        self.conf.write_text(
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+            "log_dest stderr\nlog_type error\nlog_type warning\n"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        with open(self.dir / "stderr.log", "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [binary, "-c", str(self.conf)], stdout=subprocess.DEVNULL, stderr=log
+            )
+        wait_port(self.port)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+
+class Routerd:
+    """A real routerd process with its log read line by line."""
+
+    def __init__(self, workdir: Path, make_config: Callable[[int], str]) -> None:
+        self.admin_port = free_port()
+        self.config = workdir / "router.xml"
+        self.config.write_text(make_config(self.admin_port))
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self.proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+        self._cursor = 0
+
+    @property
+    def admin(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "router",
+                "--config",
+                str(self.config),
+                "--admin",
+                f"127.0.0.1:{self.admin_port}",
+                "--grace-period",
+                "2",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.wait_for_log(r"admin API listening", consume=False)
+
+    def _read(self) -> None:
+        assert self.proc is not None
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for_log(self, pattern: str, timeout: float = 15.0, *, consume: bool = True) -> str:
+        """Wait for a log line matching `pattern` after the last consumed match.
+
+        With `consume`, later calls search only after this match, so a sequence of calls matches
+        lines in order; without it the cursor stays where it was.
+        """
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        index = self._cursor
+        while True:
+            while index < len(self.lines):
+                line = self.lines[index]
+                index += 1
+                if regex.search(line):
+                    if consume:
+                        self._cursor = index
+                    return line
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"no log line matching {pattern!r}; log so far:\n" + "\n".join(self.lines[-30:])
+                )
+            try:
+                line_or_eof = self._queue.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line_or_eof is None:
+                raise RuntimeError("routerd exited; log:\n" + "\n".join(self.lines[-30:]))
+            self.lines.append(line_or_eof)
+
+    def get(self, path: str) -> object:
+        with urllib.request.urlopen(self.admin + path, timeout=5) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> int:
+        """SIGTERM and wait; the exit status."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            status = self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            status = self.proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(10)  # it ends at the pipe's EOF, right after the process
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
+        self.proc = None
+        return status
+
+
+@pytest.fixture
+def mosquitto_fleet(tmp_path: Path) -> Iterator[list[Mosquitto]]:
+    """Three running mosquitto brokers, stopped afterwards."""
+    if shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists():
+        pytest.fail("mosquitto is not installed: run ./run-tests, which installs it")
+    brokers = [Mosquitto(tmp_path, f"mosquitto-{i}") for i in range(3)]
+    try:
+        for broker in brokers:
+            broker.start()
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+@pytest.fixture
+def start_routerd(tmp_path: Path) -> Iterator[Callable[[Callable[[int], str]], Routerd]]:
+    """Start a routerd: pass a function from its admin port to the config XML; stopped afterwards."""
+    started: list[Routerd] = []
+
+    def start(make_config: Callable[[int], str]) -> Routerd:
+        router = Routerd(tmp_path, make_config)
+        started.append(router)
+        router.start()
+        return router
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture(name="free_port")
+def free_port_fixture() -> Callable[[], int]:
+    """`free_port()` for tests."""
+    return free_port
