@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Final
 import h11
 import trio
 
+from router.net import open_listeners
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import TypeAlias
@@ -190,7 +192,7 @@ async def serve_admin(
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the admin API until cancelled; `task_status.started((host, port))` once listening."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners = await open_listeners(host, port, f"the admin API on {host}:{port}")
     sockname = listeners[0].socket.getsockname()
     bound = (str(sockname[0]), int(sockname[1]))
     log.info("admin API listening on http://%s:%d", *bound)

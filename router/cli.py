@@ -28,6 +28,7 @@ import trio
 from keys import ConnectionFacts
 from router.config import ConfigError, load_config
 from router.engine import RoutingEngine, build_pool
+from router.net import describe_oserror
 from router.server import serve_router
 
 if TYPE_CHECKING:
@@ -127,9 +128,24 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
         )
     try:
         trio.run(_run_routerd, config, args)
-    except OSError as exc:
-        _fail("routerd", f"cannot listen: {exc.strerror or exc} ({exc.filename or 'address'})")
+    except (OSError, BaseExceptionGroup) as exc:
+        error = _only_oserror(exc)
+        if error is None:
+            raise
+        _fail("routerd", error.strerror or describe_oserror(error))
     return 0
+
+
+def _only_oserror(exc: BaseException) -> OSError | None:
+    """The first OSError when `exc` is one, or a group of nothing else (a listener failing to bind
+    inside a nursery arrives as a group); None otherwise."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split(OSError)
+        if matched is not None and rest is None:
+            return _only_oserror(matched.exceptions[0])
+    return None
 
 
 def routerd_main() -> None:
@@ -258,6 +274,9 @@ def _get(admin: str, path: str) -> object:
 def main_routerctl(argv: Sequence[str] | None = None) -> int:
     """`routerctl`: see the module docstring."""
     args = _routerctl_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="routerctl: %(levelname)s: %(message)s"
+    )
     if args.command == "route":
         return _dry_run(args)
     if args.command == "target":

@@ -10,17 +10,18 @@ AMQP open, …) plug in at `check_target`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
 import trio
 
-from router.net import open_connection
+from router.net import describe_oserror, open_connection
 
 if TYPE_CHECKING:
     from pools import Connector, Target
     from router.routing import RouterRuntime
 
-__all__ = ["PROBE_TIMEOUT_CAP_S", "check_target", "serve_health_checks"]
+__all__ = ["PROBE_TIMEOUT_CAP_S", "Check", "check_target", "serve_health_checks"]
 
 log = logging.getLogger("router.health")
 
@@ -37,12 +38,16 @@ async def check_target(connector: Connector) -> tuple[bool, str]:
     try:
         stream = await open_connection(connector.host, connector.port)
     except OSError as exc:
-        return False, f"connect to {connector.url} failed: {exc.strerror or exc}"
+        return False, f"connect to {connector.url} failed: {describe_oserror(exc)}"
     await stream.aclose()
     return True, ""
 
 
-async def _probe_forever(runtime: RouterRuntime, target: Target, period_s: float) -> None:
+Check = Callable[["Connector"], Awaitable[tuple[bool, str]]]
+"""A probe: connector in, (ready, reason when not) out; the caller's cancel scope is its deadline."""
+
+
+async def _probe_forever(runtime: RouterRuntime, target: Target, period_s: float, check: Check) -> None:
     assert target.connector is not None
     pool = runtime.pool
     assert pool is not None
@@ -51,7 +56,7 @@ async def _probe_forever(runtime: RouterRuntime, target: Target, period_s: float
     while True:
         ok, detail = False, f"no answer from {target.connector.url} within {timeout_s:g} s"
         with trio.move_on_after(timeout_s):
-            ok, detail = await check_target(target.connector)
+            ok, detail = await check(target.connector)
         runtime.apply_events(pool.record_check(target.node_id, ok, detail))
         next_time += period_s
         now = trio.current_time()
@@ -61,9 +66,18 @@ async def _probe_forever(runtime: RouterRuntime, target: Target, period_s: float
 
 
 async def serve_health_checks(
-    runtime: RouterRuntime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    runtime: RouterRuntime,
+    *,
+    check: Check = check_target,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Probe every target of a router's pool until cancelled."""
+    """Probe every target of a router's pool until cancelled.
+
+    Args:
+        runtime: the router whose pool is probed.
+        check: the probe (a TCP connect by default).
+        task_status: started once every probe loop is running.
+    """
     pool, pool_config = runtime.pool, runtime.config.pool
     if pool is None or pool_config is None:
         task_status.started()
@@ -85,5 +99,5 @@ async def serve_health_checks(
                     runtime.name,
                 )
                 continue
-            nursery.start_soon(_probe_forever, runtime, target, period_s)
+            nursery.start_soon(_probe_forever, runtime, target, period_s, check)
         task_status.started()

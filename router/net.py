@@ -8,11 +8,21 @@ plain non-blocking connect.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 
 import trio
 
-__all__ = ["open_connection"]
+__all__ = ["describe_oserror", "open_connection", "open_listeners"]
+
+
+def describe_oserror(exc: OSError) -> str:
+    """The reason of a socket error in a few words (`Connection refused`), for log lines.
+
+    trio's connect errors carry a whole sentence with the address in `strerror`; the address is
+    already in our log line, so we keep the system's text for the errno.
+    """
+    return os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__
 
 
 async def open_connection(host: str, port: int) -> trio.SocketStream:
@@ -33,3 +43,15 @@ async def open_connection(host: str, port: int) -> trio.SocketStream:
         sock.close()
         raise
     return trio.SocketStream(sock)
+
+
+async def open_listeners(host: str, port: int, what: str) -> list[trio.SocketListener]:
+    """`trio.open_tcp_listeners`, with an error that says which listener could not be opened.
+
+    Raises:
+        OSError: same errno, message `"{what} cannot listen: {reason}"`.
+    """
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{what} cannot listen: {describe_oserror(exc)}") from exc

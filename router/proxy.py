@@ -17,7 +17,7 @@ import trio
 
 from keys import ConnectionFacts
 from router.engine import RouteStatus
-from router.net import open_connection
+from router.net import describe_oserror, open_connection
 
 if TYPE_CHECKING:
     from router.routing import RouterRuntime
@@ -144,7 +144,7 @@ async def handle_connection(
                 upstream = await open_connection(connector.host, connector.port)
         except (OSError, trio.TooSlowError) as exc:
             metrics.connect_failures.labels(runtime.name, target.node_id).inc()
-            reason = "timed out" if isinstance(exc, trio.TooSlowError) else (exc.strerror or str(exc))
+            reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_oserror(exc)
             log.warning(
                 "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
                 peer,

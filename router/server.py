@@ -22,6 +22,7 @@ import trio
 from router.admin import serve_admin
 from router.health import serve_health_checks
 from router.metrics import Metrics
+from router.net import open_listeners
 from router.proxy import ConnectionLimits, handle_connection
 from router.routing import RouterRuntime
 
@@ -114,7 +115,8 @@ async def serve_router(
         listeners: list[tuple[AcceptorConfig, trio.SocketListener]] = []
         try:
             for acceptor in config.acceptors:
-                for listener in await trio.open_tcp_listeners(acceptor.port, host=acceptor.host):
+                where = f"acceptor {acceptor.name!r} on {acceptor.host}:{acceptor.port}"
+                for listener in await open_listeners(acceptor.host, acceptor.port, where):
                     listeners.append((acceptor, listener))
                     name = listener.socket.getsockname()
                     bound.setdefault(acceptor.name, (str(name[0]), int(name[1])))

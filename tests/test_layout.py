@@ -14,12 +14,7 @@ PACKAGES = ("router", "keys", "pools", "policies", "cache", "tls_sni")
 
 NOT_YET_TESTED = frozenset(
     {
-        "router/health.py",
-        "router/proxy.py",
-        "router/metrics.py",
-        "router/cli.py",
         "router/__main__.py",
-        "router/net.py",
     }
 )
 

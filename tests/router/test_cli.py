@@ -1,0 +1,235 @@
+"""The command line: `routerctl route` on the seed's example routers, `routerctl target/status`
+against a running server, and `routerd`'s one-line errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from router.cli import main_routerctl, main_routerd
+from router.server import ServerInfo, serve_router
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED_EXAMPLE = ROOT / "deploy" / "examples" / "artemis-manual.xml"
+DEMO = ROOT / "deploy" / "examples" / "demo.xml"
+
+
+def _route(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, object]]:
+    assert main_routerctl(["route", "--config", str(SEED_EXAMPLE), *args]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def _decision(
+    key: str, status: str, node_id: str | None = None, *, local: bool = False, connector: str | None = None
+) -> dict[str, object]:
+    return {"key": key, "status": status, "node_id": node_id, "local": local, "connector": connector}
+
+
+OK, USE_ANOTHER, UNAVAILABLE = "OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE"
+
+
+class TestRouteSeedExample:
+    """The four routers of the Artemis manual's example (seed 000 §6), SPEC A1 step by step."""
+
+    @pytest.mark.parametrize(
+        ("facts", "expected"),
+        [
+            # key-filter ^.{3} keeps the first three characters; local-target-filter ^FOO.* matches FOO.
+            (["--client-id", "FOOBAR"], _decision("FOO", OK, "local", local=True)),
+            # BAR misses the local filter, and the router has no pool and no policy: step 5.
+            (["--client-id", "BARFOO"], _decision("BAR", USE_ANOTHER)),
+            # Two characters: the filter finds nothing, so the key is NULL (step 2).
+            (["--client-id", "FO"], _decision("NULL", USE_ANOTHER)),
+            # No client id at all: NULL (step 1).
+            (["--source-ip", "127.0.0.2"], _decision("NULL", USE_ANOTHER)),
+            # Step 0: router-to-router probes go to the local target whatever the filters say.
+            (
+                ["--client-id", "$.artemis.internal.router.client.x"],
+                _decision("$.a", OK, "local", local=True),
+            ),
+        ],
+    )
+    def test_route_local_partition(
+        self, capsys: pytest.CaptureFixture[str], facts: list[str], expected: dict[str, object]
+    ) -> None:
+        assert _route(capsys, "--router", "local-partition", *facts) == [expected]
+
+    def test_route_local_partition_keys_start_at_transform(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """Scenario: management-lookup keys skip the key filter (SPEC A7 starts at step 3)."""
+        assert _route(capsys, "--router", "local-partition", "FOOBAR", "BARFOO") == [
+            _decision("FOOBAR", OK, "local", local=True),
+            _decision("BARFOO", USE_ANOTHER),
+        ]
+
+    @pytest.mark.parametrize(
+        ("ready", "expected_node"),
+        [("all", "connector1"), ("connector2,connector3", "connector2"), ("connector3", "connector3")],
+    )
+    def test_route_simple_router_first_element(
+        self, capsys: pytest.CaptureFixture[str], ready: str, expected_node: str
+    ) -> None:
+        port = {"connector1": 61617, "connector2": 61618, "connector3": 61619}[expected_node]
+        got = _route(capsys, "--router", "simple-router", "--ready", ready, "--source-ip", "127.0.0.9")
+        assert got == [_decision("127.0.0.9", OK, expected_node, connector=f"tcp://127.0.0.1:{port}")]
+
+    def test_route_simple_router_nothing_ready(self, capsys: pytest.CaptureFixture[str]) -> None:
+        got = _route(capsys, "--router", "simple-router", "--ready", "none", "any")
+        assert got == [_decision("any", UNAVAILABLE)]
+
+    def test_route_consistent_hash_router(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """Scenario: USER_NAME key; 'admin' hits the local filter; the discovery pool holds only the
+        local target (local-target-enabled), so CONSISTENT_HASH picks it for everyone else."""
+        assert _route(capsys, "--router", "consistent-hash-router", "--user", "admin") == [
+            _decision("admin", OK, "local", local=True)
+        ]
+        assert _route(capsys, "--router", "consistent-hash-router", "--user", "bob") == [
+            _decision("bob", OK, "local", local=True)
+        ]
+        assert _route(capsys, "--router", "consistent-hash-router", "--ready", "none", "bob") == [
+            _decision("bob", UNAVAILABLE)
+        ]
+        assert _route(capsys, "--router", "consistent-hash-router", "--user", "admin", "--ready", "none") == [
+            _decision("admin", OK, "local", local=True)  # the local filter needs no ready target
+        ]
+
+    def test_route_evenly_balance_empty_discovery_pool(self, capsys: pytest.CaptureFixture[str]) -> None:
+        assert _route(capsys, "--router", "evenly-balance", "--client-id", "ABCDEF") == [
+            _decision("ABC", UNAVAILABLE)
+        ]
+
+
+def test_route_consistent_hash_over_demo_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    """Scenario: the demo's node ids split 127.0.0.2-.9 over the three brokers (Java-checked hashes)."""
+    assert (
+        main_routerctl(
+            ["route", "--config", str(DEMO), "--router", "demo", *(f"127.0.0.{i}" for i in range(2, 10))]
+        )
+        == 0
+    )
+    nodes = [json.loads(line)["node_id"] for line in capsys.readouterr().out.splitlines()]
+    assert nodes == ["node9", "node20", "node4", "node4", "node9", "node9", "node20", "node20"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--router", "nope", "k"], "no connection router 'nope' in"),
+        (["--router", "simple-router"], "give either KEY... or connection facts"),
+        (["--router", "simple-router", "--client-id", "x", "k"], "give either KEY... or connection facts"),
+        (["--router", "simple-router", "--ready", "connector9", "k"], "--ready names unknown node ids"),
+        (["--router", "simple-router", "--source-ip", "not-an-ip"], "--source-ip:"),
+    ],
+)
+def test_route_usage_errors_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: Sequence[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main_routerctl(["route", "--config", str(SEED_EXAMPLE), *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("routerctl: error: ")
+    assert message in err
+    assert len(err.splitlines()) == 1
+
+
+def test_route_config_error_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.xml"
+    bad.write_text(DEMO.read_text().replace("<quorum-size>1</quorum-size>", "<quorum-size>0</quorum-size>"))
+    with pytest.raises(SystemExit) as exit_info:
+        main_routerctl(["route", "--config", str(bad), "--router", "demo", "k"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().endswith("<quorum-size>: must be > 0, got '0'")
+
+
+class TestAdminCommands:
+    async def test_target_and_status_against_running_router(
+        self, nursery: trio.Nursery, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        from router.config import load_config
+
+        config = load_config(DEMO)
+        config = type(config)(
+            source=config.source, connectors=config.connectors, routers=config.routers
+        )  # no acceptors: nothing to bind but the admin port
+        shutdown = trio.Event()
+        info: ServerInfo = await nursery.start(
+            lambda task_status: serve_router(
+                config, admin=("127.0.0.1", 0), shutdown=shutdown, task_status=task_status
+            )
+        )
+        assert info.admin is not None
+        admin = f"http://127.0.0.1:{info.admin[1]}"
+        assert await trio.to_thread.run_sync(main_routerctl, ["target", "--admin", admin, "demo", "k"]) == 0
+        decision = json.loads(capsys.readouterr().out)
+        assert decision["key"] == "k"
+        assert decision["status"] in {UNAVAILABLE, OK}  # no broker runs here: depends on the probe
+        assert await trio.to_thread.run_sync(main_routerctl, ["status", "--admin", admin, "demo"]) == 0
+        status = json.loads(capsys.readouterr().out)
+        assert [t["node_id"] for t in status["pool"]["targets"]] == ["node4", "node9", "node20"]
+        shutdown.set()
+
+    def test_target_without_router_running_is_one_line(self, capsys: pytest.CaptureFixture[str]) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with pytest.raises(SystemExit) as exit_info:
+            main_routerctl(["target", "--admin", f"http://127.0.0.1:{port}", "demo", "k"])
+        assert exit_info.value.code == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(
+            f"routerctl: error: cannot reach the router's admin API at http://127.0.0.1:{port}"
+        )
+        assert len(err.splitlines()) == 1
+
+
+class TestRouterd:
+    def test_routerd_config_error_is_one_line_exit_2(self, tmp_path: Path) -> None:
+        bad = tmp_path / "bad.xml"
+        bad.write_text(DEMO.read_text().replace("CONSISTENT_HASH", "CONSISTENT_HASHX"))
+        proc = subprocess.run(
+            [sys.executable, "-m", "router", "--config", str(bad)], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 2
+        assert proc.stderr.startswith(f"routerd: error: {bad}:")
+        assert "<policy>: unknown policy 'CONSISTENT_HASHX'" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+    def test_routerd_without_routed_acceptor_exit_2(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        cfg = tmp_path / "noacc.xml"
+        cfg.write_text(DEMO.read_text().replace("?router=demo;", "?"))
+        with pytest.raises(SystemExit) as exit_info:
+            main_routerd(["--config", str(cfg)])
+        assert exit_info.value.code == 2
+        assert "no <acceptor> names a router" in capsys.readouterr().err
+
+    def test_routerd_port_in_use_is_one_line_exit_1(self, tmp_path: Path) -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            cfg = tmp_path / "busy.xml"
+            cfg.write_text(DEMO.read_text().replace("127.0.0.1:21880", f"127.0.0.1:{port}"))
+            proc = subprocess.run(
+                [sys.executable, "-m", "router", "--config", str(cfg), "--no-admin"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        assert proc.returncode == 1
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last == (
+            f"routerd: error: acceptor 'mqtt' on 127.0.0.1:{port} cannot listen: Address already in use"
+        )
+        assert "Traceback" not in proc.stderr

@@ -1,0 +1,82 @@
+"""relay(): half-close in each direction, reset propagation, byte counts, over real socket pairs."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import trio
+
+from router.proxy import relay
+
+
+def _pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    a, b = trio.socket.socketpair()
+    return trio.SocketStream(a), trio.SocketStream(b)
+
+
+async def _read_all(stream: trio.SocketStream) -> bytes:
+    data = bytearray()
+    while chunk := await stream.receive_some(65536):
+        data += chunk
+    return bytes(data)
+
+
+async def test_relay_half_close_keeps_other_direction_open() -> None:
+    """Scenario: the client sends and shuts its write side; the broker still answers afterwards."""
+    client, router_client_side = _pair()
+    router_upstream_side, broker = _pair()
+    counts = [0, 0]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay, router_client_side, router_upstream_side, counts)
+        await client.send_all(b"request")
+        await client.send_eof()
+        assert await _read_all(broker) == b"request"  # EOF reached the broker
+        await broker.send_all(b"late answer")
+        await broker.aclose()
+        assert await _read_all(client) == b"late answer"
+    assert counts == [len(b"request"), len(b"late answer")]
+    await client.aclose()
+
+
+async def test_relay_moves_large_payload_intact() -> None:
+    client, router_client_side = _pair()
+    router_upstream_side, broker = _pair()
+    payload = bytes(range(256)) * 8192  # 2 MiB, several relay chunks
+    counts = [0, 0]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay, router_client_side, router_upstream_side, counts)
+
+        async def send() -> None:
+            await client.send_all(payload)
+            await client.send_eof()
+
+        nursery.start_soon(send)
+        assert await _read_all(broker) == payload
+        await broker.aclose()
+        assert await _read_all(client) == b""
+    assert counts == [len(payload), 0]
+    await client.aclose()
+
+
+async def test_relay_reset_by_broker_closes_client() -> None:
+    """Scenario: the broker's side is reset; the relay ends and the client sees the end too."""
+    client_sock, client_side = socket.socketpair()
+    client = trio.SocketStream(trio.socket.from_stdlib_socket(client_sock))
+    router_client_side = trio.SocketStream(trio.socket.from_stdlib_socket(client_side))
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    upstream = await trio.open_tcp_stream("127.0.0.1", port)
+    broker = await listener.accept()
+    counts = [0, 0]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay, router_client_side, upstream, counts)
+        await client.send_all(b"x")
+        assert await broker.receive_some(10) == b"x"
+        # SO_LINGER with a zero timeout makes close() send RST instead of FIN.
+        broker.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await broker.aclose()
+        with trio.fail_after(5):
+            assert await _read_all(client) == b""
+    await client.aclose()
+    await listener.aclose()
