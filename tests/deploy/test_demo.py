@@ -28,7 +28,10 @@ def test_demo_once_routes_every_client_as_predicted_and_stops_everything() -> No
         pytest.fail(f"demo ports {busy} are busy: stop the running demo first")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "deploy" / "demo.py"), "--once"],
-        capture_output=True, text=True, timeout=180, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
