@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from keys import KeyType
 from router.admin import serve_admin
 from router.health import serve_health_checks
 from router.metrics import Metrics
 from router.net import open_listeners
 from router.proxy import ConnectionLimits, handle_connection
 from router.routing import RouterRuntime
+from router.settings import AcceptorMode
 
 if TYPE_CHECKING:
     from router.settings import AcceptorConfig, Config
@@ -75,6 +77,26 @@ async def _accept_loop(
         handlers.start_soon(handle_connection, stream, acceptor, runtime, limits)
 
 
+def _warn_unsupported(config: Config) -> None:
+    """Say once, at start, what a configuration asks for that this release cannot do yet."""
+    for acceptor in config.acceptors:
+        if acceptor.mode is not AcceptorMode.PROXY:
+            log.warning(
+                "acceptor=%s mode=%s: native redirect needs the protocol sniffers, which this "
+                "release does not have; the acceptor proxies its connections instead",
+                acceptor.name,
+                acceptor.mode.value,
+            )
+    for router in config.routers:
+        if router.key_type is not KeyType.SOURCE_IP:
+            log.warning(
+                "router=%s key-type=%s: this release reads only SOURCE_IP from connections, so "
+                "every connection's key is NULL (the management lookup is not affected)",
+                router.name,
+                router.key_type.value,
+            )
+
+
 async def serve_router(
     config: Config,
     *,
@@ -101,6 +123,7 @@ async def serve_router(
     """
     shutdown = shutdown if shutdown is not None else trio.Event()
     limits = limits if limits is not None else ConnectionLimits()
+    _warn_unsupported(config)
     metrics = Metrics()
     runtimes = {
         r.name: RouterRuntime(config, r, metrics, round_robin_start=round_robin_start) for r in config.routers

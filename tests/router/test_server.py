@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
+from keys import KeyType
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.net import open_connection
 from router.server import ServerInfo, serve_router
-from router.settings import AcceptorConfig, Config, RouterConfig
+from router.settings import AcceptorConfig, AcceptorMode, Config, RouterConfig
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -163,3 +165,27 @@ async def test_serve_router_drains_open_connections_on_shutdown(nursery: trio.Nu
     await client.aclose()
     with trio.fail_after(5):
         await done.wait()
+
+
+async def test_serve_router_warns_about_what_this_release_cannot_do(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: mode=redirect and a CLIENT_ID key are accepted, proxied/NULL, and said so once."""
+    config = _config([1])
+    router = dataclasses.replace(config.routers[0], key_type=KeyType.CLIENT_ID)
+    acceptor = dataclasses.replace(config.acceptors[0], mode=AcceptorMode.REDIRECT)
+    config = dataclasses.replace(config, routers=(router,), acceptors=(acceptor,))
+    shutdown = trio.Event()
+    await nursery.start(
+        lambda task_status: serve_router(config, admin=None, shutdown=shutdown, task_status=task_status)
+    )
+    shutdown.set()
+    warnings = [
+        r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "router.server"
+    ]
+    assert warnings == [
+        "acceptor=a mode=redirect: native redirect needs the protocol sniffers, which this release "
+        "does not have; the acceptor proxies its connections instead",
+        "router=r key-type=CLIENT_ID: this release reads only SOURCE_IP from connections, so every "
+        "connection's key is NULL (the management lookup is not affected)",
+    ]
