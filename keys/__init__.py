@@ -23,3 +23,10 @@ from keys.resolve import (
 from keys.resolve import (
     resolve_key as resolve_key,
 )
+from keys.sniff import NEED_MORE as NEED_MORE
+from keys.sniff import NeedMore as NeedMore
+from keys.sniff import Reply as Reply
+from keys.sniff import Sniffed as Sniffed
+from keys.sniff import Sniffer as Sniffer
+from keys.sniff import SniffError as SniffError
+from keys.sniff import SniffResult as SniffResult
