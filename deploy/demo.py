@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import socket
@@ -39,7 +40,12 @@ TIMEOUT_S = 10.0
 
 
 def _say(text: str) -> None:
-    print(text, flush=True)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # The reader went away (`./run-demo | head`): keep going quietly, so the cleanup that
+        # stops the brokers and routerd still runs.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _port_free(port: int) -> bool:

@@ -88,9 +88,11 @@ def _route(
     url = urllib.parse.urlsplit(target)
     query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
     parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
-    if parts == ["metrics"] and method == "GET":
+    if parts in (["metrics"], ["healthz"]) and method != "GET":
+        raise _HttpError(405, f"{method} {url.path} is not supported")
+    if parts == ["metrics"]:
         return 200, "text/plain; version=0.0.4; charset=utf-8", metrics.exposition()
-    if parts == ["healthz"] and method == "GET":
+    if parts == ["healthz"]:
         return 200, "text/plain; charset=utf-8", b"ok\n"
     if parts[:3] != ["api", "v1", "routers"]:
         raise _HttpError(404, f"no such resource {url.path!r}")
@@ -140,45 +142,68 @@ def _json(status: int, body: _JsonBody) -> tuple[int, str, bytes]:
     return status, "application/json", json.dumps(body).encode() + b"\n"
 
 
+async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> tuple[h11.Request | None, bytes]:
+    """The request and its body; (None, b"") when the peer closed before sending one.
+
+    Raises:
+        _HttpError: the body is over MAX_REQUEST_BYTES (413).
+        h11.RemoteProtocolError: not HTTP/1.1, or a head over h11's size cap.
+    """
+    request: h11.Request | None = None
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await stream.receive_some(16384))
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > MAX_REQUEST_BYTES:
+                raise _HttpError(413, f"request body over {MAX_REQUEST_BYTES} bytes")
+        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+            return request, bytes(body)
+
+
+async def _respond(
+    conn: h11.Connection, stream: trio.SocketStream, status: int, ctype: str, payload: bytes, *, head: bool
+) -> None:
+    headers = [("content-type", ctype), ("content-length", str(len(payload))), ("connection", "close")]
+    await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
+    if not head:  # a response to HEAD has the GET response's headers and no body (RFC 9110 §9.3.2)
+        await stream.send_all(conn.send(h11.Data(data=payload)))
+    await stream.send_all(conn.send(h11.EndOfMessage()))
+
+
 async def _serve_one(
     stream: trio.SocketStream, runtimes: Mapping[str, RouterRuntime], metrics: Metrics
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     try:
         with trio.fail_after(REQUEST_TIMEOUT_S):
-            request: h11.Request | None = None
-            body = bytearray()
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(await stream.receive_some(16384))
-                    continue
-                if isinstance(event, h11.Request):
-                    request = event
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                    if len(body) > MAX_REQUEST_BYTES:
-                        raise _HttpError(413, f"request body over {MAX_REQUEST_BYTES} bytes")
-                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                    break
+            try:
+                request, body = await _read_request(conn, stream)
+            except _HttpError as exc:
+                if conn.their_state is h11.SEND_BODY or conn.our_state is h11.SEND_RESPONSE:
+                    status, ctype, payload = _json(exc.status, {"error": exc.message})
+                    await _respond(conn, stream, status, ctype, payload, head=False)
+                return
             if request is None:
                 return
+            method = request.method.decode()
+            head = method == "HEAD"
             try:
                 status, ctype, payload = _route(
-                    request.method.decode(), request.target.decode(), bytes(body), runtimes, metrics
+                    "GET" if head else method, request.target.decode(), body, runtimes, metrics
                 )
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
-            headers = [
-                ("content-type", ctype),
-                ("content-length", str(len(payload))),
-                ("connection", "close"),
-            ]
-            await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
-            await stream.send_all(conn.send(h11.Data(data=payload)))
-            await stream.send_all(conn.send(h11.EndOfMessage()))
-    except (h11.RemoteProtocolError, trio.TooSlowError, trio.BrokenResourceError, _HttpError) as exc:
+            await _respond(conn, stream, status, ctype, payload, head=head)
+    except (h11.ProtocolError, trio.TooSlowError, trio.BrokenResourceError) as exc:
         log.info("admin request failed: %s", exc)
+    except Exception:
+        # The admin API must never take the router (and its proxied connections) down with it.
+        log.exception("admin request handler failed")
     finally:
         await stream.aclose()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import urllib.error
@@ -221,7 +222,8 @@ def _dry_run(args: argparse.Namespace) -> int:
     if pool is not None:
         node_ids = [t.node_id for t in pool.targets]
         if args.ready == "all":
-            ready = set(node_ids)
+            # As in routerd: a local target without a local connector can never be ready.
+            ready = {t.node_id for t in pool.targets if t.connector is not None}
         elif args.ready == "none":
             ready = set()
         else:
@@ -292,4 +294,13 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
 
 def routerctl_main() -> None:
     """Console-script wrapper of `main_routerctl`."""
-    raise SystemExit(main_routerctl())
+    try:
+        status = main_routerctl()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`routerctl status | head`): no traceback. Point stdout at
+        # /dev/null so the interpreter's final flush does not fail again (Python's documented
+        # recipe for SIGPIPE), and exit 1 as a pipe writer that lost its reader.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = EXIT_FAILURE
+    raise SystemExit(status)

@@ -35,7 +35,7 @@ from lxml import etree
 from cache import CacheConfig
 from keys import KeyType
 from policies import PolicyConfig
-from pools import Connector, PoolConfig, PoolKind, parse_url_params
+from pools import LOCAL_NODE_ID, Connector, PoolConfig, PoolKind, parse_url_params
 from router.settings import (
     AcceptorConfig,
     AcceptorMode,
@@ -611,6 +611,7 @@ class _Loader:
         pool = None
         if (pool_element := children.get("pool")) is not None:
             pool = self._pool(pool_element)
+            self._check_node_ids(pool_element, pool, local_connector)
         key_filter = self._filter(children.get("key-filter"))
         local_target_filter = self._filter(children.get("local-target-filter"))
         policy = self._policy(children, name)
@@ -627,6 +628,29 @@ class _Loader:
             )
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
+
+    def _check_node_ids(self, element: etree._Element, pool: PoolConfig, local_connector: str | None) -> None:
+        """Targets are identified by node id (the cache stores it, CONSISTENT_HASH hashes it), so
+        two members of one pool must not share one."""
+        members: list[tuple[str, str]] = []  # (node id, where it comes from)
+        if pool.local_target_enabled:
+            if local_connector is None:
+                members.append((LOCAL_NODE_ID, "the local target"))
+            else:
+                members.append((self.connectors[local_connector].node_id, "the local target"))
+        names: tuple[str, ...] = pool.static_connectors
+        if pool.kind is PoolKind.CLUSTER and pool.cluster_connection is not None:
+            names = self.cluster_connections[pool.cluster_connection].static_connectors
+        members.extend((self.connectors[n].node_id, f"connector {n!r}") for n in names)
+        first: dict[str, str] = {}
+        for node_id, origin in members:
+            if node_id in first:
+                raise self.error(
+                    element,
+                    f"node id {node_id!r} of {origin} is already the node id of {first[node_id]} "
+                    "in this pool; node ids must be unique (set nodeId=… on the connector URL)",
+                )
+            first[node_id] = origin
 
     def _filter(self, element: etree._Element | None) -> str | None:
         # Trimmed like Artemis's getTrimmedTextContent; blank means no filter (SPEC A7).

@@ -25,7 +25,14 @@ class Metrics:
         )
         self.decisions = Counter(
             "router_routing_decisions_total",
-            "Routing outcomes, by router and status (OK, REFUSED_USE_ANOTHER, REFUSED_UNAVAILABLE).",
+            "Outcomes of routed client connections as the client gets them, by router and status "
+            "(OK, REFUSED_USE_ANOTHER, REFUSED_UNAVAILABLE).",
+            ["router", "status"],
+            registry=r,
+        )
+        self.lookups = Counter(
+            "router_lookups_total",
+            "Management-API lookups (GET .../target?key=), by router and status.",
             ["router", "status"],
             registry=r,
         )
@@ -58,12 +65,6 @@ class Metrics:
             "Bytes relayed, counted when a connection closes; direction is client_to_target or "
             "target_to_client.",
             ["router", "direction"],
-            registry=r,
-        )
-        self.sniff_failures = Counter(
-            "router_client_errors_total",
-            "Client connections closed before routing because of bad input or a timeout.",
-            ["acceptor", "reason"],
             registry=r,
         )
 

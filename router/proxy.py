@@ -88,6 +88,12 @@ async def relay(client: trio.SocketStream, upstream: trio.SocketStream, counts: 
             counts[0], counts[1] = up[0], down[0]
 
 
+async def _refuse(client: trio.SocketStream, runtime: RouterRuntime, status: RouteStatus) -> None:
+    """Count the refusal the client gets, and close its connection."""
+    runtime.metrics.decisions.labels(runtime.name, status.value).inc()
+    await client.aclose()
+
+
 async def handle_connection(
     client: trio.SocketStream,
     acceptor: AcceptorConfig,
@@ -111,7 +117,7 @@ async def handle_connection(
         log.warning(
             "peer=%s router=%s outcome=REFUSED_UNAVAILABLE reason=routing timed out", peer, runtime.name
         )
-        await client.aclose()
+        await _refuse(client, runtime, RouteStatus.REFUSED_UNAVAILABLE)
         return
     target = decision.target
     if decision.status is not RouteStatus.OK or target is None:
@@ -123,7 +129,7 @@ async def handle_connection(
             decision.status.value,
             decision.reason,
         )
-        await client.aclose()
+        await _refuse(client, runtime, decision.status)
         return
     connector = target.connector
     if connector is None:
@@ -134,8 +140,9 @@ async def handle_connection(
             runtime.name,
             decision.key,
         )
-        await client.aclose()
+        await _refuse(client, runtime, RouteStatus.REFUSED_USE_ANOTHER)
         return
+    metrics.decisions.labels(runtime.name, RouteStatus.OK.value).inc()
     runtime.counts.opened(target.node_id)
     active = metrics.active_connections.labels(runtime.name, target.node_id)
     try:

@@ -27,6 +27,9 @@ __all__ = ["LiveConnectionCounts", "RouterRuntime"]
 
 log = logging.getLogger("router.pool")
 
+CACHE_PURGE_MIN_PERIOD_S = 1.0
+"""Sweep expired cache entries at most this often (a tiny timeout would otherwise spin)."""
+
 
 class LiveConnectionCounts:
     """Connections this process has routed to each target and not yet closed."""
@@ -99,6 +102,18 @@ class RouterRuntime:
             woken, self._changed = self._changed, trio.Event()
             woken.set()
 
+    async def serve_cache_purge(self) -> None:
+        """Drop expired cache entries every timeout, so keys never looked up again do not pile up."""
+        cache = self.engine.cache
+        if cache is None or cache.config.timeout_ms == 0:
+            return
+        period_s = max(cache.config.timeout_ms / 1000, CACHE_PURGE_MIN_PERIOD_S)
+        while True:
+            await trio.sleep(period_s)
+            dropped = cache.purge_expired(trio.current_time())
+            if dropped:
+                log.debug("router=%s dropped %d expired cache entries", self.name, dropped)
+
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
         """Wait until `predicate()` holds, re-checking after every pool change."""
         while not predicate():
@@ -107,7 +122,8 @@ class RouterRuntime:
     async def decide(self, facts: ConnectionFacts) -> RouteDecision:
         """The whole SPEC A1 workflow for a connection, waiting up to quorum-timeout for quorum.
 
-        The caller's cancel scope bounds the wait as well.
+        The caller's cancel scope bounds the wait as well. The caller counts the outcome it acts
+        on (`Metrics.decisions`), which may differ (a local decision without a local connector).
         """
         engine = self.engine
         key = engine.connection_key(facts)
@@ -115,13 +131,12 @@ class RouterRuntime:
             decision = engine.local_decision(key, "internal client id")
         else:
             decision = engine.early(key, trio.current_time()) or await self._select(key)
-        self.metrics.decisions.labels(self.name, decision.status.value).inc()
         return decision
 
     def lookup(self, key: str) -> RouteDecision:
         """The management lookup (SPEC A7): from step 3, no quorum wait."""
         decision = self.engine.lookup(key, trio.current_time())
-        self.metrics.decisions.labels(self.name, decision.status.value).inc()
+        self.metrics.lookups.labels(self.name, decision.status.value).inc()
         return decision
 
     async def _select(self, key: str) -> RouteDecision:

@@ -131,6 +131,7 @@ async def serve_router(
     async with trio.open_nursery() as services:
         for runtime in runtimes.values():
             await services.start(serve_health_checks, runtime)
+            services.start_soon(runtime.serve_cache_purge)
         admin_bound = None
         if admin is not None:
             admin_bound = await services.start(serve_admin, admin[0], admin[1], runtimes, metrics)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keys import NEED_MORE, Reply, SniffError, Sniffed
+from keys import NEED_MORE, Reply, Sniffed, SniffError
 
 
 def test_sniff_error_message_names_protocol_and_reason() -> None:
@@ -22,6 +22,7 @@ def test_sniffed_repr_never_shows_password() -> None:
 
 
 def test_need_more_and_reply_are_distinct_results() -> None:
-    reply = Reply(b"AMQP\x03\x01\x00\x00")
-    assert reply is not NEED_MORE
-    assert reply.to_client.startswith(b"AMQP")
+    results: list[object] = [Reply(b"AMQP\x03\x01\x00\x00"), NEED_MORE]
+    assert results[0] != results[1]
+    assert isinstance(results[0], Reply)
+    assert results[0].to_client.startswith(b"AMQP")

@@ -160,10 +160,57 @@ class TestAdmin:
         status, body = await _call(f"{base}/metrics")
         text = body.decode()
         assert status == 200
-        assert 'router_routing_decisions_total{router="hash",status="OK"} 1.0' in text
+        assert 'router_lookups_total{router="hash",status="OK"} 1.0' in text
+        assert 'router_routing_decisions_total{router="hash",status="OK"}' not in text  # connections only
         assert 'router_target_ready{node_id="broker2",router="hash"} 1.0' in text
         assert 'router_pool_active{router="hash"} 1.0' in text
 
     async def test_admin_healthz(self, server: tuple[ServerInfo, str]) -> None:
         _, base = server
         assert await _call(f"{base}/healthz") == (200, b"ok\n")
+
+
+class TestAdminRobustness:
+    """The admin API answers oddities and never takes routerd down (a HEAD once did)."""
+
+    @pytest.fixture
+    async def base(self, nursery: trio.Nursery) -> AsyncIterator[tuple[ServerInfo, str]]:
+        shutdown = trio.Event()
+        info: ServerInfo = await nursery.start(
+            lambda task_status: serve_router(
+                _config(), admin=("127.0.0.1", 0), shutdown=shutdown, task_status=task_status
+            )
+        )
+        assert info.admin is not None
+        yield info, f"http://{info.admin[0]}:{info.admin[1]}"
+        shutdown.set()
+
+    async def test_admin_head_has_headers_and_no_body(self, base: tuple[ServerInfo, str]) -> None:
+        _, url = base
+        for path in ("/healthz", "/metrics", "/api/v1/routers/hash"):
+            status, body = await _call(url + path, "HEAD")
+            assert (status, body) == (200, b"")
+        assert await _call(url + "/healthz") == (200, b"ok\n")  # still serving
+
+    async def test_admin_wrong_method_on_metrics_is_405(self, base: tuple[ServerInfo, str]) -> None:
+        _, url = base
+        status, body = await _call(url + "/metrics", "POST", b"x")
+        assert (status, json.loads(body)) == (405, {"error": "POST /metrics is not supported"})
+
+    async def test_admin_oversized_body_gets_413(self, base: tuple[ServerInfo, str]) -> None:
+        _, url = base
+        status, body = await _call(url + "/api/v1/routers/hash/filters", "PUT", b"x" * (70 * 1024))
+        assert status == 413
+        assert json.loads(body) == {"error": "request body over 65536 bytes"}
+
+    async def test_admin_garbage_request_is_dropped_and_service_continues(
+        self, base: tuple[ServerInfo, str]
+    ) -> None:
+        info, url = base
+        assert info.admin is not None
+        async with await trio.open_tcp_stream(*info.admin) as stream:
+            await stream.send_all(b"\x16\x03\x01 not http at all\r\n\r\n")
+            with trio.fail_after(5):
+                while await stream.receive_some(1024):
+                    pass
+        assert await _call(url + "/healthz") == (200, b"ok\n")

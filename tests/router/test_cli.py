@@ -88,11 +88,15 @@ class TestRouteSeedExample:
 
     def test_route_consistent_hash_router(self, capsys: pytest.CaptureFixture[str]) -> None:
         """Scenario: USER_NAME key; 'admin' hits the local filter; the discovery pool holds only the
-        local target (local-target-enabled), so CONSISTENT_HASH picks it for everyone else."""
+        local target (local-target-enabled), which has no connector, so like routerd the dry run
+        never counts it ready unless named; named, CONSISTENT_HASH picks it for everyone else."""
         assert _route(capsys, "--router", "consistent-hash-router", "--user", "admin") == [
             _decision("admin", OK, "local", local=True)
         ]
         assert _route(capsys, "--router", "consistent-hash-router", "--user", "bob") == [
+            _decision("bob", UNAVAILABLE)
+        ]
+        assert _route(capsys, "--router", "consistent-hash-router", "--ready", "local", "--user", "bob") == [
             _decision("bob", OK, "local", local=True)
         ]
         assert _route(capsys, "--router", "consistent-hash-router", "--ready", "none", "bob") == [

@@ -1260,3 +1260,51 @@ def test_load_config_masks_password_url_parameters(tmp_path, section, element, r
     text = document(f"{section}\n<connection-routers>{_router('r')}</connection-routers>\n")
     error = assert_error(tmp_path, text, "t0pSecret", element, reason)
     assert "t0pSecret" not in str(error)
+
+
+DUPLICATE_NODE_IDS = """<core>
+  <connectors>
+    <connector name="a">tcp://127.0.0.1:61617?nodeId=same</connector>
+    <connector name="b">tcp://127.0.0.1:61618?nodeId=same</connector>
+    <connector name="local">tcp://127.0.0.1:61619</connector>
+  </connectors>
+  <connection-routers>
+    <connection-router name="r">
+      <policy name="FIRST_ELEMENT"/>
+      <pool>
+        <static-connectors><connector-ref>a</connector-ref><connector-ref>b</connector-ref></static-connectors>
+      </pool>
+    </connection-router>
+    <connection-router name="l">
+      <local-target-connector-ref>local</local-target-connector-ref>
+      <policy name="FIRST_ELEMENT"/>
+      <pool>
+        <local-target-enabled>true</local-target-enabled>
+        <static-connectors><connector-ref>local</connector-ref></static-connectors>
+      </pool>
+    </connection-router>
+  </connection-routers>
+</core>
+"""
+
+
+def test_load_config_rejects_duplicate_node_ids_in_a_pool() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_text(DUPLICATE_NODE_IDS, source="dup.xml")
+    assert str(info.value) == (
+        "dup.xml:10: <pool>: node id 'same' of connector 'b' is already the node id of connector 'a' "
+        "in this pool; node ids must be unique (set nodeId=… on the connector URL)"
+    )
+
+
+def test_load_config_rejects_local_target_that_is_also_a_pool_member() -> None:
+    text = DUPLICATE_NODE_IDS.replace(
+        '?nodeId=same</connector>\n    <connector name="b">tcp://127.0.0.1:61618?nodeId=same',
+        '?nodeId=one</connector>\n    <connector name="b">tcp://127.0.0.1:61618?nodeId=two',
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config_text(text, source="dup.xml")
+    assert str(info.value) == (
+        "dup.xml:17: <pool>: node id 'local' of connector 'local' is already the node id of the local "
+        "target in this pool; node ids must be unique (set nodeId=… on the connector URL)"
+    )

@@ -18,7 +18,7 @@ def test_metrics_exposition_names_every_family() -> None:
         "router_proxied_connections",
         "router_target_connect_failures_total",
         "router_proxied_bytes_total",
-        "router_client_errors_total",
+        "router_lookups_total",
     ):
         assert f"# HELP {family.removesuffix('_total')}" in text
 
