@@ -1,0 +1,96 @@
+"""Reading a client's opening bytes until its sniffer knows the key (STYLE R2).
+
+The router owns the buffer, the byte cap and the replay; the caller owns the deadline (wrap the
+call in `trio.fail_after`). Sniffers are pure and re-parse the whole buffer each time. For
+server-first handshakes a sniffer returns `Reply` with everything the client must have received
+by now; we send the part not sent yet, and remember all of it, because in proxy mode the target
+will answer the replayed handshake with its own version of those bytes, which must then be
+dropped instead of reaching the client twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from keys import NEED_MORE, Reply, SniffError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import trio
+
+    from keys import NeedMore, Sniffed, Sniffer
+
+__all__ = ["DEFAULT_MAX_SNIFF_BYTES", "SniffOutcome", "read_until_sniffed"]
+
+DEFAULT_MAX_SNIFF_BYTES: Final = 16 * 1024
+"""Byte cap of an opening handshake. h11 caps incomplete HTTP heads at 16 KiB too; a CONNECT,
+Open or ConnectionInfo with credentials is a few hundred bytes, a TLS ClientHello under 2 KiB
+(post-quantum key shares push it towards 2-4 KiB)."""
+
+_READ_BYTES: Final = 4096
+"""Bytes asked per read while sniffing: openings are small, and a small read keeps a client that
+sends its payload right behind the handshake from making us buffer much of it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SniffOutcome:
+    """What sniffing a connection produced."""
+
+    raw: bytes
+    """Every byte read from the client, to be replayed to the target unchanged."""
+    sniffed: Sniffed
+    """What the handshake revealed."""
+    replied: bytes
+    """What the router sent to the client itself (server-first handshakes), else b""."""
+
+
+async def read_until_sniffed(
+    stream: trio.abc.Stream,
+    detect: Callable[[bytes], Sniffer | NeedMore | None],
+    *,
+    max_bytes: int = DEFAULT_MAX_SNIFF_BYTES,
+) -> SniffOutcome:
+    """Read until the client's protocol is known and its sniffer returns a result.
+
+    Args:
+        stream: the client connection.
+        detect: picks the sniffer from the first bytes; NEED_MORE to wait, None for unknown.
+        max_bytes: the cap of the handshake.
+
+    Returns:
+        The bytes read, the result, and what was answered.
+
+    Raises:
+        SniffError: unknown protocol, bad bytes, the cap reached, or EOF before a result.
+        trio.BrokenResourceError: the client went away while we answered it.
+    """
+    buf = bytearray()
+    replied = b""
+    sniffer: Sniffer | None = None
+    while True:
+        data = bytes(buf)
+        if sniffer is None and data:
+            chosen = detect(data)
+            if chosen is None:
+                raise SniffError("detect", f"unknown protocol, connection starts with {data[:16].hex()}")
+            if chosen is not NEED_MORE:
+                sniffer = chosen
+        if sniffer is not None:
+            result = sniffer.sniff(data)
+            if isinstance(result, Reply):
+                if not result.to_client.startswith(replied):
+                    raise SniffError(sniffer.name, "sniffer reply does not extend what was already sent")
+                if len(result.to_client) > len(replied):
+                    await stream.send_all(result.to_client[len(replied) :])
+                    replied = result.to_client
+            elif result is not NEED_MORE:
+                return SniffOutcome(raw=data, sniffed=result, replied=replied)
+        name = "detect" if sniffer is None else sniffer.name
+        if len(buf) >= max_bytes:
+            raise SniffError(name, f"no complete handshake in the first {max_bytes} bytes")
+        chunk = await stream.receive_some(min(_READ_BYTES, max_bytes - len(buf)))
+        if not chunk:
+            raise SniffError(name, f"client closed after {len(buf)} bytes, before the handshake was complete")
+        buf += chunk
