@@ -819,6 +819,18 @@ class _Loader:
             allowed = ", ".join(m.value for m in AcceptorMode)
             raise self.error(element, f"mode must be one of {allowed}, got {mode_text!r}") from exc
         protocols = tuple(p.strip().upper() for p in params.get("protocols", "").split(",") if p.strip())
+        timeout_text = params.get("handshake-timeout", params.get("handshakeTimeout", "10")).strip()
+        if not _INTEGER.fullmatch(timeout_text) or int(timeout_text) < 0:
+            raise self.error(
+                element, f"handshake-timeout must be a whole number of seconds >= 0, got {timeout_text!r}"
+            )
+        cap_text = params.get("sniffMaxBytes", str(16 * 1024)).strip()
+        if not _INTEGER.fullmatch(cap_text):
+            raise self.error(element, f"sniffMaxBytes must be an integer, got {cap_text!r}")
+        proxy_text = params.get("proxyProtocolEnabled", "false").strip().lower()
+        if proxy_text not in ("true", "false"):
+            raise self.error(element, f"proxyProtocolEnabled must be true or false, got {proxy_text!r}")
+        send_proxy = params.get("sendProxyProtocol", "").strip().lower() or None
         try:
             return AcceptorConfig(
                 name=name,
@@ -827,6 +839,10 @@ class _Loader:
                 router=router,
                 protocols=protocols,
                 mode=mode,
+                handshake_timeout_ms=int(timeout_text) * 1000,
+                sniff_max_bytes=int(cap_text),
+                proxy_protocol=proxy_text == "true",
+                send_proxy_protocol=send_proxy,
                 params=tuple(params.items()),
             )
         except ValueError as exc:

@@ -70,12 +70,28 @@ class AcceptorConfig:
     protocols: tuple[str, ...] = ()
     """Protocols the acceptor accepts (upper case); empty means all."""
     mode: AcceptorMode = AcceptorMode.PROXY
+    handshake_timeout_ms: int = 10_000
+    """Deadline for a client's opening handshake (Artemis `handshake-timeout`, given in seconds
+    there; default 10 s as in Artemis); 0 disables it."""
+    sniff_max_bytes: int = 16 * 1024
+    """Byte cap of a client's opening handshake (our `sniffMaxBytes`)."""
+    proxy_protocol: bool = False
+    """Clients arrive behind a load balancer that sends a PROXY protocol header first (our
+    `proxyProtocolEnabled`); SOURCE_IP is then the address in the header."""
+    send_proxy_protocol: str | None = None
+    """Send a PROXY protocol header to targets: "v1", "v2" or None (our `sendProxyProtocol`)."""
     params: tuple[tuple[str, str], ...] = field(default=())
     """All URL parameters in order, including the ones above."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"acceptor port must be 0-65535, got {self.port!r}")
+        if self.handshake_timeout_ms < 0:
+            raise ValueError(f"handshake-timeout must be >= 0, got {self.handshake_timeout_ms!r}")
+        if not 64 <= self.sniff_max_bytes <= 1024 * 1024:
+            raise ValueError(f"sniffMaxBytes must be 64-1048576, got {self.sniff_max_bytes!r}")
+        if self.send_proxy_protocol not in (None, "v1", "v2"):
+            raise ValueError(f"sendProxyProtocol must be v1 or v2, got {self.send_proxy_protocol!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1308,3 +1308,44 @@ def test_load_config_rejects_local_target_that_is_also_a_pool_member() -> None:
         "dup.xml:17: <pool>: node id 'local' of connector 'local' is already the node id of the local "
         "target in this pool; node ids must be unique (set nodeId=… on the connector URL)"
     )
+
+
+def _acceptor_doc(params: str) -> str:
+    return f"""<core>
+  <acceptors><acceptor name="a">tcp://127.0.0.1:61616?router=r;{params}</acceptor></acceptors>
+  <connection-routers><connection-router name="r"/></connection-routers>
+</core>"""
+
+
+def test_load_config_acceptor_handshake_and_proxy_protocol_parameters() -> None:
+    config = load_config_text(
+        _acceptor_doc("handshake-timeout=3;sniffMaxBytes=4096;proxyProtocolEnabled=true;sendProxyProtocol=v2")
+    )
+    (acceptor,) = config.acceptors
+    assert acceptor.handshake_timeout_ms == 3000
+    assert acceptor.sniff_max_bytes == 4096
+    assert acceptor.proxy_protocol is True
+    assert acceptor.send_proxy_protocol == "v2"
+
+
+def test_load_config_acceptor_defaults_for_handshake_parameters() -> None:
+    (acceptor,) = load_config_text(_acceptor_doc("mode=proxy")).acceptors
+    assert (acceptor.handshake_timeout_ms, acceptor.sniff_max_bytes) == (10_000, 16 * 1024)
+    assert (acceptor.proxy_protocol, acceptor.send_proxy_protocol) == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ("handshake-timeout=-1", "handshake-timeout must be a whole number of seconds >= 0, got '-1'"),
+        ("handshakeTimeout=soon", "handshake-timeout must be a whole number of seconds >= 0, got 'soon'"),
+        ("sniffMaxBytes=big", "sniffMaxBytes must be an integer, got 'big'"),
+        ("sniffMaxBytes=10", "sniffMaxBytes must be 64-1048576, got 10"),
+        ("proxyProtocolEnabled=yes", "proxyProtocolEnabled must be true or false, got 'yes'"),
+        ("sendProxyProtocol=v3", "sendProxyProtocol must be v1 or v2, got 'v3'"),
+    ],
+)
+def test_load_config_rejects_bad_acceptor_handshake_parameters(params: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_text(_acceptor_doc(params), source="a.xml")
+    assert str(info.value) == f"a.xml:2: <acceptor>: {reason}"
