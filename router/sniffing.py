@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from keys import NeedMore, Sniffed, Sniffer
 
-__all__ = ["DEFAULT_MAX_SNIFF_BYTES", "SniffOutcome", "read_until_sniffed"]
+__all__ = ["DEFAULT_MAX_SNIFF_BYTES", "SniffOutcome", "read_past_preamble", "read_until_sniffed"]
 
 DEFAULT_MAX_SNIFF_BYTES: Final = 16 * 1024
 """Byte cap of an opening handshake. h11 caps incomplete HTTP heads at 16 KiB too; a CONNECT,
@@ -51,6 +51,7 @@ async def read_until_sniffed(
     detect: Callable[[bytes], Sniffer | NeedMore | None],
     *,
     max_bytes: int = DEFAULT_MAX_SNIFF_BYTES,
+    initial: bytes = b"",
 ) -> SniffOutcome:
     """Read until the client's protocol is known and its sniffer returns a result.
 
@@ -58,6 +59,7 @@ async def read_until_sniffed(
         stream: the client connection.
         detect: picks the sniffer from the first bytes; NEED_MORE to wait, None for unknown.
         max_bytes: the cap of the handshake.
+        initial: bytes already read from the client (what followed a PROXY protocol header).
 
     Returns:
         The bytes read, the result, and what was answered.
@@ -66,7 +68,7 @@ async def read_until_sniffed(
         SniffError: unknown protocol, bad bytes, the cap reached, or EOF before a result.
         trio.BrokenResourceError: the client went away while we answered it.
     """
-    buf = bytearray()
+    buf = bytearray(initial)
     replied = b""
     sniffer: Sniffer | None = None
     while True:
@@ -93,4 +95,42 @@ async def read_until_sniffed(
         chunk = await stream.receive_some(min(_READ_BYTES, max_bytes - len(buf)))
         if not chunk:
             raise SniffError(name, f"client closed after {len(buf)} bytes, before the handshake was complete")
+        buf += chunk
+
+
+async def read_past_preamble(
+    upstream: trio.abc.ReceiveStream,
+    measure: Callable[[bytes], int | NeedMore],
+    *,
+    protocol: str,
+    max_bytes: int = DEFAULT_MAX_SNIFF_BYTES,
+) -> bytes:
+    """Read the target's answer to a replayed server-first handshake and drop what we answered.
+
+    The client already got the router's own version of the target's opening (SASL mechanisms
+    and outcome, a WireFormatInfo); `measure` tells how long the target's version is. The caller
+    owns the deadline.
+
+    Args:
+        upstream: the target connection.
+        measure: the protocol's preamble measure (length, or NEED_MORE).
+        protocol: for errors.
+        max_bytes: cap of the preamble.
+
+    Returns:
+        The bytes after the preamble, to be sent to the client before relaying.
+
+    Raises:
+        SniffError: the target's answer is malformed or refuses, the cap, or EOF.
+    """
+    buf = bytearray()
+    while True:
+        length = measure(bytes(buf))
+        if length is not NEED_MORE:
+            return bytes(buf[length:])
+        if len(buf) >= max_bytes:
+            raise SniffError(protocol, f"target sent no complete opening in {max_bytes} bytes")
+        chunk = await upstream.receive_some(_READ_BYTES)
+        if not chunk:
+            raise SniffError(protocol, f"target closed after {len(buf)} bytes of its opening")
         buf += chunk

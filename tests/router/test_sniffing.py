@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from keys import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult
-from router.sniffing import SniffOutcome, read_until_sniffed
+from router.sniffing import SniffOutcome, read_past_preamble, read_until_sniffed
 
 
 class LineSniffer:
@@ -140,3 +140,36 @@ async def test_read_until_sniffed_stalled_client_hits_caller_deadline(
     with pytest.raises(trio.TooSlowError), trio.fail_after(5):
         await read_until_sniffed(server, detect)
     assert trio.current_time() == 5.0
+
+
+async def test_read_until_sniffed_starts_from_initial_bytes() -> None:
+    """Scenario: bytes read behind a PROXY protocol header are the start of the handshake."""
+    client, server = trio.testing.memory_stream_pair()
+    await client.send_all(b"bob\n")
+    outcome = await read_until_sniffed(server, detect, initial=b"HELLO ")
+    assert outcome.raw == b"HELLO bob\n"
+    assert outcome.sniffed.client_id == "bob"
+
+
+def _measure_two_lines(data: bytes) -> int | NeedMore:
+    """Fake preamble: the target's first two lines."""
+    first = data.find(b"\n")
+    second = data.find(b"\n", first + 1) if first >= 0 else -1
+    return NEED_MORE if second < 0 else second + 1
+
+
+async def test_read_past_preamble_drops_it_and_keeps_the_rest() -> None:
+    broker, upstream = trio.testing.memory_stream_pair()
+    for chunk in (b"mech", b"anisms\nok\nBROKER", b"-DATA"):
+        await broker.send_all(chunk)
+    rest = await read_past_preamble(upstream, _measure_two_lines, protocol="fake")
+    assert rest == b"BROKER-DATA"[: len(rest)]
+    assert rest.startswith(b"BROKER")
+
+
+async def test_read_past_preamble_eof_is_an_error() -> None:
+    broker, upstream = trio.testing.memory_stream_pair()
+    await broker.send_all(b"mechanisms\n")
+    await broker.send_eof()
+    with pytest.raises(SniffError, match="fake: target closed after 11 bytes of its opening"):
+        await read_past_preamble(upstream, _measure_two_lines, protocol="fake")
