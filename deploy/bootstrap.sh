@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(mosquitto)
+APT_PACKAGES=(mosquitto haproxy)
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 
