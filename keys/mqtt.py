@@ -1,0 +1,370 @@
+"""The MQTT sniffer (CONNECT of MQTT 3.1, 3.1.1 and 5) and the CONNACK the router answers with.
+
+`MqttSniffer.sniff` is a pure function of the bytes a client has sent so far (STYLE R1): it
+returns NEED_MORE until the whole CONNECT packet is there, then the client identifier, user name,
+password, protocol version and keep-alive; bytes after the CONNECT are ignored (the router replays
+them to the target unchanged). `encode_connack` builds the refusal or redirect of SPEC A6. No I/O,
+no state, no clock.
+
+References: MQTT 3.1 (IBM/Eurotech, 2010), MQTT 3.1.1 (OASIS, 2014) §2.2 fixed header, §3.1
+CONNECT, §3.2 CONNACK; MQTT 5.0 (OASIS, 2019) §1.5 data types, §3.1 CONNECT, §3.2 CONNACK.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from keys.sniff import NEED_MORE, Sniffed, SniffError
+
+if TYPE_CHECKING:
+    from keys.sniff import SniffResult
+
+__all__ = [
+    "MQTT_V5_NOT_AUTHORIZED",
+    "MQTT_V5_SERVER_UNAVAILABLE",
+    "MQTT_V5_USE_ANOTHER_SERVER",
+    "PROTOCOL_LEVELS",
+    "MqttSniffer",
+    "encode_connack",
+    "encode_connack_v3_as_artemis",
+]
+
+_NAME: Final = "mqtt"
+
+MQTT_V5_USE_ANOTHER_SERVER: Final = 0x9C
+"""CONNACK reason "Use another server" (MQTT 5 §3.2.2.2): REFUSED_USE_ANOTHER and redirects."""
+MQTT_V5_SERVER_UNAVAILABLE: Final = 0x88
+"""CONNACK reason "Server unavailable" (MQTT 5 §3.2.2.2): REFUSED_UNAVAILABLE."""
+MQTT_V5_NOT_AUTHORIZED: Final = 0x87
+"""CONNACK reason "Not authorized" (MQTT 5 §3.2.2.2)."""
+
+PROTOCOL_LEVELS: Final = {"3.1": 3, "3.1.1": 4, "5": 5}
+"""`Sniffed.protocol_version` -> the protocol level to pass to `encode_connack`."""
+
+_CONNECT_FIRST_BYTE: Final = 0x10
+"""Packet type 1 (CONNECT) in the high nibble, flags 0000 in the low one: the flags of CONNECT are
+reserved and must be 0 (MQTT 3.1.1 §2.2.2, MQTT 5 §2.1.3)."""
+
+_CONNACK_FIRST_BYTE: Final = 0x20
+"""Packet type 2 (CONNACK), flags 0 (MQTT 3.1.1 §3.2.1, MQTT 5 §3.2.1)."""
+
+_MAX_FIXED_HEADER: Final = 5
+"""One type-and-flags byte plus a remaining length of at most 4 bytes (MQTT 3.1.1 §2.2.3)."""
+
+_VARINT_MAX_BYTES: Final = 4
+"""A variable byte integer has at most 4 bytes (MQTT 3.1.1 §2.2.3, MQTT 5 §1.5.5)."""
+
+_VERSIONS: Final = {(b"MQIsdp", 3): "3.1", (b"MQTT", 4): "3.1.1", (b"MQTT", 5): "5"}
+"""Protocol name and level pairs: MQTT 3.1 §3.1 ("MQIsdp", 3), MQTT 3.1.1 §3.1.2.1-2 ("MQTT", 4),
+MQTT 5 §3.1.2.1-2 ("MQTT", 5)."""
+
+_BRIDGE_BIT: Final = 0x80
+"""Set in the protocol level by bridges (mosquitto `try_private`, EMQX `bridge_mode`, MQTTnet):
+a de-facto extension for levels 3 and 4 that the brokers behind us accept, so we accept it too."""
+
+# Connect flags, MQTT 3.1.1 §3.1.2.3 / MQTT 5 §3.1.2.3 (bit 1, clean session/start, not needed).
+_FLAG_RESERVED: Final = 0x01
+_FLAG_WILL: Final = 0x04
+_FLAG_WILL_QOS: Final = 0x18
+_FLAG_WILL_RETAIN: Final = 0x20
+_FLAG_PASSWORD: Final = 0x40
+_FLAG_USER_NAME: Final = 0x80
+
+_CONNACK_V5_REASONS: Final = frozenset(
+    {0x00, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0x8A, 0x8C}
+    | {0x90, 0x95, 0x97, 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9F}
+)
+"""The reason codes a CONNACK may carry (MQTT 5 §3.2.2.2)."""
+
+_V3_RETURN_CODES: Final = {
+    0x00: 0x00,  # Success -> Connection Accepted
+    0x84: 0x01,  # Unsupported Protocol Version -> unacceptable protocol version
+    0x85: 0x02,  # Client Identifier not valid -> identifier rejected
+    0x88: 0x03,  # Server unavailable -> Server unavailable
+    0x89: 0x03,  # Server busy -> Server unavailable
+    0x9C: 0x03,  # Use another server -> Server unavailable (3.1.1 has no redirect)
+    0x9D: 0x03,  # Server moved -> Server unavailable
+    0x86: 0x04,  # Bad User Name or Password -> bad user name or password
+    0x87: 0x05,  # Not authorized -> not authorized
+}
+"""MQTT 5 CONNACK reason codes (§3.2.2.2) -> MQTT 3.1 / 3.1.1 return codes (3.1.1 §3.2.2.3),
+which are 0 to 5 only."""
+
+_PROPERTY_SERVER_REFERENCE: Final = 0x1C
+"""Server Reference property identifier, a UTF-8 string (MQTT 5 §3.2.2.3.16, §4.11)."""
+
+_MAX_TWO_BYTE_LENGTH: Final = 0xFFFF
+"""UTF-8 strings and binary data carry a 2-byte length (MQTT 3.1.1 §1.5.3, MQTT 5 §1.5.4, §1.5.6)."""
+
+
+class _Incomplete(Exception):
+    """The packet goes on beyond the bytes received so far (internal; becomes NEED_MORE)."""
+
+
+class _PacketReader:
+    """Reads the fields of one packet that ends at `end`.
+
+    Reading past `end` is a SniffError (a field claims more than the remaining length holds);
+    reading past the bytes received so far, while still inside the packet, raises _Incomplete.
+    Parsing the received prefix this way rejects garbage without waiting for the whole packet.
+    """
+
+    __slots__ = ("_data", "_end", "pos")
+
+    def __init__(self, data: bytes, start: int, end: int) -> None:
+        self._data = data
+        self._end = end
+        self.pos = start
+
+    def take(self, n: int, what: str) -> bytes:
+        stop = self.pos + n
+        if stop > self._end:
+            raise SniffError(
+                _NAME, f"{what} at offset {self.pos} overruns the packet, which ends at offset {self._end}"
+            )
+        if stop > len(self._data):
+            raise _Incomplete
+        chunk = self._data[self.pos : stop]
+        self.pos = stop
+        return chunk
+
+    def u8(self, what: str) -> int:
+        return self.take(1, what)[0]
+
+    def u16(self, what: str) -> int:
+        return int.from_bytes(self.take(2, what), "big")
+
+    def varint(self, what: str) -> int:
+        """A variable byte integer: 7 bits a byte, least significant first, high bit = "more"
+        (MQTT 3.1.1 §2.2.3, MQTT 5 §1.5.5). Non-minimal encodings are accepted."""
+        value = 0
+        for i in range(_VARINT_MAX_BYTES):
+            byte = self.u8(what)
+            value |= (byte & 0x7F) << (7 * i)
+            if not byte & 0x80:
+                return value
+        raise SniffError(_NAME, f"{what} exceeds {_VARINT_MAX_BYTES} bytes")
+
+    def length_prefixed(self, what: str) -> bytes:
+        """UTF-8 string or binary data: a 2-byte length, then the bytes (MQTT 3.1.1 §1.5.3)."""
+        return self.take(self.u16(f"{what} length"), what)
+
+    def utf8(self, what: str) -> str:
+        """A UTF-8 encoded string: well-formed UTF-8 without U+0000 (MQTT 3.1.1 §1.5.3, MQTT 5
+        §1.5.4); Python's strict codec already rejects surrogates and overlong forms."""
+        raw = self.length_prefixed(what)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SniffError(_NAME, f"{what} is not valid UTF-8: {raw[:32].hex()}") from None
+        if "\x00" in text:
+            raise SniffError(_NAME, f"{what} contains U+0000: {raw[:32].hex()}")
+        return text
+
+
+class MqttSniffer:
+    """Sniffs an MQTT CONNECT (3.1, 3.1.1, 5): client id, user name, password, version, keep-alive."""
+
+    name = _NAME
+
+    def looks_like(self, prefix: bytes) -> bool:
+        """Whether the connection starts like a CONNECT: its first byte is 0x10.
+
+        No other protocol the router sniffs starts with 0x10 (AMQP "A", STOMP "C"/"S", OpenWire
+        0x00, TLS 0x16).
+
+        Args:
+            prefix: the first bytes of the connection, possibly only one.
+
+        Returns:
+            True if the first byte is 0x10; False otherwise and for an empty prefix. Never raises.
+        """
+        return prefix[:1] == bytes((_CONNECT_FIRST_BYTE,))
+
+    def sniff(self, data: bytes) -> SniffResult:
+        """Parse the CONNECT packet at the start of `data`.
+
+        Args:
+            data: every byte the client has sent so far.
+
+        Returns:
+            NEED_MORE until the whole CONNECT is there, then Sniffed with `client_id` (None for
+            the empty client id a server is asked to assign), `user_name`, `password` (None if
+            absent or not UTF-8), `protocol_version` ("3.1", "3.1.1" or "5") and `keepalive_s`.
+
+        Raises:
+            SniffError: the bytes are not a valid CONNECT; the reason names the field.
+        """
+        try:
+            return _parse_connect(data)
+        except _Incomplete:
+            return NEED_MORE
+
+
+def _parse_connect(data: bytes) -> Sniffed:
+    """Parse a CONNECT; raises _Incomplete if `data` stops inside it."""
+    header = _PacketReader(data, 0, _MAX_FIXED_HEADER)
+    first = header.u8("packet type")
+    if first != _CONNECT_FIRST_BYTE:
+        raise SniffError(_NAME, f"first byte must be 0x10 (CONNECT, flags 0), got 0x{first:02x}")
+    remaining = header.varint("remaining length")
+    packet = _PacketReader(data, header.pos, header.pos + remaining)
+
+    # Variable header: MQTT 3.1.1 §3.1.2, MQTT 5 §3.1.2.
+    name_len = packet.u16("protocol name length")
+    if name_len not in (4, 6):
+        raise SniffError(_NAME, f"protocol name length {name_len} fits neither 'MQTT' nor 'MQIsdp'")
+    protocol_name = packet.take(name_len, "protocol name")
+    if protocol_name not in (b"MQTT", b"MQIsdp"):
+        raise SniffError(_NAME, f"unknown protocol name {protocol_name!r}")
+    level = packet.u8("protocol level")
+    bridge = bool(level & _BRIDGE_BIT) and (level & ~_BRIDGE_BIT) in (3, 4)
+    version = _VERSIONS.get((protocol_name, level & ~_BRIDGE_BIT if bridge else level))
+    if version is None:
+        # MQTT 3.1.1 §3.1.2.2, MQTT 5 §3.1.2.2: the server refuses levels it does not support.
+        raise SniffError(_NAME, f"protocol level {level} does not go with protocol name {protocol_name!r}")
+    v5 = version == "5"
+
+    flags = packet.u8("connect flags")
+    if flags & _FLAG_RESERVED:
+        # MQTT 3.1.1 §3.1.2.3 [MQTT-3.1.2-3], MQTT 5 §3.1.2.3: the reserved flag must be 0.
+        raise SniffError(_NAME, f"reserved connect flag (bit 0) is set: flags 0x{flags:02x}")
+    will = bool(flags & _FLAG_WILL)
+    will_qos = (flags & _FLAG_WILL_QOS) >> 3
+    if not will and flags & (_FLAG_WILL_QOS | _FLAG_WILL_RETAIN):
+        # MQTT 3.1.1 §3.1.2.6-7 [MQTT-3.1.2-13, -15], MQTT 5 §3.1.2.6-7: no will, no will QoS/retain.
+        raise SniffError(_NAME, f"will qos or will retain set without the will flag: flags 0x{flags:02x}")
+    if will_qos == 3:
+        # MQTT 3.1.1 §3.1.2.6 [MQTT-3.1.2-14], MQTT 5 §3.1.2.6: will QoS 3 is malformed.
+        raise SniffError(_NAME, f"will qos is 3: flags 0x{flags:02x}")
+    has_user = bool(flags & _FLAG_USER_NAME)
+    has_password = bool(flags & _FLAG_PASSWORD)
+    if has_password and not has_user and not v5:
+        # MQTT 3.1.1 §3.1.2.9 [MQTT-3.1.2-22] (and MQTT 3.1 §3.1 "Password flag"): no password
+        # without a user name. MQTT 5 §3.1.2.9 allows it.
+        raise SniffError(
+            _NAME,
+            f"password flag without user name flag is not allowed in MQTT {version}: flags 0x{flags:02x}",
+        )
+    keepalive = packet.u16("keep alive")
+    if v5:
+        # MQTT 5 §3.1.2.11: CONNECT properties, a variable byte integer length; skipped.
+        packet.take(packet.varint("connect properties length"), "connect properties")
+
+    # Payload, in this order: MQTT 3.1.1 §3.1.3, MQTT 5 §3.1.3.
+    client_id = packet.utf8("client identifier")
+    if will:
+        if v5:
+            # MQTT 5 §3.1.3.2: will properties, skipped like the CONNECT properties.
+            packet.take(packet.varint("will properties length"), "will properties")
+        packet.length_prefixed("will topic")
+        packet.length_prefixed("will payload")
+    user_name = packet.utf8("user name") if has_user else None
+    password = _decode_password(packet.length_prefixed("password")) if has_password else None
+
+    leftover = header.pos + remaining - packet.pos
+    if leftover:
+        raise SniffError(_NAME, f"extra bytes after the connect payload: {leftover}")
+    return Sniffed(
+        protocol=_NAME,
+        # MQTT 3.1.1 §3.1.3.1, MQTT 5 §3.1.3.1: a zero-length client id asks the server for one.
+        client_id=client_id or None,
+        user_name=user_name,
+        password=password,
+        protocol_version=version,
+        keepalive_s=keepalive,
+    )
+
+
+def _decode_password(raw: bytes) -> str | None:
+    """The password is binary data (MQTT 3.1.1 §3.1.3.5, MQTT 5 §3.1.3.6); keep it only as text."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _encode_varint(value: int) -> bytes:
+    """A variable byte integer (MQTT 3.1.1 §2.2.3, MQTT 5 §1.5.5), minimal length."""
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def encode_connack_v3_as_artemis(reason_code: int) -> bytes:
+    """A 3.1/3.1.1 CONNACK carrying an MQTT 5 reason code unchanged, as Artemis sends it (SPEC A6).
+
+    MQTT 3.1.1 §3.2.2.3 only defines return codes 0-5, but Artemis's router answers 3.1.1 clients
+    in redirect-only mode with 0x9C (use another server) and 0x88 (server unavailable) all the
+    same; SPEC A6 asks for the same codes, so clients written against Artemis see what they expect.
+    `encode_connack` is the mapped alternative.
+
+    Args:
+        reason_code: 0x9C, 0x88 or 0x87.
+
+    Returns:
+        The whole CONNACK packet.
+
+    Raises:
+        ValueError: any other code.
+    """
+    if reason_code not in (MQTT_V5_USE_ANOTHER_SERVER, MQTT_V5_SERVER_UNAVAILABLE, MQTT_V5_NOT_AUTHORIZED):
+        raise ValueError(f"reason code 0x{reason_code:02x} is not one Artemis sends to mqtt 3.1.1 clients")
+    # MQTT 3.1.1 §3.2: remaining length 2, acknowledge flags 0, the code in the return-code byte.
+    return bytes((_CONNACK_FIRST_BYTE, 2, 0, reason_code))
+
+
+def encode_connack(reason_code: int, *, protocol_level: int, server_reference: str | None = None) -> bytes:
+    """Build the CONNACK that answers a client's CONNECT (SPEC A6), with session present 0.
+
+    `reason_code` is an MQTT 5 CONNACK reason code (MQTT 5 §3.2.2.2). MQTT 3.1 and 3.1.1 only
+    know return codes 0 to 5 (3.1.1 §3.2.2.3), so for protocol levels 3 and 4 it is mapped:
+
+    - 0x00 Success -> 0x00 Connection Accepted
+    - 0x9C Use another server, 0x9D Server moved, 0x88 Server unavailable, 0x89 Server busy
+      -> 0x03 Server unavailable (3.1.1 has no redirect)
+    - 0x87 Not authorized -> 0x05 Not authorized
+    - 0x86 Bad User Name or Password -> 0x04; 0x84 Unsupported Protocol Version -> 0x01;
+      0x85 Client Identifier not valid -> 0x02
+
+    and `server_reference` is dropped: those versions have no properties. For level 5 the reason
+    code is written as given and `server_reference`, when given, becomes the Server Reference
+    property (0x1C, MQTT 5 §3.2.2.3.16), normally `host:port` with 0x9C or 0x9D (§4.11).
+
+    Args:
+        reason_code: the MQTT 5 reason code, e.g. MQTT_V5_USE_ANOTHER_SERVER.
+        protocol_level: 3 (MQTT 3.1), 4 (3.1.1) or 5, see PROTOCOL_LEVELS.
+        server_reference: where the client should connect instead (level 5 only).
+
+    Returns:
+        The whole CONNACK packet.
+
+    Raises:
+        ValueError: an unknown protocol level, a reason code a CONNACK cannot carry (or, for levels
+            3 and 4, one without a 3.1.1 equivalent), or a server reference that is too long or
+            contains U+0000.
+    """
+    if protocol_level in (3, 4):
+        return_code = _V3_RETURN_CODES.get(reason_code)
+        if return_code is None:
+            raise ValueError(f"reason code 0x{reason_code:02x} has no mqtt 3.1.1 connack return code")
+        # MQTT 3.1.1 §3.2: remaining length 2, acknowledge flags 0, return code.
+        return bytes((_CONNACK_FIRST_BYTE, 2, 0, return_code))
+    if protocol_level != 5:
+        raise ValueError(f"unknown mqtt protocol level {protocol_level!r}, expected 3, 4 or 5")
+    if reason_code not in _CONNACK_V5_REASONS:
+        raise ValueError(f"reason code 0x{reason_code:02x} is not an mqtt 5 connack reason code")
+    properties = b""
+    if server_reference is not None:
+        encoded = server_reference.encode("utf-8")
+        if len(encoded) > _MAX_TWO_BYTE_LENGTH:
+            raise ValueError(f"server reference of {len(encoded)} bytes exceeds {_MAX_TWO_BYTE_LENGTH}")
+        if "\x00" in server_reference:
+            raise ValueError(f"server reference contains U+0000: {server_reference[:32]!r}")
+        properties = bytes((_PROPERTY_SERVER_REFERENCE,)) + len(encoded).to_bytes(2, "big") + encoded
+    # MQTT 5 §3.2.2: acknowledge flags 0, reason code, properties with their length.
+    variable_header = bytes((0, reason_code)) + _encode_varint(len(properties)) + properties
+    return bytes((_CONNACK_FIRST_BYTE,)) + _encode_varint(len(variable_header)) + variable_header
