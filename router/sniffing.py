@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from keys import NEED_MORE, Reply, SniffError
+from keys.proxy_protocol import parse_proxy_header
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -21,13 +22,23 @@ if TYPE_CHECKING:
     import trio
 
     from keys import NeedMore, Sniffed, Sniffer
+    from keys.proxy_protocol import ProxyHeader
 
-__all__ = ["DEFAULT_MAX_SNIFF_BYTES", "SniffOutcome", "read_past_preamble", "read_until_sniffed"]
+__all__ = [
+    "DEFAULT_MAX_SNIFF_BYTES",
+    "SniffOutcome",
+    "read_past_preamble",
+    "read_proxy_header",
+    "read_until_sniffed",
+]
 
 DEFAULT_MAX_SNIFF_BYTES: Final = 16 * 1024
 """Byte cap of an opening handshake. h11 caps incomplete HTTP heads at 16 KiB too; a CONNECT,
 Open or ConnectionInfo with credentials is a few hundred bytes, a TLS ClientHello under 2 KiB
 (post-quantum key shares push it towards 2-4 KiB)."""
+
+_PROXY_HEADER_MAX_BYTES: Final = 16 + 65535
+"""A v2 header is 16 bytes plus a 16-bit length; a v1 header is at most 107 bytes."""
 
 _READ_BYTES: Final = 4096
 """Bytes asked per read while sniffing: openings are small, and a small read keeps a client that
@@ -133,4 +144,29 @@ async def read_past_preamble(
         chunk = await upstream.receive_some(_READ_BYTES)
         if not chunk:
             raise SniffError(protocol, f"target closed after {len(buf)} bytes of its opening")
+        buf += chunk
+
+
+async def read_proxy_header(stream: trio.abc.ReceiveStream) -> tuple[ProxyHeader, bytes]:
+    """Read the PROXY protocol header a load balancer sends first (acceptors that enable it).
+
+    The caller owns the deadline. A v1 header is at most 107 bytes and a v2 header is bounded by
+    its 16-bit length, so the cap is the protocol's own.
+
+    Returns:
+        The header, and the bytes read after it (the start of the client's own handshake).
+
+    Raises:
+        SniffError: no header, a malformed one, or EOF before it was complete.
+    """
+    buf = bytearray()
+    while True:
+        result = parse_proxy_header(bytes(buf))
+        if result is not NEED_MORE:
+            return result, bytes(buf[result.length :])
+        if len(buf) >= _PROXY_HEADER_MAX_BYTES:
+            raise SniffError("proxy", f"no complete PROXY protocol header in {_PROXY_HEADER_MAX_BYTES} bytes")
+        chunk = await stream.receive_some(_READ_BYTES)
+        if not chunk:
+            raise SniffError("proxy", f"client closed after {len(buf)} bytes, before the PROXY header ended")
         buf += chunk

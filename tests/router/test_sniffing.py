@@ -7,7 +7,8 @@ import trio
 import trio.testing
 
 from keys import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult
-from router.sniffing import SniffOutcome, read_past_preamble, read_until_sniffed
+from keys.proxy_protocol import encode_v1
+from router.sniffing import SniffOutcome, read_past_preamble, read_proxy_header, read_until_sniffed
 
 
 class LineSniffer:
@@ -173,3 +174,18 @@ async def test_read_past_preamble_eof_is_an_error() -> None:
     await broker.send_eof()
     with pytest.raises(SniffError, match="fake: target closed after 11 bytes of its opening"):
         await read_past_preamble(upstream, _measure_two_lines, protocol="fake")
+
+
+async def test_read_proxy_header_returns_header_and_following_bytes() -> None:
+    client, server = trio.testing.memory_stream_pair()
+    await client.send_all(encode_v1("203.0.113.7", 4242, "127.0.0.1", 61616) + b"HELLO")
+    header, rest = await read_proxy_header(server)
+    assert (header.source_ip, header.source_port) == ("203.0.113.7", 4242)
+    assert rest == b"HELLO"
+
+
+async def test_read_proxy_header_missing_header_is_an_error() -> None:
+    client, server = trio.testing.memory_stream_pair()
+    await client.send_all(b"\x10\x20 an MQTT CONNECT without the header")
+    with pytest.raises(SniffError, match="proxy: missing PROXY protocol header"):
+        await read_proxy_header(server)
