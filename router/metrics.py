@@ -67,6 +67,13 @@ class Metrics:
             ["router", "direction"],
             registry=r,
         )
+        self.client_errors = Counter(
+            "router_client_errors_total",
+            "Client connections closed during their opening: bad bytes, over the byte cap, or the "
+            "handshake deadline; reason is the protocol that rejected it, or 'timeout'.",
+            ["acceptor", "reason"],
+            registry=r,
+        )
 
     def exposition(self) -> bytes:
         """The text exposition format of every metric."""

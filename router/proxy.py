@@ -1,4 +1,8 @@
-"""One client connection through fixed phases: facts -> route -> connect -> relay.
+"""One client connection through fixed phases: opening -> route -> answer, or connect -> replay -> relay.
+
+The opening phase reads a PROXY protocol header (acceptors that enable it) and, when the key or
+the mode needs the protocol, sniffs the handshake (answering server-first steps itself), all
+under the acceptor's handshake deadline and byte cap.
 
 This module turns routing decisions into actions and decides nothing itself. Every phase has its
 own deadline. Relaying is two pump tasks in one nursery: EOF in one direction becomes `send_eof()`
@@ -10,16 +14,24 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import trio
 
-from keys import ConnectionFacts
+from keys import ConnectionFacts, KeyType, SniffError
+from keys.proxy_protocol import encode_v1, encode_v2
+from router import answers
 from router.engine import RouteStatus
 from router.net import describe_oserror, open_connection
+from router.settings import AcceptorMode
+from router.sniffing import read_past_preamble, read_proxy_header, read_until_sniffed
 
 if TYPE_CHECKING:
+    from keys import Sniffed
+    from keys.detect import Detector
+    from pools import Target
     from router.routing import RouterRuntime
     from router.settings import AcceptorConfig
 
@@ -88,10 +100,42 @@ async def relay(client: trio.SocketStream, upstream: trio.SocketStream, counts: 
             counts[0], counts[1] = up[0], down[0]
 
 
-async def _refuse(client: trio.SocketStream, runtime: RouterRuntime, status: RouteStatus) -> None:
-    """Count the refusal the client gets, and close its connection."""
-    runtime.metrics.decisions.labels(runtime.name, status.value).inc()
-    await client.aclose()
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Opening:
+    """What the handshake phase learnt about a connection."""
+
+    peer: str
+    """`ip:port` of the TCP peer (the load balancer, behind a PROXY header)."""
+    source_ip: str
+    """The client's address: the peer's, or the one in the PROXY header."""
+    raw: bytes = b""
+    """Client bytes read so far, replayed to the target unchanged."""
+    sniffed: Sniffed | None = None
+    replied: bytes = b""
+    """What the router already answered (server-first openings)."""
+
+
+def _needs_sniffing(acceptor: AcceptorConfig, runtime: RouterRuntime) -> bool:
+    # SOURCE_IP in proxy mode needs no protocol knowledge: any protocol passes untouched and the
+    # connection goes to the target at once, which is also the fastest path.
+    return acceptor.mode is not AcceptorMode.PROXY or runtime.config.key_type is not KeyType.SOURCE_IP
+
+
+async def _open(
+    client: trio.SocketStream, acceptor: AcceptorConfig, runtime: RouterRuntime, detect: Detector, peer: str
+) -> _Opening:
+    source_ip = peer.rpartition(":")[0].strip("[]")
+    initial = b""
+    if acceptor.proxy_protocol:
+        header, initial = await read_proxy_header(client)
+        if header.source_ip is not None and not header.local:
+            source_ip = header.source_ip
+    if not _needs_sniffing(acceptor, runtime):
+        return _Opening(peer=peer, source_ip=source_ip, raw=initial)
+    outcome = await read_until_sniffed(client, detect, max_bytes=acceptor.sniff_max_bytes, initial=initial)
+    return _Opening(
+        peer=peer, source_ip=source_ip, raw=outcome.raw, sniffed=outcome.sniffed, replied=outcome.replied
+    )
 
 
 async def handle_connection(
@@ -99,25 +143,65 @@ async def handle_connection(
     acceptor: AcceptorConfig,
     runtime: RouterRuntime,
     limits: ConnectionLimits,
+    detect: Detector,
 ) -> None:
-    """Route one accepted client connection and proxy it, or close it when routing refuses."""
-    metrics = runtime.metrics
+    """One accepted client connection: opening, decision, then an answer or a proxied session."""
     try:
         peer_ip, peer_port = _peer_of(client)
     except OSError:  # the client reset before we looked
         await client.aclose()
         return
     peer = f"{peer_ip}:{peer_port}"
-    metrics.connections_accepted.labels(acceptor.name, runtime.name).inc()
+    runtime.metrics.connections_accepted.labels(acceptor.name, runtime.name).inc()
+    timeout_s = acceptor.handshake_timeout_ms / 1000 if acceptor.handshake_timeout_ms else math.inf
     try:
-        facts = ConnectionFacts(source_ip=peer_ip)
+        with trio.fail_after(timeout_s):
+            opening = await _open(client, acceptor, runtime, detect, peer)
+    except SniffError as exc:
+        runtime.metrics.client_errors.labels(acceptor.name, exc.protocol).inc()
+        log.warning(
+            "peer=%s acceptor=%s protocol=%s handshake rejected: %s",
+            peer,
+            acceptor.name,
+            exc.protocol,
+            exc.reason,
+        )
+        await client.aclose()
+        return
+    except trio.TooSlowError:
+        runtime.metrics.client_errors.labels(acceptor.name, "timeout").inc()
+        log.warning("peer=%s acceptor=%s handshake not complete after %g s", peer, acceptor.name, timeout_s)
+        await client.aclose()
+        return
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        await client.aclose()  # gone while we answered its opening
+        return
+    await _route_and_serve(client, acceptor, runtime, limits, opening)
+
+
+async def _route_and_serve(
+    client: trio.SocketStream,
+    acceptor: AcceptorConfig,
+    runtime: RouterRuntime,
+    limits: ConnectionLimits,
+    opening: _Opening,
+) -> None:
+    metrics = runtime.metrics
+    peer, sniffed = opening.peer, opening.sniffed
+    facts = ConnectionFacts(
+        source_ip=opening.source_ip,
+        client_id=None if sniffed is None else sniffed.client_id,
+        user_name=None if sniffed is None else sniffed.user_name,
+        sni_host=None if sniffed is None else sniffed.sni_host,
+    )
+    try:
         with trio.fail_after(limits.route_timeout_s):
             decision = await runtime.decide(facts)
     except trio.TooSlowError:
         log.warning(
             "peer=%s router=%s outcome=REFUSED_UNAVAILABLE reason=routing timed out", peer, runtime.name
         )
-        await _refuse(client, runtime, RouteStatus.REFUSED_UNAVAILABLE)
+        await _answer(client, runtime, RouteStatus.REFUSED_UNAVAILABLE, opening, None)
         return
     target = decision.target
     if decision.status is not RouteStatus.OK or target is None:
@@ -129,7 +213,7 @@ async def handle_connection(
             decision.status.value,
             decision.reason,
         )
-        await _refuse(client, runtime, decision.status)
+        await _answer(client, runtime, decision.status, opening, None)
         return
     connector = target.connector
     if connector is None:
@@ -140,53 +224,146 @@ async def handle_connection(
             runtime.name,
             decision.key,
         )
-        await _refuse(client, runtime, RouteStatus.REFUSED_USE_ANOTHER)
+        await _answer(client, runtime, RouteStatus.REFUSED_USE_ANOTHER, opening, None)
         return
-    metrics.decisions.labels(runtime.name, RouteStatus.OK.value).inc()
-    runtime.counts.opened(target.node_id)
-    active = metrics.active_connections.labels(runtime.name, target.node_id)
-    try:
-        try:
-            with trio.fail_after(limits.connect_timeout_s):
-                upstream = await open_connection(connector.host, connector.port)
-        except (OSError, trio.TooSlowError) as exc:
-            metrics.connect_failures.labels(runtime.name, target.node_id).inc()
-            reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_oserror(exc)
-            log.warning(
-                "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
-                peer,
-                runtime.name,
-                decision.key,
-                target.node_id,
-                reason,
-            )
-            await client.aclose()
-            return
+    redirecting = acceptor.mode is AcceptorMode.REDIRECT or (
+        acceptor.mode is AcceptorMode.AUTO and sniffed is not None and answers.can_follow_redirect(sniffed)
+    )
+    if redirecting and sniffed is not None:
         log.info(
-            "peer=%s router=%s key=%s target=%s outcome=OK reason=%s",
+            "peer=%s router=%s key=%s target=%s outcome=REDIRECT protocol=%s",
             peer,
             runtime.name,
             decision.key,
             target.node_id,
-            decision.reason,
+            sniffed.protocol,
         )
-        active.inc()
-        started = trio.current_time()
-        counts = [0, 0]
-        try:
-            await relay(client, upstream, counts)
-        finally:
-            active.dec()
-            metrics.proxied_bytes.labels(runtime.name, "client_to_target").inc(counts[0])
-            metrics.proxied_bytes.labels(runtime.name, "target_to_client").inc(counts[1])
-            log.info(
-                "peer=%s router=%s target=%s closed bytes_in=%d bytes_out=%d duration_s=%.3f",
-                peer,
-                runtime.name,
-                target.node_id,
-                counts[0],
-                counts[1],
-                trio.current_time() - started,
-            )
+        said = answers.redirect(sniffed, target, runtime.name)
+        await _answer(client, runtime, RouteStatus.OK, opening, said)
+        return
+    metrics.decisions.labels(runtime.name, RouteStatus.OK.value).inc()
+    runtime.counts.opened(target.node_id)
+    try:
+        await _proxy(client, acceptor, runtime, limits, opening, decision.key, target)
     finally:
         runtime.counts.closed(target.node_id)
+
+
+async def _answer(
+    client: trio.SocketStream,
+    runtime: RouterRuntime,
+    status: RouteStatus,
+    opening: _Opening,
+    redirect: bytes | None,
+) -> None:
+    """Count what the client gets, tell it in its protocol where SPEC A6 says how, and close."""
+    runtime.metrics.decisions.labels(runtime.name, status.value).inc()
+    sniffed = opening.sniffed
+    if sniffed is not None:
+        said = redirect if status is RouteStatus.OK else answers.refusal(sniffed, status, runtime.name)
+        if said is not None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await client.send_all(answers.owed_opening(sniffed, opening.replied) + said)
+    await client.aclose()
+
+
+async def _proxy(
+    client: trio.SocketStream,
+    acceptor: AcceptorConfig,
+    runtime: RouterRuntime,
+    limits: ConnectionLimits,
+    opening: _Opening,
+    key: str,
+    target: Target,
+) -> None:
+    metrics, peer = runtime.metrics, opening.peer
+    connector = target.connector
+    assert connector is not None
+    try:
+        with trio.fail_after(limits.connect_timeout_s):
+            upstream = await open_connection(connector.host, connector.port)
+    except (OSError, trio.TooSlowError) as exc:
+        metrics.connect_failures.labels(runtime.name, target.node_id).inc()
+        reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_oserror(exc)
+        log.warning(
+            "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
+            peer,
+            runtime.name,
+            key,
+            target.node_id,
+            reason,
+        )
+        await client.aclose()
+        return
+    log.info("peer=%s router=%s key=%s target=%s outcome=OK", peer, runtime.name, key, target.node_id)
+    counts = [0, 0]
+    active = metrics.active_connections.labels(runtime.name, target.node_id)
+    active.inc()
+    started = trio.current_time()
+    try:
+        if not await _replay(client, upstream, acceptor, limits, opening):
+            with trio.CancelScope(shield=True):  # release both sockets even when cancelled
+                await upstream.aclose()
+                await client.aclose()
+            return
+        await relay(client, upstream, counts)
+    finally:
+        active.dec()
+        metrics.proxied_bytes.labels(runtime.name, "client_to_target").inc(counts[0])
+        metrics.proxied_bytes.labels(runtime.name, "target_to_client").inc(counts[1])
+        log.info(
+            "peer=%s router=%s target=%s closed bytes_in=%d bytes_out=%d duration_s=%.3f",
+            peer,
+            runtime.name,
+            target.node_id,
+            counts[0],
+            counts[1],
+            trio.current_time() - started,
+        )
+
+
+async def _replay(
+    client: trio.SocketStream,
+    upstream: trio.SocketStream,
+    acceptor: AcceptorConfig,
+    limits: ConnectionLimits,
+    opening: _Opening,
+) -> bool:
+    """Hand the connection over to the target: PROXY header, the client's bytes, and the opening.
+
+    Returns:
+        False when the target's opening was unusable (logged); the caller closes both.
+    """
+    peer, sniffed = opening.peer, opening.sniffed
+    try:
+        if acceptor.send_proxy_protocol is not None:
+            await upstream.send_all(_proxy_header_for(client, opening, acceptor.send_proxy_protocol))
+        if opening.raw:
+            await upstream.send_all(opening.raw)
+        if sniffed is None:
+            return True
+        owed = answers.owed_opening(sniffed, opening.replied)
+        measure = answers.target_preamble_measure(sniffed)
+        rest = b""
+        if measure is not None:
+            with trio.fail_after(limits.connect_timeout_s):
+                rest = await read_past_preamble(upstream, measure, protocol=sniffed.protocol)
+        if owed or rest:
+            await client.send_all(owed + rest)
+        return True
+    except SniffError as exc:
+        log.warning("peer=%s protocol=%s target's opening rejected: %s", peer, exc.protocol, exc.reason)
+    except trio.TooSlowError:
+        log.warning("peer=%s target sent no complete opening in %g s", peer, limits.connect_timeout_s)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        log.info("peer=%s connection closed during the replay", peer)
+    return False
+
+
+def _proxy_header_for(client: trio.SocketStream, opening: _Opening, version: str) -> bytes:
+    local = client.socket.getsockname()
+    dest_ip, dest_port = str(local[0]), int(local[1])
+    source_port = int(opening.peer.rpartition(":")[2])
+    if version == "v1":
+        return encode_v1(opening.source_ip, source_port, dest_ip, dest_port)
+    return encode_v2(opening.source_ip, source_port, dest_ip, dest_port)

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from keys import KeyType
+from keys.detect import make_detector
 from router.admin import serve_admin
 from router.health import serve_health_checks
 from router.metrics import Metrics
 from router.net import open_listeners
 from router.proxy import ConnectionLimits, handle_connection
 from router.routing import RouterRuntime
-from router.settings import AcceptorMode
 
 if TYPE_CHECKING:
     from router.settings import AcceptorConfig, Config
@@ -60,6 +60,7 @@ async def _accept_loop(
     limits: ConnectionLimits,
     handlers: trio.Nursery,
 ) -> None:
+    detect = make_detector(acceptor.protocols)
     while True:
         try:
             stream = await listener.accept()
@@ -74,26 +75,17 @@ async def _accept_loop(
             )
             await trio.sleep(_ACCEPT_BACKOFF_S)
             continue
-        handlers.start_soon(handle_connection, stream, acceptor, runtime, limits)
+        handlers.start_soon(handle_connection, stream, acceptor, runtime, limits, detect)
 
 
 def _warn_unsupported(config: Config) -> None:
     """Say once, at start, what a configuration asks for that this release cannot do yet."""
-    for acceptor in config.acceptors:
-        if acceptor.mode is not AcceptorMode.PROXY:
-            log.warning(
-                "acceptor=%s mode=%s: native redirect needs the protocol sniffers, which this "
-                "release does not have; the acceptor proxies its connections instead",
-                acceptor.name,
-                acceptor.mode.value,
-            )
     for router in config.routers:
-        if router.key_type is not KeyType.SOURCE_IP:
+        if router.key_type is KeyType.ROLE_NAME:
             log.warning(
-                "router=%s key-type=%s: this release reads only SOURCE_IP from connections, so "
-                "every connection's key is NULL (the management lookup is not affected)",
+                "router=%s key-type=ROLE_NAME: this release authenticates no client yet, so every "
+                "connection's key is NULL (the management lookup is not affected)",
                 router.name,
-                router.key_type.value,
             )
 
 

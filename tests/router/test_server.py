@@ -13,7 +13,7 @@ from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.net import open_connection
 from router.server import ServerInfo, serve_router
-from router.settings import AcceptorConfig, AcceptorMode, Config, RouterConfig
+from router.settings import AcceptorConfig, Config, RouterConfig
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -170,11 +170,10 @@ async def test_serve_router_drains_open_connections_on_shutdown(nursery: trio.Nu
 async def test_serve_router_warns_about_what_this_release_cannot_do(
     nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Scenario: mode=redirect and a CLIENT_ID key are accepted, proxied/NULL, and said so once."""
+    """Scenario: a ROLE_NAME key is accepted, resolves to NULL, and routerd says so once."""
     config = _config([1])
-    router = dataclasses.replace(config.routers[0], key_type=KeyType.CLIENT_ID)
-    acceptor = dataclasses.replace(config.acceptors[0], mode=AcceptorMode.REDIRECT)
-    config = dataclasses.replace(config, routers=(router,), acceptors=(acceptor,))
+    router = dataclasses.replace(config.routers[0], key_type=KeyType.ROLE_NAME)
+    config = dataclasses.replace(config, routers=(router,))
     shutdown = trio.Event()
     await nursery.start(
         lambda task_status: serve_router(config, admin=None, shutdown=shutdown, task_status=task_status)
@@ -184,8 +183,6 @@ async def test_serve_router_warns_about_what_this_release_cannot_do(
         r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "router.server"
     ]
     assert warnings == [
-        "acceptor=a mode=redirect: native redirect needs the protocol sniffers, which this release "
-        "does not have; the acceptor proxies its connections instead",
-        "router=r key-type=CLIENT_ID: this release reads only SOURCE_IP from connections, so every "
-        "connection's key is NULL (the management lookup is not affected)",
+        "router=r key-type=ROLE_NAME: this release authenticates no client yet, so every connection's key "
+        "is NULL (the management lookup is not affected)",
     ]

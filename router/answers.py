@@ -1,0 +1,91 @@
+"""What the router says to a client itself (SPEC A6): redirects, refusals, and owed openings.
+
+Pure: bytes out, no I/O. `router/proxy.py` decides *when* (mode, decision) and sends them.
+
+    protocol   redirect (OK in redirect mode)         USE_ANOTHER         UNAVAILABLE
+    AMQP 1.0   Open(hint) + Close connection:redirect  Open + Close forced Open + Close forced
+    MQTT 5     CONNACK 0x9C + Server Reference         CONNACK 0x9C        CONNACK 0x88
+    MQTT 3.1.1 CONNACK 0x9C (Artemis; no redirect)     CONNACK 0x9C        CONNACK 0x88
+    OpenWire   ConnectionControl reconnectTo, close    close               close
+    STOMP      ERROR naming the target                 ERROR               ERROR
+    TLS        (encrypted: nothing can be said)        close               close
+
+Server-first protocols (AMQP, OpenWire) also owe the client the server's side of the opening
+before anything else, whether the router answers itself or relays a broker: `owed_opening`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from keys import amqp, mqtt, stomp
+from router.engine import RouteStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from keys import NeedMore, Sniffed
+    from pools import Target
+
+__all__ = ["can_follow_redirect", "owed_opening", "redirect", "refusal", "target_preamble_measure"]
+
+
+def can_follow_redirect(sniffed: Sniffed) -> bool:
+    """Whether the client's protocol has a native redirect (`mode=auto` redirects only these)."""
+    if sniffed.protocol == "mqtt":
+        return sniffed.protocol_version == "5"
+    return sniffed.protocol in ("amqp", "openwire")
+
+
+def owed_opening(sniffed: Sniffed, replied: bytes) -> bytes:
+    """The server's side of the opening the client has not received yet (after `replied`)."""
+    if sniffed.protocol == "amqp":
+        return amqp.server_preamble(sniffed)[len(replied) :]
+    return b""
+
+
+def target_preamble_measure(sniffed: Sniffed) -> Callable[[bytes], int | NeedMore] | None:
+    """How to measure the target's opening that the client already got from us; None: nothing."""
+    if sniffed.protocol == "amqp":
+        return amqp.sniff_server_sasl_preamble if sniffed.sasl_mechanism else amqp.sniff_server_plain_preamble
+    return None
+
+
+def _mqtt_connack(sniffed: Sniffed, code: int, reference: str | None = None) -> bytes:
+    if sniffed.protocol_version == "5":
+        return mqtt.encode_connack(code, protocol_level=5, server_reference=reference)
+    return mqtt.encode_connack_v3_as_artemis(code)
+
+
+def redirect(sniffed: Sniffed, target: Target, router: str) -> bytes | None:
+    """The native redirect to `target`, or None when the protocol cannot say it (TLS).
+
+    Raises:
+        ValueError: the target has no connector (a local target without one is refused instead).
+    """
+    if target.connector is None:
+        raise ValueError(f"target {target.node_id!r} has no connector to redirect to")
+    host, port = target.connector.host, target.connector.port
+    match sniffed.protocol:
+        case "amqp":
+            return amqp.redirect_frames(router, host, port)
+        case "mqtt":
+            return _mqtt_connack(sniffed, mqtt.MQTT_V5_USE_ANOTHER_SERVER, f"{host}:{port}")
+        case "stomp":
+            return stomp.encode_error(f"Connection router {router} redirects to {target.connector.url}")
+    return None
+
+
+def refusal(sniffed: Sniffed, status: RouteStatus, router: str) -> bytes | None:
+    """The protocol's own refusal, or None when closing is the answer (OpenWire, TLS)."""
+    unavailable = status is RouteStatus.REFUSED_UNAVAILABLE
+    match sniffed.protocol:
+        case "amqp":
+            return amqp.refusal_frames(router, unavailable=unavailable)
+        case "mqtt":
+            code = mqtt.MQTT_V5_SERVER_UNAVAILABLE if unavailable else mqtt.MQTT_V5_USE_ANOTHER_SERVER
+            return _mqtt_connack(sniffed, code)
+        case "stomp":
+            what = "is not ready" if unavailable else "rejected this connection"
+            return stomp.encode_error(f"Connection router {router} {what}")
+    return None
