@@ -16,9 +16,10 @@ before anything else, whether the router answers itself or relays a broker: `owe
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
-from keys import amqp, mqtt, stomp
+from keys import Reply, amqp, mqtt, openwire, stomp
 from router.engine import RouteStatus
 
 if TYPE_CHECKING:
@@ -37,17 +38,36 @@ def can_follow_redirect(sniffed: Sniffed) -> bool:
     return sniffed.protocol in ("amqp", "openwire")
 
 
-def owed_opening(sniffed: Sniffed, replied: bytes) -> bytes:
-    """The server's side of the opening the client has not received yet (after `replied`)."""
+def _wire_format(raw: bytes) -> openwire.WireFormat:
+    fmt = openwire.sniff_wire_format(raw)
+    if not isinstance(fmt, openwire.WireFormat):  # the sniffer returned Sniffed: it is complete
+        raise ValueError("openwire: the client's WireFormatInfo is incomplete")
+    return fmt
+
+
+def owed_opening(sniffed: Sniffed, raw: bytes, replied: bytes) -> bytes:
+    """The server's side of the opening the client has not received yet (after `replied`).
+
+    A client that pipelined its whole handshake got `Sniffed` before any `Reply`, so nothing
+    was sent; what it is owed is the full opening.
+    """
     if sniffed.protocol == "amqp":
         return amqp.server_preamble(sniffed)[len(replied) :]
+    if sniffed.protocol == "openwire" and not replied:
+        # The echo is the sniffer's answer to the client's WireFormatInfo frame on its own.
+        frame_end = 4 + int.from_bytes(raw[:4], "big")
+        answer = openwire.OpenWireSniffer().sniff(raw[:frame_end])
+        return answer.to_client if isinstance(answer, Reply) else b""
     return b""
 
 
-def target_preamble_measure(sniffed: Sniffed) -> Callable[[bytes], int | NeedMore] | None:
-    """How to measure the target's opening that the client already got from us; None: nothing."""
+def target_preamble_measure(sniffed: Sniffed, raw: bytes) -> Callable[[bytes], int | NeedMore] | None:
+    """How to measure the target's opening that the client gets from us instead; None: nothing."""
     if sniffed.protocol == "amqp":
         return amqp.sniff_server_sasl_preamble if sniffed.sasl_mechanism else amqp.sniff_server_plain_preamble
+    if sniffed.protocol == "openwire":
+        # Also checks the broker negotiates what the client negotiated with our echo.
+        return functools.partial(openwire.sniff_server_preamble, client=_wire_format(raw))
     return None
 
 
@@ -57,7 +77,7 @@ def _mqtt_connack(sniffed: Sniffed, code: int, reference: str | None = None) -> 
     return mqtt.encode_connack_v3_as_artemis(code)
 
 
-def redirect(sniffed: Sniffed, target: Target, router: str) -> bytes | None:
+def redirect(sniffed: Sniffed, raw: bytes, target: Target, router: str) -> bytes | None:
     """The native redirect to `target`, or None when the protocol cannot say it (TLS).
 
     Raises:
@@ -73,6 +93,11 @@ def redirect(sniffed: Sniffed, target: Target, router: str) -> bytes | None:
             return _mqtt_connack(sniffed, mqtt.MQTT_V5_USE_ANOTHER_SERVER, f"{host}:{port}")
         case "stomp":
             return stomp.encode_error(f"Connection router {router} redirects to {target.connector.url}")
+        case "openwire":
+            url = target.connector.url
+            return openwire.encode_connection_control(
+                reconnect_to=url, connected_brokers=url, rebalance=True, encoding=_wire_format(raw)
+            )
     return None
 
 

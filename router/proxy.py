@@ -238,7 +238,7 @@ async def _route_and_serve(
             target.node_id,
             sniffed.protocol,
         )
-        said = answers.redirect(sniffed, target, runtime.name)
+        said = answers.redirect(sniffed, opening.raw, target, runtime.name)
         await _answer(client, runtime, RouteStatus.OK, opening, said)
         return
     metrics.decisions.labels(runtime.name, RouteStatus.OK.value).inc()
@@ -263,7 +263,7 @@ async def _answer(
         said = redirect if status is RouteStatus.OK else answers.refusal(sniffed, status, runtime.name)
         if said is not None:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await client.send_all(answers.owed_opening(sniffed, opening.replied) + said)
+                await client.send_all(answers.owed_opening(sniffed, opening.raw, opening.replied) + said)
     await client.aclose()
 
 
@@ -342,8 +342,8 @@ async def _replay(
             await upstream.send_all(opening.raw)
         if sniffed is None:
             return True
-        owed = answers.owed_opening(sniffed, opening.replied)
-        measure = answers.target_preamble_measure(sniffed)
+        owed = answers.owed_opening(sniffed, opening.raw, opening.replied)
+        measure = answers.target_preamble_measure(sniffed, opening.raw)
         rest = b""
         if measure is not None:
             with trio.fail_after(limits.connect_timeout_s):

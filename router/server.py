@@ -150,6 +150,7 @@ async def serve_router(
                         accepting.start_soon(
                             _accept_loop, listener, acceptor, runtimes[acceptor.router], limits, handlers
                         )
+                    log.info("ready: %d acceptor(s) listening", len(bound))
                     task_status.started(ServerInfo(acceptors=bound, admin=admin_bound, runtimes=runtimes))
                     await shutdown.wait()
                     log.info("shutting down: no new connections; open ones get %g s", grace_s)

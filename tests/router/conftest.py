@@ -149,7 +149,7 @@ class Routerd:
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.wait_for_log(r"admin API listening", consume=False)
+        self.wait_for_log(r"ready: \d+ acceptor\(s\) listening", consume=False)
 
     def _read(self) -> None:
         assert self.proc is not None
