@@ -24,7 +24,7 @@ from keys.sniff import NEED_MORE, NeedMore, Sniffer
 from keys.stomp import StompSniffer
 from keys.tls import TlsSniffer
 
-__all__ = ["ARTEMIS_PROTOCOLS", "SNIFFERS", "Detector", "make_detector"]
+__all__ = ["ARTEMIS_PROTOCOLS", "SNIFFERS", "Detector", "detect_tls", "make_detector"]
 
 SNIFFERS: Final[dict[str, Sniffer]] = {
     "AMQP": AmqpSniffer(),
@@ -63,3 +63,8 @@ def make_detector(protocols: Collection[str] = (), *, tls: bool = True) -> Detec
         return NEED_MORE if matching and prefix else None
 
     return detect
+
+
+def detect_tls(prefix: bytes) -> Sniffer | None:
+    """Detection on acceptors that terminate TLS: a ClientHello, or nothing."""
+    return TLS if TLS.looks_like(prefix) else None

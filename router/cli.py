@@ -30,7 +30,7 @@ from keys import ConnectionFacts
 from router.config import ConfigError, load_config
 from router.engine import RoutingEngine, build_pool
 from router.net import describe_oserror
-from router.server import serve_router
+from router.server import StartupError, serve_router
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -129,23 +129,25 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
         )
     try:
         trio.run(_run_routerd, config, args)
-    except (OSError, BaseExceptionGroup) as exc:
-        error = _only_oserror(exc)
+    except (OSError, StartupError, BaseExceptionGroup) as exc:
+        error = _only_startup_error(exc)
         if error is None:
             raise
-        _fail("routerd", error.strerror or describe_oserror(error))
+        if isinstance(error, OSError):
+            _fail("routerd", error.strerror or describe_oserror(error))
+        _fail("routerd", str(error), EXIT_USAGE)
     return 0
 
 
-def _only_oserror(exc: BaseException) -> OSError | None:
-    """The first OSError when `exc` is one, or a group of nothing else (a listener failing to bind
-    inside a nursery arrives as a group); None otherwise."""
-    if isinstance(exc, OSError):
+def _only_startup_error(exc: BaseException) -> OSError | StartupError | None:
+    """The first OSError or StartupError when `exc` is one, or a group of nothing else (a listener
+    failing to bind inside a nursery arrives as a group); None otherwise."""
+    if isinstance(exc, (OSError, StartupError)):
         return exc
     if isinstance(exc, BaseExceptionGroup):
-        matched, rest = exc.split(OSError)
+        matched, rest = exc.split((OSError, StartupError))
         if matched is not None and rest is None:
-            return _only_oserror(matched.exceptions[0])
+            return _only_startup_error(matched.exceptions[0])
     return None
 
 

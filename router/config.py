@@ -43,6 +43,7 @@ from router.settings import (
     Config,
     DiscoveryGroupConfig,
     RouterConfig,
+    TlsConfig,
     compile_filter,
 )
 
@@ -796,6 +797,38 @@ class _Loader:
                 acceptors.append(self._acceptor(element, name, url, routers))
         return acceptors
 
+    def _tls(self, element: etree._Element, params: Mapping[str, str]) -> TlsConfig | None:
+        """Artemis's TLS acceptor parameters, PEM key stores only."""
+        flags = {n: _flag(params, n) for n in ("sslEnabled", "needClientAuth", "wantClientAuth")}
+        for name, value in flags.items():
+            if value is None:
+                raise self.error(element, f"{name} must be true or false, got {params[name]!r}")
+        if not flags["sslEnabled"]:
+            return None
+        for kind in ("keyStoreType", "trustStoreType"):
+            store_type = params.get(kind, "PEM").strip().upper()
+            if store_type != "PEM":
+                raise self.error(
+                    element,
+                    f"{kind} {store_type!r} is not supported: use PEM files "
+                    "(convert with: openssl pkcs12 -in store.p12 -nodes -out store.pem)",
+                )
+        key_store = params.get("keyStorePath", "").strip()
+        if not key_store:
+            raise self.error(
+                element, "sslEnabled=true needs keyStorePath (a PEM file with key and certificate)"
+            )
+        trust_store = params.get("trustStorePath", "").strip() or None
+        try:
+            return TlsConfig(
+                key_store_path=key_store,
+                trust_store_path=trust_store,
+                need_client_auth=bool(flags["needClientAuth"]),
+                want_client_auth=bool(flags["wantClientAuth"]),
+            )
+        except ValueError as exc:
+            raise self.error(element, str(exc)) from exc
+
     def _acceptor(
         self, element: etree._Element, name: str, url: str, routers: Mapping[str, RouterConfig]
     ) -> AcceptorConfig:
@@ -831,6 +864,7 @@ class _Loader:
         if proxy_text not in ("true", "false"):
             raise self.error(element, f"proxyProtocolEnabled must be true or false, got {proxy_text!r}")
         send_proxy = params.get("sendProxyProtocol", "").strip().lower() or None
+        tls = self._tls(element, params)
         try:
             return AcceptorConfig(
                 name=name,
@@ -843,10 +877,17 @@ class _Loader:
                 sniff_max_bytes=int(cap_text),
                 proxy_protocol=proxy_text == "true",
                 send_proxy_protocol=send_proxy,
+                tls=tls,
                 params=tuple(params.items()),
             )
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
+
+
+def _flag(params: Mapping[str, str], name: str) -> bool | None:
+    """A boolean URL parameter: True/False, or None when it is not "true"/"false"."""
+    text = params.get(name, "false").strip().lower()
+    return {"true": True, "false": False}.get(text)
 
 
 def _is_routed(url: str) -> bool:

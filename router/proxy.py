@@ -13,20 +13,24 @@ reset in either direction closes both at once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
+import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import trio
 
 from keys import ConnectionFacts, KeyType, SniffError
+from keys.detect import detect_tls
 from keys.proxy_protocol import encode_v1, encode_v2
 from router import answers
 from router.engine import RouteStatus
 from router.net import describe_oserror, open_connection
 from router.settings import AcceptorMode
 from router.sniffing import read_past_preamble, read_proxy_header, read_until_sniffed
+from router.tls import PrefixedStream, certificate_user
 
 if TYPE_CHECKING:
     from keys import Sniffed
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
     from router.routing import RouterRuntime
     from router.settings import AcceptorConfig
 
-__all__ = ["RELAY_CHUNK_BYTES", "ConnectionLimits", "handle_connection", "relay"]
+__all__ = ["RELAY_CHUNK_BYTES", "AcceptorIO", "ConnectionLimits", "handle_connection", "relay"]
 
 log = logging.getLogger("router.conn")
 
@@ -59,23 +63,27 @@ def _peer_of(stream: trio.SocketStream) -> tuple[str, int]:
     return str(name[0]), int(name[1])
 
 
-async def _pump(source: trio.SocketStream, sink: trio.SocketStream, counter: list[int]) -> None:
+async def _pump(source: trio.abc.ReceiveStream, sink: trio.abc.SendStream, counter: list[int]) -> bool:
+    """Copy until EOF; half-close the sink. Returns False when the sink cannot half-close (TLS)."""
     while True:
         data = await source.receive_some(RELAY_CHUNK_BYTES)
         if not data:
             break
         counter[0] += len(data)
         await sink.send_all(data)
+    if not isinstance(sink, trio.abc.HalfCloseableStream):
+        return False
     # Half-close: the other direction keeps flowing until its own EOF.
     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         await sink.send_eof()
+    return True
 
 
-async def relay(client: trio.SocketStream, upstream: trio.SocketStream, counts: list[int]) -> None:
+async def relay(client: trio.abc.Stream, upstream: trio.abc.Stream, counts: list[int]) -> None:
     """Relay bytes both ways until both directions ended or one broke, then close both streams.
 
     Args:
-        client: the client's stream.
+        client: the client's stream (a socket, or TLS terminated by us).
         upstream: the target's stream.
         counts: `[client -> target, target -> client]` byte counters, updated as bytes flow (so
             they are right even when the relay is cancelled).
@@ -84,9 +92,11 @@ async def relay(client: trio.SocketStream, upstream: trio.SocketStream, counts: 
     try:
         async with trio.open_nursery() as nursery:
 
-            async def guarded(src: trio.SocketStream, dst: trio.SocketStream, c: list[int]) -> None:
+            async def guarded(src: trio.abc.Stream, dst: trio.abc.Stream, c: list[int]) -> None:
                 try:
-                    await _pump(src, dst, c)
+                    if not await _pump(src, dst, c):
+                        # TLS has no half-close: the target's EOF ends the whole connection.
+                        nursery.cancel_scope.cancel(reason="EOF towards a stream without half-close")
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     # A reset or failure in one direction ends the whole connection.
                     nursery.cancel_scope.cancel(reason="the other direction broke")
@@ -101,41 +111,93 @@ async def relay(client: trio.SocketStream, upstream: trio.SocketStream, counts: 
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Opening:
-    """What the handshake phase learnt about a connection."""
+class AcceptorIO:
+    """What an acceptor's connections share: how to detect protocols, and TLS termination."""
 
+    detect: Detector
+    """Detection of the first bytes (TLS included, for SNI peeking on passthrough)."""
+    detect_inner: Detector
+    """Detection inside TLS terminated by us."""
+    tls: ssl.SSLContext | None = None
+    """The server context when the acceptor terminates TLS."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Opening:
+    """What the opening phase learnt about a connection."""
+
+    stream: trio.abc.Stream
+    """The client's stream from now on: the socket, or TLS terminated by us."""
     peer: str
     """`ip:port` of the TCP peer (the load balancer, behind a PROXY header)."""
     source_ip: str
     """The client's address: the peer's, or the one in the PROXY header."""
+    local: tuple[str, int]
+    """Our address of the connection (the PROXY header we send names it)."""
     raw: bytes = b""
-    """Client bytes read so far, replayed to the target unchanged."""
+    """Client bytes read so far (inside TLS when terminated), replayed to the target unchanged."""
     sniffed: Sniffed | None = None
     replied: bytes = b""
     """What the router already answered (server-first openings)."""
+    sni_host: str | None = None
+    """server_name of a TLS hello we terminated."""
+    certificate_user: str | None = None
+    """Subject CN of the client certificate we verified."""
 
 
-def _needs_sniffing(acceptor: AcceptorConfig, runtime: RouterRuntime) -> bool:
+def _needs_sniffing(
+    acceptor: AcceptorConfig, runtime: RouterRuntime, *, terminated: bool, certificate_user: bool
+) -> bool:
     # SOURCE_IP in proxy mode needs no protocol knowledge: any protocol passes untouched and the
-    # connection goes to the target at once, which is also the fastest path.
-    return acceptor.mode is not AcceptorMode.PROXY or runtime.config.key_type is not KeyType.SOURCE_IP
+    # connection goes to the target at once, which is also the fastest path. With TLS terminated
+    # by us SNI is already known, and a verified client certificate names the user (it comes
+    # before the name on the wire, SPEC A2), so those keys need nothing more either.
+    key_type = runtime.config.key_type
+    if acceptor.mode is not AcceptorMode.PROXY:
+        return True
+    if key_type is KeyType.SOURCE_IP:
+        return False
+    if terminated and key_type is KeyType.SNI_HOST:
+        return False
+    return not (certificate_user and key_type is KeyType.USER_NAME)
 
 
 async def _open(
-    client: trio.SocketStream, acceptor: AcceptorConfig, runtime: RouterRuntime, detect: Detector, peer: str
+    client: trio.SocketStream, acceptor: AcceptorConfig, runtime: RouterRuntime, io: AcceptorIO, peer: str
 ) -> _Opening:
     source_ip = peer.rpartition(":")[0].strip("[]")
+    sockname = client.socket.getsockname()
+    local = (str(sockname[0]), int(sockname[1]))
     initial = b""
     if acceptor.proxy_protocol:
         header, initial = await read_proxy_header(client)
         if header.source_ip is not None and not header.local:
             source_ip = header.source_ip
-    if not _needs_sniffing(acceptor, runtime):
-        return _Opening(peer=peer, source_ip=source_ip, raw=initial)
-    outcome = await read_until_sniffed(client, detect, max_bytes=acceptor.sniff_max_bytes, initial=initial)
-    return _Opening(
-        peer=peer, source_ip=source_ip, raw=outcome.raw, sniffed=outcome.sniffed, replied=outcome.replied
+    stream: trio.abc.Stream = client
+    detect, sni_host, user = io.detect, None, None
+    if io.tls is not None:
+        hello = await read_until_sniffed(
+            client, detect_tls, max_bytes=acceptor.sniff_max_bytes, initial=initial
+        )
+        tls_stream = trio.SSLStream(PrefixedStream(client, hello.raw), io.tls, server_side=True)
+        await tls_stream.do_handshake()
+        stream, detect, initial = tls_stream, io.detect_inner, b""
+        sni_host, user = hello.sniffed.sni_host, certificate_user(tls_stream)
+    base = _Opening(
+        stream=stream,
+        peer=peer,
+        source_ip=source_ip,
+        local=local,
+        raw=initial,
+        sni_host=sni_host,
+        certificate_user=user,
     )
+    if not _needs_sniffing(
+        acceptor, runtime, terminated=io.tls is not None, certificate_user=user is not None
+    ):
+        return base
+    outcome = await read_until_sniffed(stream, detect, max_bytes=acceptor.sniff_max_bytes, initial=initial)
+    return dataclasses.replace(base, raw=outcome.raw, sniffed=outcome.sniffed, replied=outcome.replied)
 
 
 async def handle_connection(
@@ -143,7 +205,7 @@ async def handle_connection(
     acceptor: AcceptorConfig,
     runtime: RouterRuntime,
     limits: ConnectionLimits,
-    detect: Detector,
+    io: AcceptorIO,
 ) -> None:
     """One accepted client connection: opening, decision, then an answer or a proxied session."""
     try:
@@ -156,7 +218,7 @@ async def handle_connection(
     timeout_s = acceptor.handshake_timeout_ms / 1000 if acceptor.handshake_timeout_ms else math.inf
     try:
         with trio.fail_after(timeout_s):
-            opening = await _open(client, acceptor, runtime, detect, peer)
+            opening = await _open(client, acceptor, runtime, io, peer)
     except SniffError as exc:
         runtime.metrics.client_errors.labels(acceptor.name, exc.protocol).inc()
         log.warning(
@@ -173,14 +235,26 @@ async def handle_connection(
         log.warning("peer=%s acceptor=%s handshake not complete after %g s", peer, acceptor.name, timeout_s)
         await client.aclose()
         return
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        await client.aclose()  # gone while we answered its opening
+    except trio.BrokenResourceError as exc:
+        # Gone while we answered its opening, or a failed TLS handshake (the cause says why).
+        if isinstance(exc.__cause__, ssl.SSLError):
+            runtime.metrics.client_errors.labels(acceptor.name, "tls").inc()
+            log.warning(
+                "peer=%s acceptor=%s protocol=tls handshake failed: %s",
+                peer,
+                acceptor.name,
+                exc.__cause__.reason or exc.__cause__,
+            )
+        await client.aclose()
         return
-    await _route_and_serve(client, acceptor, runtime, limits, opening)
+    except trio.ClosedResourceError:
+        await client.aclose()
+        return
+    await _route_and_serve(opening.stream, acceptor, runtime, limits, opening)
 
 
 async def _route_and_serve(
-    client: trio.SocketStream,
+    client: trio.abc.Stream,
     acceptor: AcceptorConfig,
     runtime: RouterRuntime,
     limits: ConnectionLimits,
@@ -191,8 +265,9 @@ async def _route_and_serve(
     facts = ConnectionFacts(
         source_ip=opening.source_ip,
         client_id=None if sniffed is None else sniffed.client_id,
-        user_name=None if sniffed is None else sniffed.user_name,
-        sni_host=None if sniffed is None else sniffed.sni_host,
+        # SPEC A2: the user the router authenticated (client certificate) before the wire's name.
+        user_name=opening.certificate_user or (None if sniffed is None else sniffed.user_name),
+        sni_host=opening.sni_host or (None if sniffed is None else sniffed.sni_host),
     )
     try:
         with trio.fail_after(limits.route_timeout_s):
@@ -250,7 +325,7 @@ async def _route_and_serve(
 
 
 async def _answer(
-    client: trio.SocketStream,
+    client: trio.abc.Stream,
     runtime: RouterRuntime,
     status: RouteStatus,
     opening: _Opening,
@@ -268,7 +343,7 @@ async def _answer(
 
 
 async def _proxy(
-    client: trio.SocketStream,
+    client: trio.abc.Stream,
     acceptor: AcceptorConfig,
     runtime: RouterRuntime,
     limits: ConnectionLimits,
@@ -323,7 +398,7 @@ async def _proxy(
 
 
 async def _replay(
-    client: trio.SocketStream,
+    client: trio.abc.Stream,
     upstream: trio.SocketStream,
     acceptor: AcceptorConfig,
     limits: ConnectionLimits,
@@ -337,7 +412,7 @@ async def _replay(
     peer, sniffed = opening.peer, opening.sniffed
     try:
         if acceptor.send_proxy_protocol is not None:
-            await upstream.send_all(_proxy_header_for(client, opening, acceptor.send_proxy_protocol))
+            await upstream.send_all(_proxy_header_for(opening, acceptor.send_proxy_protocol))
         if opening.raw:
             await upstream.send_all(opening.raw)
         if sniffed is None:
@@ -360,9 +435,8 @@ async def _replay(
     return False
 
 
-def _proxy_header_for(client: trio.SocketStream, opening: _Opening, version: str) -> bytes:
-    local = client.socket.getsockname()
-    dest_ip, dest_port = str(local[0]), int(local[1])
+def _proxy_header_for(opening: _Opening, version: str) -> bytes:
+    dest_ip, dest_port = opening.local
     source_port = int(opening.peer.rpartition(":")[2])
     if version == "v1":
         return encode_v1(opening.source_ip, source_port, dest_ip, dest_port)

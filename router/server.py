@@ -25,13 +25,14 @@ from router.admin import serve_admin
 from router.health import serve_health_checks
 from router.metrics import Metrics
 from router.net import open_listeners
-from router.proxy import ConnectionLimits, handle_connection
+from router.proxy import AcceptorIO, ConnectionLimits, handle_connection
 from router.routing import RouterRuntime
+from router.tls import server_context
 
 if TYPE_CHECKING:
     from router.settings import AcceptorConfig, Config
 
-__all__ = ["ServerInfo", "serve_router"]
+__all__ = ["ServerInfo", "StartupError", "serve_router"]
 
 log = logging.getLogger("router.server")
 
@@ -59,8 +60,8 @@ async def _accept_loop(
     runtime: RouterRuntime,
     limits: ConnectionLimits,
     handlers: trio.Nursery,
+    io: AcceptorIO,
 ) -> None:
-    detect = make_detector(acceptor.protocols)
     while True:
         try:
             stream = await listener.accept()
@@ -75,7 +76,28 @@ async def _accept_loop(
             )
             await trio.sleep(_ACCEPT_BACKOFF_S)
             continue
-        handlers.start_soon(handle_connection, stream, acceptor, runtime, limits, detect)
+        handlers.start_soon(handle_connection, stream, acceptor, runtime, limits, io)
+
+
+def _acceptor_io(acceptor: AcceptorConfig) -> AcceptorIO:
+    """Detection and TLS of one acceptor.
+
+    Raises:
+        StartupError: its key or trust store cannot be loaded.
+    """
+    try:
+        tls = None if acceptor.tls is None else server_context(acceptor.tls)
+    except ValueError as exc:
+        raise StartupError(f"acceptor {acceptor.name!r}: {exc}") from exc
+    return AcceptorIO(
+        detect=make_detector(acceptor.protocols),
+        detect_inner=make_detector(acceptor.protocols, tls=False),
+        tls=tls,
+    )
+
+
+class StartupError(Exception):
+    """The router cannot start with this configuration on this machine (a file, a port)."""
 
 
 def _warn_unsupported(config: Config) -> None:
@@ -116,6 +138,7 @@ async def serve_router(
     shutdown = shutdown if shutdown is not None else trio.Event()
     limits = limits if limits is not None else ConnectionLimits()
     _warn_unsupported(config)
+    ios = {a.name: _acceptor_io(a) for a in config.acceptors}  # before any listener: fail early
     metrics = Metrics()
     runtimes = {
         r.name: RouterRuntime(config, r, metrics, round_robin_start=round_robin_start) for r in config.routers
@@ -148,7 +171,13 @@ async def serve_router(
                 async with trio.open_nursery() as accepting:
                     for acceptor, listener in listeners:
                         accepting.start_soon(
-                            _accept_loop, listener, acceptor, runtimes[acceptor.router], limits, handlers
+                            _accept_loop,
+                            listener,
+                            acceptor,
+                            runtimes[acceptor.router],
+                            limits,
+                            handlers,
+                            ios[acceptor.name],
                         )
                     log.info("ready: %d acceptor(s) listening", len(bound))
                     task_status.started(ServerInfo(acceptors=bound, admin=admin_bound, runtimes=runtimes))

@@ -27,6 +27,7 @@ __all__ = [
     "Config",
     "DiscoveryGroupConfig",
     "RouterConfig",
+    "TlsConfig",
     "compile_filter",
 ]
 
@@ -57,6 +58,27 @@ class AcceptorMode(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TlsConfig:
+    """TLS termination on an acceptor (Artemis `sslEnabled=true` with a PEM key store)."""
+
+    key_store_path: str
+    """PEM file with the private key and the certificate chain (Artemis `keyStorePath`,
+    `keyStoreType=PEM`)."""
+    trust_store_path: str | None = None
+    """PEM CA bundle that client certificates must chain to (Artemis `trustStorePath`)."""
+    need_client_auth: bool = False
+    """Require a client certificate (Artemis `needClientAuth`); its subject CN is the user."""
+    want_client_auth: bool = False
+    """Ask for a client certificate but accept none (Artemis `wantClientAuth`)."""
+
+    def __post_init__(self) -> None:
+        if (self.need_client_auth or self.want_client_auth) and self.trust_store_path is None:
+            raise ValueError(
+                "needClientAuth/wantClientAuth need trustStorePath (the CA of client certificates)"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AcceptorConfig:
     """`<acceptor name="…">tcp://host:port?router=NAME;protocols=…;mode=…</acceptor>`."""
 
@@ -80,6 +102,8 @@ class AcceptorConfig:
     `proxyProtocolEnabled`); SOURCE_IP is then the address in the header."""
     send_proxy_protocol: str | None = None
     """Send a PROXY protocol header to targets: "v1", "v2" or None (our `sendProxyProtocol`)."""
+    tls: TlsConfig | None = None
+    """TLS termination; None relays TLS untouched (passthrough, SNI peeked from the ClientHello)."""
     params: tuple[tuple[str, str], ...] = field(default=())
     """All URL parameters in order, including the ones above."""
 

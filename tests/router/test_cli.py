@@ -237,3 +237,24 @@ class TestRouterd:
             f"routerd: error: acceptor 'mqtt' on 127.0.0.1:{port} cannot listen: Address already in use"
         )
         assert "Traceback" not in proc.stderr
+
+
+def test_routerd_unloadable_key_store_is_one_line_exit_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "tls.xml"
+    cfg.write_text(
+        DEMO.read_text().replace(
+            "mode=proxy", f"mode=proxy;sslEnabled=true;keyStorePath={tmp_path}/missing.pem"
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "router", "--config", str(cfg), "--no-admin"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"routerd: error: acceptor 'mqtt': cannot load keyStorePath '{tmp_path}/missing.pem'"
+    )
+    assert "Traceback" not in proc.stderr

@@ -1349,3 +1349,41 @@ def test_load_config_rejects_bad_acceptor_handshake_parameters(params: str, reas
     with pytest.raises(ConfigError) as info:
         load_config_text(_acceptor_doc(params), source="a.xml")
     assert str(info.value) == f"a.xml:2: <acceptor>: {reason}"
+
+
+def test_load_config_acceptor_tls_termination_parameters() -> None:
+    (acceptor,) = load_config_text(
+        _acceptor_doc(
+            "sslEnabled=true;keyStorePath=/etc/r/router.pem;keyStoreType=PEM;trustStorePath=/etc/r/ca.pem;"
+            "needClientAuth=true"
+        )
+    ).acceptors
+    assert acceptor.tls is not None
+    assert (acceptor.tls.key_store_path, acceptor.tls.trust_store_path) == (
+        "/etc/r/router.pem",
+        "/etc/r/ca.pem",
+    )
+    assert acceptor.tls.need_client_auth is True
+    assert load_config_text(_acceptor_doc("mode=proxy")).acceptors[0].tls is None
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ("sslEnabled=yes", "sslEnabled must be true or false, got 'yes'"),
+        ("sslEnabled=true", "sslEnabled=true needs keyStorePath (a PEM file with key and certificate)"),
+        (
+            "sslEnabled=true;keyStorePath=k.jks;keyStoreType=JKS",
+            "keyStoreType 'JKS' is not supported: use PEM files "
+            "(convert with: openssl pkcs12 -in store.p12 -nodes -out store.pem)",
+        ),
+        (
+            "sslEnabled=true;keyStorePath=k.pem;needClientAuth=true",
+            "needClientAuth/wantClientAuth need trustStorePath (the CA of client certificates)",
+        ),
+    ],
+)
+def test_load_config_rejects_bad_tls_parameters(params: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_text(_acceptor_doc(params), source="a.xml")
+    assert str(info.value) == f"a.xml:2: <acceptor>: {reason}"
