@@ -149,7 +149,9 @@ def _publish_through(
     try:
         if not connected.wait(TIMEOUT_S):
             return False
-        return client.publish(topic, b"x", qos=1).wait_for_publish(TIMEOUT_S) is None
+        info = client.publish(topic, b"x", qos=1)
+        info.wait_for_publish(TIMEOUT_S)  # raises on timeout
+        return info.is_published()
     finally:
         client.disconnect()
         client.loop_stop()

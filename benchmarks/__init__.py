@@ -1,0 +1,13 @@
+"""The benchmark harness: HAProxy 2.6 and routerd in front of the same backends, same load clients.
+
+Run it with `.venv/bin/python -m benchmarks.run` (see benchmarks/README.md). Layout:
+
+    run.py       command line, the order of the measurements, the table and the JSON file
+    configs.py   the generated HAProxy, Lua, routerd and mosquitto configurations (pure text)
+    fleet.py     processes: ports, start and stop by PID, readiness, RSS
+    clients.py   the C load client and echo server (compiled at run time), iperf3, MQTT probes
+    decision.py  routing decision time, in process
+    report.py    figures, ratios, the table and the JSON document
+
+Everything listens and connects on 127.0.0.0/8 only. Nothing here is imported by the router.
+"""

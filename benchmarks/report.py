@@ -1,0 +1,233 @@
+"""Figures of a benchmark run: values per path, ratios routerd/HAProxy, the table and the JSON file.
+
+A figure has a value for each path it applies to (`direct`, `haproxy`, `routerd`). A value is a
+positive number, or None with a reason: either `NOT_SUPPORTED` (routerd lacks the feature, the
+run goes on) or `FAILED` (something broke; the run exits non-zero). No I/O here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+__all__ = [
+    "FAILED",
+    "GROUPS",
+    "NOT_SUPPORTED",
+    "PATHS",
+    "Better",
+    "Figure",
+    "PathName",
+    "format_table",
+    "format_value",
+    "new_figures",
+]
+
+PathName = Literal["direct", "haproxy", "routerd"]
+Better = Literal["higher", "lower"]
+PATHS: Final[tuple[PathName, ...]] = ("direct", "haproxy", "routerd")
+_HEADINGS: Final = {"direct": "direct", "haproxy": "HAProxy", "routerd": "routerd"}
+
+NOT_SUPPORTED: Final = "not supported by this routerd yet"
+"""The start of the reason of a value routerd cannot produce yet."""
+FAILED: Final = "failed"
+"""The start of the reason of a value whose measurement broke."""
+
+GROUPS: Final = ("memory", "bulk", "rate", "mqtt", "redirect", "latency", "decision")
+"""Measurement groups, in the order they run (`--only` takes these names). Memory comes first, on
+fresh proxies, so that heap grown by earlier runs does not hide the cost of new connections."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Figure:
+    """One row of the table."""
+
+    name: str
+    """Key in the JSON file."""
+    group: str
+    """Which measurement produces it (one of `GROUPS`)."""
+    title: str
+    unit: str
+    better: Better
+    paths: tuple[PathName, ...]
+    """The paths the figure applies to; the others show as "-"."""
+    values: dict[str, float | None] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Why a value is None."""
+    details: dict[str, object] = field(default_factory=dict)
+    """Per path: error counts, run lengths, raw numbers."""
+
+    def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise ValueError(f"group must be one of {GROUPS}, got {self.group!r}")
+        if not self.paths or any(p not in PATHS for p in self.paths):
+            raise ValueError(f"paths must be a non-empty subset of {PATHS}, got {self.paths!r}")
+
+    def _check_path(self, path: PathName) -> None:
+        if path not in self.paths:
+            raise ValueError(f"figure {self.name!r} has no path {path!r} (paths: {self.paths})")
+
+    def set(self, path: PathName, value: float, details: dict[str, object] | None = None) -> None:
+        """Record a measured value; a value <= 0 is recorded as a failure.
+
+        Raises:
+            ValueError: the figure does not apply to `path`.
+        """
+        self._check_path(path)
+        if details is not None:
+            self.details[path] = details
+        if not value > 0:
+            self.fail(path, f"the measurement gave {value!r}")
+            return
+        self.values[path] = value
+        self.reasons.pop(path, None)
+
+    def unsupported(self, path: PathName, why: str) -> None:
+        """Record that routerd cannot do this yet (not an error of the run)."""
+        self._check_path(path)
+        self.values[path] = None
+        self.reasons[path] = f"{NOT_SUPPORTED}: {why}"
+
+    def fail(self, path: PathName, why: str) -> None:
+        """Record that a measurement broke (the run will exit non-zero)."""
+        self._check_path(path)
+        self.values[path] = None
+        self.reasons[path] = f"{FAILED}: {why}"
+
+    @property
+    def measured(self) -> bool:
+        """Whether any path has a value or a reason."""
+        return bool(self.values)
+
+    def failures(self) -> list[str]:
+        """ "name/path: reason" of every failed value."""
+        return [f"{self.name}/{p}: {r}" for p, r in self.reasons.items() if r.startswith(FAILED)]
+
+    def ratio(self) -> float | None:
+        """routerd / HAProxy, when both have a value."""
+        haproxy, routerd = self.values.get("haproxy"), self.values.get("routerd")
+        if haproxy is None or routerd is None:
+            return None
+        return routerd / haproxy
+
+    def to_json(self) -> dict[str, object]:
+        """The figure's object in the JSON file."""
+        ratio = self.ratio()
+        return {
+            "title": self.title,
+            "unit": self.unit,
+            "better": self.better,
+            "values": {p: self.values.get(p) for p in self.paths},
+            "reasons": dict(self.reasons),
+            "ratio_routerd_haproxy": None if ratio is None else round(ratio, 4),
+            "details": dict(self.details),
+        }
+
+
+def new_figures() -> dict[str, Figure]:
+    """Every figure of the benchmark, in table order, without values."""
+    all3: tuple[PathName, ...] = PATHS
+    proxies: tuple[PathName, ...] = ("haproxy", "routerd")
+    rows = [
+        Figure(name="memory_per_connection", group="memory", title="memory per idle proxied connection",
+               unit="KiB", better="lower", paths=proxies),
+        Figure(name="memory_rss_before", group="memory", title="RSS before the idle connections",
+               unit="MiB", better="lower", paths=proxies),
+        Figure(name="bulk_1_stream", group="bulk", title="bulk throughput, 1 stream (iperf3)",
+               unit="Gbit/s", better="higher", paths=all3),
+        Figure(name="bulk_8_streams", group="bulk", title="bulk throughput, 8 streams (iperf3)",
+               unit="Gbit/s", better="higher", paths=all3),
+        Figure(name="connection_rate", group="rate", title="short connections, 16 B echo, 50 parallel",
+               unit="conn/s", better="higher", paths=all3),
+        Figure(name="connection_cpu", group="rate", title="proxy CPU per short connection",
+               unit="us", better="lower", paths=proxies),
+        Figure(name="mqtt_connect_rate", group="mqtt", title="MQTT 3.1.1 CONNECT->CONNACK, key CLIENT_ID",
+               unit="conn/s", better="higher", paths=all3),
+        Figure(name="mqtt5_redirect_rate", group="redirect", title="MQTT 5 CONNECT->CONNACK 0x9C (redirect)",
+               unit="conn/s", better="higher", paths=proxies),
+        Figure(name="rtt_p50", group="latency", title="ping-pong round trip, p50",
+               unit="us", better="lower", paths=all3),
+        Figure(name="rtt_p99", group="latency", title="ping-pong round trip, p99",
+               unit="us", better="lower", paths=all3),
+        Figure(name="added_latency_p50", group="latency", title="added latency vs direct, p50",
+               unit="us", better="lower", paths=proxies),
+        Figure(name="added_latency_p99", group="latency", title="added latency vs direct, p99",
+               unit="us", better="lower", paths=proxies),
+        Figure(name="decision_miss_p50", group="decision", title="routing decision, cache miss, p50",
+               unit="us", better="lower", paths=("routerd",)),
+        Figure(name="decision_miss_p99", group="decision", title="routing decision, cache miss, p99",
+               unit="us", better="lower", paths=("routerd",)),
+        Figure(name="decision_hit_p50", group="decision", title="routing decision, cache hit, p50",
+               unit="us", better="lower", paths=("routerd",)),
+        Figure(name="decision_hit_p99", group="decision", title="routing decision, cache hit, p99",
+               unit="us", better="lower", paths=("routerd",)),
+    ]  # fmt: skip
+    return {f.name: f for f in rows}
+
+
+def format_value(value: float) -> str:
+    """Three significant digits or so, with thousands separators for big numbers."""
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 0.1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def _ratio_text(figure: Figure) -> str:
+    ratio = figure.ratio()
+    if ratio is None:
+        return "-"
+    if round(ratio, 2) == 1:
+        return f"{ratio:.2f} (equal)"
+    good = ratio > 1 if figure.better == "higher" else ratio < 1
+    return f"{ratio:.2f} ({'better' if good else 'worse'})"
+
+
+def format_table(figures: dict[str, Figure]) -> str:
+    """The table of the measured figures, with numbered notes for every value that is None.
+
+    Columns: figure, unit, which direction is better, direct, HAProxy, routerd, and the ratio
+    routerd/HAProxy with whether that ratio means routerd did better or worse (or "equal" when it
+    rounds to 1.00).
+    """
+    header = ["figure", "unit", "better", *(_HEADINGS[p] for p in PATHS), "routerd/HAProxy"]
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    for figure in figures.values():
+        if not figure.measured:
+            continue
+        cells = [figure.title, figure.unit, figure.better]
+        for path in PATHS:
+            if path not in figure.paths:
+                cells.append("-")
+                continue
+            value = figure.values.get(path)
+            if value is not None:
+                cells.append(format_value(value))
+                continue
+            reason = figure.reasons.get(path, "not measured")
+            note = f"{_HEADINGS[path]}: {reason}"
+            if note not in notes:
+                notes.append(note)
+            cells.append(f"null [{notes.index(note) + 1}]")
+        cells.append(_ratio_text(figure))
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    numeric = range(3, len(header))
+
+    def line(cells: list[str]) -> str:
+        out = [
+            c.rjust(w) if i in numeric else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(out).rstrip()
+
+    text = [line(header), "  ".join("-" * w for w in widths)]
+    text += [line(r) for r in rows]
+    text += [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
+    return "\n".join(text)

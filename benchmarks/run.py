@@ -1,0 +1,728 @@
+"""The benchmark command: HAProxy 2.6 and routerd in front of the same backends, same load clients.
+
+    .venv/bin/python -m benchmarks.run [--quick] [--json PATH] [--only GROUP,...]
+                                       [--routerd-log-level LEVEL] [--keep-logs]
+
+One run starts, on 127.0.0.1 ports below 32768 chosen at run time: a C echo server (two ports =
+two backends), `iperf3 -s`, mosquitto, HAProxy (TCP mode, one thread) and routerd (static pools,
+CONSISTENT_HASH, proxy mode). Then it measures, in this order (`--only` takes these names):
+
+    memory    RSS per idle proxied connection (5,000 connections held open through each proxy)
+    bulk      iperf3 throughput, 1 and 8 streams
+    rate      short connections: connect, 16 B echo, close; 50 in parallel, from 127.0.0.2-.9
+    mqtt      MQTT 3.1.1 CONNECT -> CONNACK through the proxy to mosquitto, key CLIENT_ID
+    redirect  MQTT 5 CONNECT -> CONNACK 0x9C from the proxy itself (HAProxy: a Lua service)
+    latency   ping-pong round trips over one connection, p50/p99, and what each proxy adds
+    decision  routerd's routing decision in process (cache miss and hit), p50/p99
+
+It prints a table (absolute figures and routerd/HAProxy ratios) and writes the figures to a JSON
+file, stops every process it started by PID (also on Ctrl-C, SIGTERM and errors), and exits 0, or
+1 when a measurement failed, or 2 when a tool is missing. A figure routerd cannot produce yet
+(CLIENT_ID keys, redirect mode) is null with a reason that starts "not supported by this routerd
+yet"; that is not a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, NoReturn
+
+from benchmarks.clients import (
+    REQUIRED_TOOLS,
+    USE_ANOTHER_SERVER,
+    ClientError,
+    Loadgen,
+    PingResult,
+    RateResult,
+    build_c_tools,
+    find_tool,
+    probe_connack,
+    run_iperf,
+)
+from benchmarks.configs import (
+    PROBE_LOCAL_CLIENT_ID,
+    PROBE_OTHER_CLIENT_ID,
+    Ports,
+    haproxy_config,
+    haproxy_maxconn,
+    mosquitto_config,
+    mqtt_redirect_lua,
+    routerd_config,
+)
+from benchmarks.decision import time_decisions
+from benchmarks.fleet import (
+    Fleet,
+    FleetError,
+    admin_get,
+    cpu_ns,
+    pick_ports,
+    pinned,
+    quietest_cpu,
+    raise_fd_limit,
+    rss_kib,
+)
+from benchmarks.report import GROUPS, Figure, PathName, format_table, new_figures
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from types import FrameType
+
+__all__ = ["FULL", "QUICK", "Settings", "default_json_path", "main"]
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+INSTALL_HINT: Final = (
+    "run ./benchmarks/bench (or ./run-tests), which installs them, or: "
+    "apt-get install -y haproxy iperf3 mosquitto gcc libc6-dev"
+)
+FD_MARGIN: Final = 500
+"""Descriptors kept free beyond two per idle proxied connection (listeners, logs, probes)."""
+SETTLE_S: Final = 1.0
+"""Pause before reading an RSS, so that the proxy has finished with the last connection."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """How big each measurement is."""
+
+    iperf_seconds: float
+    rate_total: int
+    rate_seconds: float
+    rate_concurrency: int
+    mqtt_total: int
+    mqtt_seconds: float
+    ping_count: int
+    """Round trips per path, over all rounds."""
+    ping_rounds: int
+    ping_seconds: float
+    """Upper bound per path, over all rounds."""
+    idle_connections: int
+    idle_seconds: float
+    decision_keys: int
+
+
+FULL: Final = Settings(
+    iperf_seconds=5,
+    rate_total=20_000,
+    rate_seconds=10,
+    rate_concurrency=50,
+    mqtt_total=20_000,
+    mqtt_seconds=10,
+    ping_count=21_000,
+    ping_rounds=7,
+    ping_seconds=14,
+    idle_connections=5_000,
+    idle_seconds=60,
+    decision_keys=20_000,
+)
+QUICK: Final = Settings(
+    iperf_seconds=1,
+    rate_total=500,
+    rate_seconds=5,
+    rate_concurrency=50,
+    mqtt_total=300,
+    mqtt_seconds=5,
+    ping_count=1_500,
+    ping_rounds=3,
+    ping_seconds=5,
+    idle_connections=200,
+    idle_seconds=30,
+    decision_keys=2_000,
+)
+
+
+def default_json_path() -> Path:
+    """Where the JSON goes without --json: the system's temporary directory, never the tree."""
+    return Path(tempfile.gettempdir()) / "router-bench" / "latest.json"
+
+
+def _say(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+def _first_line(argv: Sequence[str]) -> str:
+    try:
+        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = (result.stdout or result.stderr).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def _versions() -> dict[str, str]:
+    tool = {name: find_tool(name) or name for name in REQUIRED_TOOLS}
+    commit = _first_line(["git", "-C", str(ROOT), "rev-parse", "HEAD"])  # read-only
+    return {
+        "haproxy": _first_line([tool["haproxy"], "-v"]),
+        "iperf3": _first_line([tool["iperf3"], "--version"]),
+        "mosquitto": _first_line([tool["mosquitto"], "-h"]),
+        "gcc": _first_line([tool["gcc"], "--version"]),
+        "python": sys.version.split()[0],
+        "routerd_commit": commit,
+    }
+
+
+def _loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+class Bench:
+    """One run: the fleet, the load clients and the figures they fill."""
+
+    def __init__(
+        self, fleet: Fleet, settings: Settings, figures: dict[str, Figure], *, log_level: str
+    ) -> None:
+        self.fleet = fleet
+        self.settings = settings
+        self.figures = figures
+        self.log_level = log_level
+        self.workdir = fleet.workdir
+        self.fd_limit = raise_fd_limit()
+        self.idle_connections = min(settings.idle_connections, (self.fd_limit - FD_MARGIN) // 2)
+        self.ports: Ports | None = None
+        self.loadgen: Loadgen | None = None
+        self.pids: dict[PathName, int] = {}
+        """The proxies' PIDs."""
+        self.echo_pid: int | None = None
+
+    # -- starting --
+
+    def start(self) -> None:
+        """Build the C tools, write the configurations, start the backends and both proxies."""
+        binaries = build_c_tools(self.workdir)
+        self.loadgen = Loadgen(binaries["loadgen"], self.fleet)
+        p = pick_ports(14)
+        ports = Ports(
+            echo=(p[0], p[1]),
+            iperf=p[2],
+            mosquitto=p[3],
+            haproxy_echo=p[4],
+            haproxy_iperf=p[5],
+            haproxy_mqtt=p[6],
+            haproxy_redirect=p[7],
+            routerd_echo=p[8],
+            routerd_iperf=p[9],
+            routerd_mqtt=p[10],
+            routerd_redirect=p[11],
+            routerd_probe=p[12],
+            routerd_admin=p[13],
+        )
+        self.ports = ports
+        tool = {name: find_tool(name) or name for name in REQUIRED_TOOLS}
+        work = self.workdir
+        (work / "mosquitto.conf").write_text(mosquitto_config(ports.mosquitto))
+        (work / "redirect.lua").write_text(mqtt_redirect_lua(f"127.0.0.1:{ports.mosquitto}"))
+        maxconn = haproxy_maxconn(self.fd_limit)
+        (work / "haproxy.cfg").write_text(
+            haproxy_config(ports, lua_path=str(work / "redirect.lua"), maxconn=maxconn)
+        )
+        (work / "routerd.xml").write_text(routerd_config(ports))
+        check = subprocess.run(
+            [tool["haproxy"], "-c", "-f", str(work / "haproxy.cfg")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if check.returncode != 0:
+            raise FleetError(f"haproxy -c rejects the generated configuration: {check.stdout}{check.stderr}")
+
+        echo = self.fleet.start(
+            "echo backends", [str(binaries["echo_srv"]), "127.0.0.1", *map(str, ports.echo)], ports=ports.echo
+        )
+        self.echo_pid = echo.pid
+        self.fleet.start(
+            "iperf3 server",
+            [tool["iperf3"], "-s", "-B", "127.0.0.1", "-p", str(ports.iperf)],
+            ports=[ports.iperf],
+        )
+        self.fleet.start(
+            "mosquitto", [tool["mosquitto"], "-c", str(work / "mosquitto.conf")], ports=[ports.mosquitto]
+        )
+        haproxy_ports = [ports.haproxy_echo, ports.haproxy_iperf, ports.haproxy_mqtt, ports.haproxy_redirect]
+        haproxy = self.fleet.start(
+            "haproxy", [tool["haproxy"], "-f", str(work / "haproxy.cfg"), "-db"], ports=haproxy_ports
+        )
+        self.pids["haproxy"] = haproxy.pid
+        routerd_argv = [sys.executable, "-m", "router", "--config", str(work / "routerd.xml")]
+        routerd_argv += ["--admin", f"127.0.0.1:{ports.routerd_admin}", "--log-level", self.log_level]
+        routerd_ports = [ports.routerd_echo, ports.routerd_iperf, ports.routerd_mqtt, ports.routerd_redirect]
+        routerd_ports += [ports.routerd_probe, ports.routerd_admin]
+        routerd = self.fleet.start("routerd", routerd_argv, ports=routerd_ports, cwd=ROOT)
+        self.pids["routerd"] = routerd.pid
+        self.fleet.wait_until("routerd", routerd, self._routerd_ready, 20, "report every pool target ready")
+        _say(
+            f"haproxy maxconn {maxconn}, fd limit {self.fd_limit}, {self.idle_connections} idle connections; "
+            f"logs in {work}"
+        )
+
+    def _routerd_ready(self) -> bool:
+        assert self.ports is not None
+        for name in ("echo", "iperf", "mqtt", "mqtt-probe"):
+            status = admin_get(self.ports.routerd_admin, f"/api/v1/routers/{name}")
+            if not isinstance(status, dict):
+                return False
+            pool = status.get("pool")
+            targets = pool.get("targets") if isinstance(pool, dict) else None
+            if not isinstance(targets, list) or not targets:
+                return False
+            if not all(isinstance(t, dict) and t.get("state") == "ready" for t in targets):
+                return False
+        return True
+
+    def _need(self) -> tuple[Ports, Loadgen]:
+        if self.ports is None or self.loadgen is None:
+            raise FleetError("the fleet is not started")
+        return self.ports, self.loadgen
+
+    # -- measurements --
+
+    def run_group(self, group: str) -> None:
+        """Run one measurement group; an error fails the group's values that are still missing."""
+        started = time.monotonic()
+        _say(f"measuring {group}")
+        measure: dict[str, Callable[[], None]] = {
+            "memory": self.memory,
+            "bulk": self.bulk,
+            "rate": self.rate,
+            "mqtt": self.mqtt,
+            "redirect": self.redirect,
+            "latency": self.latency,
+            "decision": self.decision,
+        }
+        try:
+            measure[group]()
+        except (
+            ClientError,
+            FleetError,
+            OSError,
+            RuntimeError,
+            ValueError,
+            subprocess.SubprocessError,
+        ) as exc:
+            _say(f"{group} failed: {exc}")
+            for figure in self.figures.values():
+                if figure.group == group:
+                    for path in figure.paths:
+                        if path not in figure.values:
+                            figure.fail(path, f"{type(exc).__name__}: {exc}")
+        _say(f"{group} took {time.monotonic() - started:.1f} s")
+
+    def _run_rate(
+        self, figure: Figure, path: PathName, run: Callable[[], RateResult], cpu_figure: Figure | None = None
+    ) -> None:
+        """Run one rate measurement and record it, with the proxy's CPU time per connection."""
+        pid = self.pids.get(path)
+        cpu_before = cpu_ns(pid) if pid is not None else 0
+        result = run()
+        details = result.details()
+        if pid is not None and result.ok > 0:
+            cpu_us = (cpu_ns(pid) - cpu_before) / 1000 / result.ok
+            details["proxy_cpu_us_per_connection"] = round(cpu_us, 2)
+            if cpu_figure is not None:
+                cpu_figure.set(path, cpu_us)
+        if result.ok == 0:
+            figure.details[path] = details
+            figure.fail(path, f"no connection succeeded ({result.errors} errors, last: {result.last_error})")
+            if cpu_figure is not None and path in cpu_figure.paths:
+                cpu_figure.fail(path, "no connection succeeded")
+        else:
+            figure.set(path, result.rate, details)
+        if result.errors:
+            _say(f"{figure.name}/{path}: {result.errors} errors, last: {result.last_error}")
+
+    def memory(self) -> None:
+        """RSS growth per idle proxied connection, and the RSS before them."""
+        ports, loadgen = self._need()
+        count = self.idle_connections
+        warmup = max(1, min(100, count // 10))
+        per_conn, before_fig = self.figures["memory_per_connection"], self.figures["memory_rss_before"]
+        for path_name, port in _echo_paths(ports)[1:]:
+            pid = self.pids[path_name]
+            helper, _ = loadgen.open_idle(port, count=warmup, seconds=self.settings.idle_seconds)
+            self.fleet.stop(helper)  # first connections pay for lazily allocated pools
+            time.sleep(SETTLE_S)
+            before = rss_kib(pid)
+            helper, opened = loadgen.open_idle(port, count=count, seconds=self.settings.idle_seconds)
+            try:
+                time.sleep(SETTLE_S)
+                after = rss_kib(pid)
+            finally:
+                self.fleet.stop(helper)
+            details: dict[str, object] = {
+                "requested": count,
+                "open": opened.open,
+                "errors": opened.errors,
+                "open_seconds": round(opened.seconds, 3),
+                "rss_before_kib": before,
+                "rss_after_kib": after,
+            }
+            if opened.open == 0:
+                per_conn.fail(path_name, f"no idle connection opened (last error: {opened.last_error})")
+                per_conn.details[path_name] = details
+            else:
+                per_conn.set(path_name, (after - before) / opened.open, details)
+            before_fig.set(path_name, before / 1024)
+
+    def bulk(self) -> None:
+        """iperf3 through each path, one stream and eight."""
+        ports, _ = self._need()
+        paths: list[tuple[PathName, int]] = [
+            ("direct", ports.iperf),
+            ("haproxy", ports.haproxy_iperf),
+            ("routerd", ports.routerd_iperf),
+        ]
+        for streams, name in ((1, "bulk_1_stream"), (8, "bulk_8_streams")):
+            for path, port in paths:
+                gbps, details = run_iperf(port, streams=streams, seconds=self.settings.iperf_seconds)
+                self.figures[name].set(path, gbps, details)
+
+    def rate(self) -> None:
+        """Short connections with a 16-byte echo."""
+        ports, loadgen = self._need()
+        s = self.settings
+        for path, port in _echo_paths(ports):
+            self._run_rate(
+                self.figures["connection_rate"],
+                path,
+                functools.partial(
+                    loadgen.rate,
+                    port,
+                    kind="echo",
+                    concurrency=s.rate_concurrency,
+                    total=s.rate_total,
+                    seconds=s.rate_seconds,
+                ),
+                self.figures["connection_cpu"],
+            )
+
+    def client_id_support(self) -> str | None:
+        """None when routerd routes MQTT connections by their client id, else why not.
+
+        The probe router takes the key `PROBE_LOCAL_CLIENT_ID` to its local target, which has no
+        connector, so routerd refuses that client, but only if it has read the client id: with
+        the key NULL the client reaches mosquitto and gets CONNACK 0x00 like any other.
+        """
+        ports, _ = self._need()
+        other = probe_connack(ports.routerd_probe, PROBE_OTHER_CLIENT_ID, "3.1.1")
+        local = probe_connack(ports.routerd_probe, PROBE_LOCAL_CLIENT_ID, "3.1.1")
+        sniffer = (
+            "" if (ROOT / "keys" / "mqtt.py").exists() else "; keys/mqtt.py (the MQTT sniffer) does not exist"
+        )
+        if other != "connack 0x00":
+            return (
+                f"an MQTT 3.1.1 CONNECT through the probe acceptor got {other!r}, not CONNACK 0x00{sniffer}"
+            )
+        if local == "connack 0x00":
+            return (
+                f"a CONNECT with client id {PROBE_LOCAL_CLIENT_ID!r} reached mosquitto although that key "
+                f"goes to the local target: routerd routed it as key NULL{sniffer}"
+            )
+        return None
+
+    def redirect_support(self) -> str | None:
+        """None when routerd's mode=redirect acceptor answers an MQTT 5 CONNECT with 0x9C."""
+        ports, _ = self._need()
+        answer = probe_connack(ports.routerd_redirect, "bench-probe-redirect", "5")
+        if answer == f"connack 0x{USE_ANOTHER_SERVER:02x}":
+            return None
+        if answer == "connack 0x00":
+            return "the mode=redirect acceptor proxied the MQTT 5 CONNECT to mosquitto (CONNACK 0x00)"
+        return f"the mode=redirect acceptor answered an MQTT 5 CONNECT with {answer!r}, not CONNACK 0x9c"
+
+    def mqtt(self) -> None:
+        """MQTT 3.1.1 CONNECT -> CONNACK through each path to mosquitto."""
+        ports, loadgen = self._need()
+        s = self.settings
+        figure = self.figures["mqtt_connect_rate"]
+        unsupported = self.client_id_support()
+        runs: list[tuple[PathName, int, str]] = [
+            ("direct", ports.mosquitto, "bd"),
+            ("haproxy", ports.haproxy_mqtt, "bh"),
+        ]
+        if unsupported is None:
+            runs.append(("routerd", ports.routerd_mqtt, "br"))
+        else:
+            figure.unsupported("routerd", unsupported)
+        for path, port, prefix in runs:
+            run = functools.partial(
+                loadgen.rate,
+                port,
+                kind="mqtt3",
+                concurrency=s.rate_concurrency,
+                total=s.mqtt_total,
+                seconds=s.mqtt_seconds,
+                id_prefix=f"bench-{prefix}-",
+            )
+            self._run_rate(figure, path, run)
+
+    def redirect(self) -> None:
+        """MQTT 5 CONNECT -> CONNACK 0x9C answered by the proxy itself."""
+        ports, loadgen = self._need()
+        s = self.settings
+        figure = self.figures["mqtt5_redirect_rate"]
+        answer = probe_connack(ports.haproxy_redirect, "bench-probe-redirect", "5")
+        if answer != f"connack 0x{USE_ANOTHER_SERVER:02x}":
+            raise ClientError(f"HAProxy's Lua redirect answered {answer!r}, not CONNACK 0x9c")
+        runs: list[tuple[PathName, int, str]] = [("haproxy", ports.haproxy_redirect, "rh")]
+        unsupported = self.redirect_support()
+        if unsupported is None:
+            runs.append(("routerd", ports.routerd_redirect, "rr"))
+        else:
+            figure.unsupported("routerd", unsupported)
+        for path, port, prefix in runs:
+            run = functools.partial(
+                loadgen.rate,
+                port,
+                kind="mqtt5",
+                reason=USE_ANOTHER_SERVER,
+                concurrency=s.rate_concurrency,
+                total=s.mqtt_total,
+                seconds=s.mqtt_seconds,
+                id_prefix=f"bench-{prefix}-",
+            )
+            self._run_rate(figure, path, run)
+
+    def latency(self) -> None:
+        """Ping-pong round trips over one connection; what each proxy adds to the direct path.
+
+        The load client, the proxy and the echo backend of each run share one CPU. On a VM, waking
+        a process on an idle virtual CPU costs some 60 µs, so without pinning the direct p50 flips
+        between 5 and 70 µs from run to run, and the difference to it means nothing. Pinned, a round
+        trip is the CPU work of the path plus its context switches, which is what a proxy adds.
+
+        Other work on the machine lands on that CPU now and then, so the count is split into
+        rounds that visit direct, HAProxy and routerd in turn (each run on the CPU that was
+        idlest just before), and every figure is the median over the rounds: a p50 is the median
+        of the rounds' p50s, an added latency the median of the rounds' differences to the direct
+        run of the same round.
+        """
+        ports, loadgen = self._need()
+        if self.echo_pid is None:
+            raise FleetError("the echo backends are not running")
+        echo_pid = self.echo_pid
+        s = self.settings
+        paths = _echo_paths(ports)
+        per_round = max(1, s.ping_count // s.ping_rounds)
+        seconds = max(1.0, s.ping_seconds / s.ping_rounds)
+        rounds: dict[PathName, list[PingResult]] = {path: [] for path, _ in paths}
+        cpus: list[int] = []
+        for index in range(s.ping_rounds):
+            for path, port in paths[index % 3 :] + paths[: index % 3]:
+                cpu = quietest_cpu()
+                cpus.append(cpu)
+                with pinned([echo_pid, *([self.pids[path]] if path in self.pids else [])], cpu):
+                    rounds[path].append(loadgen.ping(port, count=per_round, seconds=seconds))
+        p50, p99 = self.figures["rtt_p50"], self.figures["rtt_p99"]
+        for path, results in rounds.items():
+            broken = [r for r in results if r.count == 0]
+            if broken:
+                p50.fail(path, f"a round trip run failed ({broken[0].last_error})")
+                p99.fail(path, f"a round trip run failed ({broken[0].last_error})")
+                continue
+            details: dict[str, object] = {
+                "rounds": len(results),
+                "count_per_round": per_round,
+                "p50_us_per_round": [r.p50_us for r in results],
+                "p99_us_per_round": [r.p99_us for r in results],
+                "mean_us_per_round": [r.mean_us for r in results],
+                "max_us": max(r.max_us for r in results),
+                "errors": sum(r.errors for r in results),
+                "cpus": sorted(set(cpus)),
+            }
+            p50.set(path, statistics.median(r.p50_us for r in results), details)
+            p99.set(path, statistics.median(r.p99_us for r in results))
+        for rtt, added, pick in (
+            (p50, self.figures["added_latency_p50"], _p50),
+            (p99, self.figures["added_latency_p99"], _p99),
+        ):
+            for proxy in _PROXIES:
+                if rtt.values.get("direct") is None or rtt.values.get(proxy) is None:
+                    added.fail(proxy, "a round-trip figure it is computed from is missing")
+                    continue
+                differences = [
+                    pick(p) - pick(d) for p, d in zip(rounds[proxy], rounds["direct"], strict=True)
+                ]
+                added.set(proxy, statistics.median(differences), {"us_per_round": differences})
+
+    def decision(self) -> None:
+        """routerd's routing decision time, in process."""
+        ports = self.ports or _placeholder_ports()
+        times = time_decisions(routerd_config(ports), "echo", keys=self.settings.decision_keys)
+        details: dict[str, object] = {
+            "keys": times.keys,
+            "router": "echo (SOURCE_IP, CONSISTENT_HASH, 2 targets)",
+        }
+        self.figures["decision_miss_p50"].set("routerd", times.miss_p50_us, details)
+        self.figures["decision_miss_p99"].set("routerd", times.miss_p99_us)
+        self.figures["decision_hit_p50"].set("routerd", times.hit_p50_us, details)
+        self.figures["decision_hit_p99"].set("routerd", times.hit_p99_us)
+
+
+_PROXIES: Final[tuple[PathName, ...]] = ("haproxy", "routerd")
+
+
+def _p50(result: PingResult) -> float:
+    return result.p50_us
+
+
+def _p99(result: PingResult) -> float:
+    return result.p99_us
+
+
+def _echo_paths(ports: Ports) -> list[tuple[PathName, int]]:
+    """Where direct, HAProxy and routerd take a connection to the echo backends."""
+    return [("direct", ports.echo[0]), ("haproxy", ports.haproxy_echo), ("routerd", ports.routerd_echo)]
+
+
+def _placeholder_ports() -> Ports:
+    """A port plan for the in-process decision figures when nothing was started (`--only decision`)."""
+    return Ports(
+        echo=(20001, 20002), iperf=20003, mosquitto=20004, haproxy_echo=20005, haproxy_iperf=20006,
+        haproxy_mqtt=20007, haproxy_redirect=20008, routerd_echo=20009, routerd_iperf=20010,
+        routerd_mqtt=20011, routerd_redirect=20012, routerd_probe=20013, routerd_admin=20014,
+    )  # fmt: skip
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="Benchmark routerd against HAProxy 2.6 on loopback (see benchmarks/README.md).",
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny runs (the test suite's smoke run)")
+    parser.add_argument(
+        "--json", type=Path, default=None, help=f"where to write the figures (default {default_json_path()})"
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(GROUPS),
+        help=f"comma-separated groups to run (default all: {','.join(GROUPS)})",
+    )
+    parser.add_argument(
+        "--routerd-log-level",
+        default="WARNING",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="routerd's --log-level (default WARNING: no line per connection, as HAProxy without 'log')",
+    )
+    parser.add_argument("--keep-logs", action="store_true", help="keep the work directory with the logs")
+    args = parser.parse_args(argv)
+    groups = [g.strip() for g in str(args.only).split(",") if g.strip()]
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown or not groups:
+        parser.error(f"--only takes names from {','.join(GROUPS)}, got {args.only!r}")
+    args.groups = [g for g in GROUPS if g in groups]
+    return args
+
+
+def _on_sigterm(_signum: int, _frame: FrameType | None) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+_STOP_HANDLERS: Final = {signal.SIGTERM: _on_sigterm, signal.SIGINT: signal.default_int_handler}
+
+
+def _measure(
+    groups: list[str], settings: Settings, figures: dict[str, Figure], workdir: Path, log_level: str
+) -> int:
+    """Start the fleet when needed, run the groups, stop the fleet; the idle connection count used."""
+    with Fleet(workdir, say=_say) as fleet:
+        bench = Bench(fleet, settings, figures, log_level=log_level)
+        if any(g != "decision" for g in groups):
+            try:
+                bench.start()
+            except (ClientError, FleetError, OSError, subprocess.SubprocessError) as exc:
+                _say(f"could not start: {exc}")
+                for figure in figures.values():
+                    if figure.group != "decision" and figure.group in groups:
+                        for path in figure.paths:
+                            figure.fail(path, f"the fleet did not start: {exc}")
+                groups = [g for g in groups if g == "decision"]
+        for group in groups:
+            bench.run_group(group)
+        return bench.idle_connections
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; the exit status is 0, 1 (a measurement failed), 2 (a tool is missing)."""
+    args = _parse_args(argv)
+    settings = QUICK if args.quick else FULL
+    groups: list[str] = args.groups
+    needs_fleet = any(g != "decision" for g in groups)
+    missing = [t for t in REQUIRED_TOOLS if find_tool(t) is None] if needs_fleet else []
+    if missing:
+        print(f"benchmarks: missing {', '.join(missing)}: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    json_path: Path = args.json or default_json_path()
+    figures = new_figures()
+    workdir = Path(tempfile.mkdtemp(prefix="router-bench-"))
+    started_at = datetime.datetime.now(datetime.UTC)
+    started = time.monotonic()
+    load_start = _loadavg()
+    interrupted = False
+    idle_connections = settings.idle_connections
+    # Ctrl-C and SIGTERM both unwind through the fleet's stop (also when started in the background,
+    # where a shell leaves SIGINT ignored).
+    previous = {sig: signal.signal(sig, handler) for sig, handler in _STOP_HANDLERS.items()}
+    try:
+        idle_connections = _measure(groups, settings, figures, workdir, args.routerd_log_level)
+    except KeyboardInterrupt:
+        interrupted = True
+        _say("interrupted; every process started was stopped")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    failures = [f for figure in figures.values() for f in figure.failures()]
+    doc: dict[str, object] = {
+        "schema": "router-bench/1",
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "duration_s": round(time.monotonic() - started, 1),
+        "quick": bool(args.quick),
+        "groups": args.groups,
+        "interrupted": interrupted,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "kernel": platform.release(),
+            "loadavg_start": load_start,
+            "loadavg_end": _loadavg(),
+            "note": "load client, proxies and backends share these CPUs (one CPU for the latency "
+            "group); compare figures of one run, not across machines",
+        },
+        "versions": _versions(),
+        "settings": {**asdict(settings), "idle_connections": idle_connections},
+        "figures": {name: f.to_json() for name, f in figures.items() if f.measured},
+        "failures": failures,
+    }
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(format_table(figures))
+    print(
+        f"\n{'quick run; ' if args.quick else ''}{os.cpu_count()} CPUs shared by load client, proxies and "
+        f"backends; load average {load_start[0]} at start, {_loadavg()[0]} at end. JSON: {json_path}",
+        flush=True,
+    )
+    if failures or interrupted or args.keep_logs:
+        _say(f"logs kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    for failure in failures:
+        _say(f"FAILED {failure}")
+    if interrupted:
+        return 130
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""The benchmark's process handling: ports, readiness, RSS, CPU pinning, stop by PID."""
+
+from __future__ import annotations
+
+import os
+import random
+import resource
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from benchmarks.fleet import (
+    PORT_RANGE,
+    Fleet,
+    FleetError,
+    listening_ports,
+    pick_ports,
+    pid_alive,
+    pinned,
+    raise_fd_limit,
+    rss_kib,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def test_pick_ports_are_distinct_free_and_below_ephemeral_range() -> None:
+    ports = pick_ports(15, rng=random.Random(7))
+    assert len(set(ports)) == 15
+    assert all(PORT_RANGE[0] <= p < PORT_RANGE[1] < 32768 for p in ports)
+
+
+def test_listening_ports_sees_a_listener() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        assert server.getsockname()[1] in listening_ports()
+
+
+def test_rss_kib_of_this_process_is_positive() -> None:
+    assert rss_kib(os.getpid()) > 0
+
+
+def test_rss_kib_of_missing_process_raises() -> None:
+    with pytest.raises(FleetError, match="cannot read the RSS"):
+        rss_kib(2**22 + 1)  # above pid_max's default maximum
+
+
+def test_raise_fd_limit_reaches_the_hard_limit() -> None:
+    soft = raise_fd_limit()
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == soft
+
+
+def test_pinned_restores_the_cpu_set() -> None:
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    with pinned([], cpu):
+        assert os.sched_getaffinity(0) == {cpu}
+    assert os.sched_getaffinity(0) == before
+
+
+def test_pinned_pins_other_processes_and_rejects_pid_0(tmp_path: Path) -> None:
+    cpu = max(os.sched_getaffinity(0))
+    with Fleet(tmp_path, say=lambda _t: None) as fleet:
+        (port,) = pick_ports(1)
+        server = f"import socket,time; s=socket.create_server(('127.0.0.1',{port})); time.sleep(60)"
+        proc = fleet.start("toy", [sys.executable, "-c", server], ports=[port])
+        before = os.sched_getaffinity(proc.pid)
+        with pinned([proc.pid], cpu):
+            assert os.sched_getaffinity(proc.pid) == {cpu}
+        assert os.sched_getaffinity(proc.pid) == before
+    with pytest.raises(ValueError, match="positive"), pinned([0], cpu):
+        pass
+
+
+def test_fleet_starts_waits_for_the_port_and_stops_by_pid(tmp_path: Path) -> None:
+    (port,) = pick_ports(1)
+    server = f"import socket,time; s=socket.create_server(('127.0.0.1',{port})); time.sleep(60)"
+    said: list[str] = []
+    with Fleet(tmp_path, say=said.append) as fleet:
+        proc = fleet.start("toy", [sys.executable, "-c", server], ports=[port])
+        assert port in listening_ports()
+    assert proc.returncode is not None
+    assert not pid_alive(proc.pid)
+    assert said == [f"started toy (pid {proc.pid})", f"stopped toy (pid {proc.pid})"]
+
+
+def test_fleet_start_reports_an_early_exit_with_the_log(tmp_path: Path) -> None:
+    (port,) = pick_ports(1)
+    with (
+        Fleet(tmp_path, say=lambda _t: None) as fleet,
+        pytest.raises(FleetError, match=r"exited with status 3.*boom"),
+    ):
+        fleet.start("bad", [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], ports=[port])

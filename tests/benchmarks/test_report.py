@@ -1,0 +1,95 @@
+"""Figures, ratios and the table: null values carry reasons, ratios say which way is better."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.report import FAILED, GROUPS, NOT_SUPPORTED, Figure, format_table, format_value, new_figures
+
+
+def _figure() -> Figure:
+    return Figure(
+        name="f", group="rate", title="a figure", unit="conn/s", better="higher",
+        paths=("direct", "haproxy", "routerd"),
+    )  # fmt: skip
+
+
+def test_figure_ratio_is_routerd_over_haproxy() -> None:
+    figure = _figure()
+    figure.set("haproxy", 200.0)
+    assert figure.ratio() is None
+    figure.set("routerd", 50.0)
+    assert figure.ratio() == 0.25
+
+
+def test_figure_non_positive_value_is_a_failure() -> None:
+    figure = _figure()
+    figure.set("routerd", 0.0)
+    assert figure.values["routerd"] is None
+    assert figure.reasons["routerd"].startswith(FAILED)
+    assert figure.failures() == ["f/routerd: failed: the measurement gave 0.0"]
+
+
+def test_figure_unsupported_is_not_a_failure() -> None:
+    figure = _figure()
+    figure.unsupported("routerd", "no sniffer")
+    assert figure.reasons["routerd"] == f"{NOT_SUPPORTED}: no sniffer"
+    assert figure.failures() == []
+    assert figure.to_json()["values"] == {"direct": None, "haproxy": None, "routerd": None}
+
+
+def test_figure_rejects_a_path_it_does_not_have() -> None:
+    figure = Figure(
+        name="m", group="memory", title="m", unit="KiB", better="lower", paths=("haproxy", "routerd")
+    )
+    with pytest.raises(ValueError, match="no path 'direct'"):
+        figure.set("direct", 1.0)
+
+
+def test_figure_rejects_unknown_group() -> None:
+    with pytest.raises(ValueError, match="group"):
+        Figure(name="x", group="nope", title="x", unit="s", better="lower", paths=("routerd",))
+
+
+def test_new_figures_cover_every_group() -> None:
+    assert {f.group for f in new_figures().values()} == set(GROUPS)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(12793.4, "12,793"), (123.4, "123"), (12.34, "12.3"), (1.234, "1.23"), (0.01234, "0.012")],
+)
+def test_format_value(value: float, text: str) -> None:
+    assert format_value(value) == text
+
+
+def test_format_table_calls_a_ratio_that_rounds_to_one_equal() -> None:
+    figures = new_figures()
+    bulk = figures["bulk_8_streams"]
+    bulk.set("haproxy", 9.44)
+    bulk.set("routerd", 9.43)
+    assert format_table(figures).splitlines()[2].endswith("1.00 (equal)")
+
+
+def test_format_table_marks_nulls_and_direction() -> None:
+    figures = new_figures()
+    rate = figures["connection_rate"]
+    rate.set("direct", 12000.0)
+    rate.set("haproxy", 6000.0)
+    rate.set("routerd", 1500.0)
+    mqtt = figures["mqtt_connect_rate"]
+    mqtt.set("direct", 9000.0)
+    mqtt.set("haproxy", 5000.0)
+    mqtt.unsupported("routerd", "no sniffer")
+    memory = figures["memory_per_connection"]
+    memory.set("haproxy", 4.0)
+    memory.set("routerd", 2.0)
+    table = format_table(figures).splitlines()
+    assert table[0].split() == ["figure", "unit", "better", "direct", "HAProxy", "routerd", "routerd/HAProxy"]
+    rows = {line.split("  ")[0].strip(): line for line in table[2:]}
+    assert rows[rate.title].endswith("0.25 (worse)")
+    assert rows[memory.title].endswith("0.50 (better)")
+    assert " - " in rows[memory.title]  # no direct path for memory
+    assert "null [1]" in rows[mqtt.title]
+    assert table[-1] == f"[1] routerd: {NOT_SUPPORTED}: no sniffer"
+    assert figures["bulk_1_stream"].title not in "\n".join(table)  # not measured, not shown

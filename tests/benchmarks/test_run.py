@@ -1,0 +1,191 @@
+"""The benchmark command: a smoke run of the whole harness, and its command line.
+
+The smoke run is not a timed test: it asserts only that every figure is produced and positive,
+and that a figure routerd cannot produce yet is null with a reason saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from benchmarks import run
+from benchmarks.clients import REQUIRED_TOOLS, Loadgen, find_tool
+from benchmarks.configs import Ports
+from benchmarks.fleet import Fleet, pick_ports, pid_alive
+from benchmarks.report import NOT_SUPPORTED, new_figures
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE_TIMEOUT_S = 300
+
+
+def _require_tools() -> None:
+    missing = [tool for tool in REQUIRED_TOOLS if find_tool(tool) is None]
+    if missing:
+        pytest.fail(f"the benchmark needs {', '.join(missing)}: run ./run-tests, which installs them")
+
+
+@pytest.mark.integration
+def test_run_quick_produces_every_figure(tmp_path: Path) -> None:
+    """Scenario: `python -m benchmarks.run --quick` starts everything, fills every figure, stops all."""
+    _require_tools()
+    out = tmp_path / "x.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(out.read_text())
+    assert doc["failures"] == []
+    assert doc["quick"] is True
+    figures = doc["figures"]
+    assert set(figures) == set(new_figures())
+    for name, figure in figures.items():
+        assert figure["values"], name
+        for path, value in figure["values"].items():
+            if value is None:
+                assert path == "routerd", (name, path)
+                assert figure["reasons"][path].startswith(NOT_SUPPORTED), (name, figure["reasons"])
+            else:
+                assert isinstance(value, int | float), (name, path, value)
+                assert value > 0, (name, path, value)
+        if figure["values"].get("haproxy") and figure["values"].get("routerd"):
+            assert figure["ratio_routerd_haproxy"] > 0, name
+    assert "routerd/HAProxy" in result.stdout
+    for figure in figures.values():
+        assert figure["title"] in result.stdout
+    started = dict(re.findall(r"started (.+) \(pid (\d+)\)", result.stderr))
+    stopped = dict(re.findall(r"stopped (.+) \(pid (\d+)\)", result.stderr))
+    assert {"echo backends", "iperf3 server", "mosquitto", "haproxy", "routerd"} <= set(started)
+    assert started.items() <= stopped.items(), result.stderr
+    assert not [name for name, pid in started.items() if pid_alive(int(pid))]
+
+
+def test_main_only_decision_runs_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "d.json"
+    assert run.main(["--quick", "--only", "decision", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["figures"]) == {
+        "decision_miss_p50",
+        "decision_miss_p99",
+        "decision_hit_p50",
+        "decision_hit_p99",
+    }
+    assert all(f["values"]["routerd"] > 0 for f in doc["figures"].values())
+    assert "routing decision, cache hit, p50" in capsys.readouterr().out
+
+
+def test_main_missing_tool_exits_2_and_says_how_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(run, "find_tool", lambda name: None if name == "iperf3" else f"/usr/bin/{name}")
+    assert run.main(["--quick", "--only", "bulk", "--json", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert "missing iperf3" in err
+    assert "./run-tests" in err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test__parse_args_only_keeps_run_order() -> None:
+    args = run._parse_args(["--only", "decision,memory"])
+    assert args.groups == ["memory", "decision"]
+
+
+def test__parse_args_only_rejects_unknown_group(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run._parse_args(["--only", "memory,nope"])
+    assert "--only takes names from" in capsys.readouterr().err
+
+
+def test_default_json_path_is_outside_the_tree() -> None:
+    assert not run.default_json_path().is_relative_to(ROOT)
+
+
+def test_settings_quick_is_smaller_than_full() -> None:
+    assert run.QUICK.rate_total < run.FULL.rate_total
+    assert run.QUICK.idle_connections < run.FULL.idle_connections
+    assert run.FULL.idle_connections == 5000
+    assert run.FULL.rate_concurrency == 50
+
+
+class _FakeBroker:
+    """Answers every connection's first bytes with one fixed reply, on a port of the benchmark range."""
+
+    def __init__(self, reply: bytes) -> None:
+        (self.port,) = pick_ports(1)
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        self._server.settimeout(0.2)
+        self._reply = reply
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                conn.recv(1024)
+                conn.sendall(self._reply)
+                with contextlib.suppress(OSError):
+                    while conn.recv(1024):
+                        pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._server.close()
+
+
+@pytest.fixture(params=[b"\x20\x02\x00\x00", b"\x20\x03\x00\x9c\x00"], ids=["connack-0", "connack-9c"])
+def probed_bench(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[run.Bench, bytes]]:
+    brokers = [_FakeBroker(request.param), _FakeBroker(request.param)]
+    others = pick_ports(12)
+    ports = Ports(
+        echo=(others[0], others[1]), iperf=others[2], mosquitto=others[3], haproxy_echo=others[4],
+        haproxy_iperf=others[5], haproxy_mqtt=others[6], haproxy_redirect=others[7], routerd_echo=others[8],
+        routerd_iperf=others[9], routerd_mqtt=others[10], routerd_redirect=brokers[0].port,
+        routerd_probe=brokers[1].port, routerd_admin=others[11],
+    )  # fmt: skip
+    try:
+        with Fleet(tmp_path, say=lambda _t: None) as fleet:
+            bench = run.Bench(fleet, run.QUICK, new_figures(), log_level="WARNING")
+            bench.ports = ports
+            bench.loadgen = Loadgen(tmp_path / "loadgen", fleet)
+            yield bench, request.param
+    finally:
+        for broker in brokers:
+            broker.close()
+
+
+def test_bench_support_probes_explain_what_routerd_did(probed_bench: tuple[run.Bench, bytes]) -> None:
+    """Scenario: a routerd that proxies everything (CONNACK 0x00) or answers everything with 0x9C."""
+    bench, reply = probed_bench
+    client_id, redirect = bench.client_id_support(), bench.redirect_support()
+    if reply[3] == 0:
+        assert client_id is not None
+        assert "routed it as key NULL" in client_id
+        assert redirect == "the mode=redirect acceptor proxied the MQTT 5 CONNECT to mosquitto (CONNACK 0x00)"
+    else:
+        assert client_id is not None
+        assert "got 'connack 0x9c', not CONNACK 0x00" in client_id
+        assert redirect is None
