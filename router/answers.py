@@ -28,7 +28,14 @@ if TYPE_CHECKING:
     from keys import NeedMore, Sniffed
     from pools import Target
 
-__all__ = ["can_follow_redirect", "owed_opening", "redirect", "refusal", "target_preamble_measure"]
+__all__ = [
+    "can_follow_redirect",
+    "not_authorized",
+    "owed_opening",
+    "redirect",
+    "refusal",
+    "target_preamble_measure",
+]
 
 
 def can_follow_redirect(sniffed: Sniffed) -> bool:
@@ -113,4 +120,23 @@ def refusal(sniffed: Sniffed, status: RouteStatus, router: str) -> bytes | None:
         case "stomp":
             what = "is not ready" if unavailable else "rejected this connection"
             return stomp.encode_error(f"Connection router {router} {what}")
+    return None
+
+
+def not_authorized(sniffed: Sniffed, router: str) -> bytes | None:
+    """The protocol's own "not authorized" answer, or None when closing is the answer.
+
+    MQTT: CONNACK 0x87 (v5) or return code 5 (3.1/3.1.1, MQTT 3.1.1 §3.2.2.3); AMQP: Open then
+    Close `amqp:unauthorized-access` (the SASL outcome was already ok: the router answers SASL
+    before it knows the target); STOMP: an ERROR frame; OpenWire and TLS: close.
+    """
+    match sniffed.protocol:
+        case "mqtt":
+            level = 5 if sniffed.protocol_version == "5" else 4
+            return mqtt.encode_connack(mqtt.MQTT_V5_NOT_AUTHORIZED, protocol_level=level)
+        case "amqp":
+            description = f"Connection router {router}: authentication failed"
+            return amqp.encode_open(router) + amqp.encode_close("amqp:unauthorized-access", description, None)
+        case "stomp":
+            return stomp.encode_error(f"Connection router {router}: authentication failed")
     return None

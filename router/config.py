@@ -865,6 +865,12 @@ class _Loader:
             raise self.error(element, f"proxyProtocolEnabled must be true or false, got {proxy_text!r}")
         send_proxy = params.get("sendProxyProtocol", "").strip().lower() or None
         tls = self._tls(element, params)
+        require_auth = _flag(params, "requireAuthentication")
+        if require_auth is None:
+            raise self.error(
+                element,
+                f"requireAuthentication must be true or false, got {params['requireAuthentication']!r}",
+            )
         try:
             return AcceptorConfig(
                 name=name,
@@ -878,6 +884,9 @@ class _Loader:
                 proxy_protocol=proxy_text == "true",
                 send_proxy_protocol=send_proxy,
                 tls=tls,
+                users_file=params.get("usersFile", "").strip() or None,
+                roles_file=params.get("rolesFile", "").strip() or None,
+                require_authentication=require_auth,
                 params=tuple(params.items()),
             )
         except ValueError as exc:

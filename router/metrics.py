@@ -67,6 +67,12 @@ class Metrics:
             ["router", "direction"],
             registry=r,
         )
+        self.auth_failures = Counter(
+            "router_authentication_failures_total",
+            "Clients refused because the router's user store did not accept their credentials.",
+            ["acceptor"],
+            registry=r,
+        )
         self.client_errors = Counter(
             "router_client_errors_total",
             "Client connections closed during their opening: bad bytes, over the byte cap, or the "

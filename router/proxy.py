@@ -26,15 +26,17 @@ from keys import ConnectionFacts, KeyType, SniffError
 from keys.detect import detect_tls
 from keys.proxy_protocol import encode_v1, encode_v2
 from router import answers
+from router.auth import authenticate
 from router.engine import RouteStatus
 from router.net import describe_oserror, open_connection
 from router.settings import AcceptorMode
-from router.sniffing import read_past_preamble, read_proxy_header, read_until_sniffed
+from router.sniffing import SniffProgress, read_past_preamble, read_proxy_header, read_until_sniffed
 from router.tls import PrefixedStream, certificate_user
 
 if TYPE_CHECKING:
     from keys import Sniffed
     from keys.detect import Detector
+    from keys.users import UserStore
     from pools import Target
     from router.routing import RouterRuntime
     from router.settings import AcceptorConfig
@@ -120,6 +122,8 @@ class AcceptorIO:
     """Detection inside TLS terminated by us."""
     tls: ssl.SSLContext | None = None
     """The server context when the acceptor terminates TLS."""
+    users: UserStore | None = None
+    """The acceptor's user/role store for the router's own authentication."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,8 +157,10 @@ def _needs_sniffing(
     # by us SNI is already known, and a verified client certificate names the user (it comes
     # before the name on the wire, SPEC A2), so those keys need nothing more either.
     key_type = runtime.config.key_type
-    if acceptor.mode is not AcceptorMode.PROXY:
+    if acceptor.mode is not AcceptorMode.PROXY or acceptor.require_authentication:
         return True
+    if key_type is KeyType.ROLE_NAME:
+        return not certificate_user
     if key_type is KeyType.SOURCE_IP:
         return False
     if terminated and key_type is KeyType.SNI_HOST:
@@ -163,13 +169,19 @@ def _needs_sniffing(
 
 
 async def _open(
-    client: trio.SocketStream, acceptor: AcceptorConfig, runtime: RouterRuntime, io: AcceptorIO, peer: str
+    client: trio.SocketStream,
+    acceptor: AcceptorConfig,
+    runtime: RouterRuntime,
+    io: AcceptorIO,
+    peer: str,
+    progress: SniffProgress,
 ) -> _Opening:
     source_ip = peer.rpartition(":")[0].strip("[]")
     sockname = client.socket.getsockname()
     local = (str(sockname[0]), int(sockname[1]))
     initial = b""
     if acceptor.proxy_protocol:
+        progress.protocol = "proxy"
         header, initial = await read_proxy_header(client)
         if header.source_ip is not None and not header.local:
             source_ip = header.source_ip
@@ -196,7 +208,10 @@ async def _open(
         acceptor, runtime, terminated=io.tls is not None, certificate_user=user is not None
     ):
         return base
-    outcome = await read_until_sniffed(stream, detect, max_bytes=acceptor.sniff_max_bytes, initial=initial)
+    progress.protocol = "detect"
+    outcome = await read_until_sniffed(
+        stream, detect, max_bytes=acceptor.sniff_max_bytes, initial=initial, progress=progress
+    )
     return dataclasses.replace(base, raw=outcome.raw, sniffed=outcome.sniffed, replied=outcome.replied)
 
 
@@ -216,9 +231,10 @@ async def handle_connection(
     peer = f"{peer_ip}:{peer_port}"
     runtime.metrics.connections_accepted.labels(acceptor.name, runtime.name).inc()
     timeout_s = acceptor.handshake_timeout_ms / 1000 if acceptor.handshake_timeout_ms else math.inf
+    progress = SniffProgress()
     try:
         with trio.fail_after(timeout_s):
-            opening = await _open(client, acceptor, runtime, io, peer)
+            opening = await _open(client, acceptor, runtime, io, peer, progress)
     except SniffError as exc:
         runtime.metrics.client_errors.labels(acceptor.name, exc.protocol).inc()
         log.warning(
@@ -232,7 +248,14 @@ async def handle_connection(
         return
     except trio.TooSlowError:
         runtime.metrics.client_errors.labels(acceptor.name, "timeout").inc()
-        log.warning("peer=%s acceptor=%s handshake not complete after %g s", peer, acceptor.name, timeout_s)
+        log.warning(
+            "peer=%s acceptor=%s protocol=%s handshake not complete after %g s (%d bytes)",
+            peer,
+            acceptor.name,
+            progress.protocol,
+            timeout_s,
+            progress.bytes_read,
+        )
         await client.aclose()
         return
     except trio.BrokenResourceError as exc:
@@ -250,7 +273,7 @@ async def handle_connection(
     except trio.ClosedResourceError:
         await client.aclose()
         return
-    await _route_and_serve(opening.stream, acceptor, runtime, limits, opening)
+    await _route_and_serve(opening.stream, acceptor, runtime, limits, io, opening)
 
 
 async def _route_and_serve(
@@ -258,16 +281,41 @@ async def _route_and_serve(
     acceptor: AcceptorConfig,
     runtime: RouterRuntime,
     limits: ConnectionLimits,
+    io: AcceptorIO,
     opening: _Opening,
 ) -> None:
     metrics = runtime.metrics
     peer, sniffed = opening.peer, opening.sniffed
+    auth = authenticate(
+        io.users,
+        key_type=runtime.config.key_type,
+        required=acceptor.require_authentication,
+        certificate_user=opening.certificate_user,
+        wire_user=None if sniffed is None else sniffed.user_name,
+        password=None if sniffed is None else sniffed.password,
+    )
+    if auth.refused:
+        metrics.auth_failures.labels(acceptor.name).inc()
+        log.warning(
+            "peer=%s acceptor=%s router=%s outcome=NOT_AUTHORIZED reason=%s",
+            peer,
+            acceptor.name,
+            runtime.name,
+            auth.reason,
+        )
+        said = None if sniffed is None else answers.not_authorized(sniffed, runtime.name)
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            if sniffed is not None and said is not None:
+                await client.send_all(answers.owed_opening(sniffed, opening.raw, opening.replied) + said)
+        await client.aclose()
+        return
     facts = ConnectionFacts(
         source_ip=opening.source_ip,
         client_id=None if sniffed is None else sniffed.client_id,
-        # SPEC A2: the user the router authenticated (client certificate) before the wire's name.
-        user_name=opening.certificate_user or (None if sniffed is None else sniffed.user_name),
+        # SPEC A2: the user the router authenticated (certificate or store) before the wire's name.
+        user_name=auth.user or (None if sniffed is None else sniffed.user_name),
         sni_host=opening.sni_host or (None if sniffed is None else sniffed.sni_host),
+        roles=auth.roles,
     )
     try:
         with trio.fail_after(limits.route_timeout_s):

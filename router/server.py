@@ -21,6 +21,7 @@ import trio
 
 from keys import KeyType
 from keys.detect import make_detector
+from keys.users import UserStore
 from router.admin import serve_admin
 from router.health import serve_health_checks
 from router.metrics import Metrics
@@ -87,12 +88,16 @@ def _acceptor_io(acceptor: AcceptorConfig) -> AcceptorIO:
     """
     try:
         tls = None if acceptor.tls is None else server_context(acceptor.tls)
-    except ValueError as exc:
+        users = None
+        if acceptor.users_file is not None and acceptor.roles_file is not None:
+            users = UserStore.load(acceptor.users_file, acceptor.roles_file)
+    except ValueError as exc:  # UserStoreError is a ValueError too
         raise StartupError(f"acceptor {acceptor.name!r}: {exc}") from exc
     return AcceptorIO(
         detect=make_detector(acceptor.protocols),
         detect_inner=make_detector(acceptor.protocols, tls=False),
         tls=tls,
+        users=users,
     )
 
 
@@ -101,12 +106,13 @@ class StartupError(Exception):
 
 
 def _warn_unsupported(config: Config) -> None:
-    """Say once, at start, what a configuration asks for that this release cannot do yet."""
+    """Say once, at start, what a configuration asks for that cannot work as written."""
+    with_store = {a.router for a in config.acceptors if a.users_file is not None}
     for router in config.routers:
-        if router.key_type is KeyType.ROLE_NAME:
+        if router.key_type is KeyType.ROLE_NAME and router.name not in with_store:
             log.warning(
-                "router=%s key-type=ROLE_NAME: this release authenticates no client yet, so every "
-                "connection's key is NULL (the management lookup is not affected)",
+                "router=%s key-type=ROLE_NAME: no acceptor of it has usersFile/rolesFile, so only "
+                "client-certificate users have roles; every other connection's key is NULL",
                 router.name,
             )
 

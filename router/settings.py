@@ -104,6 +104,13 @@ class AcceptorConfig:
     """Send a PROXY protocol header to targets: "v1", "v2" or None (our `sendProxyProtocol`)."""
     tls: TlsConfig | None = None
     """TLS termination; None relays TLS untouched (passthrough, SNI peeked from the ClientHello)."""
+    users_file: str | None = None
+    """artemis-users.properties of the router's own authentication (our `usersFile`)."""
+    roles_file: str | None = None
+    """artemis-roles.properties, the roles of those users in store order (our `rolesFile`)."""
+    require_authentication: bool = False
+    """Refuse clients whose credentials the store does not accept (our `requireAuthentication`);
+    a ROLE_NAME router authenticates whenever a store is configured."""
     params: tuple[tuple[str, str], ...] = field(default=())
     """All URL parameters in order, including the ones above."""
 
@@ -116,6 +123,10 @@ class AcceptorConfig:
             raise ValueError(f"sniffMaxBytes must be 64-1048576, got {self.sniff_max_bytes!r}")
         if self.send_proxy_protocol not in (None, "v1", "v2"):
             raise ValueError(f"sendProxyProtocol must be v1 or v2, got {self.send_proxy_protocol!r}")
+        if (self.users_file is None) != (self.roles_file is None):
+            raise ValueError("usersFile and rolesFile go together (artemis-users/roles.properties)")
+        if self.require_authentication and self.users_file is None:
+            raise ValueError("requireAuthentication=true needs usersFile and rolesFile")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_SNIFF_BYTES",
     "SniffOutcome",
+    "SniffProgress",
     "read_past_preamble",
     "read_proxy_header",
     "read_until_sniffed",
@@ -43,6 +44,16 @@ _PROXY_HEADER_MAX_BYTES: Final = 16 + 65535
 _READ_BYTES: Final = 4096
 """Bytes asked per read while sniffing: openings are small, and a small read keeps a client that
 sends its payload right behind the handshake from making us buffer much of it."""
+
+
+@dataclass(slots=True)
+class SniffProgress:
+    """How far sniffing got, kept up to date for the log line of a connection whose handshake
+    deadline expires (the deadline's cancellation carries no such detail)."""
+
+    protocol: str = "detect"
+    """The sniffer chosen so far ("detect" until the first bytes decided, "proxy" for a header)."""
+    bytes_read: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +74,7 @@ async def read_until_sniffed(
     *,
     max_bytes: int = DEFAULT_MAX_SNIFF_BYTES,
     initial: bytes = b"",
+    progress: SniffProgress | None = None,
 ) -> SniffOutcome:
     """Read until the client's protocol is known and its sniffer returns a result.
 
@@ -71,6 +83,7 @@ async def read_until_sniffed(
         detect: picks the sniffer from the first bytes; NEED_MORE to wait, None for unknown.
         max_bytes: the cap of the handshake.
         initial: bytes already read from the client (what followed a PROXY protocol header).
+        progress: updated with the protocol and byte count as sniffing goes on.
 
     Returns:
         The bytes read, the result, and what was answered.
@@ -90,6 +103,8 @@ async def read_until_sniffed(
                 raise SniffError("detect", f"unknown protocol, connection starts with {data[:16].hex()}")
             if chosen is not NEED_MORE:
                 sniffer = chosen
+                if progress is not None:
+                    progress.protocol = sniffer.name
         if sniffer is not None:
             result = sniffer.sniff(data)
             if isinstance(result, Reply):
@@ -107,6 +122,8 @@ async def read_until_sniffed(
         if not chunk:
             raise SniffError(name, f"client closed after {len(buf)} bytes, before the handshake was complete")
         buf += chunk
+        if progress is not None:
+            progress.bytes_read = len(buf)
 
 
 async def read_past_preamble(

@@ -291,8 +291,8 @@ def test_refusal_unavailable_is_connack_0x88(
             OVERSIZED_CONNECT_PREFIX,
             r"protocol=mqtt handshake rejected: no complete handshake in the first 1024",
         ),
-        (b"\x10", r"handshake not complete after 2 s"),
-        (CONNECT_311[:9], r"handshake not complete after 2 s"),
+        (b"\x10", r"protocol=mqtt handshake not complete after 2 s \(1 bytes\)"),
+        (CONNECT_311[:9], r"protocol=mqtt handshake not complete after 2 s \(9 bytes\)"),
     ],
     ids=["bad-remaining-length", "garbage", "over-cap", "stall-after-first-byte", "truncated"],
 )

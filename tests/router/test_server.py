@@ -170,7 +170,7 @@ async def test_serve_router_drains_open_connections_on_shutdown(nursery: trio.Nu
 async def test_serve_router_warns_about_what_this_release_cannot_do(
     nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Scenario: a ROLE_NAME key is accepted, resolves to NULL, and routerd says so once."""
+    """Scenario: a ROLE_NAME router without a user store on its acceptor: routerd says so once."""
     config = _config([1])
     router = dataclasses.replace(config.routers[0], key_type=KeyType.ROLE_NAME)
     config = dataclasses.replace(config, routers=(router,))
@@ -183,6 +183,6 @@ async def test_serve_router_warns_about_what_this_release_cannot_do(
         r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "router.server"
     ]
     assert warnings == [
-        "router=r key-type=ROLE_NAME: this release authenticates no client yet, so every connection's key "
-        "is NULL (the management lookup is not affected)",
+        "router=r key-type=ROLE_NAME: no acceptor of it has usersFile/rolesFile, so only client-certificate "
+        "users have roles; every other connection's key is NULL",
     ]

@@ -8,7 +8,13 @@ import trio.testing
 
 from keys import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult
 from keys.proxy_protocol import encode_v1
-from router.sniffing import SniffOutcome, read_past_preamble, read_proxy_header, read_until_sniffed
+from router.sniffing import (
+    SniffOutcome,
+    SniffProgress,
+    read_past_preamble,
+    read_proxy_header,
+    read_until_sniffed,
+)
 
 
 class LineSniffer:
@@ -189,3 +195,14 @@ async def test_read_proxy_header_missing_header_is_an_error() -> None:
     await client.send_all(b"\x10\x20 an MQTT CONNECT without the header")
     with pytest.raises(SniffError, match="proxy: missing PROXY protocol header"):
         await read_proxy_header(server)
+
+
+async def test_read_until_sniffed_reports_progress_for_timeout_logs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    await client.send_all(b"HEL")
+    progress = SniffProgress()
+    with trio.move_on_after(2):
+        await read_until_sniffed(server, detect, progress=progress)
+    assert (progress.protocol, progress.bytes_read) == ("line", 3)
