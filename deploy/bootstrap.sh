@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev activemq libactivemq-java libmqtt-client-java openjdk-17-jdk-headless)
+APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev activemq libactivemq-java libmqtt-client-java openjdk-17-jdk-headless rabbitmq-server)
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 

@@ -424,7 +424,7 @@ async def _proxy(
     active.inc()
     started = trio.current_time()
     try:
-        if not await _replay(client, upstream, acceptor, limits, opening):
+        if not await _replay(client, upstream, acceptor, limits, opening, runtime.name):
             with trio.CancelScope(shield=True):  # release both sockets even when cancelled
                 await upstream.aclose()
                 await client.aclose()
@@ -451,6 +451,7 @@ async def _replay(
     acceptor: AcceptorConfig,
     limits: ConnectionLimits,
     opening: _Opening,
+    router_name: str,
 ) -> bool:
     """Hand the connection over to the target: PROXY header, the client's bytes, and the opening.
 
@@ -476,6 +477,14 @@ async def _replay(
         return True
     except SniffError as exc:
         log.warning("peer=%s protocol=%s target's opening rejected: %s", peer, exc.protocol, exc.reason)
+        if sniffed is not None and sniffed.protocol == "amqp":
+            # The client already heard "SASL ok" from us and waits for the AMQP header: tell it
+            # in AMQP that the broker refused, instead of a bare close it reads as a framing error.
+            said = answers.not_authorized(sniffed, router_name)
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await client.send_all(
+                    answers.owed_opening(sniffed, opening.raw, opening.replied) + (said or b"")
+                )
     except trio.TooSlowError:
         log.warning("peer=%s target sent no complete opening in %g s", peer, limits.connect_timeout_s)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
