@@ -62,6 +62,7 @@ ACCEPTORS = {
     "ow-proxy": f"router=ow;mode=proxy;protocols=OPENWIRE;sniffMaxBytes={SNIFF_MAX_BYTES};"
     f"handshake-timeout={HANDSHAKE_TIMEOUT_S}",
     "ow-redirect": "router=ow;mode=redirect;protocols=OPENWIRE",
+    "ow-user": "router=ow-user;mode=proxy;protocols=OPENWIRE",
     "stomp-proxy": f"router=stomp-cid;mode=proxy;protocols=STOMP;sniffMaxBytes={SNIFF_MAX_BYTES};"
     f"handshake-timeout={HANDSHAKE_TIMEOUT_S}",
     "stomp-user": "router=stomp-user;mode=proxy;protocols=STOMP",
@@ -70,6 +71,7 @@ ACCEPTORS = {
 }
 ROUTERS = {  # name: (key type, broker connector it routes to)
     "ow": ("CLIENT_ID", "openwire"),
+    "ow-user": ("USER_NAME", "openwire"),
     "stomp-cid": ("CLIENT_ID", "stomp"),
     "stomp-user": ("USER_NAME", "stomp"),
     "mqtt-cid": ("CLIENT_ID", "mqtt"),
@@ -271,7 +273,9 @@ class ProbeResult:
     remote: str
 
 
-def _run_probe(probe_dir: Path, url: str, client_ids: list[str]) -> dict[str, ProbeResult]:
+def _run_probe(
+    probe_dir: Path, url: str, client_ids: list[str], *, user: str = "app-user"
+) -> dict[str, ProbeResult]:
     """Run the Java client: one session per client id (send + receive one message); where it was."""
     done = subprocess.run(
         [
@@ -280,7 +284,7 @@ def _run_probe(probe_dir: Path, url: str, client_ids: list[str]) -> dict[str, Pr
             ":".join([*_JARS, str(probe_dir)]),
             "Probe",
             url,
-            "app-user",
+            user,
             "app-secret",
             *client_ids,
         ],
@@ -584,6 +588,19 @@ def test_openwire_proxy_java_client_lands_on_predicted_broker(
         routed.router.wait_for_log(
             rf"router=ow key={client_id} target={predicted[client_id]} outcome=OK", TIMEOUT_S, consume=False
         )
+
+
+@pytest.mark.integration
+def test_openwire_proxy_by_user_name_lands_on_predicted_broker(routed: Routed, probe_dir: Path) -> None:
+    """Scenario: key USER_NAME read from ConnectionInfo.userName; each user's session (send +
+    receive) runs on the broker `routerctl route --user` predicts."""
+    predicted = _predicted_nodes(routed.router, "ow-user", "--user", STOMP_USERS)
+    assert set(predicted.values()) == set(NODE_IDS), "the users must cover both brokers"
+    port = routed.ports["ow-user"]
+    for user in STOMP_USERS:
+        (result,) = _run_probe(probe_dir, f"tcp://127.0.0.1:{port}", [f"owu-{user}"], user=user).values()
+        assert result.got == f"hello-owu-{user}", user
+        assert result.broker == predicted[user], user
 
 
 # --- 2. OpenWire redirect -------------------------------------------------------------------------
