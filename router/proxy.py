@@ -136,8 +136,11 @@ class _Opening:
     """`ip:port` of the TCP peer (the load balancer, behind a PROXY header)."""
     source_ip: str
     """The client's address: the peer's, or the one in the PROXY header."""
+    source_port: int
+    """The client's port, from the same place as `source_ip`."""
     local: tuple[str, int]
-    """Our address of the connection (the PROXY header we send names it)."""
+    """The address the client connected to: ours, or the original one in the PROXY header (a
+    PROXY header we send towards the target names it, so chains keep the original)."""
     raw: bytes = b""
     """Client bytes read so far (inside TLS when terminated), replayed to the target unchanged."""
     sniffed: Sniffed | None = None
@@ -176,20 +179,24 @@ async def _open(
     peer: str,
     progress: SniffProgress,
 ) -> _Opening:
-    source_ip = peer.rpartition(":")[0].strip("[]")
+    source_ip, _, port_text = peer.rpartition(":")
+    source_ip, source_port = source_ip.strip("[]"), int(port_text)
     sockname = client.socket.getsockname()
     local = (str(sockname[0]), int(sockname[1]))
     initial = b""
     if acceptor.proxy_protocol:
         progress.protocol = "proxy"
-        header, initial = await read_proxy_header(client)
+        header, initial = await read_proxy_header(client, progress)
         if header.source_ip is not None and not header.local:
             source_ip = header.source_ip
+            source_port = header.source_port if header.source_port is not None else source_port
+            if header.dest_ip is not None and header.dest_port is not None:
+                local = (header.dest_ip, header.dest_port)
     stream: trio.abc.Stream = client
     detect, sni_host, user = io.detect, None, None
     if io.tls is not None:
         hello = await read_until_sniffed(
-            client, detect_tls, max_bytes=acceptor.sniff_max_bytes, initial=initial
+            client, detect_tls, max_bytes=acceptor.sniff_max_bytes, initial=initial, progress=progress
         )
         tls_stream = trio.SSLStream(PrefixedStream(client, hello.raw), io.tls, server_side=True)
         await tls_stream.do_handshake()
@@ -199,6 +206,7 @@ async def _open(
         stream=stream,
         peer=peer,
         source_ip=source_ip,
+        source_port=source_port,
         local=local,
         raw=initial,
         sni_host=sni_host,
@@ -494,7 +502,6 @@ async def _replay(
 
 def _proxy_header_for(opening: _Opening, version: str) -> bytes:
     dest_ip, dest_port = opening.local
-    source_port = int(opening.peer.rpartition(":")[2])
     if version == "v1":
-        return encode_v1(opening.source_ip, source_port, dest_ip, dest_port)
-    return encode_v2(opening.source_ip, source_port, dest_ip, dest_port)
+        return encode_v1(opening.source_ip, opening.source_port, dest_ip, dest_port)
+    return encode_v2(opening.source_ip, opening.source_port, dest_ip, dest_port)

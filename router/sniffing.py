@@ -164,7 +164,9 @@ async def read_past_preamble(
         buf += chunk
 
 
-async def read_proxy_header(stream: trio.abc.ReceiveStream) -> tuple[ProxyHeader, bytes]:
+async def read_proxy_header(
+    stream: trio.abc.ReceiveStream, progress: SniffProgress | None = None
+) -> tuple[ProxyHeader, bytes]:
     """Read the PROXY protocol header a load balancer sends first (acceptors that enable it).
 
     The caller owns the deadline. A v1 header is at most 107 bytes and a v2 header is bounded by
@@ -187,3 +189,5 @@ async def read_proxy_header(stream: trio.abc.ReceiveStream) -> tuple[ProxyHeader
         if not chunk:
             raise SniffError("proxy", f"client closed after {len(buf)} bytes, before the PROXY header ended")
         buf += chunk
+        if progress is not None:
+            progress.bytes_read = len(buf)
