@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from keys.sniff import NEED_MORE, Sniffed, SniffError
+from keys.sniff import NEED_MORE, NeedMore, Sniffed, SniffError
 
 if TYPE_CHECKING:
     from keys.sniff import SniffResult
 
 __all__ = [
+    "MQTT_DISCONNECT",
     "MQTT_V5_NOT_AUTHORIZED",
     "MQTT_V5_SERVER_UNAVAILABLE",
     "MQTT_V5_USE_ANOTHER_SERVER",
@@ -27,6 +28,8 @@ __all__ = [
     "MqttSniffer",
     "encode_connack",
     "encode_connack_v3_as_artemis",
+    "encode_connect",
+    "parse_connack",
 ]
 
 _NAME: Final = "mqtt"
@@ -368,3 +371,51 @@ def encode_connack(reason_code: int, *, protocol_level: int, server_reference: s
     # MQTT 5 §3.2.2: acknowledge flags 0, reason code, properties with their length.
     variable_header = bytes((0, reason_code)) + _encode_varint(len(properties)) + properties
     return bytes((_CONNACK_FIRST_BYTE,)) + _encode_varint(len(variable_header)) + variable_header
+
+
+def _utf8_field(text: str) -> bytes:
+    encoded = text.encode("utf-8")
+    if len(encoded) > _MAX_TWO_BYTE_LENGTH:
+        raise ValueError(f"mqtt string of {len(encoded)} bytes exceeds {_MAX_TWO_BYTE_LENGTH}")
+    return len(encoded).to_bytes(2, "big") + encoded
+
+
+def encode_connect(
+    client_id: str, *, user_name: str | None = None, password: str | None = None, keepalive_s: int = 60
+) -> bytes:
+    """An MQTT 3.1.1 CONNECT with clean session (MQTT 3.1.1 §3.1), as the router's health probe sends.
+
+    Raises:
+        ValueError: a field too long for MQTT, or a password without a user name (§3.1.2.9).
+    """
+    if password is not None and user_name is None:
+        raise ValueError("mqtt 3.1.1 has no password without a user name")
+    flags = 0x02  # clean session
+    payload = _utf8_field(client_id)
+    if user_name is not None:
+        flags |= 0x80
+        payload += _utf8_field(user_name)
+    if password is not None:
+        flags |= 0x40
+        payload += _utf8_field(password)
+    body = _utf8_field("MQTT") + bytes((4, flags)) + keepalive_s.to_bytes(2, "big") + payload
+    return b"\x10" + _encode_varint(len(body)) + body
+
+
+MQTT_DISCONNECT: Final = b"\xe0\x00"
+"""DISCONNECT with no reason (MQTT 3.1.1 §3.14): the polite end of a probe session."""
+
+
+def parse_connack(data: bytes) -> int | NeedMore:
+    """The return/reason code of a CONNACK at the start of `data` (3.1.1 §3.2, 5 §3.2).
+
+    Raises:
+        SniffError: the first packet is not a CONNACK.
+    """
+    if not data:
+        return NEED_MORE
+    if data[0] != _CONNACK_FIRST_BYTE:
+        raise SniffError(_NAME, f"expected CONNACK, got packet type byte 0x{data[0]:02x}")
+    if len(data) < 4:
+        return NEED_MORE
+    return data[3]

@@ -20,9 +20,16 @@ from __future__ import annotations
 
 from typing import Final
 
-from keys.sniff import NEED_MORE, Sniffed, SniffError, SniffResult
+from keys.sniff import NEED_MORE, NeedMore, Sniffed, SniffError, SniffResult
 
-__all__ = ["MAX_BODY_BYTES", "MAX_HEADER_BYTES", "StompSniffer", "encode_error"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_HEADER_BYTES",
+    "StompSniffer",
+    "encode_connect",
+    "encode_error",
+    "parse_server_frame",
+]
 
 _PROTOCOL: Final = "stomp"
 
@@ -223,3 +230,48 @@ def encode_error(message: str, *, detail: str = "") -> bytes:
     body = detail.encode("utf-8")
     head = f"ERROR\nmessage:{escaped}\ncontent-type:text/plain\ncontent-length:{len(body)}\n\n".encode()
     return head + body + _NUL
+
+
+def encode_connect(host: str, *, login: str | None = None, passcode: str | None = None) -> bytes:
+    """A STOMP CONNECT frame (STOMP 1.2 §CONNECT), as the router's health probe sends.
+
+    CONNECT headers are not escaped (STOMP 1.2 exempts CONNECT); values must not hold line breaks.
+
+    Raises:
+        ValueError: a value with a line break or NUL.
+    """
+    headers = [("accept-version", "1.0,1.1,1.2"), ("host", host)]
+    if login is not None:
+        headers.append(("login", login))
+    if passcode is not None:
+        headers.append(("passcode", passcode))
+    for name, value in headers:
+        if any(c in value for c in "\r\n\x00"):
+            raise ValueError(f"stomp header {name} must not contain line breaks or NUL")
+    lines = "".join(f"{name}:{value}\n" for name, value in headers)
+    return b"CONNECT\n" + lines.encode("utf-8") + b"\n" + _NUL
+
+
+def parse_server_frame(data: bytes) -> tuple[str, dict[str, str]] | NeedMore:
+    """The command and headers of the first frame a server sends (CONNECTED or ERROR).
+
+    Raises:
+        SniffError: no frame end within MAX_HEADER_BYTES.
+    """
+    start = _skip_heartbeats(data)
+    if start is None:
+        return NEED_MORE
+    end = data.find(b"\n\n", start)
+    crlf = data.find(b"\r\n\r\n", start)
+    if end < 0 or (0 <= crlf < end):
+        end = crlf
+    if end < 0:
+        if len(data) - start > MAX_HEADER_BYTES:
+            raise _err(f"server frame head longer than {MAX_HEADER_BYTES} bytes")
+        return NEED_MORE
+    lines = data[start:end].decode("utf-8", "replace").replace("\r\n", "\n").split("\n")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers.setdefault(name, value)
+    return lines[0], headers

@@ -11,17 +11,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import trio
 
+from keys import INTERNAL_CLIENT_ID_PREFIX, NEED_MORE, SniffError, mqtt, stomp
 from router.net import describe_oserror, open_connection
 
 if TYPE_CHECKING:
+    from keys import NeedMore
     from pools import Connector, Target
     from router.routing import RouterRuntime
 
-__all__ = ["PROBE_TIMEOUT_CAP_S", "Check", "check_target", "serve_health_checks"]
+__all__ = [
+    "PROBES",
+    "PROBE_TIMEOUT_CAP_S",
+    "Check",
+    "check_mqtt",
+    "check_stomp",
+    "check_target",
+    "make_check",
+    "probe_client_id",
+    "serve_health_checks",
+]
+
+_A = TypeVar("_A")
 
 log = logging.getLogger("router.health")
 
@@ -47,6 +61,86 @@ Check = Callable[["Connector"], Awaitable[tuple[bool, str]]]
 """A probe: connector in, (ready, reason when not) out; the caller's cancel scope is its deadline."""
 
 
+PROBES: Final = ("tcp", "mqtt", "stomp")
+"""Values of the connector URL parameter `probe=` (default tcp)."""
+
+_PROBE_READ_BYTES: Final = 1024
+
+
+async def _read_answer(stream: trio.SocketStream, parse: Callable[[bytes], _A | NeedMore]) -> _A:
+    buf = b""
+    while True:
+        result = parse(buf)
+        if result is not NEED_MORE:
+            return result
+        chunk = await stream.receive_some(_PROBE_READ_BYTES)
+        if not chunk:
+            raise OSError(f"the broker closed after {len(buf)} bytes")
+        buf += chunk
+
+
+def probe_client_id(router: str, node_id: str) -> str:
+    """The client id of our probes: brokers fronted by routers never redirect it (SPEC A1 step 0)."""
+    return f"{INTERNAL_CLIENT_ID_PREFIX}{router}.{node_id}"
+
+
+async def check_mqtt(
+    connector: Connector, client_id: str, user: str | None, password: str | None
+) -> tuple[bool, str]:
+    """MQTT 3.1.1 CONNECT with the pool's credentials; ready on CONNACK return code 0."""
+    try:
+        stream = await open_connection(connector.host, connector.port)
+    except OSError as exc:
+        return False, f"connect to {connector.url} failed: {describe_oserror(exc)}"
+    async with stream:
+        try:
+            await stream.send_all(mqtt.encode_connect(client_id, user_name=user, password=password))
+            code = await _read_answer(stream, mqtt.parse_connack)
+            if code != 0:
+                return False, f"mqtt CONNACK return code {code} from {connector.url}"
+            await stream.send_all(mqtt.MQTT_DISCONNECT)
+        except (OSError, trio.BrokenResourceError, SniffError) as exc:
+            return False, f"mqtt probe of {connector.url} failed: {exc}"
+    return True, ""
+
+
+async def check_stomp(connector: Connector, user: str | None, password: str | None) -> tuple[bool, str]:
+    """STOMP CONNECT with the pool's credentials; ready on CONNECTED, not ready on ERROR."""
+    try:
+        stream = await open_connection(connector.host, connector.port)
+    except OSError as exc:
+        return False, f"connect to {connector.url} failed: {describe_oserror(exc)}"
+    async with stream:
+        try:
+            await stream.send_all(stomp.encode_connect(connector.host, login=user, passcode=password))
+            command, headers = await _read_answer(stream, stomp.parse_server_frame)
+            if command != "CONNECTED":
+                return False, f"stomp {command} from {connector.url}: {headers.get('message', '')}"
+            await stream.send_all(b"DISCONNECT\n\n\x00")
+        except (OSError, trio.BrokenResourceError, SniffError) as exc:
+            return False, f"stomp probe of {connector.url} failed: {exc}"
+    return True, ""
+
+
+def make_check(runtime: RouterRuntime) -> Check:
+    """The probe of a router's pool: each connector's `probe=` kind, with the pool's credentials."""
+    pool_config = runtime.config.pool
+    user = None if pool_config is None else pool_config.username
+    password = None if pool_config is None else pool_config.password
+
+    async def check(connector: Connector) -> tuple[bool, str]:
+        kind = connector.param_map.get("probe", "tcp")
+        if kind == "mqtt":
+            return await check_mqtt(
+                connector, probe_client_id(runtime.name, connector.node_id), user, password
+            )
+        if kind == "stomp":
+            return await check_stomp(connector, user, password)
+        return await check_target(connector)
+
+    return check
+
+
 async def _probe_forever(runtime: RouterRuntime, target: Target, period_s: float, check: Check) -> None:
     assert target.connector is not None
     pool = runtime.pool
@@ -68,14 +162,14 @@ async def _probe_forever(runtime: RouterRuntime, target: Target, period_s: float
 async def serve_health_checks(
     runtime: RouterRuntime,
     *,
-    check: Check = check_target,
+    check: Check | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Probe every target of a router's pool until cancelled.
 
     Args:
         runtime: the router whose pool is probed.
-        check: the probe (a TCP connect by default).
+        check: the probe; by default each connector's `probe=` kind (TCP connect unless set).
         task_status: started once every probe loop is running.
     """
     pool, pool_config = runtime.pool, runtime.config.pool
@@ -90,6 +184,7 @@ async def serve_health_checks(
             pool_config.kind.value,
         )
     period_s = pool_config.check_period_ms / 1000
+    check = make_check(runtime) if check is None else check
     async with trio.open_nursery() as nursery:
         for target in pool.targets:
             if target.connector is None:

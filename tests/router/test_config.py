@@ -1387,3 +1387,12 @@ def test_load_config_rejects_bad_tls_parameters(params: str, reason: str) -> Non
     with pytest.raises(ConfigError) as info:
         load_config_text(_acceptor_doc(params), source="a.xml")
     assert str(info.value) == f"a.xml:2: <acceptor>: {reason}"
+
+
+def test_load_config_connector_probe_kind() -> None:
+    doc = '<core><connectors><connector name="c">tcp://127.0.0.1:1883?probe=mqtt</connector></connectors></core>'
+    (connector,) = load_config_text(doc).connectors
+    assert connector.param_map["probe"] == "mqtt"
+    with pytest.raises(ConfigError) as info:
+        load_config_text(doc.replace("probe=mqtt", "probe=ping"), source="p.xml")
+    assert str(info.value) == "p.xml:1: <connector>: probe must be one of tcp, mqtt, stomp, got 'ping'"

@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from typing import TYPE_CHECKING
+
+import pytest
 import trio
 
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
-from router.health import PROBE_TIMEOUT_CAP_S, check_target, serve_health_checks
+from router.health import (
+    PROBE_TIMEOUT_CAP_S,
+    check_mqtt,
+    check_stomp,
+    check_target,
+    make_check,
+    probe_client_id,
+    serve_health_checks,
+)
 from router.metrics import Metrics
 from router.routing import RouterRuntime
 from router.settings import Config, RouterConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 
 def _runtime(check_period_ms: int, *, local_target_enabled: bool = False) -> RouterRuntime:
@@ -117,3 +134,93 @@ async def test_check_target_closed_port_names_url_and_reason() -> None:
     ok, detail = await check_target(connector)
     assert not ok
     assert detail == f"connect to tcp://127.0.0.1:{port} failed: Connection refused"
+
+
+class TestBrokerProbes:
+    """MQTT probes against a real mosquitto that requires a password (the pool's credentials)."""
+
+    @pytest.fixture
+    def secured_mosquitto(self, tmp_path: Path) -> Iterator[int]:
+        from tests.router.conftest import free_port, wait_port
+
+        passwords = tmp_path / "passwd"
+        subprocess.run(["mosquitto_passwd", "-b", "-c", str(passwords), "prober", "s3cret"], check=True)
+        os.chmod(tmp_path, 0o755)
+        os.chmod(passwords, 0o644)
+        port = free_port()
+        conf = tmp_path / "mosquitto.conf"
+        conf.write_text(
+            f"listener {port} 127.0.0.1\nallow_anonymous false\npassword_file {passwords}\n"
+            "persistence false\nuser root\n"
+        )
+        proc = subprocess.Popen(
+            ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            wait_port(port)
+            yield port
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+    async def test_check_mqtt_accepts_right_credentials(self, secured_mosquitto: int) -> None:
+        connector = Connector.from_url("m", f"tcp://127.0.0.1:{secured_mosquitto}?probe=mqtt")
+        assert await check_mqtt(connector, probe_client_id("r", "m"), "prober", "s3cret") == (True, "")
+
+    @pytest.mark.parametrize(("user", "password"), [("prober", "wrong"), (None, None)])
+    async def test_check_mqtt_rejected_credentials_are_not_ready(
+        self, secured_mosquitto: int, user: str | None, password: str | None
+    ) -> None:
+        connector = Connector.from_url("m", f"tcp://127.0.0.1:{secured_mosquitto}?probe=mqtt")
+        ok, detail = await check_mqtt(connector, probe_client_id("r", "m"), user, password)
+        assert not ok
+        assert detail == f"mqtt CONNACK return code 5 from tcp://127.0.0.1:{secured_mosquitto}"
+
+    async def test_make_check_uses_pool_credentials_and_probe_kind(self, secured_mosquitto: int) -> None:
+        connectors = (Connector.from_url("m", f"tcp://127.0.0.1:{secured_mosquitto}?probe=mqtt"),)
+        router = RouterConfig(
+            name="r",
+            policy=PolicyConfig(name="FIRST_ELEMENT"),
+            pool=PoolConfig(
+                kind=PoolKind.STATIC, static_connectors=("m",), username="prober", password="s3cret"
+            ),
+        )
+        runtime = RouterRuntime(
+            Config(source="t", connectors=connectors, routers=(router,)), router, Metrics()
+        )
+        assert await make_check(runtime)(connectors[0]) == (True, "")
+
+
+def test_probe_client_id_has_the_internal_prefix() -> None:
+    assert probe_client_id("r", "node4") == "$.artemis.internal.router.client.r.node4"
+
+
+async def _serve_stomp_answer(
+    answer: bytes, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """A STOMP server that reads one CONNECT and answers `answer` (CONNECTED or ERROR)."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with stream:
+            data = b""
+            while b"\x00" not in data and (chunk := await stream.receive_some(1024)):
+                data += chunk
+            await stream.send_all(answer)
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handler, listeners)
+
+
+async def test_check_stomp_connected_is_ready_error_is_not(nursery: trio.Nursery) -> None:
+    ok_port = await nursery.start(_serve_stomp_answer, b"CONNECTED\nversion:1.2\n\n\x00")
+    bad_port = await nursery.start(
+        _serve_stomp_answer, b"ERROR\nmessage:User name [x] or password is invalid.\n\n\x00"
+    )
+    ok = Connector.from_url("s", f"tcp://127.0.0.1:{ok_port}?probe=stomp")
+    bad = Connector.from_url("s", f"tcp://127.0.0.1:{bad_port}?probe=stomp")
+    assert await check_stomp(ok, "u", "p") == (True, "")
+    assert await check_stomp(bad, "x", "y") == (
+        False,
+        f"stomp ERROR from tcp://127.0.0.1:{bad_port}: User name [x] or password is invalid.",
+    )
