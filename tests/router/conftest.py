@@ -21,12 +21,12 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
 PORT_RANGE = (20000, 32000)
 _used_ports: set[int] = set()
@@ -187,6 +187,38 @@ class Routerd:
             if line_or_eof is None:
                 raise RuntimeError("routerd exited; log:\n" + "\n".join(self.lines[-30:]))
             self.lines.append(line_or_eof)
+
+    def route(self, router: str, *args: str) -> list[dict[str, Any]]:
+        """`routerctl route --config <this routerd's config> --router ROUTER ARGS…`: the decisions."""
+        return self.predict_many(router, [list(args)])[0]
+
+    def predict(self, router: str, flag: str, values: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """`routerctl route … FLAG VALUE` for each value (one connection each): value -> decision."""
+        results = self.predict_many(router, [[flag, value] for value in values])
+        return {value: decisions[0] for value, decisions in zip(values, results, strict=True)}
+
+    def predict_many(self, router: str, argvs: Sequence[Sequence[str]]) -> list[list[dict[str, Any]]]:
+        """Several `routerctl route` runs side by side (each is a Python start-up)."""
+        command = [
+            sys.executable,
+            "-c",
+            "from router.cli import routerctl_main; routerctl_main()",
+            "route",
+            "--config",
+            str(self.config),
+            "--router",
+            router,
+        ]
+        procs = [
+            subprocess.Popen([*command, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for argv in argvs
+        ]
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+            results.append([json.loads(line) for line in out.splitlines()])
+        return results
 
     def get(self, path: str) -> object:
         with urllib.request.urlopen(self.admin + path, timeout=5) as response:

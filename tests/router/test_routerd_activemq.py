@@ -13,13 +13,11 @@ Brokers, the compiled Java probe and routerd are started once per module; every 
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -364,34 +362,10 @@ def routed(brokers: dict[str, ActiveMQ], tmp_path_factory: pytest.TempPathFactor
 
 
 def _predict(router: Routerd, name: str, flag: str, values: list[str]) -> dict[str, dict[str, str]]:
-    """`routerctl route --config … --router NAME FLAG VALUE` for each value (run in parallel)."""
-    procs = {
-        value: subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "from router.cli import routerctl_main; routerctl_main()",
-                "route",
-                "--config",
-                str(router.config),
-                "--router",
-                name,
-                flag,
-                value,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for value in values
+    """`routerctl route --config … --router NAME FLAG VALUE` for each value."""
+    return {
+        value: {k: str(v) for k, v in d.items()} for value, d in router.predict(name, flag, values).items()
     }
-    decisions = {}
-    for value, proc in procs.items():
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-        assert proc.returncode == 0, err
-        decision = json.loads(out)
-        decisions[value] = {k: str(v) for k, v in decision.items()}
-    return decisions
 
 
 def _predicted_nodes(router: Routerd, name: str, flag: str, values: list[str]) -> dict[str, str]:

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -331,32 +330,8 @@ def _config(nodes: list[RabbitNode], ports: dict[str, int], *, dead_port: int) -
 
 
 def _predict(router: Routerd, name: str, flag: str, values: list[str]) -> dict[str, dict[str, object]]:
-    """`routerctl route` for each value (in parallel: each is a Python start-up)."""
-
-    def one(value: str) -> dict[str, object]:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "from router.cli import routerctl_main; routerctl_main()",
-                "route",
-                "--config",
-                str(router.config),
-                "--router",
-                name,
-                flag,
-                value,
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
-        decision: dict[str, object] = json.loads(out)
-        return decision
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip(values, pool.map(one, values), strict=True))
+    """`routerctl route` for each value."""
+    return router.predict(name, flag, values)
 
 
 def _nodes_of(decisions: dict[str, dict[str, object]]) -> dict[str, str]:

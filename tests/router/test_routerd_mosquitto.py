@@ -9,9 +9,6 @@ FIRST_ELEMENT fails over in pool order; a pool below quorum refuses.
 from __future__ import annotations
 
 import contextlib
-import json
-import subprocess
-import sys
 import threading
 import uuid
 from typing import TYPE_CHECKING
@@ -151,25 +148,8 @@ def _landings(brokers: list[Mosquitto], port: int) -> dict[str, str]:
 
 
 def _predict(router: Routerd, ready: list[str]) -> dict[str, str]:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from router.cli import routerctl_main; routerctl_main()",
-            "route",
-            "--config",
-            str(router.config),
-            "--router",
-            "hash",
-            "--ready",
-            ",".join(ready),
-            *SOURCES,
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return {d["key"]: d["node_id"] for d in map(json.loads, out.splitlines())}
+    decisions = router.route("hash", "--ready", ",".join(ready), *SOURCES)
+    return {d["key"]: d["node_id"] for d in decisions}
 
 
 @pytest.fixture

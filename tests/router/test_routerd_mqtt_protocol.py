@@ -8,10 +8,7 @@ bad openings closed within the deadline while a well-behaved client is served.
 from __future__ import annotations
 
 import importlib.util
-import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -78,27 +75,7 @@ def _config(brokers: list[Mosquitto], ports: dict[str, int], *, dead_port: int) 
 
 
 def _predict(router: Routerd, name: str, flag: str, values: list[str]) -> dict[str, dict[str, object]]:
-    decisions = {}
-    for value in values:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "from router.cli import routerctl_main; routerctl_main()",
-                "route",
-                "--config",
-                str(router.config),
-                "--router",
-                name,
-                flag,
-                value,
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        decisions[value] = json.loads(out)
-    return decisions
+    return router.predict(name, flag, values)
 
 
 class _Observer:

@@ -22,13 +22,11 @@ tests/keys/test_proxy_protocol.py. One HAProxy process holds every frontend:
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
 import re
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -397,35 +395,11 @@ def _observers(brokers: list[Mosquitto]) -> Iterator[_Seen]:
 
 
 def _predict(router: Routerd, router_name: str, sources: list[str]) -> dict[str, str]:
-    """`routerctl route --source-ip IP` for each source (run side by side): source -> node id."""
-    procs = {
-        source: subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "from router.cli import routerctl_main; routerctl_main()",
-                "route",
-                "--config",
-                str(router.config),
-                "--router",
-                router_name,
-                "--source-ip",
-                source,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for source in sources
-    }
-    predicted: dict[str, str] = {}
-    for source, proc in procs.items():
-        out, err = proc.communicate(timeout=TIMEOUT_S * 3)
-        assert proc.returncode == 0, err
-        decision = json.loads(out)
+    """`routerctl route --source-ip IP` for each source: source -> node id."""
+    decisions = router.predict(router_name, "--source-ip", sources)
+    for source, decision in decisions.items():
         assert decision["key"] == source
-        predicted[source] = decision["node_id"]
-    return predicted
+    return {source: str(d["node_id"]) for source, d in decisions.items()}
 
 
 def _metric(router: Routerd, name: str, labels: str) -> float:

@@ -17,11 +17,8 @@ all three brokers and alice/carol over broker-a/broker-d (each test checks its s
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -143,30 +140,10 @@ def _start(start_routerd: Callable[[Callable[[int], str]], Routerd], acceptor: _
 
 def _predict(router: Routerd, flag: str, values: tuple[str, ...]) -> dict[str, str]:
     """`routerctl route --router r FLAG VALUE` for each value: the node id it predicts."""
-    predicted = {}
-    for value in values:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "from router.cli import routerctl_main; routerctl_main()",
-                "route",
-                "--config",
-                str(router.config),
-                "--router",
-                "r",
-                flag,
-                value,
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        ).stdout
-        decision = json.loads(out)
+    decisions = router.predict("r", flag, values)
+    for decision in decisions.values():
         assert decision["status"] == "OK", decision
-        predicted[value] = str(decision["node_id"])
-    return predicted
+    return {value: str(d["node_id"]) for value, d in decisions.items()}
 
 
 # --- clients -------------------------------------------------------------------------------------
