@@ -11,6 +11,7 @@ from pools.pool import PoolEventKind as PoolEventKind
 from pools.pool import PoolKind as PoolKind
 from pools.pool import TargetState as TargetState
 from pools.target import LOCAL_NODE_ID as LOCAL_NODE_ID
+from pools.target import PROBE_KINDS as PROBE_KINDS
 from pools.target import Connector as Connector
 from pools.target import Target as Target
 from pools.target import parse_url_params as parse_url_params

@@ -10,7 +10,10 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["LOCAL_NODE_ID", "Connector", "Target", "parse_url_params"]
+__all__ = ["LOCAL_NODE_ID", "PROBE_KINDS", "Connector", "Target", "parse_url_params"]
+
+PROBE_KINDS: Final = ("tcp", "mqtt", "stomp")
+"""Values of a connector's `probe=` URL parameter: how its broker is health-checked (default tcp)."""
 
 LOCAL_NODE_ID: Final = "local"
 """Node id of the local target when the router has no local connector configured."""
@@ -59,6 +62,9 @@ class Connector:
             raise ValueError(f"connector {self.name!r}: host must not be empty")
         if not 0 < self.port < 65536:
             raise ValueError(f"connector {self.name!r}: port must be 1-65535, got {self.port!r}")
+        probe = self.probe
+        if probe not in PROBE_KINDS:
+            raise ValueError(f"probe must be one of {', '.join(PROBE_KINDS)}, got {probe!r}")
 
     @classmethod
     def from_url(cls, name: str, url: str) -> Connector:
@@ -83,6 +89,11 @@ class Connector:
     def param_map(self) -> dict[str, str]:
         """The URL parameters as a dict."""
         return dict(self.params)
+
+    @property
+    def probe(self) -> str:
+        """How the broker is health-checked: URL parameter `probe`, default "tcp"."""
+        return self.param_map.get("probe", "tcp")
 
     @property
     def node_id(self) -> str:

@@ -59,9 +59,6 @@ SECTIONS: Final = ("connectors", "acceptors", "discovery-groups", "cluster-conne
 
 _SCHEMA_RESOURCE: Final = "connection-router.xsd"
 
-_PROBES: Final = ("tcp", "mqtt", "stomp")
-"""Connector `probe=` kinds (router/health.py); kept here too so config stays free of I/O imports."""
-
 _LONG_MAX: Final = 2**63 - 1
 """Upper bound of XSD `xsd:long`, the type Artemis's schema gives periods and sizes."""
 
@@ -528,13 +525,9 @@ class _Loader:
                 )
                 continue
             try:
-                connector = Connector.from_url(name, url)
+                self.connectors[name] = Connector.from_url(name, url)
             except ValueError as exc:
                 raise self.error(element, str(exc)) from exc
-            probe = connector.param_map.get("probe", "tcp")
-            if probe not in _PROBES:
-                raise self.error(element, f"probe must be one of {', '.join(_PROBES)}, got {probe!r}")
-            self.connectors[name] = connector
 
     def _discovery_groups(self, section: etree._Element) -> None:
         seen: dict[str, int | None] = {}

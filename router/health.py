@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from router.routing import RouterRuntime
 
 __all__ = [
-    "PROBES",
     "PROBE_TIMEOUT_CAP_S",
     "Check",
     "check_mqtt",
@@ -60,9 +59,6 @@ async def check_target(connector: Connector) -> tuple[bool, str]:
 Check = Callable[["Connector"], Awaitable[tuple[bool, str]]]
 """A probe: connector in, (ready, reason when not) out; the caller's cancel scope is its deadline."""
 
-
-PROBES: Final = ("tcp", "mqtt", "stomp")
-"""Values of the connector URL parameter `probe=` (default tcp)."""
 
 _PROBE_READ_BYTES: Final = 1024
 
@@ -129,7 +125,7 @@ def make_check(runtime: RouterRuntime) -> Check:
     password = None if pool_config is None else pool_config.password
 
     async def check(connector: Connector) -> tuple[bool, str]:
-        kind = connector.param_map.get("probe", "tcp")
+        kind = connector.probe  # one of pools.PROBE_KINDS, checked when the connector was made
         if kind == "mqtt":
             return await check_mqtt(
                 connector, probe_client_id(runtime.name, connector.node_id), user, password
