@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import trio
 
-from keys import INTERNAL_CLIENT_ID_PREFIX, NEED_MORE, SniffError, mqtt, stomp
+from keys import INTERNAL_CLIENT_ID_PREFIX, SniffError, mqtt, stomp
 from router.net import describe_oserror, open_connection
+from router.sniffing import read_parsed
 
 if TYPE_CHECKING:
     from keys import NeedMore
@@ -60,19 +61,16 @@ Check = Callable[["Connector"], Awaitable[tuple[bool, str]]]
 """A probe: connector in, (ready, reason when not) out; the caller's cancel scope is its deadline."""
 
 
-_PROBE_READ_BYTES: Final = 1024
-
-
 async def _read_answer(stream: trio.SocketStream, parse: Callable[[bytes], _A | NeedMore]) -> _A:
-    buf = b""
-    while True:
-        result = parse(buf)
-        if result is not NEED_MORE:
-            return result
-        chunk = await stream.receive_some(_PROBE_READ_BYTES)
-        if not chunk:
-            raise OSError(f"the broker closed after {len(buf)} bytes")
-        buf += chunk
+    answer, _ = await read_parsed(
+        stream,
+        parse,
+        protocol="probe",
+        max_bytes=16 * 1024,  # a CONNACK is 4 bytes, a CONNECTED frame a few hundred
+        too_long="the broker sent no complete answer in {max_bytes} bytes",
+        closed="the broker closed after {size} bytes",
+    )
+    return answer
 
 
 def probe_client_id(router: str, node_id: str) -> str:

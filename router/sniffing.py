@@ -11,7 +11,7 @@ dropped instead of reaching the client twice.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from keys import NEED_MORE, Reply, SniffError
 from keys.proxy_protocol import parse_proxy_header
@@ -24,10 +24,13 @@ if TYPE_CHECKING:
     from keys import NeedMore, Sniffed, Sniffer
     from keys.proxy_protocol import ProxyHeader
 
+_T = TypeVar("_T")
+
 __all__ = [
     "DEFAULT_MAX_SNIFF_BYTES",
     "SniffOutcome",
     "SniffProgress",
+    "read_parsed",
     "read_past_preamble",
     "read_proxy_header",
     "read_until_sniffed",
@@ -126,6 +129,50 @@ async def read_until_sniffed(
             progress.bytes_read = len(buf)
 
 
+async def read_parsed(
+    stream: trio.abc.ReceiveStream,
+    parse: Callable[[bytes], _T | NeedMore],
+    *,
+    protocol: str,
+    max_bytes: int,
+    too_long: str,
+    closed: str,
+    progress: SniffProgress | None = None,
+) -> tuple[_T, bytes]:
+    """Read until `parse(everything read so far)` answers (the one loop behind every opening read).
+
+    The caller owns the deadline.
+
+    Args:
+        stream: where to read.
+        parse: the pure parser; NEED_MORE until it can answer, SniffError when it never will.
+        protocol: for errors.
+        max_bytes: the cap.
+        too_long: the error reason at the cap (`{max_bytes}` is filled in).
+        closed: the error reason at EOF (`{size}` is filled in).
+        progress: updated with the byte count.
+
+    Returns:
+        The parser's answer and every byte read (the answer may cover only a prefix of them).
+
+    Raises:
+        SniffError: from the parser, at the cap, or at EOF.
+    """
+    buf = bytearray()
+    while True:
+        result = parse(bytes(buf))
+        if result is not NEED_MORE:
+            return result, bytes(buf)
+        if len(buf) >= max_bytes:
+            raise SniffError(protocol, too_long.format(max_bytes=max_bytes))
+        chunk = await stream.receive_some(_READ_BYTES)
+        if not chunk:
+            raise SniffError(protocol, closed.format(size=len(buf)))
+        buf += chunk
+        if progress is not None:
+            progress.bytes_read = len(buf)
+
+
 async def read_past_preamble(
     upstream: trio.abc.ReceiveStream,
     measure: Callable[[bytes], int | NeedMore],
@@ -151,17 +198,15 @@ async def read_past_preamble(
     Raises:
         SniffError: the target's answer is malformed or refuses, the cap, or EOF.
     """
-    buf = bytearray()
-    while True:
-        length = measure(bytes(buf))
-        if length is not NEED_MORE:
-            return bytes(buf[length:])
-        if len(buf) >= max_bytes:
-            raise SniffError(protocol, f"target sent no complete opening in {max_bytes} bytes")
-        chunk = await upstream.receive_some(_READ_BYTES)
-        if not chunk:
-            raise SniffError(protocol, f"target closed after {len(buf)} bytes of its opening")
-        buf += chunk
+    length, data = await read_parsed(
+        upstream,
+        measure,
+        protocol=protocol,
+        max_bytes=max_bytes,
+        too_long="target sent no complete opening in {max_bytes} bytes",
+        closed="target closed after {size} bytes of its opening",
+    )
+    return data[length:]
 
 
 async def read_proxy_header(
@@ -178,16 +223,13 @@ async def read_proxy_header(
     Raises:
         SniffError: no header, a malformed one, or EOF before it was complete.
     """
-    buf = bytearray()
-    while True:
-        result = parse_proxy_header(bytes(buf))
-        if result is not NEED_MORE:
-            return result, bytes(buf[result.length :])
-        if len(buf) >= _PROXY_HEADER_MAX_BYTES:
-            raise SniffError("proxy", f"no complete PROXY protocol header in {_PROXY_HEADER_MAX_BYTES} bytes")
-        chunk = await stream.receive_some(_READ_BYTES)
-        if not chunk:
-            raise SniffError("proxy", f"client closed after {len(buf)} bytes, before the PROXY header ended")
-        buf += chunk
-        if progress is not None:
-            progress.bytes_read = len(buf)
+    header, data = await read_parsed(
+        stream,
+        parse_proxy_header,
+        protocol="proxy",
+        max_bytes=_PROXY_HEADER_MAX_BYTES,
+        too_long="no complete PROXY protocol header in {max_bytes} bytes",
+        closed="client closed after {size} bytes, before the PROXY header ended",
+        progress=progress,
+    )
+    return header, data[header.length :]
