@@ -237,7 +237,7 @@ async def handle_connection(
         await client.aclose()
         return
     peer = f"{peer_ip}:{peer_port}"
-    runtime.metrics.connections_accepted.labels(acceptor.name, runtime.name).inc()
+    runtime.count_accepted(acceptor.name)
     timeout_s = acceptor.handshake_timeout_ms / 1000 if acceptor.handshake_timeout_ms else math.inf
     progress = SniffProgress()
     try:
@@ -311,10 +311,8 @@ async def _route_and_serve(
             runtime.name,
             auth.reason,
         )
-        said = None if sniffed is None else answers.not_authorized(sniffed, runtime.name)
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            if sniffed is not None and said is not None:
-                await client.send_all(answers.owed_opening(sniffed, opening.raw, opening.replied) + said)
+        if sniffed is not None:
+            await _say(client, opening, answers.not_authorized(sniffed, runtime.name))
         await client.aclose()
         return
     facts = ConnectionFacts(
@@ -372,7 +370,7 @@ async def _route_and_serve(
         said = answers.redirect(sniffed, opening.raw, target, runtime.name)
         await _answer(client, runtime, RouteStatus.OK, opening, said)
         return
-    metrics.decisions.labels(runtime.name, RouteStatus.OK.value).inc()
+    runtime.count_decision(RouteStatus.OK)
     runtime.counts.opened(target.node_id)
     try:
         await _proxy(client, acceptor, runtime, limits, opening, decision.key, target)
@@ -388,14 +386,25 @@ async def _answer(
     redirect: bytes | None,
 ) -> None:
     """Count what the client gets, tell it in its protocol where SPEC A6 says how, and close."""
-    runtime.metrics.decisions.labels(runtime.name, status.value).inc()
+    runtime.count_decision(status)
     sniffed = opening.sniffed
     if sniffed is not None:
-        said = redirect if status is RouteStatus.OK else answers.refusal(sniffed, status, runtime.name)
-        if said is not None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await client.send_all(answers.owed_opening(sniffed, opening.raw, opening.replied) + said)
+        await _say(
+            client,
+            opening,
+            redirect if status is RouteStatus.OK else answers.refusal(sniffed, status, runtime.name),
+        )
     await client.aclose()
+
+
+async def _say(client: trio.abc.Stream, opening: _Opening, said: bytes | None) -> None:
+    """Send the client what it is still owed of the opening, then `said` (nothing when None);
+    a client that is gone already is not an error."""
+    if said is None or opening.sniffed is None:
+        return
+    owed = answers.owed_opening(opening.sniffed, opening.raw, opening.replied)
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await client.send_all(owed + said)
 
 
 async def _proxy(
@@ -488,11 +497,7 @@ async def _replay(
         if sniffed is not None and sniffed.protocol == "amqp":
             # The client already heard "SASL ok" from us and waits for the AMQP header: tell it
             # in AMQP that the broker refused, instead of a bare close it reads as a framing error.
-            said = answers.not_authorized(sniffed, router_name)
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await client.send_all(
-                    answers.owed_opening(sniffed, opening.raw, opening.replied) + (said or b"")
-                )
+            await _say(client, opening, answers.not_authorized(sniffed, router_name))
     except trio.TooSlowError:
         log.warning("peer=%s target sent no complete opening in %g s", peer, limits.connect_timeout_s)
     except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING
 import trio
 
 from pools import PoolEventKind
-from router.engine import RouteDecision, RoutingEngine, build_pool
+from router.engine import RouteDecision, RouteStatus, RoutingEngine, build_pool
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+
+    from prometheus_client import Counter
 
     from keys import ConnectionFacts
     from pools import PoolEvent
@@ -73,6 +75,10 @@ class RouterRuntime:
             router, pool, local, round_robin_start=round_robin_start, counts=self.counts
         )
         self._changed = trio.Event()
+        # Metric children by label value, looked up once instead of per connection; filled on
+        # first use so /metrics shows only what happened.
+        self._decision_counters: dict[RouteStatus, Counter] = {}
+        self._accepted_counters: dict[str, Counter] = {}
         if pool is not None:
             metrics.pool_active.labels(self.name).set(0)
             for target in pool.targets:
@@ -113,6 +119,22 @@ class RouterRuntime:
             dropped = cache.purge_expired(trio.current_time())
             if dropped:
                 log.debug("router=%s dropped %d expired cache entries", self.name, dropped)
+
+    def count_decision(self, status: RouteStatus) -> None:
+        """Count what a routed client connection got (`router_routing_decisions_total`)."""
+        counter = self._decision_counters.get(status)
+        if counter is None:
+            counter = self._decision_counters[status] = self.metrics.decisions.labels(self.name, status.value)
+        counter.inc()
+
+    def count_accepted(self, acceptor: str) -> None:
+        """Count a client connection accepted for this router (`router_connections_accepted_total`)."""
+        counter = self._accepted_counters.get(acceptor)
+        if counter is None:
+            counter = self._accepted_counters[acceptor] = self.metrics.connections_accepted.labels(
+                acceptor, self.name
+            )
+        counter.inc()
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
         """Wait until `predicate()` holds, re-checking after every pool change."""
