@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import shutil
 import socket
 import struct
@@ -39,6 +38,7 @@ from keys.openwire import (
     sniff_server_preamble,
     sniff_wire_format,
 )
+from tests.conftest import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -887,19 +887,6 @@ log4j.appender.stdout.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n
 """
 
 
-def _free_port() -> int:
-    """A port free now, below the ephemeral range (ENVIRONMENT.md gotcha 6)."""
-    for port in random.sample(range(20000, 32000), 200):
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port found")
-
-
 def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + _TIMEOUT_S
     while True:
@@ -925,7 +912,7 @@ def activemq_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Broke
     base = tmp_path_factory.mktemp("activemq")
     for sub in ("conf", "data", "tmp"):
         (base / sub).mkdir()
-    port = _free_port()
+    port = free_port()
     (base / "conf" / "activemq.xml").write_text(_BROKER_XML.format(base=base, port=port))
     (base / "conf" / "log4j.properties").write_text(_LOG4J)
     log = base / "broker.log"
@@ -991,7 +978,7 @@ class _FakeServer:
     """A one-connection server in a thread, for the router's side of the handshake."""
 
     def __init__(self, handle: Callable[[socket.socket], None]) -> None:
-        self._listener = socket.create_server(("127.0.0.1", _free_port()))
+        self._listener = socket.create_server(("127.0.0.1", free_port()))
         self._listener.settimeout(_TIMEOUT_S)
         self.port: int = self._listener.getsockname()[1]
         self._handle = handle

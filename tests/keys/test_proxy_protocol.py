@@ -45,7 +45,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import queue
-import random
 import re
 import shutil
 import socket
@@ -74,6 +73,7 @@ from keys.proxy_protocol import (
     parse_proxy_header,
 )
 from keys.sniff import NEED_MORE, NeedMore, SniffError
+from tests.conftest import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -956,21 +956,6 @@ class _Haproxy:
         self._proc.stdout.close()
 
 
-def _free_port() -> int:
-    """A port free now, below the ephemeral range (like tests/router/conftest.py)."""
-    rng = random.Random()
-    for _ in range(1000):
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port found")
-
-
 _DROPPED = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN})
 """How a connection that HAProxy reset shows up in the client's next socket call."""
 
@@ -998,7 +983,7 @@ def haproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Haproxy]:
     """HAProxy with an `accept-proxy` frontend in front of an `_EchoServer`."""
     echo = _EchoServer()
     config = tmp_path_factory.mktemp("haproxy") / "haproxy.cfg"
-    listen_port = _free_port()
+    listen_port = free_port()
     config.write_text(_HAPROXY_CONFIG.format(listen_port=listen_port, echo_port=echo.port))
     try:
         proxy = _Haproxy(config, listen_port)

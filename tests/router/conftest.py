@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import random
 import re
 import shutil
 import signal
@@ -25,42 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.conftest import free_port, wait_port
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
-
-PORT_RANGE = (20000, 32000)
-_used_ports: set[int] = set()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free now, below the ephemeral range, not handed out before in this session."""
-    rng = random.Random()
-    for _ in range(1000):
-        port = rng.randrange(*PORT_RANGE)
-        if port in _used_ports:
-            continue
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
-            try:
-                probe.bind((host, port))
-            except OSError:
-                continue
-        _used_ports.add(port)
-        return port
-    raise RuntimeError("no free port found")
-
-
-def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None:
-    """Wait until something accepts on host:port."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing accepts on {host}:{port} after {timeout} s") from None
-            time.sleep(0.02)  # polling a port: nothing to await on another process's listen()
 
 
 def port_closed(port: int, host: str = "127.0.0.1") -> bool:

@@ -141,7 +141,7 @@ class TestBrokerProbes:
 
     @pytest.fixture
     def secured_mosquitto(self, tmp_path: Path) -> Iterator[int]:
-        from tests.router.conftest import free_port, wait_port
+        from tests.conftest import free_port, wait_port
 
         passwords = tmp_path / "passwd"
         subprocess.run(["mosquitto_passwd", "-b", "-c", str(passwords), "prober", "s3cret"], check=True)

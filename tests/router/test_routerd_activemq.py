@@ -30,7 +30,8 @@ import pytest
 import stomp  # type: ignore[import-untyped]  # stomp.py ships no type hints
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from tests.router.conftest import Routerd, free_port
+from tests.conftest import free_port
+from tests.router.conftest import Routerd
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -20,7 +20,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.conftest import free_port, wait_port
 
 try:
     from proton import ConnectionException, Message, ProtonException, symbol
@@ -73,41 +74,6 @@ OPEN_OVERSIZED = (
 )
 
 
-def _pick_ports(count: int) -> list[int]:
-    """Free ports below the ephemeral range, for the module-scoped nodes.
-
-    The `free_port` fixture is function-scoped, so the module-scoped RabbitMQ fixture cannot use
-    it; the nodes listen on these ports before any test asks `free_port` for one, and its bind
-    check then skips them.
-    """
-    rng = random.Random()
-    ports: list[int] = []
-    while len(ports) < count:
-        port = rng.randrange(20000, 32000)
-        if port in ports:
-            continue
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        ports.append(port)
-    return ports
-
-
-def _wait_port(port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing accepts on 127.0.0.1:{port} after {timeout} s") from None
-            time.sleep(0.1)  # polling another process's listen(): nothing to await
-
-
 def _password_hash(password: str) -> str:
     """RabbitMQ's `rabbit_password_hashing_sha256`: base64(salt + sha256(salt + password))."""
     salt = os.urandom(4)
@@ -142,7 +108,7 @@ class RabbitNode:
     def __init__(self, workdir: Path, node_id: str, *, epmd_port: int, home: Path) -> None:
         self.node_id = node_id
         self.name = f"{node_id}@localhost"
-        self.port, self.dist_port = _pick_ports(2)
+        self.port, self.dist_port = free_port(), free_port()
         self.dir = workdir / node_id
         self.dir.mkdir(parents=True)
         (self.dir / "definitions.json").write_text(_definitions())
@@ -196,7 +162,7 @@ class RabbitNode:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited; see {self.dir / 'console.log'}")
             try:
-                _wait_port(self.port, timeout=1)
+                wait_port(self.port, timeout=1)
                 BlockingConnection(self.url(USERS[-1]), timeout=5, allowed_mechs="PLAIN").close()
                 return
             except (TimeoutError, ProtonException, OSError) as not_yet:
@@ -242,7 +208,7 @@ class Epmd:
     """
 
     def __init__(self) -> None:
-        (self.port,) = _pick_ports(1)
+        self.port = free_port()
         binary = shutil.which("epmd")
         assert binary is not None
         self.proc = subprocess.Popen(
@@ -252,7 +218,7 @@ class Epmd:
             stderr=subprocess.DEVNULL,
         )
         try:
-            _wait_port(self.port, timeout=TIMEOUT_S)
+            wait_port(self.port, timeout=TIMEOUT_S)
         except TimeoutError:
             self.stop()
             raise

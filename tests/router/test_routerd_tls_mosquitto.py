@@ -30,7 +30,8 @@ import pytest
 import trustme
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
-from tests.router.conftest import Mosquitto, free_port
+from tests.conftest import free_port
+from tests.router.conftest import Mosquitto
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
