@@ -1,5 +1,5 @@
-"""Shared test configuration: hypothesis profiles (STYLE R10), and loopback ports for the tests
-that start real components (`from tests.conftest import free_port, wait_port`).
+"""Shared test configuration: hypothesis profiles (STYLE R10), loopback ports for the tests that
+start real components, and a real ActiveMQ Classic broker (`from tests.conftest import …`).
 
 `HYPOTHESIS_PROFILE=deep pytest …` runs every property with 2000 examples; the default `fast`
 profile keeps the ordinary run quick.
@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import socket
+import subprocess
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("fast", max_examples=100)
@@ -52,3 +57,135 @@ def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nothing accepts on {host}:{port} after {timeout} s") from None
             time.sleep(0.02)  # polling a port: nothing to await on another process's listen()
+
+
+# --- ActiveMQ Classic 5.17 from Debian (ENVIRONMENT.md §3.3) -------------------------------------
+
+ACTIVEMQ_TIMEOUT_S = 60.0
+"""Bound of a broker's start and stop (it starts in about 2 s)."""
+
+ACTIVEMQ_JAR = "/usr/share/activemq/bin/activemq.jar"
+MQTT_CODEC_JAR = "/usr/share/java/mqtt-client.jar"
+"""The fusesource MQTT codec: without it in the instance's lib/ every MQTT connection fails."""
+JAVA_CLIENT_JARS = [
+    "/usr/share/java/activemq-client.jar",
+    "/usr/share/java/geronimo-jms_1.1_spec.jar",
+    "/usr/share/java/slf4j-api.jar",
+    "/usr/share/java/slf4j-nop.jar",
+    "/usr/share/java/hawtbuf.jar",
+    "/usr/share/java/geronimo-j2ee-management-1.1-spec.jar",
+]
+"""The Java client's classpath."""
+
+_BROKER_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
+  xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+  xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans.xsd
+  http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+  <broker xmlns="http://activemq.apache.org/schema/core" brokerName="{name}" useJmx="false"
+          persistent="false" dataDirectory="{base}/data" schedulerSupport="false">
+    <transportConnectors>
+      <transportConnector name="openwire" uri="tcp://127.0.0.1:{openwire}"/>
+      <transportConnector name="stomp" uri="stomp://127.0.0.1:{stomp}"/>
+      <transportConnector name="mqtt" uri="mqtt://127.0.0.1:{mqtt}"/>
+    </transportConnectors>
+  </broker>
+</beans>
+"""
+
+_LOG4J = """log4j.rootLogger=WARN, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n
+"""
+
+
+def require_java() -> None:
+    """Fail (never skip) when the JDK or Debian's ActiveMQ packages are missing."""
+    missing = [tool for tool in ("java", "javac") if shutil.which(tool) is None]
+    missing += [jar for jar in [ACTIVEMQ_JAR, MQTT_CODEC_JAR, *JAVA_CLIENT_JARS] if not Path(jar).exists()]
+    if missing:
+        pytest.fail(
+            f"missing {', '.join(missing)} (activemq, libmqtt-client-java, a JDK): "
+            "run ./run-tests, which installs them"
+        )
+
+
+@dataclass(slots=True)
+class ActiveMQ:
+    """One real ActiveMQ Classic broker on 127.0.0.1, non-persistent, stopped by its PID."""
+
+    name: str
+    base: Path
+    openwire: int = field(default_factory=free_port)
+    stomp: int = field(default_factory=free_port)
+    mqtt: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.base / "broker.log"
+
+    def start(self) -> None:
+        """Start the JVM (without waiting for it: see `wait_ready`)."""
+        for sub in ("conf", "data", "tmp", "lib"):
+            (self.base / sub).mkdir(parents=True, exist_ok=True)
+        (self.base / "lib" / "mqtt-client.jar").symlink_to(MQTT_CODEC_JAR)  # ActiveMQ adds $BASE/lib
+        (self.base / "conf" / "activemq.xml").write_text(
+            _BROKER_XML.format(
+                name=self.name, base=self.base, openwire=self.openwire, stomp=self.stomp, mqtt=self.mqtt
+            )
+        )
+        (self.base / "conf" / "log4j.properties").write_text(_LOG4J)
+        with self.log.open("wb") as out:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(  # java itself, so proc.pid is the JVM's
+                [
+                    "java",
+                    "-Xms64m",
+                    "-Xmx256m",
+                    "-Djava.awt.headless=true",
+                    "-Dactivemq.home=/usr/share/activemq",
+                    f"-Dactivemq.base={self.base}",
+                    f"-Dactivemq.conf={self.base}/conf",
+                    f"-Dactivemq.data={self.base}/data",
+                    f"-Djava.io.tmpdir={self.base}/tmp",
+                    f"-Dactivemq.classpath={self.base}/conf",
+                    "-jar",
+                    ACTIVEMQ_JAR,
+                    "start",
+                    f"xbean:file:{self.base}/conf/activemq.xml",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self) -> None:
+        """Wait until all three connectors accept (they open last, after the broker started)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + ACTIVEMQ_TIMEOUT_S
+        for port in (self.openwire, self.stomp, self.mqtt):
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self._tail()}")
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{self.name}: nothing on {port}:\n{self._tail()}") from None
+                    time.sleep(0.05)  # polling another process's listen(): nothing to wait on
+
+    def _tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        """SIGTERM (a clean stop takes well under a second), SIGKILL if it hangs."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(ACTIVEMQ_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(ACTIVEMQ_TIMEOUT_S)
+        self.proc = None

@@ -15,13 +15,10 @@ way. The integration tests at the end start a real broker and run the real Java 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import socket
 import struct
 import subprocess
 import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,7 +35,7 @@ from keys.openwire import (
     sniff_server_preamble,
     sniff_wire_format,
 )
-from tests.conftest import free_port
+from tests.conftest import JAVA_CLIENT_JARS, ActiveMQ, free_port, require_java
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -828,22 +825,6 @@ def test_encode_connection_control_size_prefix_matches_length(
 
 # --- Integration: the real Java client and a real ActiveMQ Classic broker -------------------------
 
-_JARS = [
-    "/usr/share/java/activemq-client.jar",
-    "/usr/share/java/geronimo-jms_1.1_spec.jar",
-    "/usr/share/java/slf4j-api.jar",
-    "/usr/share/java/slf4j-nop.jar",
-    "/usr/share/java/hawtbuf.jar",
-    "/usr/share/java/geronimo-j2ee-management-1.1-spec.jar",
-]
-"""The Java client's classpath from Debian's libactivemq-java (ENVIRONMENT.md §5)."""
-_ACTIVEMQ_JAR = "/usr/share/activemq/bin/activemq.jar"
-_JAVA_MISSING = (
-    shutil.which("java") is None
-    or shutil.which("javac") is None
-    or not all(os.path.exists(p) for p in [*_JARS, _ACTIVEMQ_JAR])
-)
-_SKIP_REASON = "needs java, javac and Debian's activemq + libactivemq-java (apt-get install activemq)"
 _TIMEOUT_S = 60.0
 """Bound of every wait in these tests; the broker starts in about 2 s, the Java client runs in 1 s."""
 
@@ -867,39 +848,6 @@ public class Probe {
 }
 """
 
-_BROKER_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
-  xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
-  xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans.xsd
-  http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
-  <broker xmlns="http://activemq.apache.org/schema/core" brokerName="openwire-test" useJmx="false"
-          persistent="false" dataDirectory="{base}/data" schedulerSupport="false">
-    <transportConnectors>
-      <transportConnector name="openwire" uri="tcp://127.0.0.1:{port}"/>
-    </transportConnectors>
-  </broker>
-</beans>
-"""
-
-_LOG4J = """log4j.rootLogger=WARN, stdout
-log4j.appender.stdout=org.apache.log4j.ConsoleAppender
-log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n
-"""
-
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + _TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"broker not listening on {port}:\n{log.read_text()[-2000:]}") from None
-            time.sleep(0.05)  # polling another process's listen()
-
 
 @dataclass(frozen=True, slots=True)
 class _Broker:
@@ -909,44 +857,14 @@ class _Broker:
 @pytest.fixture(scope="module")
 def activemq_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Broker]:
     """One real ActiveMQ Classic 5.17 broker (ENVIRONMENT.md §3.3), non-persistent, stopped by PID."""
-    base = tmp_path_factory.mktemp("activemq")
-    for sub in ("conf", "data", "tmp"):
-        (base / sub).mkdir()
-    port = free_port()
-    (base / "conf" / "activemq.xml").write_text(_BROKER_XML.format(base=base, port=port))
-    (base / "conf" / "log4j.properties").write_text(_LOG4J)
-    log = base / "broker.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(  # exec'd java: proc.pid is the JVM
-            [
-                "java",
-                "-Xms64m",
-                "-Xmx256m",
-                "-Djava.awt.headless=true",
-                "-Dactivemq.home=/usr/share/activemq",
-                f"-Dactivemq.base={base}",
-                f"-Dactivemq.conf={base}/conf",
-                f"-Dactivemq.data={base}/data",
-                f"-Djava.io.tmpdir={base}/tmp",
-                f"-Dactivemq.classpath={base}/conf",
-                "-jar",
-                _ACTIVEMQ_JAR,
-                "start",
-                f"xbean:file:{base}/conf/activemq.xml",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    require_java()
+    broker = ActiveMQ("openwire-test", tmp_path_factory.mktemp("activemq"))
     try:
-        _wait_port(port, proc, log)
-        yield _Broker(port=port)
+        broker.start()
+        broker.wait_ready()
+        yield _Broker(port=broker.openwire)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        broker.stop()
 
 
 @pytest.fixture(scope="module")
@@ -955,7 +873,7 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("probe")
     (out / "Probe.java").write_text(_PROBE_JAVA)
     subprocess.run(
-        ["javac", "-cp", ":".join(_JARS), "-d", str(out), str(out / "Probe.java")],
+        ["javac", "-cp", ":".join(JAVA_CLIENT_JARS), "-d", str(out), str(out / "Probe.java")],
         check=True,
         timeout=_TIMEOUT_S,
     )
@@ -964,7 +882,7 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _run_probe(probe_dir: Path, url: str, queue: str) -> str:
     done = subprocess.run(
-        ["java", "-cp", ":".join([*_JARS, str(probe_dir)]), "Probe", url, queue],
+        ["java", "-cp", ":".join([*JAVA_CLIENT_JARS, str(probe_dir)]), "Probe", url, queue],
         capture_output=True,
         text=True,
         timeout=_TIMEOUT_S,
@@ -1032,8 +950,7 @@ REDIRECT_CASES = [
 class TestRealJavaClient:
     @pytest.fixture(autouse=True)
     def _require_java(self) -> None:
-        if _JAVA_MISSING:
-            pytest.fail(f"{_SKIP_REASON}: run ./run-tests, which installs them")
+        require_java()
 
     @pytest.mark.parametrize(("tcp_options", "reconnect_to"), REDIRECT_CASES)
     def test_connection_control_redirects_java_failover_client_to_real_broker(

@@ -14,15 +14,13 @@ Brokers, the compiled Java probe and routerd are started once per module; every 
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import struct
 import subprocess
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import paho.mqtt.client as mqtt
@@ -30,11 +28,12 @@ import pytest
 import stomp  # type: ignore[import-untyped]  # stomp.py ships no type hints
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from tests.conftest import free_port
+from tests.conftest import JAVA_CLIENT_JARS, ActiveMQ, free_port, require_java
 from tests.router.conftest import Routerd
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
 NODE_IDS = ("amq-a", "amq-b")
 """brokerName of each broker, and its nodeId in routerd's connectors."""
@@ -78,19 +77,6 @@ ROUTERS = {  # name: (key type, broker connector it routes to)
 
 # --- Java: Debian's ActiveMQ broker and client (ENVIRONMENT.md §3.3, §5) ------------------------
 
-_ACTIVEMQ_JAR = "/usr/share/activemq/bin/activemq.jar"
-_MQTT_CODEC_JAR = "/usr/share/java/mqtt-client.jar"
-"""The fusesource MQTT codec: without it in the instance's lib/ every MQTT connection fails."""
-_JARS = [
-    "/usr/share/java/activemq-client.jar",
-    "/usr/share/java/geronimo-jms_1.1_spec.jar",
-    "/usr/share/java/slf4j-api.jar",
-    "/usr/share/java/slf4j-nop.jar",
-    "/usr/share/java/hawtbuf.jar",
-    "/usr/share/java/geronimo-j2ee-management-1.1-spec.jar",
-]
-"""The Java client's classpath."""
-
 _PROBE_JAVA = """
 import javax.jms.*;
 import org.apache.activemq.ActiveMQConnection;
@@ -122,121 +108,11 @@ public class Probe {
 }
 """
 
-_BROKER_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
-  xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
-  xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans.xsd
-  http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
-  <broker xmlns="http://activemq.apache.org/schema/core" brokerName="{name}" useJmx="false"
-          persistent="false" dataDirectory="{base}/data" schedulerSupport="false">
-    <transportConnectors>
-      <transportConnector name="openwire" uri="tcp://127.0.0.1:{openwire}"/>
-      <transportConnector name="stomp" uri="stomp://127.0.0.1:{stomp}"/>
-      <transportConnector name="mqtt" uri="mqtt://127.0.0.1:{mqtt}"/>
-    </transportConnectors>
-  </broker>
-</beans>
-"""
-
-_LOG4J = """log4j.rootLogger=WARN, stdout
-log4j.appender.stdout=org.apache.log4j.ConsoleAppender
-log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n
-"""
-
-
-def _require_java() -> None:
-    """Fail (never skip) when the JDK or Debian's ActiveMQ packages are missing."""
-    missing = [tool for tool in ("java", "javac") if shutil.which(tool) is None]
-    missing += [jar for jar in [_ACTIVEMQ_JAR, _MQTT_CODEC_JAR, *_JARS] if not Path(jar).exists()]
-    if missing:
-        pytest.fail(f"missing {', '.join(missing)} (activemq, libmqtt-client-java, a JDK): {MISSING}")
-
-
-@dataclass(slots=True)
-class ActiveMQ:
-    """One real ActiveMQ Classic broker on 127.0.0.1, non-persistent, stopped by its PID."""
-
-    name: str
-    base: Path
-    openwire: int = field(default_factory=free_port)
-    stomp: int = field(default_factory=free_port)
-    mqtt: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def log(self) -> Path:
-        return self.base / "broker.log"
-
-    def start(self) -> None:
-        """Start the JVM (without waiting for it: see `wait_ready`)."""
-        for sub in ("conf", "data", "tmp", "lib"):
-            (self.base / sub).mkdir(parents=True, exist_ok=True)
-        (self.base / "lib" / "mqtt-client.jar").symlink_to(_MQTT_CODEC_JAR)  # ActiveMQ adds $BASE/lib
-        (self.base / "conf" / "activemq.xml").write_text(
-            _BROKER_XML.format(
-                name=self.name, base=self.base, openwire=self.openwire, stomp=self.stomp, mqtt=self.mqtt
-            )
-        )
-        (self.base / "conf" / "log4j.properties").write_text(_LOG4J)
-        with self.log.open("wb") as out:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(  # java itself, so proc.pid is the JVM's
-                [
-                    "java",
-                    "-Xms64m",
-                    "-Xmx256m",
-                    "-Djava.awt.headless=true",
-                    "-Dactivemq.home=/usr/share/activemq",
-                    f"-Dactivemq.base={self.base}",
-                    f"-Dactivemq.conf={self.base}/conf",
-                    f"-Dactivemq.data={self.base}/data",
-                    f"-Djava.io.tmpdir={self.base}/tmp",
-                    f"-Dactivemq.classpath={self.base}/conf",
-                    "-jar",
-                    _ACTIVEMQ_JAR,
-                    "start",
-                    f"xbean:file:{self.base}/conf/activemq.xml",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def wait_ready(self) -> None:
-        """Wait until all three connectors accept (they open last, after the broker started)."""
-        assert self.proc is not None
-        deadline = time.monotonic() + TIMEOUT_S
-        for port in (self.openwire, self.stomp, self.mqtt):
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self._tail()}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{self.name}: nothing on {port}:\n{self._tail()}") from None
-                    time.sleep(0.05)  # polling another process's listen(): nothing to wait on
-
-    def _tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        """SIGTERM (a clean stop takes well under a second), SIGKILL if it hangs."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(TIMEOUT_S)
-        self.proc = None
-
 
 @pytest.fixture(scope="module")
 def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ActiveMQ]]:
     """The two brokers, started in parallel; stopped at the end of the module."""
-    _require_java()
+    require_java()
     started = {name: ActiveMQ(name, tmp_path_factory.mktemp(name)) for name in NODE_IDS}
     try:
         for broker in started.values():
@@ -252,11 +128,11 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Acti
 @pytest.fixture(scope="module")
 def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Probe.java compiled with javac against the Debian client jars."""
-    _require_java()
+    require_java()
     out = tmp_path_factory.mktemp("probe")
     (out / "Probe.java").write_text(_PROBE_JAVA)
     subprocess.run(
-        ["javac", "-cp", ":".join(_JARS), "-d", str(out), str(out / "Probe.java")],
+        ["javac", "-cp", ":".join(JAVA_CLIENT_JARS), "-d", str(out), str(out / "Probe.java")],
         check=True,
         timeout=TIMEOUT_S * 3,
     )
@@ -280,7 +156,7 @@ def _run_probe(
         [
             "java",
             "-cp",
-            ":".join([*_JARS, str(probe_dir)]),
+            ":".join([*JAVA_CLIENT_JARS, str(probe_dir)]),
             "Probe",
             url,
             user,
