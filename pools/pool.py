@@ -12,7 +12,11 @@ Transitions, per target (initial state UNKNOWN, which counts as not ready):
     READY      READY          NOT_READY
     NOT_READY  READY          NOT_READY
 
-and per pool: ACTIVE while at least `quorum_size` targets are READY, else INACTIVE (initial).
+Each member of an HA-pair target (primary, backups) has its own state by this table; the target is
+READY while any member is, with one of them *active* (kept while ready, else the first ready one),
+NOT_READY once all probed members failed, UNKNOWN before any probe.
+
+And per pool: ACTIVE while at least `quorum_size` targets are READY, else INACTIVE (initial).
 Every change of either state is reported once as a `PoolEvent`, so logs show each change once.
 """
 
@@ -95,6 +99,8 @@ class PoolEventKind(enum.Enum):
 
     TARGET_READY = "target-ready"
     TARGET_NOT_READY = "target-not-ready"
+    TARGET_FAILOVER = "target-failover"
+    """The active member of an HA-pair target changed (failover or fail-back); the target stayed ready."""
     POOL_ACTIVE = "pool-active"
     POOL_INACTIVE = "pool-inactive"
 
@@ -129,13 +135,15 @@ class Pool:
     then discovered members in arrival order (SPEC A3 FIRST_ELEMENT).
     """
 
-    __slots__ = ("_active", "_states", "_targets", "name", "quorum_size")
+    __slots__ = ("_active", "_active_member", "_member_states", "_states", "_targets", "name", "quorum_size")
 
     def __init__(self, name: str, quorum_size: int, targets: Iterable[Target] = ()) -> None:
         self.name = name
         self.quorum_size = quorum_size
         self._targets: list[Target] = []
         self._states: dict[str, TargetState] = {}
+        self._member_states: dict[str, list[TargetState]] = {}
+        self._active_member: dict[str, int | None] = {}
         self._active = False
         for target in targets:
             self.add_target(target)
@@ -168,30 +176,83 @@ class Pool:
             raise ValueError(f"pool {self.name!r}: duplicate node id {target.node_id!r}")
         self._targets.append(target)
         self._states[target.node_id] = TargetState.UNKNOWN
+        members = 1 if target.connector is None else len(target.connector.members)
+        self._member_states[target.node_id] = [TargetState.UNKNOWN] * members
+        self._active_member[target.node_id] = None
 
-    def record_check(self, node_id: str, ok: bool, detail: str = "") -> list[PoolEvent]:
+    def record_check(self, node_id: str, ok: bool, detail: str = "", *, member: int = 0) -> list[PoolEvent]:
         """Apply one probe outcome and report what changed.
+
+        A target is ready while any member of its HA pair is (a plain target has one member); its
+        active member stays active while ready, otherwise the first ready member in order takes
+        over (failover, and fail-back once the new active one fails).
 
         Args:
             node_id: the probed target.
             ok: whether the probe succeeded.
             detail: the probe's error message when it failed.
+            member: which member of the target's HA pair was probed (0 = primary).
 
         Returns:
             The state changes, target first and pool second, empty when nothing changed.
 
         Raises:
             KeyError: no target with this node id.
+            IndexError: no such member.
         """
-        before = self._states[node_id]
-        after = _NEXT_STATE[(before, ok)]
+        members = self._member_states[node_id]
+        members[member] = _NEXT_STATE[(members[member], ok)]
+        before, was_active = self._states[node_id], self._active_member[node_id]
+        active = was_active if was_active is not None and members[was_active] is TargetState.READY else None
+        if active is None:
+            active = next((i for i, s in enumerate(members) if s is TargetState.READY), None)
+        if active is not None:
+            after = TargetState.READY
+        elif all(s is TargetState.UNKNOWN for s in members):
+            after = TargetState.UNKNOWN
+        else:
+            after = TargetState.NOT_READY
+        self._states[node_id], self._active_member[node_id] = after, active
         events: list[PoolEvent] = []
         if after is not before:
-            kind = PoolEventKind.TARGET_READY if ok else PoolEventKind.TARGET_NOT_READY
+            kind = (
+                PoolEventKind.TARGET_READY if after is TargetState.READY else PoolEventKind.TARGET_NOT_READY
+            )
             events.append(PoolEvent(kind=kind, pool=self.name, node_id=node_id, detail=detail))
-        self._states[node_id] = after
+        elif was_active is not None and active is not None and active != was_active:
+            events.append(
+                PoolEvent(
+                    kind=PoolEventKind.TARGET_FAILOVER,
+                    pool=self.name,
+                    node_id=node_id,
+                    detail=f"{self._member_url(node_id, active)} is active, "
+                    f"{self._member_url(node_id, was_active)} is not: {detail}",
+                )
+            )
         events.extend(self._update_active())
         return events
+
+    def _member_url(self, node_id: str, member: int) -> str:
+        target = next(t for t in self._targets if t.node_id == node_id)
+        assert target.connector is not None, "only targets with a connector are probed"
+        return target.connector.members[member].url
+
+    def active_member(self, node_id: str) -> int | None:
+        """Index of the active member of a target's HA pair (0 for a plain ready target), None when
+        the target is not ready.
+
+        Raises:
+            KeyError: no target with this node id.
+        """
+        return self._active_member[node_id]
+
+    def member_states(self, node_id: str) -> tuple[TargetState, ...]:
+        """The readiness of each member of a target's HA pair, primary first.
+
+        Raises:
+            KeyError: no target with this node id.
+        """
+        return tuple(self._member_states[node_id])
 
     def _update_active(self) -> list[PoolEvent]:
         ready = self.ready_count()

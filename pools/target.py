@@ -1,11 +1,13 @@
 """Connectors and targets: the brokers a pool can hand out.
 
-Pure data: a `Connector` is a parsed Artemis connector URL (`tcp://host:port?nodeId=…`), a `Target`
+Pure data: a `Connector` is a parsed Artemis connector URL (`tcp://host:port?nodeId=…`, or an HA
+pair `(tcp://primary:port,tcp://backup:port)?nodeId=…`), a `Target`
 is one broker of a pool identified by its node id. Nothing here resolves names or opens sockets.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Final
@@ -42,6 +44,25 @@ def parse_url_params(query: str) -> dict[str, str]:
     return params
 
 
+def _split(text: str, url: str) -> urllib.parse.SplitResult:
+    parsed = urllib.parse.urlsplit(text.strip())
+    if not parsed.scheme or not parsed.netloc:
+        raise ValueError(f"connector URL must look like tcp://host:port, got {url!r}")
+    return parsed
+
+
+def _endpoint(text: str, url: str) -> tuple[str, int]:
+    """(host, port) of one `tcp://host:port` (parameters are the caller's business)."""
+    parsed = _split(text.strip(), url)
+    try:
+        port = parsed.port
+    except ValueError as exc:
+        raise ValueError(f"connector URL has an invalid port: {url!r}") from exc
+    if parsed.hostname is None or port is None:
+        raise ValueError(f"connector URL must name host and port, got {url!r}")
+    return parsed.hostname, port
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Connector:
     """A named way to reach a broker, as in `<connector name="…">tcp://host:port?…</connector>`."""
@@ -54,36 +75,66 @@ class Connector:
     """TCP port, 1-65535."""
     params: tuple[tuple[str, str], ...] = field(default=())
     """URL parameters in order of appearance."""
+    backups: tuple[tuple[str, int], ...] = field(default=())
+    """(host, port) of each backup of an HA pair, in order; `host`/`port` are the primary's."""
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("connector name must not be empty")
         if not self.host:
             raise ValueError(f"connector {self.name!r}: host must not be empty")
-        if not 0 < self.port < 65536:
-            raise ValueError(f"connector {self.name!r}: port must be 1-65535, got {self.port!r}")
+        for port in (self.port, *(p for _, p in self.backups)):
+            if not 0 < port < 65536:
+                raise ValueError(f"connector {self.name!r}: port must be 1-65535, got {port!r}")
+        if any(not h for h, _ in self.backups):
+            raise ValueError(f"connector {self.name!r}: a backup host must not be empty")
         probe = self.probe
         if probe not in PROBE_KINDS:
             raise ValueError(f"probe must be one of {', '.join(PROBE_KINDS)}, got {probe!r}")
 
     @classmethod
     def from_url(cls, name: str, url: str) -> Connector:
-        """Parse `tcp://host:port?a=b;c=d` (also `[v6]:port`).
+        """Parse `tcp://host:port?a=b;c=d` (also `[v6]:port`), or an HA pair
+        `(tcp://primary:port,tcp://backup:port)?a=b` whose parameters apply to every member.
 
         Raises:
-            ValueError: the URL has no host or no valid port.
+            ValueError: the URL has no host or no valid port, or a pair member has parameters.
         """
-        parsed = urllib.parse.urlsplit(url.strip())
-        if not parsed.scheme or not parsed.netloc:
-            raise ValueError(f"connector URL must look like tcp://host:port, got {url!r}")
-        try:
-            port = parsed.port
-        except ValueError as exc:
-            raise ValueError(f"connector URL has an invalid port: {url!r}") from exc
-        if parsed.hostname is None or port is None:
-            raise ValueError(f"connector URL must name host and port, got {url!r}")
+        text = url.strip()
+        if text.startswith("("):
+            members_text, closing, query = text[1:].partition(")")
+            if not closing:
+                raise ValueError(f"HA pair URL {url!r} has no closing ')'")
+            if query and not query.startswith("?"):
+                raise ValueError(f"HA pair URL {url!r}: expected '?parameters' after ')'")
+            if "?" in members_text:
+                raise ValueError(f"HA pair URL {url!r}: put parameters after the ')', not on one member")
+            if any(not m.strip().lower().startswith("tcp://") for m in members_text.split(",")):
+                raise ValueError(f"HA pair URL {url!r}: every member must be tcp://host:port")
+            members = [_endpoint(m, url) for m in members_text.split(",")]
+            params = tuple(parse_url_params(query[1:]).items())
+            (host, port), backups = members[0], tuple(members[1:])
+            return cls(name=name, host=host, port=port, params=params, backups=backups)
+        parsed = _split(text, url)
         params = tuple(parse_url_params(parsed.query).items())
-        return cls(name=name, host=parsed.hostname, port=port, params=params)
+        host, port = _endpoint(text, url)
+        return cls(name=name, host=host, port=port, params=params)
+
+    @property
+    def members(self) -> tuple[Connector, ...]:
+        """The primary and then each backup as a single-address connector with the same name and
+        parameters; just `(self,)` when the connector is not an HA pair."""
+        if not self.backups:
+            return (self,)
+        primary = dataclasses.replace(self, backups=())
+        return (primary, *(dataclasses.replace(primary, host=h, port=p) for h, p in self.backups))
+
+    @property
+    def display_url(self) -> str:
+        """`url`, or `(tcp://primary,tcp://backup)` for an HA pair (logs and the admin API)."""
+        if not self.backups:
+            return self.url
+        return "(" + ",".join(m.url for m in self.members) + ")"
 
     @property
     def param_map(self) -> dict[str, str]:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     _JsonBody: TypeAlias = Mapping[str, object] | Sequence[object]
 
+    from pools import Pool, Target
     from router.metrics import Metrics
     from router.routing import RouterRuntime
 
@@ -65,14 +66,30 @@ def router_status(runtime: RouterRuntime) -> dict[str, object]:
                 {
                     "node_id": t.node_id,
                     "local": t.local,
-                    "connector": None if t.connector is None else t.connector.url,
+                    "connector": None if t.connector is None else t.connector.display_url,
                     "state": pool.state(t.node_id).value,
+                    **_members(pool, t),
                     "connections": runtime.counts.connection_count(t.node_id),
                 }
                 for t in pool.targets
             ],
         }
     return status
+
+
+def _members(pool: Pool, target: Target) -> dict[str, object]:
+    """For an HA-pair target: each member's address and state, and which one is active."""
+    if target.connector is None or not target.connector.backups:
+        return {}
+    active = pool.active_member(target.node_id)
+    return {
+        "members": [
+            {"connector": m.url, "state": state.value, "active": i == active}
+            for i, (m, state) in enumerate(
+                zip(target.connector.members, pool.member_states(target.node_id), strict=True)
+            )
+        ]
+    }
 
 
 class _HttpError(Exception):

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from keys import NeedMore, Sniffed
-    from pools import Target
+    from pools import Connector
 
 __all__ = [
     "can_follow_redirect",
@@ -84,24 +84,19 @@ def _mqtt_connack(sniffed: Sniffed, code: int, reference: str | None = None) -> 
     return mqtt.encode_connack_v3_as_artemis(code)
 
 
-def redirect(sniffed: Sniffed, raw: bytes, target: Target, router: str) -> bytes | None:
-    """The native redirect to `target`, or None when the protocol cannot say it (TLS).
-
-    Raises:
-        ValueError: the target has no connector (a local target without one is refused instead).
-    """
-    if target.connector is None:
-        raise ValueError(f"target {target.node_id!r} has no connector to redirect to")
-    host, port = target.connector.host, target.connector.port
+def redirect(sniffed: Sniffed, raw: bytes, connector: Connector, router: str) -> bytes | None:
+    """The native redirect to the target reached through `connector` (the active member of an HA
+    pair), or None when the protocol cannot say it (TLS)."""
+    host, port = connector.host, connector.port
     match sniffed.protocol:
         case "amqp":
             return amqp.redirect_frames(router, host, port)
         case "mqtt":
             return _mqtt_connack(sniffed, mqtt.MQTT_V5_USE_ANOTHER_SERVER, f"{host}:{port}")
         case "stomp":
-            return stomp.encode_error(f"Connection router {router} redirects to {target.connector.url}")
+            return stomp.encode_error(f"Connection router {router} redirects to {connector.url}")
         case "openwire":
-            url = target.connector.url
+            url = connector.url
             return openwire.encode_connection_control(
                 reconnect_to=url, connected_brokers=url, rebalance=True, encoding=_wire_format(raw)
             )

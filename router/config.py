@@ -516,7 +516,7 @@ class _Loader:
             name = self._name(element)
             self._check_duplicate(seen, element, "connector", name)
             url = _text(element)
-            scheme, sep, _ = url.partition("://")
+            scheme, sep, _ = url.lstrip("(").partition("://")  # "(tcp://a,tcp://b)" is an HA pair
             if sep and scheme and scheme.lower() != "tcp":
                 # vm:// and other transports of an embedded broker: not something the router dials.
                 self.foreign_connectors[name] = scheme

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from keys import ConnectionFacts
     from policies import ConnectionCountSource, Policy
+    from pools import Connector
     from router.settings import Config, RouterConfig
 
 __all__ = ["RouteDecision", "RouteStatus", "RoutingEngine", "build_pool"]
@@ -58,17 +59,23 @@ class RouteDecision:
     status: RouteStatus
     target: Target | None = None
     """The chosen target when status is OK."""
+    connector: Connector | None = None
+    """Where to reach the chosen target now: the active member of its HA pair (just the target's
+    connector when it is not a pair; the primary when not given); None when not OK or for a local
+    target without connector."""
     reason: str = ""
     """Which workflow step decided: for logs."""
 
     def __post_init__(self) -> None:
         if (self.status is RouteStatus.OK) != (self.target is not None):
             raise ValueError(f"a decision has a target exactly when OK, got {self.status.value}")
+        if self.connector is None and self.target is not None and self.target.connector is not None:
+            object.__setattr__(self, "connector", self.target.connector.members[0])  # frozen: set once
 
     def to_json(self) -> dict[str, str | bool | None]:
         """The JSON object of `routerctl route` and the admin lookup API."""
         target = self.target
-        connector = None if target is None or target.connector is None else target.connector.url
+        connector = None if self.connector is None else self.connector.url
         return {
             "key": self.key,
             "status": self.status.value,
@@ -170,7 +177,20 @@ class RoutingEngine:
 
     def local_decision(self, key: str, reason: str) -> RouteDecision:
         """An OK decision for the local target."""
-        return RouteDecision(key=key, status=RouteStatus.OK, target=self.local_target, reason=reason)
+        return self._ok(key, self.local_target, reason)
+
+    def _ok(self, key: str, target: Target, reason: str) -> RouteDecision:
+        """An OK decision, reaching the target through its active member."""
+        connector = target.connector
+        if connector is not None and connector.backups and self.pool is not None:
+            try:
+                member = self.pool.active_member(target.node_id)
+            except KeyError:  # a local target outside the pool is not probed: its primary
+                member = None
+            connector = connector.members[member or 0]
+        return RouteDecision(
+            key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
+        )
 
     def connection_key(self, facts: ConnectionFacts) -> str:
         """Steps 1-3: the key of a connection after filter and transform."""
@@ -195,7 +215,7 @@ class RoutingEngine:
             if node_id is not None:
                 target = self.pool.ready_target(node_id)
                 if target is not None:
-                    return RouteDecision(key=key, status=RouteStatus.OK, target=target, reason="cache")
+                    return self._ok(key, target, "cache")
         return None
 
     def select(self, key: str, targets: Sequence[Target], now: float) -> RouteDecision:
@@ -207,7 +227,7 @@ class RoutingEngine:
             return RouteDecision(key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=reason)
         if self.cache is not None:
             self.cache.put(key, target.node_id, now)
-        return RouteDecision(key=key, status=RouteStatus.OK, target=target, reason="policy")
+        return self._ok(key, target, "policy")
 
     def decide(self, key: str, now: float) -> RouteDecision:
         """Steps 4-9 for a transformed key, taking the pool's targets as they are (no quorum wait)."""

@@ -136,16 +136,31 @@ def make_check(runtime: RouterRuntime) -> Check:
 
 
 async def _probe_forever(runtime: RouterRuntime, target: Target, period_s: float, check: Check) -> None:
+    """Probe a target every period; each member of an HA pair on its own schedule."""
     assert target.connector is not None
+    members = target.connector.members
+    if len(members) == 1:
+        await _probe_member_forever(runtime, target, 0, period_s, check)
+        return
+    async with trio.open_nursery() as nursery:
+        for index in range(len(members)):
+            nursery.start_soon(_probe_member_forever, runtime, target, index, period_s, check)
+
+
+async def _probe_member_forever(
+    runtime: RouterRuntime, target: Target, member: int, period_s: float, check: Check
+) -> None:
+    assert target.connector is not None
+    connector = target.connector.members[member]
     pool = runtime.pool
     assert pool is not None
     timeout_s = min(period_s, PROBE_TIMEOUT_CAP_S)
     next_time = trio.current_time()
     while True:
-        ok, detail = False, f"no answer from {target.connector.url} within {timeout_s:g} s"
+        ok, detail = False, f"no answer from {connector.url} within {timeout_s:g} s"
         with trio.move_on_after(timeout_s):
-            ok, detail = await check(target.connector)
-        runtime.apply_events(pool.record_check(target.node_id, ok, detail))
+            ok, detail = await check(connector)
+        runtime.apply_events(pool.record_check(target.node_id, ok, detail, member=member))
         next_time += period_s
         now = trio.current_time()
         if next_time < now:  # the probe overran: skip the missed slots instead of bursting

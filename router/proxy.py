@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from keys import Sniffed
     from keys.detect import Detector
     from keys.users import UserStore
-    from pools import Target
+    from pools import Connector, Target
     from router.routing import RouterRuntime
     from router.settings import AcceptorConfig
 
@@ -344,7 +344,7 @@ async def _route_and_serve(
         )
         await _answer(client, runtime, decision.status, opening, None)
         return
-    connector = target.connector
+    connector = decision.connector  # the active member of an HA pair
     if connector is None:
         log.warning(
             "peer=%s router=%s key=%s outcome=REFUSED_USE_ANOTHER reason=the decision is the local "
@@ -367,13 +367,13 @@ async def _route_and_serve(
             target.node_id,
             sniffed.protocol,
         )
-        said = answers.redirect(sniffed, opening.raw, target, runtime.name)
+        said = answers.redirect(sniffed, opening.raw, connector, runtime.name)
         await _answer(client, runtime, RouteStatus.OK, opening, said)
         return
     runtime.count_decision(RouteStatus.OK)
     runtime.counts.opened(target.node_id)
     try:
-        await _proxy(client, acceptor, runtime, limits, opening, decision.key, target)
+        await _proxy(client, acceptor, runtime, limits, opening, decision.key, target, connector)
     finally:
         runtime.counts.closed(target.node_id)
 
@@ -415,10 +415,9 @@ async def _proxy(
     opening: _Opening,
     key: str,
     target: Target,
+    connector: Connector,
 ) -> None:
     metrics, peer = runtime.metrics, opening.peer
-    connector = target.connector
-    assert connector is not None
     try:
         with trio.fail_after(limits.connect_timeout_s):
             upstream = await open_connection(connector.host, connector.port)

@@ -98,6 +98,8 @@ class RouterRuntime:
                         "router=%s target=%s is not ready: %s", self.name, event.node_id, event.detail
                     )
                     self.metrics.target_ready.labels(self.name, event.node_id).set(0)
+                case PoolEventKind.TARGET_FAILOVER:
+                    log.warning("router=%s target=%s failed over: %s", self.name, event.node_id, event.detail)
                 case PoolEventKind.POOL_ACTIVE:
                     log.info("router=%s pool is active (%s)", self.name, event.detail)
                     self.metrics.pool_active.labels(self.name).set(1)

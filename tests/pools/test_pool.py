@@ -266,3 +266,73 @@ class TestPoolQuorum:
         pool.record_check("b", True)
         assert pool.record_check("a", False) == [not_ready("r1", "a")]
         assert pool.record_check("b", False) == [not_ready("r1", "b"), inactive("r1", "0/1 ready")]
+
+
+class TestHaPairMembers:
+    PAIR = Target.remote(Connector.from_url("p", "(tcp://10.0.0.1:1,tcp://10.0.0.2:2)?nodeId=pair"))
+
+    def pool(self) -> Pool:
+        return Pool("r", 1, [self.PAIR])
+
+    def test_pair_is_ready_with_either_member_and_primary_active(self):
+        pool = self.pool()
+        events = pool.record_check("pair", True, member=0)
+        assert events == [ready("r", "pair"), active("r", "1/1 ready")]
+        assert pool.active_member("pair") == 0
+        assert pool.record_check("pair", False, "closed", member=1) == []
+        assert pool.member_states("pair") == (TargetState.READY, TargetState.NOT_READY)
+        assert pool.state("pair") is TargetState.READY
+
+    def test_failover_to_backup_keeps_target_ready_and_reports_once(self):
+        pool = self.pool()
+        pool.record_check("pair", True, member=0)
+        pool.record_check("pair", False, "passive", member=1)
+        pool.record_check("pair", True, member=1)  # backup took over while the primary still answered
+        assert pool.active_member("pair") == 0, "the active member stays while it is ready"
+        events = pool.record_check("pair", False, "refused", member=0)
+        assert events == [
+            PoolEvent(
+                kind=PoolEventKind.TARGET_FAILOVER,
+                pool="r",
+                node_id="pair",
+                detail="tcp://10.0.0.2:2 is active, tcp://10.0.0.1:1 is not: refused",
+            )
+        ]
+        assert pool.active_member("pair") == 1
+        assert pool.state("pair") is TargetState.READY
+        assert pool.record_check("pair", False, "refused", member=0) == []
+
+    def test_restarted_primary_does_not_take_back_from_the_active_backup(self):
+        pool = self.pool()
+        pool.record_check("pair", False, "down", member=0)
+        pool.record_check("pair", True, member=1)
+        assert pool.active_member("pair") == 1
+        assert pool.record_check("pair", True, member=0) == []
+        assert pool.active_member("pair") == 1
+
+    def test_fail_back_when_the_backup_dies(self):
+        pool = self.pool()
+        pool.record_check("pair", False, "down", member=0)
+        pool.record_check("pair", True, member=1)
+        pool.record_check("pair", True, member=0)
+        events = pool.record_check("pair", False, "killed", member=1)
+        assert [e.kind for e in events] == [PoolEventKind.TARGET_FAILOVER]
+        assert pool.active_member("pair") == 0
+
+    def test_pair_not_ready_when_all_members_fail(self):
+        pool = self.pool()
+        pool.record_check("pair", True, member=1)
+        pool.record_check("pair", False, "down", member=0)
+        events = pool.record_check("pair", False, "killed", member=1)
+        assert events == [not_ready("r", "pair", "killed"), inactive("r", "0/1 ready")]
+        assert pool.active_member("pair") is None
+        assert pool.ready_target("pair") is None
+
+    def test_unknown_until_a_member_is_probed_then_not_ready(self):
+        pool = self.pool()
+        assert pool.state("pair") is TargetState.UNKNOWN
+        assert pool.record_check("pair", False, "down", member=0) == [not_ready("r", "pair", "down")]
+
+    def test_member_index_out_of_range_is_an_index_error(self):
+        with pytest.raises(IndexError):
+            self.pool().record_check("pair", True, member=2)

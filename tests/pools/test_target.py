@@ -150,3 +150,45 @@ class TestTarget:
         """Scenario: `nodeId=` gives an empty node id, which no target may have."""
         with pytest.raises(ValueError, match="node id must not be empty"):
             Target.remote(Connector.from_url("c", "tcp://h:1?nodeId="))
+
+
+class TestHaPairConnector:
+    def test_pair_url_primary_backup_and_shared_params(self):
+        c = Connector.from_url("pair", "(tcp://127.0.0.1:61616,tcp://[::1]:61617)?nodeId=n1;probe=stomp")
+        assert (c.host, c.port) == ("127.0.0.1", 61616)
+        assert c.backups == (("::1", 61617),)
+        assert c.node_id == "n1"
+        assert c.probe == "stomp"
+        assert c.url == "tcp://127.0.0.1:61616"
+        assert c.display_url == "(tcp://127.0.0.1:61616,tcp://[::1]:61617)"
+
+    def test_pair_members_are_single_address_connectors_with_the_same_params(self):
+        c = Connector.from_url("pair", "(tcp://a:1,tcp://b:2,tcp://c:3)?nodeId=n1")
+        members = c.members
+        assert [(m.host, m.port, m.backups) for m in members] == [("a", 1, ()), ("b", 2, ()), ("c", 3, ())]
+        assert {m.node_id for m in members} == {"n1"}
+        assert {m.name for m in members} == {"pair"}
+
+    def test_plain_connector_is_its_only_member(self):
+        c = Connector.from_url("c", "tcp://a:1")
+        assert c.members == (c,)
+        assert c.display_url == c.url
+
+    def test_pair_of_one_is_a_plain_connector(self):
+        assert Connector.from_url("c", "(tcp://a:1)").members == (Connector(name="c", host="a", port=1),)
+
+    @pytest.mark.parametrize(
+        ("url", "reason"),
+        [
+            ("(tcp://a:1,tcp://b:2", "has no closing"),
+            ("(tcp://a:1?x=1,tcp://b:2)", "after the '\\)', not on one member"),
+            ("(tcp://a:1,udp://b:2)", "every member must be tcp"),
+            ("(tcp://a:1,tcp://b)", "must name host and port"),
+            ("(tcp://a:1,tcp://b:0)", "port must be 1-65535, got 0"),
+            ("(tcp://a:1)nodeId=x", "expected '\\?parameters' after"),
+            ("(tcp://a:1,)", "every member must be tcp"),
+        ],
+    )
+    def test_bad_pair_urls_are_value_errors_naming_the_rule(self, url, reason):
+        with pytest.raises(ValueError, match=reason):
+            Connector.from_url("c", url)

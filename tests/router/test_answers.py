@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from keys import Reply, Sniffed, amqp, openwire, stomp
-from pools import Connector, Target
+from pools import Connector
 from router import answers
 from router.engine import RouteStatus
 
-TARGET = Target.remote(Connector.from_url("b", "tcp://127.0.0.1:61617?nodeId=node-b"))
+TARGET = Connector.from_url("b", "tcp://127.0.0.1:61617?nodeId=node-b")
 MQTT5 = Sniffed(protocol="mqtt", protocol_version="5")
 MQTT311 = Sniffed(protocol="mqtt", protocol_version="3.1.1")
 AMQP_SASL = Sniffed(protocol="amqp", sasl_mechanism="PLAIN")
@@ -56,9 +56,11 @@ def test_redirect_tls_cannot_be_said() -> None:
     assert answers.redirect(TLS, b"", TARGET, "r") is None
 
 
-def test_redirect_without_connector_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="has no connector"):
-        answers.redirect(MQTT5, b"", Target.local_target(None), "r")
+def test_redirect_goes_to_the_connector_given_not_the_pair_primary() -> None:
+    backup = Connector.from_url("p", "(tcp://127.0.0.1:1,tcp://127.0.0.1:2)?nodeId=n").members[1]
+    assert answers.redirect(STOMP, b"", backup, "r") == stomp.encode_error(
+        "Connection router r redirects to tcp://127.0.0.1:2"
+    )
 
 
 @pytest.mark.parametrize(

@@ -757,3 +757,37 @@ class TestBuildPool:
         router = RouterConfig(name="r1", pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("nope",)))
         with pytest.raises(KeyError, match="nope"):
             build_pool(self.config(router), router)
+
+
+class TestHaPairTargets:
+    PAIR = Target.remote(Connector.from_url("p", "(tcp://10.0.0.1:1,tcp://10.0.0.2:2)?nodeId=pair"))
+
+    def test_decision_reaches_the_active_member_and_follows_failover(self):
+        engine = make_engine(targets=[self.PAIR], ready=[])
+        assert engine.pool is not None
+        engine.pool.record_check("pair", True, member=0)
+        first = engine.lookup("k", 0.0)
+        assert first.connector is not None
+        assert first.connector.url == "tcp://10.0.0.1:1"
+        engine.pool.record_check("pair", True, member=1)
+        engine.pool.record_check("pair", False, "killed", member=0)
+        after = engine.lookup("k", 0.0)
+        assert after.target == self.PAIR
+        assert after.connector is not None
+        assert (after.connector.host, after.connector.port, after.connector.backups) == ("10.0.0.2", 2, ())
+        assert after.to_json()["connector"] == "tcp://10.0.0.2:2"
+
+    def test_cached_decision_also_reaches_the_active_member(self):
+        engine = make_engine(targets=[self.PAIR], ready=[], cache_timeout_ms=0)
+        assert engine.pool is not None
+        engine.pool.record_check("pair", True, member=0)
+        engine.lookup("k", 0.0)
+        engine.pool.record_check("pair", True, member=1)
+        engine.pool.record_check("pair", False, "killed", member=0)
+        decision = engine.lookup("k", 1.0)
+        assert decision.reason == "cache"
+        assert decision.to_json()["connector"] == "tcp://10.0.0.2:2"
+
+    def test_plain_decision_connector_defaults_to_the_target_connector(self):
+        decision = RouteDecision(key="k", status=RouteStatus.OK, target=B1)
+        assert decision.connector == B1.connector
