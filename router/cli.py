@@ -6,6 +6,8 @@
                     [--source-ip IP] [--role R]...
     routerctl target --admin URL ROUTER KEY
     routerctl status --admin URL [ROUTER]
+    routerctl register --zookeeper HOST:PORT[,…] --path P --node-id ID --connector tcp://…
+                       [--backup tcp://…] [--weight N] [--session-timeout MS]
 
 Errors a person can fix (bad configuration, a port in use, a router that is not running) are one
 line on stderr and a non-zero exit status, never a traceback.
@@ -27,10 +29,13 @@ from typing import TYPE_CHECKING, NoReturn
 import trio
 
 from keys import ConnectionFacts
+from pools import Member
 from router.config import ConfigError, load_config
+from router.discovery import RegistrationError, serve_registration
 from router.engine import RoutingEngine, build_pool
 from router.net import describe_oserror
 from router.server import StartupError, serve_router
+from router.settings import ZooKeeperConfig
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -199,6 +204,40 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="show a running router's routers and pool states")
     status.add_argument("--admin", default="http://127.0.0.1:9180")
     status.add_argument("router", nargs="?")
+
+    register = sub.add_parser(
+        "register",
+        help="register a broker in a ZooKeeper discovery group until stopped",
+        description="Create the broker's ephemeral member znode PATH/NODE-ID and keep it until "
+        "SIGTERM or SIGINT, then delete it and exit 0. Routers whose pool uses the discovery "
+        "group add the broker while it is registered (and ready), and remove it when the znode "
+        "goes: at once on a clean stop, after the session timeout if this process dies.",
+    )
+    register.add_argument("--zookeeper", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    register.add_argument(
+        "--path", required=True, help="the discovery group's path, e.g. /connection-router/fleet"
+    )
+    register.add_argument("--node-id", required=True, help="the broker's node id (unique in the group)")
+    register.add_argument(
+        "--connector", required=True, metavar="tcp://HOST:PORT[?PARAMS]", help="the primary"
+    )
+    register.add_argument("--backup", metavar="tcp://HOST:PORT", help="the backup of the broker's HA pair")
+    register.add_argument("--weight", type=int, default=1, help="relative weight, default 1")
+    register.add_argument(
+        "--session-timeout",
+        type=int,
+        default=10_000,
+        metavar="MS",
+        help="ZooKeeper session timeout: how long the member outlives this process if it dies "
+        "(default 10000; the server clamps it to 2-20 times its tickTime)",
+    )
+    register.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for ZooKeeper at start (default 10)",
+    )
     return parser
 
 
@@ -259,6 +298,58 @@ def _dry_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _register(args: argparse.Namespace) -> int:
+    try:
+        zookeeper = ZooKeeperConfig(
+            connect=args.zookeeper, path=args.path, session_timeout_ms=args.session_timeout
+        )
+        member = Member.from_fields(
+            node_id=args.node_id, connector=args.connector, backup=args.backup, weight=args.weight
+        )
+    except ValueError as exc:
+        _fail("routerctl", f"register: {exc}", EXIT_USAGE)
+    if not args.connect_timeout > 0:
+        _fail(
+            "routerctl", f"register: --connect-timeout must be > 0, got {args.connect_timeout!r}", EXIT_USAGE
+        )
+    try:
+        trio.run(_run_register, zookeeper, member, args.connect_timeout)
+    except (RegistrationError, BaseExceptionGroup) as exc:
+        error = _only_registration_error(exc)
+        if error is None:
+            raise
+        _fail("routerctl", f"register: {error}")
+    return 0
+
+
+async def _run_register(zookeeper: ZooKeeperConfig, member: Member, connect_timeout_s: float) -> None:
+    async with trio.open_nursery() as nursery:
+
+        async def stop_on_signal(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                task_status.started()
+                async for signum in signals:
+                    logging.getLogger("routerctl").info(
+                        "%s received: deregistering", signal.Signals(signum).name
+                    )
+                    nursery.cancel_scope.cancel(reason="signal")
+                    return
+
+        await nursery.start(stop_on_signal)
+        await serve_registration(zookeeper, member, connect_timeout_s=connect_timeout_s)
+
+
+def _only_registration_error(exc: BaseException) -> RegistrationError | None:
+    """`exc` when it is a RegistrationError, or the first one of a group holding nothing else."""
+    if isinstance(exc, RegistrationError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split(RegistrationError)
+        if matched is not None and rest is None:
+            return _only_registration_error(matched.exceptions[0])
+    return None
+
+
 def _get(admin: str, path: str) -> object:
     url = admin.rstrip("/") + path
     try:
@@ -279,10 +370,14 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
     """`routerctl`: see the module docstring."""
     args = _routerctl_parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr, format="routerctl: %(levelname)s: %(message)s"
+        level=logging.INFO if args.command == "register" else logging.WARNING,
+        stream=sys.stderr,
+        format="routerctl: %(levelname)s: %(message)s",
     )
     if args.command == "route":
         return _dry_run(args)
+    if args.command == "register":
+        return _register(args)
     if args.command == "target":
         path = f"/api/v1/routers/{urllib.parse.quote(args.router, safe='')}/target?" + urllib.parse.urlencode(
             {"key": args.key}

@@ -1,4 +1,5 @@
-"""Real components for integration tests: mosquitto brokers and routerd processes on loopback.
+"""Real components for integration tests: mosquitto brokers, ZooKeeper (one per test session, or
+one of a test's own that it may stop and restart) and routerd processes on loopback.
 
 Ports are chosen at run time below 32768 (outside the ephemeral range, ENVIRONMENT.md gotcha 6).
 Nothing here sleeps for a fixed time: we wait for a port to accept, or for a line in routerd's log,
@@ -245,3 +246,117 @@ def start_routerd(tmp_path: Path) -> Iterator[Callable[[Callable[[int], str]], R
 def free_port_fixture() -> Callable[[], int]:
     """`free_port()` for tests."""
     return free_port
+
+
+# --- ZooKeeper 3.8 from Debian (ENVIRONMENT.md §3.2) ------------------------------------------
+
+ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+"""zookeeper.jar's manifest pulls in its dependencies; slf4j-simple makes it log (to its file)."""
+ZOOKEEPER_TICK_MS = 250
+"""Small, so that short session timeouts are allowed: the server clamps a session timeout to
+2-20 ticks (0.5-5 s here; the default tickTime of 2000 would make it 4-40 s)."""
+ZOOKEEPER_TIMEOUT_S = 30.0
+"""Bound of a server's start and stop (it answers `ruok` after about 0.4 s)."""
+
+
+class ZooKeeperServer:
+    """One real standalone ZooKeeper on 127.0.0.1, stopped by its PID; restartable with its data."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        (base / "data").mkdir(parents=True, exist_ok=True)
+        (base / "zoo.cfg").write_text(
+            f"tickTime={ZOOKEEPER_TICK_MS}\n"
+            f"dataDir={base / 'data'}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"  # otherwise a Jetty admin server on 0.0.0.0:8080
+            "4lw.commands.whitelist=ruok,srvr,mntr,envi,stat\n"  # kazoo's server_version() needs envi
+        )
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.base / "zookeeper.log"
+
+    def start(self) -> None:
+        """Start the JVM and wait until it answers `ruok` with `imok`."""
+        missing = [jar for jar in ZOOKEEPER_JARS if not Path(jar).exists()]
+        if missing or shutil.which("java") is None:
+            pytest.fail(
+                f"ZooKeeper is not installed ({', '.join(missing) or 'java'}): run deploy/bootstrap.sh"
+            )
+        with self.log.open("ab") as out:  # the child keeps its own descriptor; restarts append
+            self.proc = subprocess.Popen(  # java itself, so proc.pid is the JVM's
+                [
+                    "java",
+                    "-Xmx128m",
+                    f"-Dzookeeper.log.dir={self.base}",
+                    "-cp",
+                    ":".join(ZOOKEEPER_JARS),
+                    "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                    str(self.base / "zoo.cfg"),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + ZOOKEEPER_TIMEOUT_S
+        while not self.answers():
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"ZooKeeper exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"ZooKeeper on {self.port} does not answer:\n{self.log.read_text()[-3000:]}"
+                )
+            time.sleep(0.05)  # another process's start-up: nothing to wait on
+
+    def answers(self) -> bool:
+        """Whether the server answers the `ruok` four-letter word."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                sock.sendall(b"ruok")
+                return sock.recv(16) == b"imok"
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """SIGTERM (it stops at once), SIGKILL if it hangs; the data directory stays."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(ZOOKEEPER_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(ZOOKEEPER_TIMEOUT_S)
+        self.proc = None
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One ZooKeeper for the whole test session; give each test its own path under it."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper of this test alone, which the test may stop and start again."""
+    server = ZooKeeperServer(tmp_path / "zookeeper")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()

@@ -258,3 +258,69 @@ def test_routerd_unloadable_key_store_is_one_line_exit_2(tmp_path: Path) -> None
         f"routerd: error: acceptor 'mqtt': cannot load keyStorePath '{tmp_path}/missing.pem'"
     )
     assert "Traceback" not in proc.stderr
+
+
+class TestRegister:
+    """`routerctl register` errors a person can fix: one line, no traceback (the registration
+    itself runs against a real ZooKeeper in test_discovery.py and test_routerd_zookeeper.py)."""
+
+    BASE = ("register", "--zookeeper", "127.0.0.1:2181", "--path", "/fleet", "--node-id", "b1")
+
+    @pytest.mark.parametrize(
+        ("argv", "message"),
+        [
+            (["--path", "fleet"], "register: path must be an absolute znode path below /, got 'fleet'"),
+            (["--zookeeper", "localhost"], "register: connect string must be host:port"),
+            (
+                ["--connector", "amqp://h:1"],
+                "register: connector must be a tcp://host:port URL, got 'amqp://h:1'",
+            ),
+            (["--connector", "tcp://h:1?probe=x"], "register: connector: probe must be one of"),
+            (["--backup", "h:2"], "register: backup must be a tcp://host:port URL, got 'h:2'"),
+            (["--weight", "0"], "register: weight must be an integer 1-1000000, got 0"),
+            (["--node-id", ""], "register: node_id must be 1-255 characters, got ''"),
+            (["--session-timeout", "0"], "register: session-timeout must be > 0, got 0"),
+            (["--connect-timeout", "0"], "register: --connect-timeout must be > 0, got 0.0"),
+        ],
+    )
+    def test_register_usage_errors_exit_2_with_one_line(
+        self, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+    ) -> None:
+        args = [*self.BASE, "--connector", "tcp://127.0.0.1:1883", *argv]
+        with pytest.raises(SystemExit) as exit_info:
+            main_routerctl(args)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"routerctl: error: {message}")
+        assert len(err.splitlines()) == 1
+
+    def test_register_unreachable_zookeeper_exits_1_without_traceback(self) -> None:
+        with socket.socket() as unused:  # a port nothing listens on
+            unused.bind(("127.0.0.1", 0))
+            port = unused.getsockname()[1]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from router.cli import routerctl_main; routerctl_main()",
+                "register",
+                "--zookeeper",
+                f"127.0.0.1:{port}",
+                "--path",
+                "/fleet",
+                "--node-id",
+                "b1",
+                "--connector",
+                "tcp://127.0.0.1:1883",
+                "--connect-timeout",
+                "0.5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 1
+        assert (
+            proc.stderr.strip()
+            == f"routerctl: error: register: cannot reach zookeeper 127.0.0.1:{port} within 0.5 s"
+        )

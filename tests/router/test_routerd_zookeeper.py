@@ -1,0 +1,354 @@
+"""routerd end to end with a ZooKeeper discovery pool: real ZooKeeper, real mosquitto brokers, real
+`routerctl register` processes, real paho clients.
+
+Scenarios of issue 4, point 3: registered members become targets (status, admin API, routed
+clients); a SIGTERM'd registration leaves at once, a SIGKILL'd one when its session expires; a
+malformed member is ignored with one log line; while ZooKeeper is down the router keeps routing
+with its last membership, and after ZooKeeper is back it sees what changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import paho.mqtt.client as mqtt
+import pytest
+from kazoo.client import KazooClient
+from paho.mqtt.enums import CallbackAPIVersion
+
+from router.config import load_config
+from tests.router.conftest import ZooKeeperServer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+    from tests.router.conftest import Mosquitto, Routerd
+
+TIMEOUT_S = 15.0
+SESSION_TIMEOUT_MS = 1000
+"""Of the registrations: how long a SIGKILL'd member outlives its process (the test server allows
+0.5-5 s)."""
+LONG_SESSION_TIMEOUT_MS = 4000
+"""Of the registrations that must outlive a ZooKeeper restart: a restarted server gives each
+session its full timeout again, within which the client must reconnect (it retries every second
+at most)."""
+ROUTER_SESSION_TIMEOUT_MS = 2000
+
+
+def _config(zookeeper: ZooKeeperServer, path: str, port: int) -> str:
+    return f"""<?xml version="1.0"?>
+<configuration xmlns="urn:activemq">
+ <core xmlns="urn:activemq:core">
+  <acceptors>
+   <acceptor name="mqtt">tcp://127.0.0.1:{port}?router=fleet;protocols=MQTT;mode=proxy</acceptor>
+  </acceptors>
+  <discovery-groups>
+   <discovery-group name="zk">
+    <zookeeper connect="{zookeeper.connect}" path="{path}" session-timeout="{ROUTER_SESSION_TIMEOUT_MS}"/>
+   </discovery-group>
+  </discovery-groups>
+  <connection-routers>
+   <connection-router name="fleet">
+    <key-type>CLIENT_ID</key-type>
+    <policy name="FIRST_ELEMENT"/>
+    <pool><check-period>200</check-period><quorum-timeout>0</quorum-timeout>
+     <discovery-group-ref discovery-group-name="zk"/></pool>
+   </connection-router>
+  </connection-routers>
+ </core>
+</configuration>
+"""
+
+
+class Registrant:
+    """A real `routerctl register` process with its stderr read line by line."""
+
+    def __init__(
+        self, zookeeper: ZooKeeperServer, path: str, node_id: str, broker: Mosquitto, session_timeout_ms: int
+    ) -> None:
+        self.node_id = node_id
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from router.cli import routerctl_main; routerctl_main()",
+                "register",
+                "--zookeeper",
+                zookeeper.connect,
+                "--path",
+                path,
+                "--node-id",
+                node_id,
+                "--connector",
+                f"tcp://127.0.0.1:{broker.port}?probe=mqtt",
+                "--session-timeout",
+                str(session_timeout_ms),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for(self, pattern: str, timeout: float = TIMEOUT_S) -> str:
+        """Wait for a stderr line matching `pattern` (searching every line so far)."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        index = 0
+        while True:
+            while index < len(self.lines):
+                index += 1
+                if regex.search(self.lines[index - 1]):
+                    return self.lines[index - 1]
+            try:
+                line = self._queue.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except queue.Empty:
+                raise TimeoutError(f"{self.node_id}: no line matching {pattern!r}: {self.lines}") from None
+            if line is None:
+                raise RuntimeError(f"{self.node_id}: routerctl register exited: {self.lines}")
+            self.lines.append(line)
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        """Send `signum` and wait; the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        status = self.proc.wait(TIMEOUT_S)
+        self._reader.join(TIMEOUT_S)  # it ends at the pipe's EOF, right after the process
+        while not self._queue.empty():
+            if (line := self._queue.get_nowait()) is not None:
+                self.lines.append(line)
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
+        return status
+
+
+@pytest.fixture
+def register(zookeeper: ZooKeeperServer) -> Iterator[Callable[..., Registrant]]:
+    """Start `routerctl register` processes (waiting until registered); stopped afterwards."""
+    started: list[Registrant] = []
+
+    def start(
+        path: str,
+        node_id: str,
+        broker: Mosquitto,
+        server: ZooKeeperServer = zookeeper,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+    ) -> Registrant:
+        registrant = Registrant(server, path, node_id, broker, session_timeout_ms)
+        started.append(registrant)
+        registrant.wait_for(rf"registered node id '{node_id}' as {path}/{node_id}")
+        return registrant
+
+    yield start
+    for registrant in started:
+        registrant.stop(signal.SIGKILL)
+
+
+def _round_trip(port: int, client_id: str) -> bool:
+    """Connect through the router, subscribe, publish, and receive our own message."""
+    topic = f"zk/{client_id}"
+    got, subscribed = threading.Event(), threading.Event()
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
+    client.on_message = lambda *_a: got.set()
+    client.on_subscribe = lambda *_a: subscribed.set()
+    try:
+        client.connect("127.0.0.1", port, keepalive=30)
+    except OSError:
+        return False
+    client.loop_start()
+    try:
+        client.subscribe(topic, qos=1)
+        if not subscribed.wait(TIMEOUT_S):
+            return False
+        client.publish(topic, b"hello", qos=1)
+        return got.wait(TIMEOUT_S)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def _routed_to(router: Routerd, port: int, node_id: str) -> None:
+    """A real MQTT client through the router lands on `node_id` (the router's log says where)."""
+    client_id = f"c-{uuid.uuid4().hex[:8]}"
+    assert _round_trip(port, client_id), f"no MQTT round trip through the router for {client_id}"
+    router.wait_for_log(rf"key={client_id} target={node_id} outcome=OK")
+
+
+def _status_targets(router: Routerd) -> dict[str, dict[str, object]]:
+    """`routerctl status` (a real process) -> the pool's targets by node id."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from router.cli import routerctl_main; routerctl_main()",
+            "status",
+            "--admin",
+            router.admin,
+            "fleet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return {t["node_id"]: t for t in json.loads(out)["pool"]["targets"]}
+
+
+@contextmanager
+def _kazoo(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
+    """A plain kazoo client of the test (to write znodes that routerctl would never write)."""
+    client = KazooClient(hosts=zookeeper.connect)
+    client.start(timeout=TIMEOUT_S)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def _metrics(router: Routerd) -> str:
+    with urllib.request.urlopen(router.admin + "/metrics", timeout=5) as response:
+        return str(response.read().decode())
+
+
+@pytest.fixture
+def path(request: pytest.FixtureRequest) -> str:
+    """A members path of this test alone (the session's ZooKeeper is shared)."""
+    return f"/connection-router/{request.node.name}"
+
+
+@pytest.mark.integration
+def test_routerd_zookeeper_members_come_and_go(
+    zookeeper: ZooKeeperServer,
+    path: str,
+    mosquitto_fleet: list[Mosquitto],
+    start_routerd: Callable[[Callable[[int], str]], Routerd],
+    register: Callable[..., Registrant],
+    free_port: Callable[[], int],
+) -> None:
+    """Scenario: b0 and b1 register; both become targets and clients reach them; a malformed member
+    is ignored once; b0's registrant is SIGKILL'd (gone after its session timeout), b1's SIGTERM'd
+    (gone at once, exit status 0)."""
+    port = free_port()
+    router = start_routerd(lambda _admin: _config(zookeeper, path, port))
+    router.wait_for_log(
+        rf"router=fleet connected to zookeeper {zookeeper.connect}{path}: reading the members"
+    )
+    router.wait_for_log(rf"zookeeper {zookeeper.connect}{path} does not exist", consume=False)
+
+    b0 = register(path, "b0", mosquitto_fleet[0])
+    router.wait_for_log(r"router=fleet target=b0 joined the pool \(tcp://127\.0\.0\.1:\d+\)")
+    router.wait_for_log(r"router=fleet target=b0 is ready")
+    _routed_to(router, port, "b0")  # FIRST_ELEMENT: b0 arrived first
+    b1 = register(path, "b1", mosquitto_fleet[1])
+    router.wait_for_log(r"router=fleet target=b1 is ready")
+    targets = _status_targets(router)
+    assert sorted(targets) == ["b0", "b1"]
+    assert targets["b1"]["connector"] == f"tcp://127.0.0.1:{mosquitto_fleet[1].port}"
+    assert {t["state"] for t in targets.values()} == {"ready"}
+    lookup = router.get("/api/v1/routers/fleet/target?key=anyone")
+    assert isinstance(lookup, dict)
+    assert lookup["node_id"] == "b0"
+
+    # A malformed member: logged once, ignored, the router carries on.
+    with _kazoo(zookeeper) as zk:
+        zk.create(f"{path}/junk", b'{"node_id": "junk"}', ephemeral=True)
+        router.wait_for_log(
+            r"router=fleet zookeeper \S+/junk: ignoring this member: connector must be a string"
+        )
+        zk.create(f"{path}/b0-twin", b'{"node_id": "b0", "connector": "tcp://127.0.0.1:1"}', ephemeral=True)
+        router.wait_for_log(
+            r"/b0-twin: ignoring this member: node id 'b0' is already registered by znode 'b0'"
+        )
+    assert sorted(_status_targets(router)) == ["b0", "b1"]
+    assert sum("ignoring this member" in line for line in router.lines) == 2
+
+    killed_at = time.monotonic()
+    assert b0.stop(signal.SIGKILL) == -signal.SIGKILL
+    router.wait_for_log(r"router=fleet target=b0 left the pool \(it was ready\)")
+    assert time.monotonic() - killed_at >= SESSION_TIMEOUT_MS / 1000 * 0.5  # by session expiry
+    _routed_to(router, port, "b1")
+    metrics = _metrics(router)
+    assert 'router_target_ready{node_id="b1",router="fleet"} 1.0' in metrics
+    assert 'node_id="b0"' not in metrics.split("router_proxied_connections")[0]
+
+    stopped_at = time.monotonic()
+    assert b1.stop(signal.SIGTERM) == 0
+    assert any("deregistered node id 'b1'" in line for line in b1.lines)
+    router.wait_for_log(r"router=fleet target=b1 left the pool")
+    assert time.monotonic() - stopped_at < SESSION_TIMEOUT_MS / 1000  # deleted, not expired
+    router.wait_for_log(r"router=fleet pool is inactive \(0/1 ready\)", consume=False)
+    assert _status_targets(router) == {}
+    assert not _round_trip(port, "nobody")
+
+
+@pytest.mark.integration
+def test_routerd_zookeeper_down_keeps_membership_then_resynchronises(
+    own_zookeeper: ZooKeeperServer,
+    path: str,
+    mosquitto_fleet: list[Mosquitto],
+    start_routerd: Callable[[Callable[[int], str]], Routerd],
+    register: Callable[..., Registrant],
+    free_port: Callable[[], int],
+) -> None:
+    """Scenario: b0 and b1 registered; ZooKeeper stops; the router keeps both and routes; b1's
+    registrant dies meanwhile; ZooKeeper starts again; the router re-reads: b1 goes when its
+    session expires, b2 registered after the restart joins, b0 stays."""
+    port = free_port()
+    router = start_routerd(lambda _admin: _config(own_zookeeper, path, port))
+    b0 = register(path, "b0", mosquitto_fleet[0], own_zookeeper, LONG_SESSION_TIMEOUT_MS)
+    b1 = register(path, "b1", mosquitto_fleet[1], own_zookeeper, LONG_SESSION_TIMEOUT_MS)
+    router.wait_for_log(r"router=fleet target=b0 is ready", consume=False)
+    router.wait_for_log(r"router=fleet target=b1 is ready", consume=False)
+
+    own_zookeeper.stop()
+    router.wait_for_log(r"router=fleet lost the connection to zookeeper \S+: keeping the last 2 member\(s\)")
+    b0.wait_for(r"lost the connection to zookeeper")  # and keeps trying
+    assert sorted(_status_targets(router)) == ["b0", "b1"]
+    _routed_to(router, port, "b0")
+    assert b1.stop(signal.SIGKILL) == -signal.SIGKILL  # its session expires once ZooKeeper is back
+
+    own_zookeeper.start()
+    router.wait_for_log(r"router=fleet connected to zookeeper \S+: reading the members again")
+    register(path, "b2", mosquitto_fleet[2], own_zookeeper)
+    router.wait_for_log(r"router=fleet target=b2 is ready", consume=False)
+    router.wait_for_log(r"router=fleet target=b1 left the pool", timeout=LONG_SESSION_TIMEOUT_MS / 1000 + 20)
+    assert sorted(_status_targets(router)) == ["b0", "b2"]
+    assert not any("target=b0 left the pool" in line for line in router.lines)
+    _routed_to(router, port, "b0")  # still first in pool order: it never left
+    assert sum("lost the connection to zookeeper" in line for line in router.lines) == 1
+    assert router.stop() == 0
+
+
+def test__config_loads(tmp_path: Path) -> None:
+    server = ZooKeeperServer(tmp_path)  # not started: only its address is used
+    (tmp_path / "r.xml").write_text(_config(server, "/connection-router/x", 21000))
+    config = load_config(tmp_path / "r.xml")
+    group = config.pool_discovery_group(config.router("fleet"))
+    assert group is not None
+    assert group.zookeeper is not None
+    assert group.zookeeper.connect == server.connect
+    assert group.zookeeper.session_timeout_ms == ROUTER_SESSION_TIMEOUT_MS
