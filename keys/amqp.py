@@ -12,6 +12,10 @@ client's handshake to it (the part the router already answered must be dropped),
 encoders for the frames the router sends on a redirect or refusal (SPEC A6). Just enough of the
 AMQP type system (§1.6) is implemented to decode those frames with bounds checks everywhere.
 
+The health probe (`probe=amqp`) is a client: its encoders (`encode_sasl_init`, `encode_open`,
+`CLOSE_FRAME`) and the parsers of the broker's answers (`parse_sasl_mechanisms`,
+`parse_sasl_outcome`, `parse_broker_open`, `parse_broker_close`) are at the end of the module.
+
 This module does no I/O: no trio, no sockets, no clock, no logging.
 """
 
@@ -26,12 +30,15 @@ from keys.sniff import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffRes
 
 __all__ = [
     "AMQP_HEADER",
+    "CLOSE_FRAME",
     "MAX_HANDSHAKE_FRAME_SIZE",
     "SASL_HEADER",
     "SASL_MECHANISMS",
     "AmqpMap",
     "AmqpSniffer",
     "AmqpValue",
+    "BrokerClose",
+    "BrokerOpen",
     "Described",
     "Frame",
     "Symbol",
@@ -39,11 +46,18 @@ __all__ = [
     "decode_value",
     "encode_close",
     "encode_open",
+    "encode_sasl_init",
     "encode_sasl_mechanisms",
     "encode_sasl_outcome",
+    "parse_broker_close",
+    "parse_broker_open",
     "parse_frame",
+    "parse_sasl_mechanisms",
+    "parse_sasl_outcome",
     "redirect_frames",
     "refusal_frames",
+    "sasl_outcome_name",
+    "sasl_plain_response",
     "server_preamble",
     "sniff_server_plain_preamble",
     "sniff_server_sasl_preamble",
@@ -978,3 +992,244 @@ def sniff_server_plain_preamble(data: bytes) -> int | NeedMore:
     if got == SASL_HEADER:
         raise _err(f"broker requires sasl: it answered {got!r} to a client without sasl")
     return _HEADER_SIZE
+
+
+# ============================================================================================
+# The health probe: the client side of a handshake with a broker
+# ============================================================================================
+#
+# The probe speaks first and waits for each answer (§5.3.2): SASL header -> the broker's SASL
+# header and sasl-mechanisms; sasl-init -> sasl-outcome; AMQP header + Open -> the broker's AMQP
+# header and Open (or a Close with an error); Close -> the broker's Close. Each parser below
+# takes everything the broker sent since the connection opened and re-parses it from the start,
+# like the sniffers, so the caller keeps one growing buffer and no parser state.
+
+
+def encode_sasl_init(mechanism: str, initial_response: bytes | None = None) -> bytes:
+    """A sasl-init frame (§5.3.3.2): the chosen mechanism and its initial response, no hostname.
+
+    Args:
+        mechanism: a mechanism the broker offered, e.g. "PLAIN" or "ANONYMOUS".
+        initial_response: the mechanism's first message (`sasl_plain_response` for PLAIN).
+
+    Returns:
+        The complete SASL frame.
+    """
+    response = b"\x40" if initial_response is None else _enc_variable(0xA0, 0xB0, initial_response)
+    return _enc_frame(_FRAME_TYPE_SASL, _enc_described(_SASL_INIT, [_enc_symbol(mechanism), response]))
+
+
+def sasl_plain_response(user_name: str, password: str) -> bytes:
+    """The PLAIN initial response (RFC 4616 §2): empty authzid, NUL, authcid, NUL, passwd (UTF-8).
+
+    Raises:
+        ValueError: the user name is empty or either value holds a NUL, which PLAIN cannot carry.
+    """
+    if not user_name:
+        raise ValueError("sasl plain needs a non-empty user name")
+    if "\x00" in user_name or "\x00" in password:
+        raise ValueError("sasl plain user name and password must not contain NUL")
+    return b"\x00" + user_name.encode("utf-8") + b"\x00" + password.encode("utf-8")
+
+
+CLOSE_FRAME: Final = _enc_frame(_FRAME_TYPE_AMQP, _enc_described(_CLOSE, []))
+"""A Close without an error (§2.7.9): the polite end of a probe's connection."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerClose:
+    """A Close (§2.7.9) the broker sent, with its error (§2.8.14) if it carried one."""
+
+    condition: str | None = None
+    """The error condition symbol, e.g. "amqp:unauthorized-access"; None for a clean Close."""
+    description: str | None = None
+    """The error's description, if any."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerOpen:
+    """The broker's answer to the probe's Open: its own Open, or a Close instead of it."""
+
+    container_id: str | None
+    """The broker's container-id; None when it sent Close before any Open."""
+    close: BrokerClose | None = None
+    """The Close that came instead of the Open (its error says why); None after an Open."""
+
+
+def _broker_sasl_header(data: bytes) -> bool | NeedMore:
+    got = _read_header(data, 0, (SASL_HEADER, AMQP_HEADER), "broker protocol header")
+    if got is NEED_MORE:
+        return NEED_MORE
+    if got == AMQP_HEADER:
+        raise _err(f"broker does not offer sasl: it answered the sasl header with {got!r}")
+    return True
+
+
+def _symbols(value: AmqpValue, what: str) -> tuple[str, ...]:
+    """A `multiple="true"` symbol field (§1.4): one symbol, an array of them, or null."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(item, Symbol) for item in items):
+        raise _err(f"{what} must be symbols, got {_type_name(value)}")
+    return tuple(str(item) for item in items)
+
+
+def _broker_mechanisms(data: bytes) -> tuple[tuple[str, ...], int] | NeedMore:
+    """The broker's SASL header and sasl-mechanisms: (mechanisms, offset after them)."""
+    if _broker_sasl_header(data) is NEED_MORE:
+        return NEED_MORE
+    frame = _next_frame(data, _HEADER_SIZE, _FRAME_TYPE_SASL, "a broker sasl")
+    if frame is NEED_MORE:
+        return NEED_MORE
+    code, fields = decode_performative(frame)
+    if code != _SASL_MECHANISMS:
+        raise _err(f"broker sent {_describe_code(code)} where sasl-mechanisms was expected")
+    return _symbols(_field(fields, 0), "sasl-server-mechanisms"), _HEADER_SIZE + frame.size
+
+
+def parse_sasl_mechanisms(data: bytes) -> tuple[str, ...] | NeedMore:
+    """The mechanisms a broker offers, from the start of its answer to the probe's SASL header.
+
+    Args:
+        data: every byte the broker sent so far.
+
+    Returns:
+        The mechanism names in the broker's order (§5.3.3.1), or NEED_MORE.
+
+    Raises:
+        SniffError: another protocol header (a broker without SASL), a malformed frame, or a
+            first frame that is not sasl-mechanisms.
+    """
+    found = _broker_mechanisms(data)
+    return NEED_MORE if found is NEED_MORE else found[0]
+
+
+def _broker_outcome(data: bytes) -> tuple[int, int] | NeedMore:
+    """The broker's sasl-outcome after its mechanisms: (code, offset after it)."""
+    found = _broker_mechanisms(data)
+    if found is NEED_MORE:
+        return NEED_MORE
+    offset = found[1]
+    frame = _next_frame(data, offset, _FRAME_TYPE_SASL, "a broker sasl")
+    if frame is NEED_MORE:
+        return NEED_MORE
+    code, fields = decode_performative(frame)
+    if code != _SASL_OUTCOME:
+        # A sasl-challenge: the probe only uses single-step mechanisms (PLAIN, ANONYMOUS).
+        raise _err(f"broker sent {_describe_code(code)} where sasl-outcome was expected")
+    outcome = _field(fields, 0)
+    if not isinstance(outcome, int) or isinstance(outcome, bool):
+        raise _err(f"broker sasl-outcome code must be a ubyte, got {_type_name(outcome)}")
+    return outcome, offset + frame.size
+
+
+def parse_sasl_outcome(data: bytes) -> int | NeedMore:
+    """The sasl-code of the broker's sasl-outcome (§5.3.3.6: 0 ok, 1 auth, 2 sys, 3 sys-perm,
+    4 sys-temp), after its mechanisms.
+
+    Args:
+        data: every byte the broker sent so far.
+
+    Returns:
+        The code, or NEED_MORE.
+
+    Raises:
+        SniffError: malformed frames, or a sasl-challenge instead of the outcome.
+    """
+    found = _broker_outcome(data)
+    return NEED_MORE if found is NEED_MORE else found[0]
+
+
+def sasl_outcome_name(code: int) -> str:
+    """The name of a sasl-code (§5.3.3.6), e.g. "auth" for 1; "unknown" for others."""
+    return _SASL_OUTCOME_CODES.get(code, "unknown")
+
+
+def _broker_frames(data: bytes) -> list[tuple[int | None, list[AmqpValue]]] | NeedMore:
+    """The complete performatives the broker sent after SASL ok and its AMQP header, empty frames
+    (heartbeats, §2.4.5) skipped; NEED_MORE until the AMQP header is complete."""
+    found = _broker_outcome(data)
+    if found is NEED_MORE:
+        return NEED_MORE
+    outcome, offset = found
+    if outcome != 0:
+        raise _err(f"broker rejected authentication: code {outcome} ({sasl_outcome_name(outcome)})")
+    if _read_header(data, offset, (AMQP_HEADER,), "broker header after sasl") is NEED_MORE:
+        return NEED_MORE
+    offset += _HEADER_SIZE
+    performatives: list[tuple[int | None, list[AmqpValue]]] = []
+    while True:
+        frame = _next_frame(data, offset, _FRAME_TYPE_AMQP, "an amqp")
+        if frame is NEED_MORE:
+            return performatives
+        offset += frame.size
+        if frame.body:
+            performatives.append(decode_performative(frame))
+
+
+def _close_of(fields: list[AmqpValue]) -> BrokerClose:
+    """The error of a Close (§2.7.9, §2.8.14): condition and description."""
+    error = _field(fields, 0)
+    if error is None:
+        return BrokerClose()
+    if not isinstance(error, Described) or not isinstance(error.value, list):
+        raise _err(f"close error must be a described list, got {_type_name(error)}")
+    if _descriptor_code(error.descriptor) != _ERROR:
+        raise _err(f"close error has descriptor {_describe_code(_descriptor_code(error.descriptor))}")
+    condition = _field(error.value, 0)
+    if not isinstance(condition, Symbol):
+        raise _err(f"close error condition must be a symbol, got {_type_name(condition)}")
+    description = _field(error.value, 1)
+    if description is not None and (not isinstance(description, str) or isinstance(description, Symbol)):
+        raise _err(f"close error description must be a string, got {_type_name(description)}")
+    return BrokerClose(condition=str(condition), description=description)
+
+
+def parse_broker_open(data: bytes) -> BrokerOpen | NeedMore:
+    """The broker's answer to the probe's AMQP header and Open: its Open, or a Close before it.
+
+    Args:
+        data: every byte the broker sent so far, from its SASL header on.
+
+    Returns:
+        NEED_MORE until the first performative after the broker's AMQP header is complete.
+
+    Raises:
+        SniffError: malformed frames, a sasl-outcome other than ok, another header, or a first
+            performative that is neither Open nor Close.
+    """
+    performatives = _broker_frames(data)
+    if performatives is NEED_MORE or not performatives:
+        return NEED_MORE
+    code, fields = performatives[0]
+    if code == _CLOSE:
+        return BrokerOpen(container_id=None, close=_close_of(fields))
+    if code != _OPEN:
+        raise _err(f"broker sent {_describe_code(code)} where open was expected")
+    container_id = _field(fields, 0)
+    if not isinstance(container_id, str) or isinstance(container_id, Symbol):
+        raise _err(f"broker open container-id must be a string, got {_type_name(container_id)}")
+    return BrokerOpen(container_id=container_id)
+
+
+def parse_broker_close(data: bytes) -> BrokerClose | NeedMore:
+    """The first Close the broker sent after its AMQP header: its answer to the probe's Close, or
+    the Close with an error that it sent on its own right after its Open.
+
+    Args:
+        data: every byte the broker sent so far, from its SASL header on.
+
+    Returns:
+        The Close, or NEED_MORE.
+
+    Raises:
+        SniffError: malformed frames or a sasl-outcome other than ok.
+    """
+    performatives = _broker_frames(data)
+    if performatives is NEED_MORE:
+        return NEED_MORE
+    for code, fields in performatives:
+        if code == _CLOSE:
+            return _close_of(fields)
+    return NEED_MORE

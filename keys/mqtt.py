@@ -3,11 +3,14 @@
 `MqttSniffer.sniff` is a pure function of the bytes a client has sent so far (STYLE R1): it
 returns NEED_MORE until the whole CONNECT packet is there, then the client identifier, user name,
 password, protocol version and keep-alive; bytes after the CONNECT are ignored (the router replays
-them to the target unchanged). `encode_connack` builds the refusal or redirect of SPEC A6. No I/O,
-no state, no clock.
+them to the target unchanged). `encode_connack` builds the refusal or redirect of SPEC A6. The
+health probe's side of a session is here too: `encode_connect`, `parse_connack`, and
+`encode_subscribe` / `parse_subscribed_value` to read a broker's retained `$SYS` connection
+count. No I/O, no state, no clock.
 
 References: MQTT 3.1 (IBM/Eurotech, 2010), MQTT 3.1.1 (OASIS, 2014) §2.2 fixed header, §3.1
-CONNECT, §3.2 CONNACK; MQTT 5.0 (OASIS, 2019) §1.5 data types, §3.1 CONNECT, §3.2 CONNACK.
+CONNECT, §3.2 CONNACK, §3.3 PUBLISH, §3.8 SUBSCRIBE, §3.9 SUBACK; MQTT 5.0 (OASIS, 2019) §1.5
+data types, §3.1 CONNECT, §3.2 CONNACK.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ __all__ = [
     "MQTT_V5_SERVER_UNAVAILABLE",
     "MQTT_V5_USE_ANOTHER_SERVER",
     "PROTOCOL_LEVELS",
+    "SYS_CLIENTS_CONNECTED",
     "MqttSniffer",
     "encode_connack",
     "encode_connack_v3_as_artemis",
     "encode_connect",
+    "encode_subscribe",
     "parse_connack",
+    "parse_subscribed_value",
 ]
 
 _NAME: Final = "mqtt"
@@ -419,3 +425,70 @@ def parse_connack(data: bytes) -> int | NeedMore:
     if len(data) < 4:
         return NEED_MORE
     return data[3]
+
+
+SYS_CLIENTS_CONNECTED: Final = "$SYS/broker/clients/connected"
+"""Mosquitto's retained count of connected clients, republished every `sys_interval` seconds
+(default 10), so as old as that; the health probe reads it for LEAST_CONNECTIONS."""
+
+_SUBSCRIBE_FIRST_BYTE: Final = 0x82
+"""Packet type 8 (SUBSCRIBE) with the reserved flags 0010 (MQTT 3.1.1 §3.8.1)."""
+_SUBACK_TYPE: Final = 9
+_PUBLISH_TYPE: Final = 3
+_SUBACK_FAILURE: Final = 0x80
+"""SUBACK return code "Failure" (MQTT 3.1.1 §3.9.3)."""
+
+
+def encode_subscribe(packet_id: int, topic_filter: str) -> bytes:
+    """A SUBSCRIBE to one topic filter at QoS 0 (MQTT 3.1.1 §3.8).
+
+    Raises:
+        ValueError: a packet id outside 1-65535 (§2.3.1) or a filter too long for MQTT.
+    """
+    if not 0 < packet_id <= _MAX_TWO_BYTE_LENGTH:
+        raise ValueError(f"mqtt packet id must be 1-65535, got {packet_id!r}")
+    body = packet_id.to_bytes(2, "big") + _utf8_field(topic_filter) + b"\x00"
+    return bytes((_SUBSCRIBE_FIRST_BYTE,)) + _encode_varint(len(body)) + body
+
+
+def parse_subscribed_value(data: bytes, *, topic: str, packet_id: int) -> bytes | NeedMore:
+    """The payload of the first PUBLISH to `topic` a broker sent, e.g. a retained message it
+    delivers right after subscribing (MQTT 3.1.1 §3.3.1.3).
+
+    Packets are walked from the start of `data` (the CONNACK included) by their fixed headers
+    (§2.2); anything but SUBACK and PUBLISH is skipped.
+
+    Args:
+        data: every byte the broker sent so far.
+        topic: the topic name wanted.
+        packet_id: the id of the SUBSCRIBE, whose SUBACK must not report a failure.
+
+    Returns:
+        The payload, or NEED_MORE.
+
+    Raises:
+        SniffError: a malformed packet, or a SUBACK refusing the subscription (e.g. an ACL).
+    """
+    pos = 0
+    while pos < len(data):
+        header = _PacketReader(data, pos, pos + _MAX_FIXED_HEADER)
+        try:
+            first = header.u8("packet type")
+            length = header.varint("remaining length")
+        except _Incomplete:
+            return NEED_MORE
+        end = header.pos + length
+        if len(data) < end:
+            return NEED_MORE
+        body = _PacketReader(data, header.pos, end)
+        if first >> 4 == _SUBACK_TYPE:
+            if body.u16("SUBACK packet id") == packet_id and _SUBACK_FAILURE in data[body.pos : end]:
+                raise SniffError(_NAME, f"broker refused the subscription to {topic!r}")
+        elif first >> 4 == _PUBLISH_TYPE:
+            name = body.utf8("PUBLISH topic name")
+            if first & 0x06:  # QoS 1 or 2: a packet id follows the topic (§3.3.2.2)
+                body.u16("PUBLISH packet id")
+            if name == topic:
+                return data[body.pos : end]
+        pos = end
+    return NEED_MORE

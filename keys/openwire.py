@@ -22,6 +22,10 @@ prefix per command, and with or without the marshal cache (cached `DataStructure
 a cache index). The field layouts follow ActiveMQ's generated marshallers
 (`org.apache.activemq.openwire.v1 … v12`); the fields read here are laid out the same in all
 versions.
+
+The health probe (`probe=openwire`) is a client in loose encoding: its encoders
+(`encode_wire_format_info`, `encode_connection_info`, `encode_connection_close`) and the parsers
+of the broker's answers (`parse_probe_wire_format`, `parse_probe_response`) are at the end.
 """
 
 from __future__ import annotations
@@ -34,9 +38,16 @@ from typing import Final
 from keys.sniff import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult
 
 __all__ = [
+    "PROBE_WIRE_FORMAT",
+    "BrokerResponse",
     "OpenWireSniffer",
     "WireFormat",
+    "encode_connection_close",
     "encode_connection_control",
+    "encode_connection_info",
+    "encode_wire_format_info",
+    "parse_probe_response",
+    "parse_probe_wire_format",
     "sniff_server_preamble",
     "sniff_wire_format",
 ]
@@ -867,3 +878,267 @@ def encode_connection_control(
     if encoding.size_prefix_disabled:
         return command
     return struct.pack(">i", len(command)) + command
+
+
+# --- The health probe (`probe=openwire`): a client in loose encoding ---------------------------
+#
+# The probe sends its `WireFormatInfo` (loose encoding, size prefix, no cache, no stack traces),
+# reads the broker's, and sends a `ConnectionInfo` with responseRequired in the negotiated
+# version: every flag the probe leaves off is off for both sides (`renegotiateWireFormat`), so
+# from then on both speak loose, size-prefixed, uncached commands. The broker answers with a
+# `Response` (connection accepted) or an `ExceptionResponse` (e.g. a `SecurityException` for bad
+# credentials), both carrying the probe's commandId as correlationId; it may send `BrokerInfo`
+# and other commands first, which are skipped by their size. Then the probe sends `RemoveInfo`
+# for its connection and `ShutdownInfo`, as `ActiveMQConnection.close` does.
+
+_SHUTDOWN_INFO: Final = 11
+_REMOVE_INFO: Final = 12
+_CONNECTION_ERROR: Final = 16
+_RESPONSE: Final = 30
+_EXCEPTION_RESPONSE: Final = 31
+
+_CLIENT_MASTER_VERSION: Final = 2
+"""`ConnectionInfo.clientMaster` is marshalled from `openwire/v2` on."""
+_FAULT_TOLERANT_VERSION: Final = 6
+"""`ConnectionInfo.faultTolerant` and `failoverReconnect` are marshalled from `openwire/v6` on."""
+_CLIENT_IP_VERSION: Final = 8
+"""`ConnectionInfo.clientIp` is marshalled from `openwire/v8` on."""
+_LAST_DELIVERED_VERSION: Final = 5
+"""`RemoveInfo.lastDeliveredSequenceId` is marshalled from `openwire/v5` on."""
+_LAST_DELIVERED_UNKNOWN: Final = -2
+"""`RemoveInfo.LAST_DELIVERED_UNKNOWN`, the default the Java client leaves on a connection."""
+_JAVA_LONG_MAX: Final = 2**63 - 1
+
+PROBE_WIRE_FORMAT: Final = WireFormat(version=MAX_VERSION, max_frame_size=_JAVA_LONG_MAX)
+"""What the probe offers: the newest version this module knows, every option off, no frame limit."""
+
+
+def _put_property(out: bytearray, name: str, tag: int, value: bytes) -> None:
+    """One entry of a `MarshallingSupport` primitive map: `writeUTF` name, type byte, value."""
+    out += _utf(name, "WireFormatInfo property name")
+    out.append(tag)
+    out += value
+
+
+def encode_wire_format_info() -> bytes:
+    """The probe's `WireFormatInfo` (`WireFormatInfoMarshaller.looseMarshal` behind a size prefix).
+
+    Its flags are the booleans `OpenWireFormat` negotiates, all false but TcpNoDelayEnabled;
+    MaxFrameSize and MaxInactivityDuration are Java `long`s (the broker casts them to `Long`):
+    no frame limit of our own (the Java client's default, 2^63-1) and 0, which turns the
+    inactivity monitor off for this short connection.
+
+    Returns:
+        The command as it goes on the wire.
+    """
+    props = bytearray(struct.pack(">i", 7))
+    for name in ("TightEncodingEnabled", "CacheEnabled", "SizePrefixDisabled", "StackTraceEnabled"):
+        _put_property(props, name, 1, b"\x00")  # BOOLEAN_TYPE false
+    _put_property(props, "TcpNoDelayEnabled", 1, b"\x01")
+    _put_property(props, "MaxFrameSize", 6, struct.pack(">q", _JAVA_LONG_MAX))  # LONG_TYPE
+    _put_property(props, "MaxInactivityDuration", 6, struct.pack(">q", 0))
+    command = (
+        bytes((_WIREFORMAT_INFO,))
+        + MAGIC
+        + struct.pack(">i", PROBE_WIRE_FORMAT.version)
+        + b"\x01"  # marshalledProperties present
+        + struct.pack(">i", len(props))
+        + bytes(props)
+    )
+    return struct.pack(">i", len(command)) + command
+
+
+def parse_probe_wire_format(data: bytes) -> WireFormat | NeedMore:
+    """The options in effect between the probe and a broker, once the broker's `WireFormatInfo`
+    (the first command it sends) is complete.
+
+    Args:
+        data: every byte the broker sent so far.
+
+    Returns:
+        `PROBE_WIRE_FORMAT` negotiated with the broker's offer (loose, size prefix, no cache,
+        the lower version), or NEED_MORE.
+
+    Raises:
+        SniffError: the broker did not start with a valid `WireFormatInfo`.
+    """
+    opening = _parse_wfi(data, "broker")
+    if opening is NEED_MORE:
+        return NEED_MORE
+    return PROBE_WIRE_FORMAT.negotiate(opening.offer)
+
+
+def _loose_command(data_type: int, command_id: int, response_required: bool, body: bytes) -> bytes:
+    """A loose command with its size prefix: data type, `BaseCommand` commandId and
+    responseRequired, then the command's own fields."""
+    command = bytes((data_type,)) + struct.pack(">i?", command_id, response_required) + body
+    return struct.pack(">i", len(command)) + command
+
+
+def _loose_connection_id(connection_id: str) -> bytes:
+    """`looseMarshalCachedObject` of a `ConnectionId` with the cache off: a nested object (present
+    flag, data type 120, `ConnectionIdMarshaller`'s one string `value`)."""
+    out = bytearray(b"\x01")
+    out.append(_CONNECTION_ID)
+    _loose_put_string(out, connection_id, "ConnectionId.value")
+    return bytes(out)
+
+
+def _check_probe_version(version: int) -> None:
+    if not 1 <= version <= MAX_VERSION:
+        raise ValueError(f"OpenWire version must be 1 to {MAX_VERSION}, got {version!r}")
+
+
+def encode_connection_info(
+    *,
+    command_id: int,
+    connection_id: str,
+    client_id: str,
+    user_name: str | None,
+    password: str | None,
+    version: int,
+) -> bytes:
+    """A `ConnectionInfo` with responseRequired, loose and uncached (`ConnectionInfoMarshaller`).
+
+    Fields after `BaseCommand`: connectionId, clientId, password, userName, brokerPath (null),
+    brokerMasterConnector and manageable (false); from v2 clientMaster (true, the Java default);
+    from v6 faultTolerant and failoverReconnect (false); from v8 clientIp (null).
+
+    Args:
+        command_id: the command's id; the broker's answer carries it as correlationId.
+        connection_id: the `ConnectionId` value, unique per connection (the Java client uses
+            `ID:host-port-time-n:1`).
+        client_id: the JMS client id.
+        user_name: the user, or None.
+        password: the password, or None.
+        version: the negotiated OpenWire version (`parse_probe_wire_format`).
+
+    Returns:
+        The command with its size prefix.
+
+    Raises:
+        ValueError: a version outside 1 to `MAX_VERSION`, or a string too long for `writeUTF`.
+    """
+    _check_probe_version(version)
+    body = bytearray(_loose_connection_id(connection_id))
+    _loose_put_string(body, client_id, "clientId")
+    _loose_put_string(body, password, "password")
+    _loose_put_string(body, user_name, "userName")
+    body += b"\x00\x00\x00"  # brokerPath null, brokerMasterConnector, manageable
+    if version >= _CLIENT_MASTER_VERSION:
+        body.append(1)  # clientMaster
+    if version >= _FAULT_TOLERANT_VERSION:
+        body += b"\x00\x00"  # faultTolerant, failoverReconnect
+    if version >= _CLIENT_IP_VERSION:
+        body.append(0)  # clientIp null
+    return _loose_command(_CONNECTION_INFO, command_id, True, bytes(body))
+
+
+def encode_connection_close(*, command_id: int, connection_id: str, version: int) -> bytes:
+    """`RemoveInfo` for the connection, then `ShutdownInfo`: how a Java client closes (no answers
+    requested; the broker then closes the socket).
+
+    Args:
+        command_id: the id of the `RemoveInfo`; the `ShutdownInfo` gets the next one.
+        connection_id: the `ConnectionId` value sent in `ConnectionInfo`.
+        version: the negotiated OpenWire version.
+
+    Returns:
+        The two commands with their size prefixes.
+
+    Raises:
+        ValueError: a version outside 1 to `MAX_VERSION`.
+    """
+    _check_probe_version(version)
+    body = _loose_connection_id(connection_id)
+    if version >= _LAST_DELIVERED_VERSION:
+        body += struct.pack(">q", _LAST_DELIVERED_UNKNOWN)
+    remove = _loose_command(_REMOVE_INFO, command_id, False, body)
+    return remove + _loose_command(_SHUTDOWN_INFO, command_id + 1, False, b"")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerResponse:
+    """The broker's answer to the probe's `ConnectionInfo`."""
+
+    exception_class: str | None = None
+    """None for a `Response`; for an `ExceptionResponse` or a `ConnectionError`, the Java class
+    of its exception, e.g. "java.lang.SecurityException"."""
+    exception_message: str | None = None
+    """The exception's message, e.g. "User name [x] or password is invalid."."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the broker accepted the connection."""
+        return self.exception_class is None
+
+
+def _read_throwable(r: _Reader, what: str) -> tuple[str, str | None]:
+    """`looseUnmarsalThrowable` without stack traces (the probe turns StackTraceEnabled off):
+    a present flag, then the class name and the message as loose strings."""
+    if not r.boolean():
+        return f"{what} without exception", None
+    clazz = _loose_string(r, f"{what} exception class")
+    message = _loose_string(r, f"{what} exception message")
+    return clazz or "unknown exception", message
+
+
+def parse_probe_response(data: bytes, *, command_id: int) -> BrokerResponse | NeedMore:
+    """The broker's answer to the probe's `ConnectionInfo`, from the start of what it sent.
+
+    Args:
+        data: every byte the broker sent so far, its `WireFormatInfo` first.
+        command_id: the commandId of the `ConnectionInfo`.
+
+    Returns:
+        The `Response` or `ExceptionResponse` whose correlationId is `command_id`, or a
+        `ConnectionError` (a failure), whichever comes first; NEED_MORE before it is complete.
+
+    Raises:
+        SniffError: a bad `WireFormatInfo`, a command size above `MAX_COMMAND_BYTES` or zero,
+            or an answer whose fields run past its size.
+    """
+    opening = _parse_wfi(data, "broker")
+    if opening is NEED_MORE:
+        return NEED_MORE
+    pos = opening.end
+    while True:
+        if len(data) < pos + 4:
+            return NEED_MORE
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        if size > MAX_COMMAND_BYTES:
+            raise SniffError(_NAME, f"broker command size {size!r} exceeds {MAX_COMMAND_BYTES}")
+        if size == 0:
+            raise SniffError(_NAME, "broker command size 0 leaves no room for its data type")
+        end = pos + 4 + size
+        if len(data) < end:
+            return NEED_MORE
+        data_type = data[pos + 4]
+        if data_type in (_RESPONSE, _EXCEPTION_RESPONSE, _CONNECTION_ERROR):
+            r = _Reader(data, pos + 5, end)
+            try:
+                answer = _read_answer(r, data_type, command_id)
+            except _Short:
+                raise SniffError(
+                    _NAME, f"truncated {_type_name(data_type)}: its fields run past its size {size!r}"
+                ) from None
+            if answer is not None:
+                return answer
+        pos = end
+
+
+def _read_answer(r: _Reader, data_type: int, command_id: int) -> BrokerResponse | None:
+    """A `Response`, `ExceptionResponse` (`BaseCommand` fields, correlationId, then for the latter
+    the exception) or `ConnectionError` (`BaseCommand` fields, exception); None when it answers
+    another command."""
+    r.i32()  # commandId
+    r.boolean()  # responseRequired
+    if data_type == _CONNECTION_ERROR:
+        clazz, message = _read_throwable(r, "ConnectionError")
+        return BrokerResponse(exception_class=clazz, exception_message=message)
+    if r.i32() != command_id:
+        return None
+    if data_type == _RESPONSE:
+        return BrokerResponse()
+    clazz, message = _read_throwable(r, "ExceptionResponse")
+    return BrokerResponse(exception_class=clazz, exception_message=message)

@@ -993,3 +993,281 @@ class TestProtonAccepts:
             sasl_mechanism="PLAIN",
             protocol_version="1.0",
         )
+
+
+# ===============================================================================================
+# The health probe's side (probe=amqp): its encoders, and the broker's answers
+# ===============================================================================================
+# The broker fixtures are real bytes: everything RabbitMQ 3.10.8 (rabbitmq_amqp1_0, Debian
+# 12, loopback) sent on 2026-11-22 to this module's own probe frames, recorded by a throwaway
+# socket client (SASL PLAIN as alice, container id "$.artemis.internal.router.client.r.rmq-probe",
+# then Close); the node's cluster_name was "rmq-probe".
+
+RABBITMQ_SASL = _hex(
+    "414d515003010000",  # SASL header (protocol id 3, version 1.0.0)
+    "00000034",  # frame size 52
+    "02010000",  # doff 2, type 1 (SASL), ignored
+    "005340",  # described, smallulong 0x40: sasl-mechanisms
+    "c02701",  # list8, size 39, 1 field
+    "e02403b3",  # array8, size 36, 3 elements of sym32
+    "00000009" + b"ANONYMOUS".hex(),
+    "00000005" + b"PLAIN".hex(),
+    "00000008" + b"AMQPLAIN".hex(),
+)
+RABBITMQ_OUTCOME_OK = _hex(
+    "00000011",  # frame size 17
+    "02010000",  # doff 2, SASL
+    "005344",  # sasl-outcome
+    "c00402",  # list8, size 4, 2 fields
+    "5000",  # code: ubyte 0 (ok)
+    "40",  # additional-data: null
+)
+RABBITMQ_OPEN = _hex(
+    "414d515000010000",  # AMQP header (protocol id 0, version 1.0.0)
+    "00000114",  # frame size 276
+    "02000000",  # doff 2, type 0 (AMQP), channel 0
+    "005310",  # open
+    "d0000001040000000a",  # list32, size 260, 10 fields
+    "a109" + b"rmq-probe".hex(),  # container-id (RabbitMQ's cluster_name)
+    "404040",  # hostname, max-frame-size, channel-max: null (defaults)
+    "700000ea60",  # idle-time-out: uint 60000 ms
+    "40404040",  # outgoing-locales, incoming-locales, offered- and desired-capabilities: null
+    "c1e70c",  # properties: map8, size 231, 12 items
+    "a30c" + b"cluster_name".hex(),  # sym8 key, then a str8 value
+    "a109" + b"rmq-probe".hex(),
+    "a309" + b"copyright".hex(),
+    "a137" + b"Copyright (c) 2007-2022 VMware, Inc. or its affiliates.".hex(),
+    "a30b" + b"information".hex(),
+    "a139" + b"Licensed under the MPL 2.0. Website: https://rabbitmq.com".hex(),
+    "a308" + b"platform".hex(),
+    "a111" + b"Erlang/OTP 25.2.3".hex(),
+    "a307" + b"product".hex(),
+    "a108" + b"RabbitMQ".hex(),
+    "a307" + b"version".hex(),
+    "a106" + b"3.10.8".hex(),
+)
+RABBITMQ_CLOSE = _hex(
+    "0000000f",  # frame size 15
+    "02000000",  # doff 2, AMQP, channel 0
+    "005318",  # close
+    "c00201",  # list8, size 2, 1 field
+    "40",  # error: null
+)
+RABBITMQ_SESSION = RABBITMQ_SASL + RABBITMQ_OUTCOME_OK + RABBITMQ_OPEN + RABBITMQ_CLOSE
+"""Everything the broker sent in one probe, in order."""
+
+PROBE_CONTAINER_ID = "$.artemis.internal.router.client.r.rmq-probe"
+
+
+def _broker_frame(code: int, fields: bytes, count: int, frame_type: int = 0) -> bytes:
+    """A performative `code` with list8 `fields` (`count` items) in a frame of `frame_type`."""
+    return _frame(frame_type, bytes((0x00, 0x53, code, 0xC0, len(fields) + 1, count)) + fields)
+
+
+def _close_with_error(condition: str, description: str) -> bytes:
+    error = bytes((0x00, 0x53, 0x1D, 0xC0))
+    items = bytes((0xA3, len(condition))) + condition.encode() + _str8(description)
+    error += bytes((len(items) + 1, 2)) + items
+    return _broker_frame(0x18, error, 1)
+
+
+class TestProbeEncoders:
+    def test_encode_sasl_init_plain_annotated(self) -> None:
+        assert amqp.encode_sasl_init("PLAIN", amqp.sasl_plain_response("alice", "pw-alice")) == _hex(
+            "00000026",  # frame size 38
+            "02010000",  # doff 2, SASL
+            "005341",  # sasl-init
+            "c01902",  # list8, size 25, 2 fields (hostname null, omitted)
+            "a305" + b"PLAIN".hex(),  # mechanism: sym8
+            "a00f" + b"\x00alice\x00pw-alice".hex(),  # initial-response: vbin8, RFC 4616 message
+        )
+
+    def test_encode_sasl_init_anonymous_has_no_response(self) -> None:
+        assert amqp.encode_sasl_init("ANONYMOUS") == _hex(
+            "00000019", "02010000", "005341", "c00c01", "a309" + b"ANONYMOUS".hex()
+        )
+
+    def test_close_frame_has_no_error(self) -> None:
+        close = _hex("0000000c", "02000000", "005318", "45")  # close, list0 (no error)
+        assert close == amqp.CLOSE_FRAME
+
+    def test_probe_handshake_is_a_valid_client_handshake(self) -> None:
+        """Scenario: our own sniffer reads the probe's bytes as a SASL PLAIN client."""
+        sent = (
+            SASL_HEADER
+            + amqp.encode_sasl_init("PLAIN", amqp.sasl_plain_response("alice", "pw-alice"))
+            + AMQP_HEADER
+            + encode_open(PROBE_CONTAINER_ID)
+        )
+        assert SNIFFER.sniff(sent) == Sniffed(
+            protocol="amqp",
+            client_id=PROBE_CONTAINER_ID,
+            user_name="alice",
+            password="pw-alice",
+            sasl_mechanism="PLAIN",
+            protocol_version="1.0",
+        )
+
+    @pytest.mark.parametrize(
+        ("user", "password", "match"),
+        [("", "pw", "non-empty user name"), ("a\x00b", "pw", "NUL"), ("alice", "p\x00w", "NUL")],
+    )
+    def test_sasl_plain_response_rejects_what_plain_cannot_carry(
+        self, user: str, password: str, match: str
+    ) -> None:
+        with pytest.raises(ValueError, match=match):
+            amqp.sasl_plain_response(user, password)
+
+    def test_sasl_plain_response_is_utf8(self) -> None:
+        assert amqp.sasl_plain_response("jürgen", "pä") == "\x00jürgen\x00pä".encode()
+
+
+class TestProbeParsers:
+    STAGES = (
+        (amqp.parse_sasl_mechanisms, len(RABBITMQ_SASL), ("ANONYMOUS", "PLAIN", "AMQPLAIN")),
+        (amqp.parse_sasl_outcome, len(RABBITMQ_SASL + RABBITMQ_OUTCOME_OK), 0),
+        (
+            amqp.parse_broker_open,
+            len(RABBITMQ_SASL + RABBITMQ_OUTCOME_OK + RABBITMQ_OPEN),
+            amqp.BrokerOpen(container_id="rmq-probe"),
+        ),
+        (amqp.parse_broker_close, len(RABBITMQ_SESSION), amqp.BrokerClose()),
+    )
+
+    @pytest.mark.parametrize(("parse", "end", "expected"), STAGES)
+    def test_parse_rabbitmq_every_prefix_then_answer(
+        self, parse: Callable[[bytes], object], end: int, expected: object
+    ) -> None:
+        for i in range(end):
+            assert parse(RABBITMQ_SESSION[:i]) is NEED_MORE, i
+        assert parse(RABBITMQ_SESSION[:end]) == expected
+
+    @pytest.mark.parametrize(("parse", "end", "expected"), STAGES)
+    def test_parse_rabbitmq_trailing_bytes_change_nothing(
+        self, parse: Callable[[bytes], object], end: int, expected: object
+    ) -> None:
+        assert parse(RABBITMQ_SESSION) == expected
+        assert parse(RABBITMQ_SESSION[:end] + b"\x00\x00\x00") == expected  # a frame beginning
+
+    def test_parse_broker_open_skips_heartbeats(self) -> None:
+        heartbeat = _hex("00000008", "02000000")  # an empty frame (§2.4.5)
+        data = RABBITMQ_SASL + RABBITMQ_OUTCOME_OK + AMQP_HEADER + heartbeat + RABBITMQ_OPEN[8:]
+        assert amqp.parse_broker_open(data) == amqp.BrokerOpen(container_id="rmq-probe")
+
+    def test_parse_broker_close_finds_an_error_right_after_open(self) -> None:
+        """Scenario: the broker opens, then closes at once with an error (a refused connection)."""
+        close = _close_with_error("amqp:unauthorized-access", "vhost / denied")
+        data = RABBITMQ_SASL + RABBITMQ_OUTCOME_OK + RABBITMQ_OPEN + close
+        assert amqp.parse_broker_open(data) == amqp.BrokerOpen(container_id="rmq-probe")
+        assert amqp.parse_broker_close(data) == amqp.BrokerClose(
+            condition="amqp:unauthorized-access", description="vhost / denied"
+        )
+
+    def test_parse_broker_open_reports_a_close_before_open(self) -> None:
+        close = _close_with_error("amqp:connection:forced", "Connection router r is not ready")
+        data = RABBITMQ_SASL + RABBITMQ_OUTCOME_OK + AMQP_HEADER + close
+        expected = amqp.BrokerClose(
+            condition="amqp:connection:forced", description="Connection router r is not ready"
+        )
+        assert amqp.parse_broker_open(data) == amqp.BrokerOpen(container_id=None, close=expected)
+        assert amqp.parse_broker_close(data) == expected
+
+    def test_parse_sasl_outcome_auth_failure_code(self) -> None:
+        failed = _broker_frame(0x44, b"\x50\x01", 1, frame_type=1)  # code 1 (auth)
+        assert amqp.parse_sasl_outcome(RABBITMQ_SASL + failed) == 1
+        assert amqp.sasl_outcome_name(1) == "auth"
+        assert amqp.sasl_outcome_name(9) == "unknown"
+        with pytest.raises(SniffError, match=re.escape("broker rejected authentication: code 1 (auth)")):
+            amqp.parse_broker_open(RABBITMQ_SASL + failed + AMQP_HEADER)
+
+    def test_parse_sasl_mechanisms_single_symbol_and_null(self) -> None:
+        single = _broker_frame(0x40, b"\xa3\x05PLAIN", 1, frame_type=1)
+        assert amqp.parse_sasl_mechanisms(SASL_HEADER + single) == ("PLAIN",)
+        assert amqp.parse_sasl_mechanisms(SASL_HEADER + _broker_frame(0x40, b"", 0, 1)) == ()
+
+    def test_parse_sasl_mechanisms_broker_without_sasl(self) -> None:
+        msg = "amqp: broker does not offer sasl: it answered the sasl header with b'AMQP\\x00\\x01\\x00\\x00'"
+        with pytest.raises(SniffError, match=re.escape(msg)):
+            amqp.parse_sasl_mechanisms(AMQP_HEADER)
+
+    @pytest.mark.parametrize(
+        ("parse", "data", "match"),
+        [
+            (
+                amqp.parse_sasl_mechanisms,
+                SASL_HEADER + _broker_frame(0x44, b"\x50\x00", 1, frame_type=1),
+                "broker sent sasl-outcome where sasl-mechanisms was expected",
+            ),
+            (
+                amqp.parse_sasl_mechanisms,
+                SASL_HEADER + _broker_frame(0x40, b"\xa1\x01x", 1, frame_type=1),
+                "sasl-server-mechanisms must be symbols, got str",
+            ),
+            (
+                amqp.parse_sasl_outcome,
+                RABBITMQ_SASL + _broker_frame(0x42, b"\xa0\x00", 1, frame_type=1),
+                "broker sent sasl-challenge where sasl-outcome was expected",
+            ),
+            (
+                amqp.parse_sasl_outcome,
+                RABBITMQ_SASL + _broker_frame(0x44, b"\xa1\x00", 1, frame_type=1),
+                "broker sasl-outcome code must be a ubyte, got str",
+            ),
+            (
+                amqp.parse_broker_open,
+                RABBITMQ_SASL + RABBITMQ_OUTCOME_OK + AMQP_HEADER + _broker_frame(0x11, b"", 0),
+                "broker sent begin where open was expected",
+            ),
+            (
+                amqp.parse_broker_open,
+                RABBITMQ_SASL + RABBITMQ_OUTCOME_OK + AMQP_HEADER + _broker_frame(0x10, b"\x40", 1),
+                "broker open container-id must be a string, got NoneType",
+            ),
+        ],
+    )
+    def test_parse_broker_answers_malformed(
+        self, parse: Callable[[bytes], object], data: bytes, match: str
+    ) -> None:
+        with pytest.raises(SniffError, match=re.escape(match)):
+            parse(data)
+
+    @pytest.mark.parametrize(
+        ("error", "match"),
+        [
+            (b"\xa1\x01x", "close error must be a described list, got str"),
+            (b"\x00\x53\x18\x45", "close error has descriptor close"),
+            (b"\x00\x53\x1d\xc0\x03\x01\xa1\x00", "close error condition must be a symbol, got str"),
+            (b"\x00\x53\x1d\xc0\x05\x02\xa3\x00\xa3\x00", "close error description must be a string"),
+        ],
+    )
+    def test_parse_broker_close_malformed_error(self, error: bytes, match: str) -> None:
+        data = RABBITMQ_SASL + RABBITMQ_OUTCOME_OK + RABBITMQ_OPEN + _broker_frame(0x18, error, 1)
+        with pytest.raises(SniffError, match=re.escape(match)):
+            amqp.parse_broker_close(data)
+
+
+PROBE_PARSERS = [
+    amqp.parse_sasl_mechanisms,
+    amqp.parse_sasl_outcome,
+    amqp.parse_broker_open,
+    amqp.parse_broker_close,
+]
+PROBE_RESULTS = (tuple, int, amqp.BrokerOpen, amqp.BrokerClose, NeedMore, SniffError)
+
+
+@given(parse=st.sampled_from(PROBE_PARSERS), data=st.data(), tail=st.binary(max_size=200))
+def test_parse_broker_answers_prefix_plus_garbage_never_crash(
+    parse: Callable[[bytes], object], data: st.DataObject, tail: bytes
+) -> None:
+    cut = data.draw(st.integers(0, len(RABBITMQ_SESSION)))
+    assert isinstance(_outcome(parse, RABBITMQ_SESSION[:cut] + tail), PROBE_RESULTS)
+
+
+@given(parse=st.sampled_from(PROBE_PARSERS), data=st.data())
+def test_parse_broker_answers_mutated_capture_never_crash(
+    parse: Callable[[bytes], object], data: st.DataObject
+) -> None:
+    mutated = bytearray(RABBITMQ_SESSION)
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
+    assert isinstance(_outcome(parse, bytes(mutated)), PROBE_RESULTS)

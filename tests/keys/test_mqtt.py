@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from paho.mqtt.client import Client
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from keys import NEED_MORE, Sniffed, SniffError
+from keys import NEED_MORE, Sniffed, SniffError, mqtt
 from keys.mqtt import (
     MQTT_V5_NOT_AUTHORIZED,
     MQTT_V5_SERVER_UNAVAILABLE,
@@ -693,3 +693,90 @@ def test_encode_connack_v3_as_artemis_keeps_the_v5_code(code: int) -> None:
 def test_encode_connack_v3_as_artemis_rejects_other_codes() -> None:
     with pytest.raises(ValueError, match="reason code 0x00 is not one Artemis sends"):
         encode_connack_v3_as_artemis(0x00)
+
+
+# --- The health probe's connection count (probeConnectionCount=true) ------------------------------
+# Captured on 2026-11-22 from mosquitto 2.0.11 (Debian 12, `set_tcp_nodelay true`, loopback) by a
+# throwaway socket client that sent CONNECT (clean session, client id "probe") and then
+# `encode_subscribe(1, "$SYS/broker/clients/connected")`; three other clients were connected.
+
+MOSQUITTO_COUNT = bytes.fromhex(
+    "20"  # CONNACK
+    "02"  # remaining length 2
+    "00"  # acknowledge flags: no session present
+    "00"  # return code 0: accepted
+    "90"  # SUBACK
+    "03"  # remaining length 3
+    "0001"  # packet id 1
+    "00"  # return code: granted QoS 0
+    "31"  # PUBLISH, QoS 0, retain (the broker's retained value)
+    "20"  # remaining length 32
+    "001d" + b"$SYS/broker/clients/connected".hex() + "33"  # topic name, then payload "3"
+)
+
+
+def test_encode_subscribe_annotated() -> None:
+    assert mqtt.encode_subscribe(1, mqtt.SYS_CLIENTS_CONNECTED) == bytes.fromhex(
+        "82"  # SUBSCRIBE, reserved flags 0010
+        "22"  # remaining length 34
+        "0001"  # packet id 1
+        "001d" + b"$SYS/broker/clients/connected".hex() + "00"  # topic filter, requested QoS 0
+    )
+
+
+@pytest.mark.parametrize("packet_id", [0, 65536])
+def test_encode_subscribe_rejects_packet_ids_outside_1_65535(packet_id: int) -> None:
+    with pytest.raises(ValueError, match="mqtt packet id must be 1-65535"):
+        mqtt.encode_subscribe(packet_id, "t")
+
+
+def _parse_count(data: bytes) -> bytes | object:
+    return mqtt.parse_subscribed_value(data, topic=mqtt.SYS_CLIENTS_CONNECTED, packet_id=1)
+
+
+def test_parse_subscribed_value_every_prefix_then_payload() -> None:
+    for i in range(len(MOSQUITTO_COUNT)):
+        assert _parse_count(MOSQUITTO_COUNT[:i]) is NEED_MORE, i
+    assert _parse_count(MOSQUITTO_COUNT) == b"3"
+    assert _parse_count(MOSQUITTO_COUNT + b"\xd0\x00") == b"3"  # a PINGRESP after it changes nothing
+
+
+def test_parse_subscribed_value_skips_other_topics_and_reads_qos1_packet_id() -> None:
+    other = bytes.fromhex("30050001783939")  # PUBLISH to "x", payload "99"
+    qos1 = bytes.fromhex("3209000179000731313132")  # QoS 1 to "y", id 7, "1112"
+    data = MOSQUITTO_COUNT[:4] + other + qos1
+    assert mqtt.parse_subscribed_value(data, topic="y", packet_id=1) == b"1112"
+    assert mqtt.parse_subscribed_value(data, topic="z", packet_id=1) is NEED_MORE
+
+
+def test_parse_subscribed_value_refused_subscription() -> None:
+    refused = MOSQUITTO_COUNT[:4] + bytes.fromhex("9003000180")  # SUBACK return code Failure
+    with pytest.raises(
+        SniffError, match=r"broker refused the subscription to '\$SYS/broker/clients/connected'"
+    ):
+        _parse_count(refused)
+    other_id = MOSQUITTO_COUNT[:4] + bytes.fromhex("9003000280")  # another SUBSCRIBE's failure
+    assert _parse_count(other_id) is NEED_MORE
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (bytes.fromhex("20ffffffff7f"), "remaining length exceeds 4 bytes"),
+        (bytes.fromhex("3003000578"), "PUBLISH topic name at offset 4 overruns the packet"),
+        (bytes.fromhex("30030001ff"), "PUBLISH topic name is not valid UTF-8"),
+        (bytes.fromhex("900100"), "SUBACK packet id at offset 2 overruns the packet"),
+    ],
+)
+def test_parse_subscribed_value_malformed(data: bytes, match: str) -> None:
+    with pytest.raises(SniffError, match=match):
+        _parse_count(data)
+
+
+@given(cut=st.integers(min_value=0, max_value=len(MOSQUITTO_COUNT)), tail=st.binary(max_size=100))
+def test_parse_subscribed_value_prefix_plus_junk_never_crashes(cut: int, tail: bytes) -> None:
+    try:
+        result = _parse_count(MOSQUITTO_COUNT[:cut] + tail)
+    except SniffError as exc:
+        result = exc
+    assert result is NEED_MORE or isinstance(result, bytes | SniffError)

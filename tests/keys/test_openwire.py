@@ -15,6 +15,7 @@ way. The integration tests at the end start a real broker and run the real Java 
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import struct
 import subprocess
@@ -26,7 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keys import NEED_MORE, Reply, Sniffed, SniffError
+from keys import NEED_MORE, Reply, Sniffed, SniffError, openwire
 from keys.openwire import (
     MAX_COMMAND_BYTES,
     OpenWireSniffer,
@@ -1026,3 +1027,263 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
         while chunk := src.recv(65536):
             dst.sendall(chunk)
         dst.shutdown(socket.SHUT_WR)
+
+
+# --- The health probe's side (probe=openwire) ------------------------------------------------------
+# The broker fixtures are real bytes: what the Debian ActiveMQ 5.17.2 broker (tests.conftest
+# ActiveMQ with a simpleAuthenticationPlugin, user "prober"/"s3cret") sent on 2026-11-22 to this
+# module's probe WireFormatInfo and ConnectionInfo (commandId 1), recorded by a throwaway socket
+# client: its WireFormatInfo (BROKER_WFI above), a BrokerInfo, then the answer.
+
+BROKER_INFO_LOOSE = _hex(
+    "0000005a",  # size prefix: 90 bytes follow
+    "02",  # data type 2: BrokerInfo, loose (negotiated with the probe)
+    "00000000",  # commandId 0
+    "00",  # responseRequired false
+    "017c",  # brokerId: present, data type 124 (BrokerId)
+    "01001d" + b"ID:vm-40797-1795325056876-0:1".hex(),  # its value
+    "010015" + b"tcp://127.0.0.1:29547".hex(),  # brokerURL
+    "00",  # peerBrokerInfos: null
+    "010007" + b"capture".hex(),  # brokerName
+    "0000000000",  # slaveBroker, masterBroker, faultTolerantConfiguration, duplex, network
+    "0000000000000000",  # connectionId (long) 0
+    "0000",  # brokerUploadUrl, networkProperties: null
+)
+RESPONSE = _hex(
+    "0000000a",  # size prefix: 10 bytes follow
+    "1e",  # data type 30: Response
+    "00000000",  # commandId 0
+    "00",  # responseRequired false
+    "00000001",  # correlationId 1: the probe's ConnectionInfo
+)
+EXCEPTION_RESPONSE = _hex(
+    "00000056",  # size prefix: 86 bytes follow
+    "1f",  # data type 31: ExceptionResponse
+    "00000000",  # commandId 0
+    "00",  # responseRequired false
+    "00000001",  # correlationId 1
+    "01",  # exception present
+    "01001b" + b"java.lang.SecurityException".hex(),  # class (loose string)
+    "01002a" + b"User name [prober] or password is invalid.".hex(),  # message; no stack trace
+)
+BROKER_ACCEPTS = BROKER_WFI + BROKER_INFO_LOOSE + RESPONSE
+BROKER_REFUSES = BROKER_WFI + BROKER_INFO_LOOSE + EXCEPTION_RESPONSE
+
+
+def _prop(name: str, tag: str, value: str) -> str:
+    """One annotated property of the probe's WireFormatInfo: `writeUTF` name, type, value."""
+    return f"{len(name):04x}" + name.encode().hex() + tag + value
+
+
+class TestProbeEncoders:
+    def test_encode_wire_format_info_annotated(self) -> None:
+        assert openwire.encode_wire_format_info() == _hex(
+            "000000b5",  # size prefix: 181 bytes follow
+            "01",  # data type 1: WireFormatInfo
+            "4163746976654d51",  # magic "ActiveMQ"
+            "0000000c",  # version 12
+            "01",  # marshalledProperties present
+            "000000a3",  # 163 bytes of properties
+            "00000007",  # primitive map of 7 entries
+            _prop("TightEncodingEnabled", "01", "00"),  # boolean false: loose encoding
+            _prop("CacheEnabled", "01", "00"),
+            _prop("SizePrefixDisabled", "01", "00"),
+            _prop("StackTraceEnabled", "01", "00"),  # exceptions without stack traces
+            _prop("TcpNoDelayEnabled", "01", "01"),
+            _prop("MaxFrameSize", "06", "7fffffffffffffff"),  # long, as the broker casts it
+            _prop("MaxInactivityDuration", "06", "0000000000000000"),  # long 0: no monitor
+        )
+
+    def test_encode_wire_format_info_offers_every_option_off(self) -> None:
+        offer = sniff_wire_format(openwire.encode_wire_format_info())
+        assert offer == WireFormat(version=12, offered_version=12, max_frame_size=2**63 - 1)
+
+    def test_encode_connection_info_v12_annotated(self) -> None:
+        encoded = openwire.encode_connection_info(
+            command_id=1,
+            connection_id="ID:p-1",
+            client_id="$.artemis.internal.router.client.r.amq",
+            user_name="prober",
+            password="s3cret",
+            version=12,
+        )
+        assert encoded == _hex(
+            "00000053",  # size prefix: 83 bytes follow
+            "03",  # data type 3: ConnectionInfo
+            "00000001",  # commandId 1
+            "01",  # responseRequired true
+            "0178",  # connectionId: present, data type 120 (ConnectionId), no cache index
+            "010006" + b"ID:p-1".hex(),  # its value
+            "010026" + b"$.artemis.internal.router.client.r.amq".hex(),  # clientId
+            "010006" + b"s3cret".hex(),  # password
+            "010006" + b"prober".hex(),  # userName
+            "000000",  # brokerPath null, brokerMasterConnector false, manageable false
+            "01",  # clientMaster true (v2+)
+            "0000",  # faultTolerant, failoverReconnect false (v6+)
+            "00",  # clientIp null (v8+)
+        )
+
+    @pytest.mark.parametrize(("version", "tail"), [(1, 0), (2, 1), (5, 1), (6, 3), (7, 3), (8, 4), (12, 4)])
+    def test_encode_connection_info_fields_follow_the_version(self, version: int, tail: int) -> None:
+        """Scenario: each marshaller version adds fields at the end (v1 stops after manageable)."""
+        encoded = openwire.encode_connection_info(
+            command_id=7, connection_id="ID:x", client_id="c", user_name=None, password=None, version=version
+        )
+        base = 4 + 1 + 5 + 2 + 7 + 4 + 1 + 1 + 3  # size, type, BaseCommand, id, value, strings, 3 flags
+        assert len(encoded) == base + tail
+        assert struct.unpack(">i", encoded[:4])[0] == len(encoded) - 4
+
+    def test_encode_connection_info_is_read_by_our_sniffer(self) -> None:
+        """Scenario: our sniffer, which knows the Java client's bytes, reads the probe's too."""
+        sent = openwire.encode_wire_format_info() + openwire.encode_connection_info(
+            command_id=1, connection_id="ID:p", client_id="cid", user_name="u", password="p", version=12
+        )
+        assert SNIFFER.sniff(sent) == Sniffed(
+            protocol="openwire", client_id="cid", user_name="u", password="p", protocol_version="12"
+        )
+
+    def test_encode_connection_close_annotated(self) -> None:
+        assert openwire.encode_connection_close(command_id=2, connection_id="ID:p-1", version=12) == _hex(
+            "00000019",  # size prefix: 25 bytes follow
+            "0c",  # data type 12: RemoveInfo
+            "00000002",  # commandId 2
+            "00",  # responseRequired false
+            "0178010006" + b"ID:p-1".hex(),  # objectId: the ConnectionId
+            "fffffffffffffffe",  # lastDeliveredSequenceId -2, LAST_DELIVERED_UNKNOWN (v5+)
+            "00000006",  # size prefix: 6 bytes follow
+            "0b",  # data type 11: ShutdownInfo
+            "00000003",  # commandId 3
+            "00",  # responseRequired false
+        )
+
+    def test_encode_connection_close_before_v5_has_no_sequence_id(self) -> None:
+        v4 = openwire.encode_connection_close(command_id=2, connection_id="ID:p-1", version=4)
+        v5 = openwire.encode_connection_close(command_id=2, connection_id="ID:p-1", version=5)
+        assert len(v5) - len(v4) == 8
+
+    @pytest.mark.parametrize("version", [0, 13])
+    def test_encode_probe_commands_reject_unknown_versions(self, version: int) -> None:
+        with pytest.raises(ValueError, match=f"OpenWire version must be 1 to 12, got {version}"):
+            openwire.encode_connection_close(command_id=2, connection_id="ID:x", version=version)
+        with pytest.raises(ValueError, match="OpenWire version must be 1 to 12"):
+            openwire.encode_connection_info(
+                command_id=1, connection_id="x", client_id="c", user_name=None, password=None, version=version
+            )
+
+
+class TestProbeParsers:
+    def test_parse_probe_wire_format_every_prefix_then_negotiated(self) -> None:
+        for i in range(len(BROKER_WFI)):
+            assert openwire.parse_probe_wire_format(BROKER_ACCEPTS[:i]) is NEED_MORE, i
+        expected = WireFormat(version=12, max_frame_size=2**63 - 1)  # every option off, no monitor
+        assert openwire.parse_probe_wire_format(BROKER_WFI) == expected
+        assert openwire.parse_probe_wire_format(BROKER_ACCEPTS) == expected
+
+    def test_parse_probe_wire_format_takes_the_lower_version(self) -> None:
+        old = _version(BROKER_WFI, 6)
+        assert openwire.parse_probe_wire_format(old) == WireFormat(version=6, max_frame_size=2**63 - 1)
+
+    @pytest.mark.parametrize(
+        ("data", "expected"),
+        [
+            (BROKER_ACCEPTS, openwire.BrokerResponse()),
+            (
+                BROKER_REFUSES,
+                openwire.BrokerResponse(
+                    exception_class="java.lang.SecurityException",
+                    exception_message="User name [prober] or password is invalid.",
+                ),
+            ),
+        ],
+    )
+    def test_parse_probe_response_every_prefix_then_answer(
+        self, data: bytes, expected: openwire.BrokerResponse
+    ) -> None:
+        for i in range(len(data)):
+            assert openwire.parse_probe_response(data[:i], command_id=1) is NEED_MORE, i
+        assert openwire.parse_probe_response(data, command_id=1) == expected
+        assert openwire.parse_probe_response(data + RESPONSE[:5], command_id=1) == expected  # trailing
+        answer = openwire.parse_probe_response(data, command_id=1)
+        assert isinstance(answer, openwire.BrokerResponse)
+        assert answer.ok is (data == BROKER_ACCEPTS)
+
+    def test_parse_probe_response_skips_answers_to_other_commands(self) -> None:
+        assert openwire.parse_probe_response(BROKER_ACCEPTS, command_id=2) is NEED_MORE
+
+    def test_parse_probe_response_connection_error_is_a_failure(self) -> None:
+        error = _hex(
+            "00000010",  # size prefix: 16 bytes follow
+            "10",  # data type 16: ConnectionError
+            "0000000000",  # commandId 0, responseRequired false
+            "01",  # exception present
+            "010003" + b"Bad".hex(),  # class
+            "00",  # message null
+            "0000",  # (connectionId, not read)
+        )
+        answer = openwire.parse_probe_response(BROKER_WFI + error, command_id=1)
+        assert answer == openwire.BrokerResponse(exception_class="Bad")
+        null = _hex("00000007", "10", "0000000000", "00")  # ConnectionError without exception
+        answer = openwire.parse_probe_response(BROKER_WFI + null, command_id=1)
+        assert answer == openwire.BrokerResponse(exception_class="ConnectionError without exception")
+
+    @pytest.mark.parametrize(
+        ("after_wfi", "match"),
+        [
+            ("00010001" + "02", "broker command size 65537 exceeds 65536"),
+            ("00000000", "broker command size 0 leaves no room for its data type"),
+            ("00000006" + "1e" + "0000000000", "truncated Response (data type 30): its fields run past"),
+            ("00000007" + "1f" + "00000000" + "00" + "01", "truncated ExceptionResponse"),
+        ],
+    )
+    def test_parse_probe_response_malformed(self, after_wfi: str, match: str) -> None:
+        with pytest.raises(SniffError, match=re.escape(match)):
+            openwire.parse_probe_response(BROKER_WFI + _hex(after_wfi), command_id=1)
+
+    def test_parse_probe_response_bad_wire_format(self) -> None:
+        with pytest.raises(SniffError, match="broker sent BrokerInfo"):
+            openwire.parse_probe_response(BROKER_INFO_LOOSE, command_id=1)
+
+
+_PROBE_RESULTS = (WireFormat, openwire.BrokerResponse, type(NEED_MORE), SniffError)
+
+
+def _probe_outcome(parse: Callable[[bytes], object], data: bytes) -> object:
+    error: SniffError | None = None
+    try:
+        result = parse(data)
+    except SniffError as exc:
+        error = exc
+    if error is not None:
+        assert error.protocol == "openwire"
+        return error
+    assert isinstance(result, _PROBE_RESULTS)
+    return result
+
+
+_PROBE_PARSERS = [openwire.parse_probe_wire_format, lambda d: openwire.parse_probe_response(d, command_id=1)]
+
+
+@given(
+    parse=st.sampled_from(_PROBE_PARSERS),
+    data=st.sampled_from([BROKER_ACCEPTS, BROKER_REFUSES]),
+    cut=st.integers(min_value=0, max_value=600),
+    tail=st.binary(max_size=200),
+)
+def test_parse_probe_answers_prefix_plus_junk_never_crash(
+    parse: Callable[[bytes], object], data: bytes, cut: int, tail: bytes
+) -> None:
+    _probe_outcome(parse, data[:cut] + tail)
+
+
+@given(
+    parse=st.sampled_from(_PROBE_PARSERS),
+    data=st.sampled_from([BROKER_ACCEPTS, BROKER_REFUSES]),
+    at=st.integers(min_value=0, max_value=600),
+    byte=st.integers(min_value=0, max_value=255),
+)
+def test_parse_probe_answers_one_changed_byte_never_crash(
+    parse: Callable[[bytes], object], data: bytes, at: int, byte: int
+) -> None:
+    mutated = bytearray(data)
+    mutated[at % len(mutated)] = byte
+    _probe_outcome(parse, bytes(mutated))
