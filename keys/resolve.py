@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:
-    import re
+from typing import Final
 
 __all__ = [
     "INTERNAL_CLIENT_ID_PREFIX",
@@ -64,11 +62,19 @@ class ConnectionFacts:
     def __post_init__(self) -> None:
         if self.source_ip is not None:
             # Normalise "[::1]" and "::ffff:127.0.0.1"-style spellings so equal peers give equal keys.
-            text = self.source_ip.strip("[]")
+            text = self.source_ip
+            if _CANONICAL_IPV4.fullmatch(text) is not None:
+                return  # already what str(ip_address(text)) gives (the common case: skip the parse)
+            text = text.strip("[]")
             address = ipaddress.ip_address(text)
             if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
                 address = address.ipv4_mapped
             object.__setattr__(self, "source_ip", str(address))
+
+
+_OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_CANONICAL_IPV4: Final = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
+"""Dotted-quad IPv4 without leading zeros: exactly the strings `ipaddress` prints for IPv4."""
 
 
 def is_internal_client_id(client_id: str | None) -> bool:

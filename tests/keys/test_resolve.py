@@ -194,6 +194,15 @@ class TestConnectionFactsSourceIp:
             ConnectionFacts(source_ip=bad)
 
     @given(st.ip_addresses(v=4))
+    def test_connection_facts_canonical_ipv4_shortcut_matches_ipaddress(self, address):
+        assert ConnectionFacts(source_ip=str(address)).source_ip == str(address)
+
+    @pytest.mark.parametrize("spelling", ["010.0.0.1", "10.0.0.01", "1.2.3.4 ", "256.1.1.1", "1.2.3"])
+    def test_connection_facts_non_canonical_ipv4_takes_the_full_parse(self, spelling):
+        with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 address"):
+            ConnectionFacts(source_ip=spelling)
+
+    @given(st.ip_addresses(v=4))
     def test_connection_facts_ipv4_mapped_equals_ipv4(self, address):
         assert ConnectionFacts(source_ip=f"::ffff:{address}").source_ip == str(address)
         assert ConnectionFacts(source_ip=f"[::ffff:{address}]").source_ip == str(address)

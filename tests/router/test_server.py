@@ -39,7 +39,9 @@ async def _serve_named_echo(
     await trio.serve_listeners(handler, listeners)
 
 
-def _config(ports: list[int], *, quorum_size: int = 1, policy: str = "FIRST_ELEMENT") -> Config:
+def _config(
+    ports: list[int], *, quorum_size: int = 1, policy: str = "FIRST_ELEMENT", fast_path: bool = True
+) -> Config:
     names = tuple(f"b{i}" for i in range(len(ports)))
     connectors = tuple(
         Connector.from_url(name, f"tcp://127.0.0.1:{port}") for name, port in zip(names, ports, strict=True)
@@ -55,7 +57,8 @@ def _config(ports: list[int], *, quorum_size: int = 1, policy: str = "FIRST_ELEM
             quorum_timeout_ms=0,
         ),
     )
-    acceptor = AcceptorConfig(name="a", host="127.0.0.1", port=0, router="r")
+    params = () if fast_path else (("fastPath", "false"),)
+    acceptor = AcceptorConfig(name="a", host="127.0.0.1", port=0, router="r", params=params)
     return Config(source="test.xml", connectors=connectors, acceptors=(acceptor,), routers=(router,))
 
 
@@ -71,14 +74,18 @@ class TestServeRouter:
     async def fleet(self, nursery: trio.Nursery) -> list[int]:
         return [await nursery.start(_serve_named_echo, name) for name in (b"b0", b"b1")]
 
-    @pytest.fixture
-    async def server(self, nursery: trio.Nursery, fleet: list[int]) -> AsyncIterator[ServerInfo]:
+    @pytest.fixture(params=[True, False], ids=["fast-path", "trio-path"])
+    async def server(
+        self, nursery: trio.Nursery, fleet: list[int], request: pytest.FixtureRequest
+    ) -> AsyncIterator[ServerInfo]:
         shutdown = trio.Event()
+        config = _config(fleet, fast_path=request.param)
         info: ServerInfo = await nursery.start(
             lambda task_status: serve_router(
-                _config(fleet), admin=None, grace_s=5, shutdown=shutdown, task_status=task_status
+                config, admin=None, grace_s=5, shutdown=shutdown, task_status=task_status
             )
         )
+        assert (info.runtimes["r"].fast_path is not None) is request.param
         runtime = info.runtimes["r"]
         await runtime.wait_until(lambda: runtime.pool is not None and runtime.pool.ready_count() == 2)
         yield info
