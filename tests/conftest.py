@@ -82,7 +82,9 @@ _BROKER_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
   xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans.xsd
   http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
   <broker xmlns="http://activemq.apache.org/schema/core" brokerName="{name}" useJmx="false"
-          persistent="false" dataDirectory="{base}/data" schedulerSupport="false">
+          persistent="{persistent}" dataDirectory="{base}/data" schedulerSupport="false">
+    {store}
+    {plugins}
     <transportConnectors>
       <transportConnector name="openwire" uri="tcp://127.0.0.1:{openwire}"/>
       <transportConnector name="stomp" uri="stomp://127.0.0.1:{stomp}"/>
@@ -92,7 +94,17 @@ _BROKER_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
 </beans>
 """
 
+_SHARED_STORE_XML = """<persistenceAdapter>
+      <kahaDB directory="{kahadb}" lockKeepAlivePeriod="2000">
+        <locker><shared-file-locker lockAcquireSleepInterval="{lock_interval_ms}"/></locker>
+      </kahaDB>
+    </persistenceAdapter>"""
+"""Shared-store HA (ENVIRONMENT.md §4): the broker holding the KahaDB file lock is active, the
+other waits for the lock with its ports closed."""
+
 _LOG4J = """log4j.rootLogger=WARN, stdout
+log4j.logger.org.apache.activemq.store.SharedFileLocker=INFO
+log4j.logger.org.apache.activemq.broker.TransportConnector=INFO
 log4j.appender.stdout=org.apache.log4j.ConsoleAppender
 log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
 log4j.appender.stdout.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n
@@ -112,7 +124,8 @@ def require_java() -> None:
 
 @dataclass(slots=True)
 class ActiveMQ:
-    """One real ActiveMQ Classic broker on 127.0.0.1, non-persistent, stopped by its PID."""
+    """One real ActiveMQ Classic broker on 127.0.0.1, stopped by its PID: non-persistent, or
+    persistent in a KahaDB directory shared with its HA partner (`shared_store`)."""
 
     name: str
     base: Path
@@ -120,6 +133,13 @@ class ActiveMQ:
     stomp: int = field(default_factory=free_port)
     mqtt: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    shared_store: Path | None = None
+    """KahaDB directory shared by an HA pair: the broker that holds its lock is the active one."""
+    lock_interval_ms: int = 200
+    """How often a passive broker tries the shared lock (ActiveMQ's default is 10000)."""
+    plugins: str = ""
+    """A `<plugins>` element for the broker, e.g. a `simpleAuthenticationPlugin`; none by default."""
+    _log_start: int = 0
 
     @property
     def log(self) -> Path:
@@ -129,14 +149,24 @@ class ActiveMQ:
         """Start the JVM (without waiting for it: see `wait_ready`)."""
         for sub in ("conf", "data", "tmp", "lib"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
-        (self.base / "lib" / "mqtt-client.jar").symlink_to(MQTT_CODEC_JAR)  # ActiveMQ adds $BASE/lib
+        jar_link = self.base / "lib" / "mqtt-client.jar"
+        if not jar_link.is_symlink():  # a restarted broker keeps its instance directory
+            jar_link.symlink_to(MQTT_CODEC_JAR)  # ActiveMQ adds $BASE/lib
         (self.base / "conf" / "activemq.xml").write_text(
             _BROKER_XML.format(
-                name=self.name, base=self.base, openwire=self.openwire, stomp=self.stomp, mqtt=self.mqtt
+                name=self.name,
+                base=self.base,
+                openwire=self.openwire,
+                stomp=self.stomp,
+                mqtt=self.mqtt,
+                persistent="false" if self.shared_store is None else "true",
+                store=self._store_xml(),
+                plugins=self.plugins,
             )
         )
         (self.base / "conf" / "log4j.properties").write_text(_LOG4J)
-        with self.log.open("wb") as out:  # the child keeps its own descriptor
+        self._log_start = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:  # the child keeps its own descriptor; restarts append
             self.proc = subprocess.Popen(  # java itself, so proc.pid is the JVM's
                 [
                     "java",
@@ -173,6 +203,34 @@ class ActiveMQ:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"{self.name}: nothing on {port}:\n{self._tail()}") from None
                     time.sleep(0.05)  # polling another process's listen(): nothing to wait on
+
+    def _store_xml(self) -> str:
+        if self.shared_store is None:
+            return ""
+        return _SHARED_STORE_XML.format(kahadb=self.shared_store, lock_interval_ms=self.lock_interval_ms)
+
+    def wait_passive(self) -> None:
+        """Wait until this member of a shared-store pair logs that it waits for the lock (passive)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + ACTIVEMQ_TIMEOUT_S
+        while "waiting a lock to be acquired" not in self._since_start():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self._tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} never became passive:\n{self._tail()}")
+            time.sleep(0.05)  # another process's log file: nothing to wait on
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no clean shutdown, the shared lock is released by the kernel."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(ACTIVEMQ_TIMEOUT_S)
+        self.proc = None
+
+    def _since_start(self) -> str:
+        with self.log.open("rb") as log:
+            log.seek(self._log_start)
+            return log.read().decode(errors="replace")
 
     def _tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
