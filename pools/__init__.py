@@ -1,9 +1,18 @@
 """Pools of targets: connectors, targets, pool configuration and readiness/quorum state.
 
 Pure decision state: no clock, no network. Probing happens in `router/health.py`, which feeds
-outcomes into `Pool.record_check`.
+outcomes into `Pool.record_check`; ZooKeeper discovery happens in `router/discovery.py`, which
+feeds each reading of the members into `Membership.update` and its diff into the pool.
 """
 
+from pools.members import Member as Member
+from pools.members import Membership as Membership
+from pools.members import MembershipDiff as MembershipDiff
+from pools.members import Rejected as Rejected
+from pools.members import check_znode_path as check_znode_path
+from pools.members import parse_ensemble as parse_ensemble
+from pools.members import parse_member as parse_member
+from pools.members import znode_name as znode_name
 from pools.pool import Pool as Pool
 from pools.pool import PoolConfig as PoolConfig
 from pools.pool import PoolEvent as PoolEvent

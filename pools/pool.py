@@ -18,6 +18,10 @@ NOT_READY once all probed members failed, UNKNOWN before any probe.
 
 And per pool: ACTIVE while at least `quorum_size` targets are READY, else INACTIVE (initial).
 Every change of either state is reported once as a `PoolEvent`, so logs show each change once.
+
+Membership: static pools keep their targets; discovery pools gain targets (`add_target`, state
+UNKNOWN, TARGET_ADDED) and lose them (`remove_target`, TARGET_REMOVED, then POOL_INACTIVE when a
+ready target leaves and the quorum no longer holds) while the router runs.
 """
 
 from __future__ import annotations
@@ -99,6 +103,10 @@ class PoolEventKind(enum.Enum):
 
     TARGET_READY = "target-ready"
     TARGET_NOT_READY = "target-not-ready"
+    TARGET_ADDED = "target-added"
+    """A discovered target joined the pool (not ready until probed)."""
+    TARGET_REMOVED = "target-removed"
+    """A discovered target left the pool; detail is the state it had."""
     TARGET_FAILOVER = "target-failover"
     """The active member of an HA-pair target changed (failover or fail-back); the target stayed ready."""
     POOL_ACTIVE = "pool-active"
@@ -114,8 +122,11 @@ class PoolEvent:
     """The owning router's name (a pool belongs to exactly one router)."""
     node_id: str | None = None
     """The target concerned, for target events."""
+    former: tuple[str, int] | None = None
+    """(host, port) of the member that stopped being the active one (TARGET_FAILOVER)."""
     detail: str = ""
-    """Why: the probe's error for TARGET_NOT_READY, the ready count for pool events."""
+    """Why: the probe's error for TARGET_NOT_READY, the active member of an HA pair for TARGET_READY
+    and TARGET_FAILOVER, the ready count for pool events."""
 
 
 _NEXT_STATE = {
@@ -166,8 +177,11 @@ class Pool:
         """
         return self._states[node_id]
 
-    def add_target(self, target: Target) -> None:
+    def add_target(self, target: Target) -> list[PoolEvent]:
         """Append a target (not ready until its first successful check).
+
+        Returns:
+            TARGET_ADDED (the pool's activity cannot change: the new target is not ready yet).
 
         Raises:
             ValueError: a target with the same node id is already in the pool.
@@ -179,6 +193,32 @@ class Pool:
         members = 1 if target.connector is None else len(target.connector.members)
         self._member_states[target.node_id] = [TargetState.UNKNOWN] * members
         self._active_member[target.node_id] = None
+        detail = "" if target.connector is None else target.connector.display_url
+        return [
+            PoolEvent(kind=PoolEventKind.TARGET_ADDED, pool=self.name, node_id=target.node_id, detail=detail)
+        ]
+
+    def remove_target(self, node_id: str) -> list[PoolEvent]:
+        """Take a target out of the pool (a discovered member that left).
+
+        Returns:
+            TARGET_REMOVED, then POOL_INACTIVE when the quorum no longer holds.
+
+        Raises:
+            KeyError: no target with this node id.
+        """
+        state = self._states.pop(node_id)
+        self._targets = [t for t in self._targets if t.node_id != node_id]
+        del self._member_states[node_id], self._active_member[node_id]
+        events = [
+            PoolEvent(kind=PoolEventKind.TARGET_REMOVED, pool=self.name, node_id=node_id, detail=state.value)
+        ]
+        events.extend(self._update_active())
+        return events
+
+    def target(self, node_id: str) -> Target | None:
+        """The target with this node id, ready or not, or None when it is not in the pool."""
+        return next((t for t in self._targets if t.node_id == node_id), None)
 
     def record_check(self, node_id: str, ok: bool, detail: str = "", *, member: int = 0) -> list[PoolEvent]:
         """Apply one probe outcome and report what changed.
@@ -214,23 +254,34 @@ class Pool:
             after = TargetState.NOT_READY
         self._states[node_id], self._active_member[node_id] = after, active
         events: list[PoolEvent] = []
-        if after is not before:
-            kind = (
-                PoolEventKind.TARGET_READY if after is TargetState.READY else PoolEventKind.TARGET_NOT_READY
+        if active is not None and after is not before:  # became ready
+            detail = f"active member {self._member_url(node_id, active)}" if len(members) > 1 else ""
+            events.append(
+                PoolEvent(kind=PoolEventKind.TARGET_READY, pool=self.name, node_id=node_id, detail=detail)
             )
-            events.append(PoolEvent(kind=kind, pool=self.name, node_id=node_id, detail=detail))
+        elif after is not before:
+            events.append(
+                PoolEvent(kind=PoolEventKind.TARGET_NOT_READY, pool=self.name, node_id=node_id, detail=detail)
+            )
         elif was_active is not None and active is not None and active != was_active:
             events.append(
                 PoolEvent(
                     kind=PoolEventKind.TARGET_FAILOVER,
                     pool=self.name,
                     node_id=node_id,
+                    former=self._member_address(node_id, was_active),
                     detail=f"{self._member_url(node_id, active)} is active, "
                     f"{self._member_url(node_id, was_active)} is not: {detail}",
                 )
             )
         events.extend(self._update_active())
         return events
+
+    def _member_address(self, node_id: str, member: int) -> tuple[str, int]:
+        target = next(t for t in self._targets if t.node_id == node_id)
+        assert target.connector is not None, "only targets with a connector are probed"
+        connector = target.connector.members[member]
+        return connector.host, connector.port
 
     def _member_url(self, node_id: str, member: int) -> str:
         target = next(t for t in self._targets if t.node_id == node_id)

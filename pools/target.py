@@ -14,8 +14,12 @@ from typing import Final
 
 __all__ = ["LOCAL_NODE_ID", "PROBE_KINDS", "Connector", "Target", "parse_url_params"]
 
-PROBE_KINDS: Final = ("tcp", "mqtt", "stomp")
+PROBE_KINDS: Final = ("tcp", "mqtt", "stomp", "amqp", "openwire")
 """Values of a connector's `probe=` URL parameter: how its broker is health-checked (default tcp)."""
+
+_BOOLEANS: Final = {"true": True, "false": False}
+"""URL parameter booleans, any letter case (as Artemis reads them with `Boolean.parseBoolean`,
+but strict: anything else is an error instead of false)."""
 
 LOCAL_NODE_ID: Final = "local"
 """Node id of the local target when the router has no local connector configured."""
@@ -91,6 +95,11 @@ class Connector:
         probe = self.probe
         if probe not in PROBE_KINDS:
             raise ValueError(f"probe must be one of {', '.join(PROBE_KINDS)}, got {probe!r}")
+        count = self.param_map.get("probeConnectionCount", "false")
+        if count.lower() not in _BOOLEANS:
+            raise ValueError(f"probeConnectionCount must be true or false, got {count!r}")
+        if self.probe_connection_count and probe != "mqtt":
+            raise ValueError(f"probeConnectionCount=true needs probe=mqtt, got probe={probe!r}")
 
     @classmethod
     def from_url(cls, name: str, url: str) -> Connector:
@@ -145,6 +154,12 @@ class Connector:
     def probe(self) -> str:
         """How the broker is health-checked: URL parameter `probe`, default "tcp"."""
         return self.param_map.get("probe", "tcp")
+
+    @property
+    def probe_connection_count(self) -> bool:
+        """URL parameter `probeConnectionCount` (default false): whether the MQTT probe also reads
+        the broker's connected-client count (mosquitto's `$SYS/broker/clients/connected`)."""
+        return _BOOLEANS.get(self.param_map.get("probeConnectionCount", "false").lower(), False)
 
     @property
     def node_id(self) -> str:

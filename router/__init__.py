@@ -11,9 +11,12 @@ Parts, by folder (the import direction runs down this list; nothing imports `rou
 - `pools/`    connectors, targets, pool configuration, readiness and quorum state.
 - `cache/`    the sticky key -> node id cache with expire-after-access.
 - `router/`   everything else, and all trio I/O:
-    `settings` (config dataclasses), `config` (broker.xml loader + XSD), `engine` (the pure SPEC A1
-    workflow), `routing` (quorum wait around the engine), `health` (probe loop), `proxy` (one
-    connection: key -> route -> connect -> relay), `server` (listeners, nursery tree, shutdown),
+    `settings` (config dataclasses), `config` (broker.xml loader + XSD), `passwords` (pool
+    passwords: Artemis `ENC(...)`, environment, file), `engine` (the pure SPEC A1
+    workflow), `routing` (quorum wait around the engine), `health` (probe loop), `discovery`
+    (pool members from ZooKeeper, `routerctl register`), `proxy` (one connection: key -> route
+    -> connect -> relay), `connections` (the proxied connections open
+    now: closing them on TTL or when their target fails), `server` (listeners, nursery tree, shutdown),
     `admin` (HTTP lookup API and /metrics), `metrics`, `cli` (`routerd`, `routerctl`).
 
 `policies`, `pools`, `cache` and `keys` never read a clock or touch the network: they take facts

@@ -17,7 +17,8 @@ How a document is read:
    names and properties, one pool kind, duplicate names and children, cross references.
 
 Every error carries the file, the line and the element, and never contains a password: values
-of `<password>` elements and of URL parameters whose name contains "password" are masked.
+of `<password>` elements and of URL parameters whose name contains "password" are masked. A pool
+`<password>` may be masked (`ENC(…)`) or read from the environment or a file (`router.passwords`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import logging
 import os
 import re
 import urllib.parse
+from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
 from lxml import etree
@@ -36,14 +38,17 @@ from cache import CacheConfig
 from keys import KeyType
 from policies import PolicyConfig
 from pools import LOCAL_NODE_ID, Connector, PoolConfig, PoolKind, parse_url_params
+from router.passwords import resolve_password
 from router.settings import (
     AcceptorConfig,
     AcceptorMode,
     ClusterConnectionConfig,
     Config,
+    ConnectionTtlConfig,
     DiscoveryGroupConfig,
     RouterConfig,
     TlsConfig,
+    ZooKeeperConfig,
     compile_filter,
 )
 
@@ -54,7 +59,15 @@ __all__ = ["SECTIONS", "ConfigError", "load_config", "load_config_text"]
 
 logger = logging.getLogger(__name__)
 
-SECTIONS: Final = ("connectors", "acceptors", "discovery-groups", "cluster-connections", "connection-routers")
+SECTIONS: Final = (
+    "connectors",
+    "acceptors",
+    "discovery-groups",
+    "cluster-connections",
+    "connection-routers",
+    "connection-ttl-override",
+    "connection-ttl-check-interval",
+)
 """The children of `<core>` the router reads; all others are ignored."""
 
 _SCHEMA_RESOURCE: Final = "connection-router.xsd"
@@ -62,7 +75,7 @@ _SCHEMA_RESOURCE: Final = "connection-router.xsd"
 _LONG_MAX: Final = 2**63 - 1
 """Upper bound of XSD `xsd:long`, the type Artemis's schema gives periods and sizes."""
 
-_ValueKind = Literal["positive", "non-negative", "boolean", "key-type", "name"]
+_ValueKind = Literal["positive", "non-negative", "ttl", "boolean", "key-type", "name"]
 
 _VALUE_KINDS: Final[Mapping[str, _ValueKind]] = {
     "check-period": "positive",
@@ -70,6 +83,8 @@ _VALUE_KINDS: Final[Mapping[str, _ValueKind]] = {
     "quorum-timeout": "non-negative",
     "timeout": "non-negative",
     "refresh-timeout": "non-negative",
+    "connection-ttl-override": "ttl",
+    "connection-ttl-check-interval": "positive",
     "persisted": "boolean",
     "local-target-enabled": "boolean",
     "allow-direct-connections-only": "boolean",
@@ -80,6 +95,11 @@ _VALUE_KINDS: Final[Mapping[str, _ValueKind]] = {
     "connector-ref": "name",
     "cluster-connection": "name",
     "local-target-connector-ref": "name",
+    "env": "name",
+    "file": "name",
+    "session-timeout": "positive",
+    "connect": "name",
+    "path": "name",
 }
 """Element or attribute name -> the simple type the XSD gives it, for wording value errors."""
 
@@ -266,6 +286,10 @@ def _value_reason(kind: _ValueKind, value: str) -> str:
                 rule = f"must be at most {_LONG_MAX}"
             else:
                 rule = f"must be {bound}"
+        case "ttl":
+            rule = "must be -1 (off) or an integer > 0"
+            if _INTEGER.fullmatch(value) and int(value) > _LONG_MAX:
+                rule = f"must be at most {_LONG_MAX}"
         case "boolean":
             rule = "must be true or false"
         case "key-type":
@@ -366,6 +390,14 @@ class _Loader:
         acceptors: list[AcceptorConfig] = []
         if (element := sections.get("acceptors")) is not None:
             acceptors = self._acceptors(element, routers)
+        connection_ttl = ConnectionTtlConfig()
+        if (element := sections.get("connection-ttl-override")) is not None:
+            connection_ttl = ConnectionTtlConfig(override_ms=self._ttl(element))
+        if (element := sections.get("connection-ttl-check-interval")) is not None:
+            interval = self._integer(element)
+            connection_ttl = ConnectionTtlConfig(
+                override_ms=connection_ttl.override_ms, check_interval_ms=interval
+            )
         return Config(
             source=self.source,
             connectors=tuple(self.connectors.values()),
@@ -373,6 +405,7 @@ class _Loader:
             routers=tuple(routers.values()),
             discovery_groups=tuple(self.discovery_groups.values()),
             cluster_connections=tuple(self.cluster_connections.values()),
+            connection_ttl=connection_ttl,
         )
 
     def _collect_secrets(self, sections: Iterable[etree._Element]) -> None:
@@ -471,6 +504,12 @@ class _Loader:
             raise self.error(element, _value_reason(kind, text))
         return int(text)
 
+    def _ttl(self, element: etree._Element) -> int:
+        text = _text(element)
+        if not _INTEGER.fullmatch(text) or not (int(text) == -1 or 0 < int(text) <= _LONG_MAX):
+            raise self.error(element, _value_reason("ttl", text))
+        return int(text)
+
     def _boolean(self, element: etree._Element) -> bool:
         text = _text(element).lower()
         if text not in ("true", "false", "1", "0"):
@@ -534,12 +573,29 @@ class _Loader:
         for element in _children(section):
             name = self._name(element)
             self._check_duplicate(seen, element, "discovery-group", name)
-            refresh = self._unique_children(element, ("refresh-timeout",)).get("refresh-timeout")
-            self.discovery_groups[name] = (
-                DiscoveryGroupConfig(name=name)
-                if refresh is None
-                else DiscoveryGroupConfig(name=name, refresh_timeout_ms=self._integer(refresh))
+            children = self._unique_children(element, ("refresh-timeout", "zookeeper"))
+            refresh = children.get("refresh-timeout")
+            zookeeper = children.get("zookeeper")
+            self.discovery_groups[name] = DiscoveryGroupConfig(
+                name=name,
+                refresh_timeout_ms=10000 if refresh is None else self._integer(refresh),
+                zookeeper=None if zookeeper is None else self._zookeeper(zookeeper),
             )
+
+    def _zookeeper(self, element: etree._Element) -> ZooKeeperConfig:
+        """Our `<zookeeper connect= path= session-timeout=/>` (the schema checked the attributes'
+        presence and the timeout's type)."""
+        timeout = (element.get("session-timeout") or "10000").strip()
+        if not _INTEGER.fullmatch(timeout) or not 1 <= int(timeout) <= _LONG_MAX:
+            raise self.error(element, f"attribute 'session-timeout' {_value_reason('positive', timeout)}")
+        try:
+            return ZooKeeperConfig(
+                connect=(element.get("connect") or "").strip(),
+                path=(element.get("path") or "").strip(),
+                session_timeout_ms=int(timeout),
+            )
+        except ValueError as exc:
+            raise self.error(element, str(exc)) from exc
 
     def _discovery_group_ref(self, element: etree._Element) -> str:
         name = self._name(element, "discovery-group-name")
@@ -717,6 +773,16 @@ class _Loader:
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
 
+    def _password(self, element: etree._Element) -> str | None:
+        """A `<password>`: text, `ENC(…)`, `env=` or `file=` (see `router.passwords`); None if empty."""
+        text, env, file = _text(element), element.get("env"), element.get("file")
+        if not text and env is None and file is None:
+            return None
+        try:
+            return resolve_password(text, env=env, file=file, base_dir=Path(self.source).parent)
+        except ValueError as exc:
+            raise self.error(element, str(exc)) from None
+
     def _pool(self, element: etree._Element) -> PoolConfig:
         children = self._unique_children(element)
         static_element = children.get("static-connectors")
@@ -729,7 +795,7 @@ class _Loader:
         else:
             kind = PoolKind.CLUSTER if cluster_element is not None else PoolKind.STATIC
         username = None if (u := children.get("username")) is None else _text(u) or None
-        password = None if (p := children.get("password")) is None else _text(p) or None
+        password = None if (p := children.get("password")) is None else self._password(p)
         numbers = {
             tag: self._integer(child)
             for tag in ("check-period", "quorum-size", "quorum-timeout")
@@ -871,6 +937,7 @@ class _Loader:
                 element,
                 f"requireAuthentication must be true or false, got {params['requireAuthentication']!r}",
             )
+        ttl_ms = self._acceptor_ttl(element, params)
         try:
             return AcceptorConfig(
                 name=name,
@@ -887,10 +954,26 @@ class _Loader:
                 users_file=params.get("usersFile", "").strip() or None,
                 roles_file=params.get("rolesFile", "").strip() or None,
                 require_authentication=require_auth,
+                connection_ttl_ms=ttl_ms,
                 params=tuple(params.items()),
             )
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
+
+    def _acceptor_ttl(self, element: etree._Element, params: Mapping[str, str]) -> int:
+        """`connectionTtl` (Artemis's acceptor spelling) or `connectionTTL` (its client URL's)."""
+        given = {n: params[n].strip() for n in ("connectionTtl", "connectionTTL") if n in params}
+        if len(set(given.values())) > 1:
+            raise self.error(
+                element,
+                f"connectionTtl {given['connectionTtl']!r} and connectionTTL {given['connectionTTL']!r} "
+                "disagree: give one",
+            )
+        for name, text in given.items():
+            if not _INTEGER.fullmatch(text) or not (int(text) == -1 or 0 < int(text) <= _LONG_MAX):
+                raise self.error(element, f"{name} must be -1 (off) or an integer > 0 (ms), got {text!r}")
+            return int(text)
+        return -1
 
 
 def _flag(params: Mapping[str, str], name: str) -> bool | None:

@@ -54,6 +54,14 @@ class Metrics:
             ["router", "node_id"],
             registry=r,
         )
+        self.router_closes = Counter(
+            "router_proxied_connections_closed_total",
+            "Proxied connections the router closed itself, by router and reason: connection_ttl "
+            "(no bytes from the client within the connection TTL), target_not_ready (the "
+            "target's probe failed) or failover (the HA-pair member it went to is no longer the active one).",
+            ["router", "reason"],
+            registry=r,
+        )
         self.connect_failures = Counter(
             "router_target_connect_failures_total",
             "Routed connections whose connect to the chosen target failed.",

@@ -27,6 +27,7 @@ from keys.detect import detect_tls
 from keys.proxy_protocol import encode_v1, encode_v2
 from router import answers
 from router.auth import authenticate
+from router.connections import ProxiedConnection
 from router.engine import RouteStatus
 from router.net import describe_oserror, open_connection
 from router.settings import AcceptorMode
@@ -65,12 +66,25 @@ def _peer_of(stream: trio.SocketStream) -> tuple[str, int]:
     return str(name[0]), int(name[1])
 
 
-async def _pump(source: trio.abc.ReceiveStream, sink: trio.abc.SendStream, counter: list[int]) -> bool:
-    """Copy until EOF; half-close the sink. Returns False when the sink cannot half-close (TLS)."""
+async def _pump(
+    source: trio.abc.ReceiveStream,
+    sink: trio.abc.SendStream,
+    counter: list[int],
+    activity: ProxiedConnection | None = None,
+) -> bool:
+    """Copy until EOF; half-close the sink. Returns False when the sink cannot half-close (TLS).
+
+    With `activity` (the client's direction of a connection under a TTL) each read stamps
+    `activity.last_read_at`, a float store; the TTL checker reads it (`router/connections.py`).
+    """
     while True:
         data = await source.receive_some(RELAY_CHUNK_BYTES)
         if not data:
             break
+        if activity is not None:
+            activity.last_read_at = trio.current_time()
+            if activity.peek_first_bytes:  # once: an unsniffed client may be exempt MQTT
+                activity.first_bytes(data)
         counter[0] += len(data)
         await sink.send_all(data)
     if not isinstance(sink, trio.abc.HalfCloseableStream):
@@ -81,7 +95,13 @@ async def _pump(source: trio.abc.ReceiveStream, sink: trio.abc.SendStream, count
     return True
 
 
-async def relay(client: trio.abc.Stream, upstream: trio.abc.Stream, counts: list[int]) -> None:
+async def relay(
+    client: trio.abc.Stream,
+    upstream: trio.abc.Stream,
+    counts: list[int],
+    *,
+    activity: ProxiedConnection | None = None,
+) -> None:
     """Relay bytes both ways until both directions ended or one broke, then close both streams.
 
     Args:
@@ -89,21 +109,28 @@ async def relay(client: trio.abc.Stream, upstream: trio.abc.Stream, counts: list
         upstream: the target's stream.
         counts: `[client -> target, target -> client]` byte counters, updated as bytes flow (so
             they are right even when the relay is cancelled).
+        activity: a connection under a connection TTL: the time of every read from the client is
+            stored in its `last_read_at`. None when there is no TTL (nothing done per read).
     """
     up, down = [0], [0]
     try:
         async with trio.open_nursery() as nursery:
 
-            async def guarded(src: trio.abc.Stream, dst: trio.abc.Stream, c: list[int]) -> None:
+            async def guarded(
+                src: trio.abc.Stream,
+                dst: trio.abc.Stream,
+                c: list[int],
+                activity: ProxiedConnection | None = None,
+            ) -> None:
                 try:
-                    if not await _pump(src, dst, c):
+                    if not await _pump(src, dst, c, activity):
                         # TLS has no half-close: the target's EOF ends the whole connection.
                         nursery.cancel_scope.cancel(reason="EOF towards a stream without half-close")
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     # A reset or failure in one direction ends the whole connection.
                     nursery.cancel_scope.cancel(reason="the other direction broke")
 
-            nursery.start_soon(guarded, client, upstream, up)
+            nursery.start_soon(guarded, client, upstream, up, activity)
             nursery.start_soon(guarded, upstream, client, down)
     finally:
         with trio.CancelScope(shield=True):  # closing must finish even when we are cancelled
@@ -124,6 +151,8 @@ class AcceptorIO:
     """The server context when the acceptor terminates TLS."""
     users: UserStore | None = None
     """The acceptor's user/role store for the router's own authentication."""
+    connection_ttl_ms: int = -1
+    """The connection TTL in force on the acceptor (`<connection-ttl-override>` applied); -1 = none."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -284,6 +313,39 @@ async def handle_connection(
     await _route_and_serve(opening.stream, acceptor, runtime, limits, io, opening)
 
 
+async def resume_connection(
+    client: trio.SocketStream,
+    acceptor: AcceptorConfig,
+    runtime: RouterRuntime,
+    limits: ConnectionLimits,
+    io: AcceptorIO,
+    *,
+    peer: str,
+    raw: bytes,
+    sniffed: Sniffed | None,
+    replied: bytes,
+) -> None:
+    """Continue a connection whose opening the fast path read (router/fastpath.py): the decision
+    with the quorum wait, then an answer or a proxied session, as for any other connection."""
+    source_ip, _, port_text = peer.rpartition(":")
+    try:
+        sockname = client.socket.getsockname()
+    except OSError:  # the client reset meanwhile
+        await client.aclose()
+        return
+    opening = _Opening(
+        stream=client,
+        peer=peer,
+        source_ip=source_ip.strip("[]"),
+        source_port=int(port_text),
+        local=(str(sockname[0]), int(sockname[1])),
+        raw=raw,
+        sniffed=sniffed,
+        replied=replied,
+    )
+    await _route_and_serve(client, acceptor, runtime, limits, io, opening)
+
+
 async def _route_and_serve(
     client: trio.abc.Stream,
     acceptor: AcceptorConfig,
@@ -372,10 +434,26 @@ async def _route_and_serve(
         return
     runtime.count_decision(RouteStatus.OK)
     runtime.counts.opened(target.node_id)
+    conn = ProxiedConnection(
+        peer=peer,
+        acceptor=acceptor.name,
+        node_id=target.node_id,
+        address=(connector.host, connector.port),
+        ttl_ms=io.connection_ttl_ms,
+        sniffed=sniffed,
+        now=trio.current_time(),
+        opening=opening.raw if sniffed is None else b"",
+    )
+    runtime.connections.add(conn)
     try:
-        await _proxy(client, acceptor, runtime, limits, opening, decision.key, target, connector)
+        # The TTL checker and pool changes cancel this scope to close the connection.
+        with conn.cancel_scope:
+            await _proxy(client, acceptor, runtime, limits, opening, decision.key, target, connector, conn)
     finally:
+        runtime.connections.discard(conn)
         runtime.counts.closed(target.node_id)
+    if conn.cancel_scope.cancelled_caught:  # closed while connecting: the relay never owned the client
+        await client.aclose()
 
 
 async def _answer(
@@ -416,14 +494,18 @@ async def _proxy(
     key: str,
     target: Target,
     connector: Connector,
+    conn: ProxiedConnection,
 ) -> None:
     metrics, peer = runtime.metrics, opening.peer
     try:
         with trio.fail_after(limits.connect_timeout_s):
             upstream = await open_connection(connector.host, connector.port)
     except (OSError, trio.TooSlowError) as exc:
+        runtime.connections.discard(conn)  # never established: not one for the pool to close
         metrics.connect_failures.labels(runtime.name, target.node_id).inc()
         reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_oserror(exc)
+        if isinstance(exc, ConnectionRefusedError):  # certain, unlike a timeout: skip the wait for a probe
+            runtime.connect_refused(target, connector, f"connect to {connector.url} failed: {reason}")
         log.warning(
             "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
             peer,
@@ -445,19 +527,20 @@ async def _proxy(
                 await upstream.aclose()
                 await client.aclose()
             return
-        await relay(client, upstream, counts)
+        await relay(client, upstream, counts, activity=None if conn.ttl_s == math.inf else conn)
     finally:
         active.dec()
         metrics.proxied_bytes.labels(runtime.name, "client_to_target").inc(counts[0])
         metrics.proxied_bytes.labels(runtime.name, "target_to_client").inc(counts[1])
         log.info(
-            "peer=%s router=%s target=%s closed bytes_in=%d bytes_out=%d duration_s=%.3f",
+            "peer=%s router=%s target=%s closed bytes_in=%d bytes_out=%d duration_s=%.3f%s",
             peer,
             runtime.name,
             target.node_id,
             counts[0],
             counts[1],
             trio.current_time() - started,
+            "" if conn.closed_by is None else f" reason={conn.closed_by}",  # closed by the router
         )
 
 

@@ -8,11 +8,13 @@ changes the pool, and counting the connections we route so LEAST_CONNECTIONS see
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING
 
 import trio
 
 from pools import PoolEventKind
+from router.connections import CLOSED_BY_FAILOVER, CLOSED_BY_TARGET_NOT_READY, LiveConnections
 from router.engine import RouteDecision, RouteStatus, RoutingEngine, build_pool
 
 if TYPE_CHECKING:
@@ -21,7 +23,8 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
 
     from keys import ConnectionFacts
-    from pools import PoolEvent
+    from pools import Connector, PoolEvent, Target
+    from router.fastpath import FastPath
     from router.metrics import Metrics
     from router.settings import Config, RouterConfig
 
@@ -34,24 +37,49 @@ CACHE_PURGE_MIN_PERIOD_S = 1.0
 
 
 class LiveConnectionCounts:
-    """Connections this process has routed to each target and not yet closed."""
+    """Connections this process has routed to each target and not yet closed, plus the counts
+    brokers report to the health probe (`probeConnectionCount=true`).
 
-    __slots__ = ("_counts",)
+    With a broker count, a target's count is the broker's (every client it has, ours included)
+    plus how many more connections we hold to it now than when the count was read, so a burst
+    between two probes still spreads; without one it is our own live count.
+    """
+
+    __slots__ = ("_counts", "_lock", "_reported")
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()  # the fast-path thread counts too
+        self._reported: dict[str, tuple[int, int]] = {}
+        """node id -> (the broker's count, our live count when it was read)."""
 
     def connection_count(self, node_id: str) -> int | None:
-        """The live count of a target (0 when none; never unknown: we count them all)."""
-        return self._counts.get(node_id, 0)
+        """The count of a target (0 when none; never unknown: we count ours all)."""
+        live = self._counts.get(node_id, 0)
+        reported = self._reported.get(node_id)
+        if reported is None:
+            return live
+        broker, live_then = reported
+        return max(0, broker + live - live_then)
+
+    def report(self, node_id: str, broker_count: int | None) -> None:
+        """Record the connection count a broker reported to the probe; None forgets the last
+        one (the probe could not read it), leaving our own count."""
+        if broker_count is None:
+            self._reported.pop(node_id, None)
+            return
+        with self._lock:
+            self._reported[node_id] = (broker_count, self._counts.get(node_id, 0))
 
     def opened(self, node_id: str) -> None:
         """Count one more connection routed to a target."""
-        self._counts[node_id] = self._counts.get(node_id, 0) + 1
+        with self._lock:
+            self._counts[node_id] = self._counts.get(node_id, 0) + 1
 
     def closed(self, node_id: str) -> None:
         """Count one connection to a target as closed."""
-        self._counts[node_id] -= 1
+        with self._lock:
+            self._counts[node_id] -= 1
 
 
 class RouterRuntime:
@@ -71,6 +99,13 @@ class RouterRuntime:
         self.pool = pool
         self.metrics = metrics
         self.counts = LiveConnectionCounts()
+        self.fast_path: FastPath | None = None
+        """The epoll relay thread serving some acceptors of this router, if any."""
+        self.lock = threading.Lock()
+        """Held around every use of the engine and the pool: the fast-path thread
+        (router/fastpath.py) decides while this thread probes, discovers and looks up."""
+        self.connections = LiveConnections()
+        """The proxied connections open now, which the TTL checker and pool changes can close."""
         self.engine = RoutingEngine(
             router, pool, local, round_robin_start=round_robin_start, counts=self.counts
         )
@@ -79,6 +114,9 @@ class RouterRuntime:
         # first use so /metrics shows only what happened.
         self._decision_counters: dict[RouteStatus, Counter] = {}
         self._accepted_counters: dict[str, Counter] = {}
+        self._probed = frozenset(
+            t.node_id for t in (() if pool is None else pool.targets) if t.connector is not None
+        )
         if pool is not None:
             metrics.pool_active.labels(self.name).set(0)
             for target in pool.targets:
@@ -91,15 +129,39 @@ class RouterRuntime:
             changed = True
             match event.kind:
                 case PoolEventKind.TARGET_READY:
-                    log.info("router=%s target=%s is ready", self.name, event.node_id)
+                    log.info(
+                        "router=%s target=%s is ready%s",
+                        self.name,
+                        event.node_id,
+                        f" ({event.detail})" if event.detail else "",
+                    )
                     self.metrics.target_ready.labels(self.name, event.node_id).set(1)
                 case PoolEventKind.TARGET_NOT_READY:
                     log.warning(
                         "router=%s target=%s is not ready: %s", self.name, event.node_id, event.detail
                     )
                     self.metrics.target_ready.labels(self.name, event.node_id).set(0)
+                    self._close_connections_to(event.node_id)
                 case PoolEventKind.TARGET_FAILOVER:
                     log.warning("router=%s target=%s failed over: %s", self.name, event.node_id, event.detail)
+                    if event.node_id is not None and event.former is not None:
+                        self._close_connections_to(
+                            event.node_id, address=event.former, reason=CLOSED_BY_FAILOVER
+                        )
+                case PoolEventKind.TARGET_ADDED:
+                    log.info(
+                        "router=%s target=%s joined the pool (%s)", self.name, event.node_id, event.detail
+                    )
+                    self.metrics.target_ready.labels(self.name, event.node_id).set(0)
+                case PoolEventKind.TARGET_REMOVED:
+                    log.warning(
+                        "router=%s target=%s left the pool (it was %s)",
+                        self.name,
+                        event.node_id,
+                        event.detail,
+                    )
+                    self.metrics.target_ready.remove(self.name, event.node_id)
+                    self.metrics.connect_failures.remove(self.name, event.node_id)
                 case PoolEventKind.POOL_ACTIVE:
                     log.info("router=%s pool is active (%s)", self.name, event.detail)
                     self.metrics.pool_active.labels(self.name).set(1)
@@ -110,6 +172,76 @@ class RouterRuntime:
             woken, self._changed = self._changed, trio.Event()
             woken.set()
 
+    def add_target(self, target: Target) -> None:
+        """Add a discovered target to the pool; `serve_health_checks` starts probing it at once.
+
+        Raises:
+            ValueError: the pool already has a target with this node id.
+        """
+        assert self.pool is not None, "only a router with a pool discovers targets"
+        with self.lock:
+            events = self.pool.add_target(target)
+        self.apply_events(events)
+        if target.connector is not None:
+            self._probed = self._probed | {target.node_id}
+
+    def remove_target(self, node_id: str) -> None:
+        """Remove a discovered target from the pool; its probe loop stops and its metrics go.
+
+        Raises:
+            KeyError: no target with this node id.
+        """
+        assert self.pool is not None, "only a router with a pool discovers targets"
+        with self.lock:
+            events = self.pool.remove_target(node_id)
+        self.apply_events(events)
+        self._probed = self._probed - {node_id}
+
+    def connect_refused(self, target: Target, connector: Connector, detail: str) -> None:
+        """A connection to a member of the pool was refused: that member is un-ready at once, as
+        if its probe had failed (the next successful probe makes it ready again), so the clients
+        that follow go to the member that took over instead of waiting for the next check."""
+        pool = self.pool
+        if pool is None or target.connector is None or target.node_id not in self._probed:
+            return
+        try:
+            member = target.connector.members.index(connector)
+        except ValueError:
+            return
+        with self.lock:
+            events = pool.record_check(target.node_id, False, detail, member=member)
+        self.apply_events(events)
+
+    def _close_connections_to(
+        self,
+        node_id: str | None,
+        *,
+        address: tuple[str, int] | None = None,
+        reason: str = CLOSED_BY_TARGET_NOT_READY,
+    ) -> None:
+        """Close the proxied connections to a target that is not ready (or, after a failover, to
+        its member at `address`), so that their clients reconnect through the router (SPEC B, HA
+        awareness); logged once with the count. The fast path closes its own in its thread, where
+        it logs and counts them the same way (`report_router_closes`)."""
+        if node_id is None:
+            return
+        if self.fast_path is not None:
+            self.fast_path.close_target(self, node_id, address, reason)
+        closed = self.connections.close_target(node_id, address=address, reason=reason)
+        self.report_router_closes(node_id, address, reason, closed)
+
+    def report_router_closes(
+        self, node_id: str, address: tuple[str, int] | None, reason: str, closed: int
+    ) -> None:
+        """Count and log (once) the connections the router closed to a target or member."""
+        if not closed:
+            return
+        self.metrics.router_closes.labels(self.name, reason).inc(closed)
+        what = "is not ready" if address is None else f"member {address[0]}:{address[1]} is not active"
+        log.warning(
+            "router=%s target=%s %s: closing its %d proxied connection(s)", self.name, node_id, what, closed
+        )
+
     async def serve_cache_purge(self) -> None:
         """Drop expired cache entries every timeout, so keys never looked up again do not pile up."""
         cache = self.engine.cache
@@ -118,7 +250,8 @@ class RouterRuntime:
         period_s = max(cache.config.timeout_ms / 1000, CACHE_PURGE_MIN_PERIOD_S)
         while True:
             await trio.sleep(period_s)
-            dropped = cache.purge_expired(trio.current_time())
+            with self.lock:
+                dropped = cache.purge_expired(trio.current_time())
             if dropped:
                 log.debug("router=%s dropped %d expired cache entries", self.name, dropped)
 
@@ -150,16 +283,17 @@ class RouterRuntime:
         on (`Metrics.decisions`), which may differ (a local decision without a local connector).
         """
         engine = self.engine
-        key = engine.connection_key(facts)
-        if engine.is_internal(facts):
-            decision = engine.local_decision(key, "internal client id")
-        else:
-            decision = engine.early(key, trio.current_time()) or await self._select(key)
-        return decision
+        with self.lock:
+            key = engine.connection_key(facts)
+            if engine.is_internal(facts):
+                return engine.local_decision(key, "internal client id")
+            decision = engine.early(key, trio.current_time())
+        return decision or await self._select(key)
 
     def lookup(self, key: str) -> RouteDecision:
         """The management lookup (SPEC A7): from step 3, no quorum wait."""
-        decision = self.engine.lookup(key, trio.current_time())
+        with self.lock:
+            decision = self.engine.lookup(key, trio.current_time())
         self.metrics.lookups.labels(self.name, decision.status.value).inc()
         return decision
 
@@ -168,10 +302,12 @@ class RouterRuntime:
         pool_config = self.config.pool
         assert pool is not None, "early() refuses without a pool"
         assert pool_config is not None, "a router with a pool has a pool config"
-        targets = pool.routing_targets()
+        with self.lock:
+            targets = pool.routing_targets()
+            waiting = not targets and pool.ready_count() < pool.quorum_size
         timeout_s = pool_config.quorum_timeout_ms / 1000
-        if not targets and timeout_s > 0 and pool.ready_count() < pool.quorum_size:
+        if waiting and timeout_s > 0:
             with trio.move_on_after(timeout_s):
                 await self.wait_until(lambda: bool(pool.routing_targets()))
-            targets = pool.routing_targets()
-        return self.engine.select(key, targets, trio.current_time())
+        with self.lock:
+            return self.engine.select(key, pool.routing_targets(), trio.current_time())

@@ -2,7 +2,9 @@
 
 Nursery tree of `serve_router`:
 
-    services   health-check loops (one task per target), the admin listener
+    services   health-check loops (one task per target), the admin listener, one connection-TTL
+               checker per router whose acceptors have a TTL (router/connections.py), one
+               ZooKeeper discovery task per router whose pool's members are in ZooKeeper
     handlers   one task per client connection; at shutdown its deadline becomes now + grace
     accepting  one accept loop per acceptor; cancelled first at shutdown
 
@@ -13,7 +15,10 @@ listening sockets, give open connections `grace_s` to finish, cancel what is lef
 from __future__ import annotations
 
 import errno
+import functools
 import logging
+import os
+import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,14 +28,19 @@ from keys import KeyType
 from keys.detect import make_detector
 from keys.users import UserStore
 from router.admin import serve_admin
+from router.connections import serve_connection_ttl_checks
+from router.discovery import serve_discovery
+from router.fastpath import FastPath, eligible
 from router.health import serve_health_checks
 from router.metrics import Metrics
 from router.net import open_listeners
-from router.proxy import AcceptorIO, ConnectionLimits, handle_connection
+from router.proxy import AcceptorIO, ConnectionLimits, handle_connection, resume_connection
 from router.routing import RouterRuntime
 from router.tls import server_context
 
 if TYPE_CHECKING:
+    from keys import Sniffed
+    from router.fastpath import Handoff
     from router.settings import AcceptorConfig, Config
 
 __all__ = ["ServerInfo", "StartupError", "serve_router"]
@@ -80,8 +90,68 @@ async def _accept_loop(
         handlers.start_soon(handle_connection, stream, acceptor, runtime, limits, io)
 
 
-def _acceptor_io(acceptor: AcceptorConfig) -> AcceptorIO:
-    """Detection and TLS of one acceptor.
+_FAST_PATH_JOIN_S = 5.0
+"""How long shutdown waits for the fast-path thread once told to close everything."""
+
+
+def _duplicate(listener: trio.SocketListener) -> socket.socket:
+    """A blocking-mode-agnostic stdlib twin of a trio listening socket, for the fast-path thread
+    (closing the trio one at shutdown then leaves the twin to the thread, which closes it)."""
+    return socket.socket(fileno=os.dup(listener.socket.fileno()))
+
+
+def _handoff(
+    handlers: trio.Nursery,
+    acceptor: AcceptorConfig,
+    runtime: RouterRuntime,
+    limits: ConnectionLimits,
+    io: AcceptorIO,
+) -> Handoff:
+    """How the fast-path thread passes a connection it cannot finish at once to the trio side."""
+    token = trio.lowlevel.current_trio_token()
+
+    def start(sock: socket.socket, peer: str, raw: bytes, sniffed: Sniffed | None, replied: bytes) -> None:
+        # In the trio thread.
+        try:
+            stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+            handlers.start_soon(
+                functools.partial(
+                    resume_connection,
+                    stream,
+                    acceptor,
+                    runtime,
+                    limits,
+                    io,
+                    peer=peer,
+                    raw=raw,
+                    sniffed=sniffed,
+                    replied=replied,
+                )
+            )
+        except RuntimeError:  # shutting down: the handlers nursery is closed
+            sock.close()
+
+    def handoff(sock: socket.socket, peer: str, raw: bytes, sniffed: Sniffed | None, replied: bytes) -> None:
+        # In the fast-path thread.
+        try:
+            token.run_sync_soon(start, sock, peer, raw, sniffed, replied)
+        except trio.RunFinishedError:
+            sock.close()
+
+    return handoff
+
+
+async def _drain_fast_path(fast: FastPath) -> None:
+    """Wait until the fast path's connections end by themselves; at the grace deadline (this task
+    is cancelled) close the rest."""
+    try:
+        await trio.to_thread.run_sync(fast.join, abandon_on_cancel=True)
+    finally:
+        fast.close_all()
+
+
+def _acceptor_io(acceptor: AcceptorConfig, connection_ttl_ms: int) -> AcceptorIO:
+    """Detection, TLS and the connection TTL in force on one acceptor.
 
     Raises:
         StartupError: its key or trust store cannot be loaded.
@@ -98,6 +168,7 @@ def _acceptor_io(acceptor: AcceptorConfig) -> AcceptorIO:
         detect_inner=make_detector(acceptor.protocols, tls=False),
         tls=tls,
         users=users,
+        connection_ttl_ms=connection_ttl_ms,
     )
 
 
@@ -114,6 +185,14 @@ def _warn_unsupported(config: Config) -> None:
                 "router=%s key-type=ROLE_NAME: no acceptor of it has usersFile/rolesFile, so only "
                 "client-certificate users have roles; every other connection's key is NULL",
                 router.name,
+            )
+        group = config.pool_discovery_group(router)
+        if group is not None and group.zookeeper is None:
+            log.warning(
+                "router=%s discovery group %r has no <zookeeper>: the router finds no members "
+                "through broadcast or JGroups, so its pool stays empty",
+                router.name,
+                group.name,
             )
 
 
@@ -144,7 +223,10 @@ async def serve_router(
     shutdown = shutdown if shutdown is not None else trio.Event()
     limits = limits if limits is not None else ConnectionLimits()
     _warn_unsupported(config)
-    ios = {a.name: _acceptor_io(a) for a in config.acceptors}  # before any listener: fail early
+    ttl = config.connection_ttl
+    # Before any listener: fail early.
+    ios = {a.name: _acceptor_io(a, ttl.ttl_ms(a)) for a in config.acceptors}
+    with_ttl = {a.router for a in config.acceptors if ttl.ttl_ms(a) > 0}
     metrics = Metrics()
     runtimes = {
         r.name: RouterRuntime(config, r, metrics, round_robin_start=round_robin_start) for r in config.routers
@@ -153,10 +235,20 @@ async def serve_router(
         for runtime in runtimes.values():
             await services.start(serve_health_checks, runtime)
             services.start_soon(runtime.serve_cache_purge)
+            group = config.pool_discovery_group(runtime.config)
+            if group is not None and group.zookeeper is not None:
+                await services.start(serve_discovery, runtime, group.zookeeper)
+            if runtime.name in with_ttl:
+                services.start_soon(serve_connection_ttl_checks, runtime, ttl.check_interval_ms / 1000)
         admin_bound = None
         if admin is not None:
             admin_bound = await services.start(serve_admin, admin[0], admin[1], runtimes, metrics)
         bound: dict[str, tuple[str, int]] = {}
+        fast = FastPath(
+            trio.lowlevel.current_clock().current_time,
+            trio.lowlevel.current_trio_token().run_sync_soon,
+            limits.connect_timeout_s,
+        )
         listeners: list[tuple[AcceptorConfig, trio.SocketListener]] = []
         try:
             for acceptor in config.acceptors:
@@ -175,27 +267,41 @@ async def serve_router(
                     )
             async with trio.open_nursery() as handlers:
                 async with trio.open_nursery() as accepting:
+                    fast_acceptors = set()
                     for acceptor, listener in listeners:
-                        accepting.start_soon(
-                            _accept_loop,
-                            listener,
-                            acceptor,
-                            runtimes[acceptor.router],
-                            limits,
-                            handlers,
-                            ios[acceptor.name],
+                        runtime, io = runtimes[acceptor.router], ios[acceptor.name]
+                        if eligible(acceptor, runtime, io.connection_ttl_ms):
+                            fast_acceptors.add(acceptor.name)
+                            handoff = _handoff(handlers, acceptor, runtime, limits, io)
+                            fast.add_listener(_duplicate(listener), acceptor, runtime, handoff, io.detect)
+                            runtime.fast_path = fast
+                        else:
+                            accepting.start_soon(
+                                _accept_loop, listener, acceptor, runtime, limits, handlers, io
+                            )
+                    if fast_acceptors:
+                        log.info(
+                            "fast path (epoll relay thread) serves acceptor(s) %s",
+                            ", ".join(sorted(fast_acceptors)),
                         )
+                        fast.start()
                     log.info("ready: %d acceptor(s) listening", len(bound))
                     task_status.started(ServerInfo(acceptors=bound, admin=admin_bound, runtimes=runtimes))
                     await shutdown.wait()
                     log.info("shutting down: no new connections; open ones get %g s", grace_s)
                     accepting.cancel_scope.cancel(reason="shutdown")
+                    fast.stop_accepting()
                 for _, listener in listeners:
                     await listener.aclose()
+                if fast_acceptors:
+                    handlers.start_soon(_drain_fast_path, fast)
                 handlers.cancel_scope.deadline = trio.current_time() + grace_s
         finally:
+            fast.close_all()
             for _, listener in listeners:
                 with trio.CancelScope(shield=True):  # release the ports even when cancelled
                     await listener.aclose()
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(fast.join, _FAST_PATH_JOIN_S)
         services.cancel_scope.cancel(reason="shutdown complete")
     log.info("stopped")

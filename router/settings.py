@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from keys import KeyType
+from pools.members import check_znode_path, parse_ensemble
 
 if TYPE_CHECKING:
     from cache import CacheConfig
@@ -25,9 +26,11 @@ __all__ = [
     "AcceptorMode",
     "ClusterConnectionConfig",
     "Config",
+    "ConnectionTtlConfig",
     "DiscoveryGroupConfig",
     "RouterConfig",
     "TlsConfig",
+    "ZooKeeperConfig",
     "compile_filter",
 ]
 
@@ -111,6 +114,10 @@ class AcceptorConfig:
     require_authentication: bool = False
     """Refuse clients whose credentials the store does not accept (our `requireAuthentication`);
     a ROLE_NAME router authenticates whenever a store is configured."""
+    connection_ttl_ms: int = -1
+    """Close a proxied connection after this long without bytes from its client (Artemis
+    `connectionTtl`, also spelt `connectionTTL`); -1 = no TTL. `<connection-ttl-override>`
+    replaces it (`ConnectionTtlConfig.ttl_ms`)."""
     params: tuple[tuple[str, str], ...] = field(default=())
     """All URL parameters in order, including the ones above."""
 
@@ -127,19 +134,65 @@ class AcceptorConfig:
             raise ValueError("usersFile and rolesFile go together (artemis-users/roles.properties)")
         if self.require_authentication and self.users_file is None:
             raise ValueError("requireAuthentication=true needs usersFile and rolesFile")
+        if self.connection_ttl_ms != -1 and self.connection_ttl_ms <= 0:
+            raise ValueError(f"connectionTtl must be -1 (off) or > 0, got {self.connection_ttl_ms!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionTtlConfig:
+    """The server-wide connection-TTL settings, direct children of `<core>` as in Artemis:
+    `<connection-ttl-override>` and `<connection-ttl-check-interval>` (seed 002)."""
+
+    override_ms: int = -1
+    """A TTL for the proxied connections of every acceptor, replacing their own `connectionTtl`;
+    -1 (Artemis's default) = no override."""
+    check_interval_ms: int = 2000
+    """How often proxied connections are checked against their TTL (Artemis's default)."""
+
+    def __post_init__(self) -> None:
+        if self.override_ms != -1 and self.override_ms <= 0:
+            raise ValueError(f"connection-ttl-override must be -1 (off) or > 0, got {self.override_ms!r}")
+        if self.check_interval_ms <= 0:
+            raise ValueError(f"connection-ttl-check-interval must be > 0, got {self.check_interval_ms!r}")
+
+    def ttl_ms(self, acceptor: AcceptorConfig) -> int:
+        """The TTL in force on an acceptor's connections: the override, else the acceptor's own
+        `connectionTtl`; -1 = none."""
+        return acceptor.connection_ttl_ms if self.override_ms == -1 else self.override_ms
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ZooKeeperConfig:
+    """Our extension `<zookeeper connect="host:port,…" path="/…" session-timeout="ms"/>` inside a
+    `<discovery-group>`: the group's members are the ephemeral znodes under `path`."""
+
+    connect: str
+    """The ensemble, `host:port[,host:port…]` (no chroot suffix)."""
+    path: str
+    """The znode whose children are the members (`pools.members` describes their data)."""
+    session_timeout_ms: int = 10_000
+    """The session timeout the router asks for; the server clamps it to 2-20 times its tickTime."""
+
+    def __post_init__(self) -> None:
+        parse_ensemble(self.connect)
+        check_znode_path(self.path)
+        if self.session_timeout_ms <= 0:
+            raise ValueError(f"session-timeout must be > 0, got {self.session_timeout_ms!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DiscoveryGroupConfig:
     """`<discovery-group name="…">`: kept by name so pools can refer to it.
 
-    Members are found by the discovery mechanisms of later releases (ZooKeeper); until then a
-    discovery pool starts empty.
+    With a `<zookeeper>` child its members come from ZooKeeper (`router/discovery.py`); a group
+    with only Artemis's broadcast or JGroups settings finds nothing, so its pools stay empty.
     """
 
     name: str
     refresh_timeout_ms: int = 10000
     """Artemis `refresh-timeout`, kept for compatibility."""
+    zookeeper: ZooKeeperConfig | None = None
+    """Where the members are registered, when they are registered in ZooKeeper."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,6 +242,8 @@ class Config:
     routers: tuple[RouterConfig, ...] = ()
     discovery_groups: tuple[DiscoveryGroupConfig, ...] = ()
     cluster_connections: tuple[ClusterConnectionConfig, ...] = ()
+    connection_ttl: ConnectionTtlConfig = field(default_factory=ConnectionTtlConfig)
+    """`<connection-ttl-override>` and `<connection-ttl-check-interval>`."""
 
     def connector(self, name: str) -> Connector:
         """The connector with this name.
@@ -222,3 +277,25 @@ class Config:
             if cluster.name == name:
                 return cluster
         raise KeyError(name)
+
+    def discovery_group(self, name: str) -> DiscoveryGroupConfig:
+        """The discovery group with this name.
+
+        Raises:
+            KeyError: no such discovery group.
+        """
+        for group in self.discovery_groups:
+            if group.name == name:
+                return group
+        raise KeyError(name)
+
+    def pool_discovery_group(self, router: RouterConfig) -> DiscoveryGroupConfig | None:
+        """The discovery group a router's pool takes its members from: its `discovery-group-ref`,
+        or the one of its cluster connection; None for static pools and routers without a pool."""
+        pool = router.pool
+        if pool is None:
+            return None
+        name = pool.discovery_group
+        if pool.cluster_connection is not None:
+            name = self.cluster_connection(pool.cluster_connection).discovery_group
+        return None if name is None else self.discovery_group(name)

@@ -277,7 +277,15 @@ class TestHaPairMembers:
     def test_pair_is_ready_with_either_member_and_primary_active(self):
         pool = self.pool()
         events = pool.record_check("pair", True, member=0)
-        assert events == [ready("r", "pair"), active("r", "1/1 ready")]
+        assert events == [
+            PoolEvent(
+                kind=PoolEventKind.TARGET_READY,
+                pool="r",
+                node_id="pair",
+                detail="active member tcp://10.0.0.1:1",
+            ),
+            active("r", "1/1 ready"),
+        ]
         assert pool.active_member("pair") == 0
         assert pool.record_check("pair", False, "closed", member=1) == []
         assert pool.member_states("pair") == (TargetState.READY, TargetState.NOT_READY)
@@ -295,6 +303,7 @@ class TestHaPairMembers:
                 kind=PoolEventKind.TARGET_FAILOVER,
                 pool="r",
                 node_id="pair",
+                former=("10.0.0.1", 1),
                 detail="tcp://10.0.0.2:2 is active, tcp://10.0.0.1:1 is not: refused",
             )
         ]
@@ -336,3 +345,64 @@ class TestHaPairMembers:
     def test_member_index_out_of_range_is_an_index_error(self):
         with pytest.raises(IndexError):
             self.pool().record_check("pair", True, member=2)
+
+
+class TestPoolMembership:
+    """Discovered targets join and leave a running pool."""
+
+    def test_add_target_reports_target_added(self):
+        pool = Pool("r", 1)
+        events = pool.add_target(A)
+        assert events == [
+            PoolEvent(kind=PoolEventKind.TARGET_ADDED, pool="r", node_id="a", detail="tcp://10.0.0.1:61616")
+        ]
+        assert pool.state("a") is TargetState.UNKNOWN
+        assert pool.target("a") is A
+
+    def test_remove_target_of_unready_keeps_pool_state(self):
+        pool = Pool("r", 1, [A, B])
+        pool.record_check("a", True)
+        events = pool.remove_target("b")
+        assert events == [
+            PoolEvent(kind=PoolEventKind.TARGET_REMOVED, pool="r", node_id="b", detail="unknown")
+        ]
+        assert pool.targets == (A,)
+        assert is_active(pool)
+
+    def test_remove_ready_target_below_quorum_makes_pool_inactive(self):
+        pool = Pool("r", 2, [A, B, C])
+        pool.record_check("a", True)
+        pool.record_check("b", True)
+        events = pool.remove_target("a")
+        assert events == [
+            PoolEvent(kind=PoolEventKind.TARGET_REMOVED, pool="r", node_id="a", detail="ready"),
+            inactive("r", "1/2 ready"),
+        ]
+        assert pool.routing_targets() == []
+        assert pool.ready_target("a") is None
+        assert pool.target("a") is None
+
+    def test_remove_target_forgets_its_state(self):
+        """Scenario: a target that left and joins again starts UNKNOWN, at the end of pool order."""
+        pool = Pool("r", 1, [A, B])
+        pool.record_check("a", True)
+        pool.remove_target("a")
+        with pytest.raises(KeyError):
+            pool.state("a")
+        with pytest.raises(KeyError):
+            pool.record_check("a", True)
+        pool.add_target(A)
+        assert pool.targets == (B, A)
+        assert pool.state("a") is TargetState.UNKNOWN
+        assert pool.member_states("a") == (TargetState.UNKNOWN,)
+
+    def test_remove_unknown_target_is_a_key_error(self):
+        with pytest.raises(KeyError):
+            Pool("r", 1, [A]).remove_target("zz")
+
+    def test_remove_last_ready_target_then_new_one_reactivates(self):
+        pool = Pool("r", 1, [A])
+        pool.record_check("a", True)
+        assert pool.remove_target("a")[-1] == inactive("r", "0/1 ready")
+        pool.add_target(B)
+        assert pool.record_check("b", True) == [ready("r", "b"), active("r", "1/1 ready")]

@@ -192,3 +192,31 @@ class TestHaPairConnector:
     def test_bad_pair_urls_are_value_errors_naming_the_rule(self, url, reason):
         with pytest.raises(ValueError, match=reason):
             Connector.from_url("c", url)
+
+
+class TestProbeParameters:
+    @pytest.mark.parametrize("kind", ["tcp", "mqtt", "stomp", "amqp", "openwire"])
+    def test_probe_kinds_accepted(self, kind):
+        assert Connector.from_url("c", f"tcp://h:1?probe={kind}").probe == kind
+
+    def test_unknown_probe_kind(self):
+        with pytest.raises(
+            ValueError, match="probe must be one of tcp, mqtt, stomp, amqp, openwire, got 'core'"
+        ):
+            Connector.from_url("c", "tcp://h:1?probe=core")
+
+    @pytest.mark.parametrize(("value", "expected"), [("true", True), ("TRUE", True), ("false", False)])
+    def test_probe_connection_count_flag(self, value, expected):
+        c = Connector.from_url("c", f"tcp://h:1?probe=mqtt;probeConnectionCount={value}")
+        assert c.probe_connection_count is expected
+
+    def test_probe_connection_count_default_off(self):
+        assert Connector.from_url("c", "tcp://h:1?probe=mqtt").probe_connection_count is False
+
+    def test_probe_connection_count_bad_value(self):
+        with pytest.raises(ValueError, match="probeConnectionCount must be true or false, got 'yes'"):
+            Connector.from_url("c", "tcp://h:1?probe=mqtt;probeConnectionCount=yes")
+
+    def test_probe_connection_count_needs_the_mqtt_probe(self):
+        with pytest.raises(ValueError, match="probeConnectionCount=true needs probe=mqtt, got probe='tcp'"):
+            Connector.from_url("c", "tcp://h:1?probeConnectionCount=true")

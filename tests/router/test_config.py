@@ -16,7 +16,7 @@ from keys import KeyType
 from policies import PolicyConfig
 from pools import PoolKind
 from router.config import SECTIONS, ConfigError, load_config, load_config_text
-from router.settings import AcceptorMode, Config
+from router.settings import AcceptorMode, Config, ZooKeeperConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -684,6 +684,90 @@ def test_load_config_rejects_duplicate_discovery_group_names(tmp_path):
         f"duplicate discovery-group name 'd', first defined at line {line_of(text, '<discovery-group name')}"
     )
     assert_error(tmp_path, text, '<discovery-group name="d"/>', "discovery-group", reason, occurrence=2)
+
+
+def test_load_config_reads_zookeeper_discovery_groups(tmp_path):
+    text = document(
+        """\
+        <connectors><connector name="c1">tcp://127.0.0.1:61617</connector></connectors>
+        <discovery-groups>
+           <discovery-group name="zk">
+              <zookeeper connect="10.0.0.1:2181,10.0.0.2:2181" path="/connection-router/fleet"
+                         session-timeout="4000"/>
+              <refresh-timeout>2500</refresh-timeout>
+           </discovery-group>
+           <discovery-group name="plain"><zookeeper connect="zk:2181" path="/p"/></discovery-group>
+        </discovery-groups>
+        <cluster-connections><cluster-connection name="c-zk">
+           <discovery-group-ref discovery-group-name="zk"/></cluster-connection></cluster-connections>
+        <connection-routers>
+           <connection-router name="by-group"><policy name="FIRST_ELEMENT"/>
+              <pool><discovery-group-ref discovery-group-name="zk"/></pool></connection-router>
+           <connection-router name="by-cluster"><policy name="FIRST_ELEMENT"/>
+              <pool><cluster-connection>c-zk</cluster-connection></pool></connection-router>
+           <connection-router name="static"><policy name="FIRST_ELEMENT"/>
+              <pool><static-connectors><connector-ref>c1</connector-ref></static-connectors></pool>
+           </connection-router>
+        </connection-routers>
+        """
+    )
+    config = load(tmp_path, text)
+    zk, plain = config.discovery_groups
+    assert zk.zookeeper == ZooKeeperConfig(
+        connect="10.0.0.1:2181,10.0.0.2:2181", path="/connection-router/fleet", session_timeout_ms=4000
+    )
+    assert zk.refresh_timeout_ms == 2500
+    assert plain.zookeeper == ZooKeeperConfig(connect="zk:2181", path="/p", session_timeout_ms=10_000)
+    assert config.pool_discovery_group(config.router("by-group")) == zk
+    assert config.pool_discovery_group(config.router("by-cluster")) == zk
+    assert config.pool_discovery_group(config.router("static")) is None
+
+
+@pytest.mark.parametrize(
+    ("zookeeper", "reason"),
+    [
+        ('<zookeeper path="/x"/>', "missing required attribute 'connect'"),
+        ('<zookeeper connect="h:1"/>', "missing required attribute 'path'"),
+        ('<zookeeper connect=" " path="/x"/>', "attribute 'connect' must not be empty, got ''"),
+        (
+            '<zookeeper connect="h:1" path="/x" session-timeout="0"/>',
+            "attribute 'session-timeout' must be > 0, got '0'",
+        ),
+        (
+            '<zookeeper connect="h:1" path="/x" session-timeout="2s"/>',
+            "attribute 'session-timeout' must be an integer > 0, got '2s'",
+        ),
+        ('<zookeeper connect="h" path="/x"/>', "connect string must be host:port[,host:port…], got 'h'"),
+        (
+            '<zookeeper connect="h:1/chroot" path="/x"/>',
+            "connect string 'h:1/chroot': no chroot suffix here, give the path separately",
+        ),
+        (
+            '<zookeeper connect="h:1" path="fleet"/>',
+            "path must be an absolute znode path below /, got 'fleet'",
+        ),
+        (
+            '<zookeeper connect="h:1" path="/fleet/"/>',
+            "path must not have empty, '.' or '..' segments or control characters, got '/fleet/'",
+        ),
+        ('<zookeeper connect="h:1" path="/x" chroot="/y"/>', "attribute 'chroot' is not allowed"),
+        ('<zookeeper connect="h:1" path="/x">text</zookeeper>', "must be empty"),
+    ],
+)
+def test_load_config_rejects_bad_zookeeper_elements(tmp_path, zookeeper, reason):
+    group = f'<discovery-group name="dg">\n{zookeeper}\n</discovery-group>'
+    text = document(f"<discovery-groups>\n{group}</discovery-groups>\n")
+    assert_error(tmp_path, text, "<zookeeper", "zookeeper", reason)
+
+
+def test_load_config_rejects_two_different_zookeeper_elements(tmp_path):
+    text = document(
+        '<discovery-groups>\n<discovery-group name="dg">\n<zookeeper connect="h:1" path="/a"/>\n'
+        '<zookeeper connect="h:1" path="/b"/>\n</discovery-group></discovery-groups>\n'
+    )
+    first, second = line_of(text, "<zookeeper"), line_of(text, "<zookeeper", 2)
+    reason = f"given twice in <discovery-group name='dg'> with different content (lines {first} and {second})"
+    assert_error(tmp_path, text, "<zookeeper", "zookeeper", reason, occurrence=2)
 
 
 def test_load_config_reads_cluster_connections_and_ignores_their_tuning(tmp_path):
@@ -1395,4 +1479,141 @@ def test_load_config_connector_probe_kind() -> None:
     assert connector.param_map["probe"] == "mqtt"
     with pytest.raises(ConfigError) as info:
         load_config_text(doc.replace("probe=mqtt", "probe=ping"), source="p.xml")
-    assert str(info.value) == "p.xml:1: <connector>: probe must be one of tcp, mqtt, stomp, got 'ping'"
+    expected = "p.xml:1: <connector>: probe must be one of tcp, mqtt, stomp, amqp, openwire, got 'ping'"
+    assert str(info.value) == expected
+
+
+# -- connection TTL: acceptor connectionTtl, <core> connection-ttl-override and -check-interval --
+
+
+@pytest.mark.parametrize(
+    ("params", "ttl_ms"),
+    [
+        pytest.param("mode=proxy", -1, id="default-none"),
+        pytest.param("connectionTtl=1500", 1500, id="artemis-acceptor-spelling"),
+        pytest.param("connectionTTL=60000", 60000, id="artemis-client-url-spelling"),
+        pytest.param("connectionTtl=1500;connectionTTL= 1500", 1500, id="both-agreeing"),
+        pytest.param("connectionTtl=-1", -1, id="off"),
+    ],
+)
+def test_load_config_acceptor_connection_ttl(params: str, ttl_ms: int) -> None:
+    (acceptor,) = load_config_text(_acceptor_doc(params)).acceptors
+    assert acceptor.connection_ttl_ms == ttl_ms
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ("connectionTtl=0", "connectionTtl must be -1 (off) or an integer > 0 (ms), got '0'"),
+        ("connectionTtl=-5", "connectionTtl must be -1 (off) or an integer > 0 (ms), got '-5'"),
+        ("connectionTTL=1m", "connectionTTL must be -1 (off) or an integer > 0 (ms), got '1m'"),
+        (
+            "connectionTtl=99999999999999999999",
+            "connectionTtl must be -1 (off) or an integer > 0 (ms), got '99999999999999999999'",
+        ),
+        (
+            "connectionTtl=1500;connectionTTL=2000",
+            "connectionTtl '1500' and connectionTTL '2000' disagree: give one",
+        ),
+    ],
+)
+def test_load_config_rejects_bad_acceptor_connection_ttl(params: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_text(_acceptor_doc(params), source="a.xml")
+    assert str(info.value) == f"a.xml:2: <acceptor>: {reason}"
+
+
+def _ttl_doc(core: str, params: str = "connectionTtl=1500") -> str:
+    return f"""<configuration>
+<core>
+  <journal-type>NIO</journal-type>
+{core}
+  <acceptors><acceptor name="a">tcp://127.0.0.1:61616?router=r;{params}</acceptor></acceptors>
+  <connection-routers><connection-router name="r"/></connection-routers>
+</core>
+</configuration>"""
+
+
+def test_load_config_connection_ttl_defaults_are_artemis_defaults() -> None:
+    config = load_config_text(_ttl_doc(""))
+    assert (config.connection_ttl.override_ms, config.connection_ttl.check_interval_ms) == (-1, 2000)
+    assert config.connection_ttl.ttl_ms(config.acceptors[0]) == 1500
+
+
+def test_load_config_reads_connection_ttl_override_and_check_interval() -> None:
+    """Scenario: Artemis's two <core> elements, namespaced as in a real broker.xml; the override
+    replaces every acceptor's own TTL, and applies to acceptors without one."""
+    core = (
+        '<connection-ttl-override xmlns="urn:activemq:core"> 30000 </connection-ttl-override>\n'
+        "<connection-ttl-check-interval>500</connection-ttl-check-interval>"
+    )
+    config = load_config_text(_ttl_doc(core))
+    assert (config.connection_ttl.override_ms, config.connection_ttl.check_interval_ms) == (30000, 500)
+    assert config.acceptors[0].connection_ttl_ms == 1500  # the acceptor's own value is kept…
+    assert config.connection_ttl.ttl_ms(config.acceptors[0]) == 30000  # …and overridden
+    config = load_config_text(_ttl_doc(core, params="mode=proxy"))
+    assert config.connection_ttl.ttl_ms(config.acceptors[0]) == 30000
+
+
+def test_load_config_connection_ttl_override_minus_one_is_off() -> None:
+    config = load_config_text(_ttl_doc("<connection-ttl-override>-1</connection-ttl-override>"))
+    assert config.connection_ttl.ttl_ms(config.acceptors[0]) == 1500
+
+
+@pytest.mark.parametrize(
+    ("core", "element", "reason"),
+    [
+        (
+            "<connection-ttl-override>0</connection-ttl-override>",
+            "connection-ttl-override",
+            "must be -1 (off) or an integer > 0, got '0'",
+        ),
+        (
+            "<connection-ttl-override>-2</connection-ttl-override>",
+            "connection-ttl-override",
+            "must be -1 (off) or an integer > 0, got '-2'",
+        ),
+        (
+            "<connection-ttl-override>1 min</connection-ttl-override>",
+            "connection-ttl-override",
+            "must be -1 (off) or an integer > 0, got '1 min'",
+        ),
+        (
+            "<connection-ttl-override>99999999999999999999</connection-ttl-override>",
+            "connection-ttl-override",
+            "must be at most 9223372036854775807, got '99999999999999999999'",
+        ),
+        (
+            "<connection-ttl-override><value>1</value></connection-ttl-override>",
+            "connection-ttl-override",
+            "must hold text only, not child elements",
+        ),
+        (
+            "<connection-ttl-check-interval>0</connection-ttl-check-interval>",
+            "connection-ttl-check-interval",
+            "must be > 0, got '0'",
+        ),
+        (
+            "<connection-ttl-check-interval>2s</connection-ttl-check-interval>",
+            "connection-ttl-check-interval",
+            "must be an integer > 0, got '2s'",
+        ),
+    ],
+)
+def test_load_config_rejects_bad_connection_ttl_elements(core: str, element: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_text(_ttl_doc(core), source="b.xml")
+    assert str(info.value) == f"b.xml:4: <{element}>: {reason}"
+
+
+def test_load_config_rejects_differing_repeats_of_connection_ttl_elements() -> None:
+    core = (
+        "<connection-ttl-check-interval>500</connection-ttl-check-interval>\n"
+        "<connection-ttl-check-interval>600</connection-ttl-check-interval>"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config_text(_ttl_doc(core), source="b.xml")
+    assert str(info.value) == (
+        "b.xml:5: <connection-ttl-check-interval>: given twice in <core> with different content "
+        "(lines 4 and 5)"
+    )

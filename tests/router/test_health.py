@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from policies import PolicyConfig
-from pools import Connector, PoolConfig, PoolKind, TargetState
+from pools import Connector, PoolConfig, PoolKind, Target, TargetState
 from router.health import (
     PROBE_TIMEOUT_CAP_S,
     check_mqtt,
@@ -224,3 +224,108 @@ async def test_check_stomp_connected_is_ready_error_is_not(nursery: trio.Nursery
         False,
         f"stomp ERROR from tcp://127.0.0.1:{bad_port}: User name [x] or password is invalid.",
     )
+
+
+# -- targets that join and leave the pool at run time (discovery) --
+
+
+def _discovery_runtime(check_period_ms: int) -> RouterRuntime:
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="FIRST_ELEMENT"),
+        pool=PoolConfig(kind=PoolKind.DISCOVERY, discovery_group="zk", check_period_ms=check_period_ms),
+    )
+    return RouterRuntime(Config(source="t.xml", routers=(router,)), router, Metrics())
+
+
+def _discovered(node_id: str, port: int = 21001) -> Target:
+    return Target(node_id=node_id, connector=Connector(name=node_id, host="127.0.0.1", port=port))
+
+
+class TestServeHealthChecksMembership:
+    async def test_added_target_is_probed_at_once_then_every_period(
+        self, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+    ) -> None:
+        runtime = _discovery_runtime(check_period_ms=1000)
+        probes: list[tuple[str, float]] = []
+
+        async def check(connector: Connector) -> tuple[bool, str]:
+            probes.append((connector.name, trio.current_time()))
+            return True, ""
+
+        await nursery.start(
+            lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
+        )
+        await trio.sleep(0.5)
+        runtime.add_target(_discovered("b1"))
+        await runtime.wait_until(lambda: runtime.pool is not None and runtime.pool.ready_count() == 1)
+        await trio.sleep(2.1)
+        assert probes == [("b1", 0.5), ("b1", 1.5), ("b1", 2.5)]
+
+    async def test_removed_target_is_no_longer_probed(
+        self, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+    ) -> None:
+        runtime = _discovery_runtime(check_period_ms=1000)
+        probes: list[str] = []
+
+        async def check(connector: Connector) -> tuple[bool, str]:
+            probes.append(connector.name)
+            return True, ""
+
+        runtime.add_target(_discovered("b1"))
+        runtime.add_target(_discovered("b2"))
+        await nursery.start(
+            lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
+        )
+        await trio.sleep(0.5)
+        runtime.remove_target("b1")
+        await trio.sleep(2)
+        assert sorted(probes) == ["b1", "b2", "b2", "b2"]  # b1 once, at 0 s; b2 at 0, 1 and 2 s
+
+    @pytest.mark.parametrize("outcome", ["answer", "timeout"])
+    async def test_target_removed_while_its_probe_runs_records_nothing(
+        self, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery, outcome: str
+    ) -> None:
+        """Scenario: the target leaves the pool in the same instant its probe answers (or times
+        out): the result is dropped, nothing raises, the pool no longer knows the target."""
+        runtime = _discovery_runtime(check_period_ms=10_000)
+        pool = runtime.pool
+        assert pool is not None
+        runtime.add_target(_discovered("b1"))
+        finish = PROBE_TIMEOUT_CAP_S if outcome == "timeout" else 1.0
+
+        async def check(connector: Connector) -> tuple[bool, str]:
+            await trio.sleep(finish if outcome == "answer" else PROBE_TIMEOUT_CAP_S + 1)
+            return True, ""
+
+        async def remove_at(when: float) -> None:
+            await trio.sleep_until(when)
+            runtime.remove_target("b1")
+
+        nursery.start_soon(remove_at, trio.current_time() + finish)  # scheduled before the probe
+        await nursery.start(
+            lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
+        )
+        await trio.sleep(finish + 1)
+        assert pool.targets == ()
+        assert pool.ready_count() == 0
+
+    async def test_target_replaced_under_its_node_id_is_probed_at_once(
+        self, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+    ) -> None:
+        runtime = _discovery_runtime(check_period_ms=1000)
+        probes: list[tuple[int, float]] = []
+
+        async def check(connector: Connector) -> tuple[bool, str]:
+            probes.append((connector.port, trio.current_time()))
+            return True, ""
+
+        runtime.add_target(_discovered("b1", 21001))
+        await nursery.start(
+            lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
+        )
+        await trio.sleep(0.5)
+        runtime.remove_target("b1")
+        runtime.add_target(_discovered("b1", 21002))
+        await trio.sleep(1.1)
+        assert probes == [(21001, 0.0), (21002, 0.5), (21002, 1.5)]

@@ -1,12 +1,18 @@
-"""relay(): half-close in each direction, reset propagation, byte counts, over real socket pairs."""
+"""relay(): half-close in each direction, reset propagation, byte counts, over real socket pairs;
+the connection-TTL stamps on memory streams with trio's virtual clock."""
 
 from __future__ import annotations
 
+import functools
+import math
 import socket
 import struct
 
 import trio
+import trio.testing
 
+from keys.mqtt import encode_connect
+from router.connections import CLOSED_BY_TTL, ProxiedConnection
 from router.proxy import relay
 
 
@@ -80,3 +86,64 @@ async def test_relay_reset_by_broker_closes_client() -> None:
             assert await _read_all(client) == b""
     await client.aclose()
     await listener.aclose()
+
+
+async def test_relay_stamps_client_reads_and_ends_when_its_scope_is_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Scenario: a connection under a TTL; reads from the client (not from the broker) stamp
+    `last_read_at`; cancelling its scope (as the TTL checker does) closes both sides."""
+    client, router_client_side = trio.testing.memory_stream_pair()
+    router_upstream_side, broker = trio.testing.memory_stream_pair()
+    start = trio.current_time()
+    conn = _ttl_connection(start)
+    counts = [0, 0]
+
+    async def proxied() -> None:
+        with conn.cancel_scope:
+            await relay(router_client_side, router_upstream_side, counts, activity=conn)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(proxied)
+        await trio.sleep(1)
+        await client.send_all(b"hello")
+        assert await broker.receive_some() == b"hello"
+        await trio.sleep(1)
+        await broker.send_all(b"answer")
+        assert await client.receive_some() == b"answer"
+        assert conn.last_read_at == start + 1  # the broker's bytes do not count
+        assert conn.ttl_s == 1.5  # "hello" is not an MQTT CONNECT: the TTL stays
+        conn.close(CLOSED_BY_TTL)
+        assert await client.receive_some() == b""
+        assert await broker.receive_some() == b""
+    assert counts == [5, 6]
+
+
+async def test_relay_exempts_an_unsniffed_mqtt_client_by_its_first_bytes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, router_client_side = trio.testing.memory_stream_pair()
+    router_upstream_side, broker = trio.testing.memory_stream_pair()
+    conn = _ttl_connection(trio.current_time())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            functools.partial(relay, activity=conn), router_client_side, router_upstream_side, [0, 0]
+        )
+        connect = encode_connect("sensor-1", keepalive_s=1)
+        await client.send_all(connect)
+        assert await broker.receive_some() == connect
+        assert (conn.ttl_s, conn.peek_first_bytes) == (math.inf, False)
+        await client.aclose()
+        await broker.aclose()
+
+
+def _ttl_connection(now: float) -> ProxiedConnection:
+    return ProxiedConnection(
+        peer="127.0.0.2:5000",
+        acceptor="a",
+        node_id="b1",
+        address=("127.0.0.1", 1883),
+        ttl_ms=1500,
+        sniffed=None,
+        now=now,
+    )

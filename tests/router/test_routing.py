@@ -1,12 +1,17 @@
-"""RouterRuntime: the quorum wait (SPEC A1 step 7) on trio's virtual clock, and live counts."""
+"""RouterRuntime: the quorum wait (SPEC A1 step 7) on trio's virtual clock, live counts, and closing the
+proxied connections of a target that is not ready."""
 
 from __future__ import annotations
 
+import logging
+
 import trio
+import trio.testing
 
 from keys import ConnectionFacts
 from policies import PolicyConfig
-from pools import Connector, PoolConfig, PoolKind
+from pools import Connector, PoolConfig, PoolKind, Target
+from router.connections import ProxiedConnection
 from router.engine import RouteStatus
 from router.metrics import Metrics
 from router.routing import LiveConnectionCounts, RouterRuntime
@@ -136,6 +141,31 @@ def test_live_connection_counts_open_and_close() -> None:
     assert counts.connection_count("x") == 1
 
 
+def test_live_connection_counts_broker_report_plus_our_changes_since() -> None:
+    """Scenario: a broker reports 40 clients (ours included); connections we open or close
+    afterwards move the count until the next report; a failed read falls back to ours."""
+    counts = LiveConnectionCounts()
+    counts.opened("x")
+    counts.report("x", 40)
+    assert counts.connection_count("x") == 40
+    counts.opened("x")
+    counts.opened("x")
+    assert counts.connection_count("x") == 42  # a burst between two probes still spreads
+    for _ in range(3):
+        counts.closed("x")
+    assert counts.connection_count("x") == 39
+    for _ in range(3):
+        counts.opened("x")
+    counts.report("x", 1)  # the broker saw fewer than we hold (handshakes in flight)
+    for _ in range(3):
+        counts.closed("x")
+    assert counts.connection_count("x") == 0  # never negative
+    counts.opened("x")
+    counts.report("x", None)  # the probe could not read it: our own count again
+    assert counts.connection_count("x") == 1
+    assert counts.connection_count("y") == 0
+
+
 async def test_serve_cache_purge_drops_expired_entries(autojump_clock: trio.testing.MockClock) -> None:
     from cache import CacheConfig
 
@@ -156,3 +186,145 @@ async def test_serve_cache_purge_drops_expired_entries(autojump_clock: trio.test
     with trio.move_on_after(2.2):  # the sweep at t=3.9 finds the entry 3.9 s old
         await runtime.serve_cache_purge()
     assert len(cache) == 0
+
+
+async def test_apply_events_closes_the_connections_to_a_target_that_is_not_ready(caplog) -> None:
+    """Scenario: b1 fails its probe; its two proxied connections are cancelled at once and logged
+    once with the count, b2's stays open."""
+    runtime = _runtime(quorum_size=1, quorum_timeout_ms=0)
+    pool = runtime.pool
+    assert pool is not None
+    runtime.apply_events(pool.record_check("b1", True))
+    runtime.apply_events(pool.record_check("b2", True))
+    conns = [
+        ProxiedConnection(
+            peer=f"127.0.0.2:{port}",
+            acceptor="a",
+            node_id=node_id,
+            address=("127.0.0.1", 20000),
+            ttl_ms=-1,
+            sniffed=None,
+            now=trio.current_time(),
+        )
+        for port, node_id in ((1, "b1"), (2, "b1"), (3, "b2"))
+    ]
+    ended: list[str] = []
+
+    async def hold(conn: ProxiedConnection) -> None:
+        with conn.cancel_scope:
+            await trio.sleep_forever()
+        ended.append(conn.peer)
+
+    async with trio.open_nursery() as nursery:
+        for conn in conns:
+            runtime.connections.add(conn)
+            nursery.start_soon(hold, conn)
+        await trio.testing.wait_all_tasks_blocked()
+        runtime.apply_events(pool.record_check("b1", False, "refused"))
+        runtime.apply_events(pool.record_check("b1", False, "refused"))  # no change: nothing more
+        await trio.testing.wait_all_tasks_blocked()
+        assert sorted(ended) == ["127.0.0.2:1", "127.0.0.2:2"]
+        nursery.cancel_scope.cancel()
+    messages = [r.getMessage() for r in caplog.records if "proxied connection" in r.getMessage()]
+    assert messages == ["router=r target=b1 is not ready: closing its 2 proxied connection(s)"]
+    value = runtime.metrics.registry.get_sample_value(
+        "router_proxied_connections_closed_total", {"router": "r", "reason": "target_not_ready"}
+    )
+    assert value == 2.0
+
+
+async def test_add_and_remove_target_log_export_and_wake_waiters(caplog) -> None:
+    """Scenario: a discovered target joins a running pool, gets ready, serves a waiting decision,
+    then leaves: one line each, its metrics go, and the pool becomes inactive."""
+    caplog.set_level(logging.INFO, logger="router.pool")
+    runtime = _runtime(quorum_size=1, quorum_timeout_ms=0)
+    pool = runtime.pool
+    assert pool is not None
+    for node_id in ("b1", "b2", "b3"):
+        runtime.remove_target(node_id)
+    assert pool.targets == ()
+    joined = Target(node_id="z1", connector=Connector(name="z1", host="127.0.0.1", port=20009))
+    woken: list[str] = []
+
+    async def wait_for_z1() -> None:
+        await runtime.wait_until(lambda: pool.target("z1") is not None)
+        woken.append("z1")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_for_z1)
+        await trio.testing.wait_all_tasks_blocked()
+        runtime.add_target(joined)
+        await trio.testing.wait_all_tasks_blocked()
+    assert woken == ["z1"]
+    runtime.apply_events(pool.record_check("z1", True))
+    assert runtime.engine.lookup("k", 0.0).target == joined
+    metrics = runtime.metrics.registry
+    assert metrics.get_sample_value("router_target_ready", {"router": "r", "node_id": "z1"}) == 1.0
+    runtime.metrics.connect_failures.labels("r", "z1").inc()
+
+    runtime.remove_target("z1")
+    assert metrics.get_sample_value("router_target_ready", {"router": "r", "node_id": "z1"}) is None
+    assert (
+        metrics.get_sample_value("router_target_connect_failures_total", {"router": "r", "node_id": "z1"})
+        is None
+    )
+    assert metrics.get_sample_value("router_pool_active", {"router": "r"}) == 0.0
+    assert runtime.engine.lookup("k", 0.0).status is RouteStatus.REFUSED_UNAVAILABLE
+    messages = [r.getMessage() for r in caplog.records if "target=z1" in r.getMessage()]
+    assert messages == [
+        "router=r target=z1 joined the pool (tcp://127.0.0.1:20009)",
+        "router=r target=z1 is ready",
+        "router=r target=z1 left the pool (it was ready)",
+    ]
+
+
+async def test_failover_closes_only_the_connections_to_the_former_member(caplog) -> None:
+    """Scenario: an HA pair fails over from primary to backup; connections that went to the
+    primary are closed (their clients reconnect to the backup), the backup's stay open."""
+    pair = Connector.from_url("p", "(tcp://127.0.0.1:20001,tcp://127.0.0.1:20002)?nodeId=pair")
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="FIRST_ELEMENT"),
+        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("p",)),
+    )
+    runtime = RouterRuntime(Config(source="t.xml", connectors=(pair,), routers=(router,)), router, Metrics())
+    pool = runtime.pool
+    assert pool is not None
+    runtime.apply_events(pool.record_check("pair", True, member=0))
+    runtime.apply_events(pool.record_check("pair", True, member=1))
+    conns = [
+        ProxiedConnection(
+            peer=f"127.0.0.2:{port}",
+            acceptor="a",
+            node_id="pair",
+            address=("127.0.0.1", address_port),
+            ttl_ms=-1,
+            sniffed=None,
+            now=trio.current_time(),
+        )
+        for port, address_port in ((1, 20001), (2, 20002))
+    ]
+    ended: list[str] = []
+
+    async def hold(conn: ProxiedConnection) -> None:
+        with conn.cancel_scope:
+            await trio.sleep_forever()
+        ended.append(conn.peer)
+
+    async with trio.open_nursery() as nursery:
+        for conn in conns:
+            runtime.connections.add(conn)
+            nursery.start_soon(hold, conn)
+        await trio.testing.wait_all_tasks_blocked()
+        runtime.apply_events(pool.record_check("pair", False, "killed", member=0))
+        await trio.testing.wait_all_tasks_blocked()
+        assert ended == ["127.0.0.2:1"]
+        nursery.cancel_scope.cancel()
+    messages = [r.getMessage() for r in caplog.records if "proxied connection" in r.getMessage()]
+    assert messages == [
+        "router=r target=pair member 127.0.0.1:20001 is not active: closing its 1 proxied connection(s)"
+    ]
+    value = runtime.metrics.registry.get_sample_value(
+        "router_proxied_connections_closed_total", {"router": "r", "reason": "failover"}
+    )
+    assert value == 1

@@ -16,8 +16,10 @@ from router.settings import (
     AcceptorMode,
     ClusterConnectionConfig,
     Config,
+    ConnectionTtlConfig,
     DiscoveryGroupConfig,
     RouterConfig,
+    ZooKeeperConfig,
     compile_filter,
 )
 
@@ -170,3 +172,75 @@ class TestConfig:
     def test_cluster_connection_config_defaults(self):
         cc = ClusterConnectionConfig(name="c")
         assert (cc.connector_ref, cc.static_connectors, cc.discovery_group) == (None, (), None)
+
+
+class TestConnectionTtlConfig:
+    def test_defaults_are_artemis_defaults(self):
+        assert ConnectionTtlConfig() == ConnectionTtlConfig(override_ms=-1, check_interval_ms=2000)
+        assert Config(source="t").connection_ttl == ConnectionTtlConfig()
+        assert AcceptorConfig(name="a", host="h", port=1, router="r").connection_ttl_ms == -1
+
+    def test_ttl_ms_is_the_override_else_the_acceptors_own(self):
+        with_ttl = AcceptorConfig(name="a", host="h", port=1, router="r", connection_ttl_ms=1500)
+        without = AcceptorConfig(name="b", host="h", port=2, router="r")
+        assert ConnectionTtlConfig().ttl_ms(with_ttl) == 1500
+        assert ConnectionTtlConfig().ttl_ms(without) == -1
+        assert ConnectionTtlConfig(override_ms=30000).ttl_ms(with_ttl) == 30000
+        assert ConnectionTtlConfig(override_ms=30000).ttl_ms(without) == 30000
+
+    @pytest.mark.parametrize(
+        ("kwargs", "message"),
+        [
+            ({"override_ms": 0}, "connection-ttl-override must be -1 (off) or > 0, got 0"),
+            ({"override_ms": -2}, "connection-ttl-override must be -1 (off) or > 0, got -2"),
+            ({"check_interval_ms": 0}, "connection-ttl-check-interval must be > 0, got 0"),
+        ],
+    )
+    def test_rejects_bad_values(self, kwargs, message):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            ConnectionTtlConfig(**kwargs)
+
+    @pytest.mark.parametrize("ttl", [0, -2])
+    def test_acceptor_rejects_a_bad_connection_ttl(self, ttl):
+        with pytest.raises(ValueError, match=re.escape(f"connectionTtl must be -1 (off) or > 0, got {ttl}")):
+            AcceptorConfig(name="a", host="h", port=1, router="r", connection_ttl_ms=ttl)
+
+
+class TestZooKeeperConfig:
+    def test_zookeeper_config_defaults(self):
+        config = ZooKeeperConfig(connect="127.0.0.1:2181", path="/fleet")
+        assert config.session_timeout_ms == 10_000
+
+    @pytest.mark.parametrize(
+        ("kwargs", "message"),
+        [
+            ({"connect": "nohost"}, "connect string must be host:port[,host:port…], got 'nohost'"),
+            ({"path": "/a//b"}, "path must not have empty, '.' or '..' segments"),
+            ({"path": "/zookeeper/quota"}, "path must not be inside /zookeeper"),
+            ({"session_timeout_ms": 0}, "session-timeout must be > 0, got 0"),
+        ],
+    )
+    def test_zookeeper_config_rejects(self, kwargs, message):
+        fields = {"connect": "h:2181", "path": "/fleet", **kwargs}
+        with pytest.raises(ValueError, match=re.escape(message)):
+            ZooKeeperConfig(**fields)
+
+    def test_config_pool_discovery_group(self):
+        zk = DiscoveryGroupConfig(name="zk", zookeeper=ZooKeeperConfig(connect="h:1", path="/p"))
+        plain = DiscoveryGroupConfig(name="plain")
+        routers = (
+            RouterConfig(name="g", pool=PoolConfig(kind=PoolKind.DISCOVERY, discovery_group="zk")),
+            RouterConfig(name="c", pool=PoolConfig(kind=PoolKind.CLUSTER, cluster_connection="cc")),
+            RouterConfig(name="p", pool=PoolConfig(kind=PoolKind.DISCOVERY, discovery_group="plain")),
+            RouterConfig(name="none"),
+        )
+        config = Config(
+            source="t.xml",
+            routers=routers,
+            discovery_groups=(zk, plain),
+            cluster_connections=(ClusterConnectionConfig(name="cc", discovery_group="zk"),),
+        )
+        assert [config.pool_discovery_group(r) for r in routers] == [zk, zk, plain, None]
+        assert config.discovery_group("plain") is plain
+        with pytest.raises(KeyError):
+            config.discovery_group("nope")
