@@ -7,19 +7,25 @@ run goes on) or `FAILED` (something broke; the run exits non-zero). No I/O here.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 __all__ = [
     "FAILED",
+    "GOALS",
     "GROUPS",
     "NOT_SUPPORTED",
     "PATHS",
     "Better",
     "Figure",
+    "Goal",
     "PathName",
+    "format_goals",
     "format_table",
     "format_value",
+    "goal_results",
+    "median_figures",
     "new_figures",
 ]
 
@@ -231,3 +237,105 @@ def format_table(figures: dict[str, Figure]) -> str:
     text += [line(r) for r in rows]
     text += [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
     return "\n".join(text)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Goal:
+    """A goal of the fast data path (issue 5): a ratio (or an absolute routerd value) and its bound."""
+
+    title: str
+    numerator: tuple[str, PathName]
+    """(figure name, path) of the value compared."""
+    denominator: tuple[str, PathName] | None
+    """(figure name, path) it is divided by; None compares the numerator itself."""
+    bound: float
+    at_least: bool
+    """Whether the value must be >= bound (else <= bound)."""
+
+    def value(self, figures: dict[str, Figure]) -> float | None:
+        """The goal's value in one run, or None when a figure it needs was not measured."""
+        top = figures[self.numerator[0]].values.get(self.numerator[1])
+        if top is None:
+            return None
+        if self.denominator is None:
+            return top
+        bottom = figures[self.denominator[0]].values.get(self.denominator[1])
+        return None if bottom is None else top / bottom
+
+    def met(self, value: float) -> bool:
+        """Whether `value` reaches the bound."""
+        return value >= self.bound if self.at_least else value <= self.bound
+
+
+GOALS: Final = (
+    Goal(title="bulk throughput 1 stream, routerd/HAProxy", numerator=("bulk_1_stream", "routerd"),
+         denominator=("bulk_1_stream", "haproxy"), bound=1.0, at_least=True),
+    Goal(title="bulk throughput 8 streams, routerd/HAProxy", numerator=("bulk_8_streams", "routerd"),
+         denominator=("bulk_8_streams", "haproxy"), bound=1.0, at_least=True),
+    Goal(title="short-connection rate, routerd/HAProxy", numerator=("connection_rate", "routerd"),
+         denominator=("connection_rate", "haproxy"), bound=0.5, at_least=True),
+    Goal(title="MQTT 5 redirect rate / HAProxy short-connection rate",
+         numerator=("mqtt5_redirect_rate", "routerd"), denominator=("connection_rate", "haproxy"),
+         bound=1.0, at_least=True),
+    Goal(title="added latency p99, routerd/HAProxy", numerator=("added_latency_p99", "routerd"),
+         denominator=("added_latency_p99", "haproxy"), bound=1.5, at_least=False),
+    Goal(title="idle memory per connection, routerd/HAProxy", numerator=("memory_per_connection", "routerd"),
+         denominator=("memory_per_connection", "haproxy"), bound=1.0, at_least=False),
+    Goal(title="routing decision p99, cache miss (us)", numerator=("decision_miss_p99", "routerd"),
+         denominator=None, bound=50.0, at_least=False),
+    Goal(title="routing decision p99, cache hit (us)", numerator=("decision_hit_p99", "routerd"),
+         denominator=None, bound=50.0, at_least=False),
+)  # fmt: skip
+"""The goals of issue 5, each computed within one run (ratios of figures of the same run)."""
+
+
+def goal_results(runs: list[dict[str, Figure]]) -> list[dict[str, object]]:
+    """Each goal's value per run and the median over the runs that measured it, and whether the
+    median meets the bound (None when no run measured it)."""
+    results: list[dict[str, object]] = []
+    for goal in GOALS:
+        values = [goal.value(figures) for figures in runs]
+        measured = [v for v in values if v is not None]
+        median = statistics.median(measured) if measured else None
+        results.append(
+            {
+                "goal": goal.title,
+                "bound": f"{'>=' if goal.at_least else '<='} {goal.bound:g}",
+                "per_run": [None if v is None else round(v, 4) for v in values],
+                "median": None if median is None else round(median, 4),
+                "met": None if median is None else goal.met(median),
+            }
+        )
+    return results
+
+
+def format_goals(results: list[dict[str, object]]) -> str:
+    """The goals as lines: value per run, median, bound, met or not."""
+    lines = ["goal (median over runs; ratios within each run)"]
+    for result in results:
+        per_run = result["per_run"]
+        assert isinstance(per_run, list)
+        runs = ", ".join("-" if v is None else f"{v:.2f}" for v in per_run)
+        median = result["median"]
+        met = result["met"]
+        verdict = "not measured" if met is None else "met" if met else "NOT met"
+        shown = "-" if median is None else f"{median:.2f}"
+        lines.append(f"  {result['goal']}: {shown} ({runs}); goal {result['bound']}: {verdict}")
+    return "\n".join(lines)
+
+
+def median_figures(runs: list[dict[str, Figure]]) -> dict[str, Figure]:
+    """Figures whose values are the medians over the runs of each path's measured values (a
+    path measured in no run keeps the first run's reason)."""
+    medians = new_figures()
+    for name, figure in medians.items():
+        for path in figure.paths:
+            values = [v for r in runs if (v := r[name].values.get(path)) is not None]
+            if values:
+                figure.values[path] = statistics.median(values)
+            else:
+                reason = next((r[name].reasons[path] for r in runs if path in r[name].reasons), None)
+                if reason is not None:
+                    figure.values[path] = None
+                    figure.reasons[path] = reason
+    return medians

@@ -75,7 +75,16 @@ from benchmarks.fleet import (
     raise_fd_limit,
     rss_kib,
 )
-from benchmarks.report import GROUPS, Figure, PathName, format_table, new_figures
+from benchmarks.report import (
+    GROUPS,
+    Figure,
+    PathName,
+    format_goals,
+    format_table,
+    goal_results,
+    median_figures,
+    new_figures,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -618,7 +627,16 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="routerd's --log-level (default WARNING: no line per connection, as HAProxy without 'log')",
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the work directory with the logs")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="repeat the whole measurement this many times (fresh processes each time) and report "
+        "the medians; the goals are computed within each run (default 1)",
+    )
     args = parser.parse_args(argv)
+    if not 1 <= args.runs <= 10:
+        parser.error(f"--runs must be 1-10, got {args.runs}")
     groups = [g.strip() for g in str(args.only).split(",") if g.strip()]
     unknown = [g for g in groups if g not in GROUPS]
     if unknown or not groups:
@@ -666,7 +684,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"benchmarks: missing {', '.join(missing)}: {INSTALL_HINT}", file=sys.stderr)
         return 2
     json_path: Path = args.json or default_json_path()
-    figures = new_figures()
+    runs: list[dict[str, Figure]] = []
     workdir = Path(tempfile.mkdtemp(prefix="router-bench-"))
     started_at = datetime.datetime.now(datetime.UTC)
     started = time.monotonic()
@@ -677,14 +695,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     # where a shell leaves SIGINT ignored).
     previous = {sig: signal.signal(sig, handler) for sig, handler in _STOP_HANDLERS.items()}
     try:
-        idle_connections = _measure(groups, settings, figures, workdir, args.routerd_log_level)
+        for number in range(1, args.runs + 1):
+            if args.runs > 1:
+                _say(f"run {number} of {args.runs}")
+            runs.append(new_figures())
+            run_dir = workdir / f"run{number}" if args.runs > 1 else workdir
+            run_dir.mkdir(exist_ok=True)
+            idle_connections = _measure(groups, settings, runs[-1], run_dir, args.routerd_log_level)
+            if args.runs > 1:
+                print(f"run {number} of {args.runs}:\n{format_table(runs[-1])}\n", flush=True)
     except KeyboardInterrupt:
         interrupted = True
         _say("interrupted; every process started was stopped")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    failures = [f for figure in figures.values() for f in figure.failures()]
+    figures = median_figures(runs) if len(runs) > 1 else runs[0] if runs else new_figures()
+    goals = goal_results(runs)
+    failures = [f for run in runs for figure in run.values() for f in figure.failures()]
     doc: dict[str, object] = {
         "schema": "router-bench/1",
         "started_at": started_at.isoformat(timespec="seconds"),
@@ -703,11 +731,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "versions": _versions(),
         "settings": {**asdict(settings), "idle_connections": idle_connections},
         "figures": {name: f.to_json() for name, f in figures.items() if f.measured},
+        "runs": len(runs),
+        "per_run": [{name: f.to_json() for name, f in run.items() if f.measured} for run in runs]
+        if len(runs) > 1
+        else [],
+        "goals": goals,
         "failures": failures,
     }
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    if len(runs) > 1:
+        print(f"medians of {len(runs)} runs:")
     print(format_table(figures))
+    print(f"\n{format_goals(goals)}")
     print(
         f"\n{'quick run; ' if args.quick else ''}{os.cpu_count()} CPUs shared by load client, proxies and "
         f"backends; load average {load_start[0]} at start, {_loadavg()[0]} at end. JSON: {json_path}",

@@ -270,16 +270,29 @@ class FastPath:
         while not (self._stopping and not conns and not openings):
             for fd, events in poll(TICK_S):
                 conn = conns.get(fd)
-                if conn is not None:
-                    self._on_event(conn, fd, events)
-                elif fd in openings:
-                    self._read_opening(openings[fd])
-                elif fd in listeners:
-                    self._accept(listeners[fd])
-                elif fd == self._wake_r:
-                    self._serve_requests()
+                try:
+                    if conn is not None:
+                        self._on_event(conn, fd, events)
+                    elif fd in openings:
+                        self._read_opening(openings[fd])
+                    elif fd in listeners:
+                        self._accept(listeners[fd])
+                    elif fd == self._wake_r:
+                        self._serve_requests()
+                except Exception:  # a bug must cost one connection, not all of them
+                    log.exception("fast path: unexpected error on descriptor %d; closing its connection", fd)
+                    self._discard(fd)
             if self._deadlines:
                 self._expire_connects()
+
+    def _discard(self, fd: int) -> None:
+        """Close whatever connection uses `fd` after an unexpected error (never raises)."""
+        with contextlib.suppress(Exception):
+            conn = self._conns.get(fd)
+            if conn is not None:
+                self._close(conn, "internal error")
+            elif (opening := self._openings.get(fd)) is not None:
+                self._drop_opening(opening)
 
     def _serve_requests(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -339,7 +352,9 @@ class FastPath:
             peer = f"[{source_ip}]:{address[1]}" if ":" in source_ip else f"{source_ip}:{address[1]}"
             runtime.count_accepted(listener.acceptor.name)
             if not listener.sniffing:
-                self._route(listener, client, peer, ConnectionFacts(source_ip=source_ip), b"", None, b"")
+                self._route_guarded(
+                    listener, client, peer, ConnectionFacts(source_ip=source_ip), b"", None, b""
+                )
                 continue
             client.setblocking(False)
             opening = _Opening(client, client.fileno(), listener, peer, source_ip)
@@ -402,7 +417,7 @@ class FastPath:
             user_name=result.user_name,
             sni_host=result.sni_host,
         )
-        self._route(listener, opening.sock, opening.peer, facts, data, result, opening.replied)
+        self._route_guarded(listener, opening.sock, opening.peer, facts, data, result, opening.replied)
 
     def _check_cap(self, opening: _Opening, name: str) -> None:
         cap = opening.listener.acceptor.sniff_max_bytes
@@ -434,6 +449,24 @@ class FastPath:
     def _drop_opening(self, opening: _Opening) -> None:
         self._forget_opening(opening)
         opening.sock.close()
+
+    def _route_guarded(
+        self,
+        listener: _Listener,
+        client: socket.socket,
+        peer: str,
+        facts: ConnectionFacts,
+        raw: bytes,
+        sniffed: Sniffed | None,
+        replied: bytes,
+    ) -> None:
+        """`_route`, closing the client when it raises before the connection was registered."""
+        try:
+            self._route(listener, client, peer, facts, raw, sniffed, replied)
+        except Exception:
+            if client.fileno() != -1 and client.fileno() not in self._conns:
+                client.close()
+            raise
 
     def _route(
         self,

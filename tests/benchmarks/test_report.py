@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.report import FAILED, GROUPS, NOT_SUPPORTED, Figure, format_table, format_value, new_figures
+from benchmarks.report import (
+    FAILED,
+    GOALS,
+    GROUPS,
+    NOT_SUPPORTED,
+    Figure,
+    format_goals,
+    format_table,
+    format_value,
+    goal_results,
+    median_figures,
+    new_figures,
+)
 
 
 def _figure() -> Figure:
@@ -93,3 +105,41 @@ def test_format_table_marks_nulls_and_direction() -> None:
     assert "null [1]" in rows[mqtt.title]
     assert table[-1] == f"[1] routerd: {NOT_SUPPORTED}: no sniffer"
     assert figures["bulk_1_stream"].title not in "\n".join(table)  # not measured, not shown
+
+
+def _run(rate_haproxy: float, rate_routerd: float, redirect: float) -> dict[str, Figure]:
+    figures = new_figures()
+    figures["connection_rate"].set("haproxy", rate_haproxy)
+    figures["connection_rate"].set("routerd", rate_routerd)
+    figures["mqtt5_redirect_rate"].set("routerd", redirect)
+    return figures
+
+
+def test_goals_are_ratios_within_each_run_then_the_median() -> None:
+    runs = [_run(100, 40, 90), _run(200, 120, 260), _run(100, 70, 150)]
+    results = {r["goal"]: r for r in goal_results(runs)}
+    short = results["short-connection rate, routerd/HAProxy"]
+    assert short["per_run"] == [0.4, 0.6, 0.7]
+    assert short["median"] == 0.6
+    assert short["met"] is True
+    redirect = results["MQTT 5 redirect rate / HAProxy short-connection rate"]
+    assert redirect["per_run"] == [0.9, 1.3, 1.5]
+    assert redirect["met"] is True
+    assert results["bulk throughput 1 stream, routerd/HAProxy"]["met"] is None
+    assert len(results) == len(GOALS)
+
+
+def test_goal_not_met_and_not_measured_are_said() -> None:
+    text = format_goals(goal_results([_run(100, 20, 50)]))
+    assert "short-connection rate, routerd/HAProxy: 0.20 (0.20); goal >= 0.5: NOT met" in text
+    assert "bulk throughput 1 stream, routerd/HAProxy: - (-); goal >= 1: not measured" in text
+
+
+def test_median_figures_take_each_path_median_and_keep_reasons() -> None:
+    runs = [_run(100, 40, 90), _run(300, 60, 10), _run(200, 50, 30)]
+    runs[0]["memory_per_connection"].unsupported("routerd", "no")
+    medians = median_figures(runs)
+    assert medians["connection_rate"].values == {"haproxy": 200, "routerd": 50}
+    assert medians["mqtt5_redirect_rate"].values == {"routerd": 30}
+    assert medians["memory_per_connection"].values == {"routerd": None}
+    assert medians["memory_per_connection"].reasons["routerd"].startswith(NOT_SUPPORTED)

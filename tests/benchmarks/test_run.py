@@ -22,7 +22,7 @@ from benchmarks import run
 from benchmarks.clients import REQUIRED_TOOLS, Loadgen, find_tool
 from benchmarks.configs import Ports
 from benchmarks.fleet import Fleet, pick_ports, pid_alive
-from benchmarks.report import NOT_SUPPORTED, new_figures
+from benchmarks.report import GOALS, NOT_SUPPORTED, new_figures
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -68,6 +68,9 @@ def test_run_quick_produces_every_figure(tmp_path: Path) -> None:
         if figure["values"].get("haproxy") and figure["values"].get("routerd"):
             assert figure["ratio_routerd_haproxy"] > 0, name
     assert "routerd/HAProxy" in result.stdout
+    assert len(doc["goals"]) == len(GOALS)
+    assert all(isinstance(goal["median"], float) for goal in doc["goals"]), doc["goals"]
+    assert "goal (median over runs" in result.stdout
     for figure in figures.values():
         assert figure["title"] in result.stdout
     started = dict(re.findall(r"started (.+) \(pid (\d+)\)", result.stderr))
@@ -89,6 +92,25 @@ def test_main_only_decision_runs_in_process(tmp_path: Path, capsys: pytest.Captu
     }
     assert all(f["values"]["routerd"] > 0 for f in doc["figures"].values())
     assert "routing decision, cache hit, p50" in capsys.readouterr().out
+
+
+def test_main_runs_twice_and_reports_medians(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "d.json"
+    assert run.main(["--quick", "--only", "decision", "--runs", "2", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["runs"] == 2
+    assert len(doc["per_run"]) == 2
+    per_run = [r["decision_miss_p99"]["values"]["routerd"] for r in doc["per_run"]]
+    assert doc["figures"]["decision_miss_p99"]["values"]["routerd"] == pytest.approx(sum(per_run) / 2)
+    (miss,) = [g for g in doc["goals"] if g["goal"] == "routing decision p99, cache miss (us)"]
+    assert miss["per_run"] == [round(v, 4) for v in per_run]
+    assert "medians of 2 runs:" in capsys.readouterr().out
+
+
+def test__parse_args_runs_is_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run._parse_args(["--runs", "0"])
+    assert "--runs must be 1-10" in capsys.readouterr().err
 
 
 def test_main_missing_tool_exits_2_and_says_how_to_install(

@@ -16,6 +16,7 @@ import trio
 from keys import KeyType, mqtt
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
+from router import answers as fastpath_answers
 from router.fastpath import eligible
 from router.metrics import Metrics
 from router.routing import RouterRuntime
@@ -336,3 +337,30 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+async def test_an_unexpected_error_costs_one_connection_not_the_fast_path(
+    nursery: trio.Nursery, echo_port: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a bug raises while answering one client; that client is closed, the next one is
+    served as usual by the same thread."""
+    real = fastpath_answers.redirect
+    calls: list[int] = []
+
+    def broken_once(*args: Any) -> bytes | None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("injected")
+        return real(*args)
+
+    monkeypatch.setattr(fastpath_answers, "redirect", broken_once)
+    info = await _start(nursery, _config(echo_port, key_type=KeyType.CLIENT_ID, mode=AcceptorMode.REDIRECT))
+
+    def connect() -> bytes:
+        with _client(info) as sock:
+            sock.sendall(connect_packet(level=5, client_id=b"dev-4"))
+            return _read_until_eof(sock)
+
+    assert await _in_thread(connect) == b""
+    assert "fast path: unexpected error on descriptor" in caplog.text
+    assert (await _in_thread(connect))[3] == mqtt.MQTT_V5_USE_ANOTHER_SERVER
