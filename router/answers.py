@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from keys import Reply, amqp, mqtt, openwire, stomp
 from router.engine import RouteStatus
+from router.settings import AcceptorMode
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,6 +37,14 @@ __all__ = [
     "refusal",
     "target_preamble_measure",
 ]
+
+
+def redirects(mode: AcceptorMode, sniffed: Sniffed | None) -> bool:
+    """Whether an OK decision is answered with a native redirect rather than proxied: always in
+    `mode=redirect`, for clients that can follow one in `mode=auto`; never without a sniffed opening."""
+    if sniffed is None:
+        return False
+    return mode is AcceptorMode.REDIRECT or (mode is AcceptorMode.AUTO and can_follow_redirect(sniffed))
 
 
 def can_follow_redirect(sniffed: Sniffed) -> bool:

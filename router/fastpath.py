@@ -68,6 +68,8 @@ _READ_BYTES: Final = 4096
 """Bytes asked per read of an opening (as router/sniffing.py)."""
 ACCEPT_BATCH: Final = 64
 """Connections accepted per readiness event of a listener before other sockets get a turn."""
+STOP_ACCEPTING_WAIT_S: Final = 1.0
+"""How long the trio side waits at shutdown for the thread to close its listening sockets."""
 TICK_S: Final = 0.25
 """Longest epoll wait: connect deadlines and the stop request are looked at this often."""
 
@@ -185,6 +187,7 @@ class FastPath:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._done = threading.Event()
+        self._accepting_stopped = threading.Event()
         self._pipe_lock = threading.Lock()
 
     # -- called from the trio thread --
@@ -211,9 +214,12 @@ class FastPath:
         self._thread = threading.Thread(target=self._run, name="fastpath", daemon=True)
         self._thread.start()
 
-    def stop_accepting(self) -> None:
-        """Stop accepting (the listening sockets are closed by the thread); relays go on."""
+    def stop_accepting(self, timeout_s: float = STOP_ACCEPTING_WAIT_S) -> None:
+        """Stop accepting: the thread closes the listening sockets, and this returns once it has
+        (so a connect after shutdown started is refused), or after `timeout_s`; relays go on."""
         self._request("stop-accepting", None)
+        if self._thread is not None:
+            self._accepting_stopped.wait(timeout_s)
 
     def close_all(self) -> None:
         """Close every relayed connection and end the thread (the end of a graceful shutdown)."""
@@ -248,6 +254,7 @@ class FastPath:
                 os.write(self._wake_w, b"x")
 
     def _release(self) -> None:
+        self._accepting_stopped.set()
         self._epoll.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -306,6 +313,7 @@ class FastPath:
                     listener.sock.close()
                 self._listeners.clear()
                 self._stopping = True
+                self._accepting_stopped.set()
             elif what == "close-all":
                 self._close_everything()
                 self._stopping = True
@@ -486,10 +494,7 @@ class FastPath:
         if decision.status is not RouteStatus.OK or connector is None or target is None:
             listener.handoff(client, peer, raw, sniffed, replied)  # quorum wait, refusal, local
             return
-        if sniffed is not None and (
-            acceptor.mode is AcceptorMode.REDIRECT
-            or (acceptor.mode is AcceptorMode.AUTO and answers.can_follow_redirect(sniffed))
-        ):
+        if answers.redirects(acceptor.mode, sniffed) and sniffed is not None:
             if log.isEnabledFor(logging.INFO):
                 log.info(
                     "peer=%s router=%s key=%s target=%s outcome=REDIRECT protocol=%s",

@@ -261,6 +261,19 @@ async def handle_connection(
 ) -> None:
     """One accepted client connection: opening, decision, then an answer or a proxied session."""
     try:
+        await _handle_connection(client, acceptor, runtime, limits, io)
+    finally:  # also when cancelled before any close (shutdown): never leave the socket to the GC
+        client.socket.close()
+
+
+async def _handle_connection(
+    client: trio.SocketStream,
+    acceptor: AcceptorConfig,
+    runtime: RouterRuntime,
+    limits: ConnectionLimits,
+    io: AcceptorIO,
+) -> None:
+    try:
         peer_ip, peer_port = _peer_of(client)
     except OSError:  # the client reset before we looked
         await client.aclose()
@@ -343,7 +356,10 @@ async def resume_connection(
         sniffed=sniffed,
         replied=replied,
     )
-    await _route_and_serve(client, acceptor, runtime, limits, io, opening)
+    try:
+        await _route_and_serve(client, acceptor, runtime, limits, io, opening)
+    finally:  # also when cancelled before any close (shutdown): never leave the socket to the GC
+        client.socket.close()
 
 
 async def _route_and_serve(
@@ -417,10 +433,7 @@ async def _route_and_serve(
         )
         await _answer(client, runtime, RouteStatus.REFUSED_USE_ANOTHER, opening, None)
         return
-    redirecting = acceptor.mode is AcceptorMode.REDIRECT or (
-        acceptor.mode is AcceptorMode.AUTO and sniffed is not None and answers.can_follow_redirect(sniffed)
-    )
-    if redirecting and sniffed is not None:
+    if answers.redirects(acceptor.mode, sniffed) and sniffed is not None:
         log.info(
             "peer=%s router=%s key=%s target=%s outcome=REDIRECT protocol=%s",
             peer,

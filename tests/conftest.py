@@ -15,6 +15,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -57,6 +58,18 @@ def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nothing accepts on {host}:{port} after {timeout} s") from None
             time.sleep(0.02)  # polling a port: nothing to await on another process's listen()
+
+
+def stop_process(proc: subprocess.Popen[Any] | None, timeout: float) -> None:
+    """SIGTERM a process we started and wait for it; SIGKILL when it has not ended in `timeout`."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
 
 
 # --- ActiveMQ Classic 5.17 from Debian (ENVIRONMENT.md §3.3) -------------------------------------
@@ -237,13 +250,5 @@ class ActiveMQ:
 
     def stop(self) -> None:
         """SIGTERM (a clean stop takes well under a second), SIGKILL if it hangs."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(ACTIVEMQ_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(ACTIVEMQ_TIMEOUT_S)
+        stop_process(self.proc, ACTIVEMQ_TIMEOUT_S)
         self.proc = None

@@ -23,9 +23,11 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import paho.mqtt.client as mqtt
 import pytest
+from paho.mqtt.enums import CallbackAPIVersion
 
-from tests.conftest import free_port, wait_port
+from tests.conftest import free_port, stop_process, wait_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -70,13 +72,7 @@ class Mosquitto:
         self.proc = None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc, 10)
         self.proc = None
 
 
@@ -328,15 +324,7 @@ class ZooKeeperServer:
 
     def stop(self) -> None:
         """SIGTERM (it stops at once), SIGKILL if it hangs; the data directory stays."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(ZOOKEEPER_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(ZOOKEEPER_TIMEOUT_S)
+        stop_process(self.proc, ZOOKEEPER_TIMEOUT_S)
         self.proc = None
 
 
@@ -360,3 +348,28 @@ def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
         yield server
     finally:
         server.stop()
+
+
+def mqtt_round_trip(
+    port: int, *, client_id: str, topic: str, source: str = "", timeout: float = 15.0
+) -> bool:
+    """Connect (from `source`, default any), subscribe to `topic`, publish to it and receive our
+    own message within `timeout`; False when any step fails (a refused connect included)."""
+    got, subscribed = threading.Event(), threading.Event()
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
+    client.on_message = lambda *_a: got.set()
+    client.on_subscribe = lambda *_a: subscribed.set()
+    try:
+        client.connect("127.0.0.1", port, keepalive=30, bind_address=source)
+    except OSError:
+        return False
+    client.loop_start()
+    try:
+        client.subscribe(topic, qos=1)
+        if not subscribed.wait(timeout):
+            return False
+        client.publish(topic, b"hello", qos=1)
+        return got.wait(timeout)
+    finally:
+        client.disconnect()
+        client.loop_stop()

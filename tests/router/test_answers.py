@@ -8,6 +8,7 @@ from keys import Reply, Sniffed, amqp, openwire, stomp
 from pools import Connector
 from router import answers
 from router.engine import RouteStatus
+from router.settings import AcceptorMode
 
 TARGET = Connector.from_url("b", "tcp://127.0.0.1:61617?nodeId=node-b")
 MQTT5 = Sniffed(protocol="mqtt", protocol_version="5")
@@ -122,3 +123,17 @@ def _openwire_wfi() -> bytes:
         + (0).to_bytes(4, "big")
     )
     return len(body).to_bytes(4, "big") + body
+
+
+@pytest.mark.parametrize(
+    ("mode", "sniffed", "expected"),
+    [
+        (AcceptorMode.REDIRECT, MQTT311, True),
+        (AcceptorMode.REDIRECT, None, False),
+        (AcceptorMode.AUTO, MQTT5, True),
+        (AcceptorMode.AUTO, MQTT311, False),
+        (AcceptorMode.PROXY, MQTT5, False),
+    ],
+)
+def test_redirects_by_mode_and_client(mode: AcceptorMode, sniffed: Sniffed | None, expected: bool) -> None:
+    assert answers.redirects(mode, sniffed) is expected

@@ -17,6 +17,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
+from tests.router.conftest import mqtt_round_trip
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
@@ -117,26 +119,9 @@ def _observers(brokers: list[Mosquitto]) -> Iterator[_Seen]:
 
 def _round_trip(port: int, source: str) -> bool:
     """Connect through the router from `source`, subscribe, publish, receive our own message."""
-    topic = f"demo/{source}"
-    got = threading.Event()
-    subscribed = threading.Event()
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"c-{uuid.uuid4()}")
-    client.on_message = lambda *_a: got.set()
-    client.on_subscribe = lambda *_a: subscribed.set()
-    try:
-        client.connect("127.0.0.1", port, keepalive=30, bind_address=source)
-    except OSError:
-        return False
-    client.loop_start()
-    try:
-        client.subscribe(topic, qos=1)
-        if not subscribed.wait(TIMEOUT_S):
-            return False
-        client.publish(topic, b"hello", qos=1)
-        return got.wait(TIMEOUT_S)
-    finally:
-        client.disconnect()
-        client.loop_stop()
+    return mqtt_round_trip(
+        port, client_id=f"c-{uuid.uuid4()}", topic=f"demo/{source}", source=source, timeout=TIMEOUT_S
+    )
 
 
 def _landings(brokers: list[Mosquitto], port: int) -> dict[str, str]:

@@ -23,13 +23,11 @@ import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-import paho.mqtt.client as mqtt
 import pytest
 from kazoo.client import KazooClient
-from paho.mqtt.enums import CallbackAPIVersion
 
 from router.config import load_config
-from tests.router.conftest import ZooKeeperServer
+from tests.router.conftest import ZooKeeperServer, mqtt_round_trip
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -169,25 +167,7 @@ def register(zookeeper: ZooKeeperServer) -> Iterator[Callable[..., Registrant]]:
 
 def _round_trip(port: int, client_id: str) -> bool:
     """Connect through the router, subscribe, publish, and receive our own message."""
-    topic = f"zk/{client_id}"
-    got, subscribed = threading.Event(), threading.Event()
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
-    client.on_message = lambda *_a: got.set()
-    client.on_subscribe = lambda *_a: subscribed.set()
-    try:
-        client.connect("127.0.0.1", port, keepalive=30)
-    except OSError:
-        return False
-    client.loop_start()
-    try:
-        client.subscribe(topic, qos=1)
-        if not subscribed.wait(TIMEOUT_S):
-            return False
-        client.publish(topic, b"hello", qos=1)
-        return got.wait(TIMEOUT_S)
-    finally:
-        client.disconnect()
-        client.loop_stop()
+    return mqtt_round_trip(port, client_id=client_id, topic=f"zk/{client_id}", timeout=TIMEOUT_S)
 
 
 def _routed_to(router: Routerd, port: int, node_id: str) -> None:

@@ -4,6 +4,7 @@ proxied connections of a target that is not ready."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import trio
 import trio.testing
@@ -16,6 +17,9 @@ from router.engine import RouteStatus
 from router.metrics import Metrics
 from router.routing import LiveConnectionCounts, RouterRuntime
 from router.settings import Config, RouterConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def _runtime(quorum_size: int, quorum_timeout_ms: int, policy: str = "FIRST_ELEMENT") -> RouterRuntime:
@@ -35,6 +39,28 @@ def _runtime(quorum_size: int, quorum_timeout_ms: int, policy: str = "FIRST_ELEM
 
 
 FACTS = ConnectionFacts(source_ip="127.0.0.2")
+
+
+async def _closed_by(
+    runtime: RouterRuntime, conns: list[ProxiedConnection], act: Callable[[], object]
+) -> list[str]:
+    """Hold `conns` open (registered with the runtime) and run `act`; the peers it closed, in order."""
+    ended: list[str] = []
+
+    async def hold(conn: ProxiedConnection) -> None:
+        with conn.cancel_scope:
+            await trio.sleep_forever()
+        ended.append(conn.peer)
+
+    async with trio.open_nursery() as nursery:
+        for conn in conns:
+            runtime.connections.add(conn)
+            nursery.start_soon(hold, conn)
+        await trio.testing.wait_all_tasks_blocked()
+        act()
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    return ended
 
 
 async def test_decide_waits_for_quorum_then_routes(autojump_clock: trio.testing.MockClock) -> None:
@@ -208,23 +234,13 @@ async def test_apply_events_closes_the_connections_to_a_target_that_is_not_ready
         )
         for port, node_id in ((1, "b1"), (2, "b1"), (3, "b2"))
     ]
-    ended: list[str] = []
 
-    async def hold(conn: ProxiedConnection) -> None:
-        with conn.cancel_scope:
-            await trio.sleep_forever()
-        ended.append(conn.peer)
-
-    async with trio.open_nursery() as nursery:
-        for conn in conns:
-            runtime.connections.add(conn)
-            nursery.start_soon(hold, conn)
-        await trio.testing.wait_all_tasks_blocked()
+    def refuse_twice() -> None:
         runtime.apply_events(pool.record_check("b1", False, "refused"))
         runtime.apply_events(pool.record_check("b1", False, "refused"))  # no change: nothing more
-        await trio.testing.wait_all_tasks_blocked()
-        assert sorted(ended) == ["127.0.0.2:1", "127.0.0.2:2"]
-        nursery.cancel_scope.cancel()
+
+    ended = await _closed_by(runtime, conns, refuse_twice)
+    assert sorted(ended) == ["127.0.0.2:1", "127.0.0.2:2"]
     messages = [r.getMessage() for r in caplog.records if "proxied connection" in r.getMessage()]
     assert messages == ["router=r target=b1 is not ready: closing its 2 proxied connection(s)"]
     value = runtime.metrics.registry.get_sample_value(
@@ -304,22 +320,10 @@ async def test_failover_closes_only_the_connections_to_the_former_member(caplog)
         )
         for port, address_port in ((1, 20001), (2, 20002))
     ]
-    ended: list[str] = []
-
-    async def hold(conn: ProxiedConnection) -> None:
-        with conn.cancel_scope:
-            await trio.sleep_forever()
-        ended.append(conn.peer)
-
-    async with trio.open_nursery() as nursery:
-        for conn in conns:
-            runtime.connections.add(conn)
-            nursery.start_soon(hold, conn)
-        await trio.testing.wait_all_tasks_blocked()
-        runtime.apply_events(pool.record_check("pair", False, "killed", member=0))
-        await trio.testing.wait_all_tasks_blocked()
-        assert ended == ["127.0.0.2:1"]
-        nursery.cancel_scope.cancel()
+    ended = await _closed_by(
+        runtime, conns, lambda: runtime.apply_events(pool.record_check("pair", False, "killed", member=0))
+    )
+    assert ended == ["127.0.0.2:1"]
     messages = [r.getMessage() for r in caplog.records if "proxied connection" in r.getMessage()]
     assert messages == [
         "router=r target=pair member 127.0.0.1:20001 is not active: closing its 1 proxied connection(s)"

@@ -143,7 +143,10 @@ async def test_serve_router_refuses_when_no_target_is_ready(nursery: trio.Nurser
     shutdown.set()
 
 
-async def test_serve_router_drains_open_connections_on_shutdown(nursery: trio.Nursery) -> None:
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "trio-path"])
+async def test_serve_router_drains_open_connections_on_shutdown(
+    nursery: trio.Nursery, fast_path: bool
+) -> None:
     """Scenario: after shutdown starts, new connects fail but an open connection keeps working."""
     port = await nursery.start(_serve_named_echo, b"b0")
     shutdown = trio.Event()
@@ -151,7 +154,11 @@ async def test_serve_router_drains_open_connections_on_shutdown(nursery: trio.Nu
 
     async def run(task_status: trio.TaskStatus[ServerInfo]) -> None:
         await serve_router(
-            _config([port]), admin=None, grace_s=30, shutdown=shutdown, task_status=task_status
+            _config([port], fast_path=fast_path),
+            admin=None,
+            grace_s=30,
+            shutdown=shutdown,
+            task_status=task_status,
         )
         done.set()
 
