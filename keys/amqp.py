@@ -933,6 +933,48 @@ class AmqpSniffer:
 # ============================================================================================
 
 
+# The broker's SASL frames after its SASL header, shared by the proxy-mode measure below and the
+# health probe's parsers at the end: sasl-mechanisms, then sasl-outcome, then the AMQP header.
+
+
+def _broker_sasl_frame(data: bytes, offset: int, expected: int) -> tuple[list[AmqpValue], int] | NeedMore:
+    """The broker's SASL frame at `offset`, which must carry `expected`: (its fields, offset after it)."""
+    frame = _next_frame(data, offset, _FRAME_TYPE_SASL, "a broker sasl")
+    if frame is NEED_MORE:
+        return NEED_MORE
+    code, fields = decode_performative(frame)
+    if code != expected:
+        # After the mechanisms, a sasl-challenge: only single-step mechanisms are relayed or probed.
+        raise _err(f"broker sent {_describe_code(code)} where {_describe_code(expected)} was expected")
+    return fields, offset + frame.size
+
+
+def _broker_outcome(data: bytes, offset: int) -> tuple[int, int] | NeedMore:
+    """The broker's sasl-outcome at `offset`, after its mechanisms: (code, offset after it)."""
+    found = _broker_sasl_frame(data, offset, _SASL_OUTCOME)
+    if found is NEED_MORE:
+        return NEED_MORE
+    fields, end = found
+    outcome = _field(fields, 0)
+    if not isinstance(outcome, int) or isinstance(outcome, bool):
+        raise _err(f"broker sasl-outcome code must be a ubyte, got {_type_name(outcome)}")
+    return outcome, end
+
+
+def _broker_amqp_start(data: bytes, offset: int) -> int | NeedMore:
+    """The offset after the broker's sasl-outcome, which must be ok, and the AMQP header that
+    follows it; `offset` is where the sasl-outcome starts."""
+    found = _broker_outcome(data, offset)
+    if found is NEED_MORE:
+        return NEED_MORE
+    outcome, offset = found
+    if outcome != 0:
+        raise _err(f"broker rejected authentication: code {outcome} ({sasl_outcome_name(outcome)})")
+    if _read_header(data, offset, (AMQP_HEADER,), "broker header after sasl") is NEED_MORE:
+        return NEED_MORE
+    return offset + _HEADER_SIZE
+
+
 def sniff_server_sasl_preamble(data: bytes) -> int | NeedMore:
     """Measure a broker's SASL header + sasl-mechanisms + sasl-outcome + AMQP header.
 
@@ -954,24 +996,10 @@ def sniff_server_sasl_preamble(data: bytes) -> int | NeedMore:
     """
     if _read_header(data, 0, (SASL_HEADER,), "broker protocol header") is NEED_MORE:
         return NEED_MORE
-    offset = _HEADER_SIZE
-    for expected in (_SASL_MECHANISMS, _SASL_OUTCOME):
-        frame = _next_frame(data, offset, _FRAME_TYPE_SASL, "a broker sasl")
-        if frame is NEED_MORE:
-            return NEED_MORE
-        code, fields = decode_performative(frame)
-        if code != expected:
-            raise _err(f"broker sent {_describe_code(code)} where {_describe_code(expected)} was expected")
-        offset += frame.size
-    outcome = _field(fields, 0)
-    if not isinstance(outcome, int) or isinstance(outcome, bool):
-        raise _err(f"broker sasl-outcome code must be a ubyte, got {_type_name(outcome)}")
-    if outcome != 0:
-        name = _SASL_OUTCOME_CODES.get(outcome, "unknown")
-        raise _err(f"broker rejected authentication: code {outcome} ({name})")
-    if _read_header(data, offset, (AMQP_HEADER,), "broker header after sasl") is NEED_MORE:
+    mechanisms = _broker_sasl_frame(data, _HEADER_SIZE, _SASL_MECHANISMS)
+    if mechanisms is NEED_MORE:
         return NEED_MORE
-    return offset + _HEADER_SIZE
+    return _broker_amqp_start(data, mechanisms[1])
 
 
 def sniff_server_plain_preamble(data: bytes) -> int | NeedMore:
@@ -1079,13 +1107,11 @@ def _broker_mechanisms(data: bytes) -> tuple[tuple[str, ...], int] | NeedMore:
     """The broker's SASL header and sasl-mechanisms: (mechanisms, offset after them)."""
     if _broker_sasl_header(data) is NEED_MORE:
         return NEED_MORE
-    frame = _next_frame(data, _HEADER_SIZE, _FRAME_TYPE_SASL, "a broker sasl")
-    if frame is NEED_MORE:
+    found = _broker_sasl_frame(data, _HEADER_SIZE, _SASL_MECHANISMS)
+    if found is NEED_MORE:
         return NEED_MORE
-    code, fields = decode_performative(frame)
-    if code != _SASL_MECHANISMS:
-        raise _err(f"broker sent {_describe_code(code)} where sasl-mechanisms was expected")
-    return _symbols(_field(fields, 0), "sasl-server-mechanisms"), _HEADER_SIZE + frame.size
+    fields, end = found
+    return _symbols(_field(fields, 0), "sasl-server-mechanisms"), end
 
 
 def parse_sasl_mechanisms(data: bytes) -> tuple[str, ...] | NeedMore:
@@ -1105,25 +1131,6 @@ def parse_sasl_mechanisms(data: bytes) -> tuple[str, ...] | NeedMore:
     return NEED_MORE if found is NEED_MORE else found[0]
 
 
-def _broker_outcome(data: bytes) -> tuple[int, int] | NeedMore:
-    """The broker's sasl-outcome after its mechanisms: (code, offset after it)."""
-    found = _broker_mechanisms(data)
-    if found is NEED_MORE:
-        return NEED_MORE
-    offset = found[1]
-    frame = _next_frame(data, offset, _FRAME_TYPE_SASL, "a broker sasl")
-    if frame is NEED_MORE:
-        return NEED_MORE
-    code, fields = decode_performative(frame)
-    if code != _SASL_OUTCOME:
-        # A sasl-challenge: the probe only uses single-step mechanisms (PLAIN, ANONYMOUS).
-        raise _err(f"broker sent {_describe_code(code)} where sasl-outcome was expected")
-    outcome = _field(fields, 0)
-    if not isinstance(outcome, int) or isinstance(outcome, bool):
-        raise _err(f"broker sasl-outcome code must be a ubyte, got {_type_name(outcome)}")
-    return outcome, offset + frame.size
-
-
 def parse_sasl_outcome(data: bytes) -> int | NeedMore:
     """The sasl-code of the broker's sasl-outcome (§5.3.3.6: 0 ok, 1 auth, 2 sys, 3 sys-perm,
     4 sys-temp), after its mechanisms.
@@ -1137,8 +1144,11 @@ def parse_sasl_outcome(data: bytes) -> int | NeedMore:
     Raises:
         SniffError: malformed frames, or a sasl-challenge instead of the outcome.
     """
-    found = _broker_outcome(data)
-    return NEED_MORE if found is NEED_MORE else found[0]
+    found = _broker_mechanisms(data)
+    if found is NEED_MORE:
+        return NEED_MORE
+    outcome = _broker_outcome(data, found[1])
+    return NEED_MORE if outcome is NEED_MORE else outcome[0]
 
 
 def sasl_outcome_name(code: int) -> str:
@@ -1149,15 +1159,12 @@ def sasl_outcome_name(code: int) -> str:
 def _broker_frames(data: bytes) -> list[tuple[int | None, list[AmqpValue]]] | NeedMore:
     """The complete performatives the broker sent after SASL ok and its AMQP header, empty frames
     (heartbeats, §2.4.5) skipped; NEED_MORE until the AMQP header is complete."""
-    found = _broker_outcome(data)
+    found = _broker_mechanisms(data)
     if found is NEED_MORE:
         return NEED_MORE
-    outcome, offset = found
-    if outcome != 0:
-        raise _err(f"broker rejected authentication: code {outcome} ({sasl_outcome_name(outcome)})")
-    if _read_header(data, offset, (AMQP_HEADER,), "broker header after sasl") is NEED_MORE:
+    offset = _broker_amqp_start(data, found[1])
+    if offset is NEED_MORE:
         return NEED_MORE
-    offset += _HEADER_SIZE
     performatives: list[tuple[int | None, list[AmqpValue]]] = []
     while True:
         frame = _next_frame(data, offset, _FRAME_TYPE_AMQP, "an amqp")

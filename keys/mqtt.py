@@ -303,6 +303,11 @@ def _encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
+def _packet(first_byte: int, body: bytes) -> bytes:
+    """A packet: its fixed header (type and flags, remaining length; MQTT 3.1.1 §2.2), then `body`."""
+    return bytes((first_byte,)) + _encode_varint(len(body)) + body
+
+
 def encode_connack_v3_as_artemis(reason_code: int) -> bytes:
     """A 3.1/3.1.1 CONNACK carrying an MQTT 5 reason code unchanged, as Artemis sends it (SPEC A6).
 
@@ -322,8 +327,8 @@ def encode_connack_v3_as_artemis(reason_code: int) -> bytes:
     """
     if reason_code not in (MQTT_V5_USE_ANOTHER_SERVER, MQTT_V5_SERVER_UNAVAILABLE, MQTT_V5_NOT_AUTHORIZED):
         raise ValueError(f"reason code 0x{reason_code:02x} is not one Artemis sends to mqtt 3.1.1 clients")
-    # MQTT 3.1.1 §3.2: remaining length 2, acknowledge flags 0, the code in the return-code byte.
-    return bytes((_CONNACK_FIRST_BYTE, 2, 0, reason_code))
+    # MQTT 3.1.1 §3.2: acknowledge flags 0, the code in the return-code byte.
+    return _packet(_CONNACK_FIRST_BYTE, bytes((0, reason_code)))
 
 
 def encode_connack(reason_code: int, *, protocol_level: int, server_reference: str | None = None) -> bytes:
@@ -360,8 +365,8 @@ def encode_connack(reason_code: int, *, protocol_level: int, server_reference: s
         return_code = _V3_RETURN_CODES.get(reason_code)
         if return_code is None:
             raise ValueError(f"reason code 0x{reason_code:02x} has no mqtt 3.1.1 connack return code")
-        # MQTT 3.1.1 §3.2: remaining length 2, acknowledge flags 0, return code.
-        return bytes((_CONNACK_FIRST_BYTE, 2, 0, return_code))
+        # MQTT 3.1.1 §3.2: acknowledge flags 0, return code.
+        return _packet(_CONNACK_FIRST_BYTE, bytes((0, return_code)))
     if protocol_level != 5:
         raise ValueError(f"unknown mqtt protocol level {protocol_level!r}, expected 3, 4 or 5")
     if reason_code not in _CONNACK_V5_REASONS:
@@ -376,7 +381,7 @@ def encode_connack(reason_code: int, *, protocol_level: int, server_reference: s
         properties = bytes((_PROPERTY_SERVER_REFERENCE,)) + len(encoded).to_bytes(2, "big") + encoded
     # MQTT 5 §3.2.2: acknowledge flags 0, reason code, properties with their length.
     variable_header = bytes((0, reason_code)) + _encode_varint(len(properties)) + properties
-    return bytes((_CONNACK_FIRST_BYTE,)) + _encode_varint(len(variable_header)) + variable_header
+    return _packet(_CONNACK_FIRST_BYTE, variable_header)
 
 
 def _utf8_field(text: str) -> bytes:
@@ -399,13 +404,13 @@ def encode_connect(
     flags = 0x02  # clean session
     payload = _utf8_field(client_id)
     if user_name is not None:
-        flags |= 0x80
+        flags |= _FLAG_USER_NAME
         payload += _utf8_field(user_name)
     if password is not None:
-        flags |= 0x40
+        flags |= _FLAG_PASSWORD
         payload += _utf8_field(password)
     body = _utf8_field("MQTT") + bytes((4, flags)) + keepalive_s.to_bytes(2, "big") + payload
-    return b"\x10" + _encode_varint(len(body)) + body
+    return _packet(_CONNECT_FIRST_BYTE, body)
 
 
 MQTT_DISCONNECT: Final = b"\xe0\x00"
@@ -447,8 +452,7 @@ def encode_subscribe(packet_id: int, topic_filter: str) -> bytes:
     """
     if not 0 < packet_id <= _MAX_TWO_BYTE_LENGTH:
         raise ValueError(f"mqtt packet id must be 1-65535, got {packet_id!r}")
-    body = packet_id.to_bytes(2, "big") + _utf8_field(topic_filter) + b"\x00"
-    return bytes((_SUBSCRIBE_FIRST_BYTE,)) + _encode_varint(len(body)) + body
+    return _packet(_SUBSCRIBE_FIRST_BYTE, packet_id.to_bytes(2, "big") + _utf8_field(topic_filter) + b"\x00")
 
 
 def parse_subscribed_value(data: bytes, *, topic: str, packet_id: int) -> bytes | NeedMore:

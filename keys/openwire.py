@@ -157,6 +157,9 @@ _DATA_TYPE_NAMES: Final = {
 _WFI_MIN_SIZE: Final = 1 + len(MAGIC) + 4 + 1
 """Smallest `WireFormatInfo` frame body: data type, magic, version, properties-present flag."""
 
+_WFI_VERSION_AT: Final = 4 + 1 + len(MAGIC)
+"""Offset of the version field in a `WireFormatInfo` frame: after size prefix, data type, magic."""
+
 
 def _type_name(data_type: int) -> str:
     """The name of a data type for messages, e.g. `ProducerInfo (data type 6)` or `data type 200`."""
@@ -483,7 +486,7 @@ def _parse_wfi(data: bytes, who: str) -> _Opening | NeedMore:
     end = 4 + int.from_bytes(data[:4], "big")
     if len(data) < end:
         return NEED_MORE
-    r = _Reader(data, 4 + 1 + len(MAGIC), end)
+    r = _Reader(data, _WFI_VERSION_AT, end)
     try:
         version = r.i32()
         props: dict[str, object] = {}
@@ -520,9 +523,8 @@ def _echo_frame(data: bytes, opening: _Opening) -> bytes:
     that accepts its offer (see the module docstring); the cap keeps the client on a marshaller
     version this module can encode `ConnectionControl` for.
     """
-    version_at = 4 + 1 + len(MAGIC)
     version = min(opening.offer.version, MAX_VERSION)
-    return data[:version_at] + struct.pack(">i", version) + data[version_at + 4 : opening.end]
+    return data[:_WFI_VERSION_AT] + struct.pack(">i", version) + data[_WFI_VERSION_AT + 4 : opening.end]
 
 
 def _negotiated_with_echo(offer: WireFormat) -> WireFormat:
@@ -550,28 +552,47 @@ def sniff_wire_format(data: bytes) -> WireFormat | NeedMore:
     return _negotiated_with_echo(opening.offer)
 
 
+def _read_flag(r: _Reader, bits: _Bits | None) -> bool:
+    """A boolean field: the next flag of the booleans stream (tight), else its own byte (loose)."""
+    return bits.read() if bits is not None else r.boolean()
+
+
+def _read_string(r: _Reader, bits: _Bits | None, field: str) -> str | None:
+    """A string field in tight (`bits` given) or loose encoding."""
+    return _tight_string(r, bits, field) if bits is not None else _loose_string(r, field)
+
+
+def _read_base_command(r: _Reader, fmt: WireFormat, what: str) -> _Bits | None:
+    """A command's start after its data type: the booleans stream (tight encoding only), then the
+    `BaseCommand` fields commandId (int) and responseRequired, skipped.
+
+    Returns:
+        The booleans stream in tight encoding, for the command's own fields; None in loose.
+    """
+    bits = _read_bits(r, what) if fmt.tight_encoding else None
+    r.i32()
+    _read_flag(r, bits)
+    return bits
+
+
 def _read_cached_connection_id(r: _Reader, bits: _Bits | None, fmt: WireFormat) -> None:
     """Skip `ConnectionInfo.connectionId`, a cached object (`tightUnmarsalCachedObject`,
     `looseUnmarsalCachedObject`): with the cache on, a "new" flag and a short index precede the
     object, and a known object is sent as the index alone; then a nested object (present flag,
     data type, `ConnectionIdMarshaller`'s one string `value`)."""
     if fmt.cache_enabled:
-        is_new = bits.read() if bits is not None else r.boolean()
+        is_new = _read_flag(r, bits)
         r.i16()
         if not is_new:
             return
-    present = bits.read() if bits is not None else r.boolean()
-    if not present:
+    if not _read_flag(r, bits):
         return
     data_type = r.u8()
     if data_type != _CONNECTION_ID:
         raise SniffError(
             _NAME, f"connectionId of ConnectionInfo is {_type_name(data_type)}, expected ConnectionId"
         )
-    if bits is not None:
-        _tight_string(r, bits, "ConnectionId.value")
-    else:
-        _loose_string(r, "ConnectionId.value")
+    _read_string(r, bits, "ConnectionId.value")
 
 
 def _read_connection_info(r: _Reader, fmt: WireFormat) -> tuple[str | None, str | None, str | None]:
@@ -582,33 +603,12 @@ def _read_connection_info(r: _Reader, fmt: WireFormat) -> tuple[str | None, str 
     Returns:
         (clientId, userName, password).
     """
-    if fmt.tight_encoding:
-        bits = _read_bits(r, "ConnectionInfo")
-        r.i32()
-        bits.read()
-        _read_cached_connection_id(r, bits, fmt)
-        client_id = _tight_string(r, bits, "ConnectionInfo.clientId")
-        password = _tight_string(r, bits, "ConnectionInfo.password")
-        user_name = _tight_string(r, bits, "ConnectionInfo.userName")
-    else:
-        r.i32()
-        r.boolean()
-        _read_cached_connection_id(r, None, fmt)
-        client_id = _loose_string(r, "ConnectionInfo.clientId")
-        password = _loose_string(r, "ConnectionInfo.password")
-        user_name = _loose_string(r, "ConnectionInfo.userName")
+    bits = _read_base_command(r, fmt, "ConnectionInfo")
+    _read_cached_connection_id(r, bits, fmt)
+    client_id = _read_string(r, bits, "ConnectionInfo.clientId")
+    password = _read_string(r, bits, "ConnectionInfo.password")
+    user_name = _read_string(r, bits, "ConnectionInfo.userName")
     return client_id, user_name, password
-
-
-def _read_keep_alive(r: _Reader, fmt: WireFormat) -> None:
-    """`KeepAliveInfoMarshaller`: only the `BaseCommand` fields."""
-    if fmt.tight_encoding:
-        bits = _read_bits(r, "KeepAliveInfo")
-        r.i32()
-        bits.read()
-    else:
-        r.i32()
-        r.boolean()
 
 
 _Credentials = tuple[str | None, str | None, str | None]
@@ -629,19 +629,13 @@ def _find_connection_info(data: bytes, pos: int, fmt: WireFormat) -> _Credential
                 _check_pre_connection_type(data_type)
                 if data_type == _CONNECTION_INFO:
                     return _read_connection_info(r, fmt)
-                _read_keep_alive(r, fmt)
+                _read_base_command(r, fmt, "KeepAliveInfo")  # `KeepAliveInfoMarshaller`: nothing more
             except _Short:
                 return None
             pos = r.pos
             continue
-        if len(data) < pos + 4:
-            return None
-        size = int.from_bytes(data[pos : pos + 4], "big")
-        if size > MAX_COMMAND_BYTES:
-            raise SniffError(_NAME, f"command size {size!r} exceeds {MAX_COMMAND_BYTES}")
-        if size == 0:
-            raise SniffError(_NAME, "command size 0 leaves no room for its data type")
-        if len(data) < pos + 5:
+        size = _command_size(data, pos, "")
+        if size is None or len(data) < pos + 5:
             return None
         data_type = data[pos + 4]
         _check_pre_connection_type(data_type)
@@ -656,6 +650,19 @@ def _find_connection_info(data: bytes, pos: int, fmt: WireFormat) -> _Credential
                     _NAME, f"truncated ConnectionInfo: its fields run past its size {size!r}"
                 ) from None
         pos = end
+
+
+def _command_size(data: bytes, pos: int, who: str) -> int | None:
+    """The size prefix of the command at `pos` (after the `WireFormatInfo`), None while it is
+    incomplete; `who` ("", "broker ") starts the errors."""
+    if len(data) < pos + 4:
+        return None
+    size = int.from_bytes(data[pos : pos + 4], "big")
+    if size > MAX_COMMAND_BYTES:
+        raise SniffError(_NAME, f"{who}command size {size!r} exceeds {MAX_COMMAND_BYTES}")
+    if size == 0:
+        raise SniffError(_NAME, f"{who}command size 0 leaves no room for its data type")
+    return size
 
 
 def _check_pre_connection_type(data_type: int) -> None:
@@ -680,7 +687,7 @@ class OpenWireSniffer:
             True if they may start an OpenWire connection; never raises.
         """
         try:
-            _check_wfi_prefix(prefix[: 5 + len(MAGIC)], "client")
+            _check_wfi_prefix(prefix[:_WFI_VERSION_AT], "client")
         except SniffError:
             return False
         return True
@@ -1103,13 +1110,9 @@ def parse_probe_response(data: bytes, *, command_id: int) -> BrokerResponse | Ne
         return NEED_MORE
     pos = opening.end
     while True:
-        if len(data) < pos + 4:
+        size = _command_size(data, pos, "broker ")
+        if size is None:
             return NEED_MORE
-        size = int.from_bytes(data[pos : pos + 4], "big")
-        if size > MAX_COMMAND_BYTES:
-            raise SniffError(_NAME, f"broker command size {size!r} exceeds {MAX_COMMAND_BYTES}")
-        if size == 0:
-            raise SniffError(_NAME, "broker command size 0 leaves no room for its data type")
         end = pos + 4 + size
         if len(data) < end:
             return NEED_MORE

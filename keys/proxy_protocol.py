@@ -159,18 +159,18 @@ def _crc32c(data: bytes) -> int:
 class ProxyHeader:
     """A parsed PROXY protocol header.
 
-    `source_ip` is None when the header carries no IP address: `local` headers, and v2 AF_UNIX
-    (a proxied connection from a UNIX socket, `local` False). The router then keeps the
+    The address fields are None when the header carries no IP address: `local` headers, and v2
+    AF_UNIX (a proxied connection from a UNIX socket, `local` False). The router then keeps the
     connection's own peer address.
     """
 
-    source_ip: str | None
+    source_ip: str | None = None
     """The original client's address, canonical text, IPv6 without brackets (SPEC A2)."""
-    source_port: int | None
+    source_port: int | None = None
     """The original client's port."""
-    dest_ip: str | None
+    dest_ip: str | None = None
     """The address the client connected to (the load balancer's frontend)."""
-    dest_port: int | None
+    dest_port: int | None = None
     """The port the client connected to."""
     local: bool
     """No address to use: v2 LOCAL (the proxy's own connection, e.g. a health check) or v1 UNKNOWN.
@@ -188,9 +188,7 @@ class ProxyHeader:
             raise ValueError(f"version must be 1 or 2, got {self.version!r}")
         if self.length <= 0:
             raise ValueError(f"length must be > 0, got {self.length!r}")
-        for port in (self.source_port, self.dest_port):
-            if port is not None and not 0 <= port <= _MAX_PORT:
-                raise ValueError(f"port must be 0-65535, got {port!r}")
+        _check_ports(self.source_port, self.dest_port)
         addresses = (self.source_ip, self.source_port, self.dest_ip, self.dest_port)
         if self.local and any(value is not None for value in addresses):
             raise ValueError(f"a local header carries no addresses, got {addresses!r}")
@@ -276,15 +274,7 @@ def _parse_v1(data: bytes) -> ProxyHeader | NeedMore:
     protocol = fields[1]
     if protocol == b"UNKNOWN":
         # "the receiver must ignore anything presented before the CRLF is found"
-        return ProxyHeader(
-            source_ip=None,
-            source_port=None,
-            dest_ip=None,
-            dest_port=None,
-            local=True,
-            version=1,
-            length=len(line),
-        )
+        return ProxyHeader(local=True, version=1, length=len(line))
     if protocol not in _V1_PROTOCOLS:
         raise _error(f"v1 protocol must be TCP4, TCP6 or UNKNOWN, got {_quote(protocol)}")
     try:
@@ -369,15 +359,7 @@ def _parse_v2(data: bytes) -> ProxyHeader | NeedMore:
         # only `len` counts, to skip the block.
         if len(data) < length:
             return NEED_MORE
-        return ProxyHeader(
-            source_ip=None,
-            source_port=None,
-            dest_ip=None,
-            dest_port=None,
-            local=True,
-            version=2,
-            length=length,
-        )
+        return ProxyHeader(local=True, version=2, length=length)
     fam = data[sig_end + 1]
     address_bytes = _V2_ADDRESS_BYTES[fam]
     if length - _V2_FIXED_BYTES < address_bytes:
@@ -392,16 +374,7 @@ def _parse_v2(data: bytes) -> ProxyHeader | NeedMore:
     block = header[_V2_FIXED_BYTES : _V2_FIXED_BYTES + address_bytes]
     if fam >> 4 == _AF_UNIX:
         # Two 108-byte socket paths: no IP address and no ports.
-        return ProxyHeader(
-            source_ip=None,
-            source_port=None,
-            dest_ip=None,
-            dest_port=None,
-            local=False,
-            version=2,
-            length=length,
-            tlvs=tlvs,
-        )
+        return ProxyHeader(local=False, version=2, length=length, tlvs=tlvs)
     size = 4 if fam >> 4 == _AF_INET else 16
     ip_type = ipaddress.IPv4Address if fam >> 4 == _AF_INET else ipaddress.IPv6Address
     return ProxyHeader(
@@ -486,9 +459,10 @@ def _ip_pair(
     )
 
 
-def _check_ports(*ports: int) -> None:
+def _check_ports(*ports: int | None) -> None:
+    """Every port given is 0-65535 (None: no port, as in a header without addresses)."""
     for port in ports:
-        if not 0 <= port <= _MAX_PORT:
+        if port is not None and not 0 <= port <= _MAX_PORT:
             raise ValueError(f"port must be 0-65535, got {port!r}")
 
 

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -257,6 +257,15 @@ def _password_bytes(password: str) -> bytes:
     return password.encode("utf-8", "replace")
 
 
+def _check_hash_parameters(iterations: int, salt: bytes) -> None:
+    """PBKDF2 parameters Artemis can use: an iteration count that fits a Java int, a salt (the
+    JDK's PBEKeySpec rejects an empty one)."""
+    if not 1 <= iterations <= _MAX_JAVA_INT:
+        raise ValueError(f"iterations must be 1 to {_MAX_JAVA_INT}, got {iterations!r}")
+    if not salt:
+        raise ValueError("salt must not be empty")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlainPassword:
     """A password stored as plain text. Its `repr` hides the text."""
@@ -291,10 +300,7 @@ class HashedPassword:
     """The derived key, not empty; verification derives as many bytes."""
 
     def __post_init__(self) -> None:
-        if not 1 <= self.iterations <= _MAX_JAVA_INT:
-            raise ValueError(f"iterations must be 1 to {_MAX_JAVA_INT}, got {self.iterations!r}")
-        if not self.salt:
-            raise ValueError("salt must not be empty")
+        _check_hash_parameters(self.iterations, self.salt)
         if not self.digest:
             raise ValueError("hash must not be empty")
 
@@ -389,10 +395,7 @@ def hash_password(password: str, *, iterations: int = DEFAULT_ITERATIONS, salt: 
     """
     if salt is None:
         salt = secrets.token_bytes(SALT_BYTES)
-    if not 1 <= iterations <= _MAX_JAVA_INT:
-        raise ValueError(f"iterations must be 1 to {_MAX_JAVA_INT}, got {iterations!r}")
-    if not salt:
-        raise ValueError("salt must not be empty")
+    _check_hash_parameters(iterations, salt)  # before the derivation, which takes any salt
     digest = hashlib.pbkdf2_hmac(_PBKDF2_DIGEST, _password_bytes(password), salt, iterations, HASH_BYTES)
     return HashedPassword(iterations=iterations, salt=salt, digest=digest).encode()
 
@@ -488,30 +491,14 @@ class UserStore:
                 malformed `ENC(...)` password; with the file and line, never the password.
         """
         users: dict[str, StoredPassword] = {}
-        first_line: dict[str, int] = {}
-        for number, user, value in parse_properties(users_text, users_source):
-            if not user:
-                raise UserStoreError(users_source, number, "empty user name")
-            if user in first_line:
-                raise UserStoreError(
-                    users_source, number, f"user {user!r} defined again (first on line {first_line[user]})"
-                )
-            first_line[user] = number
+        for number, user, value in _defined_once(users_text, users_source, "user"):
             try:
                 users[user] = parse_stored_password(value)
             except ValueError as exc:
                 raise UserStoreError(users_source, number, f"user {user!r}: {exc}") from None
 
         roles: dict[str, list[str]] = {}
-        first_line = {}
-        for number, role, value in parse_properties(roles_text, roles_source):
-            if not role:
-                raise UserStoreError(roles_source, number, "empty role name")
-            if role in first_line:
-                raise UserStoreError(
-                    roles_source, number, f"role {role!r} defined again (first on line {first_line[role]})"
-                )
-            first_line[role] = number
+        for _, role, value in _defined_once(roles_text, roles_source, "role"):
             for user in (name.strip() for name in value.split(",")):
                 if user and role not in roles.setdefault(user, []):
                     roles[user].append(role)
@@ -571,6 +558,21 @@ class UserStore:
         if not stored.verify(password):
             return None
         return Authenticated(user=user, roles=self.roles.get(user, ()))
+
+
+def _defined_once(text: str, source: str, kind: str) -> Iterator[tuple[int, str, str]]:
+    """The entries of `parse_properties`, each key non-empty and defined once; `kind` ("user",
+    "role") names the keys in the errors, which give the line of the second definition."""
+    first_line: dict[str, int] = {}
+    for number, key, value in parse_properties(text, source):
+        if not key:
+            raise UserStoreError(source, number, f"empty {kind} name")
+        if key in first_line:
+            raise UserStoreError(
+                source, number, f"{kind} {key!r} defined again (first on line {first_line[key]})"
+            )
+        first_line[key] = number
+        yield number, key, value
 
 
 def _read_text(path: str | os.PathLike[str], encoding: str) -> str:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-import socket
-import threading
 from typing import TYPE_CHECKING
 
 import pytest
@@ -43,8 +41,10 @@ from keys.amqp import (
     sniff_server_sasl_preamble,
 )
 from keys.sniff import NEED_MORE, NeedMore, Reply, Sniffed, SniffError
+from tests.keys.conftest import OneConnectionServer, assert_sniff_outcome, read_until_sniffed, sniff_outcome
 
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Callable
 
     from proton import Connection
@@ -327,21 +327,6 @@ class TestCaptures:
 # ===============================================================================================
 
 CAPTURES = [PROTON_PLAIN, PROTON_ANONYMOUS, PROTON_NO_SASL]
-ALLOWED = (Sniffed, Reply, NeedMore)
-
-
-def _outcome(function: Callable[[bytes], object], data: bytes) -> object:
-    """The result, or the SniffError raised; anything else propagates and fails the test."""
-    try:
-        return function(data)
-    except SniffError as exc:
-        return exc
-
-
-def _assert_sniff_outcome(data: bytes) -> None:
-    result = _outcome(SNIFFER.sniff, data)
-    assert isinstance(result, (*ALLOWED, SniffError))
-    assert not isinstance(result, SniffError) or result.protocol == "amqp"
 
 
 @given(capture=st.sampled_from(CAPTURES), data=st.data(), tail=st.binary(max_size=200))
@@ -349,7 +334,7 @@ def test_sniff_amqp_prefix_plus_garbage_never_crashes(
     capture: bytes, data: st.DataObject, tail: bytes
 ) -> None:
     cut = data.draw(st.integers(0, len(capture)))
-    _assert_sniff_outcome(capture[:cut] + tail)
+    assert_sniff_outcome(SNIFFER, capture[:cut] + tail)
 
 
 @given(capture=st.sampled_from(CAPTURES), data=st.data())
@@ -358,18 +343,18 @@ def test_sniff_amqp_mutated_capture_never_crashes(capture: bytes, data: st.DataO
     mutated = bytearray(capture)
     for _ in range(data.draw(st.integers(1, 3))):
         mutated[data.draw(st.integers(0, len(capture) - 1))] = data.draw(st.integers(0, 255))
-    _assert_sniff_outcome(bytes(mutated))
+    assert_sniff_outcome(SNIFFER, bytes(mutated))
 
 
 @given(st.binary(max_size=400))
 def test_sniff_amqp_random_bytes_never_crash(blob: bytes) -> None:
     for candidate in (blob, SASL_HEADER + blob, AMQP_HEADER + blob):
-        _assert_sniff_outcome(candidate)
+        assert_sniff_outcome(SNIFFER, candidate)
 
 
 @given(st.binary(max_size=300))
 def test_decode_value_random_bytes_only_sniff_error(blob: bytes) -> None:
-    result = _outcome(decode_value, blob)
+    result = sniff_outcome(decode_value, blob)
     assert isinstance(result, (tuple, SniffError))
 
 
@@ -379,7 +364,7 @@ def test_sniff_server_sasl_preamble_prefix_plus_garbage_never_crashes(
 ) -> None:
     cut = data.draw(st.integers(0, len(BROKER_ANONYMOUS_OK)))
     for measure in (sniff_server_sasl_preamble, sniff_server_plain_preamble):
-        result = _outcome(measure, BROKER_ANONYMOUS_OK[:cut] + tail)
+        result = sniff_outcome(measure, BROKER_ANONYMOUS_OK[:cut] + tail)
         assert result is NEED_MORE or isinstance(result, (int, SniffError))
 
 
@@ -938,61 +923,38 @@ class TestProtonAccepts:
         proton BlockingConnection fails with the redirect condition and its info map."""
         from proton.utils import BlockingConnection, ConnectionClosed
 
-        listener = socket.create_server(("127.0.0.1", 0))
-        port = listener.getsockname()[1]
-        outcome: dict[str, object] = {}
+        seen: list[Sniffed] = []
 
-        def serve() -> None:
-            try:
-                listener.settimeout(10)
-                conn, _ = listener.accept()
-                with conn:
-                    conn.settimeout(10)
-                    buf, sent = b"", b""
-                    while True:
-                        result = SNIFFER.sniff(buf)
-                        if isinstance(result, Reply):
-                            conn.sendall(result.to_client[len(sent) :])
-                            sent = result.to_client
-                        elif isinstance(result, Sniffed):
-                            outcome["sniffed"] = result
-                            conn.sendall(server_preamble(result)[len(sent) :])
-                            conn.sendall(redirect_frames("r1", "127.0.0.1", 5673))
-                            conn.recv(4096)  # the client's Close, or EOF
-                            return
-                        chunk = conn.recv(4096)
-                        if not chunk:
-                            return
-                        buf += chunk
-            except Exception as exc:  # reported by the assertions below, not as a thread error
-                outcome["error"] = exc
-            finally:
-                listener.close()
+        def redirect(conn: socket.socket) -> None:
+            _, sniffed, sent = read_until_sniffed(conn, SNIFFER)
+            seen.append(sniffed)
+            conn.sendall(server_preamble(sniffed)[len(sent) :])
+            conn.sendall(redirect_frames("r1", "127.0.0.1", 5673))
+            conn.recv(4096)  # the client's Close, or EOF
 
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
+        server = OneConnectionServer(redirect, timeout_s=10)
         with pytest.raises(ConnectionClosed) as info:
             BlockingConnection(
-                f"amqp://bob:secret@127.0.0.1:{port}",
+                f"amqp://bob:secret@127.0.0.1:{server.port}",
                 timeout=10,
                 allowed_mechs="PLAIN",
                 container_id="redirect-test",
             )
-        thread.join(10)
-        assert not thread.is_alive()
-        assert "error" not in outcome, outcome.get("error")
+        server.join()
         assert info.value.condition == "amqp:connection:redirect"
         assert "network-host" in str(info.value)
         assert "5673" in str(info.value)
-        assert outcome["sniffed"] == Sniffed(
-            protocol="amqp",
-            client_id="redirect-test",
-            hostname="127.0.0.1",
-            user_name="bob",
-            password="secret",
-            sasl_mechanism="PLAIN",
-            protocol_version="1.0",
-        )
+        assert seen == [
+            Sniffed(
+                protocol="amqp",
+                client_id="redirect-test",
+                hostname="127.0.0.1",
+                user_name="bob",
+                password="secret",
+                sasl_mechanism="PLAIN",
+                protocol_version="1.0",
+            )
+        ]
 
 
 # ===============================================================================================
@@ -1260,7 +1222,7 @@ def test_parse_broker_answers_prefix_plus_garbage_never_crash(
     parse: Callable[[bytes], object], data: st.DataObject, tail: bytes
 ) -> None:
     cut = data.draw(st.integers(0, len(RABBITMQ_SESSION)))
-    assert isinstance(_outcome(parse, RABBITMQ_SESSION[:cut] + tail), PROBE_RESULTS)
+    assert isinstance(sniff_outcome(parse, RABBITMQ_SESSION[:cut] + tail), PROBE_RESULTS)
 
 
 @given(parse=st.sampled_from(PROBE_PARSERS), data=st.data())
@@ -1270,4 +1232,4 @@ def test_parse_broker_answers_mutated_capture_never_crash(
     mutated = bytearray(RABBITMQ_SESSION)
     for _ in range(data.draw(st.integers(1, 3))):
         mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
-    assert isinstance(_outcome(parse, bytes(mutated)), PROBE_RESULTS)
+    assert isinstance(sniff_outcome(parse, bytes(mutated)), PROBE_RESULTS)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,8 +22,11 @@ from keys.mqtt import (
     encode_connack,
     encode_connack_v3_as_artemis,
 )
+from tests.keys.conftest import OneConnectionServer, mutate, read_until_sniffed, sniff_outcome
 
 if TYPE_CHECKING:
+    import socket
+
     from paho.mqtt.client import ConnectFlags
     from paho.mqtt.properties import Properties
     from paho.mqtt.reasoncodes import ReasonCode
@@ -412,11 +413,8 @@ class TestLooksLike:
 
 def _sniff_only_allowed_outcomes(data: bytes) -> None:
     """NEED_MORE, a Sniffed or SniffError; IndexError, UnicodeDecodeError … fail the test."""
-    try:
-        result = SNIFFER.sniff(data)
-    except SniffError:
-        return
-    assert result is NEED_MORE or isinstance(result, Sniffed)
+    result = sniff_outcome(SNIFFER.sniff, data)
+    assert isinstance(result, SniffError) or result is NEED_MORE or isinstance(result, Sniffed)
 
 
 class TestFuzz:
@@ -439,10 +437,7 @@ class TestFuzz:
         edits=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), min_size=1, max_size=4),
     )
     def test_sniff_mqtt_mutated_capture(self, frame: bytes, edits: list[tuple[int, int]]) -> None:
-        mutated = bytearray(frame)
-        for index, value in edits:
-            mutated[index % len(mutated)] = value
-        _sniff_only_allowed_outcomes(bytes(mutated))
+        _sniff_only_allowed_outcomes(mutate(frame, edits))
 
     @given(
         level=st.sampled_from([3, 4, 5]),
@@ -600,25 +595,14 @@ def _paho_round_trip(
     """A live paho client connects to a one-shot listener on 127.0.0.1 that sniffs its CONNECT with
     MqttSniffer and answers with encode_connack; paho's on_connect records what it parsed."""
     seen = _RoundTrip()
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(5)
 
-    def serve() -> None:
-        conn, _ = server.accept()
-        with conn:
-            conn.settimeout(5)
-            buf = b""
-            while (result := SNIFFER.sniff(buf)) is NEED_MORE:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    return
-                buf += chunk
-            assert isinstance(result, Sniffed)
-            assert result.protocol_version is not None
-            seen.sniffed = result
-            level = PROTOCOL_LEVELS[result.protocol_version]
-            conn.sendall(encode_connack(reason_code, protocol_level=level, server_reference=server_reference))
-            conn.recv(16)  # until the client goes away
+    def answer(conn: socket.socket) -> None:
+        _, result, _ = read_until_sniffed(conn, SNIFFER)
+        assert result.protocol_version is not None
+        seen.sniffed = result
+        level = PROTOCOL_LEVELS[result.protocol_version]
+        conn.sendall(encode_connack(reason_code, protocol_level=level, server_reference=server_reference))
+        conn.recv(16)  # until the client goes away
 
     def on_connect(
         client: Client,
@@ -629,19 +613,17 @@ def _paho_round_trip(
     ) -> None:
         seen.reason, seen.properties = reason, properties
 
-    thread = threading.Thread(target=serve)
-    thread.start()
+    server = OneConnectionServer(answer, timeout_s=5)
     client = Client(CallbackAPIVersion.VERSION2, client_id="round-trip", protocol=protocol)
     client.on_connect = on_connect
     try:
-        client.connect("127.0.0.1", server.getsockname()[1], keepalive=15)
+        client.connect("127.0.0.1", server.port, keepalive=15)
         deadline = time.monotonic() + 5
         while seen.reason is None and time.monotonic() < deadline:
             client.loop(timeout=0.05)
     finally:
         client.disconnect()
-        thread.join(10)
-        server.close()
+        server.join()
     return seen
 
 

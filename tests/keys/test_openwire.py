@@ -36,7 +36,8 @@ from keys.openwire import (
     sniff_server_preamble,
     sniff_wire_format,
 )
-from tests.conftest import JAVA_CLIENT_JARS, ActiveMQ, free_port, require_java
+from tests.conftest import JAVA_CLIENT_JARS, ActiveMQ, require_java
+from tests.keys.conftest import OneConnectionServer, mutate, read_until_sniffed, sniff_outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -57,20 +58,23 @@ def _hex(*parts: str) -> bytes:
 # default one only in the value byte of that property (checked byte for byte at capture time).
 
 
-def _wfi_tcp(*, cache: str = "01", size_prefix_disabled: str = "00", tight: str = "01") -> bytes:
-    """The client's WireFormatInfo on `tcp://127.0.0.1:PORT` (the Host property is set)."""
+def _wfi_tcp(
+    *, cache: str = "01", size_prefix_disabled: str = "00", tight: str = "01", host: bool = True
+) -> bytes:
+    """The client's WireFormatInfo on `tcp://127.0.0.1:PORT` (the Host property is set); without
+    `host`, the one without a Host property (see `_wfi_no_host`)."""
     return _hex(
-        "00000164",  # size prefix: 356 bytes follow
+        "00000164" if host else "00000152",  # size prefix: 356 bytes follow (338 without Host)
         "01",  # data type 1: WireFormatInfo
         "4163746976654d51",  # magic "ActiveMQ"
         "0000000c",  # version 12
         "01",  # marshalledProperties present
-        "00000152",  # properties: 338 bytes
-        "0000000e",  # primitive map: 14 entries
+        "00000152" if host else "00000140",  # properties: 338 bytes (320 without Host)
+        "0000000e" if host else "0000000d",  # primitive map: 14 entries (13 without Host)
         "0011537461636b5472616365456e61626c65640101",  # StackTraceEnabled: boolean true
         "000f506c6174666f726d44657461696c730900044a617661",  # PlatformDetails: string "Java"
         "000c4361636865456e61626c656401" + cache,  # CacheEnabled: boolean (01 = true)
-        "0004486f73740900093132372e302e302e31",  # Host: string "127.0.0.1"
+        "0004486f73740900093132372e302e302e31" if host else "",  # Host: string "127.0.0.1"
         "00115463704e6f44656c6179456e61626c65640101",  # TcpNoDelayEnabled: boolean true
         "001253697a6550726566697844697361626c656401" + size_prefix_disabled,  # SizePrefixDisabled
         "0009436163686553697a650500000400",  # CacheSize: int 1024
@@ -88,29 +92,7 @@ def _wfi_tcp(*, cache: str = "01", size_prefix_disabled: str = "00", tight: str 
 def _wfi_no_host(*, tight: str = "01") -> bytes:
     """The WireFormatInfo without a Host property. The Debian ActiveMQ 5.17.2 broker sends exactly
     this (tight = 01); so does the 5.17.2 client on `failover:(tcp://…)`."""
-    return _hex(
-        "00000152",  # size prefix: 338 bytes follow
-        "01",  # data type 1: WireFormatInfo
-        "4163746976654d51",  # magic "ActiveMQ"
-        "0000000c",  # version 12
-        "01",  # marshalledProperties present
-        "00000140",  # properties: 320 bytes
-        "0000000d",  # primitive map: 13 entries
-        "0011537461636b5472616365456e61626c65640101",  # StackTraceEnabled: boolean true
-        "000f506c6174666f726d44657461696c730900044a617661",  # PlatformDetails: string "Java"
-        "000c4361636865456e61626c65640101",  # CacheEnabled: boolean true
-        "00115463704e6f44656c6179456e61626c65640101",  # TcpNoDelayEnabled: boolean true
-        "001253697a6550726566697844697361626c65640100",  # SizePrefixDisabled: boolean false
-        "0009436163686553697a650500000400",  # CacheSize: int 1024
-        "000c50726f76696465724e616d650900084163746976654d51",  # ProviderName: string "ActiveMQ"
-        "00145469676874456e636f64696e67456e61626c656401" + tight,  # TightEncodingEnabled
-        "000c4d61784672616d6553697a65067fffffffffffffff",  # MaxFrameSize: long 2**63-1
-        "00154d6178496e61637469766974794475726174696f6e060000000000007530",  # MaxInactivityDuration
-        # MaxInactivityDurationInitalDelay (sic): long 10000
-        "00204d6178496e61637469766974794475726174696f6e496e6974616c44656c6179060000000000002710",
-        "00134d61784672616d6553697a65456e61626c65640101",  # MaxFrameSizeEnabled: boolean true
-        "000f50726f766964657256657273696f6e090006352e31372e32",  # ProviderVersion: string "5.17.2"
-    )
+    return _wfi_tcp(tight=tight, host=False)
 
 
 BROKER_WFI = _wfi_no_host()
@@ -760,16 +742,12 @@ class TestEncodeConnectionControl:
 
 
 def _sniff_outcome(data: bytes) -> object:
-    error: SniffError | None = None
-    try:
-        result = SNIFFER.sniff(data)
-    except SniffError as exc:
-        error = exc
-    if error is not None:
-        assert error.protocol == "openwire"
-        assert error.reason[:1].islower()
-        assert not error.reason.endswith(".")
-        return error
+    result = sniff_outcome(SNIFFER.sniff, data)
+    if isinstance(result, SniffError):
+        assert result.protocol == "openwire"
+        assert result.reason[:1].islower()
+        assert not result.reason.endswith(".")
+        return result
     assert result is NEED_MORE or isinstance(result, Reply | Sniffed)
     return result
 
@@ -789,9 +767,7 @@ def test_sniff_openwire_prefix_plus_junk_never_crashes(cap: Capture, cut: int, t
     byte=st.integers(min_value=0, max_value=255),
 )
 def test_sniff_openwire_one_changed_byte_never_crashes(cap: Capture, at: int, byte: int) -> None:
-    data = bytearray(cap.full)
-    data[at % len(data)] = byte
-    _sniff_outcome(bytes(data))
+    _sniff_outcome(mutate(cap.full, [(at, byte)]))
 
 
 @given(data=st.binary(max_size=400))
@@ -893,51 +869,6 @@ def _run_probe(probe_dir: Path, url: str, queue: str) -> str:
     return done.stdout
 
 
-class _FakeServer:
-    """A one-connection server in a thread, for the router's side of the handshake."""
-
-    def __init__(self, handle: Callable[[socket.socket], None]) -> None:
-        self._listener = socket.create_server(("127.0.0.1", free_port()))
-        self._listener.settimeout(_TIMEOUT_S)
-        self.port: int = self._listener.getsockname()[1]
-        self._handle = handle
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            conn, _ = self._listener.accept()
-            with conn:
-                conn.settimeout(_TIMEOUT_S)
-                self._handle(conn)
-        except BaseException as exc:  # reported by join()
-            self.error = exc
-        finally:
-            self._listener.close()
-
-    def join(self) -> None:
-        self._thread.join(_TIMEOUT_S)
-        assert not self._thread.is_alive(), "fake server still running"
-        if self.error is not None:
-            raise self.error
-
-
-def _read_until_sniffed(conn: socket.socket) -> tuple[bytes, Sniffed]:
-    """What the router does (router/sniffing.py): send each new part of a Reply, stop at Sniffed."""
-    buf, sent = b"", b""
-    while True:
-        result = SNIFFER.sniff(buf)
-        if isinstance(result, Sniffed):
-            return buf, result
-        if isinstance(result, Reply) and len(result.to_client) > len(sent):
-            conn.sendall(result.to_client[len(sent) :])
-            sent = result.to_client
-        chunk = conn.recv(4096)
-        assert chunk, f"client closed after {len(buf)} bytes"
-        buf += chunk
-
-
 REDIRECT_CASES = [
     pytest.param("", TARGET, id="tight-reconnect-to"),
     pytest.param(
@@ -963,7 +894,7 @@ class TestRealJavaClient:
         seen: list[Sniffed] = []
 
         def redirect(conn: socket.socket) -> None:
-            raw, sniffed = _read_until_sniffed(conn)
+            raw, sniffed, _ = read_until_sniffed(conn, SNIFFER)
             seen.append(sniffed)
             fmt = sniff_wire_format(raw)
             assert isinstance(fmt, WireFormat)
@@ -976,7 +907,7 @@ class TestRealJavaClient:
                 )
             )
 
-        fake = _FakeServer(redirect)
+        fake = OneConnectionServer(redirect, timeout_s=_TIMEOUT_S)
         url = (
             f"failover:(tcp://127.0.0.1:{fake.port}{tcp_options})"
             "?reconnectSupported=true&updateURIsSupported=true&maxReconnectAttempts=5"
@@ -998,7 +929,7 @@ class TestRealJavaClient:
         dropped: list[bytes] = []
 
         def proxy(conn: socket.socket) -> None:
-            raw, _ = _read_until_sniffed(conn)
+            raw, _, _ = read_until_sniffed(conn, SNIFFER)
             fmt = sniff_wire_format(raw)
             assert isinstance(fmt, WireFormat)
             with socket.create_connection(("127.0.0.1", activemq_broker.port), timeout=_TIMEOUT_S) as up:
@@ -1015,7 +946,7 @@ class TestRealJavaClient:
                 _pump(conn, up)
                 pump.join(_TIMEOUT_S)
 
-        fake = _FakeServer(proxy)
+        fake = OneConnectionServer(proxy, timeout_s=_TIMEOUT_S)
         out = _run_probe(probe_dir, f"tcp://127.0.0.1:{fake.port}{tcp_options}", f"proxy.{fake.port}")
         fake.join()
         assert "got=hello-openwire" in out
@@ -1248,14 +1179,10 @@ _PROBE_RESULTS = (WireFormat, openwire.BrokerResponse, type(NEED_MORE), SniffErr
 
 
 def _probe_outcome(parse: Callable[[bytes], object], data: bytes) -> object:
-    error: SniffError | None = None
-    try:
-        result = parse(data)
-    except SniffError as exc:
-        error = exc
-    if error is not None:
-        assert error.protocol == "openwire"
-        return error
+    result = sniff_outcome(parse, data)
+    if isinstance(result, SniffError):
+        assert result.protocol == "openwire"
+        return result
     assert isinstance(result, _PROBE_RESULTS)
     return result
 
@@ -1284,6 +1211,4 @@ def test_parse_probe_answers_prefix_plus_junk_never_crash(
 def test_parse_probe_answers_one_changed_byte_never_crash(
     parse: Callable[[bytes], object], data: bytes, at: int, byte: int
 ) -> None:
-    mutated = bytearray(data)
-    mutated[at % len(mutated)] = byte
-    _probe_outcome(parse, bytes(mutated))
+    _probe_outcome(parse, mutate(data, [(at, byte)]))

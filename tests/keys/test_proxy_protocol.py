@@ -74,6 +74,7 @@ from keys.proxy_protocol import (
 )
 from keys.sniff import NEED_MORE, NeedMore, SniffError
 from tests.conftest import free_port
+from tests.keys.conftest import sniff_outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -169,15 +170,7 @@ V2_TCP4_TLVS = bytes.fromhex(
 
 
 def _header(**fields: object) -> ProxyHeader:
-    defaults: dict[str, object] = {
-        "source_ip": None,
-        "source_port": None,
-        "dest_ip": None,
-        "dest_port": None,
-        "local": False,
-        "tlvs": (),
-    }
-    return ProxyHeader(**(defaults | fields))  # type: ignore[arg-type]  # test shorthand
+    return ProxyHeader(**({"local": False} | fields))  # type: ignore[arg-type]  # test shorthand
 
 
 CAPTURES = [
@@ -280,14 +273,10 @@ VALID_HEADERS = [
 
 def _outcome(data: bytes) -> ProxyHeader | NeedMore | SniffError:
     """The parser's result, or the SniffError it raised; any other exception fails the test."""
-    error: SniffError | None = None
-    try:
-        result = parse_proxy_header(data)
-    except SniffError as err:
-        error = err
-    if error is not None:
-        assert error.protocol == "proxy"
-        return error
+    result = sniff_outcome(parse_proxy_header, data)
+    if isinstance(result, SniffError):
+        assert result.protocol == "proxy"
+        return result
     if isinstance(result, ProxyHeader):
         assert 0 < result.length <= len(data)
     else:

@@ -9,7 +9,6 @@ frame in one send; stomp.py sorts headers by name.
 from __future__ import annotations
 
 import re
-import socket
 import threading
 from typing import TYPE_CHECKING
 
@@ -19,10 +18,13 @@ import stomp.utils  # type: ignore[import-untyped]  # as above
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keys.sniff import NEED_MORE, NeedMore, Reply, Sniffed, SniffError
+from keys.sniff import NEED_MORE, Sniffed, SniffError
 from keys.stomp import MAX_BODY_BYTES, MAX_HEADER_BYTES, StompSniffer, encode_error
+from tests.keys.conftest import OneConnectionServer, assert_sniff_outcome, read_until_sniffed
 
 if TYPE_CHECKING:
+    import socket
+
     from keys.sniff import Sniffer
 
 # stomp.py 9.0.0, stomp.Connection12([("127.0.0.1", PORT)]).connect("user", "pass",
@@ -137,24 +139,13 @@ def test_sniff_stomp_trailing_bytes_do_not_change_result(
 # R10 4: fuzz
 # ===============================================================================================
 
-ALLOWED = (Sniffed, Reply, NeedMore)
-
-
-def _assert_sniff_outcome(data: bytes) -> None:
-    try:
-        result: object = SNIFFER.sniff(data)
-    except SniffError as exc:
-        result = exc
-    assert isinstance(result, (*ALLOWED, SniffError))
-    assert not isinstance(result, SniffError) or result.protocol == "stomp"
-
 
 @given(capture=st.sampled_from([c for c, _ in CAPTURES]), data=st.data(), tail=st.binary(max_size=200))
 def test_sniff_stomp_prefix_plus_garbage_never_crashes(
     capture: bytes, data: st.DataObject, tail: bytes
 ) -> None:
     cut = data.draw(st.integers(0, len(capture)))
-    _assert_sniff_outcome(capture[:cut] + tail)
+    assert_sniff_outcome(SNIFFER, capture[:cut] + tail)
 
 
 @given(capture=st.sampled_from([c for c, _ in CAPTURES]), data=st.data())
@@ -164,13 +155,13 @@ def test_sniff_stomp_mutated_capture_never_crashes(capture: bytes, data: st.Data
         mutated[data.draw(st.integers(0, len(capture) - 1))] = data.draw(
             st.sampled_from([0, 10, 13, ord(":"), ord("\\"), 0xFF, ord("x")])
         )
-    _assert_sniff_outcome(bytes(mutated))
+    assert_sniff_outcome(SNIFFER, bytes(mutated))
 
 
 @given(st.binary(max_size=400))
 def test_sniff_stomp_random_bytes_never_crash(blob: bytes) -> None:
     for candidate in (blob, b"CONNECT\n" + blob, b"STOMP\r\n" + blob):
-        _assert_sniff_outcome(candidate)
+        assert_sniff_outcome(SNIFFER, candidate)
 
 
 # ===============================================================================================
@@ -386,30 +377,12 @@ class TestEncodeError:
     def test_stomp_py_client_surfaces_error_message(self) -> None:
         """Scenario: a real stomp.py 1.2 client connects to a socket server that sniffs its frame
         and answers `encode_error`; the client's on_error listener gets message and body."""
-        listener_socket = socket.create_server(("127.0.0.1", 0))
-        port = listener_socket.getsockname()[1]
-        outcome: dict[str, object] = {}
+        seen: list[Sniffed] = []
 
-        def serve() -> None:
-            try:
-                listener_socket.settimeout(10)
-                conn, _ = listener_socket.accept()
-                with conn:
-                    conn.settimeout(10)
-                    buf = b""
-                    while not isinstance(result := SNIFFER.sniff(buf), Sniffed):
-                        chunk = conn.recv(4096)
-                        if not chunk:
-                            return
-                        buf += chunk
-                    outcome["sniffed"] = result
-                    conn.sendall(
-                        encode_error("Connection router r1 rejected this connection", detail="go away")
-                    )
-            except Exception as exc:  # reported by the assertions below, not as a thread error
-                outcome["error"] = exc
-            finally:
-                listener_socket.close()
+        def refuse(conn: socket.socket) -> None:
+            _, sniffed, _ = read_until_sniffed(conn, SNIFFER)
+            seen.append(sniffed)
+            conn.sendall(encode_error("Connection router r1 rejected this connection", detail="go away"))
 
         errors: list[tuple[dict[str, str], str]] = []
         got_error = threading.Event()
@@ -419,9 +392,8 @@ class TestEncodeError:
                 errors.append((frame.headers, frame.body))
                 got_error.set()
 
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-        client = stomp.Connection12([("127.0.0.1", port)], reconnect_attempts_max=1, timeout=10)
+        server = OneConnectionServer(refuse, timeout_s=10)
+        client = stomp.Connection12([("127.0.0.1", server.port)], reconnect_attempts_max=1, timeout=10)
         client.set_listener("test", Listener())
         try:
             client.connect("bob", "secret", wait=False, headers={"client-id": "stomp-test"})
@@ -429,16 +401,17 @@ class TestEncodeError:
         finally:
             if client.is_connected():
                 client.disconnect()
-        thread.join(10)
-        assert "error" not in outcome, outcome.get("error")
-        assert outcome["sniffed"] == Sniffed(
-            protocol="stomp",
-            client_id="stomp-test",
-            user_name="bob",
-            password="secret",
-            hostname="127.0.0.1",
-            protocol_version="1.2",
-        )
+        server.join()
+        assert seen == [
+            Sniffed(
+                protocol="stomp",
+                client_id="stomp-test",
+                user_name="bob",
+                password="secret",
+                hostname="127.0.0.1",
+                protocol_version="1.2",
+            )
+        ]
         headers, body = errors[0]
         assert headers["message"] == "Connection router r1 rejected this connection"
         assert body == "go away"
