@@ -19,6 +19,7 @@ reported once (until its data or the reason changes), and never reaches the pool
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.parse
 from dataclasses import dataclass
@@ -123,13 +124,7 @@ class Member:
         """The pool target of this member: an HA pair when it has a backup."""
         connector = self.connector
         if self.backup is not None:
-            connector = Connector(
-                name=connector.name,
-                host=connector.host,
-                port=connector.port,
-                params=connector.params,
-                backups=((self.backup.host, self.backup.port),),
-            )
+            connector = dataclasses.replace(connector, backups=((self.backup.host, self.backup.port),))
         return Target(node_id=self.node_id, connector=connector)
 
     def to_document(self) -> bytes:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from pools.target import Target
+    from pools.target import Connector, Target
 
 __all__ = ["Pool", "PoolConfig", "PoolEvent", "PoolEventKind", "PoolKind", "TargetState"]
 
@@ -139,6 +139,30 @@ _NEXT_STATE = {
 }
 
 
+@dataclass(slots=True)
+class _Slot:
+    """One target of a pool and the readiness of each member of its HA pair (mutable)."""
+
+    target: Target
+    members: list[TargetState]
+    """Each member's state by `_NEXT_STATE`, primary first (one entry for a plain target)."""
+    active: int | None = None
+    """Index of the active member; not None exactly when the target is READY."""
+
+    @property
+    def state(self) -> TargetState:
+        """The target's state, derived from its members' (see the module docstring)."""
+        if self.active is not None:
+            return TargetState.READY
+        if all(s is TargetState.UNKNOWN for s in self.members):
+            return TargetState.UNKNOWN
+        return TargetState.NOT_READY
+
+    def member(self, index: int) -> Connector:
+        assert self.target.connector is not None, "only targets with a connector are probed"
+        return self.target.connector.members[index]
+
+
 class Pool:
     """The targets of one router's pool, in pool order, with their readiness (mutable state).
 
@@ -146,15 +170,13 @@ class Pool:
     then discovered members in arrival order (SPEC A3 FIRST_ELEMENT).
     """
 
-    __slots__ = ("_active", "_active_member", "_member_states", "_states", "_targets", "name", "quorum_size")
+    __slots__ = ("_active", "_slots", "name", "quorum_size")
 
     def __init__(self, name: str, quorum_size: int, targets: Iterable[Target] = ()) -> None:
         self.name = name
         self.quorum_size = quorum_size
-        self._targets: list[Target] = []
-        self._states: dict[str, TargetState] = {}
-        self._member_states: dict[str, list[TargetState]] = {}
-        self._active_member: dict[str, int | None] = {}
+        # By node id, in pool order: a dict keeps insertion order, and targets are only appended.
+        self._slots: dict[str, _Slot] = {}
         self._active = False
         for target in targets:
             self.add_target(target)
@@ -162,7 +184,7 @@ class Pool:
     @property
     def targets(self) -> Sequence[Target]:
         """All targets in pool order, ready or not."""
-        return tuple(self._targets)
+        return tuple(slot.target for slot in self._slots.values())
 
     @property
     def active(self) -> bool:
@@ -175,7 +197,7 @@ class Pool:
         Raises:
             KeyError: no target with this node id.
         """
-        return self._states[node_id]
+        return self._slots[node_id].state
 
     def add_target(self, target: Target) -> list[PoolEvent]:
         """Append a target (not ready until its first successful check).
@@ -186,13 +208,10 @@ class Pool:
         Raises:
             ValueError: a target with the same node id is already in the pool.
         """
-        if target.node_id in self._states:
+        if target.node_id in self._slots:
             raise ValueError(f"pool {self.name!r}: duplicate node id {target.node_id!r}")
-        self._targets.append(target)
-        self._states[target.node_id] = TargetState.UNKNOWN
         members = 1 if target.connector is None else len(target.connector.members)
-        self._member_states[target.node_id] = [TargetState.UNKNOWN] * members
-        self._active_member[target.node_id] = None
+        self._slots[target.node_id] = _Slot(target=target, members=[TargetState.UNKNOWN] * members)
         detail = "" if target.connector is None else target.connector.display_url
         return [
             PoolEvent(kind=PoolEventKind.TARGET_ADDED, pool=self.name, node_id=target.node_id, detail=detail)
@@ -207,9 +226,7 @@ class Pool:
         Raises:
             KeyError: no target with this node id.
         """
-        state = self._states.pop(node_id)
-        self._targets = [t for t in self._targets if t.node_id != node_id]
-        del self._member_states[node_id], self._active_member[node_id]
+        state = self._slots.pop(node_id).state
         events = [
             PoolEvent(kind=PoolEventKind.TARGET_REMOVED, pool=self.name, node_id=node_id, detail=state.value)
         ]
@@ -218,7 +235,8 @@ class Pool:
 
     def target(self, node_id: str) -> Target | None:
         """The target with this node id, ready or not, or None when it is not in the pool."""
-        return next((t for t in self._targets if t.node_id == node_id), None)
+        slot = self._slots.get(node_id)
+        return None if slot is None else slot.target
 
     def record_check(self, node_id: str, ok: bool, detail: str = "", *, member: int = 0) -> list[PoolEvent]:
         """Apply one probe outcome and report what changed.
@@ -240,22 +258,18 @@ class Pool:
             KeyError: no target with this node id.
             IndexError: no such member.
         """
-        members = self._member_states[node_id]
+        slot = self._slots[node_id]
+        members = slot.members
+        before, was_active = slot.state, slot.active
         members[member] = _NEXT_STATE[(members[member], ok)]
-        before, was_active = self._states[node_id], self._active_member[node_id]
         active = was_active if was_active is not None and members[was_active] is TargetState.READY else None
         if active is None:
             active = next((i for i, s in enumerate(members) if s is TargetState.READY), None)
-        if active is not None:
-            after = TargetState.READY
-        elif all(s is TargetState.UNKNOWN for s in members):
-            after = TargetState.UNKNOWN
-        else:
-            after = TargetState.NOT_READY
-        self._states[node_id], self._active_member[node_id] = after, active
+        slot.active = active
+        after = slot.state
         events: list[PoolEvent] = []
         if active is not None and after is not before:  # became ready
-            detail = f"active member {self._member_url(node_id, active)}" if len(members) > 1 else ""
+            detail = f"active member {slot.member(active).url}" if len(members) > 1 else ""
             events.append(
                 PoolEvent(kind=PoolEventKind.TARGET_READY, pool=self.name, node_id=node_id, detail=detail)
             )
@@ -264,29 +278,18 @@ class Pool:
                 PoolEvent(kind=PoolEventKind.TARGET_NOT_READY, pool=self.name, node_id=node_id, detail=detail)
             )
         elif was_active is not None and active is not None and active != was_active:
+            former = slot.member(was_active)
             events.append(
                 PoolEvent(
                     kind=PoolEventKind.TARGET_FAILOVER,
                     pool=self.name,
                     node_id=node_id,
-                    former=self._member_address(node_id, was_active),
-                    detail=f"{self._member_url(node_id, active)} is active, "
-                    f"{self._member_url(node_id, was_active)} is not: {detail}",
+                    former=(former.host, former.port),
+                    detail=f"{slot.member(active).url} is active, {former.url} is not: {detail}",
                 )
             )
         events.extend(self._update_active())
         return events
-
-    def _member_address(self, node_id: str, member: int) -> tuple[str, int]:
-        target = next(t for t in self._targets if t.node_id == node_id)
-        assert target.connector is not None, "only targets with a connector are probed"
-        connector = target.connector.members[member]
-        return connector.host, connector.port
-
-    def _member_url(self, node_id: str, member: int) -> str:
-        target = next(t for t in self._targets if t.node_id == node_id)
-        assert target.connector is not None, "only targets with a connector are probed"
-        return target.connector.members[member].url
 
     def active_member(self, node_id: str) -> int | None:
         """Index of the active member of a target's HA pair (0 for a plain ready target), None when
@@ -295,7 +298,7 @@ class Pool:
         Raises:
             KeyError: no target with this node id.
         """
-        return self._active_member[node_id]
+        return self._slots[node_id].active
 
     def member_states(self, node_id: str) -> tuple[TargetState, ...]:
         """The readiness of each member of a target's HA pair, primary first.
@@ -303,7 +306,7 @@ class Pool:
         Raises:
             KeyError: no target with this node id.
         """
-        return tuple(self._member_states[node_id])
+        return tuple(self._slots[node_id].members)
 
     def _update_active(self) -> list[PoolEvent]:
         ready = self.ready_count()
@@ -316,11 +319,11 @@ class Pool:
 
     def ready_count(self) -> int:
         """How many targets are ready now."""
-        return sum(1 for s in self._states.values() if s is TargetState.READY)
+        return sum(1 for slot in self._slots.values() if slot.active is not None)
 
     def ready_targets(self) -> list[Target]:
         """The ready targets in pool order, whether or not quorum holds."""
-        return [t for t in self._targets if self._states[t.node_id] is TargetState.READY]
+        return [slot.target for slot in self._slots.values() if slot.active is not None]
 
     def routing_targets(self) -> list[Target]:
         """What the pool hands to a policy: the ready targets while quorum holds, else nothing."""
@@ -329,6 +332,5 @@ class Pool:
 
     def ready_target(self, node_id: str) -> Target | None:
         """The target with this node id if it is in the pool and ready (no quorum check: SPEC A1 6)."""
-        if self._states.get(node_id) is not TargetState.READY:
-            return None
-        return next(t for t in self._targets if t.node_id == node_id)
+        slot = self._slots.get(node_id)
+        return None if slot is None or slot.active is None else slot.target

@@ -81,6 +81,8 @@ class Connector:
     """URL parameters in order of appearance."""
     backups: tuple[tuple[str, int], ...] = field(default=())
     """(host, port) of each backup of an HA pair, in order; `host`/`port` are the primary's."""
+    _pair: tuple[Connector, ...] = field(default=(), init=False, repr=False, compare=False)
+    """An HA pair's `members`, built once here (routing reads them per decision); empty otherwise."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -100,6 +102,10 @@ class Connector:
             raise ValueError(f"probeConnectionCount must be true or false, got {count!r}")
         if self.probe_connection_count and probe != "mqtt":
             raise ValueError(f"probeConnectionCount=true needs probe=mqtt, got probe={probe!r}")
+        if self.backups:
+            primary = dataclasses.replace(self, backups=())
+            pair = (primary, *(dataclasses.replace(primary, host=h, port=p) for h, p in self.backups))
+            object.__setattr__(self, "_pair", pair)  # frozen: set once, at construction
 
     @classmethod
     def from_url(cls, name: str, url: str) -> Connector:
@@ -133,10 +139,7 @@ class Connector:
     def members(self) -> tuple[Connector, ...]:
         """The primary and then each backup as a single-address connector with the same name and
         parameters; just `(self,)` when the connector is not an HA pair."""
-        if not self.backups:
-            return (self,)
-        primary = dataclasses.replace(self, backups=())
-        return (primary, *(dataclasses.replace(primary, host=h, port=p) for h, p in self.backups))
+        return self._pair or (self,)
 
     @property
     def display_url(self) -> str:

@@ -24,7 +24,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import trio
 
@@ -46,6 +46,8 @@ __all__ = ["main_routerctl", "main_routerd", "routerctl_main", "routerd_main"]
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+
+_E = TypeVar("_E", bound=BaseException)
 
 
 def _fail(prog: str, message: str, status: int = EXIT_FAILURE) -> NoReturn:
@@ -135,7 +137,7 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
     try:
         trio.run(_run_routerd, config, args)
     except (OSError, StartupError, BaseExceptionGroup) as exc:
-        error = _only_startup_error(exc)
+        error = _only_error(exc, (OSError, StartupError))
         if error is None:
             raise
         if isinstance(error, OSError):
@@ -144,15 +146,16 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _only_startup_error(exc: BaseException) -> OSError | StartupError | None:
-    """The first OSError or StartupError when `exc` is one, or a group of nothing else (a listener
-    failing to bind inside a nursery arrives as a group); None otherwise."""
-    if isinstance(exc, (OSError, StartupError)):
+def _only_error(exc: BaseException, kinds: type[_E] | tuple[type[_E], ...]) -> _E | None:
+    """`exc` when it is one of `kinds`, or the first one of a group holding nothing else (an error
+    raised inside a nursery, such as a listener failing to bind, arrives as a group); None
+    otherwise."""
+    if isinstance(exc, kinds):
         return exc
     if isinstance(exc, BaseExceptionGroup):
-        matched, rest = exc.split((OSError, StartupError))
+        matched, rest = exc.split(kinds)
         if matched is not None and rest is None:
-            return _only_startup_error(matched.exceptions[0])
+            return _only_error(matched.exceptions[0], kinds)
     return None
 
 
@@ -315,7 +318,7 @@ def _register(args: argparse.Namespace) -> int:
     try:
         trio.run(_run_register, zookeeper, member, args.connect_timeout)
     except (RegistrationError, BaseExceptionGroup) as exc:
-        error = _only_registration_error(exc)
+        error = _only_error(exc, RegistrationError)
         if error is None:
             raise
         _fail("routerctl", f"register: {error}")
@@ -337,17 +340,6 @@ async def _run_register(zookeeper: ZooKeeperConfig, member: Member, connect_time
 
         await nursery.start(stop_on_signal)
         await serve_registration(zookeeper, member, connect_timeout_s=connect_timeout_s)
-
-
-def _only_registration_error(exc: BaseException) -> RegistrationError | None:
-    """`exc` when it is a RegistrationError, or the first one of a group holding nothing else."""
-    if isinstance(exc, RegistrationError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        matched, rest = exc.split(RegistrationError)
-        if matched is not None and rest is None:
-            return _only_registration_error(matched.exceptions[0])
-    return None
 
 
 def _get(admin: str, path: str) -> object:

@@ -299,6 +299,17 @@ def _value_reason(kind: _ValueKind, value: str) -> str:
     return f"{rule}, got {value!r}"
 
 
+def _is_number(kind: _ValueKind, text: str) -> bool:
+    """Whether `text` is a value of a numeric kind: an `xsd:long` that is > 0 ("positive"), >= 0
+    ("non-negative"), or -1 or > 0 ("ttl"); `_value_reason` words the rule when it is not."""
+    if not _INTEGER.fullmatch(text):
+        return False
+    value = int(text)
+    if kind == "ttl":
+        return value == -1 or 0 < value <= _LONG_MAX
+    return (1 if kind == "positive" else 0) <= value <= _LONG_MAX
+
+
 def _node_at(section: etree._Element, path: str | None) -> etree._Element | None:
     """The element an XSD error's path names; the section was validated as its own root."""
     steps = (path or "").strip("/").split("/", 1)
@@ -499,14 +510,13 @@ class _Loader:
     def _integer(self, element: etree._Element) -> int:
         text = _text(element)
         kind = _VALUE_KINDS[_local(element)]
-        minimum = 1 if kind == "positive" else 0
-        if not _INTEGER.fullmatch(text) or not minimum <= int(text) <= _LONG_MAX:
+        if not _is_number(kind, text):
             raise self.error(element, _value_reason(kind, text))
         return int(text)
 
     def _ttl(self, element: etree._Element) -> int:
         text = _text(element)
-        if not _INTEGER.fullmatch(text) or not (int(text) == -1 or 0 < int(text) <= _LONG_MAX):
+        if not _is_number("ttl", text):
             raise self.error(element, _value_reason("ttl", text))
         return int(text)
 
@@ -586,7 +596,7 @@ class _Loader:
         """Our `<zookeeper connect= path= session-timeout=/>` (the schema checked the attributes'
         presence and the timeout's type)."""
         timeout = (element.get("session-timeout") or "10000").strip()
-        if not _INTEGER.fullmatch(timeout) or not 1 <= int(timeout) <= _LONG_MAX:
+        if not _is_number("positive", timeout):
             raise self.error(element, f"attribute 'session-timeout' {_value_reason('positive', timeout)}")
         try:
             return ZooKeeperConfig(
@@ -865,10 +875,9 @@ class _Loader:
 
     def _tls(self, element: etree._Element, params: Mapping[str, str]) -> TlsConfig | None:
         """Artemis's TLS acceptor parameters, PEM key stores only."""
-        flags = {n: _flag(params, n) for n in ("sslEnabled", "needClientAuth", "wantClientAuth")}
-        for name, value in flags.items():
-            if value is None:
-                raise self.error(element, f"{name} must be true or false, got {params[name]!r}")
+        flags = {
+            n: self._flag(element, params, n) for n in ("sslEnabled", "needClientAuth", "wantClientAuth")
+        }
         if not flags["sslEnabled"]:
             return None
         for kind in ("keyStoreType", "trustStoreType"):
@@ -889,8 +898,8 @@ class _Loader:
             return TlsConfig(
                 key_store_path=key_store,
                 trust_store_path=trust_store,
-                need_client_auth=bool(flags["needClientAuth"]),
-                want_client_auth=bool(flags["wantClientAuth"]),
+                need_client_auth=flags["needClientAuth"],
+                want_client_auth=flags["wantClientAuth"],
             )
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
@@ -931,12 +940,7 @@ class _Loader:
             raise self.error(element, f"proxyProtocolEnabled must be true or false, got {proxy_text!r}")
         send_proxy = params.get("sendProxyProtocol", "").strip().lower() or None
         tls = self._tls(element, params)
-        require_auth = _flag(params, "requireAuthentication")
-        if require_auth is None:
-            raise self.error(
-                element,
-                f"requireAuthentication must be true or false, got {params['requireAuthentication']!r}",
-            )
+        require_auth = self._flag(element, params, "requireAuthentication")
         ttl_ms = self._acceptor_ttl(element, params)
         try:
             return AcceptorConfig(
@@ -960,6 +964,13 @@ class _Loader:
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
 
+    def _flag(self, element: etree._Element, params: Mapping[str, str], name: str) -> bool:
+        """A boolean URL parameter, default false, "true"/"false" in any letter case."""
+        value = {"true": True, "false": False}.get(params.get(name, "false").strip().lower())
+        if value is None:
+            raise self.error(element, f"{name} must be true or false, got {params[name]!r}")
+        return value
+
     def _acceptor_ttl(self, element: etree._Element, params: Mapping[str, str]) -> int:
         """`connectionTtl` (Artemis's acceptor spelling) or `connectionTTL` (its client URL's)."""
         given = {n: params[n].strip() for n in ("connectionTtl", "connectionTTL") if n in params}
@@ -970,16 +981,10 @@ class _Loader:
                 "disagree: give one",
             )
         for name, text in given.items():
-            if not _INTEGER.fullmatch(text) or not (int(text) == -1 or 0 < int(text) <= _LONG_MAX):
+            if not _is_number("ttl", text):
                 raise self.error(element, f"{name} must be -1 (off) or an integer > 0 (ms), got {text!r}")
             return int(text)
         return -1
-
-
-def _flag(params: Mapping[str, str], name: str) -> bool | None:
-    """A boolean URL parameter: True/False, or None when it is not "true"/"false"."""
-    text = params.get(name, "false").strip().lower()
-    return {"true": True, "false": False}.get(text)
 
 
 def _is_routed(url: str) -> bool:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from keys import KeyType
 from pools.members import check_znode_path, parse_ensemble
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from cache import CacheConfig
     from policies import PolicyConfig
     from pools import Connector, PoolConfig
@@ -231,6 +233,26 @@ class RouterConfig:
         compile_filter(self.local_target_filter, "local-target-filter")
 
 
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_NamedT = TypeVar("_NamedT", bound=_Named)
+
+
+def _named(items: Iterable[_NamedT], name: str) -> _NamedT:
+    """The first of `items` with this name (a configuration has few of each).
+
+    Raises:
+        KeyError: none has it.
+    """
+    for item in items:
+        if item.name == name:
+            return item
+    raise KeyError(name)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     """A whole loaded configuration, cross-references checked."""
@@ -251,10 +273,7 @@ class Config:
         Raises:
             KeyError: no such connector.
         """
-        for connector in self.connectors:
-            if connector.name == name:
-                return connector
-        raise KeyError(name)
+        return _named(self.connectors, name)
 
     def router(self, name: str) -> RouterConfig:
         """The connection router with this name.
@@ -262,10 +281,7 @@ class Config:
         Raises:
             KeyError: no such router.
         """
-        for router in self.routers:
-            if router.name == name:
-                return router
-        raise KeyError(name)
+        return _named(self.routers, name)
 
     def cluster_connection(self, name: str) -> ClusterConnectionConfig:
         """The cluster connection with this name.
@@ -273,10 +289,7 @@ class Config:
         Raises:
             KeyError: no such cluster connection.
         """
-        for cluster in self.cluster_connections:
-            if cluster.name == name:
-                return cluster
-        raise KeyError(name)
+        return _named(self.cluster_connections, name)
 
     def discovery_group(self, name: str) -> DiscoveryGroupConfig:
         """The discovery group with this name.
@@ -284,10 +297,7 @@ class Config:
         Raises:
             KeyError: no such discovery group.
         """
-        for group in self.discovery_groups:
-            if group.name == name:
-                return group
-        raise KeyError(name)
+        return _named(self.discovery_groups, name)
 
     def pool_discovery_group(self, router: RouterConfig) -> DiscoveryGroupConfig | None:
         """The discovery group a router's pool takes its members from: its `discovery-group-ref`,

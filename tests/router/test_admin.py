@@ -50,15 +50,24 @@ def _config() -> Config:
     return Config(source="t.xml", connectors=connectors, acceptors=(acceptor,), routers=(router, bare))
 
 
+@pytest.fixture
+async def base(nursery: trio.Nursery) -> AsyncIterator[tuple[ServerInfo, str]]:
+    """The server of `_config()` with its admin listener, and the listener's base URL."""
+    shutdown = trio.Event()
+    info: ServerInfo = await nursery.start(
+        lambda task_status: serve_router(
+            _config(), admin=("127.0.0.1", 0), shutdown=shutdown, task_status=task_status
+        )
+    )
+    assert info.admin is not None
+    yield info, f"http://{info.admin[0]}:{info.admin[1]}"
+    shutdown.set()
+
+
 class TestAdmin:
     @pytest.fixture
-    async def server(self, nursery: trio.Nursery) -> AsyncIterator[tuple[ServerInfo, str]]:
-        shutdown = trio.Event()
-        info: ServerInfo = await nursery.start(
-            lambda task_status: serve_router(
-                _config(), admin=("127.0.0.1", 0), shutdown=shutdown, task_status=task_status
-            )
-        )
+    async def server(self, base: tuple[ServerInfo, str]) -> tuple[ServerInfo, str]:
+        info, _ = base
         runtime = info.runtimes["hash"]
         pool = runtime.pool
         assert pool is not None
@@ -68,9 +77,7 @@ class TestAdmin:
         await runtime.wait_until(lambda: all(pool.state(n).value == "not-ready" for n in nodes))
         for node in nodes:
             runtime.apply_events(pool.record_check(node, True))
-        assert info.admin is not None
-        yield info, f"http://{info.admin[0]}:{info.admin[1]}"
-        shutdown.set()
+        return base
 
     async def test_admin_target_returns_engine_decision(self, server: tuple[ServerInfo, str]) -> None:
         _, base = server
@@ -172,18 +179,6 @@ class TestAdmin:
 
 class TestAdminRobustness:
     """The admin API answers oddities and never takes routerd down (a HEAD once did)."""
-
-    @pytest.fixture
-    async def base(self, nursery: trio.Nursery) -> AsyncIterator[tuple[ServerInfo, str]]:
-        shutdown = trio.Event()
-        info: ServerInfo = await nursery.start(
-            lambda task_status: serve_router(
-                _config(), admin=("127.0.0.1", 0), shutdown=shutdown, task_status=task_status
-            )
-        )
-        assert info.admin is not None
-        yield info, f"http://{info.admin[0]}:{info.admin[1]}"
-        shutdown.set()
 
     async def test_admin_head_has_headers_and_no_body(self, base: tuple[ServerInfo, str]) -> None:
         _, url = base

@@ -35,6 +35,11 @@ def _decision(
     return {"key": key, "status": status, "node_id": node_id, "local": local, "connector": connector}
 
 
+def _routerd_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m router ARGS...` in a process of its own, its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "router", *args], capture_output=True, text=True, timeout=60)
+
+
 OK, USE_ANOTHER, UNAVAILABLE = "OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE"
 
 
@@ -200,9 +205,7 @@ class TestRouterd:
     def test_routerd_config_error_is_one_line_exit_2(self, tmp_path: Path) -> None:
         bad = tmp_path / "bad.xml"
         bad.write_text(DEMO.read_text().replace("CONSISTENT_HASH", "CONSISTENT_HASHX"))
-        proc = subprocess.run(
-            [sys.executable, "-m", "router", "--config", str(bad)], capture_output=True, text=True, timeout=60
-        )
+        proc = _routerd_process("--config", str(bad))
         assert proc.returncode == 2
         assert proc.stderr.startswith(f"routerd: error: {bad}:")
         assert "<policy>: unknown policy 'CONSISTENT_HASHX'" in proc.stderr
@@ -225,12 +228,7 @@ class TestRouterd:
             port = taken.getsockname()[1]
             cfg = tmp_path / "busy.xml"
             cfg.write_text(DEMO.read_text().replace("127.0.0.1:21880", f"127.0.0.1:{port}"))
-            proc = subprocess.run(
-                [sys.executable, "-m", "router", "--config", str(cfg), "--no-admin"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            proc = _routerd_process("--config", str(cfg), "--no-admin")
         assert proc.returncode == 1
         last = proc.stderr.strip().splitlines()[-1]
         assert last == (
@@ -246,12 +244,7 @@ def test_routerd_unloadable_key_store_is_one_line_exit_2(tmp_path: Path) -> None
             "mode=proxy", f"mode=proxy;sslEnabled=true;keyStorePath={tmp_path}/missing.pem"
         )
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "router", "--config", str(cfg), "--no-admin"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _routerd_process("--config", str(cfg), "--no-admin")
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(

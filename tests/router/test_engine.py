@@ -21,6 +21,7 @@ from pools.pool import Pool, PoolConfig, PoolKind
 from pools.target import Connector, Target
 from router.engine import RouteDecision, RouteStatus, RoutingEngine, build_pool
 from router.settings import ClusterConnectionConfig, Config, DiscoveryGroupConfig, RouterConfig
+from tests.policies.test_policy import FakeCounts
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -54,14 +55,6 @@ class RecordingPolicy(Policy):
     def select(self, targets: Sequence[Target], key: str) -> Target | None:
         self.calls.append(([t.node_id for t in targets], key))
         return self.inner.select(targets, key)
-
-
-class FakeCounts:
-    def __init__(self, counts: dict[str, int | None]) -> None:
-        self.counts = counts
-
-    def connection_count(self, node_id: str) -> int | None:
-        return self.counts.get(node_id)
 
 
 def make_engine(
