@@ -28,6 +28,7 @@ __all__ = [
     "IdleResult",
     "Loadgen",
     "PingResult",
+    "RateKind",
     "RateResult",
     "build_c_tools",
     "find_tool",
@@ -50,6 +51,8 @@ USE_ANOTHER_SERVER: Final = 0x9C
 """MQTT 5 reason code "Use another server" (§2.4, table 2-6): the redirect answer."""
 
 MqttVersion = Literal["3.1.1", "5"]
+RateKind = Literal["echo", "mqtt3", "mqtt5"]
+"""What each connection of `loadgen rate` sends and expects (see benchmarks/c/loadgen.c)."""
 
 
 class ClientError(RuntimeError):
@@ -213,7 +216,7 @@ class Loadgen:
         self,
         port: int,
         *,
-        kind: Literal["echo", "mqtt3", "mqtt5"],
+        kind: RateKind,
         concurrency: int,
         total: int,
         seconds: float,

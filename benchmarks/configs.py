@@ -7,7 +7,10 @@ benchmarks/README.md ("HAProxy settings"); keep the two in step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, ClassVar, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = [
     "HAPROXY_MAXCONN",
@@ -63,6 +66,25 @@ class Ports:
     routerd_probe: int
     """An MQTT acceptor whose router shows whether CLIENT_ID reaches routerd (see `routerd_config`)."""
     routerd_admin: int
+
+    COUNT: ClassVar[int] = 14
+    """How many ports a plan has (`all` lists them, `from_numbers` takes them, in field order)."""
+
+    @classmethod
+    def from_numbers(cls, numbers: Sequence[int]) -> Ports:
+        """A plan from `COUNT` port numbers in field order (the inverse of `all`).
+
+        Raises:
+            ValueError: not `COUNT` numbers, or the plan is invalid (see `__post_init__`).
+        """
+        if len(numbers) != cls.COUNT:
+            raise ValueError(f"a port plan takes {cls.COUNT} ports, got {len(numbers)}")
+        n = numbers
+        return cls(
+            echo=(n[0], n[1]), iperf=n[2], mosquitto=n[3], haproxy_echo=n[4], haproxy_iperf=n[5],
+            haproxy_mqtt=n[6], haproxy_redirect=n[7], routerd_echo=n[8], routerd_iperf=n[9],
+            routerd_mqtt=n[10], routerd_redirect=n[11], routerd_probe=n[12], routerd_admin=n[13],
+        )  # fmt: skip
 
     def __post_init__(self) -> None:
         ports = self.all()

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import functools
 import json
 import os
 import platform
@@ -47,7 +46,7 @@ from benchmarks.clients import (
     ClientError,
     Loadgen,
     PingResult,
-    RateResult,
+    RateKind,
     build_c_tools,
     find_tool,
     probe_connack,
@@ -213,22 +212,7 @@ class Bench:
         """Build the C tools, write the configurations, start the backends and both proxies."""
         binaries = build_c_tools(self.workdir)
         self.loadgen = Loadgen(binaries["loadgen"], self.fleet)
-        p = pick_ports(14)
-        ports = Ports(
-            echo=(p[0], p[1]),
-            iperf=p[2],
-            mosquitto=p[3],
-            haproxy_echo=p[4],
-            haproxy_iperf=p[5],
-            haproxy_mqtt=p[6],
-            haproxy_redirect=p[7],
-            routerd_echo=p[8],
-            routerd_iperf=p[9],
-            routerd_mqtt=p[10],
-            routerd_redirect=p[11],
-            routerd_probe=p[12],
-            routerd_admin=p[13],
-        )
+        ports = Ports.from_numbers(pick_ports(Ports.COUNT))
         self.ports = ports
         tool = {name: find_tool(name) or name for name in REQUIRED_TOOLS}
         work = self.workdir
@@ -323,35 +307,68 @@ class Bench:
             subprocess.SubprocessError,
         ) as exc:
             _say(f"{group} failed: {exc}")
-            for figure in self.figures.values():
-                if figure.group == group:
-                    for path in figure.paths:
-                        if path not in figure.values:
-                            figure.fail(path, f"{type(exc).__name__}: {exc}")
+            _fail_missing(self.figures, [group], f"{type(exc).__name__}: {exc}")
         _say(f"{group} took {time.monotonic() - started:.1f} s")
 
-    def _run_rate(
-        self, figure: Figure, path: PathName, run: Callable[[], RateResult], cpu_figure: Figure | None = None
+    def _run_rates(
+        self,
+        figure: Figure,
+        paths: Sequence[tuple[PathName, int]],
+        *,
+        kind: RateKind,
+        total: int,
+        seconds: float,
+        reason: int = 0,
+        id_tag: str = "",
+        unsupported: str | None = None,
+        cpu_figure: Figure | None = None,
     ) -> None:
-        """Run one rate measurement and record it, with the proxy's CPU time per connection."""
-        pid = self.pids.get(path)
-        cpu_before = cpu_ns(pid) if pid is not None else 0
-        result = run()
-        details = result.details()
-        if pid is not None and result.ok > 0:
-            cpu_us = (cpu_ns(pid) - cpu_before) / 1000 / result.ok
-            details["proxy_cpu_us_per_connection"] = round(cpu_us, 2)
-            if cpu_figure is not None:
-                cpu_figure.set(path, cpu_us)
-        if result.ok == 0:
-            figure.details[path] = details
-            figure.fail(path, f"no connection succeeded ({result.errors} errors, last: {result.last_error})")
-            if cpu_figure is not None and path in cpu_figure.paths:
-                cpu_figure.fail(path, "no connection succeeded")
-        else:
-            figure.set(path, result.rate, details)
-        if result.errors:
-            _say(f"{figure.name}/{path}: {result.errors} errors, last: {result.last_error}")
+        """`loadgen rate` through each path; record the rates, with the proxy's CPU time per connection.
+
+        Args:
+            figure: where the rates go.
+            paths: (path, port) in the order to measure.
+            kind: what each connection sends and expects (see `Loadgen.rate`).
+            total: connections per path, `rate_concurrency` at a time.
+            seconds: upper bound per path.
+            reason: the CONNACK code expected (MQTT kinds).
+            id_tag: MQTT client ids of a path start "bench-" + id_tag + the path's initial + "-".
+            unsupported: why routerd cannot be measured (routerd is then marked so, not run), or None.
+            cpu_figure: where the proxies' CPU time per connection goes too, if anywhere.
+        """
+        _, loadgen = self._need()
+        if unsupported is not None:
+            figure.unsupported("routerd", unsupported)
+            paths = [(path, port) for path, port in paths if path != "routerd"]
+        for path, port in paths:
+            pid = self.pids.get(path)
+            cpu_before = cpu_ns(pid) if pid is not None else 0
+            result = loadgen.rate(
+                port,
+                kind=kind,
+                reason=reason,
+                concurrency=self.settings.rate_concurrency,
+                total=total,
+                seconds=seconds,
+                id_prefix=f"bench-{id_tag}{path[0]}-",
+            )
+            details = result.details()
+            if pid is not None and result.ok > 0:
+                cpu_us = (cpu_ns(pid) - cpu_before) / 1000 / result.ok
+                details["proxy_cpu_us_per_connection"] = round(cpu_us, 2)
+                if cpu_figure is not None:
+                    cpu_figure.set(path, cpu_us)
+            if result.ok == 0:
+                figure.details[path] = details
+                figure.fail(
+                    path, f"no connection succeeded ({result.errors} errors, last: {result.last_error})"
+                )
+                if cpu_figure is not None and path in cpu_figure.paths:
+                    cpu_figure.fail(path, "no connection succeeded")
+            else:
+                figure.set(path, result.rate, details)
+            if result.errors:
+                _say(f"{figure.name}/{path}: {result.errors} errors, last: {result.last_error}")
 
     def memory(self) -> None:
         """RSS growth per idle proxied connection, and the RSS before them."""
@@ -401,22 +418,16 @@ class Bench:
 
     def rate(self) -> None:
         """Short connections with a 16-byte echo."""
-        ports, loadgen = self._need()
+        ports, _ = self._need()
         s = self.settings
-        for path, port in _echo_paths(ports):
-            self._run_rate(
-                self.figures["connection_rate"],
-                path,
-                functools.partial(
-                    loadgen.rate,
-                    port,
-                    kind="echo",
-                    concurrency=s.rate_concurrency,
-                    total=s.rate_total,
-                    seconds=s.rate_seconds,
-                ),
-                self.figures["connection_cpu"],
-            )
+        self._run_rates(
+            self.figures["connection_rate"],
+            _echo_paths(ports),
+            kind="echo",
+            total=s.rate_total,
+            seconds=s.rate_seconds,
+            cpu_figure=self.figures["connection_cpu"],
+        )
 
     def client_id_support(self) -> str | None:
         """None when routerd routes MQTT connections by their client id, else why not.
@@ -454,56 +465,35 @@ class Bench:
 
     def mqtt(self) -> None:
         """MQTT 3.1.1 CONNECT -> CONNACK through each path to mosquitto."""
-        ports, loadgen = self._need()
+        ports, _ = self._need()
         s = self.settings
-        figure = self.figures["mqtt_connect_rate"]
-        unsupported = self.client_id_support()
-        runs: list[tuple[PathName, int, str]] = [
-            ("direct", ports.mosquitto, "bd"),
-            ("haproxy", ports.haproxy_mqtt, "bh"),
-        ]
-        if unsupported is None:
-            runs.append(("routerd", ports.routerd_mqtt, "br"))
-        else:
-            figure.unsupported("routerd", unsupported)
-        for path, port, prefix in runs:
-            run = functools.partial(
-                loadgen.rate,
-                port,
-                kind="mqtt3",
-                concurrency=s.rate_concurrency,
-                total=s.mqtt_total,
-                seconds=s.mqtt_seconds,
-                id_prefix=f"bench-{prefix}-",
-            )
-            self._run_rate(figure, path, run)
+        self._run_rates(
+            self.figures["mqtt_connect_rate"],
+            [("direct", ports.mosquitto), ("haproxy", ports.haproxy_mqtt), ("routerd", ports.routerd_mqtt)],
+            kind="mqtt3",
+            total=s.mqtt_total,
+            seconds=s.mqtt_seconds,
+            id_tag="b",
+            unsupported=self.client_id_support(),
+        )
 
     def redirect(self) -> None:
         """MQTT 5 CONNECT -> CONNACK 0x9C answered by the proxy itself."""
-        ports, loadgen = self._need()
+        ports, _ = self._need()
         s = self.settings
-        figure = self.figures["mqtt5_redirect_rate"]
         answer = probe_connack(ports.haproxy_redirect, "bench-probe-redirect", "5")
         if answer != f"connack 0x{USE_ANOTHER_SERVER:02x}":
             raise ClientError(f"HAProxy's Lua redirect answered {answer!r}, not CONNACK 0x9c")
-        runs: list[tuple[PathName, int, str]] = [("haproxy", ports.haproxy_redirect, "rh")]
-        unsupported = self.redirect_support()
-        if unsupported is None:
-            runs.append(("routerd", ports.routerd_redirect, "rr"))
-        else:
-            figure.unsupported("routerd", unsupported)
-        for path, port, prefix in runs:
-            run = functools.partial(
-                loadgen.rate,
-                port,
-                kind="mqtt5",
-                reason=USE_ANOTHER_SERVER,
-                concurrency=s.rate_concurrency,
-                total=s.mqtt_total,
-                seconds=s.mqtt_seconds,
-                id_prefix=f"bench-{prefix}-",
-            )
-            self._run_rate(figure, path, run)
+        self._run_rates(
+            self.figures["mqtt5_redirect_rate"],
+            [("haproxy", ports.haproxy_redirect), ("routerd", ports.routerd_redirect)],
+            kind="mqtt5",
+            reason=USE_ANOTHER_SERVER,
+            total=s.mqtt_total,
+            seconds=s.mqtt_seconds,
+            id_tag="r",
+            unsupported=self.redirect_support(),
+        )
 
     def latency(self) -> None:
         """Ping-pong round trips over one connection; what each proxy adds to the direct path.
@@ -592,6 +582,15 @@ def _p99(result: PingResult) -> float:
     return result.p99_us
 
 
+def _fail_missing(figures: dict[str, Figure], groups: Sequence[str], why: str) -> None:
+    """Fail every value of these groups' figures that has neither a value nor a reason yet."""
+    for figure in figures.values():
+        if figure.group in groups:
+            for path in figure.paths:
+                if path not in figure.values:
+                    figure.fail(path, why)
+
+
 def _echo_paths(ports: Ports) -> list[tuple[PathName, int]]:
     """Where direct, HAProxy and routerd take a connection to the echo backends."""
     return [("direct", ports.echo[0]), ("haproxy", ports.haproxy_echo), ("routerd", ports.routerd_echo)]
@@ -599,11 +598,7 @@ def _echo_paths(ports: Ports) -> list[tuple[PathName, int]]:
 
 def _placeholder_ports() -> Ports:
     """A port plan for the in-process decision figures when nothing was started (`--only decision`)."""
-    return Ports(
-        echo=(20001, 20002), iperf=20003, mosquitto=20004, haproxy_echo=20005, haproxy_iperf=20006,
-        haproxy_mqtt=20007, haproxy_redirect=20008, routerd_echo=20009, routerd_iperf=20010,
-        routerd_mqtt=20011, routerd_redirect=20012, routerd_probe=20013, routerd_admin=20014,
-    )  # fmt: skip
+    return Ports.from_numbers(range(20001, 20001 + Ports.COUNT))
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -658,16 +653,14 @@ def _measure(
     """Start the fleet when needed, run the groups, stop the fleet; the idle connection count used."""
     with Fleet(workdir, say=_say) as fleet:
         bench = Bench(fleet, settings, figures, log_level=log_level)
-        if any(g != "decision" for g in groups):
+        fleet_groups = [g for g in groups if g != "decision"]
+        if fleet_groups:
             try:
                 bench.start()
             except (ClientError, FleetError, OSError, subprocess.SubprocessError) as exc:
                 _say(f"could not start: {exc}")
-                for figure in figures.values():
-                    if figure.group != "decision" and figure.group in groups:
-                        for path in figure.paths:
-                            figure.fail(path, f"the fleet did not start: {exc}")
-                groups = [g for g in groups if g == "decision"]
+                _fail_missing(figures, fleet_groups, f"the fleet did not start: {exc}")
+                groups = [g for g in groups if g not in fleet_groups]
         for group in groups:
             bench.run_group(group)
         return bench.idle_connections

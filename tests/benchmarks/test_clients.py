@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import threading
 from typing import TYPE_CHECKING
 
 import pytest
@@ -24,7 +22,7 @@ from benchmarks.clients import (
 from benchmarks.fleet import Fleet, pick_ports
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable
     from pathlib import Path
 
 
@@ -87,36 +85,14 @@ def test_parse_connack_rejects_bad_bytes(data: bytes, match: str) -> None:
         parse_connack(data)
 
 
-def _serve_once(reply: bytes | None) -> Iterator[int]:
-    """A one-connection server on 127.0.0.1 that reads a CONNECT and sends `reply` (None: close)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-
-    def serve() -> None:
-        conn, _ = server.accept()
-        with conn:
-            conn.recv(1024)
-            if reply is not None:
-                conn.sendall(reply)
-                conn.recv(1024)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield port
-    finally:
-        thread.join(10)
-        server.close()
+@pytest.fixture
+def redirecting_server(fake_broker: Callable[[bytes | None], int]) -> int:
+    return fake_broker(b"\x20\x03\x00\x9c\x00")
 
 
 @pytest.fixture
-def redirecting_server() -> Iterator[int]:
-    yield from _serve_once(b"\x20\x03\x00\x9c\x00")
-
-
-@pytest.fixture
-def closing_server() -> Iterator[int]:
-    yield from _serve_once(None)
+def closing_server(fake_broker: Callable[[bytes | None], int]) -> int:
+    return fake_broker(None)
 
 
 def test_probe_connack_reports_the_reason_code(redirecting_server: int) -> None:

@@ -28,12 +28,7 @@ if TYPE_CHECKING:
 
 
 def _ports(base: int = 21000) -> Ports:
-    return Ports(
-        echo=(base, base + 1), iperf=base + 2, mosquitto=base + 3, haproxy_echo=base + 4,
-        haproxy_iperf=base + 5, haproxy_mqtt=base + 6, haproxy_redirect=base + 7, routerd_echo=base + 8,
-        routerd_iperf=base + 9, routerd_mqtt=base + 10, routerd_redirect=base + 11, routerd_probe=base + 12,
-        routerd_admin=base + 13,
-    )  # fmt: skip
+    return Ports.from_numbers(range(base, base + Ports.COUNT))
 
 
 def test_ports_all_lists_every_port() -> None:

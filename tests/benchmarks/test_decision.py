@@ -25,11 +25,7 @@ def test_percentile_rejects_no_samples_and_bad_fractions() -> None:
 
 
 def test_time_decisions_gives_positive_percentiles() -> None:
-    ports = Ports(
-        echo=(21000, 21001), iperf=21002, mosquitto=21003, haproxy_echo=21004, haproxy_iperf=21005,
-        haproxy_mqtt=21006, haproxy_redirect=21007, routerd_echo=21008, routerd_iperf=21009,
-        routerd_mqtt=21010, routerd_redirect=21011, routerd_probe=21012, routerd_admin=21013,
-    )  # fmt: skip
+    ports = Ports.from_numbers(range(21000, 21000 + Ports.COUNT))
     times = time_decisions(routerd_config(ports), "echo", keys=300)
     assert times.keys == 300
     assert 0 < times.miss_p50_us <= times.miss_p99_us

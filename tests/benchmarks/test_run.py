@@ -6,13 +6,11 @@ and that a figure routerd cannot produce yet is null with a reason saying so.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
 import re
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +23,7 @@ from benchmarks.fleet import Fleet, pick_ports, pid_alive
 from benchmarks.report import GOALS, NOT_SUPPORTED, new_figures
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 300
@@ -146,57 +144,19 @@ def test_settings_quick_is_smaller_than_full() -> None:
     assert run.FULL.rate_concurrency == 50
 
 
-class _FakeBroker:
-    """Answers every connection's first bytes with one fixed reply, on a port of the benchmark range."""
-
-    def __init__(self, reply: bytes) -> None:
-        (self.port,) = pick_ports(1)
-        self._server = socket.create_server(("127.0.0.1", self.port))
-        self._server.settimeout(0.2)
-        self._reply = reply
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(5)
-                conn.recv(1024)
-                conn.sendall(self._reply)
-                with contextlib.suppress(OSError):
-                    while conn.recv(1024):
-                        pass
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._server.close()
-
-
 @pytest.fixture(params=[b"\x20\x02\x00\x00", b"\x20\x03\x00\x9c\x00"], ids=["connack-0", "connack-9c"])
-def probed_bench(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[run.Bench, bytes]]:
-    brokers = [_FakeBroker(request.param), _FakeBroker(request.param)]
-    others = pick_ports(12)
-    ports = Ports(
-        echo=(others[0], others[1]), iperf=others[2], mosquitto=others[3], haproxy_echo=others[4],
-        haproxy_iperf=others[5], haproxy_mqtt=others[6], haproxy_redirect=others[7], routerd_echo=others[8],
-        routerd_iperf=others[9], routerd_mqtt=others[10], routerd_redirect=brokers[0].port,
-        routerd_probe=brokers[1].port, routerd_admin=others[11],
-    )  # fmt: skip
-    try:
-        with Fleet(tmp_path, say=lambda _t: None) as fleet:
-            bench = run.Bench(fleet, run.QUICK, new_figures(), log_level="WARNING")
-            bench.ports = ports
-            bench.loadgen = Loadgen(tmp_path / "loadgen", fleet)
-            yield bench, request.param
-    finally:
-        for broker in brokers:
-            broker.close()
+def probed_bench(
+    request: pytest.FixtureRequest, tmp_path: Path, fake_broker: Callable[[bytes | None], int]
+) -> Iterator[tuple[run.Bench, bytes]]:
+    redirect, probe = fake_broker(request.param), fake_broker(request.param)  # listening: not picked below
+    ports = dataclasses.replace(
+        Ports.from_numbers(pick_ports(Ports.COUNT)), routerd_redirect=redirect, routerd_probe=probe
+    )
+    with Fleet(tmp_path, say=lambda _t: None) as fleet:
+        bench = run.Bench(fleet, run.QUICK, new_figures(), log_level="WARNING")
+        bench.ports = ports
+        bench.loadgen = Loadgen(tmp_path / "loadgen", fleet)
+        yield bench, request.param
 
 
 def test_bench_support_probes_explain_what_routerd_did(probed_bench: tuple[run.Bench, bytes]) -> None:
