@@ -1,5 +1,6 @@
-"""Shared test configuration: hypothesis profiles (STYLE R10), loopback ports for the tests that
-start real components, and a real ActiveMQ Classic broker (`from tests.conftest import …`).
+"""Shared test configuration: hypothesis profiles (STYLE R10), loopback ports, sockets and child
+processes' logs for the tests that start real components, and a real ActiveMQ Classic broker
+(`from tests.conftest import …`).
 
 `HYPOTHESIS_PROFILE=deep pytest …` runs every property with 2000 examples; the default `fast`
 profile keeps the ordinary run quick.
@@ -7,15 +8,19 @@ profile keeps the ordinary run quick.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import random
+import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from hypothesis import settings
@@ -47,17 +52,22 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise RuntimeError("no free port found")
 
 
+def accepts(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts a TCP connection on host:port now."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None:
     """Wait until something accepts on host:port."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing accepts on {host}:{port} after {timeout} s") from None
-            time.sleep(0.02)  # polling a port: nothing to await on another process's listen()
+    while not accepts(port, host):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing accepts on {host}:{port} after {timeout} s")
+        time.sleep(0.02)  # polling a port: nothing to await on another process's listen()
 
 
 def stop_process(proc: subprocess.Popen[Any] | None, timeout: float) -> None:
@@ -70,6 +80,73 @@ def stop_process(proc: subprocess.Popen[Any] | None, timeout: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout)
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything until the peer closes (a reset counts as a close); bounded by the socket's timeout."""
+    got = bytearray()
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(4096):
+            got += chunk
+    return bytes(got)
+
+
+def recv_exactly(sock: socket.socket, count: int) -> bytes:
+    """`count` bytes, or fewer if the peer closes first."""
+    got = b""
+    while len(got) < count and (chunk := sock.recv(count - len(got))):
+        got += chunk
+    return got
+
+
+class LineLog:
+    """The lines of a child process's text pipe, read by a thread, with bounded waits for a pattern."""
+
+    def __init__(self, stream: IO[str], name: str) -> None:
+        self.name = name
+        self.lines: list[str] = []
+        self._stream = stream
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name=f"{name} log", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self._stream:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def search(self, pattern: str, timeout: float, start: int = 0) -> tuple[re.Match[str], int]:
+        """The first line from `lines[start]` on that matches `pattern`, waiting up to `timeout` for
+        it: the match (`.string` is the line) and the index after that line."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        index = start
+        while True:
+            while index < len(self.lines):
+                index += 1
+                if match := regex.search(self.lines[index - 1]):
+                    return match, index
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"no {self.name} log line matching {pattern!r}; log so far:\n"
+                    + "\n".join(self.lines[-30:])
+                )
+            try:
+                line_or_eof = self._queue.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line_or_eof is None:
+                raise RuntimeError(f"{self.name} exited; log:\n" + "\n".join(self.lines[-30:]))
+            self.lines.append(line_or_eof)
+
+    def close(self, timeout: float) -> None:
+        """Once the process has ended: take in its last lines, then close the pipe."""
+        self._reader.join(timeout)  # it ends at the pipe's EOF, right after the process
+        with contextlib.suppress(queue.Empty):
+            while (line := self._queue.get_nowait()) is not None:
+                self.lines.append(line)
+        self._stream.close()
 
 
 # --- ActiveMQ Classic 5.17 from Debian (ENVIRONMENT.md §3.3) -------------------------------------
@@ -206,16 +283,12 @@ class ActiveMQ:
         assert self.proc is not None
         deadline = time.monotonic() + ACTIVEMQ_TIMEOUT_S
         for port in (self.openwire, self.stomp, self.mqtt):
-            while True:
+            while not accepts(port):
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self._tail()}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{self.name}: nothing on {port}:\n{self._tail()}") from None
-                    time.sleep(0.05)  # polling another process's listen(): nothing to wait on
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.name}: nothing on {port}:\n{self._tail()}")
+                time.sleep(0.05)  # polling another process's listen(): nothing to wait on
 
     def _store_xml(self) -> str:
         if self.shared_store is None:

@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import accepts
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_PORTS = (21880, 21883, 21884, 21885, 21890)
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
-
-
 @pytest.mark.integration
 def test_demo_once_routes_every_client_as_predicted_and_stops_everything() -> None:
-    busy = [p for p in DEMO_PORTS if _listening(p)]
+    busy = [p for p in DEMO_PORTS if accepts(p)]
     if busy:
         pytest.fail(f"demo ports {busy} are busy: stop the running demo first")
     proc = subprocess.run(
@@ -42,4 +35,4 @@ def test_demo_once_routes_every_client_as_predicted_and_stops_everything() -> No
     assert {row[1] for row in rows} == {"node4", "node9", "node20"}
     assert "8/8 clients landed where the router predicted." in lines
     assert sum(line.startswith("stopped ") for line in lines) == 4
-    assert [p for p in DEMO_PORTS if _listening(p)] == []
+    assert [p for p in DEMO_PORTS if accepts(p)] == []

@@ -1,5 +1,7 @@
 """Real components for integration tests: mosquitto brokers, ZooKeeper (one per test session, or
-one of a test's own that it may stop and restart) and routerd processes on loopback.
+one of a test's own that it may stop and restart), two RabbitMQ nodes (one pair per test session)
+and routerd processes on loopback; MQTT observers, and the pieces of routerd configurations the
+tests have in common.
 
 Ports are chosen at run time below 32768 (outside the ephemeral range, ENVIRONMENT.md gotcha 6).
 Nothing here sleeps for a fixed time: we wait for a port to accept, or for a line in routerd's log,
@@ -8,10 +10,10 @@ each with a deadline. Every process is stopped by the PID we started it with.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
-import queue
-import re
 import shutil
 import signal
 import socket
@@ -20,25 +22,42 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from tests.conftest import free_port, stop_process, wait_port
+from tests.conftest import LineLog, free_port, stop_process, wait_port
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+    from typing import Self
+
+ROUTERCTL = (sys.executable, "-c", "from router.cli import routerctl_main; routerctl_main()")
+"""The command line of `routerctl` run from this checkout (add its subcommand and arguments)."""
 
 
-def port_closed(port: int, host: str = "127.0.0.1") -> bool:
-    try:
-        socket.create_connection((host, port), timeout=1).close()
-    except OSError:
-        return True
-    return False
+def static_connectors(node_ports: Iterable[tuple[str, int]]) -> tuple[str, str]:
+    """The `<connector>`s `cI` of a routerd configuration, one for each (node id, port) in order,
+    and the `<connector-ref>`s of them all (a static pool over every one)."""
+    ports = list(node_ports)
+    connectors = "\n".join(
+        f'<connector name="c{i}">tcp://127.0.0.1:{port}?nodeId={node_id}</connector>'
+        for i, (node_id, port) in enumerate(ports)
+    )
+    return connectors, "".join(f"<connector-ref>c{i}</connector-ref>" for i in range(len(ports)))
+
+
+def acceptors_xml(params: Mapping[str, str], ports: Mapping[str, int]) -> str:
+    """The `<acceptor>`s of a routerd configuration on 127.0.0.1: for each name in `params`, its URL
+    parameters, on its port in `ports`."""
+    return "\n".join(
+        f'<acceptor name="{name}">tcp://127.0.0.1:{ports[name]}?{query}</acceptor>'
+        for name, query in params.items()
+    )
 
 
 class Mosquitto:
@@ -58,6 +77,8 @@ class Mosquitto:
 
     def start(self) -> None:
         binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        if not Path(binary).exists():
+            pytest.fail("mosquitto is not installed: run ./run-tests, which installs it")
         with open(self.dir / "stderr.log", "ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [binary, "-c", str(self.conf)], stdout=subprocess.DEVNULL, stderr=log
@@ -76,6 +97,79 @@ class Mosquitto:
         self.proc = None
 
 
+MosquittoT = TypeVar("MosquittoT", bound=Mosquitto)
+
+
+def running(brokers: list[MosquittoT]) -> Iterator[list[MosquittoT]]:
+    """Start the brokers, give them, then stop them all: the body of a fixture (`yield from`)."""
+    try:
+        for broker in brokers:
+            broker.start()
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+class MqttObserver:
+    """Direct paho subscribers to `topic_filter` on brokers named by node id: which broker saw a
+    topic. Closed on leaving its `with` block (or by `close`)."""
+
+    def __init__(self, topic_filter: str, ports: Mapping[str, int], timeout: float = 10.0) -> None:
+        """Subscribe on each broker (node id -> port); returns once every SUBACK came."""
+        self.topics: dict[str, str] = {}
+        """topic -> node id of the broker it was seen on."""
+        self._changed = threading.Condition()
+        self._timeout = timeout
+        self._clients: list[mqtt.Client] = []
+        try:
+            for node_id, port in ports.items():
+                self._watch(topic_filter, node_id, port)
+        except BaseException:
+            self.close()
+            raise
+
+    def _watch(self, topic_filter: str, node_id: str, port: int) -> None:
+        subscribed = threading.Event()
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"observer-{uuid.uuid4()}")
+
+        def on_message(_c: mqtt.Client, _u: object, msg: mqtt.MQTTMessage) -> None:
+            with self._changed:
+                self.topics[msg.topic] = node_id
+                self._changed.notify_all()
+
+        client.on_message = on_message
+        client.on_subscribe = lambda *_a: subscribed.set()
+        client.connect("127.0.0.1", port)
+        self._clients.append(client)
+        client.loop_start()
+        client.subscribe(topic_filter, qos=1)
+        assert subscribed.wait(self._timeout), f"observer on {node_id} not subscribed"
+
+    def where(self, topic: str) -> str | None:
+        """The broker that saw `topic`; mosquitto delivers to other subscribers ~40 ms late."""
+        with self._changed:
+            self._changed.wait_for(lambda: topic in self.topics, self._timeout)
+            return self.topics.get(topic)
+
+    def wait_for(self, topics: Sequence[str]) -> dict[str, str]:
+        """Wait until every topic was seen (or the timeout passed): every topic seen so far."""
+        with self._changed:
+            self._changed.wait_for(lambda: all(t in self.topics for t in topics), self._timeout)
+            return dict(self.topics)
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.disconnect()
+            client.loop_stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
 class Routerd:
     """A real routerd process with its log read line by line."""
 
@@ -83,11 +177,14 @@ class Routerd:
         self.admin_port = free_port()
         self.config = workdir / "router.xml"
         self.config.write_text(make_config(self.admin_port))
-        self.lines: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
         self.proc: subprocess.Popen[str] | None = None
-        self._reader: threading.Thread | None = None
+        self._log: LineLog | None = None
         self._cursor = 0
+
+    @property
+    def lines(self) -> list[str]:
+        """routerd's log lines so far."""
+        return [] if self._log is None else self._log.lines
 
     @property
     def admin(self) -> str:
@@ -111,16 +208,9 @@ class Routerd:
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.wait_for_log(r"ready: \d+ acceptor\(s\) listening", consume=False)
-
-    def _read(self) -> None:
-        assert self.proc is not None
         assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self._queue.put(line.rstrip("\n"))
-        self._queue.put(None)
+        self._log = LineLog(self.proc.stderr, "routerd")
+        self.wait_for_log(r"ready: \d+ acceptor\(s\) listening", consume=False)
 
     def wait_for_log(self, pattern: str, timeout: float = 15.0, *, consume: bool = True) -> str:
         """Wait for a log line matching `pattern` after the last consumed match.
@@ -128,29 +218,11 @@ class Routerd:
         With `consume`, later calls search only after this match, so a sequence of calls matches
         lines in order; without it the cursor stays where it was.
         """
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        index = self._cursor
-        while True:
-            while index < len(self.lines):
-                line = self.lines[index]
-                index += 1
-                if regex.search(line):
-                    if consume:
-                        self._cursor = index
-                    return line
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(
-                    f"no log line matching {pattern!r}; log so far:\n" + "\n".join(self.lines[-30:])
-                )
-            try:
-                line_or_eof = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line_or_eof is None:
-                raise RuntimeError("routerd exited; log:\n" + "\n".join(self.lines[-30:]))
-            self.lines.append(line_or_eof)
+        assert self._log is not None, "routerd was not started"
+        match, after = self._log.search(pattern, timeout, self._cursor)
+        if consume:
+            self._cursor = after
+        return match.string
 
     def route(self, router: str, *args: str) -> list[dict[str, Any]]:
         """`routerctl route --config <this routerd's config> --router ROUTER ARGS…`: the decisions."""
@@ -163,16 +235,7 @@ class Routerd:
 
     def predict_many(self, router: str, argvs: Sequence[Sequence[str]]) -> list[list[dict[str, Any]]]:
         """Several `routerctl route` runs side by side (each is a Python start-up)."""
-        command = [
-            sys.executable,
-            "-c",
-            "from router.cli import routerctl_main; routerctl_main()",
-            "route",
-            "--config",
-            str(self.config),
-            "--router",
-            router,
-        ]
+        command = [*ROUTERCTL, "route", "--config", str(self.config), "--router", router]
         procs = [
             subprocess.Popen([*command, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for argv in argvs
@@ -188,6 +251,11 @@ class Routerd:
         with urllib.request.urlopen(self.admin + path, timeout=5) as response:
             return json.loads(response.read())
 
+    def metrics(self) -> str:
+        """The Prometheus exposition of the admin endpoint `/metrics`."""
+        with urllib.request.urlopen(self.admin + "/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
     def stop(self) -> int:
         """SIGTERM and wait; the exit status."""
         if self.proc is None:
@@ -199,10 +267,8 @@ class Routerd:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             status = self.proc.wait(10)
-        if self._reader is not None:
-            self._reader.join(10)  # it ends at the pipe's EOF, right after the process
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
+        if self._log is not None:
+            self._log.close(10)
         self.proc = None
         return status
 
@@ -210,16 +276,7 @@ class Routerd:
 @pytest.fixture
 def mosquitto_fleet(tmp_path: Path) -> Iterator[list[Mosquitto]]:
     """Three running mosquitto brokers, stopped afterwards."""
-    if shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists():
-        pytest.fail("mosquitto is not installed: run ./run-tests, which installs it")
-    brokers = [Mosquitto(tmp_path, f"mosquitto-{i}") for i in range(3)]
-    try:
-        for broker in brokers:
-            broker.start()
-        yield brokers
-    finally:
-        for broker in brokers:
-            broker.stop()
+    yield from running([Mosquitto(tmp_path, f"mosquitto-{i}") for i in range(3)])
 
 
 @pytest.fixture
@@ -348,6 +405,212 @@ def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
         yield server
     finally:
         server.stop()
+
+
+# --- RabbitMQ 3.10 from Debian (ENVIRONMENT.md §3.4) ------------------------------------------
+
+RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+"""The scripts that run as the calling user; /usr/sbin/rabbitmq-server would switch to `rabbitmq`."""
+RABBITMQ_BOOT_TIMEOUT_S = 90.0
+"""First boot takes about 15 s alone (ENVIRONMENT.md §3.4); two at once on two cores, more."""
+RABBITMQ_NODE_IDS = ("rmq-1", "rmq-2")
+"""CONSISTENT_HASH puts one point per node id on the ring, as Artemis does (no virtual nodes), so
+the share of each node depends on where the ids hash: these two split keys about evenly."""
+RABBITMQ_USERS = ["alice", "bob", "carol", "erin"]
+"""Users of every node besides `guest`/`guest`, each with the password "pw-" + name."""
+
+
+def _rabbitmq_password_hash(password: str) -> str:
+    """RabbitMQ's `rabbit_password_hashing_sha256`: base64(salt + sha256(salt + password))."""
+    salt = os.urandom(4)
+    return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
+
+
+def _rabbitmq_definitions() -> str:
+    """Users `guest` and RABBITMQ_USERS, all allowed everything on vhost "/"."""
+    users = ["guest", *RABBITMQ_USERS]
+    return json.dumps(
+        {
+            "users": [
+                {
+                    "name": user,
+                    "password_hash": _rabbitmq_password_hash("guest" if user == "guest" else f"pw-{user}"),
+                    "hashing_algorithm": "rabbit_password_hashing_sha256",
+                    "tags": ["administrator"] if user == "guest" else [],
+                }
+                for user in users
+            ],
+            "vhosts": [{"name": "/"}],
+            "permissions": [
+                {"user": user, "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"} for user in users
+            ],
+        }
+    )
+
+
+class RabbitNode:
+    """One real RabbitMQ node on 127.0.0.1 with the AMQP 1.0 plugin, everything under `workdir`.
+
+    Its `cluster_name` is its node id, which RabbitMQ announces in the properties of its Open.
+    """
+
+    def __init__(self, workdir: Path, node_id: str, *, epmd_port: int, home: Path) -> None:
+        self.node_id = node_id
+        self.name = f"{node_id}@localhost"
+        self.port, self.dist_port = free_port(), free_port()
+        self.dir = workdir / node_id
+        self.dir.mkdir(parents=True)
+        (self.dir / "definitions.json").write_text(_rabbitmq_definitions())
+        (self.dir / "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
+            "loopback_users = none\n"
+            f"cluster_name = {node_id}\n"
+            f"load_definitions = {self.dir / 'definitions.json'}\n"
+            "log.console = true\nlog.console.level = warning\nlog.file = false\n"
+        )
+        (self.dir / "enabled_plugins").write_text("[rabbitmq_amqp1_0].\n")
+        self.env = {
+            **os.environ,
+            "HOME": str(home),  # holds the Erlang cookie shared with rabbitmqctl
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_PORT": str(epmd_port),
+            "RABBITMQ_CONFIG_FILE": str(self.dir / "rabbitmq.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.dir / "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.dir / "log"),
+            "RABBITMQ_PLUGINS_EXPAND_DIR": str(self.dir / "plugins-expand"),
+            "RABBITMQ_PID_FILE": str(self.dir / "rabbitmq.pid"),
+            # Else the distribution ports listen on 0.0.0.0 (ENVIRONMENT.md gotcha 10): the node's,
+            # and rabbitmqctl's own for the moment it runs.
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "RABBITMQ_CTL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the node; `wait_ready` waits for it."""
+        with open(self.dir / "console.log", "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [str(RABBITMQ_BIN / "rabbitmq-server")],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a process group of its own: the wrapper, beam and its helpers
+            )
+
+    def wait_ready(self) -> None:
+        """Wait until the AMQP port accepts and a defined user can open a connection."""
+        # python-qpid-proton: imported here, so that only the tests of a RabbitMQ node need it.
+        from proton import ProtonException
+        from proton.utils import BlockingConnection
+
+        deadline = time.monotonic() + RABBITMQ_BOOT_TIMEOUT_S
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited; see {self.dir / 'console.log'}")
+            try:
+                wait_port(self.port, timeout=1)
+                BlockingConnection(self.url(RABBITMQ_USERS[-1]), timeout=5, allowed_mechs="PLAIN").close()
+                return
+            except (TimeoutError, ProtonException, OSError) as not_yet:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{self.name} not ready after {RABBITMQ_BOOT_TIMEOUT_S} s"
+                    ) from not_yet
+
+    def url(self, user: str = "guest") -> str:
+        password = "guest" if user == "guest" else f"pw-{user}"
+        return f"amqp://{user}:{password}@127.0.0.1:{self.port}"
+
+    def begin_stop(self) -> subprocess.Popen[bytes]:
+        """`rabbitmqctl stop PIDFILE`, which returns once the node's process has ended."""
+        return subprocess.Popen(
+            [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.name, "stop", str(self.dir / "rabbitmq.pid")],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def end_stop(self, ctl: subprocess.Popen[bytes]) -> None:
+        """Wait for `begin_stop`; if the node did not end, SIGKILL its process group by our child's PID."""
+        try:
+            ctl.wait(60)
+        except subprocess.TimeoutExpired:
+            ctl.kill()
+            ctl.wait(10)
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its group: started with start_new_session
+            self.proc.wait(10)
+        self.proc = None
+
+
+class Epmd:
+    """The Erlang port mapper of the nodes, started by us in the foreground so its PID is ours.
+
+    beam would start an `epmd -daemon` that outlives the nodes, and rabbitmqctl starts one when
+    none answers; with ours listening on the port, neither does.
+    """
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        binary = shutil.which("epmd")
+        assert binary is not None
+        self.proc = subprocess.Popen(
+            [binary, "-port", str(self.port), "-address", "127.0.0.1"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_port(self.port, timeout=10)
+        except TimeoutError:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        stop_process(self.proc, 10)
+
+
+@pytest.fixture(scope="session")
+def rabbit_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RabbitNode]]:
+    """Two running RabbitMQ nodes (node ids RABBITMQ_NODE_IDS) for the whole test session, started
+    in parallel with their own epmd; every test uses queues of its own."""
+    missing = [p for p in ("rabbitmq-server", "rabbitmqctl") if not (RABBITMQ_BIN / p).exists()]
+    if missing or shutil.which("epmd") is None:
+        pytest.fail("rabbitmq-server is not installed: run ./run-tests, which installs it")
+    workdir = tmp_path_factory.mktemp("rabbitmq")
+    home = workdir / "home"
+    home.mkdir()
+    cookie = home / ".erlang.cookie"
+    cookie.write_text(uuid.uuid4().hex.upper())
+    cookie.chmod(0o400)  # Erlang refuses a cookie others can read
+    epmd = Epmd()
+    nodes: list[RabbitNode] = []
+    try:
+        nodes.extend(
+            RabbitNode(workdir, node_id, epmd_port=epmd.port, home=home) for node_id in RABBITMQ_NODE_IDS
+        )
+        for node in nodes:
+            node.start()
+        for node in nodes:
+            node.wait_ready()
+        yield nodes
+    finally:
+        stopping = [(node, node.begin_stop()) for node in nodes if node.proc is not None]
+        for node, ctl in stopping:
+            node.end_stop(ctl)
+        epmd.stop()
 
 
 def mqtt_round_trip(

@@ -5,21 +5,21 @@ MQTT probe's `$SYS` connection count against mosquitto feeding LEAST_CONNECTIONS
 Refusals a real broker does not easily give (a Close with an error after the Open, a mechanism
 not offered) come from a scripted server built from `keys.amqp`'s encoders. Everything listens on
 127.0.0.1, on ports chosen at run time, and every process is stopped by the PID it was started
-with. RabbitMQ takes 5-15 s to boot, so one node serves the whole session.
+with. RabbitMQ takes 5-15 s to boot, so the AMQP probes use the first of the session's nodes
+(`rabbit_nodes`, shared with test_routerd_amqp.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
-import uuid
 from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from keys import ConnectionFacts, amqp
+from keys.mqtt import encode_connect
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
 from router.health import (
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from tests.router.test_routerd_amqp import RabbitNode
+    from tests.router.conftest import RabbitNode
 
 pytestmark = pytest.mark.integration
 
@@ -72,29 +72,10 @@ def _runtime(
 # --- AMQP 1.0: RabbitMQ ----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def rabbit_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitNode]:
-    """One RabbitMQ node (AMQP 1.0 plugin) for the session; users alice/pw-alice, guest/guest…"""
-    from tests.router.test_routerd_amqp import RABBITMQ_BIN, Epmd, RabbitNode
-
-    if not (RABBITMQ_BIN / "rabbitmq-server").exists() or shutil.which("epmd") is None:
-        pytest.fail("rabbitmq-server is not installed: run ./run-tests, which installs it")
-    workdir = tmp_path_factory.mktemp("rabbitmq-probe")
-    home = workdir / "home"
-    home.mkdir()
-    cookie = home / ".erlang.cookie"
-    cookie.write_text(uuid.uuid4().hex.upper())
-    cookie.chmod(0o400)  # Erlang refuses a cookie others can read
-    epmd = Epmd()
-    node = RabbitNode(workdir, "rmq-probe", epmd_port=epmd.port, home=home)
-    try:
-        node.start()
-        node.wait_ready()
-        yield node
-    finally:
-        if node.proc is not None:
-            node.end_stop(node.begin_stop())
-        epmd.stop()
+@pytest.fixture
+def rabbit_node(rabbit_nodes: list[RabbitNode]) -> RabbitNode:
+    """A RabbitMQ node (AMQP 1.0 plugin) of the session; users alice/pw-alice, guest/guest…"""
+    return rabbit_nodes[0]
 
 
 class TestAmqpProbe:
@@ -266,8 +247,6 @@ async def test_check_openwire_broker_that_closes_at_once(nursery: trio.Nursery) 
 
 
 def _mosquitto(tmp_path: Path, name: str, extra: str) -> Mosquitto:
-    if shutil.which("mosquitto") is None:
-        pytest.fail("mosquitto is not installed: run ./run-tests, which installs it")
     broker = Mosquitto(tmp_path, name)
     broker.conf.write_text(broker.conf.read_text() + extra)
     broker.start()
@@ -278,9 +257,7 @@ def _mqtt_clients(port: int, count: int, stack: contextlib.ExitStack) -> None:
     """`count` idle MQTT 3.1.1 sessions on the broker (CONNECT, CONNACK read)."""
     for n in range(count):
         client = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
-        client_id = f"idle-{n}".encode()
-        body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(client_id).to_bytes(2, "big") + client_id
-        client.sendall(b"\x10" + bytes([len(body)]) + body)
+        client.sendall(encode_connect(f"idle-{n}"))
         assert client.recv(4) == b"\x20\x02\x00\x00"
 
 

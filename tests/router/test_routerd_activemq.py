@@ -28,8 +28,8 @@ import pytest
 import stomp  # type: ignore[import-untyped]  # stomp.py ships no type hints
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from tests.conftest import JAVA_CLIENT_JARS, ActiveMQ, free_port, require_java
-from tests.router.conftest import Routerd
+from tests.conftest import JAVA_CLIENT_JARS, ActiveMQ, free_port, read_until_closed, require_java
+from tests.router.conftest import Routerd, acceptors_xml
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -188,10 +188,6 @@ def _config(brokers: dict[str, ActiveMQ], ports: dict[str, int], *, dead_port: i
         for name, broker in brokers.items()
         for proto, port in (("openwire", broker.openwire), ("stomp", broker.stomp), ("mqtt", broker.mqtt))
     )
-    acceptors = "\n".join(
-        f'<acceptor name="{name}">tcp://127.0.0.1:{ports[name]}?{params}</acceptor>'
-        for name, params in ACCEPTORS.items()
-    )
     pool = "<check-period>1000</check-period><quorum-timeout>0</quorum-timeout>"
     routers = "\n".join(
         f"""<connection-router name="{name}"><key-type>{key}</key-type><policy name="CONSISTENT_HASH"/>
@@ -202,7 +198,7 @@ def _config(brokers: dict[str, ActiveMQ], ports: dict[str, int], *, dead_port: i
     return f"""<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
   <connectors>{connectors}
     <connector name="nowhere">tcp://127.0.0.1:{dead_port}?nodeId=nowhere</connector></connectors>
-  <acceptors>{acceptors}</acceptors>
+  <acceptors>{acceptors_xml(ACCEPTORS, ports)}</acceptors>
   <connection-routers>{routers}
    <connection-router name="dead-pool"><key-type>CLIENT_ID</key-type><policy name="FIRST_ELEMENT"/>
     <pool>{pool}<static-connectors><connector-ref>nowhere</connector-ref></static-connectors></pool>
@@ -534,16 +530,6 @@ STOMP_CONNECT = (
 )
 
 
-def _read_to_eof(sock: socket.socket) -> bytes:
-    got = bytearray()
-    try:
-        while chunk := sock.recv(4096):
-            got += chunk
-    except ConnectionResetError:
-        pass  # closed with our bytes unread: a reset is a close too
-    return bytes(got)
-
-
 def _parse_stomp_frame(frame: bytes) -> tuple[str, dict[str, str], bytes]:
     head, _, body = frame.partition(b"\n\n")
     command, *lines = head.decode().split("\n")
@@ -557,7 +543,7 @@ def test_stomp_refusal_dead_pool_gets_error_frame_then_close(routed: Routed) -> 
     and says it is not ready, then routerd closes the connection."""
     with socket.create_connection(("127.0.0.1", routed.ports["stomp-dead"]), timeout=TIMEOUT_S) as sock:
         sock.sendall(STOMP_CONNECT)
-        answer = _read_to_eof(sock)  # returns at routerd's close (the socket timeout bounds it)
+        answer = read_until_closed(sock)  # returns at routerd's close (the socket timeout bounds it)
     assert answer.endswith(b"\x00"), answer
     assert answer.count(b"\x00") == 1, f"one frame expected: {answer!r}"
     command, headers, _ = _parse_stomp_frame(answer[:-1])
@@ -721,7 +707,7 @@ def test_bad_opening_closed_with_one_log_line_while_good_client_served(
         if eof:
             bad.shutdown(socket.SHUT_WR)
         good = _Background(_good_client(routed, acceptor, probe_dir))
-        _read_to_eof(bad)  # returns at routerd's close (the socket timeout bounds it)
+        read_until_closed(bad)  # returns at routerd's close (the socket timeout bounds it)
         elapsed = time.monotonic() - started
         good.result()
     assert elapsed < HANDSHAKE_TIMEOUT_S + CLOSE_SLACK_S, elapsed

@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import stomp  # type: ignore[import-untyped]  # stomp.py ships no type hints
 
-from tests.conftest import ActiveMQ, free_port, require_java
-from tests.router.conftest import Routerd
+from tests.conftest import ActiveMQ, accepts, free_port, require_java
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
+
+    from tests.router.conftest import Routerd
 
 CHECK_PERIOD_MS = 500
 """The pool's check-period: how often each member of the pair is probed."""
@@ -138,12 +139,10 @@ def _port_opened_after(port: int, since: float, result: list[float]) -> None:
     """Poll `port` (every 10 ms) until it accepts; append seconds since `since` (thread target)."""
     deadline = since + TIMEOUT_S
     while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        if accepts(port):
             result.append(time.monotonic() - since)
             return
-        except OSError:
-            time.sleep(0.01)  # another process's listen(): nothing to wait on
+        time.sleep(0.01)  # another process's listen(): nothing to wait on
 
 
 def _closed_within(sock: socket.socket, seconds: float) -> bool:
@@ -201,56 +200,54 @@ def _active_member(router: Routerd) -> str:
     return str(active)
 
 
-def test_routerd_follows_a_shared_store_failover(pair: tuple[ActiveMQ, ActiveMQ], tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_routerd_follows_a_shared_store_failover(
+    pair: tuple[ActiveMQ, ActiveMQ], start_routerd: Callable[[Callable[[int], str]], Routerd]
+) -> None:
     port = free_port()
-    (tmp_path / "routerd").mkdir()
-    router = Routerd(tmp_path / "routerd", lambda _admin: _config(pair, port))
-    router.start()
-    try:
-        router.wait_for_log(r"router=ha target=ha-a is ready", TIMEOUT_S)
-        assert _active_member(router) == f"tcp://127.0.0.1:{pair[0].stomp}"
-        active, passive = pair
-        times: list[float] = []
-        takeovers: list[float] = []
-        for round_ in range(ROUNDS):
-            body = f"sent before failover {round_}"
-            _send_persistent(port, body)
-            held = _stomp_connect(port, f"held-{round_}")
-            takeover: list[float] = []
-            killed_at = time.monotonic()
-            active.kill()
-            watcher = threading.Thread(target=_port_opened_after, args=(passive.stomp, killed_at, takeover))
-            watcher.start()
-            try:
-                assert _closed_within(held, CHECK_PERIOD_MS / 1000 + CLOSE_SLACK_S), (
-                    "the proxied connection to the killed broker stayed open"
-                )
-            finally:
-                held.close()
-            times.append(_time_until_client_succeeds(port, killed_at))
-            watcher.join(TIMEOUT_S)
-            takeovers.extend(takeover)
-            assert takeover, "the passive broker never opened its port"
-            # Goal: the broker's own takeover plus at most one check-period (slack for a busy machine).
-            assert times[-1] <= takeover[0] + CHECK_PERIOD_MS / 1000 + 2 * CLOSE_SLACK_S, (times, takeover)
-            router.wait_for_log(
-                rf"router=ha target=ha-a (is ready \(active member|failed over: ).*:{passive.stomp}\b",
-                TIMEOUT_S,
+    router = start_routerd(lambda _admin: _config(pair, port))
+    router.wait_for_log(r"router=ha target=ha-a is ready", TIMEOUT_S)
+    assert _active_member(router) == f"tcp://127.0.0.1:{pair[0].stomp}"
+    active, passive = pair
+    times: list[float] = []
+    takeovers: list[float] = []
+    for round_ in range(ROUNDS):
+        body = f"sent before failover {round_}"
+        _send_persistent(port, body)
+        held = _stomp_connect(port, f"held-{round_}")
+        takeover: list[float] = []
+        killed_at = time.monotonic()
+        active.kill()
+        watcher = threading.Thread(target=_port_opened_after, args=(passive.stomp, killed_at, takeover))
+        watcher.start()
+        try:
+            assert _closed_within(held, CHECK_PERIOD_MS / 1000 + CLOSE_SLACK_S), (
+                "the proxied connection to the killed broker stayed open"
             )
-            assert _active_member(router) == f"tcp://127.0.0.1:{passive.stomp}"
-            assert _receive_one(port) == body
-            # The killed broker comes back as the passive one: nothing changes for clients.
-            active.start()
-            active.wait_passive()
-            _stomp_connect(port, f"after-restart-{round_}").close()
-            assert _active_member(router) == f"tcp://127.0.0.1:{passive.stomp}"
-            active, passive = passive, active
-        print(
-            f"\nfailover through routerd (kill -9 of the active broker until a new STOMP client is "
-            f"CONNECTED, check-period {CHECK_PERIOD_MS} ms): "
-            + ", ".join(f"{t:.2f} s" for t in times)
-            + f"; median {statistics.median(times):.2f} s over {len(times)} round(s); the broker's own "
-            f"takeover (port open): median {statistics.median(takeovers):.2f} s"
+        finally:
+            held.close()
+        times.append(_time_until_client_succeeds(port, killed_at))
+        watcher.join(TIMEOUT_S)
+        takeovers.extend(takeover)
+        assert takeover, "the passive broker never opened its port"
+        # Goal: the broker's own takeover plus at most one check-period (slack for a busy machine).
+        assert times[-1] <= takeover[0] + CHECK_PERIOD_MS / 1000 + 2 * CLOSE_SLACK_S, (times, takeover)
+        router.wait_for_log(
+            rf"router=ha target=ha-a (is ready \(active member|failed over: ).*:{passive.stomp}\b",
+            TIMEOUT_S,
         )
-    finally:
-        router.stop()
+        assert _active_member(router) == f"tcp://127.0.0.1:{passive.stomp}"
+        assert _receive_one(port) == body
+        # The killed broker comes back as the passive one: nothing changes for clients.
+        active.start()
+        active.wait_passive()
+        _stomp_connect(port, f"after-restart-{round_}").close()
+        assert _active_member(router) == f"tcp://127.0.0.1:{passive.stomp}"
+        active, passive = passive, active
+    print(
+        f"\nfailover through routerd (kill -9 of the active broker until a new STOMP client is "
+        f"CONNECTED, check-period {CHECK_PERIOD_MS} ms): "
+        + ", ".join(f"{t:.2f} s" for t in times)
+        + f"; median {statistics.median(times):.2f} s over {len(times)} round(s); the broker's own "
+        f"takeover (port open): median {statistics.median(takeovers):.2f} s"
+    )

@@ -12,19 +12,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from keys.mqtt import encode_connect
+from tests.router.conftest import static_connectors
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from tests.router.conftest import Mosquitto, Routerd
 
 CLIENTS = 30
-
-
-# MQTT 3.1.1 CONNECT, clean session, keepalive 60, client id "lc-NN" (MQTT 3.1.1 §3.1).
-def _connect(n: int) -> bytes:
-    client_id = f"lc-{n:02d}".encode()
-    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(client_id).to_bytes(2, "big") + client_id
-    return b"\x10" + bytes([len(body)]) + body
 
 
 @pytest.mark.integration
@@ -34,11 +30,7 @@ def test_least_connections_spreads_a_burst_within_one(
     free_port: Callable[[], int],
 ) -> None:
     port = free_port()
-    connectors = "".join(
-        f'<connector name="c{i}">tcp://127.0.0.1:{b.port}?nodeId=b{i}</connector>'
-        for i, b in enumerate(mosquitto_fleet)
-    )
-    refs = "".join(f"<connector-ref>c{i}</connector-ref>" for i in range(3))
+    connectors, refs = static_connectors((f"b{i}", b.port) for i, b in enumerate(mosquitto_fleet))
     xml = f"""<core><connectors>{connectors}</connectors>
       <acceptors><acceptor name="a">tcp://127.0.0.1:{port}?router=lc</acceptor></acceptors>
       <connection-routers><connection-router name="lc"><policy name="LEAST_CONNECTIONS"/>
@@ -53,7 +45,7 @@ def test_least_connections_spreads_a_burst_within_one(
             for _ in range(CLIENTS)
         ]
         for n, client in enumerate(clients):  # the burst: all connected before any CONNECT is answered
-            client.sendall(_connect(n))
+            client.sendall(encode_connect(f"lc-{n:02d}"))  # MQTT 3.1.1, clean session, keepalive 60
         for client in clients:
             assert client.recv(4) == b"\x20\x02\x00\x00"  # a real session on some broker
         status = router.get("/api/v1/routers/lc")

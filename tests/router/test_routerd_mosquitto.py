@@ -8,19 +8,15 @@ FIRST_ELEMENT fails over in pool order; a pool below quorum refuses.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import uuid
 from typing import TYPE_CHECKING
 
-import paho.mqtt.client as mqtt
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
 
-from tests.router.conftest import mqtt_round_trip
+from tests.router.conftest import MqttObserver, acceptors_xml, mqtt_round_trip, static_connectors
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from tests.router.conftest import Mosquitto, Routerd
 
@@ -32,15 +28,8 @@ TIMEOUT_S = 10.0
 
 
 def _config(brokers: list[Mosquitto], ports: dict[str, int]) -> str:
-    connectors = "\n".join(
-        f'<connector name="c{i}">tcp://127.0.0.1:{b.port}?nodeId={NODE_IDS[i]}</connector>'
-        for i, b in enumerate(brokers)
-    )
-    refs = "".join(f"<connector-ref>c{i}</connector-ref>" for i in range(len(brokers)))
-    acceptors = "\n".join(
-        f'<acceptor name="{name}">tcp://127.0.0.1:{port}?router={name};mode=proxy</acceptor>'
-        for name, port in ports.items()
-    )
+    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
+    acceptors = acceptors_xml({name: f"router={name};mode=proxy" for name in ports}, ports)
     return f"""<?xml version="1.0"?>
 <configuration xmlns="urn:activemq">
  <core xmlns="urn:activemq:core">
@@ -69,54 +58,6 @@ def _config(brokers: list[Mosquitto], ports: dict[str, int]) -> str:
 """
 
 
-class _Seen:
-    """topic -> node id of the broker an observer saw it on, with a wait."""
-
-    def __init__(self) -> None:
-        self.topics: dict[str, str] = {}
-        self._changed = threading.Condition()
-
-    def add(self, topic: str, node_id: str) -> None:
-        with self._changed:
-            self.topics[topic] = node_id
-            self._changed.notify_all()
-
-    def wait_for(self, topics: list[str]) -> dict[str, str]:
-        """Wait until every topic was seen; mosquitto delivers to other subscribers ~40 ms late."""
-        with self._changed:
-            self._changed.wait_for(lambda: all(t in self.topics for t in topics), TIMEOUT_S)
-            return dict(self.topics)
-
-
-@contextlib.contextmanager
-def _observers(brokers: list[Mosquitto]) -> Iterator[_Seen]:
-    """Direct subscribers on every running broker, recording where each demo topic appears."""
-    seen = _Seen()
-    clients = []
-    for node_id, broker in zip(NODE_IDS, brokers, strict=True):
-        if broker.proc is None:
-            continue
-        subscribed = threading.Event()
-        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"observer-{uuid.uuid4()}")
-
-        def on_message(_c: mqtt.Client, _u: object, msg: mqtt.MQTTMessage, node: str = node_id) -> None:
-            seen.add(msg.topic, node)
-
-        client.on_message = on_message
-        client.on_subscribe = lambda *_a, ev=subscribed: ev.set()
-        client.connect("127.0.0.1", broker.port)
-        client.loop_start()
-        client.subscribe("demo/#", qos=1)
-        assert subscribed.wait(TIMEOUT_S)
-        clients.append(client)
-    try:
-        yield seen
-    finally:
-        for client in clients:
-            client.disconnect()
-            client.loop_stop()
-
-
 def _round_trip(port: int, source: str) -> bool:
     """Connect through the router from `source`, subscribe, publish, receive our own message."""
     return mqtt_round_trip(
@@ -125,7 +66,9 @@ def _round_trip(port: int, source: str) -> bool:
 
 
 def _landings(brokers: list[Mosquitto], port: int) -> dict[str, str]:
-    with _observers(brokers) as seen:
+    """Where a round trip from each source lands, seen by direct subscribers on every running broker."""
+    running = {node_id: b.port for node_id, b in zip(NODE_IDS, brokers, strict=True) if b.proc is not None}
+    with MqttObserver("demo/#", running, TIMEOUT_S) as seen:
         for source in SOURCES:
             assert _round_trip(port, source), f"no MQTT round trip through the router from {source}"
         topics = seen.wait_for([f"demo/{source}" for source in SOURCES])

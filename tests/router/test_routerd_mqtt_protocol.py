@@ -19,6 +19,9 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
+from tests.conftest import read_until_closed
+from tests.router.conftest import MqttObserver, acceptors_xml, static_connectors
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -41,11 +44,7 @@ CONNECT_5 = bytes.fromhex("10 12 0004 4d515454 05 02 003c 00 0005 7261772d35".re
 
 
 def _config(brokers: list[Mosquitto], ports: dict[str, int], *, dead_port: int) -> str:
-    connectors = "\n".join(
-        f'<connector name="c{i}">tcp://127.0.0.1:{b.port}?nodeId={NODE_IDS[i]}</connector>'
-        for i, b in enumerate(brokers)
-    )
-    refs = "".join(f"<connector-ref>c{i}</connector-ref>" for i in range(len(brokers)))
+    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
     acceptors = {
         "by-client-id": "router=by-client-id;mode=proxy;handshake-timeout=2;sniffMaxBytes=1024",
         "by-user": "router=by-user;mode=proxy",
@@ -53,15 +52,11 @@ def _config(brokers: list[Mosquitto], ports: dict[str, int], *, dead_port: int) 
         "auto": "router=by-client-id;mode=auto",
         "dead": "router=dead;mode=redirect",
     }
-    acceptor_xml = "\n".join(
-        f'<acceptor name="{name}">tcp://127.0.0.1:{ports[name]}?{params}</acceptor>'
-        for name, params in acceptors.items()
-    )
     pool = "<check-period>200</check-period><quorum-timeout>0</quorum-timeout>"
     return f"""<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
   <connectors>{connectors}
     <connector name="nowhere">tcp://127.0.0.1:{dead_port}</connector></connectors>
-  <acceptors>{acceptor_xml}</acceptors>
+  <acceptors>{acceptors_xml(acceptors, ports)}</acceptors>
   <connection-routers>
    <connection-router name="by-client-id"><key-type>CLIENT_ID</key-type><policy name="CONSISTENT_HASH"/>
     <pool>{pool}<static-connectors>{refs}</static-connectors></pool></connection-router>
@@ -74,43 +69,9 @@ def _config(brokers: list[Mosquitto], ports: dict[str, int], *, dead_port: int) 
 </core></configuration>"""
 
 
-def _predict(router: Routerd, name: str, flag: str, values: list[str]) -> dict[str, dict[str, object]]:
-    return router.predict(name, flag, values)
-
-
-class _Observer:
-    """Direct subscribers on every broker: which broker saw a topic (delivery is ~40 ms late)."""
-
-    def __init__(self, brokers: list[Mosquitto]) -> None:
-        self.seen: dict[str, str] = {}
-        self._cond = threading.Condition()
-        self.clients = []
-        for node_id, broker in zip(NODE_IDS, brokers, strict=True):
-            done = threading.Event()
-            client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"obs-{uuid.uuid4()}")
-
-            def on_message(_c: mqtt.Client, _u: object, msg: mqtt.MQTTMessage, node: str = node_id) -> None:
-                with self._cond:
-                    self.seen[msg.topic] = node
-                    self._cond.notify_all()
-
-            client.on_message = on_message
-            client.on_subscribe = lambda *_a, ev=done: ev.set()
-            client.connect("127.0.0.1", broker.port)
-            client.loop_start()
-            client.subscribe("keys/#", qos=1)
-            assert done.wait(TIMEOUT_S)
-            self.clients.append(client)
-
-    def where(self, topic: str) -> str | None:
-        with self._cond:
-            self._cond.wait_for(lambda: topic in self.seen, TIMEOUT_S)
-            return self.seen.get(topic)
-
-    def close(self) -> None:
-        for client in self.clients:
-            client.disconnect()
-            client.loop_stop()
+def _observer(brokers: list[Mosquitto]) -> MqttObserver:
+    """Direct subscribers to `keys/#` on every broker: which broker saw a topic."""
+    return MqttObserver("keys/#", dict(zip(NODE_IDS, (b.port for b in brokers), strict=True)), TIMEOUT_S)
 
 
 def _publish_through(
@@ -134,9 +95,9 @@ def _publish_through(
         client.loop_stop()
 
 
-def _raw_exchange(port: int, data: bytes, *, source: str = "127.0.0.1") -> bytes:
+def _raw_exchange(port: int, data: bytes) -> bytes:
     """Send bytes, read until the router closes (bounded); return what came back."""
-    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S, source_address=(source, 0)) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as s:
         s.sendall(data)
         got = bytearray()
         while chunk := s.recv(4096):
@@ -164,17 +125,14 @@ def test_proxy_by_client_id_lands_where_routerctl_predicts(
 ) -> None:
     router, ports = routed
     predicted = {
-        k: v["node_id"] for k, v in _predict(router, "by-client-id", "--client-id", CLIENT_IDS).items()
+        k: v["node_id"] for k, v in router.predict("by-client-id", "--client-id", CLIENT_IDS).items()
     }
     assert len(set(predicted.values())) >= 2, "the client ids must spread"
-    observer = _Observer(mosquitto_fleet)
-    try:
+    with _observer(mosquitto_fleet) as observer:
         for client_id in CLIENT_IDS:
             topic = f"keys/{version.name}/{client_id}"
             assert _publish_through(ports["by-client-id"], client_id=client_id, version=version, topic=topic)
             assert observer.where(topic) == predicted[client_id], client_id
-    finally:
-        observer.close()
 
 
 @pytest.mark.integration
@@ -183,9 +141,8 @@ def test_proxy_by_user_name_lands_where_routerctl_predicts(
 ) -> None:
     router, ports = routed
     users = [f"user-{i}" for i in range(8)]
-    predicted = {k: v["node_id"] for k, v in _predict(router, "by-user", "--user", users).items()}
-    observer = _Observer(mosquitto_fleet)
-    try:
+    predicted = {k: v["node_id"] for k, v in router.predict("by-user", "--user", users).items()}
+    with _observer(mosquitto_fleet) as observer:
         for user in users:
             topic = f"keys/user/{user}"
             assert _publish_through(
@@ -196,8 +153,6 @@ def test_proxy_by_user_name_lands_where_routerctl_predicts(
                 topic=topic,
             )
             assert observer.where(topic) == predicted[user], user
-    finally:
-        observer.close()
 
 
 @pytest.mark.integration
@@ -206,7 +161,7 @@ def test_redirect_mqtt5_gets_0x9c_with_predicted_server_reference(
 ) -> None:
     router, ports = routed
     connack = _raw_exchange(ports["redirect"], CONNECT_5)
-    predicted = _predict(router, "by-client-id", "--client-id", ["raw-5"])["raw-5"]
+    predicted = router.predict("by-client-id", "--client-id", ["raw-5"])["raw-5"]
     reference = str(predicted["connector"]).removeprefix("tcp://").encode()
     # CONNACK, flags 0, reason 0x9C, properties: Server Reference (0x1C) host:port (MQTT 5 §3.2.2.3.16)
     props = b"\x1c" + len(reference).to_bytes(2, "big") + reference
@@ -227,7 +182,7 @@ def test_redirect_is_followed_by_the_documented_paho_snippet(
     client = module.connect_following_redirects("127.0.0.1", ports["redirect"], "follower-1")
     try:
         expected = str(
-            _predict(router, "by-client-id", "--client-id", ["follower-1"])["follower-1"]["connector"]
+            router.predict("by-client-id", "--client-id", ["follower-1"])["follower-1"]["connector"]
         )
         assert f"tcp://{client.host}:{client.port}" == expected
     finally:
@@ -284,10 +239,6 @@ def test_bad_openings_are_closed_while_a_good_client_is_served(
         with socket.create_connection(("127.0.0.1", ports["by-client-id"]), timeout=TIMEOUT_S) as good:
             good.sendall(CONNECT_311)
             assert good.recv(4) == b"\x20\x02\x00\x00"
-        try:
-            while bad.recv(4096):
-                pass
-        except ConnectionResetError:
-            pass  # closed with unread bytes: a reset is a close too
+        read_until_closed(bad)  # closed with unread bytes: a reset is a close too
     assert time.monotonic() - started < 2 + 3  # the handshake deadline, with scheduling slack
     router.wait_for_log(log_pattern)

@@ -21,22 +21,20 @@ tests/keys/test_proxy_protocol.py. One HAProxy process holds every frontend:
 
 from __future__ import annotations
 
-import contextlib
-import queue
 import re
 import shutil
 import socket
 import subprocess
-import threading
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import paho.mqtt.client as mqtt
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
+
+from keys.mqtt import MQTT_DISCONNECT, encode_connect
+from tests.conftest import LineLog, read_until_closed, recv_exactly, stop_process
+from tests.router.conftest import MqttObserver, acceptors_xml, static_connectors
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -54,8 +52,6 @@ HANDSHAKE_TIMEOUT_S = 2
 
 CONNACK_ACCEPTED = b"\x20\x02\x00\x00"
 """MQTT 3.1.1 CONNACK, session present 0, return code 0x00 accepted (MQTT 3.1.1 §3.2)."""
-DISCONNECT = b"\xe0\x00"
-"""MQTT DISCONNECT (MQTT 3.1.1 §3.14): mosquitto closes the connection on it."""
 
 V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
 """The PROXY protocol v2 signature (HAProxy doc/proxy-protocol.txt section 2.2)."""
@@ -113,16 +109,14 @@ class _Haproxy:
         binary = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
         if binary is None:
             pytest.fail("haproxy is not installed: run ./run-tests, which installs it (Debian: haproxy)")
-        self.lines: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
         self._proc = subprocess.Popen(
             [binary, "-db", "-f", str(config_path)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        self._reader = threading.Thread(target=self._read, name="haproxy-log", daemon=True)
-        self._reader.start()
+        assert self._proc.stdout is not None
+        self._log = LineLog(self._proc.stdout, "haproxy")
         try:
             for port in ports:
                 probe_port = self._wait_port(port)
@@ -134,19 +128,13 @@ class _Haproxy:
             self.stop()
             raise
 
-    def _read(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            self._queue.put(line.rstrip("\n"))
-        self._queue.put(None)
-
     def _wait_port(self, port: int) -> int:
         """Wait until HAProxy accepts on `port`; the local port of the probe that got in."""
         deadline = time.monotonic() + TIMEOUT_S
         while True:
             if self._proc.poll() is not None:
-                self._drain()
-                raise RuntimeError(f"haproxy exited with {self._proc.returncode}: {self.lines}")
+                self._log.close(TIMEOUT_S)
+                raise RuntimeError(f"haproxy exited with {self._proc.returncode}: {self._log.lines}")
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1) as probe:
                     probe_port: int = probe.getsockname()[1]
@@ -156,40 +144,13 @@ class _Haproxy:
                     raise TimeoutError(f"haproxy does not listen on {port}") from None
                 time.sleep(0.02)  # polling another process's listen(): nothing to wait on
 
-    def _drain(self) -> None:
-        with contextlib.suppress(queue.Empty):
-            while (line := self._queue.get_nowait()) is not None:
-                self.lines.append(line)
-
     def wait_for_log(self, pattern: str) -> re.Match[str]:
         """The first log line (from the start) matching `pattern`, waiting for it if need be."""
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + TIMEOUT_S
-        seen = 0
-        while True:
-            for line in self.lines[seen:]:
-                if match := regex.search(line):
-                    return match
-            seen = len(self.lines)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no haproxy log line matches {pattern!r}; log:\n" + "\n".join(self.lines))
-            with contextlib.suppress(queue.Empty):
-                line_or_eof = self._queue.get(timeout=remaining)
-                if line_or_eof is None:
-                    raise RuntimeError("haproxy exited; log:\n" + "\n".join(self.lines))
-                self.lines.append(line_or_eof)
+        return self._log.search(pattern, TIMEOUT_S)[0]
 
     def stop(self) -> None:
-        self._proc.terminate()  # by the PID we started
-        try:
-            self._proc.wait(TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait(TIMEOUT_S)
-        self._reader.join(TIMEOUT_S)
-        assert self._proc.stdout is not None
-        self._proc.stdout.close()
+        stop_process(self._proc, TIMEOUT_S)  # by the PID we started
+        self._log.close(TIMEOUT_S)
 
 
 # --- The deployment: mosquitto x3, HAProxy, routerd ------------------------------------------------
@@ -219,31 +180,26 @@ class _Deployment:
 
 
 def _routerd_config(brokers: list[Mosquitto], ports: _Ports) -> str:
-    connectors = "\n".join(
-        f'<connector name="c{i}">tcp://127.0.0.1:{b.port}?nodeId={NODE_IDS[i]}</connector>'
-        for i, b in enumerate(brokers)
-    )
-    refs = "".join(f"<connector-ref>c{i}</connector-ref>" for i in range(len(brokers)))
+    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
     timeout = f"handshake-timeout={HANDSHAKE_TIMEOUT_S}"
     acceptors = {
-        "pp": (ports.pp, f"router=hash;mode=proxy;proxyProtocolEnabled=true;{timeout}"),
-        "send-v1": (ports.send_v1, "router=behind-haproxy;mode=proxy;sendProxyProtocol=v1"),
-        "send-v2": (ports.send_v2, "router=behind-haproxy;mode=proxy;sendProxyProtocol=v2"),
-        "chain": (
-            ports.chain,
-            f"router=behind-haproxy;mode=proxy;proxyProtocolEnabled=true;sendProxyProtocol=v2;{timeout}",
-        ),
+        "pp": f"router=hash;mode=proxy;proxyProtocolEnabled=true;{timeout}",
+        "send-v1": "router=behind-haproxy;mode=proxy;sendProxyProtocol=v1",
+        "send-v2": "router=behind-haproxy;mode=proxy;sendProxyProtocol=v2",
+        "chain": f"router=behind-haproxy;mode=proxy;proxyProtocolEnabled=true;sendProxyProtocol=v2;{timeout}",
     }
-    acceptor_xml = "\n".join(
-        f'<acceptor name="{name}">tcp://127.0.0.1:{port}?{params}</acceptor>'
-        for name, (port, params) in acceptors.items()
-    )
+    acceptor_ports = {
+        "pp": ports.pp,
+        "send-v1": ports.send_v1,
+        "send-v2": ports.send_v2,
+        "chain": ports.chain,
+    }
     return f"""<?xml version="1.0"?>
 <configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
   <connectors>{connectors}
     <connector name="haproxy">tcp://127.0.0.1:{ports.fe_accept}?nodeId=behind-haproxy</connector>
   </connectors>
-  <acceptors>{acceptor_xml}</acceptors>
+  <acceptors>{acceptors_xml(acceptors, acceptor_ports)}</acceptors>
   <connection-routers>
    <connection-router name="hash"><key-type>SOURCE_IP</key-type><policy name="CONSISTENT_HASH"/>
     <pool><check-period>200</check-period><quorum-timeout>0</quorum-timeout>
@@ -293,39 +249,16 @@ def deployment(
 # --- MQTT on raw sockets ---------------------------------------------------------------------------
 
 
-def _utf8(text: str) -> bytes:
-    return len(text.encode()).to_bytes(2, "big") + text.encode()
-
-
-def _packet(first_byte: int, body: bytes) -> bytes:
-    assert len(body) < 128, "one-byte remaining length"
-    return bytes([first_byte, len(body)]) + body
-
-
 def _connect(client_id: str) -> bytes:
     """MQTT 3.1.1 CONNECT, clean session, keepalive 30 s (MQTT 3.1.1 §3.1)."""
-    return _packet(0x10, _utf8("MQTT") + b"\x04\x02" + (30).to_bytes(2, "big") + _utf8(client_id))
+    return encode_connect(client_id, keepalive_s=30)
 
 
 def _publish(topic: str, payload: bytes) -> bytes:
-    """MQTT PUBLISH, QoS 0 (MQTT 3.1.1 §3.3)."""
-    return _packet(0x30, _utf8(topic) + payload)
-
-
-def _recv_exactly(conn: socket.socket, count: int) -> bytes:
-    got = b""
-    while len(got) < count and (chunk := conn.recv(count - len(got))):
-        got += chunk
-    return got
-
-
-def _recv_until_closed(conn: socket.socket) -> bytes:
-    """Everything until the other side closes (a reset counts as a close); bounded by the timeout."""
-    got = b""
-    with contextlib.suppress(ConnectionResetError):
-        while chunk := conn.recv(4096):
-            got += chunk
-    return got
+    """MQTT PUBLISH, QoS 0 (MQTT 3.1.1 §3.3), with a one-byte remaining length."""
+    body = len(topic.encode()).to_bytes(2, "big") + topic.encode() + payload
+    assert len(body) < 128, "one-byte remaining length"
+    return bytes([0x30, len(body)]) + body
 
 
 def _mqtt_session(port: int, source: str, *, header: bytes = b"", topic: str | None = None) -> int:
@@ -337,61 +270,15 @@ def _mqtt_session(port: int, source: str, *, header: bytes = b"", topic: str | N
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S, source_address=(source, 0)) as conn:
         client_port: int = conn.getsockname()[1]
         conn.sendall(header + _connect(f"pp-{uuid.uuid4().hex[:12]}"))
-        assert _recv_exactly(conn, 4) == CONNACK_ACCEPTED, f"no CONNACK 0x00 for {source}"
+        assert recv_exactly(conn, 4) == CONNACK_ACCEPTED, f"no CONNACK 0x00 for {source}"
         if topic is not None:
             conn.sendall(_publish(topic, b"hello"))
-        conn.sendall(DISCONNECT)
-        assert _recv_until_closed(conn) == b""  # the broker closes on DISCONNECT, all the way back
+        conn.sendall(MQTT_DISCONNECT)  # mosquitto closes the connection on it (MQTT 3.1.1 §3.14)
+        assert read_until_closed(conn) == b""  # the broker closes on DISCONNECT, all the way back
     return client_port
 
 
 # --- Observers and predictions ----------------------------------------------------------------------
-
-
-class _Seen:
-    """topic -> node id of the broker an observer saw it on, with a bounded wait."""
-
-    def __init__(self) -> None:
-        self.topics: dict[str, str] = {}
-        self._changed = threading.Condition()
-
-    def add(self, topic: str, node_id: str) -> None:
-        with self._changed:
-            self.topics[topic] = node_id
-            self._changed.notify_all()
-
-    def where(self, topic: str) -> str | None:
-        """The broker that saw `topic`; mosquitto delivers to other subscribers ~40 ms late."""
-        with self._changed:
-            self._changed.wait_for(lambda: topic in self.topics, TIMEOUT_S)
-            return self.topics.get(topic)
-
-
-@contextlib.contextmanager
-def _observers(brokers: list[Mosquitto]) -> Iterator[_Seen]:
-    """A direct paho subscriber to `pp/#` on every broker, recording where each topic appears."""
-    seen = _Seen()
-    clients: list[mqtt.Client] = []
-    try:
-        for node_id, broker in zip(NODE_IDS, brokers, strict=True):
-            subscribed = threading.Event()
-            client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"observer-{uuid.uuid4()}")
-
-            def on_message(_c: mqtt.Client, _u: object, msg: mqtt.MQTTMessage, node: str = node_id) -> None:
-                seen.add(msg.topic, node)
-
-            client.on_message = on_message
-            client.on_subscribe = lambda *_a, ev=subscribed: ev.set()
-            client.connect("127.0.0.1", broker.port)
-            client.loop_start()
-            clients.append(client)
-            client.subscribe("pp/#", qos=1)
-            assert subscribed.wait(TIMEOUT_S), f"observer on {node_id} not subscribed"
-        yield seen
-    finally:
-        for client in clients:
-            client.disconnect()
-            client.loop_stop()
 
 
 def _predict(router: Routerd, router_name: str, sources: list[str]) -> dict[str, str]:
@@ -404,9 +291,7 @@ def _predict(router: Routerd, router_name: str, sources: list[str]) -> dict[str,
 
 def _metric(router: Routerd, name: str, labels: str) -> float:
     """One sample of routerd's Prometheus exposition, 0 when absent."""
-    with urllib.request.urlopen(router.admin + "/metrics", timeout=TIMEOUT_S) as response:
-        text = response.read().decode()
-    match = re.search(rf"^{re.escape(name)}\{{{re.escape(labels)}\}} (\S+)$", text, re.MULTILINE)
+    match = re.search(rf"^{re.escape(name)}\{{{re.escape(labels)}\}} (\S+)$", router.metrics(), re.MULTILINE)
     return float(match.group(1)) if match else 0.0
 
 
@@ -431,7 +316,8 @@ def test_routerd_proxy_protocol_keys_on_original_client_address(
     port = getattr(deployment.ports, frontend)
     predicted = _predict(router, "hash", SOURCES)
     assert sorted(set(predicted.values())) == sorted(NODE_IDS), f"the sources must spread: {predicted}"
-    with _observers(mosquitto_fleet) as seen:
+    brokers = dict(zip(NODE_IDS, (b.port for b in mosquitto_fleet), strict=True))
+    with MqttObserver("pp/#", brokers, TIMEOUT_S) as seen:
         for source in SOURCES:
             topic = f"pp/{frontend}/{source}"
             client_port = _mqtt_session(port, source, topic=topic)
@@ -487,7 +373,7 @@ def test_routerd_proxy_protocol_bad_header_closed_with_one_log_line(
     ) as bad:
         bad_peer = f"127.0.0.7:{bad.getsockname()[1]}"
         bad.sendall(opening)
-        assert _recv_until_closed(bad) == b""
+        assert read_until_closed(bad) == b""
     assert time.monotonic() - started < HANDSHAKE_TIMEOUT_S, "closed at once, not at the deadline"
     router.wait_for_log(
         rf"peer={re.escape(bad_peer)} acceptor=pp protocol=proxy handshake rejected: {reason}"
@@ -513,7 +399,7 @@ def test_routerd_proxy_protocol_stalled_header_times_out_with_bytes_read(deploym
     ) as slow:
         peer = f"127.0.0.8:{slow.getsockname()[1]}"
         slow.sendall(b"PROXY TCP4 ")
-        assert _recv_until_closed(slow) == b""
+        assert read_until_closed(slow) == b""
     elapsed = time.monotonic() - started
     assert HANDSHAKE_TIMEOUT_S - 0.1 < elapsed < HANDSHAKE_TIMEOUT_S + 3
     line = router.wait_for_log(rf"peer={re.escape(peer)} acceptor=pp protocol=proxy handshake not complete")

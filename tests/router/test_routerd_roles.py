@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.conftest import recv_exactly
+from tests.router.conftest import static_connectors
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
@@ -38,10 +41,7 @@ def _connect_packet(client_id: str, user: str, password: str, *, level: int) -> 
 def _first_bytes(port: int, data: bytes, count: int) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(data)
-        got = b""
-        while len(got) < count and (chunk := s.recv(count - len(got))):
-            got += chunk
-        return got
+        return recv_exactly(s, count)
 
 
 @pytest.fixture
@@ -54,11 +54,7 @@ def routed(
     (tmp_path / "users.properties").write_text("alice = wonderland\nbob = builder\n")
     (tmp_path / "roles.properties").write_text("admins = alice\noperators = bob\n")
     port = free_port()
-    connectors = "".join(
-        f'<connector name="c{i}">tcp://127.0.0.1:{b.port}?nodeId={NODE_IDS[i]}</connector>'
-        for i, b in enumerate(mosquitto_fleet)
-    )
-    refs = "".join(f"<connector-ref>c{i}</connector-ref>" for i in range(3))
+    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in mosquitto_fleet), strict=True))
     params = f"router=roles;usersFile={tmp_path}/users.properties;rolesFile={tmp_path}/roles.properties"
     xml = f"""<core><connectors>{connectors}</connectors>
       <acceptors><acceptor name="mqtt">tcp://127.0.0.1:{port}?{params}</acceptor></acceptors>

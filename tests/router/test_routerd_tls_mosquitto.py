@@ -31,7 +31,7 @@ import trustme
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
 from tests.conftest import free_port
-from tests.router.conftest import Mosquitto
+from tests.router.conftest import Mosquitto, MqttObserver, running, static_connectors
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -91,14 +91,7 @@ def ca() -> trustme.CA:
 @pytest.fixture
 def tls_brokers(tmp_path: Path, ca: trustme.CA) -> Iterator[list[TlsMosquitto]]:
     """Three running mosquitto brokers with TLS listeners, stopped afterwards."""
-    brokers = [TlsMosquitto(tmp_path, f"mosquitto-tls-{i}", ca) for i in range(len(NODE_IDS))]
-    try:
-        for broker in brokers:
-            broker.start()
-        yield brokers
-    finally:
-        for broker in brokers:
-            broker.stop()
+    yield from running([TlsMosquitto(tmp_path, f"mosquitto-tls-{i}", ca) for i in range(len(NODE_IDS))])
 
 
 # --- routerd -------------------------------------------------------------------------------------
@@ -115,11 +108,7 @@ class _Acceptor:
 
 def _config(acceptor: _Acceptor) -> str:
     """One acceptor and its router: CONSISTENT_HASH over the brokers, named NODE_IDS in order."""
-    connectors = "\n".join(
-        f'<connector name="c{i}">tcp://127.0.0.1:{port}?nodeId={NODE_IDS[i]}</connector>'
-        for i, port in enumerate(acceptor.broker_ports)
-    )
-    refs = "".join(f"<connector-ref>c{i}</connector-ref>" for i in range(len(acceptor.broker_ports)))
+    connectors, refs = static_connectors(zip(NODE_IDS, acceptor.broker_ports, strict=True))
     params = f"router=r;mode=proxy;handshake-timeout={HANDSHAKE_TIMEOUT_S}" + acceptor.params
     return f"""<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
   <connectors>{connectors}</connectors>
@@ -259,52 +248,15 @@ def _mqtt_session(
     return peer
 
 
-class _Observer:
-    """Direct subscribers on every broker: which broker saw a topic (delivery is ~40 ms late)."""
-
-    def __init__(self) -> None:
-        self.seen: dict[str, str] = {}
-        self._cond = threading.Condition()
-        self.clients: list[mqtt.Client] = []
-
-    def watch(self, plain_ports: list[int]) -> None:
-        """Subscribe on each broker (named NODE_IDS in order); returns once every SUBACK came."""
-        for node_id, port in zip(NODE_IDS, plain_ports, strict=True):
-            done = threading.Event()
-            client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"obs-{uuid.uuid4()}")
-
-            def on_message(_c: mqtt.Client, _u: object, msg: mqtt.MQTTMessage, node: str = node_id) -> None:
-                with self._cond:
-                    self.seen[msg.topic] = node
-                    self._cond.notify_all()
-
-            client.on_message = on_message
-            client.on_subscribe = lambda *_a, ev=done: ev.set()
-            client.connect("127.0.0.1", port)
-            self.clients.append(client)
-            client.loop_start()
-            client.subscribe("keys/#", qos=1)
-            assert done.wait(TIMEOUT_S), f"no SUBACK from {node_id}"
-
-    def where(self, topic: str) -> str | None:
-        with self._cond:
-            self._cond.wait_for(lambda: topic in self.seen, TIMEOUT_S)
-            return self.seen.get(topic)
-
-    def close(self) -> None:
-        for client in self.clients:
-            client.disconnect()
-            client.loop_stop()
-
-
 @pytest.fixture
-def observer_factory() -> Iterator[Callable[[list[int]], _Observer]]:
-    observers: list[_Observer] = []
+def observer_factory() -> Iterator[Callable[[list[int]], MqttObserver]]:
+    """Direct subscribers to `keys/#` on brokers given by their plain ports (named NODE_IDS in
+    order): which broker saw a topic. Closed afterwards."""
+    observers: list[MqttObserver] = []
 
-    def make(plain_ports: list[int]) -> _Observer:
-        observer = _Observer()
-        observers.append(observer)  # closed afterwards even when watching fails half-way
-        observer.watch(plain_ports)
+    def make(plain_ports: list[int]) -> MqttObserver:
+        observer = MqttObserver("keys/#", dict(zip(NODE_IDS, plain_ports, strict=True)), TIMEOUT_S)
+        observers.append(observer)
         return observer
 
     yield make
@@ -319,7 +271,7 @@ def observer_factory() -> Iterator[Callable[[list[int]], _Observer]]:
 def test_sni_passthrough_lands_on_predicted_tls_broker(
     tls_brokers: list[TlsMosquitto],
     start_routerd: Callable[[Callable[[int], str]], Routerd],
-    observer_factory: Callable[[list[int]], _Observer],
+    observer_factory: Callable[[list[int]], MqttObserver],
     ca: trustme.CA,
 ) -> None:
     """Scenario: routerd never decrypts; the client's TLS peer is the predicted broker itself."""
@@ -369,7 +321,7 @@ def termination(
 def test_sni_termination_lands_on_predicted_plain_broker(
     termination: _Termination,
     mosquitto_fleet: list[Mosquitto],
-    observer_factory: Callable[[list[int]], _Observer],
+    observer_factory: Callable[[list[int]], MqttObserver],
     ca: trustme.CA,
 ) -> None:
     """Scenario: routerd ends TLS with its own certificate and speaks plain MQTT to the brokers."""
@@ -466,7 +418,7 @@ def client_auth(
 def test_client_certificate_cn_lands_on_predicted_broker(
     client_auth: tuple[Routerd, _Acceptor],
     mosquitto_fleet: list[Mosquitto],
-    observer_factory: Callable[[list[int]], _Observer],
+    observer_factory: Callable[[list[int]], MqttObserver],
     ca: trustme.CA,
     tmp_path: Path,
 ) -> None:
@@ -529,7 +481,7 @@ def test_client_certificate_missing_is_refused(
 def test_mqtt5_user_name_lands_on_predicted_broker(
     mosquitto_fleet: list[Mosquitto],
     start_routerd: Callable[[Callable[[int], str]], Routerd],
-    observer_factory: Callable[[list[int]], _Observer],
+    observer_factory: Callable[[list[int]], MqttObserver],
 ) -> None:
     acceptor = _Acceptor("mqtt5-users", free_port(), "USER_NAME", [b.port for b in mosquitto_fleet])
     router = _start(start_routerd, acceptor)

@@ -21,7 +21,6 @@ import signal
 import socket
 import threading
 import time
-import urllib.request
 import uuid
 from typing import TYPE_CHECKING
 
@@ -31,6 +30,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from prometheus_client.parser import text_string_to_metric_families
 
 from keys.mqtt import encode_connect
+from tests.conftest import read_until_closed
 from tests.router.conftest import Mosquitto
 
 if TYPE_CHECKING:
@@ -107,9 +107,7 @@ def routed(
 
 
 def _closed_total(router: Routerd, name: str, reason: str) -> float:
-    with urllib.request.urlopen(router.admin + "/metrics", timeout=5) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(router.metrics()):
         for sample in family.samples:
             if sample.name == "router_proxied_connections_closed_total" and sample.labels == {
                 "router": name,
@@ -119,16 +117,6 @@ def _closed_total(router: Routerd, name: str, reason: str) -> float:
     return 0.0
 
 
-def _wait_for_eof(sock: socket.socket) -> None:
-    """Block until the peer closes (reset counts too); fail after TIMEOUT_S."""
-    sock.settimeout(TIMEOUT_S)
-    try:
-        while sock.recv(65536):
-            pass
-    except ConnectionResetError:
-        pass
-
-
 def _mqtt_connect(port: int, client_id: str) -> tuple[socket.socket, float]:
     """A raw MQTT 3.1.1 client with keep-alive 0 (it never pings): CONNECT, CONNACK accepted.
 
@@ -136,14 +124,18 @@ def _mqtt_connect(port: int, client_id: str) -> tuple[socket.socket, float]:
         The socket, and the monotonic time just before the client's last bytes (the CONNECT).
     """
     sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
-    sent_at = time.monotonic()
-    sock.sendall(encode_connect(client_id, keepalive_s=0))
-    connack = b""
-    while len(connack) < 4:
-        chunk = sock.recv(4 - len(connack))
-        assert chunk, "closed before CONNACK"
-        connack += chunk
-    assert connack == b"\x20\x02\x00\x00", connack.hex()
+    try:
+        sent_at = time.monotonic()
+        sock.sendall(encode_connect(client_id, keepalive_s=0))
+        connack = b""
+        while len(connack) < 4:
+            chunk = sock.recv(4 - len(connack))
+            assert chunk, "closed before CONNACK"
+            connack += chunk
+        assert connack == b"\x20\x02\x00\x00", connack.hex()
+    except BaseException:  # a failed check must not leave the socket to the GC
+        sock.close()
+        raise
     return sock, sent_at
 
 
@@ -163,7 +155,7 @@ def test_routerd_closes_an_idle_proxied_connection_after_the_ttl(
         sock, last_bytes_at = _mqtt_connect(ports["mqtt"], f"idle-{uuid.uuid4()}")
     with sock:
         router.wait_for_log(rf"router={name} key=\S+ target=m0 outcome=OK")
-        _wait_for_eof(sock)
+        read_until_closed(sock)  # fails after the socket's TIMEOUT_S
         elapsed_s = time.monotonic() - last_bytes_at
     ttl_s, interval_s = TTL_MS / 1000, CHECK_INTERVAL_MS / 1000
     assert ttl_s <= elapsed_s <= ttl_s + interval_s + MARGIN_S, elapsed_s
@@ -246,7 +238,7 @@ def test_routerd_closes_connections_to_a_broker_that_stops_answering(
         stopped_at = time.monotonic()
         os.kill(broker.proc.pid, signal.SIGSTOP)
         try:
-            _wait_for_eof(sock)
+            read_until_closed(sock)  # fails after the socket's TIMEOUT_S
             elapsed_s = time.monotonic() - stopped_at
         finally:
             os.kill(broker.proc.pid, signal.SIGCONT)

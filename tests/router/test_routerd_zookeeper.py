@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import re
 import signal
 import subprocess
-import sys
-import threading
 import time
-import urllib.request
 import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -27,7 +22,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from router.config import load_config
-from tests.router.conftest import ZooKeeperServer, mqtt_round_trip
+from tests.conftest import LineLog
+from tests.router.conftest import ROUTERCTL, ZooKeeperServer, mqtt_round_trip
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -78,13 +74,9 @@ class Registrant:
         self, zookeeper: ZooKeeperServer, path: str, node_id: str, broker: Mosquitto, session_timeout_ms: int
     ) -> None:
         self.node_id = node_id
-        self.lines: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
         self.proc = subprocess.Popen(
             [
-                sys.executable,
-                "-c",
-                "from router.cli import routerctl_main; routerctl_main()",
+                *ROUTERCTL,
                 "register",
                 "--zookeeper",
                 zookeeper.connect,
@@ -102,44 +94,24 @@ class Registrant:
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
         assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self._queue.put(line.rstrip("\n"))
-        self._queue.put(None)
+        self._log = LineLog(self.proc.stderr, f"routerctl register {node_id}")
+
+    @property
+    def lines(self) -> list[str]:
+        """Its stderr lines so far."""
+        return self._log.lines
 
     def wait_for(self, pattern: str, timeout: float = TIMEOUT_S) -> str:
         """Wait for a stderr line matching `pattern` (searching every line so far)."""
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        index = 0
-        while True:
-            while index < len(self.lines):
-                index += 1
-                if regex.search(self.lines[index - 1]):
-                    return self.lines[index - 1]
-            try:
-                line = self._queue.get(timeout=max(deadline - time.monotonic(), 0.001))
-            except queue.Empty:
-                raise TimeoutError(f"{self.node_id}: no line matching {pattern!r}: {self.lines}") from None
-            if line is None:
-                raise RuntimeError(f"{self.node_id}: routerctl register exited: {self.lines}")
-            self.lines.append(line)
+        return self._log.search(pattern, timeout)[0].string
 
     def stop(self, signum: int = signal.SIGTERM) -> int:
         """Send `signum` and wait; the exit status."""
         if self.proc.poll() is None:
             self.proc.send_signal(signum)
         status = self.proc.wait(TIMEOUT_S)
-        self._reader.join(TIMEOUT_S)  # it ends at the pipe's EOF, right after the process
-        while not self._queue.empty():
-            if (line := self._queue.get_nowait()) is not None:
-                self.lines.append(line)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
+        self._log.close(TIMEOUT_S)
         return status
 
 
@@ -180,15 +152,7 @@ def _routed_to(router: Routerd, port: int, node_id: str) -> None:
 def _status_targets(router: Routerd) -> dict[str, dict[str, object]]:
     """`routerctl status` (a real process) -> the pool's targets by node id."""
     out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from router.cli import routerctl_main; routerctl_main()",
-            "status",
-            "--admin",
-            router.admin,
-            "fleet",
-        ],
+        [*ROUTERCTL, "status", "--admin", router.admin, "fleet"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -207,11 +171,6 @@ def _kazoo(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
     finally:
         client.stop()
         client.close()
-
-
-def _metrics(router: Routerd) -> str:
-    with urllib.request.urlopen(router.admin + "/metrics", timeout=5) as response:
-        return str(response.read().decode())
 
 
 @pytest.fixture
@@ -271,7 +230,7 @@ def test_routerd_zookeeper_members_come_and_go(
     router.wait_for_log(r"router=fleet target=b0 left the pool \(it was ready\)")
     assert time.monotonic() - killed_at >= SESSION_TIMEOUT_MS / 1000 * 0.5  # by session expiry
     _routed_to(router, port, "b1")
-    metrics = _metrics(router)
+    metrics = router.metrics()
     assert 'router_target_ready{node_id="b1",router="fleet"} 1.0' in metrics
     assert 'node_id="b0"' not in metrics.split("router_proxied_connections")[0]
 
