@@ -34,6 +34,7 @@ __all__ = [
     "not_authorized",
     "owed_opening",
     "redirect",
+    "redirects",
     "refusal",
     "target_preamble_measure",
 ]

@@ -5,17 +5,20 @@ than the work itself (about 400 µs of CPU per connection, against 45 µs in HAP
 without TLS termination, PROXY protocol, the router's own authentication, ROLE_NAME keys or a
 connection TTL (see `eligible`) are served from one thread with a level-triggered epoll loop:
 
-    accept -> [read the opening until its sans-IO sniffer has the key (same detection, byte cap,
-    handshake deadline and server-first replies as router/sniffing.py), when the key or the mode
-    needs it] -> decide (RoutingEngine.route, no wait) -> redirect natively and close, or
-    non-blocking connect, replay the opening, relay both ways (half-close aware, reads into one
-    shared buffer, backpressure by not reading a side whose peer has unsent bytes) -> close,
-    count, log.
+    accept -> [read the opening until its sans-IO sniffer has the key (router/sniffing.py's
+    `SniffBuffer`, as on the trio side: detection, byte cap, server-first replies; plus the
+    handshake deadline), when the key or the mode needs it] -> decide (RoutingEngine.route, no
+    wait) -> redirect natively and close, or non-blocking connect, replay the opening, relay both
+    ways (half-close aware, reads into one shared buffer, backpressure by not reading a side
+    whose peer has unsent bytes) -> close, count and log as the trio side does (`RouterRuntime`'s
+    `report_*` methods).
 
 Whatever needs waiting or more than that goes to the trio side (`handoff`), with what the opening
 read so far: a decision that is not OK at once (quorum not reached yet, refused: the refusal is
-answered there, in the client's protocol), the local target without connector, and proxying a
-server-first opening (AMQP SASL, OpenWire), whose replayed handshake the target answers again.
+answered there, in the client's protocol), the local target without connector, proxying a
+server-first opening (AMQP SASL, OpenWire), whose replayed handshake the target answers again, and
+connecting to a connector given by host name (the name lookup would block this thread). An OK
+decision is handed over with the connection and not taken again.
 
 Threads: the engine and pool are shared with the trio thread (health checks, admin lookups,
 discovery). Every decision here and every change there holds `RouterRuntime.lock`; connection
@@ -29,7 +32,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import functools
 import heapq
+import ipaddress
 import logging
 import os
 import select
@@ -38,23 +43,23 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeAlias
 
-from keys import NEED_MORE, ConnectionFacts, KeyType, Reply, SniffError
+from keys import ConnectionFacts, KeyType, SniffError
 from router import answers
-from router.engine import RouteStatus
+from router.engine import RouteDecision, RouteStatus
+from router.net import ACCEPT_CAPACITY_ERRNOS, describe_oserror
 from router.settings import AcceptorMode
+from router.sniffing import SniffBuffer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from prometheus_client import Counter, Gauge
-
-    from keys import Sniffed, Sniffer
+    from keys import Sniffed
     from keys.detect import Detector
     from pools import Connector, Target
     from router.routing import RouterRuntime
     from router.settings import AcceptorConfig
 
-    Handoff: TypeAlias = Callable[[socket.socket, str, bytes, Sniffed | None, bytes], None]
+    Handoff: TypeAlias = Callable[["HandedOver"], None]
     """(client socket, peer "ip:port", bytes read, what they revealed, what we answered): continue
     a connection on the trio side (`router.proxy.resume_connection`); called in the fast-path thread."""
 
@@ -64,8 +69,6 @@ log = logging.getLogger("router.conn")
 
 BUFFER_SIZE: Final = 256 * 1024
 """One read's size (shared by all connections: an idle connection holds no buffer)."""
-_READ_BYTES: Final = 4096
-"""Bytes asked per read of an opening (as router/sniffing.py)."""
 ACCEPT_BATCH: Final = 64
 """Connections accepted per readiness event of a listener before other sockets get a turn."""
 STOP_ACCEPTING_WAIT_S: Final = 1.0
@@ -76,6 +79,16 @@ TICK_S: Final = 0.25
 _IN: Final = select.EPOLLIN | select.EPOLLRDHUP
 _OUT: Final = select.EPOLLOUT
 _GONE: Final = (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EHOSTUNREACH)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ip_literal(host: str) -> bool:
+    """Whether a connector's host is an IP address (connectable without a name lookup)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def eligible(acceptor: AcceptorConfig, runtime: RouterRuntime, connection_ttl_ms: int) -> bool:
@@ -94,6 +107,24 @@ def eligible(acceptor: AcceptorConfig, runtime: RouterRuntime, connection_ttl_ms
         and acceptor.users_file is None
         and connection_ttl_ms <= 0
     )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class HandedOver:
+    """A connection the fast path passes to the trio side, with what its opening and decision gave."""
+
+    sock: socket.socket
+    peer: str
+    """ "ip:port" of the client."""
+    raw: bytes
+    """Bytes read from the client, replayed to the target unchanged."""
+    sniffed: Sniffed | None
+    """What they revealed (None when nothing was read)."""
+    replied: bytes
+    """What the fast path already answered (server-first openings)."""
+    decision: RouteDecision | None
+    """The OK decision already taken (not taken again: it moved the round-robin position and the
+    cache), or None when the trio side decides (with the quorum wait)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -118,9 +149,7 @@ class _Opening:
     listener: _Listener
     peer: str
     source_ip: str
-    buf: bytearray = field(default_factory=bytearray)
-    replied: bytes = b""
-    sniffer: Sniffer | None = None
+    sniffing: SniffBuffer
     done: bool = False
 
 
@@ -147,15 +176,6 @@ class _Conn:
     closed: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class _Children:
-    """The metric children one target's relayed connections update."""
-
-    active: Gauge
-    to_target: Counter
-    to_client: Counter
-
-
 class FastPath:
     """The epoll relay thread of every fast-path acceptor of one routerd."""
 
@@ -176,7 +196,6 @@ class FastPath:
         self._listeners: dict[int, _Listener] = {}
         self._conns: dict[int, _Conn] = {}
         self._openings: dict[int, _Opening] = {}
-        self._children: dict[tuple[str, str], _Children] = {}
         self._deadlines: list[tuple[float, int, _Conn | _Opening]] = []
         self._sequence = 0  # ties of the deadline heap
         self._buffer = bytearray(BUFFER_SIZE)
@@ -350,7 +369,7 @@ class FastPath:
             except BlockingIOError:
                 return
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS):
+                if exc.errno in ACCEPT_CAPACITY_ERRNOS:
                     log.error("acceptor=%s accept failed (%s)", listener.acceptor.name, exc.strerror)
                     return
                 if exc.errno == errno.ECONNABORTED:
@@ -360,12 +379,11 @@ class FastPath:
             peer = f"[{source_ip}]:{address[1]}" if ":" in source_ip else f"{source_ip}:{address[1]}"
             runtime.count_accepted(listener.acceptor.name)
             if not listener.sniffing:
-                self._route_guarded(
-                    listener, client, peer, ConnectionFacts(source_ip=source_ip), b"", None, b""
-                )
+                self._route(listener, client, peer, ConnectionFacts(source_ip=source_ip), b"", None, b"")
                 continue
             client.setblocking(False)
-            opening = _Opening(client, client.fileno(), listener, peer, source_ip)
+            sniffing = SniffBuffer(listener.detect, listener.acceptor.sniff_max_bytes)
+            opening = _Opening(client, client.fileno(), listener, peer, source_ip, sniffing)
             self._openings[opening.fd] = opening
             self._epoll.register(opening.fd, _IN)
             if listener.handshake_timeout_s > 0:
@@ -375,47 +393,24 @@ class FastPath:
 
     def _read_opening(self, opening: _Opening) -> None:
         """Read more of a client's opening; route once its sniffer has the key (router/sniffing.py)."""
-        listener, buf = opening.listener, opening.buf
-        name = "detect" if opening.sniffer is None else opening.sniffer.name
+        listener, sniffing = opening.listener, opening.sniffing
         try:
-            chunk = opening.sock.recv(min(_READ_BYTES, listener.acceptor.sniff_max_bytes - len(buf)))
+            chunk = opening.sock.recv(sniffing.read_size)
         except BlockingIOError:
             return
         except OSError:
             self._drop_opening(opening)
             return
         try:
-            if not chunk:
-                raise SniffError(
-                    name, f"client closed after {len(buf)} bytes, before the handshake was complete"
-                )
-            buf += chunk
-            data = bytes(buf)
-            if opening.sniffer is None:
-                chosen = listener.detect(data)
-                if chosen is None:
-                    raise SniffError("detect", f"unknown protocol, connection starts with {data[:16].hex()}")
-                if chosen is NEED_MORE:
-                    self._check_cap(opening, "detect")
-                    return
-                opening.sniffer = chosen
-            result = opening.sniffer.sniff(data)
-            if isinstance(result, Reply):
-                self._reply(opening, result)
-                self._check_cap(opening, opening.sniffer.name)
-                return
-            if result is NEED_MORE:
-                self._check_cap(opening, opening.sniffer.name)
+            sniffing.feed(chunk)
+            result = sniffing.step()
+            if isinstance(result, bytes):
+                if result:
+                    self._reply(opening, result)
+                sniffing.check_cap()
                 return
         except SniffError as exc:
-            listener.runtime.metrics.client_errors.labels(listener.acceptor.name, exc.protocol).inc()
-            log.warning(
-                "peer=%s acceptor=%s protocol=%s handshake rejected: %s",
-                opening.peer,
-                listener.acceptor.name,
-                exc.protocol,
-                exc.reason,
-            )
+            listener.runtime.report_opening_rejected(listener.acceptor.name, opening.peer, exc)
             self._drop_opening(opening)
             return
         self._forget_opening(opening)
@@ -425,29 +420,17 @@ class FastPath:
             user_name=result.user_name,
             sni_host=result.sni_host,
         )
-        self._route_guarded(listener, opening.sock, opening.peer, facts, data, result, opening.replied)
+        self._route(listener, opening.sock, opening.peer, facts, sniffing.raw, result, sniffing.replied)
 
-    def _check_cap(self, opening: _Opening, name: str) -> None:
-        cap = opening.listener.acceptor.sniff_max_bytes
-        if len(opening.buf) >= cap:
-            raise SniffError(name, f"no complete handshake in the first {cap} bytes")
-
-    def _reply(self, opening: _Opening, reply: Reply) -> None:
+    def _reply(self, opening: _Opening, said: bytes) -> None:
         """Send the part of a server-first reply the client has not had yet (a few bytes into an
         empty send buffer: a partial send means a client that does not read, which is an error)."""
-        assert opening.sniffer is not None
-        said = reply.to_client
-        if not said.startswith(opening.replied):
-            raise SniffError(opening.sniffer.name, "sniffer reply does not extend what was already sent")
-        if len(said) > len(opening.replied):
-            rest = said[len(opening.replied) :]
-            try:
-                sent = opening.sock.send(rest)
-            except OSError:
-                sent = -1
-            if sent != len(rest):
-                raise SniffError(opening.sniffer.name, "the client does not read the server-first reply")
-            opening.replied = said
+        try:
+            sent = opening.sock.send(said)
+        except OSError:
+            sent = -1
+        if sent != len(said):
+            raise SniffError(opening.sniffing.protocol, "the client does not read the server-first reply")
 
     def _forget_opening(self, opening: _Opening) -> None:
         opening.done = True
@@ -457,24 +440,6 @@ class FastPath:
     def _drop_opening(self, opening: _Opening) -> None:
         self._forget_opening(opening)
         opening.sock.close()
-
-    def _route_guarded(
-        self,
-        listener: _Listener,
-        client: socket.socket,
-        peer: str,
-        facts: ConnectionFacts,
-        raw: bytes,
-        sniffed: Sniffed | None,
-        replied: bytes,
-    ) -> None:
-        """`_route`, closing the client when it raises before the connection was registered."""
-        try:
-            self._route(listener, client, peer, facts, raw, sniffed, replied)
-        except Exception:
-            if client.fileno() != -1 and client.fileno() not in self._conns:
-                client.close()
-            raise
 
     def _route(
         self,
@@ -486,37 +451,42 @@ class FastPath:
         sniffed: Sniffed | None,
         replied: bytes,
     ) -> None:
-        """Decide; redirect or proxy when the decision is OK at once, else continue on the trio side."""
+        """Decide; redirect or proxy when the decision is OK at once, else continue on the trio side.
+
+        The client is handed on (to the trio side, or registered as a relayed connection) or
+        closed; when this raises before either, it is closed too (the loop logs the error).
+        """
         runtime, acceptor = listener.runtime, listener.acceptor
-        with runtime.lock:
-            decision = runtime.engine.route(facts, self._clock())
-        connector, target = decision.connector, decision.target
-        if decision.status is not RouteStatus.OK or connector is None or target is None:
-            listener.handoff(client, peer, raw, sniffed, replied)  # quorum wait, refusal, local
-            return
-        if answers.redirects(acceptor.mode, sniffed) and sniffed is not None:
-            if log.isEnabledFor(logging.INFO):
-                log.info(
-                    "peer=%s router=%s key=%s target=%s outcome=REDIRECT protocol=%s",
-                    peer,
-                    runtime.name,
-                    decision.key,
-                    target.node_id,
-                    sniffed.protocol,
-                )
+        try:
+            with runtime.lock:
+                decision = runtime.engine.route(facts, self._clock())
+            connector, target = decision.connector, decision.target
+            if decision.status is not RouteStatus.OK or connector is None or target is None:
+                # Quorum wait and refusal on the trio side; a local decision without connector is
+                # refused there too, without deciding again.
+                ok = decision if decision.status is RouteStatus.OK else None
+                listener.handoff(HandedOver(client, peer, raw, sniffed, replied, ok))
+                return
+            if answers.redirects(acceptor.mode, sniffed) and sniffed is not None:
+                runtime.report_redirect(peer, decision.key, target.node_id, sniffed.protocol)
+                said = answers.redirect(sniffed, raw, connector, runtime.name)
+                if said is not None:
+                    with contextlib.suppress(OSError):  # a client gone already is not an error
+                        client.send(answers.owed_opening(sniffed, raw, replied) + said)
+                client.close()
+                return
+            # A server-first opening (the target's answer to the replay must be filtered), or a
+            # connector by host name (resolving it would block this thread): the trio side proxies.
+            if replied or not _ip_literal(connector.host):
+                listener.handoff(HandedOver(client, peer, raw, sniffed, replied, decision))
+                return
+            runtime.counts.opened(target.node_id)
             runtime.count_decision(RouteStatus.OK)
-            said = answers.redirect(sniffed, raw, connector, runtime.name)
-            if said is not None:
-                with contextlib.suppress(OSError):  # a client gone already is not an error
-                    client.send(answers.owed_opening(sniffed, raw, replied) + said)
-            client.close()
-            return
-        if replied:  # a server-first opening: the target's answer to the replay must be filtered
-            listener.handoff(client, peer, raw, sniffed, replied)
-            return
-        runtime.counts.opened(target.node_id)
-        runtime.count_decision(RouteStatus.OK)
-        self._connect(client, peer, runtime, decision.key, target, connector, raw)
+            self._connect(client, peer, runtime, decision.key, target, connector, raw)
+        except Exception:
+            if client.fileno() != -1 and client.fileno() not in self._conns:
+                client.close()
+            raise
 
     def _connect(
         self,
@@ -529,16 +499,22 @@ class FastPath:
         replay: bytes,
     ) -> None:
         client.setblocking(False)
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         family = socket.AF_INET6 if ":" in connector.host else socket.AF_INET
+        upstream: socket.socket | None = None
         try:
             upstream = socket.socket(family, socket.SOCK_STREAM)
+            upstream.setblocking(False)
+            upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            code = upstream.connect_ex((connector.host, connector.port))
+            if code not in (0, errno.EINPROGRESS):
+                raise OSError(code, os.strerror(code))
         except OSError as exc:
             client.close()
+            if upstream is not None:
+                upstream.close()
             self._connect_failed(runtime, peer, key, target, connector, exc)
             return
-        upstream.setblocking(False)
-        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _Conn(
             socks=(client, upstream),
             fds=(client.fileno(), upstream.fileno()),
@@ -551,15 +527,9 @@ class FastPath:
         )
         conn.pending[0] = replay  # the opening read from the client goes first, unchanged
         conn.counts[0] = len(replay)
-        code = upstream.connect_ex((connector.host, connector.port))
-        if code not in (0, errno.EINPROGRESS):
-            client.close()
-            upstream.close()
-            self._connect_failed(runtime, peer, key, target, connector, OSError(code, os.strerror(code)))
-            return
         self._conns[conn.fds[0]] = conn
         self._conns[conn.fds[1]] = conn
-        self._metric_children(runtime, target.node_id).active.inc()
+        runtime.relay_metrics(target.node_id).active.inc()
         if code == 0:
             self._connected(conn)
         else:
@@ -570,15 +540,7 @@ class FastPath:
 
     def _connected(self, conn: _Conn) -> None:
         conn.connected = True
-        runtime = conn.runtime
-        if log.isEnabledFor(logging.INFO):
-            log.info(
-                "peer=%s router=%s key=%s target=%s outcome=OK",
-                conn.peer,
-                runtime.name,
-                conn.key,
-                conn.target.node_id,
-            )
+        conn.runtime.report_connected(conn.peer, conn.key, conn.target.node_id)
         self._update_masks(conn)
 
     def _connect_failed(
@@ -591,20 +553,10 @@ class FastPath:
         exc: OSError,
     ) -> None:
         runtime.counts.closed(target.node_id)
-        runtime.metrics.connect_failures.labels(runtime.name, target.node_id).inc()
-        reason = exc.strerror or str(exc)
-        log.warning(
-            "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
-            peer,
-            runtime.name,
-            key,
-            target.node_id,
-            reason,
-        )
+        reason = describe_oserror(exc)
+        runtime.report_connect_failure(peer, key, target.node_id, reason)
         if exc.errno == errno.ECONNREFUSED:
-            self._call_trio(
-                runtime.connect_refused, target, connector, f"connect to {connector.url} failed: {reason}"
-            )
+            self._call_trio(runtime.connect_refused, target, connector, reason)
 
     def _expire_connects(self) -> None:
         now = self._clock()
@@ -618,15 +570,13 @@ class FastPath:
                 self._abort_connect(item, OSError(errno.ETIMEDOUT, "timed out"))
 
     def _opening_timed_out(self, opening: _Opening) -> None:
-        listener = opening.listener
-        listener.runtime.metrics.client_errors.labels(listener.acceptor.name, "timeout").inc()
-        log.warning(
-            "peer=%s acceptor=%s protocol=%s handshake not complete after %g s (%d bytes)",
-            opening.peer,
+        listener, sniffing = opening.listener, opening.sniffing
+        listener.runtime.report_opening_timeout(
             listener.acceptor.name,
-            "detect" if opening.sniffer is None else opening.sniffer.name,
+            opening.peer,
+            sniffing.protocol,
             listener.handshake_timeout_s,
-            len(opening.buf),
+            len(sniffing.raw),
         )
         self._drop_opening(opening)
 
@@ -728,19 +678,6 @@ class FastPath:
         except OSError:
             self._close(conn, "reset")
 
-    def _metric_children(self, runtime: RouterRuntime, node_id: str) -> _Children:
-        """The metric children of a target, looked up once (a `labels()` call costs microseconds)."""
-        key = (runtime.name, node_id)
-        children = self._children.get(key)
-        if children is None:
-            metrics = runtime.metrics
-            children = self._children[key] = _Children(
-                active=metrics.active_connections.labels(runtime.name, node_id),
-                to_target=metrics.proxied_bytes.labels(runtime.name, "client_to_target"),
-                to_client=metrics.proxied_bytes.labels(runtime.name, "target_to_client"),
-            )
-        return children
-
     def _forget(self, conn: _Conn) -> None:
         if conn.closed:
             return
@@ -751,26 +688,13 @@ class FastPath:
                 conn.masks[side] = 0
             self._conns.pop(conn.fds[side], None)
             conn.socks[side].close()
-        runtime = conn.runtime
-        self._metric_children(runtime, conn.target.node_id).active.dec()
+        conn.runtime.relay_metrics(conn.target.node_id).active.dec()
 
     def _close(self, conn: _Conn, why: str) -> None:
         if conn.closed:
             return
         self._forget(conn)
-        runtime = conn.runtime
-        runtime.counts.closed(conn.target.node_id)
-        children = self._metric_children(runtime, conn.target.node_id)
-        children.to_target.inc(conn.counts[0])
-        children.to_client.inc(conn.counts[1])
-        if log.isEnabledFor(logging.INFO):
-            log.info(
-                "peer=%s router=%s target=%s closed bytes_in=%d bytes_out=%d duration_s=%.3f%s",
-                conn.peer,
-                runtime.name,
-                conn.target.node_id,
-                conn.counts[0],
-                conn.counts[1],
-                self._clock() - conn.started,
-                "" if why == "closed" else f" reason={why}",
-            )
+        runtime, node_id = conn.runtime, conn.target.node_id
+        runtime.counts.closed(node_id)
+        duration_s = self._clock() - conn.started
+        runtime.report_closed(conn.peer, node_id, conn.counts, duration_s, None if why == "closed" else why)

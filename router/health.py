@@ -61,8 +61,24 @@ _ANSWER_MAX_BYTES: Final = 16 * 1024
 Open a few hundred, an OpenWire WireFormatInfo and BrokerInfo under 1 KiB."""
 
 
-async def check_target(connector: Connector) -> tuple[bool, str]:
-    """Probe one target once. The caller's cancel scope is the probe's deadline.
+_SESSION_ERRORS: Final = (OSError, trio.BrokenResourceError, SniffError)
+"""What ends a probe's session as not ready: the connection broke, or the broker's answer is malformed."""
+
+
+async def _probe(
+    connector: Connector,
+    protocol: str,
+    session: Callable[[trio.SocketStream], Awaitable[str]] | None = None,
+    errors: tuple[type[Exception], ...] = _SESSION_ERRORS,
+) -> tuple[bool, str]:
+    """Connect to the broker, run one probe `session` on the connection, and close it.
+
+    Args:
+        connector: the broker.
+        protocol: names the probe in the reason of a failed session.
+        session: the probe's exchange; it returns why the target is not ready, "" when it is.
+            None: the connect is the whole probe.
+        errors: the exceptions of `session` that make the target not ready.
 
     Returns:
         (whether the target is ready, the reason when it is not).
@@ -71,8 +87,23 @@ async def check_target(connector: Connector) -> tuple[bool, str]:
         stream = await open_connection(connector.host, connector.port)
     except OSError as exc:
         return False, f"connect to {connector.url} failed: {describe_oserror(exc)}"
-    await stream.aclose()
-    return True, ""
+    async with stream:
+        if session is None:
+            return True, ""
+        try:
+            reason = await session(stream)
+        except errors as exc:
+            return False, f"{protocol} probe of {connector.url} failed: {exc}"
+    return not reason, reason
+
+
+async def check_target(connector: Connector) -> tuple[bool, str]:
+    """Probe one target once. The caller's cancel scope is the probe's deadline.
+
+    Returns:
+        (whether the target is ready, the reason when it is not).
+    """
+    return await _probe(connector, "tcp")
 
 
 Check = Callable[["Connector"], Awaitable[tuple[bool, str]]]
@@ -132,22 +163,18 @@ async def check_mqtt(
     Returns:
         (whether the target is ready, the reason when it is not).
     """
-    try:
-        stream = await open_connection(connector.host, connector.port)
-    except OSError as exc:
-        return False, f"connect to {connector.url} failed: {describe_oserror(exc)}"
-    async with stream:
-        try:
-            await stream.send_all(mqtt.encode_connect(client_id, user_name=user, password=password))
-            code, seen = await _read_more(stream, b"", mqtt.parse_connack)
-            if code != 0:
-                return False, f"mqtt CONNACK return code {code} from {connector.url}"
-            if on_connection_count is not None:
-                on_connection_count(await _read_mqtt_connection_count(stream, seen, connector))
-            await stream.send_all(mqtt.MQTT_DISCONNECT)
-        except (OSError, trio.BrokenResourceError, SniffError) as exc:
-            return False, f"mqtt probe of {connector.url} failed: {exc}"
-    return True, ""
+
+    async def session(stream: trio.SocketStream) -> str:
+        await stream.send_all(mqtt.encode_connect(client_id, user_name=user, password=password))
+        code, seen = await _read_more(stream, b"", mqtt.parse_connack)
+        if code != 0:
+            return f"mqtt CONNACK return code {code} from {connector.url}"
+        if on_connection_count is not None:
+            on_connection_count(await _read_mqtt_connection_count(stream, seen, connector))
+        await stream.send_all(mqtt.MQTT_DISCONNECT)
+        return ""
+
+    return await _probe(connector, "mqtt", session)
 
 
 async def _read_mqtt_connection_count(
@@ -175,20 +202,16 @@ async def _read_mqtt_connection_count(
 
 async def check_stomp(connector: Connector, user: str | None, password: str | None) -> tuple[bool, str]:
     """STOMP CONNECT with the pool's credentials; ready on CONNECTED, not ready on ERROR."""
-    try:
-        stream = await open_connection(connector.host, connector.port)
-    except OSError as exc:
-        return False, f"connect to {connector.url} failed: {describe_oserror(exc)}"
-    async with stream:
-        try:
-            await stream.send_all(stomp.encode_connect(connector.host, login=user, passcode=password))
-            command, headers = await _read_answer(stream, stomp.parse_server_frame)
-            if command != "CONNECTED":
-                return False, f"stomp {command} from {connector.url}: {headers.get('message', '')}"
-            await stream.send_all(b"DISCONNECT\n\n\x00")
-        except (OSError, trio.BrokenResourceError, SniffError) as exc:
-            return False, f"stomp probe of {connector.url} failed: {exc}"
-    return True, ""
+
+    async def session(stream: trio.SocketStream) -> str:
+        await stream.send_all(stomp.encode_connect(connector.host, login=user, passcode=password))
+        command, headers = await _read_answer(stream, stomp.parse_server_frame)
+        if command != "CONNECTED":
+            return f"stomp {command} from {connector.url}: {headers.get('message', '')}"
+        await stream.send_all(b"DISCONNECT\n\n\x00")
+        return ""
+
+    return await _probe(connector, "stomp", session)
 
 
 async def check_amqp(
@@ -215,34 +238,29 @@ async def check_amqp(
         response = None if user is None else amqp.sasl_plain_response(user, password or "")
     except ValueError as exc:
         return False, f"amqp probe of {connector.url}: {exc}"
-    try:
-        stream = await open_connection(connector.host, connector.port)
-    except OSError as exc:
-        return False, f"connect to {connector.url} failed: {describe_oserror(exc)}"
-    async with stream:
-        try:
-            await stream.send_all(amqp.SASL_HEADER)
-            mechanisms, seen = await _read_more(stream, b"", amqp.parse_sasl_mechanisms)
-            if mechanism not in mechanisms:
-                offered = ", ".join(mechanisms) or "none"
-                return False, f"amqp broker {connector.url} offers no SASL {mechanism} (only {offered})"
-            await stream.send_all(amqp.encode_sasl_init(mechanism, response))
-            outcome, seen = await _read_more(stream, seen, amqp.parse_sasl_outcome)
-            if outcome != 0:
-                name = amqp.sasl_outcome_name(outcome)
-                return False, f"amqp SASL outcome {outcome} ({name}) from {connector.url}"
-            await stream.send_all(amqp.AMQP_HEADER + amqp.encode_open(container_id))
-            opened, seen = await _read_more(stream, seen, amqp.parse_broker_open)
-            if opened.close is None:
-                await stream.send_all(amqp.CLOSE_FRAME)
-            close, _ = await _read_more(stream, seen, amqp.parse_broker_close)
-        except (OSError, trio.BrokenResourceError, SniffError) as exc:
-            return False, f"amqp probe of {connector.url} failed: {exc}"
-    if close.condition is not None:
-        return False, f"amqp Close {close.condition} from {connector.url}: {close.description or ''}"
-    if opened.close is not None:
-        return False, f"amqp broker {connector.url} closed without an error before its Open"
-    return True, ""
+
+    async def session(stream: trio.SocketStream) -> str:
+        await stream.send_all(amqp.SASL_HEADER)
+        mechanisms, seen = await _read_more(stream, b"", amqp.parse_sasl_mechanisms)
+        if mechanism not in mechanisms:
+            offered = ", ".join(mechanisms) or "none"
+            return f"amqp broker {connector.url} offers no SASL {mechanism} (only {offered})"
+        await stream.send_all(amqp.encode_sasl_init(mechanism, response))
+        outcome, seen = await _read_more(stream, seen, amqp.parse_sasl_outcome)
+        if outcome != 0:
+            return f"amqp SASL outcome {outcome} ({amqp.sasl_outcome_name(outcome)}) from {connector.url}"
+        await stream.send_all(amqp.AMQP_HEADER + amqp.encode_open(container_id))
+        opened, seen = await _read_more(stream, seen, amqp.parse_broker_open)
+        if opened.close is None:
+            await stream.send_all(amqp.CLOSE_FRAME)
+        close, _ = await _read_more(stream, seen, amqp.parse_broker_close)
+        if close.condition is not None:
+            return f"amqp Close {close.condition} from {connector.url}: {close.description or ''}"
+        if opened.close is not None:
+            return f"amqp broker {connector.url} closed without an error before its Open"
+        return ""
+
+    return await _probe(connector, "amqp", session)
 
 
 async def check_openwire(
@@ -263,37 +281,33 @@ async def check_openwire(
     """
     connection_id = f"ID:{client_id}:{uuid.uuid4()}"  # unique, as the broker keys connections by it
     command_id = 1
-    try:
-        stream = await open_connection(connector.host, connector.port)
-    except OSError as exc:
-        return False, f"connect to {connector.url} failed: {describe_oserror(exc)}"
-    async with stream:
-        try:
-            await stream.send_all(openwire.encode_wire_format_info())
-            fmt, seen = await _read_more(stream, b"", openwire.parse_probe_wire_format)
-            await stream.send_all(
-                openwire.encode_connection_info(
-                    command_id=command_id,
-                    connection_id=connection_id,
-                    client_id=client_id,
-                    user_name=user,
-                    password=password,
-                    version=fmt.version,
-                )
+
+    async def session(stream: trio.SocketStream) -> str:
+        await stream.send_all(openwire.encode_wire_format_info())
+        fmt, seen = await _read_more(stream, b"", openwire.parse_probe_wire_format)
+        await stream.send_all(
+            openwire.encode_connection_info(
+                command_id=command_id,
+                connection_id=connection_id,
+                client_id=client_id,
+                user_name=user,
+                password=password,
+                version=fmt.version,
             )
-            parse = functools.partial(openwire.parse_probe_response, command_id=command_id)
-            answer, _ = await _read_more(stream, seen, parse)
-            if not answer.ok:
-                message = answer.exception_message or ""
-                return False, f"openwire {answer.exception_class} from {connector.url}: {message}"
-            await stream.send_all(
-                openwire.encode_connection_close(
-                    command_id=command_id + 1, connection_id=connection_id, version=fmt.version
-                )
+        )
+        parse = functools.partial(openwire.parse_probe_response, command_id=command_id)
+        answer, _ = await _read_more(stream, seen, parse)
+        if not answer.ok:
+            return f"openwire {answer.exception_class} from {connector.url}: {answer.exception_message or ''}"
+        await stream.send_all(
+            openwire.encode_connection_close(
+                command_id=command_id + 1, connection_id=connection_id, version=fmt.version
             )
-        except (OSError, trio.BrokenResourceError, ValueError) as exc:  # SniffError is a ValueError
-            return False, f"openwire probe of {connector.url} failed: {exc}"
-    return True, ""
+        )
+        return ""
+
+    # The encoders' ValueError (a too long field) too; SniffError is a ValueError.
+    return await _probe(connector, "openwire", session, (OSError, trio.BrokenResourceError, ValueError))
 
 
 def make_check(runtime: RouterRuntime) -> Check:

@@ -7,13 +7,19 @@ plain non-blocking connect.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import socket
+from typing import Final
 
 import trio
 
-__all__ = ["describe_oserror", "open_connection", "open_listeners"]
+__all__ = ["ACCEPT_CAPACITY_ERRNOS", "describe_oserror", "open_connection", "open_listeners"]
+
+ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+"""Errors of accept() that mean "out of a resource, try again shortly", as trio.serve_listeners
+treats them; anything else is a bug and propagates."""
 
 
 def describe_oserror(exc: OSError) -> str:

@@ -8,6 +8,10 @@ This module turns routing decisions into actions and decides nothing itself. Eve
 own deadline. Relaying is two pump tasks in one nursery: EOF in one direction becomes `send_eof()`
 on the other (half-close), and the connection is closed only when both directions are done; a
 reset in either direction closes both at once.
+
+Closing has one owner per resource, so the phases just return: the entry points
+(`handle_connection`, `resume_connection`) close the client's socket, `_route_and_serve` the
+client's stream (TLS included), `_proxy` the target's.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
     from keys.detect import Detector
     from keys.users import UserStore
     from pools import Connector, Target
+    from router.engine import RouteDecision
+    from router.fastpath import HandedOver
     from router.routing import RouterRuntime
     from router.settings import AcceptorConfig
 
@@ -63,6 +69,11 @@ class ConnectionLimits:
 
 def _peer_of(stream: trio.SocketStream) -> tuple[str, int]:
     name = stream.socket.getpeername()
+    return str(name[0]), int(name[1])
+
+
+def _local_of(stream: trio.SocketStream) -> tuple[str, int]:
+    name = stream.socket.getsockname()
     return str(name[0]), int(name[1])
 
 
@@ -205,13 +216,13 @@ async def _open(
     acceptor: AcceptorConfig,
     runtime: RouterRuntime,
     io: AcceptorIO,
-    peer: str,
     progress: SniffProgress,
+    *,
+    peer: str,
+    source: tuple[str, int],
 ) -> _Opening:
-    source_ip, _, port_text = peer.rpartition(":")
-    source_ip, source_port = source_ip.strip("[]"), int(port_text)
-    sockname = client.socket.getsockname()
-    local = (str(sockname[0]), int(sockname[1]))
+    source_ip, source_port = source
+    local = _local_of(client)
     initial = b""
     if acceptor.proxy_protocol:
         progress.protocol = "proxy"
@@ -260,70 +271,42 @@ async def handle_connection(
     io: AcceptorIO,
 ) -> None:
     """One accepted client connection: opening, decision, then an answer or a proxied session."""
-    try:
-        await _handle_connection(client, acceptor, runtime, limits, io)
-    finally:  # also when cancelled before any close (shutdown): never leave the socket to the GC
-        client.socket.close()
-
-
-async def _handle_connection(
-    client: trio.SocketStream,
-    acceptor: AcceptorConfig,
-    runtime: RouterRuntime,
-    limits: ConnectionLimits,
-    io: AcceptorIO,
-) -> None:
-    try:
-        peer_ip, peer_port = _peer_of(client)
-    except OSError:  # the client reset before we looked
-        await client.aclose()
-        return
-    peer = f"{peer_ip}:{peer_port}"
-    runtime.count_accepted(acceptor.name)
-    timeout_s = acceptor.handshake_timeout_ms / 1000 if acceptor.handshake_timeout_ms else math.inf
-    progress = SniffProgress()
-    try:
-        with trio.fail_after(timeout_s):
-            opening = await _open(client, acceptor, runtime, io, peer, progress)
-    except SniffError as exc:
-        runtime.metrics.client_errors.labels(acceptor.name, exc.protocol).inc()
-        log.warning(
-            "peer=%s acceptor=%s protocol=%s handshake rejected: %s",
-            peer,
-            acceptor.name,
-            exc.protocol,
-            exc.reason,
-        )
-        await client.aclose()
-        return
-    except trio.TooSlowError:
-        runtime.metrics.client_errors.labels(acceptor.name, "timeout").inc()
-        log.warning(
-            "peer=%s acceptor=%s protocol=%s handshake not complete after %g s (%d bytes)",
-            peer,
-            acceptor.name,
-            progress.protocol,
-            timeout_s,
-            progress.bytes_read,
-        )
-        await client.aclose()
-        return
-    except trio.BrokenResourceError as exc:
-        # Gone while we answered its opening, or a failed TLS handshake (the cause says why).
-        if isinstance(exc.__cause__, ssl.SSLError):
-            runtime.metrics.client_errors.labels(acceptor.name, "tls").inc()
-            log.warning(
-                "peer=%s acceptor=%s protocol=tls handshake failed: %s",
-                peer,
-                acceptor.name,
-                exc.__cause__.reason or exc.__cause__,
+    # The socket is closed here however the connection ends, also when cancelled before any
+    # close (shutdown): never left to the GC. The stream on top is closed by `_route_and_serve`.
+    with contextlib.closing(client.socket):
+        try:
+            source = _peer_of(client)
+        except OSError:  # the client reset before we looked
+            return
+        peer = f"{source[0]}:{source[1]}"
+        runtime.count_accepted(acceptor.name)
+        timeout_s = acceptor.handshake_timeout_ms / 1000 if acceptor.handshake_timeout_ms else math.inf
+        progress = SniffProgress()
+        try:
+            with trio.fail_after(timeout_s):
+                opening = await _open(client, acceptor, runtime, io, progress, peer=peer, source=source)
+        except SniffError as exc:
+            runtime.report_opening_rejected(acceptor.name, peer, exc)
+            return
+        except trio.TooSlowError:
+            runtime.report_opening_timeout(
+                acceptor.name, peer, progress.protocol, timeout_s, progress.bytes_read
             )
-        await client.aclose()
-        return
-    except trio.ClosedResourceError:
-        await client.aclose()
-        return
-    await _route_and_serve(opening.stream, acceptor, runtime, limits, io, opening)
+            return
+        except trio.BrokenResourceError as exc:
+            # Gone while we answered its opening, or a failed TLS handshake (the cause says why).
+            if isinstance(exc.__cause__, ssl.SSLError):
+                runtime.metrics.client_errors.labels(acceptor.name, "tls").inc()
+                log.warning(
+                    "peer=%s acceptor=%s protocol=tls handshake failed: %s",
+                    peer,
+                    acceptor.name,
+                    exc.__cause__.reason or exc.__cause__,
+                )
+            return
+        except trio.ClosedResourceError:
+            return
+        await _route_and_serve(acceptor, runtime, limits, io, opening)
 
 
 async def resume_connection(
@@ -332,160 +315,140 @@ async def resume_connection(
     runtime: RouterRuntime,
     limits: ConnectionLimits,
     io: AcceptorIO,
-    *,
-    peer: str,
-    raw: bytes,
-    sniffed: Sniffed | None,
-    replied: bytes,
+    handed: HandedOver,
 ) -> None:
     """Continue a connection whose opening the fast path read (router/fastpath.py): the decision
-    with the quorum wait, then an answer or a proxied session, as for any other connection."""
-    source_ip, _, port_text = peer.rpartition(":")
-    try:
-        sockname = client.socket.getsockname()
-    except OSError:  # the client reset meanwhile
-        await client.aclose()
-        return
-    opening = _Opening(
-        stream=client,
-        peer=peer,
-        source_ip=source_ip.strip("[]"),
-        source_port=int(port_text),
-        local=(str(sockname[0]), int(sockname[1])),
-        raw=raw,
-        sniffed=sniffed,
-        replied=replied,
-    )
-    try:
-        await _route_and_serve(client, acceptor, runtime, limits, io, opening)
-    finally:  # also when cancelled before any close (shutdown): never leave the socket to the GC
-        client.socket.close()
+    (unless the fast path took it) with the quorum wait, then an answer or a proxied session, as
+    for any other connection."""
+    with contextlib.closing(client.socket):  # as in handle_connection
+        peer = handed.peer
+        source_ip, _, port_text = peer.rpartition(":")
+        try:
+            local = _local_of(client)
+        except OSError:  # the client reset meanwhile
+            return
+        opening = _Opening(
+            stream=client,
+            peer=peer,
+            source_ip=source_ip.strip("[]"),
+            source_port=int(port_text),
+            local=local,
+            raw=handed.raw,
+            sniffed=handed.sniffed,
+            replied=handed.replied,
+        )
+        await _route_and_serve(acceptor, runtime, limits, io, opening, decided=handed.decision)
 
 
 async def _route_and_serve(
-    client: trio.abc.Stream,
     acceptor: AcceptorConfig,
     runtime: RouterRuntime,
     limits: ConnectionLimits,
     io: AcceptorIO,
     opening: _Opening,
+    *,
+    decided: RouteDecision | None = None,
 ) -> None:
-    metrics = runtime.metrics
-    peer, sniffed = opening.peer, opening.sniffed
-    auth = authenticate(
-        io.users,
-        key_type=runtime.config.key_type,
-        required=acceptor.require_authentication,
-        certificate_user=opening.certificate_user,
-        wire_user=None if sniffed is None else sniffed.user_name,
-        password=None if sniffed is None else sniffed.password,
-    )
-    if auth.refused:
-        metrics.auth_failures.labels(acceptor.name).inc()
-        log.warning(
-            "peer=%s acceptor=%s router=%s outcome=NOT_AUTHORIZED reason=%s",
-            peer,
-            acceptor.name,
-            runtime.name,
-            auth.reason,
+    """Authenticate, decide (unless `decided` already is), then answer or proxy. The client's
+    stream is closed on return, whichever way the connection ended (with TLS terminated by us,
+    its close_notify goes first)."""
+    async with opening.stream as client:
+        peer, sniffed = opening.peer, opening.sniffed
+        auth = authenticate(
+            io.users,
+            key_type=runtime.config.key_type,
+            required=acceptor.require_authentication,
+            certificate_user=opening.certificate_user,
+            wire_user=None if sniffed is None else sniffed.user_name,
+            password=None if sniffed is None else sniffed.password,
         )
-        if sniffed is not None:
-            await _say(client, opening, answers.not_authorized(sniffed, runtime.name))
-        await client.aclose()
-        return
-    facts = ConnectionFacts(
-        source_ip=opening.source_ip,
-        client_id=None if sniffed is None else sniffed.client_id,
-        # SPEC A2: the user the router authenticated (certificate or store) before the wire's name.
-        user_name=auth.user or (None if sniffed is None else sniffed.user_name),
-        sni_host=opening.sni_host or (None if sniffed is None else sniffed.sni_host),
-        roles=auth.roles,
-    )
-    try:
-        with trio.fail_after(limits.route_timeout_s):
-            decision = await runtime.decide(facts)
-    except trio.TooSlowError:
-        log.warning(
-            "peer=%s router=%s outcome=REFUSED_UNAVAILABLE reason=routing timed out", peer, runtime.name
+        if auth.refused:
+            runtime.metrics.auth_failures.labels(acceptor.name).inc()
+            log.warning(
+                "peer=%s acceptor=%s router=%s outcome=NOT_AUTHORIZED reason=%s",
+                peer,
+                acceptor.name,
+                runtime.name,
+                auth.reason,
+            )
+            if sniffed is not None:
+                await _say(client, opening, answers.not_authorized(sniffed, runtime.name))
+            return
+        facts = ConnectionFacts(
+            source_ip=opening.source_ip,
+            client_id=None if sniffed is None else sniffed.client_id,
+            # SPEC A2: the user the router authenticated (certificate or store) before the wire's name.
+            user_name=auth.user or (None if sniffed is None else sniffed.user_name),
+            sni_host=opening.sni_host or (None if sniffed is None else sniffed.sni_host),
+            roles=auth.roles,
         )
-        await _answer(client, runtime, RouteStatus.REFUSED_UNAVAILABLE, opening, None)
-        return
-    target = decision.target
-    if decision.status is not RouteStatus.OK or target is None:
-        log.info(
-            "peer=%s router=%s key=%s outcome=%s reason=%s",
-            peer,
-            runtime.name,
-            decision.key,
-            decision.status.value,
-            decision.reason,
+        try:
+            with trio.fail_after(limits.route_timeout_s):
+                decision = decided or await runtime.decide(facts)
+        except trio.TooSlowError:
+            log.warning(
+                "peer=%s router=%s outcome=REFUSED_UNAVAILABLE reason=routing timed out", peer, runtime.name
+            )
+            await _refuse(client, runtime, RouteStatus.REFUSED_UNAVAILABLE, opening)
+            return
+        target = decision.target
+        if decision.status is not RouteStatus.OK or target is None:
+            log.info(
+                "peer=%s router=%s key=%s outcome=%s reason=%s",
+                peer,
+                runtime.name,
+                decision.key,
+                decision.status.value,
+                decision.reason,
+            )
+            await _refuse(client, runtime, decision.status, opening)
+            return
+        connector = decision.connector  # the active member of an HA pair
+        if connector is None:
+            log.warning(
+                "peer=%s router=%s key=%s outcome=REFUSED_USE_ANOTHER reason=the decision is the local "
+                "target and no <local-target-connector-ref> is configured",
+                peer,
+                runtime.name,
+                decision.key,
+            )
+            await _refuse(client, runtime, RouteStatus.REFUSED_USE_ANOTHER, opening)
+            return
+        if answers.redirects(acceptor.mode, sniffed) and sniffed is not None:
+            runtime.report_redirect(peer, decision.key, target.node_id, sniffed.protocol)
+            await _say(client, opening, answers.redirect(sniffed, opening.raw, connector, runtime.name))
+            return
+        runtime.count_decision(RouteStatus.OK)
+        runtime.counts.opened(target.node_id)
+        conn = ProxiedConnection(
+            peer=peer,
+            acceptor=acceptor.name,
+            node_id=target.node_id,
+            address=(connector.host, connector.port),
+            ttl_ms=io.connection_ttl_ms,
+            sniffed=sniffed,
+            now=trio.current_time(),
+            opening=opening.raw if sniffed is None else b"",
         )
-        await _answer(client, runtime, decision.status, opening, None)
-        return
-    connector = decision.connector  # the active member of an HA pair
-    if connector is None:
-        log.warning(
-            "peer=%s router=%s key=%s outcome=REFUSED_USE_ANOTHER reason=the decision is the local "
-            "target and no <local-target-connector-ref> is configured",
-            peer,
-            runtime.name,
-            decision.key,
-        )
-        await _answer(client, runtime, RouteStatus.REFUSED_USE_ANOTHER, opening, None)
-        return
-    if answers.redirects(acceptor.mode, sniffed) and sniffed is not None:
-        log.info(
-            "peer=%s router=%s key=%s target=%s outcome=REDIRECT protocol=%s",
-            peer,
-            runtime.name,
-            decision.key,
-            target.node_id,
-            sniffed.protocol,
-        )
-        said = answers.redirect(sniffed, opening.raw, connector, runtime.name)
-        await _answer(client, runtime, RouteStatus.OK, opening, said)
-        return
-    runtime.count_decision(RouteStatus.OK)
-    runtime.counts.opened(target.node_id)
-    conn = ProxiedConnection(
-        peer=peer,
-        acceptor=acceptor.name,
-        node_id=target.node_id,
-        address=(connector.host, connector.port),
-        ttl_ms=io.connection_ttl_ms,
-        sniffed=sniffed,
-        now=trio.current_time(),
-        opening=opening.raw if sniffed is None else b"",
-    )
-    runtime.connections.add(conn)
-    try:
-        # The TTL checker and pool changes cancel this scope to close the connection.
-        with conn.cancel_scope:
-            await _proxy(client, acceptor, runtime, limits, opening, decision.key, target, connector, conn)
-    finally:
-        runtime.connections.discard(conn)
-        runtime.counts.closed(target.node_id)
-    if conn.cancel_scope.cancelled_caught:  # closed while connecting: the relay never owned the client
-        await client.aclose()
+        runtime.connections.add(conn)
+        try:
+            # The TTL checker and pool changes cancel this scope to close the connection.
+            with conn.cancel_scope:
+                await _proxy(
+                    client, acceptor, runtime, limits, opening, decision.key, target, connector, conn
+                )
+        finally:
+            runtime.connections.discard(conn)
+            runtime.counts.closed(target.node_id)
 
 
-async def _answer(
-    client: trio.abc.Stream,
-    runtime: RouterRuntime,
-    status: RouteStatus,
-    opening: _Opening,
-    redirect: bytes | None,
+async def _refuse(
+    client: trio.abc.Stream, runtime: RouterRuntime, status: RouteStatus, opening: _Opening
 ) -> None:
-    """Count what the client gets, tell it in its protocol where SPEC A6 says how, and close."""
+    """Count what the client gets, and tell it in its protocol where SPEC A6 says how."""
     runtime.count_decision(status)
-    sniffed = opening.sniffed
-    if sniffed is not None:
-        await _say(
-            client,
-            opening,
-            redirect if status is RouteStatus.OK else answers.refusal(sniffed, status, runtime.name),
-        )
-    await client.aclose()
+    if opening.sniffed is not None:
+        await _say(client, opening, answers.refusal(opening.sniffed, status, runtime.name))
 
 
 async def _say(client: trio.abc.Stream, opening: _Opening, said: bytes | None) -> None:
@@ -509,52 +472,30 @@ async def _proxy(
     connector: Connector,
     conn: ProxiedConnection,
 ) -> None:
-    metrics, peer = runtime.metrics, opening.peer
+    peer = opening.peer
     try:
         with trio.fail_after(limits.connect_timeout_s):
             upstream = await open_connection(connector.host, connector.port)
     except (OSError, trio.TooSlowError) as exc:
         runtime.connections.discard(conn)  # never established: not one for the pool to close
-        metrics.connect_failures.labels(runtime.name, target.node_id).inc()
         reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_oserror(exc)
         if isinstance(exc, ConnectionRefusedError):  # certain, unlike a timeout: skip the wait for a probe
-            runtime.connect_refused(target, connector, f"connect to {connector.url} failed: {reason}")
-        log.warning(
-            "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
-            peer,
-            runtime.name,
-            key,
-            target.node_id,
-            reason,
-        )
-        await client.aclose()
+            runtime.connect_refused(target, connector, reason)
+        runtime.report_connect_failure(peer, key, target.node_id, reason)
         return
-    log.info("peer=%s router=%s key=%s target=%s outcome=OK", peer, runtime.name, key, target.node_id)
+    runtime.report_connected(peer, key, target.node_id)
     counts = [0, 0]
-    active = metrics.active_connections.labels(runtime.name, target.node_id)
+    active = runtime.relay_metrics(target.node_id).active
     active.inc()
     started = trio.current_time()
     try:
-        if not await _replay(client, upstream, acceptor, limits, opening, runtime.name):
-            with trio.CancelScope(shield=True):  # release both sockets even when cancelled
-                await upstream.aclose()
-                await client.aclose()
-            return
-        await relay(client, upstream, counts, activity=None if conn.ttl_s == math.inf else conn)
+        async with upstream:  # closed by the relay, or here when the replay failed or was cancelled
+            if await _replay(client, upstream, acceptor, limits, opening, runtime.name):
+                await relay(client, upstream, counts, activity=None if conn.ttl_s == math.inf else conn)
     finally:
         active.dec()
-        metrics.proxied_bytes.labels(runtime.name, "client_to_target").inc(counts[0])
-        metrics.proxied_bytes.labels(runtime.name, "target_to_client").inc(counts[1])
-        log.info(
-            "peer=%s router=%s target=%s closed bytes_in=%d bytes_out=%d duration_s=%.3f%s",
-            peer,
-            runtime.name,
-            target.node_id,
-            counts[0],
-            counts[1],
-            trio.current_time() - started,
-            "" if conn.closed_by is None else f" reason={conn.closed_by}",  # closed by the router
-        )
+        # conn.closed_by: the reason when the router closed it itself
+        runtime.report_closed(peer, target.node_id, counts, trio.current_time() - started, conn.closed_by)
 
 
 async def _replay(
@@ -568,7 +509,8 @@ async def _replay(
     """Hand the connection over to the target: PROXY header, the client's bytes, and the opening.
 
     Returns:
-        False when the target's opening was unusable (logged); the caller closes both.
+        False when the target's opening was unusable (logged); both streams are closed by their
+        owners (see the module docstring).
     """
     peer, sniffed = opening.peer, opening.sniffed
     try:

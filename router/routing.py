@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
@@ -20,17 +21,20 @@ from router.engine import RouteDecision, RouteStatus, RoutingEngine, build_pool
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from prometheus_client import Counter
+    from prometheus_client import Counter, Gauge
 
-    from keys import ConnectionFacts
+    from keys import ConnectionFacts, SniffError
     from pools import Connector, PoolEvent, Target
     from router.fastpath import FastPath
     from router.metrics import Metrics
     from router.settings import Config, RouterConfig
 
-__all__ = ["LiveConnectionCounts", "RouterRuntime"]
+__all__ = ["LiveConnectionCounts", "RelayMetrics", "RouterRuntime"]
 
 log = logging.getLogger("router.pool")
+conn_log = logging.getLogger("router.conn")
+"""The log of client connections, written alike by both data paths (router/proxy.py and
+router/fastpath.py) through the `RouterRuntime.report_*` methods."""
 
 CACHE_PURGE_MIN_PERIOD_S = 1.0
 """Sweep expired cache entries at most this often (a tiny timeout would otherwise spin)."""
@@ -82,8 +86,24 @@ class LiveConnectionCounts:
             self._counts[node_id] -= 1
 
 
+@dataclass(frozen=True, slots=True)
+class RelayMetrics:
+    """The metric children a connection proxied to one target updates."""
+
+    active: Gauge
+    """`router_proxied_connections` of the router and target."""
+    to_target: Counter
+    """`router_proxied_bytes_total` of the router, direction client_to_target."""
+    to_client: Counter
+    """`router_proxied_bytes_total` of the router, direction target_to_client."""
+
+
 class RouterRuntime:
-    """A connection router at run time: engine, pool, counts, and the pool-change signal."""
+    """A connection router at run time: engine, pool, counts, and the pool-change signal.
+
+    Its `count_*` and `report_*` methods count and log what happens to client connections, the
+    same way for the trio path and the fast path (which calls them in its own thread).
+    """
 
     def __init__(
         self,
@@ -110,13 +130,11 @@ class RouterRuntime:
             router, pool, local, round_robin_start=round_robin_start, counts=self.counts
         )
         self._changed = trio.Event()
-        # Metric children by label value, looked up once instead of per connection; filled on
-        # first use so /metrics shows only what happened.
+        # Metric children by label value, looked up once instead of per connection (a `labels()`
+        # call costs microseconds); filled on first use so /metrics shows only what happened.
         self._decision_counters: dict[RouteStatus, Counter] = {}
         self._accepted_counters: dict[str, Counter] = {}
-        self._probed = frozenset(
-            t.node_id for t in (() if pool is None else pool.targets) if t.connector is not None
-        )
+        self._relay_metrics: dict[str, RelayMetrics] = {}
         if pool is not None:
             metrics.pool_active.labels(self.name).set(0)
             for target in pool.targets:
@@ -182,8 +200,6 @@ class RouterRuntime:
         with self.lock:
             events = self.pool.add_target(target)
         self.apply_events(events)
-        if target.connector is not None:
-            self._probed = self._probed | {target.node_id}
 
     def remove_target(self, node_id: str) -> None:
         """Remove a discovered target from the pool; its probe loop stops and its metrics go.
@@ -195,20 +211,25 @@ class RouterRuntime:
         with self.lock:
             events = self.pool.remove_target(node_id)
         self.apply_events(events)
-        self._probed = self._probed - {node_id}
 
-    def connect_refused(self, target: Target, connector: Connector, detail: str) -> None:
+    def connect_refused(self, target: Target, connector: Connector, reason: str) -> None:
         """A connection to a member of the pool was refused: that member is un-ready at once, as
         if its probe had failed (the next successful probe makes it ready again), so the clients
-        that follow go to the member that took over instead of waiting for the next check."""
+        that follow go to the member that took over instead of waiting for the next check.
+
+        Nothing happens when the target has left the pool (or was replaced) since it was chosen.
+        """
         pool = self.pool
-        if pool is None or target.connector is None or target.node_id not in self._probed:
+        if pool is None or target.connector is None:
             return
         try:
             member = target.connector.members.index(connector)
         except ValueError:
             return
+        detail = f"connect to {connector.url} failed: {reason}"
         with self.lock:
+            if pool.target(target.node_id) is not target:
+                return
             events = pool.record_check(target.node_id, False, detail, member=member)
         self.apply_events(events)
 
@@ -270,6 +291,94 @@ class RouterRuntime:
                 acceptor, self.name
             )
         counter.inc()
+
+    def relay_metrics(self, node_id: str) -> RelayMetrics:
+        """The metric children of the connections proxied to a target, looked up once."""
+        children = self._relay_metrics.get(node_id)
+        if children is None:
+            metrics = self.metrics
+            children = self._relay_metrics[node_id] = RelayMetrics(
+                active=metrics.active_connections.labels(self.name, node_id),
+                to_target=metrics.proxied_bytes.labels(self.name, "client_to_target"),
+                to_client=metrics.proxied_bytes.labels(self.name, "target_to_client"),
+            )
+        return children
+
+    def report_opening_rejected(self, acceptor: str, peer: str, exc: SniffError) -> None:
+        """Count and log a client closed because of its opening's bytes (a `SniffError`)."""
+        self.metrics.client_errors.labels(acceptor, exc.protocol).inc()
+        conn_log.warning(
+            "peer=%s acceptor=%s protocol=%s handshake rejected: %s", peer, acceptor, exc.protocol, exc.reason
+        )
+
+    def report_opening_timeout(
+        self, acceptor: str, peer: str, protocol: str, timeout_s: float, bytes_read: int
+    ) -> None:
+        """Count and log a client closed at its handshake deadline (`protocol`: as far as known)."""
+        self.metrics.client_errors.labels(acceptor, "timeout").inc()
+        conn_log.warning(
+            "peer=%s acceptor=%s protocol=%s handshake not complete after %g s (%d bytes)",
+            peer,
+            acceptor,
+            protocol,
+            timeout_s,
+            bytes_read,
+        )
+
+    def report_redirect(self, peer: str, key: str, node_id: str, protocol: str) -> None:
+        """Log and count an OK decision answered with a native redirect."""
+        conn_log.info(
+            "peer=%s router=%s key=%s target=%s outcome=REDIRECT protocol=%s",
+            peer,
+            self.name,
+            key,
+            node_id,
+            protocol,
+        )
+        self.count_decision(RouteStatus.OK)
+
+    def report_connect_failure(self, peer: str, key: str, node_id: str, reason: str) -> None:
+        """Count and log a connect to the chosen target that failed (`connect_refused` is apart:
+        it must run in the trio thread)."""
+        self.metrics.connect_failures.labels(self.name, node_id).inc()
+        conn_log.warning(
+            "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
+            peer,
+            self.name,
+            key,
+            node_id,
+            reason,
+        )
+
+    def report_connected(self, peer: str, key: str, node_id: str) -> None:
+        """Log a client connected to its target (the relay starts)."""
+        conn_log.info("peer=%s router=%s key=%s target=%s outcome=OK", peer, self.name, key, node_id)
+
+    def report_closed(
+        self, peer: str, node_id: str, counts: list[int], duration_s: float, closed_by: str | None
+    ) -> None:
+        """Count the bytes of a proxied connection that ended and log it.
+
+        Args:
+            peer: the client's `ip:port`.
+            node_id: the target's node id.
+            counts: bytes `[client -> target, target -> client]`.
+            duration_s: how long it was proxied.
+            closed_by: why the router closed it (a reset, the TTL, ...), or None when its ends did.
+        """
+        children = self.relay_metrics(node_id)
+        children.to_target.inc(counts[0])
+        children.to_client.inc(counts[1])
+        conn_log.info(
+            "peer=%s router=%s target=%s closed bytes_in=%d bytes_out=%d duration_s=%.3f%s",
+            peer,
+            self.name,
+            node_id,
+            counts[0],
+            counts[1],
+            duration_s,
+            "" if closed_by is None else f" reason={closed_by}",
+        )
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
         """Wait until `predicate()` holds, re-checking after every pool change."""

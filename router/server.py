@@ -14,8 +14,6 @@ listening sockets, give open connections `grace_s` to finish, cancel what is lef
 
 from __future__ import annotations
 
-import errno
-import functools
 import logging
 import os
 import socket
@@ -33,23 +31,19 @@ from router.discovery import serve_discovery
 from router.fastpath import FastPath, eligible
 from router.health import serve_health_checks
 from router.metrics import Metrics
-from router.net import open_listeners
+from router.net import ACCEPT_CAPACITY_ERRNOS, open_listeners
 from router.proxy import AcceptorIO, ConnectionLimits, handle_connection, resume_connection
 from router.routing import RouterRuntime
 from router.tls import server_context
 
 if TYPE_CHECKING:
-    from keys import Sniffed
-    from router.fastpath import Handoff
+    from router.fastpath import HandedOver, Handoff
     from router.settings import AcceptorConfig, Config
 
 __all__ = ["ServerInfo", "StartupError", "serve_router"]
 
 log = logging.getLogger("router.server")
 
-# Errors of accept() that mean "out of a resource, try again shortly", as trio.serve_listeners
-# treats them; anything else is a bug and propagates.
-_ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_BACKOFF_S = 0.1
 
 
@@ -77,7 +71,7 @@ async def _accept_loop(
         try:
             stream = await listener.accept()
         except OSError as exc:
-            if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
+            if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
                 raise
             log.error(
                 "acceptor=%s accept failed (%s); retrying in %g s",
@@ -110,33 +104,18 @@ def _handoff(
     """How the fast-path thread passes a connection it cannot finish at once to the trio side."""
     token = trio.lowlevel.current_trio_token()
 
-    def start(sock: socket.socket, peer: str, raw: bytes, sniffed: Sniffed | None, replied: bytes) -> None:
-        # In the trio thread.
+    def start(handed: HandedOver) -> None:  # in the trio thread
         try:
-            stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-            handlers.start_soon(
-                functools.partial(
-                    resume_connection,
-                    stream,
-                    acceptor,
-                    runtime,
-                    limits,
-                    io,
-                    peer=peer,
-                    raw=raw,
-                    sniffed=sniffed,
-                    replied=replied,
-                )
-            )
+            stream = trio.SocketStream(trio.socket.from_stdlib_socket(handed.sock))
+            handlers.start_soon(resume_connection, stream, acceptor, runtime, limits, io, handed)
         except RuntimeError:  # shutting down: the handlers nursery is closed
-            sock.close()
+            handed.sock.close()
 
-    def handoff(sock: socket.socket, peer: str, raw: bytes, sniffed: Sniffed | None, replied: bytes) -> None:
-        # In the fast-path thread.
+    def handoff(handed: HandedOver) -> None:  # in the fast-path thread
         try:
-            token.run_sync_soon(start, sock, peer, raw, sniffed, replied)
+            token.run_sync_soon(start, handed)
         except trio.RunFinishedError:
-            sock.close()
+            handed.sock.close()
 
     return handoff
 

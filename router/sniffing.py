@@ -5,7 +5,8 @@ call in `trio.fail_after`). Sniffers are pure and re-parse the whole buffer each
 server-first handshakes a sniffer returns `Reply` with everything the client must have received
 by now; we send the part not sent yet, and remember all of it, because in proxy mode the target
 will answer the replayed handshake with its own version of those bytes, which must then be
-dropped instead of reaching the client twice.
+dropped instead of reaching the client twice. That logic is `SniffBuffer`, without I/O: this
+module drives it over trio streams, the fast path (router/fastpath.py) over non-blocking sockets.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _T = TypeVar("_T")
 
 __all__ = [
     "DEFAULT_MAX_SNIFF_BYTES",
+    "SniffBuffer",
     "SniffOutcome",
     "SniffProgress",
     "read_parsed",
@@ -71,6 +73,92 @@ class SniffOutcome:
     """What the router sent to the client itself (server-first handshakes), else b""."""
 
 
+class SniffBuffer:
+    """The router's side of sniffing one opening, without I/O: the buffer, the byte cap, the chosen
+    sniffer and what was answered (STYLE R2). `read_until_sniffed` drives it over a trio stream,
+    the fast path (router/fastpath.py) over a non-blocking socket.
+
+    The driver loops: `step()`; send what it returns, or stop at a result; `check_cap()`; read at
+    most `read_size` bytes and `feed` them.
+    """
+
+    __slots__ = ("_detect", "max_bytes", "raw", "replied", "sniffer")
+
+    def __init__(
+        self,
+        detect: Callable[[bytes], Sniffer | NeedMore | None],
+        max_bytes: int = DEFAULT_MAX_SNIFF_BYTES,
+        initial: bytes = b"",
+    ) -> None:
+        """Start sniffing.
+
+        Args:
+            detect: picks the sniffer from the first bytes; NEED_MORE to wait, None for unknown.
+            max_bytes: the cap of the handshake.
+            initial: bytes already read from the client (what followed a PROXY protocol header).
+        """
+        self._detect = detect
+        self.max_bytes = max_bytes
+        self.raw = initial
+        """Every byte read from the client so far, to be replayed to the target unchanged."""
+        self.replied = b""
+        """What the router sent to the client itself (server-first handshakes), else b""."""
+        self.sniffer: Sniffer | None = None
+        """The sniffer the first bytes chose, None until they did."""
+
+    @property
+    def protocol(self) -> str:
+        """The chosen sniffer's name; "detect" until the first bytes decided."""
+        return "detect" if self.sniffer is None else self.sniffer.name
+
+    @property
+    def read_size(self) -> int:
+        """How many bytes to ask for in the next read (small: see `_READ_BYTES`)."""
+        return min(_READ_BYTES, self.max_bytes - len(self.raw))
+
+    def step(self) -> Sniffed | bytes:
+        """Look at the bytes read so far.
+
+        Returns:
+            What the handshake revealed once it is complete; else what to send the client before
+            reading more (the part of a server-first reply it has not had yet), b"" for nothing.
+
+        Raises:
+            SniffError: unknown protocol, bad bytes, or a reply that does not extend the last one.
+        """
+        data = self.raw
+        if self.sniffer is None:
+            if not data:
+                return b""
+            chosen = self._detect(data)
+            if chosen is None:
+                raise SniffError("detect", f"unknown protocol, connection starts with {data[:16].hex()}")
+            if chosen is NEED_MORE:
+                return b""
+            self.sniffer = chosen
+        result = self.sniffer.sniff(data)
+        if isinstance(result, Reply):
+            said = result.to_client
+            if not said.startswith(self.replied):
+                raise SniffError(self.sniffer.name, "sniffer reply does not extend what was already sent")
+            rest, self.replied = said[len(self.replied) :], said
+            return rest
+        return b"" if result is NEED_MORE else result
+
+    def check_cap(self) -> None:
+        """Raises SniffError when the cap is reached (call when `step` wants more bytes)."""
+        if len(self.raw) >= self.max_bytes:
+            raise SniffError(self.protocol, f"no complete handshake in the first {self.max_bytes} bytes")
+
+    def feed(self, chunk: bytes | bytearray) -> None:
+        """Add bytes read from the client; b"" is its EOF, which raises SniffError."""
+        if not chunk:
+            raise SniffError(
+                self.protocol, f"client closed after {len(self.raw)} bytes, before the handshake was complete"
+            )
+        self.raw += chunk
+
+
 async def read_until_sniffed(
     stream: trio.abc.Stream,
     detect: Callable[[bytes], Sniffer | NeedMore | None],
@@ -95,38 +183,19 @@ async def read_until_sniffed(
         SniffError: unknown protocol, bad bytes, the cap reached, or EOF before a result.
         trio.BrokenResourceError: the client went away while we answered it.
     """
-    buf = bytearray(initial)
-    replied = b""
-    sniffer: Sniffer | None = None
+    opening = SniffBuffer(detect, max_bytes, initial)
     while True:
-        data = bytes(buf)
-        if sniffer is None and data:
-            chosen = detect(data)
-            if chosen is None:
-                raise SniffError("detect", f"unknown protocol, connection starts with {data[:16].hex()}")
-            if chosen is not NEED_MORE:
-                sniffer = chosen
-                if progress is not None:
-                    progress.protocol = sniffer.name
-        if sniffer is not None:
-            result = sniffer.sniff(data)
-            if isinstance(result, Reply):
-                if not result.to_client.startswith(replied):
-                    raise SniffError(sniffer.name, "sniffer reply does not extend what was already sent")
-                if len(result.to_client) > len(replied):
-                    await stream.send_all(result.to_client[len(replied) :])
-                    replied = result.to_client
-            elif result is not NEED_MORE:
-                return SniffOutcome(raw=data, sniffed=result, replied=replied)
-        name = "detect" if sniffer is None else sniffer.name
-        if len(buf) >= max_bytes:
-            raise SniffError(name, f"no complete handshake in the first {max_bytes} bytes")
-        chunk = await stream.receive_some(min(_READ_BYTES, max_bytes - len(buf)))
-        if not chunk:
-            raise SniffError(name, f"client closed after {len(buf)} bytes, before the handshake was complete")
-        buf += chunk
+        result = opening.step()
+        if progress is not None and opening.sniffer is not None:
+            progress.protocol = opening.sniffer.name
+        if not isinstance(result, bytes):
+            return SniffOutcome(raw=opening.raw, sniffed=result, replied=opening.replied)
+        if result:
+            await stream.send_all(result)
+        opening.check_cap()
+        opening.feed(await stream.receive_some(opening.read_size))
         if progress is not None:
-            progress.bytes_read = len(buf)
+            progress.bytes_read = len(opening.raw)
 
 
 async def read_parsed(

@@ -163,6 +163,25 @@ class TestEligible:
 
 
 class TestRelay:
+    async def test_connector_by_host_name_is_proxied_by_the_trio_side(
+        self, nursery: trio.Nursery, echo_port: int
+    ) -> None:
+        info = await _start(nursery, _config(echo_port, url=f"tcp://localhost:{echo_port}?nodeId=b0"))
+        runtime = info.runtimes["r"]
+        assert runtime.fast_path is not None
+
+        def exchange() -> tuple[bytes, int, int]:
+            with _client(info) as sock:
+                sock.sendall(b"by name")
+                assert sock.recv(7) == b"by name"
+                # While it is open: relayed by the trio side, not by the epoll thread.
+                on_trio = trio.from_thread.run_sync(lambda: len(runtime.connections))
+                on_fast = trio.from_thread.run_sync(runtime.fast_path.open_count)  # type: ignore[union-attr]
+                sock.shutdown(socket.SHUT_WR)
+                return _read_until_eof(sock), on_trio, on_fast
+
+        assert await trio.to_thread.run_sync(exchange) == (b"", 1, 0)
+
     async def test_relays_megabytes_both_ways_with_backpressure_and_half_close(
         self, nursery: trio.Nursery, echo_port: int
     ) -> None:

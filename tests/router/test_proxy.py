@@ -11,9 +11,16 @@ import struct
 import trio
 import trio.testing
 
+from keys import ConnectionFacts
+from keys.detect import make_detector
 from keys.mqtt import encode_connect
 from router.connections import CLOSED_BY_TTL, ProxiedConnection
-from router.proxy import relay
+from router.fastpath import HandedOver
+from router.metrics import Metrics
+from router.proxy import AcceptorIO, ConnectionLimits, relay, resume_connection
+from router.routing import RouterRuntime
+from tests.conftest import read_until_closed
+from tests.router.test_server import _config, _serve_named_echo
 
 
 def _pair() -> tuple[trio.SocketStream, trio.SocketStream]:
@@ -147,3 +154,32 @@ def _ttl_connection(now: float) -> ProxiedConnection:
         sniffed=None,
         now=now,
     )
+
+
+async def test_resume_connection_keeps_the_fast_paths_decision(nursery: trio.Nursery) -> None:
+    """Scenario: the fast path decided (ROUND_ROBIN: b0) and handed the connection over; the trio
+    side proxies to b0 without deciding again, so the round-robin position moved once (next: b1)."""
+    ports = [await nursery.start(_serve_named_echo, name) for name in (b"b0", b"b1")]
+    config = _config(ports, policy="ROUND_ROBIN")
+    router, acceptor = config.routers[0], config.acceptors[0]
+    runtime = RouterRuntime(config, router, Metrics(), round_robin_start=0)
+    assert runtime.pool is not None
+    for target in runtime.pool.targets:
+        runtime.pool.record_check(target.node_id, True)
+    facts = ConnectionFacts(source_ip="127.0.0.2")
+    decision = runtime.engine.route(facts, trio.current_time())
+    assert decision.target is not None
+    assert decision.target.node_id == "b0"
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    with listener, socket.create_connection(listener.getsockname()) as client:
+        accepted, address = listener.accept()
+        handed = HandedOver(accepted, f"{address[0]}:{address[1]}", b"", None, b"", decision)
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(accepted))
+        io = AcceptorIO(detect=make_detector(()), detect_inner=make_detector(()))
+        nursery.start_soon(resume_connection, stream, acceptor, runtime, ConnectionLimits(), io, handed)
+        client.shutdown(socket.SHUT_WR)
+        assert await trio.to_thread.run_sync(lambda: read_until_closed(client)) == b"hello from b0\nbye"
+    following = runtime.engine.route(facts, trio.current_time())
+    assert following.target is not None
+    assert following.target.node_id == "b1"

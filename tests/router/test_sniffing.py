@@ -9,6 +9,7 @@ import trio.testing
 from keys import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult
 from keys.proxy_protocol import encode_v1
 from router.sniffing import (
+    SniffBuffer,
     SniffOutcome,
     SniffProgress,
     read_past_preamble,
@@ -163,6 +164,31 @@ def _measure_two_lines(data: bytes) -> int | NeedMore:
     first = data.find(b"\n")
     second = data.find(b"\n", first + 1) if first >= 0 else -1
     return NEED_MORE if second < 0 else second + 1
+
+
+def test_sniff_buffer_steps_without_io() -> None:
+    """Scenario: the sans-IO core both drivers use (read_until_sniffed, the fast path): each step
+    says what to send before reading on, or gives the result."""
+    opening = SniffBuffer(detect, 64)
+    assert (opening.step(), opening.protocol, opening.read_size) == (b"", "detect", 64)
+    for chunk, reply in ((b"A", b"1"), (b"B", b"2")):
+        opening.feed(chunk)
+        assert opening.step() == reply  # only what the client has not had yet
+        opening.check_cap()
+    opening.feed(b"Cme;")
+    result = opening.step()
+    assert isinstance(result, Sniffed)
+    assert (result.client_id, opening.raw, opening.replied) == ("me", b"ABCme;", b"12")
+
+
+def test_sniff_buffer_cap_and_eof_are_errors() -> None:
+    opening = SniffBuffer(detect, 8)
+    opening.feed(b"HELLO bo")
+    assert opening.step() == b""
+    with pytest.raises(SniffError, match="line: no complete handshake in the first 8 bytes"):
+        opening.check_cap()
+    with pytest.raises(SniffError, match="line: client closed after 8 bytes, before the handshake"):
+        opening.feed(b"")
 
 
 async def test_read_past_preamble_drops_it_and_keeps_the_rest() -> None:
