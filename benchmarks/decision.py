@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from keys import ConnectionFacts
 from router.config import load_config_text
-from router.engine import RouteStatus, RoutingEngine, build_pool
+from router.core.engine import RouteStatus, RoutingEngine, build_pool
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

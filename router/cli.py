@@ -31,16 +31,16 @@ import trio
 from keys import ConnectionFacts
 from pools import Member
 from router.config import ConfigError, load_config
-from router.discovery import RegistrationError, serve_registration
-from router.engine import RoutingEngine, build_pool
-from router.net import describe_oserror
+from router.config.settings import ZooKeeperConfig
+from router.core.engine import RoutingEngine, build_pool
+from router.datapath.net import describe_oserror
 from router.server import StartupError, serve_router
-from router.settings import ZooKeeperConfig
+from router.services.discovery import RegistrationError, serve_registration
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from router.settings import Config
+    from router.config.settings import Config
 
 __all__ = ["main_routerctl", "main_routerd", "routerctl_main", "routerd_main"]
 

@@ -3,7 +3,7 @@
 Nursery tree of `serve_router`:
 
     services   health-check loops (one task per target), the admin listener, one connection-TTL
-               checker per router whose acceptors have a TTL (router/connections.py), one
+               checker per router whose acceptors have a TTL (router/services/ttl_checks.py), one
                ZooKeeper discovery task per router whose pool's members are in ZooKeeper
     handlers   one task per client connection; at shutdown its deadline becomes now + grace
     accepting  one accept loop per acceptor; cancelled first at shutdown
@@ -25,20 +25,20 @@ import trio
 from keys import KeyType
 from keys.detect import make_detector
 from keys.users import UserStore
-from router.admin import serve_admin
-from router.connections import serve_connection_ttl_checks
-from router.discovery import serve_discovery
-from router.fastpath import FastPath, eligible
-from router.health import serve_health_checks
+from router.datapath.fast_path import FastPath, eligible
+from router.datapath.net import ACCEPT_CAPACITY_ERRNOS, open_listeners
+from router.datapath.tls import server_context
+from router.datapath.trio_path import AcceptorIO, ConnectionLimits, handle_connection, resume_connection
 from router.metrics import Metrics
-from router.net import ACCEPT_CAPACITY_ERRNOS, open_listeners
-from router.proxy import AcceptorIO, ConnectionLimits, handle_connection, resume_connection
-from router.routing import RouterRuntime
-from router.tls import server_context
+from router.runtime import RouterRuntime
+from router.services.admin import serve_admin
+from router.services.discovery import serve_discovery
+from router.services.health import serve_health_checks
+from router.services.ttl_checks import serve_connection_ttl_checks
 
 if TYPE_CHECKING:
-    from router.fastpath import HandedOver, Handoff
-    from router.settings import AcceptorConfig, Config
+    from router.config.settings import AcceptorConfig, Config
+    from router.datapath.fast_path import HandedOver, Handoff
 
 __all__ = ["ServerInfo", "StartupError", "serve_router"]
 

@@ -48,7 +48,7 @@ def test_layout_packages_exist():
 
 def test_layout_finds_known_modules():
     modules = source_modules()
-    for known in ["keys/resolve.py", "policies/policy.py", "router/engine.py", "cache/cache.py"]:
+    for known in ["keys/resolve.py", "policies/policy.py", "router/core/engine.py", "cache/cache.py"]:
         assert known in modules
 
 

@@ -21,7 +21,7 @@ from benchmarks.configs import (
 )
 from keys import KeyType
 from router.config import load_config_text
-from router.settings import AcceptorMode
+from router.config.settings import AcceptorMode
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -57,7 +57,7 @@ class OneConnectionServer:
 
 
 def read_until_sniffed(conn: socket.socket, sniffer: Sniffer) -> tuple[bytes, Sniffed, bytes]:
-    """What the router does (router/sniffing.py): send each new part of a Reply, stop at Sniffed.
+    """What the router does (router/core/opening.py): send each new part of a Reply, stop at Sniffed.
 
     Returns:
         The bytes read, the result, and the reply bytes sent to the client so far.

@@ -1,5 +1,5 @@
 """routerd end to end with real mosquitto brokers: connection TTL and closing connections to a
-target that stops answering (router/connections.py).
+target that stops answering (router/services/ttl_checks.py, router/core/live.py).
 
 - An idle proxied client (raw TCP that never speaks, or MQTT with keep-alive 0) is closed by the
   router after `connectionTtl`, never before, and within TTL + check interval (+ a margin for
@@ -226,8 +226,8 @@ def test_routerd_closes_connections_to_a_broker_that_stops_answering(
     proxied connection (not the TTL: 10 minutes, or none) so the client can reconnect elsewhere.
 
     On `long-ttl` the connection is a trio task (an acceptor with a TTL never takes the epoll fast
-    path): router/connections.py logs one line with the count and counts the metric. `plain-ip`
-    (no TTL) may be served by the fast path (router/fastpath.py), which logs each close itself:
+    path): router/runtime.py logs one line with the count and counts the metric. `plain-ip`
+    (no TTL) may be served by the fast path (router/datapath/fast_path.py), which logs each close itself:
     only the timing is asserted there."""
     router, ports = routed
     name = "cid" if acceptor == "long-ttl" else "ip"

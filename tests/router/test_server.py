@@ -11,9 +11,9 @@ import trio
 from keys import KeyType
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
-from router.net import open_connection
+from router.config.settings import AcceptorConfig, Config, RouterConfig
+from router.datapath.net import open_connection
 from router.server import ServerInfo, serve_router
-from router.settings import AcceptorConfig, Config, RouterConfig
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

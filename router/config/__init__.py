@@ -1,0 +1,8 @@
+"""Configuration: the `broker.xml` loader, the wording of its errors, the dataclasses it builds, and
+pool passwords. No I/O besides reading the file (and a password's environment variable or file).
+"""
+
+from router.config.loader import SECTIONS as SECTIONS
+from router.config.loader import ConfigError as ConfigError
+from router.config.loader import load_config as load_config
+from router.config.loader import load_config_text as load_config_text

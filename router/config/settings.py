@@ -1,0 +1,311 @@
+"""The configuration model: one frozen dataclass per element the router uses (no parsing here).
+
+`router/config/loader.py` reads a `broker.xml`-shaped document and builds these; the pool, policy and
+cache sections are the types their own packages define (`PoolConfig`, `PolicyConfig`,
+`CacheConfig`). Constructors validate, so an instance that exists is a valid one; cross-references
+(an acceptor naming a router, a pool naming a connector) are checked by `Config`.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from keys import KeyType
+from pools.members import check_znode_path, parse_ensemble
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from cache import CacheConfig
+    from policies import PolicyConfig
+    from pools import Connector, PoolConfig
+
+__all__ = [
+    "AcceptorConfig",
+    "AcceptorMode",
+    "ClusterConnectionConfig",
+    "Config",
+    "ConnectionTtlConfig",
+    "DiscoveryGroupConfig",
+    "RouterConfig",
+    "TlsConfig",
+    "ZooKeeperConfig",
+    "compile_filter",
+]
+
+
+def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
+    """Compile a key filter or local-target filter; blank means disabled (SPEC A7).
+
+    Raises:
+        ValueError: Python cannot compile the expression.
+    """
+    if pattern is None or not pattern.strip():
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{what} {pattern!r} is not a valid regular expression: {exc}") from None
+
+
+class AcceptorMode(enum.Enum):
+    """What an acceptor does with a routed connection."""
+
+    PROXY = "proxy"
+    """Connect to the target and relay the bytes both ways."""
+    REDIRECT = "redirect"
+    """Tell the client where to go, natively, and close (protocol support arrives later)."""
+    AUTO = "auto"
+    """Redirect clients that can follow a redirect, proxy the others."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsConfig:
+    """TLS termination on an acceptor (Artemis `sslEnabled=true` with a PEM key store)."""
+
+    key_store_path: str
+    """PEM file with the private key and the certificate chain (Artemis `keyStorePath`,
+    `keyStoreType=PEM`)."""
+    trust_store_path: str | None = None
+    """PEM CA bundle that client certificates must chain to (Artemis `trustStorePath`)."""
+    need_client_auth: bool = False
+    """Require a client certificate (Artemis `needClientAuth`); its subject CN is the user."""
+    want_client_auth: bool = False
+    """Ask for a client certificate but accept none (Artemis `wantClientAuth`)."""
+
+    def __post_init__(self) -> None:
+        if (self.need_client_auth or self.want_client_auth) and self.trust_store_path is None:
+            raise ValueError(
+                "needClientAuth/wantClientAuth need trustStorePath (the CA of client certificates)"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptorConfig:
+    """`<acceptor name="…">tcp://host:port?router=NAME;protocols=…;mode=…</acceptor>`."""
+
+    name: str
+    host: str
+    """Address to listen on (IPv6 without brackets)."""
+    port: int
+    """Port to listen on; 0 lets the system choose (tests)."""
+    router: str
+    """The connection router that routes this acceptor's connections."""
+    protocols: tuple[str, ...] = ()
+    """Protocols the acceptor accepts (upper case); empty means all."""
+    mode: AcceptorMode = AcceptorMode.PROXY
+    handshake_timeout_ms: int = 10_000
+    """Deadline for a client's opening handshake (Artemis `handshake-timeout`, given in seconds
+    there; default 10 s as in Artemis); 0 disables it."""
+    sniff_max_bytes: int = 16 * 1024
+    """Byte cap of a client's opening handshake (our `sniffMaxBytes`)."""
+    proxy_protocol: bool = False
+    """Clients arrive behind a load balancer that sends a PROXY protocol header first (our
+    `proxyProtocolEnabled`); SOURCE_IP is then the address in the header."""
+    send_proxy_protocol: str | None = None
+    """Send a PROXY protocol header to targets: "v1", "v2" or None (our `sendProxyProtocol`)."""
+    tls: TlsConfig | None = None
+    """TLS termination; None relays TLS untouched (passthrough, SNI peeked from the ClientHello)."""
+    users_file: str | None = None
+    """artemis-users.properties of the router's own authentication (our `usersFile`)."""
+    roles_file: str | None = None
+    """artemis-roles.properties, the roles of those users in store order (our `rolesFile`)."""
+    require_authentication: bool = False
+    """Refuse clients whose credentials the store does not accept (our `requireAuthentication`);
+    a ROLE_NAME router authenticates whenever a store is configured."""
+    connection_ttl_ms: int = -1
+    """Close a proxied connection after this long without bytes from its client (Artemis
+    `connectionTtl`, also spelt `connectionTTL`); -1 = no TTL. `<connection-ttl-override>`
+    replaces it (`ConnectionTtlConfig.ttl_ms`)."""
+    params: tuple[tuple[str, str], ...] = field(default=())
+    """All URL parameters in order, including the ones above."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"acceptor port must be 0-65535, got {self.port!r}")
+        if self.handshake_timeout_ms < 0:
+            raise ValueError(f"handshake-timeout must be >= 0, got {self.handshake_timeout_ms!r}")
+        if not 64 <= self.sniff_max_bytes <= 1024 * 1024:
+            raise ValueError(f"sniffMaxBytes must be 64-1048576, got {self.sniff_max_bytes!r}")
+        if self.send_proxy_protocol not in (None, "v1", "v2"):
+            raise ValueError(f"sendProxyProtocol must be v1 or v2, got {self.send_proxy_protocol!r}")
+        if (self.users_file is None) != (self.roles_file is None):
+            raise ValueError("usersFile and rolesFile go together (artemis-users/roles.properties)")
+        if self.require_authentication and self.users_file is None:
+            raise ValueError("requireAuthentication=true needs usersFile and rolesFile")
+        if self.connection_ttl_ms != -1 and self.connection_ttl_ms <= 0:
+            raise ValueError(f"connectionTtl must be -1 (off) or > 0, got {self.connection_ttl_ms!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionTtlConfig:
+    """The server-wide connection-TTL settings, direct children of `<core>` as in Artemis:
+    `<connection-ttl-override>` and `<connection-ttl-check-interval>` (seed 002)."""
+
+    override_ms: int = -1
+    """A TTL for the proxied connections of every acceptor, replacing their own `connectionTtl`;
+    -1 (Artemis's default) = no override."""
+    check_interval_ms: int = 2000
+    """How often proxied connections are checked against their TTL (Artemis's default)."""
+
+    def __post_init__(self) -> None:
+        if self.override_ms != -1 and self.override_ms <= 0:
+            raise ValueError(f"connection-ttl-override must be -1 (off) or > 0, got {self.override_ms!r}")
+        if self.check_interval_ms <= 0:
+            raise ValueError(f"connection-ttl-check-interval must be > 0, got {self.check_interval_ms!r}")
+
+    def ttl_ms(self, acceptor: AcceptorConfig) -> int:
+        """The TTL in force on an acceptor's connections: the override, else the acceptor's own
+        `connectionTtl`; -1 = none."""
+        return acceptor.connection_ttl_ms if self.override_ms == -1 else self.override_ms
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ZooKeeperConfig:
+    """Our extension `<zookeeper connect="host:port,…" path="/…" session-timeout="ms"/>` inside a
+    `<discovery-group>`: the group's members are the ephemeral znodes under `path`."""
+
+    connect: str
+    """The ensemble, `host:port[,host:port…]` (no chroot suffix)."""
+    path: str
+    """The znode whose children are the members (`pools.members` describes their data)."""
+    session_timeout_ms: int = 10_000
+    """The session timeout the router asks for; the server clamps it to 2-20 times its tickTime."""
+
+    def __post_init__(self) -> None:
+        parse_ensemble(self.connect)
+        check_znode_path(self.path)
+        if self.session_timeout_ms <= 0:
+            raise ValueError(f"session-timeout must be > 0, got {self.session_timeout_ms!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiscoveryGroupConfig:
+    """`<discovery-group name="…">`: kept by name so pools can refer to it.
+
+    With a `<zookeeper>` child its members come from ZooKeeper (`router/services/discovery.py`); a group
+    with only Artemis's broadcast or JGroups settings finds nothing, so its pools stay empty.
+    """
+
+    name: str
+    refresh_timeout_ms: int = 10000
+    """Artemis `refresh-timeout`, kept for compatibility."""
+    zookeeper: ZooKeeperConfig | None = None
+    """Where the members are registered, when they are registered in ZooKeeper."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterConnectionConfig:
+    """`<cluster-connection name="…">`: a cluster pool's targets are its static connectors."""
+
+    name: str
+    connector_ref: str | None = None
+    """The cluster's own connector (Artemis `connector-ref`)."""
+    static_connectors: tuple[str, ...] = ()
+    """Member connectors in order."""
+    discovery_group: str | None = None
+    """Discovery group of the members, when not static."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouterConfig:
+    """`<connection-router name="…">` (SPEC A8)."""
+
+    name: str
+    key_type: KeyType = KeyType.SOURCE_IP
+    key_filter: str | None = None
+    """Regular expression searched in the raw key (whole match kept)."""
+    local_target_filter: str | None = None
+    """Regular expression fully matched against the key to pick the local target."""
+    local_connector: str | None = None
+    """Our extension `<local-target-connector-ref>`: the connector of the local target."""
+    cache: CacheConfig | None = None
+    policy: PolicyConfig | None = None
+    pool: PoolConfig | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("connection-router name must not be empty")
+        compile_filter(self.key_filter, "key-filter")
+        compile_filter(self.local_target_filter, "local-target-filter")
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_NamedT = TypeVar("_NamedT", bound=_Named)
+
+
+def _named(items: Iterable[_NamedT], name: str) -> _NamedT:
+    """The first of `items` with this name (a configuration has few of each).
+
+    Raises:
+        KeyError: none has it.
+    """
+    for item in items:
+        if item.name == name:
+            return item
+    raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """A whole loaded configuration, cross-references checked."""
+
+    source: str
+    """The file it came from (for messages)."""
+    connectors: tuple[Connector, ...] = ()
+    acceptors: tuple[AcceptorConfig, ...] = ()
+    routers: tuple[RouterConfig, ...] = ()
+    discovery_groups: tuple[DiscoveryGroupConfig, ...] = ()
+    cluster_connections: tuple[ClusterConnectionConfig, ...] = ()
+    connection_ttl: ConnectionTtlConfig = field(default_factory=ConnectionTtlConfig)
+    """`<connection-ttl-override>` and `<connection-ttl-check-interval>`."""
+
+    def connector(self, name: str) -> Connector:
+        """The connector with this name.
+
+        Raises:
+            KeyError: no such connector.
+        """
+        return _named(self.connectors, name)
+
+    def router(self, name: str) -> RouterConfig:
+        """The connection router with this name.
+
+        Raises:
+            KeyError: no such router.
+        """
+        return _named(self.routers, name)
+
+    def cluster_connection(self, name: str) -> ClusterConnectionConfig:
+        """The cluster connection with this name.
+
+        Raises:
+            KeyError: no such cluster connection.
+        """
+        return _named(self.cluster_connections, name)
+
+    def discovery_group(self, name: str) -> DiscoveryGroupConfig:
+        """The discovery group with this name.
+
+        Raises:
+            KeyError: no such discovery group.
+        """
+        return _named(self.discovery_groups, name)
+
+    def pool_discovery_group(self, router: RouterConfig) -> DiscoveryGroupConfig | None:
+        """The discovery group a router's pool takes its members from: its `discovery-group-ref`,
+        or the one of its cluster connection; None for static pools and routers without a pool."""
+        pool = router.pool
+        if pool is None:
+            return None
+        name = pool.discovery_group
+        if pool.cluster_connection is not None:
+            name = self.cluster_connection(pool.cluster_connection).discovery_group
+        return None if name is None else self.discovery_group(name)

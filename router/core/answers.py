@@ -1,0 +1,147 @@
+"""What the router says to a client itself (SPEC A6): redirects, refusals, and owed openings.
+
+Pure: bytes out, no I/O. `router/datapath/trio_path.py` decides *when* (mode, decision) and sends them.
+
+    protocol   redirect (OK in redirect mode)         USE_ANOTHER         UNAVAILABLE
+    AMQP 1.0   Open(hint) + Close connection:redirect  Open + Close forced Open + Close forced
+    MQTT 5     CONNACK 0x9C + Server Reference         CONNACK 0x9C        CONNACK 0x88
+    MQTT 3.1.1 CONNACK 0x9C (Artemis; no redirect)     CONNACK 0x9C        CONNACK 0x88
+    OpenWire   ConnectionControl reconnectTo, close    close               close
+    STOMP      ERROR naming the target                 ERROR               ERROR
+    TLS        (encrypted: nothing can be said)        close               close
+
+Server-first protocols (AMQP, OpenWire) also owe the client the server's side of the opening
+before anything else, whether the router answers itself or relays a broker: `owed_opening`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from keys import Reply, amqp, mqtt, openwire, stomp
+from router.config.settings import AcceptorMode
+from router.core.engine import RouteStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from keys import NeedMore, Sniffed
+    from pools import Connector
+
+__all__ = [
+    "can_follow_redirect",
+    "not_authorized",
+    "owed_opening",
+    "redirect",
+    "redirects",
+    "refusal",
+    "target_preamble_measure",
+]
+
+
+def redirects(mode: AcceptorMode, sniffed: Sniffed | None) -> bool:
+    """Whether an OK decision is answered with a native redirect rather than proxied: always in
+    `mode=redirect`, for clients that can follow one in `mode=auto`; never without a sniffed opening."""
+    if sniffed is None:
+        return False
+    return mode is AcceptorMode.REDIRECT or (mode is AcceptorMode.AUTO and can_follow_redirect(sniffed))
+
+
+def can_follow_redirect(sniffed: Sniffed) -> bool:
+    """Whether the client's protocol has a native redirect (`mode=auto` redirects only these)."""
+    if sniffed.protocol == "mqtt":
+        return sniffed.protocol_version == "5"
+    return sniffed.protocol in ("amqp", "openwire")
+
+
+def _wire_format(raw: bytes) -> openwire.WireFormat:
+    fmt = openwire.sniff_wire_format(raw)
+    if not isinstance(fmt, openwire.WireFormat):  # the sniffer returned Sniffed: it is complete
+        raise ValueError("openwire: the client's WireFormatInfo is incomplete")
+    return fmt
+
+
+def owed_opening(sniffed: Sniffed, raw: bytes, replied: bytes) -> bytes:
+    """The server's side of the opening the client has not received yet (after `replied`).
+
+    A client that pipelined its whole handshake got `Sniffed` before any `Reply`, so nothing
+    was sent; what it is owed is the full opening.
+    """
+    if sniffed.protocol == "amqp":
+        return amqp.server_preamble(sniffed)[len(replied) :]
+    if sniffed.protocol == "openwire" and not replied:
+        # The echo is the sniffer's answer to the client's WireFormatInfo frame on its own.
+        frame_end = 4 + int.from_bytes(raw[:4], "big")
+        answer = openwire.OpenWireSniffer().sniff(raw[:frame_end])
+        return answer.to_client if isinstance(answer, Reply) else b""
+    return b""
+
+
+def target_preamble_measure(sniffed: Sniffed, raw: bytes) -> Callable[[bytes], int | NeedMore] | None:
+    """How to measure the target's opening that the client gets from us instead; None: nothing."""
+    if sniffed.protocol == "amqp":
+        return amqp.sniff_server_sasl_preamble if sniffed.sasl_mechanism else amqp.sniff_server_plain_preamble
+    if sniffed.protocol == "openwire":
+        # Also checks the broker negotiates what the client negotiated with our echo.
+        return functools.partial(openwire.sniff_server_preamble, client=_wire_format(raw))
+    return None
+
+
+def _mqtt_connack(sniffed: Sniffed, code: int, reference: str | None = None) -> bytes:
+    if sniffed.protocol_version == "5":
+        return mqtt.encode_connack(code, protocol_level=5, server_reference=reference)
+    return mqtt.encode_connack_v3_as_artemis(code)
+
+
+def redirect(sniffed: Sniffed, raw: bytes, connector: Connector, router: str) -> bytes | None:
+    """The native redirect to the target reached through `connector` (the active member of an HA
+    pair), or None when the protocol cannot say it (TLS)."""
+    host, port = connector.host, connector.port
+    match sniffed.protocol:
+        case "amqp":
+            return amqp.redirect_frames(router, host, port)
+        case "mqtt":
+            return _mqtt_connack(sniffed, mqtt.MQTT_V5_USE_ANOTHER_SERVER, f"{host}:{port}")
+        case "stomp":
+            return stomp.encode_error(f"Connection router {router} redirects to {connector.url}")
+        case "openwire":
+            url = connector.url
+            return openwire.encode_connection_control(
+                reconnect_to=url, connected_brokers=url, rebalance=True, encoding=_wire_format(raw)
+            )
+    return None
+
+
+def refusal(sniffed: Sniffed, status: RouteStatus, router: str) -> bytes | None:
+    """The protocol's own refusal, or None when closing is the answer (OpenWire, TLS)."""
+    unavailable = status is RouteStatus.REFUSED_UNAVAILABLE
+    match sniffed.protocol:
+        case "amqp":
+            return amqp.refusal_frames(router, unavailable=unavailable)
+        case "mqtt":
+            code = mqtt.MQTT_V5_SERVER_UNAVAILABLE if unavailable else mqtt.MQTT_V5_USE_ANOTHER_SERVER
+            return _mqtt_connack(sniffed, code)
+        case "stomp":
+            what = "is not ready" if unavailable else "rejected this connection"
+            return stomp.encode_error(f"Connection router {router} {what}")
+    return None
+
+
+def not_authorized(sniffed: Sniffed, router: str) -> bytes | None:
+    """The protocol's own "not authorized" answer, or None when closing is the answer.
+
+    MQTT: CONNACK 0x87 (v5) or return code 5 (3.1/3.1.1, MQTT 3.1.1 §3.2.2.3); AMQP: Open then
+    Close `amqp:unauthorized-access` (the SASL outcome was already ok: the router answers SASL
+    before it knows the target); STOMP: an ERROR frame; OpenWire and TLS: close.
+    """
+    match sniffed.protocol:
+        case "mqtt":
+            level = 5 if sniffed.protocol_version == "5" else 4
+            return mqtt.encode_connack(mqtt.MQTT_V5_NOT_AUTHORIZED, protocol_level=level)
+        case "amqp":
+            description = f"Connection router {router}: authentication failed"
+            return amqp.encode_open(router) + amqp.encode_close("amqp:unauthorized-access", description, None)
+        case "stomp":
+            return stomp.encode_error(f"Connection router {router}: authentication failed")
+    return None

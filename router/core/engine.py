@@ -1,0 +1,248 @@
+"""The routing engine: one connection router's decision workflow (SPEC A1), pure and clock-free.
+
+No I/O and no clock here (the caller passes `now`); the quorum *wait* of step 7 is done by the I/O
+layer (`router/runtime.py`), which calls `early` and `select` around it. `routerctl route` uses the
+synchronous `route` / `lookup`, which never wait.
+
+Workflow of one decision (SPEC A1):
+  0. internal router client id -> local target
+  1-2. raw key, key filter, NULL                         (`keys.resolve_key`)
+  3. policy key transform                                (`transform`)
+  4. local-target filter -> local target                 (`early`)
+  5. no pool or no policy -> REFUSED_USE_ANOTHER         (`early`)
+  6. cache hit on a ready target -> that target          (`early`)
+  7. ready targets of the pool, quorum                   (caller)
+  8. policy pick -> cache it, OK                         (`select`)
+  9. nothing -> REFUSED_UNAVAILABLE                      (`select`)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cache import TargetCache
+from keys import NULL_KEY, is_internal_client_id, resolve_key
+from policies import make_policy
+from pools import Pool, PoolKind, Target
+from router.config.settings import compile_filter
+
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Sequence
+
+    from keys import ConnectionFacts
+    from policies import ConnectionCountSource, Policy
+    from pools import Connector
+    from router.config.settings import Config, RouterConfig
+
+__all__ = ["RouteDecision", "RouteStatus", "RoutingEngine", "build_pool"]
+
+
+class RouteStatus(enum.Enum):
+    """Outcome of a routing decision, named as Artemis names them."""
+
+    OK = "OK"
+    REFUSED_USE_ANOTHER = "REFUSED_USE_ANOTHER"
+    """Rejected for good: go elsewhere (no pool or policy, local target unavailable)."""
+    REFUSED_UNAVAILABLE = "REFUSED_UNAVAILABLE"
+    """The pool is not ready yet; possibly transient."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteDecision:
+    """What the engine decided for one key."""
+
+    key: str
+    """The key after filter and transform (`NULL` when missing)."""
+    status: RouteStatus
+    target: Target | None = None
+    """The chosen target when status is OK."""
+    connector: Connector | None = None
+    """Where to reach the chosen target now: the active member of its HA pair (just the target's
+    connector when it is not a pair; the primary when not given); None when not OK or for a local
+    target without connector."""
+    reason: str = ""
+    """Which workflow step decided: for logs."""
+
+    def __post_init__(self) -> None:
+        if (self.status is RouteStatus.OK) != (self.target is not None):
+            raise ValueError(f"a decision has a target exactly when OK, got {self.status.value}")
+        if self.connector is None and self.target is not None and self.target.connector is not None:
+            object.__setattr__(self, "connector", self.target.connector.members[0])  # frozen: set once
+
+    def to_json(self) -> dict[str, str | bool | None]:
+        """The JSON object of `routerctl route` and the admin lookup API."""
+        target = self.target
+        connector = None if self.connector is None else self.connector.url
+        return {
+            "key": self.key,
+            "status": self.status.value,
+            "node_id": None if target is None else target.node_id,
+            "local": target is not None and target.local,
+            "connector": connector,
+        }
+
+
+def build_pool(config: Config, router: RouterConfig) -> tuple[Pool | None, Target]:
+    """The pool of a router, in pool order, and its local target.
+
+    Static pools take their connectors in order; cluster pools take the cluster connection's static
+    connectors; discovery pools start empty (members arrive from discovery).
+
+    Returns:
+        (the pool or None when the router has none, the local target).
+    """
+    local_connector = config.connector(router.local_connector) if router.local_connector is not None else None
+    local = Target.local_target(local_connector)
+    pool_config = router.pool
+    if pool_config is None:
+        return None, local
+    targets: list[Target] = [local] if pool_config.local_target_enabled else []
+    names: Sequence[str] = ()
+    if pool_config.kind is PoolKind.STATIC:
+        names = pool_config.static_connectors
+    elif pool_config.kind is PoolKind.CLUSTER:
+        assert pool_config.cluster_connection is not None
+        names = config.cluster_connection(pool_config.cluster_connection).static_connectors
+    targets.extend(Target.remote(config.connector(name)) for name in names)
+    return Pool(router.name, pool_config.quorum_size, targets), local
+
+
+class RoutingEngine:
+    """One connection router's decision state: filters, policy, cache and pool."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        pool: Pool | None,
+        local_target: Target,
+        *,
+        round_robin_start: int | None = None,
+        counts: ConnectionCountSource | None = None,
+    ) -> None:
+        """Build the engine of one router.
+
+        Args:
+            config: the router's configuration.
+            pool: its pool (shared with the health checker), or None.
+            local_target: what a local decision returns.
+            round_robin_start: first round-robin position (tests); random when None.
+            counts: connection counts for LEAST_CONNECTIONS.
+        """
+        self.config = config
+        self.name = config.name
+        self.pool = pool
+        self.local_target = local_target
+        self.policy: Policy | None = (
+            make_policy(config.policy, round_robin_start=round_robin_start, counts=counts)
+            if config.policy is not None
+            else None
+        )
+        self.cache = TargetCache(config.cache) if config.cache is not None else None
+        self._key_filter = compile_filter(config.key_filter, "key-filter")
+        self._local_filter = compile_filter(config.local_target_filter, "local-target-filter")
+
+    # -- run-time filters (SPEC A7: readable and changeable; blank disables) --
+
+    @property
+    def key_filter(self) -> str | None:
+        """The key filter's pattern, or None when disabled."""
+        return None if self._key_filter is None else self._key_filter.pattern
+
+    @key_filter.setter
+    def key_filter(self, pattern: str | None) -> None:
+        self._key_filter = compile_filter(pattern, "key-filter")
+
+    @property
+    def local_target_filter(self) -> str | None:
+        """The local-target filter's pattern, or None when disabled."""
+        return None if self._local_filter is None else self._local_filter.pattern
+
+    @local_target_filter.setter
+    def local_target_filter(self, pattern: str | None) -> None:
+        self._local_filter = compile_filter(pattern, "local-target-filter")
+
+    @property
+    def compiled_key_filter(self) -> re.Pattern[str] | None:
+        """The compiled key filter (for `keys.resolve_key`)."""
+        return self._key_filter
+
+    # -- workflow steps --
+
+    def is_internal(self, facts: ConnectionFacts) -> bool:
+        """Step 0: a router-to-router probe, always routed to the local target."""
+        return is_internal_client_id(facts.client_id)
+
+    def local_decision(self, key: str, reason: str) -> RouteDecision:
+        """An OK decision for the local target."""
+        return self._ok(key, self.local_target, reason)
+
+    def _ok(self, key: str, target: Target, reason: str) -> RouteDecision:
+        """An OK decision, reaching the target through its active member."""
+        connector = target.connector
+        if connector is not None and connector.backups and self.pool is not None:
+            try:
+                member = self.pool.active_member(target.node_id)
+            except KeyError:  # a local target outside the pool is not probed: its primary
+                member = None
+            connector = connector.members[member or 0]
+        return RouteDecision(
+            key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
+        )
+
+    def connection_key(self, facts: ConnectionFacts) -> str:
+        """Steps 1-3: the key of a connection after filter and transform."""
+        return self.transform(resolve_key(self.config.key_type, self._key_filter, facts))
+
+    def transform(self, key: str) -> str:
+        """Step 3: the policy's key transform; `NULL` is never transformed."""
+        if self.policy is None or key == NULL_KEY:
+            return key
+        return self.policy.transform_key(key)
+
+    def early(self, key: str, now: float) -> RouteDecision | None:
+        """Steps 4-6: local filter, missing pool/policy, cache hit; None means ask the pool."""
+        if self._local_filter is not None and self._local_filter.fullmatch(key) is not None:
+            return self.local_decision(key, "local-target-filter")
+        if self.pool is None or self.policy is None:
+            return RouteDecision(
+                key=key, status=RouteStatus.REFUSED_USE_ANOTHER, reason="no pool or no policy"
+            )
+        if self.cache is not None:
+            node_id = self.cache.get(key, now)
+            if node_id is not None:
+                target = self.pool.ready_target(node_id)
+                if target is not None:
+                    return self._ok(key, target, "cache")
+        return None
+
+    def select(self, key: str, targets: Sequence[Target], now: float) -> RouteDecision:
+        """Steps 8-9: the policy's pick among the ready targets (empty below quorum)."""
+        assert self.policy is not None, "select() follows early(), which refuses without a policy"
+        target = self.policy.select(targets, key)
+        if target is None:
+            reason = "no ready target" if not targets else "policy selects no target"
+            return RouteDecision(key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=reason)
+        if self.cache is not None:
+            self.cache.put(key, target.node_id, now)
+        return self._ok(key, target, "policy")
+
+    def decide(self, key: str, now: float) -> RouteDecision:
+        """Steps 4-9 for a transformed key, taking the pool's targets as they are (no quorum wait)."""
+        decision = self.early(key, now)
+        if decision is not None:
+            return decision
+        assert self.pool is not None, "early() refuses when there is no pool"
+        return self.select(key, self.pool.routing_targets(), now)
+
+    def lookup(self, key: str, now: float) -> RouteDecision:
+        """The management lookup (SPEC A7): the workflow from step 3, without waiting for quorum."""
+        return self.decide(self.transform(key), now)
+
+    def route(self, facts: ConnectionFacts, now: float) -> RouteDecision:
+        """The whole workflow for a connection (steps 0-9), without waiting for quorum."""
+        if self.is_internal(facts):
+            return self.local_decision(self.connection_key(facts), "internal client id")
+        return self.decide(self.connection_key(facts), now)

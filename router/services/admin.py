@@ -1,0 +1,246 @@
+"""The admin HTTP listener: management lookup API, router status, and Prometheus /metrics.
+
+A small HTTP/1.1 server on h11 (one request per connection, then close). It binds to loopback by
+default; it has no authentication, so bind it to a public address only behind something that has.
+
+Endpoints:
+  GET  /api/v1/routers                        every router with its filters and pool state
+  GET  /api/v1/routers/{name}                 one router
+  GET  /api/v1/routers/{name}/target?key=K    the management lookup (SPEC A7), as `routerctl route`
+  PUT  /api/v1/routers/{name}/filters         JSON {"key_filter": …, "local_target_filter": …};
+                                              blank disables, an absent field is left as it is
+  GET  /metrics                               Prometheus text exposition
+  GET  /healthz                               200 "ok" while the process serves
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.parse
+from typing import TYPE_CHECKING, Final
+
+import h11
+import trio
+
+from router.datapath.net import open_listeners
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import TypeAlias
+
+    _JsonBody: TypeAlias = Mapping[str, object] | Sequence[object]
+
+    from pools import Pool, Target
+    from router.metrics import Metrics
+    from router.runtime import RouterRuntime
+
+__all__ = ["MAX_REQUEST_BYTES", "router_status", "serve_admin"]
+
+log = logging.getLogger("router.admin")
+
+MAX_REQUEST_BYTES: Final = 64 * 1024
+"""Largest request (head and body) the admin API reads; h11's own default cap for heads is 16 KiB."""
+REQUEST_TIMEOUT_S: Final = 10.0
+"""A client must send its whole request within this time."""
+
+
+def router_status(runtime: RouterRuntime) -> dict[str, object]:
+    """A router's configuration and pool state as JSON."""
+    engine, pool = runtime.engine, runtime.pool
+    status: dict[str, object] = {
+        "name": runtime.name,
+        "key_type": runtime.config.key_type.value,
+        "key_filter": engine.key_filter,
+        "local_target_filter": engine.local_target_filter,
+        "policy": None if runtime.config.policy is None else runtime.config.policy.name,
+        "cache_entries": None if engine.cache is None else len(engine.cache),
+        "pool": None,
+    }
+    if pool is not None and runtime.config.pool is not None:
+        status["pool"] = {
+            "kind": runtime.config.pool.kind.value,
+            "active": pool.active,
+            "quorum_size": pool.quorum_size,
+            "targets": [
+                {
+                    "node_id": t.node_id,
+                    "local": t.local,
+                    "connector": None if t.connector is None else t.connector.display_url,
+                    "state": pool.state(t.node_id).value,
+                    **_members(pool, t),
+                    "connections": runtime.counts.connection_count(t.node_id),
+                }
+                for t in pool.targets
+            ],
+        }
+    return status
+
+
+def _members(pool: Pool, target: Target) -> dict[str, object]:
+    """For an HA-pair target: each member's address and state, and which one is active."""
+    if target.connector is None or not target.connector.backups:
+        return {}
+    active = pool.active_member(target.node_id)
+    return {
+        "members": [
+            {"connector": m.url, "state": state.value, "active": i == active}
+            for i, (m, state) in enumerate(
+                zip(target.connector.members, pool.member_states(target.node_id), strict=True)
+            )
+        ]
+    }
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _route(
+    method: str, target: str, body: bytes, runtimes: Mapping[str, RouterRuntime], metrics: Metrics
+) -> tuple[int, str, bytes]:
+    url = urllib.parse.urlsplit(target)
+    query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+    parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
+    if parts in (["metrics"], ["healthz"]) and method != "GET":
+        raise _HttpError(405, f"{method} {url.path} is not supported")
+    if parts == ["metrics"]:
+        return 200, "text/plain; version=0.0.4; charset=utf-8", metrics.exposition()
+    if parts == ["healthz"]:
+        return 200, "text/plain; charset=utf-8", b"ok\n"
+    if parts[:3] != ["api", "v1", "routers"]:
+        raise _HttpError(404, f"no such resource {url.path!r}")
+    if len(parts) == 3 and method == "GET":
+        return _json(200, [router_status(r) for r in runtimes.values()])
+    runtime = runtimes.get(parts[3]) if len(parts) > 3 else None
+    if runtime is None:
+        raise _HttpError(404, f"no connection router named {parts[3]!r}")
+    rest = parts[4:]
+    if rest == [] and method == "GET":
+        return _json(200, router_status(runtime))
+    if rest == ["target"] and method == "GET":
+        keys = query.get("key")
+        if not keys:
+            raise _HttpError(400, "query parameter 'key' is required")
+        return _json(200, runtime.lookup(keys[0]).to_json())
+    if rest == ["filters"] and method == "PUT":
+        return _json(200, _set_filters(runtime, body))
+    raise _HttpError(
+        405 if rest in ([], ["target"], ["filters"]) else 404, f"{method} {url.path} is not supported"
+    )
+
+
+def _set_filters(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
+    try:
+        document = json.loads(body or b"{}")
+    except ValueError as exc:
+        raise _HttpError(400, f"body is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise _HttpError(400, "body must be a JSON object")
+    engine = runtime.engine
+    for field in ("key_filter", "local_target_filter"):
+        if field not in document:
+            continue
+        value = document[field]
+        if value is not None and not isinstance(value, str):
+            raise _HttpError(400, f"{field} must be a string or null, got {value!r}")
+        try:
+            setattr(engine, field, value)
+        except ValueError as exc:
+            raise _HttpError(400, str(exc)) from None
+        log.info("router=%s %s set to %r", runtime.name, field, getattr(engine, field))
+    return router_status(runtime)
+
+
+def _json(status: int, body: _JsonBody) -> tuple[int, str, bytes]:
+    return status, "application/json", json.dumps(body).encode() + b"\n"
+
+
+async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> tuple[h11.Request | None, bytes]:
+    """The request and its body; (None, b"") when the peer closed before sending one.
+
+    Raises:
+        _HttpError: the body is over MAX_REQUEST_BYTES (413).
+        h11.RemoteProtocolError: not HTTP/1.1, or a head over h11's size cap.
+    """
+    request: h11.Request | None = None
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await stream.receive_some(16384))
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > MAX_REQUEST_BYTES:
+                raise _HttpError(413, f"request body over {MAX_REQUEST_BYTES} bytes")
+        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+            return request, bytes(body)
+
+
+async def _respond(
+    conn: h11.Connection, stream: trio.SocketStream, status: int, ctype: str, payload: bytes, *, head: bool
+) -> None:
+    headers = [("content-type", ctype), ("content-length", str(len(payload))), ("connection", "close")]
+    await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
+    if not head:  # a response to HEAD has the GET response's headers and no body (RFC 9110 §9.3.2)
+        await stream.send_all(conn.send(h11.Data(data=payload)))
+    await stream.send_all(conn.send(h11.EndOfMessage()))
+
+
+async def _serve_one(
+    stream: trio.SocketStream, runtimes: Mapping[str, RouterRuntime], metrics: Metrics
+) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+    try:
+        with trio.fail_after(REQUEST_TIMEOUT_S):
+            try:
+                request, body = await _read_request(conn, stream)
+            except _HttpError as exc:
+                if conn.their_state is h11.SEND_BODY or conn.our_state is h11.SEND_RESPONSE:
+                    status, ctype, payload = _json(exc.status, {"error": exc.message})
+                    await _respond(conn, stream, status, ctype, payload, head=False)
+                return
+            if request is None:
+                return
+            method = request.method.decode()
+            head = method == "HEAD"
+            try:
+                status, ctype, payload = _route(
+                    "GET" if head else method, request.target.decode(), body, runtimes, metrics
+                )
+            except _HttpError as exc:
+                status, ctype, payload = _json(exc.status, {"error": exc.message})
+            await _respond(conn, stream, status, ctype, payload, head=head)
+    except (h11.ProtocolError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+        log.info("admin request failed: %s", exc)
+    except Exception:
+        # The admin API must never take the router (and its proxied connections) down with it.
+        log.exception("admin request handler failed")
+    finally:
+        await stream.aclose()
+
+
+async def serve_admin(
+    host: str,
+    port: int,
+    runtimes: Mapping[str, RouterRuntime],
+    metrics: Metrics,
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the admin API until cancelled; `task_status.started((host, port))` once listening."""
+    listeners = await open_listeners(host, port, f"the admin API on {host}:{port}")
+    sockname = listeners[0].socket.getsockname()
+    bound = (str(sockname[0]), int(sockname[1]))
+    log.info("admin API listening on http://%s:%d", *bound)
+    task_status.started(bound)
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await _serve_one(stream, runtimes, metrics)
+
+    await trio.serve_listeners(handler, listeners)

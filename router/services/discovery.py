@@ -1,0 +1,518 @@
+"""ZooKeeper discovery: a pool's members are the ephemeral znodes under a discovery group's path.
+
+Two sides, both trio tasks around a kazoo client:
+
+- `serve_discovery` (routerd) reads the children of the group's path and their data, with watches,
+  and feeds each complete reading into `pools.Membership`; the diff becomes
+  `RouterRuntime.add_target` / `remove_target`, and `serve_health_checks` starts or stops the
+  probe loops. Readiness stays with the probes: a member is routed to once its probe succeeds.
+- `serve_registration` (`routerctl register`) creates one member's ephemeral znode, keeps it while
+  it runs (creating it again after a session expiry), and deletes it on shutdown.
+
+kazoo runs its connection and its callbacks in its own threads (its default threading handler).
+Those threads never touch trio state: session changes and watch events are posted into a trio
+memory channel through `TrioToken.run_sync_soon`, and the blocking kazoo calls run in worker
+threads (`trio.to_thread.run_sync`). Watches fire once, so every reading sets them again; any
+watch firing, and every (re)connection, makes the reader read everything again, which also covers
+events missed while disconnected.
+
+While ZooKeeper is unreachable the pool keeps its last membership and the probes go on; each
+session transition (suspended, expired, connected) is logged once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import math
+from typing import TYPE_CHECKING, Final
+
+import trio
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException
+from kazoo.exceptions import NodeExistsError as _KazooNodeExists
+from kazoo.exceptions import NoNodeError as _KazooNoNode
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+from pools import Membership, znode_name
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from pools import Member, MembershipDiff
+    from router.config.settings import ZooKeeperConfig
+    from router.runtime import RouterRuntime
+
+__all__ = [
+    "NodeExistsError",
+    "RegistrationError",
+    "Session",
+    "ZooKeeper",
+    "ZooKeeperError",
+    "serve_discovery",
+    "serve_registration",
+]
+
+log = logging.getLogger("router.discovery")
+
+RECONNECT_MAX_DELAY_S: Final = 1.0
+"""Longest pause between two connection attempts (kazoo's default backs off to an hour, which
+would leave a router on a stale membership long after ZooKeeper is back)."""
+
+CLOSE_TIMEOUT_S: Final = 5.0
+"""Bound of closing a session (and of deleting a registration) at shutdown: ZooKeeper answers in
+milliseconds, and an unreachable one must not hold the process."""
+
+
+class _KazooLogFilter(logging.Filter):
+    """kazoo logs every reconnection attempt as a WARNING; we log each session transition once
+    ourselves, so its lines below ERROR become DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return _KAZOO_LOG.isEnabledFor(logging.DEBUG)
+
+
+_KAZOO_LOG: Final = logging.getLogger("router.discovery.kazoo")
+_KAZOO_LOG.addFilter(_KazooLogFilter())
+
+
+class ZooKeeperError(Exception):
+    """A ZooKeeper operation failed (connection lost, session expired, timeout, …)."""
+
+
+class NodeExistsError(ZooKeeperError):
+    """The znode to create exists already."""
+
+
+class _NoNodeError(ZooKeeperError):
+    """The znode is not there."""
+
+
+class RegistrationError(Exception):
+    """`routerctl register` cannot register, or lost its registration; the message is for people."""
+
+
+class Session(enum.Enum):
+    """The state of a client's ZooKeeper session, as kazoo reports it."""
+
+    CONNECTED = "connected"
+    """Connected, with a valid session (new or resumed)."""
+    SUSPENDED = "suspended"
+    """The connection dropped; the session may still be alive and resume."""
+    LOST = "lost"
+    """The session expired or was closed: its ephemeral znodes and watches are gone."""
+
+
+class _Watch(enum.Enum):
+    FIRED = "fired"
+    """A watch set by `ZooKeeper.read_children` fired: the children or a child's data changed (or
+    the connection dropped, which fires every watch)."""
+
+
+_Item = Session | _Watch
+"""What kazoo's threads hand to the trio task."""
+
+_SESSION_STATES: Final = {
+    KazooState.CONNECTED: Session.CONNECTED,
+    KazooState.SUSPENDED: Session.SUSPENDED,
+    KazooState.LOST: Session.LOST,
+}
+
+
+@contextlib.contextmanager
+def _translate(what: str) -> Iterator[None]:
+    """kazoo's exceptions -> ours (the one place that knows kazoo's exception classes)."""
+    try:
+        yield
+    except _KazooNodeExists as exc:
+        raise NodeExistsError(f"{what}: znode exists") from exc
+    except _KazooNoNode as exc:
+        raise _NoNodeError(f"{what}: no such znode") from exc
+    except (KazooException, KazooTimeoutError) as exc:
+        raise ZooKeeperError(f"{what}: {type(exc).__name__} {exc}".rstrip()) from exc
+
+
+class ZooKeeper:
+    """A typed layer over one kazoo client: the calls discovery and registration make.
+
+    Methods other than `start`, `on_session` and `on_change` block: call them from a worker thread.
+    Callbacks run in kazoo's threads and must not block.
+    """
+
+    def __init__(self, connect: str, session_timeout_ms: int) -> None:
+        """Make a client; it connects once `start` is called.
+
+        Args:
+            connect: the ensemble, `host:port[,host:port…]`.
+            session_timeout_ms: the session timeout to ask for (the server clamps it).
+        """
+        self.connect = connect
+        retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S)
+        self._client = KazooClient(
+            hosts=connect, timeout=session_timeout_ms / 1000, connection_retry=retry, logger=_KAZOO_LOG
+        )
+        self._watch: Callable[[object], None] | None = None
+
+    def on_session(self, callback: Callable[[Session], None]) -> None:
+        """Call `callback` (in a kazoo thread) on every session state change."""
+
+        def listener(state: str) -> None:
+            callback(_SESSION_STATES[state])
+
+        self._client.add_listener(listener)
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (in a kazoo thread) when a watch set by `read_children` fires."""
+
+        def watch(_event: object) -> None:
+            callback()
+
+        # One callable for every watch: kazoo keeps watchers in a set, so reading again does not
+        # pile up copies.
+        self._watch = watch
+
+    def start(self) -> None:
+        """Start connecting in the background (kazoo's threads retry until `close`)."""
+        self._client.start_async()
+
+    @property
+    def session_id(self) -> int:
+        """The current session's id (0 while not connected)."""
+        return self.session[0]
+
+    @property
+    def session(self) -> tuple[int, bytes]:
+        """The current session's id and password ((0, b"") while not connected); another client
+        that connects with them takes the session over."""
+        client_id = self._client.client_id
+        return (0, b"") if client_id is None else (int(client_id[0]), bytes(client_id[1]))
+
+    def read_children(self, path: str) -> dict[str, bytes] | None:
+        """Every child of `path` with its data, setting watches on the path and on each child.
+
+        Returns:
+            Child name -> data; None when `path` does not exist (then a watch waits for it).
+
+        Raises:
+            ZooKeeperError: the connection or the session failed during the reading.
+        """
+        with _translate(f"read {path}"):
+            try:
+                names = self._client.get_children(path, watch=self._watch)
+            except _KazooNoNode:
+                if self._client.exists(path, watch=self._watch) is None:
+                    return None
+                names = self._client.get_children(path, watch=self._watch)  # created meanwhile
+            documents: dict[str, bytes] = {}
+            for name in sorted(names):
+                try:
+                    data, _stat = self._client.get(f"{path}/{name}", watch=self._watch)
+                except _KazooNoNode:
+                    continue  # gone since the listing: the parent's watch has fired already
+                documents[str(name)] = bytes(data or b"")
+            return documents
+
+    def create_ephemeral(self, path: str, data: bytes) -> None:
+        """Create an ephemeral znode (and its missing parents, as persistent znodes).
+
+        Raises:
+            NodeExistsError: the znode exists.
+            ZooKeeperError: anything else failed.
+        """
+        with _translate(f"create {path}"):
+            self._client.create(path, data, ephemeral=True, makepath=True)
+
+    def delete_own(self, path: str) -> bool:
+        """Delete `path` if this session owns it (it is our ephemeral znode).
+
+        Returns:
+            Whether it was deleted (False when it is gone or owned by another session).
+
+        Raises:
+            ZooKeeperError: the connection or the session failed.
+        """
+        with _translate(f"delete {path}"):
+            try:
+                _data, stat = self._client.get(path)
+                if stat.ephemeralOwner != self.session_id:
+                    return False
+                self._client.delete(path, version=stat.version)
+            except _KazooNoNode:
+                return False
+        return True
+
+    def close(self) -> None:
+        """End the session (its ephemeral znodes go at once) and stop kazoo's threads."""
+        self._client.stop()
+        self._client.close()
+
+
+class _Inbox:
+    """Session changes and watch events from kazoo's threads, handed to one trio task."""
+
+    def __init__(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._send, self.receive = trio.open_memory_channel[_Item](math.inf)
+
+    def post(self, item: _Item) -> None:
+        """Called in a kazoo thread: queue `item` for the trio task; never blocks."""
+
+        def deliver() -> None:
+            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                self._send.send_nowait(item)  # unbounded: never WouldBlock
+
+        with contextlib.suppress(trio.RunFinishedError):  # the router is stopping
+            self._token.run_sync_soon(deliver)
+
+    def changed(self) -> None:
+        """A watch fired (kazoo thread)."""
+        self.post(_Watch.FIRED)
+
+    async def next_batch(self) -> list[_Item]:
+        """Wait for at least one item; return it with every other item already queued."""
+        batch = [await self.receive.receive()]
+        while True:
+            try:
+                batch.append(self.receive.receive_nowait())
+            except trio.WouldBlock:
+                return batch
+
+
+async def _close(zookeeper: ZooKeeper) -> None:
+    # Shielded: a router that is being cancelled must still end its session (and kazoo's threads),
+    # but only for a bounded time.
+    with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
+        await trio.to_thread.run_sync(zookeeper.close, abandon_on_cancel=True)
+
+
+def _apply(runtime: RouterRuntime, diff: MembershipDiff, where: str) -> None:
+    """Feed one membership diff into the router: removals first, so a node id can move."""
+    for rejected in diff.rejected:
+        log.warning(
+            "router=%s %s/%s: ignoring this member: %s", runtime.name, where, rejected.znode, rejected.reason
+        )
+    for member in diff.removed:
+        runtime.remove_target(member.node_id)
+    for old, new in diff.updated:
+        log.info(
+            "router=%s target=%s re-registered: %s -> %s",
+            runtime.name,
+            new.node_id,
+            old.describe(),
+            new.describe(),
+        )
+        runtime.remove_target(old.node_id)
+    for member in (*(new for _, new in diff.updated), *diff.added):
+        runtime.add_target(member.target())
+
+
+async def serve_discovery(
+    runtime: RouterRuntime,
+    zookeeper: ZooKeeperConfig,
+    *,
+    client: ZooKeeper | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Keep a router's pool equal to the members registered under a ZooKeeper path, until cancelled.
+
+    Args:
+        runtime: the router whose pool is fed (a discovery or cluster pool).
+        zookeeper: the discovery group's ensemble, path and session timeout.
+        client: the (not yet started) client to use; by default one for `zookeeper`.
+        task_status: started once the client is connecting (the router does not wait for
+            ZooKeeper: the pool fills when it answers).
+    """
+    pool = runtime.pool
+    assert pool is not None, "only a router with a pool discovers targets"
+    where = f"zookeeper {zookeeper.connect}{zookeeper.path}"
+    membership = Membership(
+        reserved={t.node_id: "the local target" if t.local else "a configured target" for t in pool.targets}
+    )
+    inbox = _Inbox()
+    client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
+    client.on_session(inbox.post)
+    client.on_change(inbox.changed)
+    try:
+        client.start()
+        log.info("router=%s discovering members at %s", runtime.name, where)
+        task_status.started()
+        await _follow(runtime, client, zookeeper, membership, inbox, where)
+    finally:
+        await _close(client)
+
+
+async def _follow(
+    runtime: RouterRuntime,
+    client: ZooKeeper,
+    zookeeper: ZooKeeperConfig,
+    membership: Membership,
+    inbox: _Inbox,
+    where: str,
+) -> None:
+    connected = ever_connected = stale = path_missing = False
+    last_problem = ""
+    # Say once if ZooKeeper does not answer at start (the router serves meanwhile, without members).
+    warn_at = trio.current_time() + zookeeper.session_timeout_ms / 1000
+    while True:
+        batch: list[_Item] = []
+        with trio.move_on_at(warn_at):
+            batch = await inbox.next_batch()
+        if not batch:
+            log.warning(
+                "router=%s %s does not answer: no discovered targets until it does", runtime.name, where
+            )
+            warn_at = math.inf
+            continue
+        for item in batch:
+            match item:
+                case Session.CONNECTED:
+                    log.info(
+                        "router=%s connected to %s: reading the members%s",
+                        runtime.name,
+                        where,
+                        " again" if ever_connected else "",
+                    )
+                    connected = ever_connected = stale = True
+                    warn_at = math.inf
+                case Session.SUSPENDED:
+                    log.warning(
+                        "router=%s lost the connection to %s: keeping the last %d member(s) and "
+                        "probing them until it is back",
+                        runtime.name,
+                        where,
+                        len(membership.members),
+                    )
+                    connected = False
+                case Session.LOST:
+                    log.warning(
+                        "router=%s session with %s expired or closed: keeping the last %d member(s) "
+                        "until a new session reads them again",
+                        runtime.name,
+                        where,
+                        len(membership.members),
+                    )
+                    connected = False
+                case _Watch.FIRED:
+                    stale = True
+        if not (connected and stale):
+            continue
+        stale = False
+        try:
+            documents = await trio.to_thread.run_sync(
+                client.read_children, zookeeper.path, abandon_on_cancel=True
+            )
+        except ZooKeeperError as exc:
+            # The session change that follows (or the next watch event) triggers another reading.
+            if str(exc) != last_problem:
+                log.warning("router=%s cannot read the members at %s: %s", runtime.name, where, exc)
+            last_problem, stale = str(exc), True
+            continue
+        last_problem = ""
+        if (documents is None) != path_missing:
+            path_missing = documents is None
+            if path_missing:
+                log.warning(
+                    "router=%s %s does not exist: no members until it is created", runtime.name, where
+                )
+        _apply(runtime, membership.update(documents or {}), where)
+
+
+async def serve_registration(
+    zookeeper: ZooKeeperConfig,
+    member: Member,
+    *,
+    connect_timeout_s: float,
+    client: ZooKeeper | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Register `member` under the path until cancelled, then deregister (delete the znode).
+
+    After a session expiry (ZooKeeper was unreachable for longer than the session timeout) the
+    ephemeral znode is gone; it is created again as soon as a new session is connected.
+
+    Args:
+        zookeeper: the ensemble, the path and the session timeout.
+        member: what to register; the znode is named after its node id (`pools.znode_name`).
+        connect_timeout_s: how long to wait for ZooKeeper at start, and for each creation.
+        client: the (not yet started) client to use; by default one for `zookeeper`.
+        task_status: started with the znode's path once it exists.
+
+    Raises:
+        RegistrationError: ZooKeeper does not answer in time at start, the node id is registered
+            already, or the znode was taken by another registration after a session expiry.
+    """
+    znode = f"{zookeeper.path}/{znode_name(member.node_id)}"
+    where = f"zookeeper {zookeeper.connect}"
+    inbox = _Inbox()
+    client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
+    client.on_session(inbox.post)
+    registered = False  # whether our znode exists (as far as we know)
+    connected = False
+    try:
+        client.start()
+        with trio.move_on_after(connect_timeout_s):
+            while Session.CONNECTED not in await inbox.next_batch():
+                pass
+            connected = True
+        if not connected:
+            raise RegistrationError(f"cannot reach {where} within {connect_timeout_s:g} s")
+        await _create(client, znode, member, where, connect_timeout_s)
+        registered = True
+        log.info("registered node id %r as %s at %s: %s", member.node_id, znode, where, member.describe())
+        task_status.started(znode)
+        while True:
+            for item in await inbox.next_batch():
+                if item is Session.SUSPENDED:
+                    connected = False
+                    log.warning(
+                        "lost the connection to %s: %s stays registered while the session lives", where, znode
+                    )
+                elif item is Session.LOST:
+                    connected = registered = False
+                    log.warning(
+                        "session with %s expired: %s is gone; registering again when connected", where, znode
+                    )
+                elif item is Session.CONNECTED:
+                    connected = True
+                    log.info("connected to %s again", where)
+                    if not registered:
+                        await _create(client, znode, member, where, connect_timeout_s)
+                        registered = True
+                        log.info("registered node id %r as %s again", member.node_id, znode)
+    finally:
+        # Shielded and bounded: deregister even when cancelled (that is how we are stopped), but
+        # never hang on an unreachable ZooKeeper; closing the session removes the znode too, and
+        # failing that it goes when the session expires.
+        with trio.CancelScope(shield=True):
+            if registered and connected:
+                with trio.move_on_after(CLOSE_TIMEOUT_S):
+                    try:
+                        if await trio.to_thread.run_sync(client.delete_own, znode, abandon_on_cancel=True):
+                            log.info("deregistered node id %r (%s deleted)", member.node_id, znode)
+                    except ZooKeeperError as exc:
+                        log.warning("could not delete %s (%s): it goes when the session ends", znode, exc)
+            await _close(client)
+
+
+async def _create(client: ZooKeeper, znode: str, member: Member, where: str, timeout_s: float) -> None:
+    try:
+        with trio.fail_after(timeout_s):
+            await trio.to_thread.run_sync(
+                client.create_ephemeral, znode, member.to_document(), abandon_on_cancel=True
+            )
+    except NodeExistsError:
+        raise RegistrationError(
+            f"node id {member.node_id!r} is registered already: {znode} exists at {where} (another "
+            "routerctl register, or a session that has not expired yet)"
+        ) from None
+    except ZooKeeperError as exc:
+        raise RegistrationError(f"cannot create {znode} at {where}: {exc}") from None
+    except trio.TooSlowError:
+        raise RegistrationError(
+            f"cannot create {znode}: {where} did not answer within {timeout_s:g} s"
+        ) from None

@@ -1,0 +1,57 @@
+"""The connection-TTL checker: closes proxied connections whose client has been silent too long.
+
+One task per router that has an acceptor with a TTL walks the connections under a TTL every
+`connection-ttl-check-interval` and closes those whose client has sent nothing for
+`connection-ttl` (Artemis's connection TTL, seed 002). Which TTL a connection has is decided in
+router/core/ttl.py; the registry it walks is router/core/live.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from router.core.live import CLOSED_BY_TTL
+
+if TYPE_CHECKING:
+    from router.runtime import RouterRuntime
+
+__all__ = ["serve_connection_ttl_checks"]
+
+log = logging.getLogger("router.conn")
+
+
+async def serve_connection_ttl_checks(runtime: RouterRuntime, interval_s: float) -> None:
+    """Close a router's idle proxied connections every `interval_s`, until cancelled.
+
+    Checks run at absolute times (start + k * interval), so a connection is closed between its
+    TTL and its TTL plus one interval after its client's last bytes; each close is logged once
+    and counted in `router_proxied_connections_closed_total{reason="connection_ttl"}`.
+
+    Args:
+        runtime: the router whose connections are checked.
+        interval_s: `connection-ttl-check-interval` in seconds.
+    """
+    counter = runtime.metrics.router_closes.labels(runtime.name, CLOSED_BY_TTL)
+    next_time = trio.current_time()
+    while True:
+        next_time += interval_s
+        await trio.sleep_until(next_time)
+        now = trio.current_time()
+        next_time = max(next_time, now)  # a late check skips the missed slots
+        for conn, idle_s in runtime.connections.close_idle(now):
+            counter.inc()
+            log.warning(
+                "peer=%s router=%s acceptor=%s target=%s address=%s:%d outcome=CONNECTION_TTL "
+                "idle_s=%.3f ttl_ms=%d: no bytes from the client within the connection TTL, closing",
+                conn.peer,
+                runtime.name,
+                conn.acceptor,
+                conn.node_id,
+                conn.address[0],
+                conn.address[1],
+                idle_s,
+                conn.ttl_ms,
+            )

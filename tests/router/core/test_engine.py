@@ -1,0 +1,786 @@
+"""Tests for router/core/engine.py: the SPEC A1 workflow, the A7 lookup, RouteDecision and build_pool.
+
+Expected CONSISTENT_HASH / CONSISTENT_HASH_MODULO results are worked out by hand from hashes
+computed with Java 17 (see tests/policies/test_hashing.py):
+    broker1 774970719 < broker2 791748338 < broker3 808525957   (ring points)
+    "key-320" 779799954 -> broker1    "key-319" 796430478 -> broker2    "key-0" 1491088857 -> broker3
+    "client-42" 696160687 -> broker1 (wraps)    "FOO-1" -1838136627 -> broker1 (wraps)
+    MODULO 3: "client-42" -> "1", "FOO-1" -> "2", "a" -> "2", "NULL" (963632676) -> "0"
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from cache.cache import CacheConfig
+from keys.resolve import NULL_KEY, ConnectionFacts, KeyType
+from policies.policy import FirstElementPolicy, Policy, PolicyConfig
+from pools.pool import Pool, PoolConfig, PoolKind
+from pools.target import Connector, Target
+from router.config.settings import ClusterConnectionConfig, Config, DiscoveryGroupConfig, RouterConfig
+from router.core.engine import RouteDecision, RouteStatus, RoutingEngine, build_pool
+from tests.policies.test_policy import FakeCounts
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+INTERNAL = "$.artemis.internal.router.client."
+
+
+def connector(name: str, node_id: str | None = None, host: str = "10.0.0.1", port: int = 61616) -> Connector:
+    params = (("nodeId", node_id),) if node_id is not None else ()
+    return Connector(name=name, host=host, port=port, params=params)
+
+
+B1 = Target.remote(connector("artemis-1", "broker1", "10.0.0.1"))
+B2 = Target.remote(connector("artemis-2", "broker2", "10.0.0.2"))
+B3 = Target.remote(connector("artemis-3", "broker3", "10.0.0.3"))
+LOCAL = Target.local_target(connector("here", "broker-local", "127.0.0.1"))
+
+
+class RecordingPolicy(Policy):
+    """FIRST_ELEMENT that records every `select` call (a fake, not a mock).
+
+    It wraps rather than subclasses FirstElementPolicy: a subclass would inherit NAME and replace
+    FIRST_ELEMENT in the policy registry.
+    """
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.inner = FirstElementPolicy({})
+        self.calls: list[tuple[list[str], str]] = []
+
+    def select(self, targets: Sequence[Target], key: str) -> Target | None:
+        self.calls.append(([t.node_id for t in targets], key))
+        return self.inner.select(targets, key)
+
+
+def make_engine(
+    *,
+    policy: str | None = "FIRST_ELEMENT",
+    properties: tuple[tuple[str, str], ...] = (),
+    key_type: KeyType = KeyType.CLIENT_ID,
+    key_filter: str | None = None,
+    local_filter: str | None = None,
+    cache_timeout_ms: int | None = None,
+    targets: Sequence[Target] | None = (B1, B2, B3),
+    ready: Sequence[str] | None = None,
+    quorum: int = 1,
+    round_robin_start: int = 0,
+    counts: FakeCounts | None = None,
+) -> RoutingEngine:
+    """An engine over a pool of `targets` (None: no pool) with `ready` node ids ready (None: all)."""
+    config = RouterConfig(
+        name="r1",
+        key_type=key_type,
+        key_filter=key_filter,
+        local_target_filter=local_filter,
+        cache=CacheConfig(timeout_ms=cache_timeout_ms) if cache_timeout_ms is not None else None,
+        policy=PolicyConfig(name=policy, properties=properties) if policy is not None else None,
+    )
+    pool = None
+    if targets is not None:
+        pool = Pool("r1", quorum, targets)
+        for t in targets:
+            if ready is None or t.node_id in ready:
+                pool.record_check(t.node_id, True)
+    return RoutingEngine(config, pool, LOCAL, round_robin_start=round_robin_start, counts=counts)
+
+
+def node(decision: RouteDecision) -> str | None:
+    return None if decision.target is None else decision.target.node_id
+
+
+def local_filter_of(engine: RoutingEngine) -> str | None:
+    # A function call, so that mypy does not narrow the property to the value just assigned.
+    return engine.local_target_filter
+
+
+def client(client_id: str | None) -> ConnectionFacts:
+    return ConnectionFacts(client_id=client_id, source_ip="10.9.0.1")
+
+
+# -- step 0: internal client id --
+
+
+class TestStep0InternalClientId:
+    def test_route_internal_client_id_goes_local(self):
+        engine = make_engine(cache_timeout_ms=0)
+        decision = engine.route(client(INTERNAL + "router-2"), 0.0)
+        assert decision.status is RouteStatus.OK
+        assert decision.target is LOCAL
+        assert decision.reason == "internal client id"
+        assert engine.cache is not None
+        assert engine.cache.entries(0.0) == {}
+
+    def test_route_internal_client_id_goes_local_without_pool_or_policy(self):
+        engine = make_engine(policy=None, targets=None)
+        decision = engine.route(client(INTERNAL + "x"), 0.0)
+        assert (decision.status, decision.target) == (RouteStatus.OK, LOCAL)
+
+    def test_route_internal_client_id_wins_over_key_type_and_filter(self):
+        """Scenario: key type SOURCE_IP and a key filter; the raw client id still decides step 0."""
+        engine = make_engine(key_type=KeyType.SOURCE_IP, key_filter="^10[.]", ready=[])
+        decision = engine.route(client(INTERNAL + "probe"), 0.0)
+        assert (decision.status, decision.target) == (RouteStatus.OK, LOCAL)
+
+    def test_route_internal_client_id_does_not_move_round_robin(self):
+        engine = make_engine(policy="ROUND_ROBIN", round_robin_start=0)
+        engine.route(client(INTERNAL + "probe"), 0.0)
+        assert node(engine.route(client("c1"), 0.0)) == "broker1"
+
+    def test_route_client_id_resembling_prefix_is_routed_normally(self):
+        engine = make_engine()
+        decision = engine.route(client("$.artemis.internal.router.clientX"), 0.0)
+        assert node(decision) == "broker1"
+        assert decision.target is not None
+        assert decision.target.local is False
+
+
+# -- steps 1-2: key and key filter --
+
+
+class TestSteps1And2Key:
+    def test_route_missing_key_is_null(self):
+        engine = make_engine()
+        decision = engine.route(client(None), 0.0)
+        assert decision.key == NULL_KEY
+        assert node(decision) == "broker1"
+
+    def test_route_key_filter_whole_match(self):
+        engine = make_engine(key_filter=r"FOO-(\d)")
+        assert engine.route(client("xFOO-1-bar"), 0.0).key == "FOO-1"
+
+    def test_route_key_filter_no_match_is_null(self):
+        engine = make_engine(key_filter="FOO-[0-9]")
+        assert engine.route(client("BAR-1"), 0.0).key == NULL_KEY
+
+    def test_route_key_filter_not_applied_to_missing(self):
+        """Scenario: filter "U" would find "U" in the literal "NULL"; a missing value stays NULL."""
+        engine = make_engine(key_filter="U")
+        assert engine.route(client(None), 0.0).key == NULL_KEY
+
+    def test_route_default_key_type_is_source_ip(self):
+        engine = RoutingEngine(
+            RouterConfig(name="r1", policy=PolicyConfig(name="FIRST_ELEMENT")), None, LOCAL
+        )
+        decision = engine.route(ConnectionFacts(source_ip="[::ffff:10.1.2.3]", client_id="c"), 0.0)
+        assert decision.key == "10.1.2.3"
+
+    def test_connection_key_applies_filter_then_transform(self):
+        engine = make_engine(
+            policy="CONSISTENT_HASH_MODULO", properties=(("MODULO", "3"),), key_filter="FOO-[0-9]"
+        )
+        assert engine.connection_key(client("zzFOO-1zz")) == "2"
+
+
+# -- step 3: transform --
+
+
+class TestStep3Transform:
+    def test_route_modulo_transforms_key(self):
+        engine = make_engine(policy="CONSISTENT_HASH_MODULO", properties=(("MODULO", "3"),))
+        assert engine.route(client("client-42"), 0.0).key == "1"
+        assert engine.route(client("FOO-1"), 0.0).key == "2"
+        assert engine.route(client("a"), 0.0).key == "2"
+
+    def test_route_modulo_does_not_transform_null(self):
+        """Scenario: transform("NULL") would be "0" and hit the local filter "0"; NULL is not
+        transformed, so it misses the filter and the modulo policy refuses it."""
+        engine = make_engine(policy="CONSISTENT_HASH_MODULO", properties=(("MODULO", "3"),), local_filter="0")
+        decision = engine.route(client(None), 0.0)
+        assert decision.key == NULL_KEY
+        assert decision.status is RouteStatus.REFUSED_UNAVAILABLE
+
+    def test_route_other_policies_do_not_transform(self):
+        for policy in ["FIRST_ELEMENT", "ROUND_ROBIN", "CONSISTENT_HASH", "LEAST_CONNECTIONS"]:
+            assert make_engine(policy=policy).route(client("client-42"), 0.0).key == "client-42"
+
+    def test_transform_without_policy_is_identity(self):
+        assert make_engine(policy=None).transform("client-42") == "client-42"
+
+
+# -- step 4: local-target filter --
+
+
+class TestStep4LocalFilter:
+    def test_route_local_filter_fullmatch_goes_local(self):
+        engine = make_engine(local_filter="FOO-[0-9]")
+        decision = engine.route(client("FOO-1"), 0.0)
+        assert decision.status is RouteStatus.OK
+        assert decision.target is LOCAL
+        assert decision.reason == "local-target-filter"
+
+    def test_route_local_filter_needs_full_match(self):
+        """Scenario: "FOO" is found inside "FOO-1" but does not match all of it."""
+        engine = make_engine(local_filter="FOO")
+        assert node(engine.route(client("FOO-1"), 0.0)) == "broker1"
+        assert node(engine.route(client("xFOO"), 0.0)) == "broker1"
+        assert engine.route(client("FOO"), 0.0).target is LOCAL
+
+    def test_route_local_filter_applies_to_null(self):
+        engine = make_engine(local_filter="NULL|0")
+        assert engine.route(client(None), 0.0).target is LOCAL
+
+    def test_route_local_filter_after_modulo_transform(self):
+        engine = make_engine(
+            policy="CONSISTENT_HASH_MODULO", properties=(("MODULO", "3"),), local_filter="NULL|1"
+        )
+        assert engine.route(client("client-42"), 0.0).target is LOCAL  # -> "1"
+        assert engine.route(client(None), 0.0).target is LOCAL  # NULL
+        refused = engine.route(client("FOO-1"), 0.0)  # -> "2": misses the filter, never selected
+        assert (refused.key, refused.status) == ("2", RouteStatus.REFUSED_UNAVAILABLE)
+        assert refused.target is None
+
+    def test_route_local_filter_before_pool_and_policy_check(self):
+        engine = make_engine(policy=None, targets=None, local_filter="local-.*")
+        assert engine.route(client("local-7"), 0.0).target is LOCAL
+        assert engine.route(client("remote-7"), 0.0).status is RouteStatus.REFUSED_USE_ANOTHER
+
+    def test_route_local_filter_before_cache(self):
+        engine = make_engine(cache_timeout_ms=0)
+        assert node(engine.route(client("k"), 0.0)) == "broker1"
+        engine.local_target_filter = "k"
+        assert engine.route(client("k"), 0.0).target is LOCAL
+
+    def test_route_local_filter_even_when_pool_not_ready(self):
+        engine = make_engine(local_filter="NULL", ready=[])
+        assert engine.route(client(None), 0.0).target is LOCAL
+
+
+# -- step 5: no pool or no policy --
+
+
+class TestStep5Refusal:
+    def test_route_no_pool_refused_use_another(self):
+        decision = make_engine(targets=None).route(client("c"), 0.0)
+        assert decision.status is RouteStatus.REFUSED_USE_ANOTHER
+        assert decision.target is None
+        assert decision.key == "c"
+
+    def test_route_no_policy_refused_use_another(self):
+        decision = make_engine(policy=None).route(client("c"), 0.0)
+        assert decision.status is RouteStatus.REFUSED_USE_ANOTHER
+
+    def test_route_no_policy_even_with_cache_refused_use_another(self):
+        engine = make_engine(policy=None, cache_timeout_ms=0)
+        assert engine.cache is not None
+        engine.cache.put("c", "broker1", 0.0)
+        assert engine.route(client("c"), 0.0).status is RouteStatus.REFUSED_USE_ANOTHER
+
+
+# -- step 6: cache --
+
+
+class TestStep6Cache:
+    def test_route_cache_hit_does_not_call_policy(self):
+        engine = make_engine(cache_timeout_ms=0)
+        recorder = RecordingPolicy()
+        engine.policy = recorder
+        first = engine.route(client("k"), 0.0)
+        second = engine.route(client("k"), 1.0)
+        assert node(first) == node(second) == "broker1"
+        assert (first.reason, second.reason) == ("policy", "cache")
+        assert recorder.calls == [(["broker1", "broker2", "broker3"], "k")]
+
+    def test_route_cache_hit_keeps_round_robin_position(self):
+        """Scenario: a cache hit does not consult ROUND_ROBIN, so the next new key gets the next target."""
+        engine = make_engine(policy="ROUND_ROBIN", cache_timeout_ms=0, round_robin_start=0)
+        assert node(engine.route(client("k1"), 0.0)) == "broker1"
+        assert node(engine.route(client("k1"), 0.0)) == "broker1"
+        assert node(engine.route(client("k1"), 0.0)) == "broker1"
+        assert node(engine.route(client("k2"), 0.0)) == "broker2"
+
+    def test_route_cache_hit_without_quorum_check(self):
+        """Scenario: quorum 2; after two of three targets fail the pool hands out nothing, but a
+        cached key still reaches its ready target."""
+        engine = make_engine(cache_timeout_ms=0, quorum=2)
+        assert node(engine.route(client("k"), 0.0)) == "broker1"
+        assert engine.pool is not None
+        engine.pool.record_check("broker2", False)
+        engine.pool.record_check("broker3", False)
+        assert engine.pool.routing_targets() == []
+        hit = engine.route(client("k"), 1.0)
+        assert (hit.status, node(hit), hit.reason) == (RouteStatus.OK, "broker1", "cache")
+        miss = engine.route(client("other"), 1.0)
+        assert miss.status is RouteStatus.REFUSED_UNAVAILABLE
+
+    def test_route_cache_hit_refreshes_expiry(self):
+        engine = make_engine(cache_timeout_ms=1000)
+        assert engine.cache is not None
+        engine.route(client("k"), 0.0)
+        assert engine.route(client("k"), 0.75).reason == "cache"
+        assert engine.cache.entries(1.5) == {"k": "broker1"}  # would be gone at 1.0 without the hit
+        assert engine.route(client("k"), 1.5).reason == "cache"
+
+    def test_route_cache_expired_entry_asks_policy(self):
+        engine = make_engine(policy="ROUND_ROBIN", cache_timeout_ms=1000, round_robin_start=0)
+        assert node(engine.route(client("k"), 0.0)) == "broker1"
+        again = engine.route(client("k"), 1.0)
+        assert (node(again), again.reason) == ("broker2", "policy")
+
+    def test_route_cache_entry_for_unready_target_is_bypassed_and_overwritten(self):
+        engine = make_engine(policy="ROUND_ROBIN", cache_timeout_ms=0, round_robin_start=0)
+        assert engine.pool is not None
+        assert engine.cache is not None
+        assert node(engine.route(client("k"), 0.0)) == "broker1"
+        engine.pool.record_check("broker1", False)
+        # ROUND_ROBIN position is 1; ready targets [broker2, broker3] -> 1 % 2 = 1 -> broker3
+        moved = engine.route(client("k"), 1.0)
+        assert (node(moved), moved.reason) == ("broker3", "policy")
+        assert engine.cache.entries(1.0) == {"k": "broker3"}
+        engine.pool.record_check("broker1", True)
+        back = engine.route(client("k"), 2.0)
+        assert (node(back), back.reason) == ("broker3", "cache")
+
+    def test_route_cache_entry_not_removed_while_target_down(self):
+        engine = make_engine(cache_timeout_ms=0, ready=["broker1"])
+        assert engine.pool is not None
+        assert engine.cache is not None
+        engine.route(client("k"), 0.0)
+        engine.pool.record_check("broker1", False)
+        refused = engine.route(client("k"), 1.0)
+        assert refused.status is RouteStatus.REFUSED_UNAVAILABLE
+        assert engine.cache.entries(1.0) == {"k": "broker1"}
+
+    def test_route_cache_entry_for_node_outside_pool_is_bypassed(self):
+        engine = make_engine(cache_timeout_ms=0)
+        assert engine.cache is not None
+        engine.cache.put("k", "gone-broker", 0.0)
+        decision = engine.route(client("k"), 0.0)
+        assert (node(decision), decision.reason) == ("broker1", "policy")
+        assert engine.cache.entries(0.0) == {"k": "broker1"}
+
+    def test_route_cache_uses_transformed_key(self):
+        engine = make_engine(
+            policy="CONSISTENT_HASH_MODULO",
+            properties=(("MODULO", "3"),),
+            cache_timeout_ms=0,
+            local_filter="1",
+        )
+        assert engine.cache is not None
+        engine.cache.put("2", "broker2", 0.0)
+        hit = engine.route(client("FOO-1"), 0.0)  # -> "2": the cache answers before the policy
+        assert (hit.key, node(hit), hit.reason) == ("2", "broker2", "cache")
+
+
+# -- steps 7-9: quorum, pick, refusal --
+
+
+class TestSteps7To9:
+    def test_route_below_quorum_refused_unavailable(self):
+        engine = make_engine(quorum=2, ready=["broker3"])
+        decision = engine.route(client("k"), 0.0)
+        assert decision.status is RouteStatus.REFUSED_UNAVAILABLE
+        assert decision.reason == "no ready target"
+        assert decision.target is None
+
+    def test_route_quorum_reached_picks_among_ready(self):
+        engine = make_engine(quorum=2, ready=["broker2", "broker3"])
+        assert node(engine.route(client("k"), 0.0)) == "broker2"
+
+    def test_route_no_ready_target_refused_unavailable(self):
+        decision = make_engine(ready=[]).route(client("k"), 0.0)
+        assert decision.status is RouteStatus.REFUSED_UNAVAILABLE
+
+    def test_route_empty_pool_refused_unavailable(self):
+        decision = make_engine(targets=()).route(client("k"), 0.0)
+        assert decision.status is RouteStatus.REFUSED_UNAVAILABLE
+
+    def test_route_pick_is_cached(self):
+        engine = make_engine(policy="CONSISTENT_HASH", cache_timeout_ms=0)
+        assert engine.cache is not None
+        assert node(engine.route(client("key-319"), 5.0)) == "broker2"
+        assert engine.cache.entries(5.0) == {"key-319": "broker2"}
+
+    def test_route_refusal_is_not_cached(self):
+        engine = make_engine(ready=[], cache_timeout_ms=0)
+        assert engine.cache is not None
+        engine.route(client("k"), 0.0)
+        assert len(engine.cache) == 0
+
+    def test_route_modulo_with_pool_refused_unavailable(self):
+        engine = make_engine(policy="CONSISTENT_HASH_MODULO", properties=(("modulo", "3"),))
+        decision = engine.route(client("client-42"), 0.0)
+        assert (decision.key, decision.status) == ("1", RouteStatus.REFUSED_UNAVAILABLE)
+        assert decision.reason == "policy selects no target"
+
+    @pytest.mark.parametrize(
+        ("client_id", "expected"),
+        [("key-320", "broker1"), ("key-319", "broker2"), ("key-0", "broker3"), ("client-42", "broker1")],
+    )
+    def test_route_consistent_hash_exact(self, client_id, expected):
+        engine = make_engine(policy="CONSISTENT_HASH")
+        assert node(engine.route(client(client_id), 0.0)) == expected
+
+    def test_route_consistent_hash_over_ready_targets_only(self):
+        """Scenario: broker2 is not ready; "key-319" falls to its floor neighbour broker1."""
+        engine = make_engine(policy="CONSISTENT_HASH", ready=["broker1", "broker3"])
+        assert node(engine.route(client("key-319"), 0.0)) == "broker1"
+
+    def test_route_round_robin_sequence(self):
+        engine = make_engine(policy="ROUND_ROBIN", round_robin_start=2)
+        picks = [node(engine.route(client("same"), 0.0)) for _ in range(4)]
+        assert picks == ["broker3", "broker1", "broker2", "broker3"]
+
+    def test_route_least_connections_uses_counts(self):
+        engine = make_engine(
+            policy="LEAST_CONNECTIONS", counts=FakeCounts({"broker1": 7, "broker2": 2, "broker3": 2})
+        )
+        picks = [node(engine.route(client("same"), 0.0)) for _ in range(3)]
+        assert picks == ["broker2", "broker3", "broker2"]
+
+    def test_early_then_select_with_waited_targets(self):
+        """Scenario: the I/O layer calls `early`, waits for quorum, then `select` with the targets."""
+        engine = make_engine(cache_timeout_ms=0, quorum=2, ready=[])
+        assert engine.early("k", 0.0) is None
+        decision = engine.select("k", [B2, B3], 3.0)
+        assert (node(decision), decision.reason) == ("broker2", "policy")
+        assert engine.cache is not None
+        assert engine.cache.entries(3.0) == {"k": "broker2"}
+
+    def test_select_empty_targets_refused_unavailable(self):
+        decision = make_engine().select("k", [], 0.0)
+        assert (decision.status, decision.reason) == (RouteStatus.REFUSED_UNAVAILABLE, "no ready target")
+
+
+# -- A7: management lookup --
+
+
+class TestLookup:
+    def test_lookup_starts_at_step_3_without_key_filter(self):
+        """Scenario: the key filter would turn "xx" into NULL; lookup takes the key as given."""
+        engine = make_engine(key_filter="FOO-[0-9]")
+        decision = engine.lookup("xx", 0.0)
+        assert (decision.key, node(decision)) == ("xx", "broker1")
+
+    def test_lookup_skips_internal_client_id_check(self):
+        engine = make_engine()
+        decision = engine.lookup(INTERNAL + "x", 0.0)
+        assert node(decision) == "broker1"
+        assert decision.target is not None
+        assert decision.target.local is False
+
+    def test_lookup_transforms_key(self):
+        engine = make_engine(policy="CONSISTENT_HASH_MODULO", properties=(("MODULO", "3"),), local_filter="1")
+        decision = engine.lookup("client-42", 0.0)
+        assert (decision.key, decision.target) == ("1", LOCAL)
+
+    def test_lookup_does_not_transform_null(self):
+        engine = make_engine(policy="CONSISTENT_HASH_MODULO", properties=(("MODULO", "3"),), local_filter="0")
+        decision = engine.lookup(NULL_KEY, 0.0)
+        assert (decision.key, decision.status) == (NULL_KEY, RouteStatus.REFUSED_UNAVAILABLE)
+
+    def test_lookup_applies_local_filter(self):
+        engine = make_engine(local_filter="NULL|0")
+        assert engine.lookup("NULL", 0.0).target is LOCAL
+        assert engine.lookup("0", 0.0).target is LOCAL
+        assert node(engine.lookup("00", 0.0)) == "broker1"
+
+    def test_lookup_updates_cache(self):
+        engine = make_engine(policy="CONSISTENT_HASH", cache_timeout_ms=0)
+        assert engine.cache is not None
+        engine.lookup("key-0", 2.0)
+        assert engine.cache.entries(2.0) == {"key-0": "broker3"}
+
+    def test_lookup_moves_round_robin_position(self):
+        engine = make_engine(policy="ROUND_ROBIN", round_robin_start=0)
+        assert node(engine.lookup("a", 0.0)) == "broker1"
+        assert node(engine.route(client("b"), 0.0)) == "broker2"
+        assert node(engine.lookup("c", 0.0)) == "broker3"
+
+    def test_lookup_uses_cache(self):
+        engine = make_engine(policy="ROUND_ROBIN", cache_timeout_ms=0, round_robin_start=0)
+        assert node(engine.route(client("k"), 0.0)) == "broker1"
+        hit = engine.lookup("k", 0.0)
+        assert (node(hit), hit.reason) == ("broker1", "cache")
+
+    def test_lookup_without_pool_refused_use_another(self):
+        assert make_engine(targets=None).lookup("k", 0.0).status is RouteStatus.REFUSED_USE_ANOTHER
+
+
+# -- A7: filters changed at run time --
+
+
+class TestRuntimeFilters:
+    def test_key_filter_read_and_changed(self):
+        engine = make_engine(key_filter="FOO-[0-9]")
+        assert engine.key_filter == "FOO-[0-9]"
+        assert engine.route(client("xBAR-2"), 0.0).key == NULL_KEY
+        engine.key_filter = "BAR-[0-9]"
+        assert engine.key_filter == "BAR-[0-9]"
+        assert engine.compiled_key_filter is not None
+        assert engine.route(client("xBAR-2"), 0.0).key == "BAR-2"
+
+    @pytest.mark.parametrize("blank", ["", "   ", None])
+    def test_key_filter_blank_disables(self, blank):
+        engine = make_engine(key_filter="FOO-[0-9]")
+        engine.key_filter = blank
+        assert engine.key_filter is None
+        assert engine.compiled_key_filter is None
+        assert engine.route(client("xBAR-2"), 0.0).key == "xBAR-2"
+
+    def test_key_filter_invalid_regex_raises_and_keeps_old(self):
+        engine = make_engine(key_filter="FOO-[0-9]")
+        with pytest.raises(ValueError, match=r"key-filter '\(' is not a valid regular expression"):
+            engine.key_filter = "("
+        assert engine.key_filter == "FOO-[0-9]"
+        assert engine.route(client("xFOO-3"), 0.0).key == "FOO-3"
+
+    def test_local_target_filter_read_and_changed(self):
+        engine = make_engine()
+        assert local_filter_of(engine) is None
+        assert node(engine.route(client("k"), 0.0)) == "broker1"
+        engine.local_target_filter = "k|NULL"
+        assert local_filter_of(engine) == "k|NULL"
+        assert engine.route(client("k"), 0.0).target is LOCAL
+        engine.local_target_filter = "  "
+        assert local_filter_of(engine) is None
+        assert node(engine.route(client("k"), 0.0)) == "broker1"
+
+    def test_local_target_filter_invalid_regex_raises_and_keeps_old(self):
+        engine = make_engine(local_filter="k")
+        with pytest.raises(ValueError, match=r"local-target-filter '\[a-' is not a valid regular expression"):
+            engine.local_target_filter = "[a-"
+        assert engine.local_target_filter == "k"
+        assert engine.route(client("k"), 0.0).target is LOCAL
+
+    def test_engine_with_invalid_filter_in_config_is_impossible(self):
+        with pytest.raises(ValueError, match="key-filter"):
+            RouterConfig(name="r1", key_filter="(")
+
+
+# -- RouteDecision --
+
+
+class TestRouteDecision:
+    def test_route_decision_to_json_remote(self):
+        decision = RouteDecision(key="key-319", status=RouteStatus.OK, target=B2, reason="policy")
+        assert decision.to_json() == {
+            "key": "key-319",
+            "status": "OK",
+            "node_id": "broker2",
+            "local": False,
+            "connector": "tcp://10.0.0.2:61616",
+        }
+
+    def test_route_decision_to_json_local_with_connector(self):
+        decision = RouteDecision(key="NULL", status=RouteStatus.OK, target=LOCAL)
+        assert decision.to_json() == {
+            "key": "NULL",
+            "status": "OK",
+            "node_id": "broker-local",
+            "local": True,
+            "connector": "tcp://127.0.0.1:61616",
+        }
+
+    def test_route_decision_to_json_local_without_connector(self):
+        decision = RouteDecision(key="k", status=RouteStatus.OK, target=Target.local_target(None))
+        assert decision.to_json() == {
+            "key": "k",
+            "status": "OK",
+            "node_id": "local",
+            "local": True,
+            "connector": None,
+        }
+
+    def test_route_decision_to_json_ipv6_connector(self):
+        v6 = Target.remote(Connector.from_url("v6", "tcp://[::1]:5672?nodeId=n6"))
+        assert RouteDecision(key="k", status=RouteStatus.OK, target=v6).to_json()["connector"] == (
+            "tcp://[::1]:5672"
+        )
+
+    @pytest.mark.parametrize("status", [RouteStatus.REFUSED_UNAVAILABLE, RouteStatus.REFUSED_USE_ANOTHER])
+    def test_route_decision_to_json_refused(self, status):
+        decision = RouteDecision(key="NULL", status=status, reason="x")
+        assert decision.to_json() == {
+            "key": "NULL",
+            "status": status.value,
+            "node_id": None,
+            "local": False,
+            "connector": None,
+        }
+
+    def test_route_decision_rejects_ok_without_target(self):
+        with pytest.raises(ValueError, match="a decision has a target exactly when OK, got OK"):
+            RouteDecision(key="k", status=RouteStatus.OK)
+
+    def test_route_decision_rejects_refusal_with_target(self):
+        with pytest.raises(ValueError, match="got REFUSED_UNAVAILABLE"):
+            RouteDecision(key="k", status=RouteStatus.REFUSED_UNAVAILABLE, target=B1)
+
+    def test_route_status_values_are_artemis_names(self):
+        assert [s.value for s in RouteStatus] == ["OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE"]
+
+
+# -- build_pool --
+
+
+class TestBuildPool:
+    CONNECTORS = (
+        Connector.from_url("here", "tcp://127.0.0.1:61616?nodeId=broker-local"),
+        Connector.from_url("artemis-1", "tcp://10.0.0.1:61616?nodeId=broker1"),
+        Connector.from_url("artemis-2", "tcp://10.0.0.2:61616?nodeId=broker2"),
+        Connector.from_url("artemis-3", "tcp://10.0.0.3:61616"),
+    )
+
+    def config(self, router: RouterConfig) -> Config:
+        return Config(
+            source="router.xml",
+            connectors=self.CONNECTORS,
+            routers=(router,),
+            discovery_groups=(DiscoveryGroupConfig(name="dg"),),
+            cluster_connections=(
+                ClusterConnectionConfig(
+                    name="cluster", connector_ref="here", static_connectors=("artemis-3", "artemis-1")
+                ),
+            ),
+        )
+
+    def test_build_pool_static_order_local_first(self):
+        router = RouterConfig(
+            name="r1",
+            local_connector="here",
+            pool=PoolConfig(
+                kind=PoolKind.STATIC,
+                static_connectors=("artemis-2", "artemis-1", "artemis-3"),
+                local_target_enabled=True,
+                quorum_size=2,
+            ),
+        )
+        pool, local = build_pool(self.config(router), router)
+        assert pool is not None
+        assert [t.node_id for t in pool.targets] == ["broker-local", "broker2", "broker1", "artemis-3"]
+        assert pool.targets[0] is local
+        assert local.local is True
+        assert local.connector is not None
+        assert local.connector.name == "here"
+        assert [t.local for t in pool.targets] == [True, False, False, False]
+        assert pool.name == "r1"
+        assert pool.quorum_size == 2
+
+    def test_build_pool_static_without_local_target(self):
+        router = RouterConfig(
+            name="r1",
+            local_connector="here",
+            pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("artemis-1", "artemis-2")),
+        )
+        pool, local = build_pool(self.config(router), router)
+        assert pool is not None
+        assert [t.node_id for t in pool.targets] == ["broker1", "broker2"]
+        assert local.node_id == "broker-local"
+
+    def test_build_pool_targets_not_ready(self):
+        router = RouterConfig(
+            name="r1", pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("artemis-1",))
+        )
+        pool, _ = build_pool(self.config(router), router)
+        assert pool is not None
+        assert pool.ready_targets() == []
+        assert pool.active is False
+
+    def test_build_pool_cluster_connection_static_connectors(self):
+        router = RouterConfig(name="r1", pool=PoolConfig(kind=PoolKind.CLUSTER, cluster_connection="cluster"))
+        pool, _ = build_pool(self.config(router), router)
+        assert pool is not None
+        assert [t.node_id for t in pool.targets] == ["artemis-3", "broker1"]
+        assert [t.connector.host for t in pool.targets if t.connector is not None] == ["10.0.0.3", "10.0.0.1"]
+
+    def test_build_pool_cluster_with_local_target_first(self):
+        router = RouterConfig(
+            name="r1",
+            pool=PoolConfig(kind=PoolKind.CLUSTER, cluster_connection="cluster", local_target_enabled=True),
+        )
+        pool, local = build_pool(self.config(router), router)
+        assert pool is not None
+        assert [t.node_id for t in pool.targets] == ["local", "artemis-3", "broker1"]
+        assert pool.targets[0] is local
+
+    def test_build_pool_discovery_starts_empty(self):
+        router = RouterConfig(name="r1", pool=PoolConfig(kind=PoolKind.DISCOVERY, discovery_group="dg"))
+        pool, _ = build_pool(self.config(router), router)
+        assert pool is not None
+        assert pool.targets == ()
+
+    def test_build_pool_without_pool(self):
+        router = RouterConfig(name="r1", local_connector="here")
+        pool, local = build_pool(self.config(router), router)
+        assert pool is None
+        assert local.node_id == "broker-local"
+
+    def test_build_pool_local_target_without_connector(self):
+        router = RouterConfig(name="r1")
+        pool, local = build_pool(self.config(router), router)
+        assert pool is None
+        assert (local.node_id, local.connector, local.local) == ("local", None, True)
+        decision = RouteDecision(key="NULL", status=RouteStatus.OK, target=local)
+        assert decision.to_json() == {
+            "key": "NULL",
+            "status": "OK",
+            "node_id": "local",
+            "local": True,
+            "connector": None,
+        }
+
+    def test_build_pool_then_engine_first_element_prefers_local(self):
+        """Scenario: FIRST_ELEMENT with local-target-enabled routes to the local target while it is
+        ready, and to the first static connector once it is not."""
+        router = RouterConfig(
+            name="r1",
+            key_type=KeyType.CLIENT_ID,
+            local_connector="here",
+            policy=PolicyConfig(name="FIRST_ELEMENT"),
+            pool=PoolConfig(
+                kind=PoolKind.STATIC, static_connectors=("artemis-1", "artemis-2"), local_target_enabled=True
+            ),
+        )
+        pool, local = build_pool(self.config(router), router)
+        assert pool is not None
+        for t in pool.targets:
+            pool.record_check(t.node_id, True)
+        engine = RoutingEngine(router, pool, local)
+        first = engine.route(client("c"), 0.0)
+        assert first.target is local
+        pool.record_check("broker-local", False)
+        assert node(engine.route(client("c"), 0.0)) == "broker1"
+
+    def test_build_pool_unknown_connector_raises(self):
+        router = RouterConfig(name="r1", pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("nope",)))
+        with pytest.raises(KeyError, match="nope"):
+            build_pool(self.config(router), router)
+
+
+class TestHaPairTargets:
+    PAIR = Target.remote(Connector.from_url("p", "(tcp://10.0.0.1:1,tcp://10.0.0.2:2)?nodeId=pair"))
+
+    def test_decision_reaches_the_active_member_and_follows_failover(self):
+        engine = make_engine(targets=[self.PAIR], ready=[])
+        assert engine.pool is not None
+        engine.pool.record_check("pair", True, member=0)
+        first = engine.lookup("k", 0.0)
+        assert first.connector is not None
+        assert first.connector.url == "tcp://10.0.0.1:1"
+        engine.pool.record_check("pair", True, member=1)
+        engine.pool.record_check("pair", False, "killed", member=0)
+        after = engine.lookup("k", 0.0)
+        assert after.target == self.PAIR
+        assert after.connector is not None
+        assert (after.connector.host, after.connector.port, after.connector.backups) == ("10.0.0.2", 2, ())
+        assert after.to_json()["connector"] == "tcp://10.0.0.2:2"
+
+    def test_cached_decision_also_reaches_the_active_member(self):
+        engine = make_engine(targets=[self.PAIR], ready=[], cache_timeout_ms=0)
+        assert engine.pool is not None
+        engine.pool.record_check("pair", True, member=0)
+        engine.lookup("k", 0.0)
+        engine.pool.record_check("pair", True, member=1)
+        engine.pool.record_check("pair", False, "killed", member=0)
+        decision = engine.lookup("k", 1.0)
+        assert decision.reason == "cache"
+        assert decision.to_json()["connector"] == "tcp://10.0.0.2:2"
+
+    def test_plain_decision_connector_defaults_to_the_target_connector(self):
+        decision = RouteDecision(key="k", status=RouteStatus.OK, target=B1)
+        assert decision.connector == B1.connector

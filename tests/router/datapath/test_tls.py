@@ -1,0 +1,172 @@
+"""TLS on acceptors, in process over real loopback sockets with a trustme CA.
+
+Passthrough: SNI peeked from the ClientHello, the encrypted bytes relayed to a TLS backend.
+Termination: the router's certificate, SNI from the hello, the client certificate's CN as the
+user (SPEC A2), plain TCP to the backend; a client without the required certificate is closed.
+Node ids broker-a/broker-d split the names on Artemis's ring: a.example and alice go to broker-a,
+b.example and carol to broker-d (checked with `routerctl route`).
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+import trustme
+
+from keys import KeyType
+from policies import PolicyConfig
+from pools import Connector, PoolConfig, PoolKind
+from router.config.settings import AcceptorConfig, Config, RouterConfig, TlsConfig
+from router.datapath.tls import PrefixedStream, server_context
+from router.server import ServerInfo, serve_router
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+NODES = ("broker-a", "broker-d")
+
+
+async def _serve_backend(
+    name: bytes,
+    context: ssl.SSLContext | None,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A backend that names itself once the client has said something (TLS or plain)."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        conn: trio.abc.Stream = (
+            stream if context is None else trio.SSLStream(stream, context, server_side=True)
+        )
+        try:
+            async with conn:
+                await conn.receive_some(100)
+                await conn.send_all(b"backend " + name)
+        except trio.BrokenResourceError:
+            pass  # health probes connect and close at once
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handler, listeners)
+
+
+def _config(ports: list[int], key_type: KeyType, tls: TlsConfig | None) -> Config:
+    connectors = tuple(
+        Connector.from_url(f"c{i}", f"tcp://127.0.0.1:{port}?nodeId={NODES[i]}")
+        for i, port in enumerate(ports)
+    )
+    router = RouterConfig(
+        name="r",
+        key_type=key_type,
+        policy=PolicyConfig(name="CONSISTENT_HASH"),
+        pool=PoolConfig(
+            kind=PoolKind.STATIC, static_connectors=("c0", "c1"), check_period_ms=200, quorum_timeout_ms=0
+        ),
+    )
+    acceptor = AcceptorConfig(
+        name="tls", host="127.0.0.1", port=0, router="r", tls=tls, handshake_timeout_ms=3000
+    )
+    return Config(source="t.xml", connectors=connectors, acceptors=(acceptor,), routers=(router,))
+
+
+async def _start(nursery: trio.Nursery, config: Config) -> tuple[str, int]:
+    shutdown = trio.Event()
+    info: ServerInfo = await nursery.start(
+        lambda task_status: serve_router(config, admin=None, shutdown=shutdown, task_status=task_status)
+    )
+    runtime = info.runtimes["r"]
+    pool = runtime.pool
+    assert pool is not None
+    await runtime.wait_until(lambda: pool.ready_count() == 2)
+    return info.acceptors["tls"]
+
+
+async def _ask(address: tuple[str, int], context: ssl.SSLContext, server_hostname: str) -> bytes:
+    stream = trio.SSLStream(await trio.open_tcp_stream(*address), context, server_hostname=server_hostname)
+    async with stream:
+        await stream.send_all(b"hi")
+        return bytes(await stream.receive_some(100))
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def client_context(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context
+
+
+async def test_tls_passthrough_routes_by_sni(
+    nursery: trio.Nursery, ca: trustme.CA, client_context: ssl.SSLContext
+) -> None:
+    """Scenario: the router never decrypts; each backend has the certificate for both names."""
+    backend = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("a.example", "b.example").configure_cert(backend)
+    ports = [await nursery.start(_serve_backend, n.encode(), backend) for n in NODES]
+    address = await _start(nursery, _config(ports, KeyType.SNI_HOST, None))
+    assert await _ask(address, client_context, "a.example") == b"backend broker-a"
+    assert await _ask(address, client_context, "b.example") == b"backend broker-d"
+
+
+async def test_tls_termination_routes_by_sni(
+    nursery: trio.Nursery, ca: trustme.CA, client_context: ssl.SSLContext, tmp_path: Path
+) -> None:
+    key_store = tmp_path / "router.pem"
+    ca.issue_cert("a.example", "b.example").private_key_and_cert_chain_pem.write_to_path(str(key_store))
+    ports = [await nursery.start(_serve_backend, n.encode(), None) for n in NODES]
+    address = await _start(
+        nursery, _config(ports, KeyType.SNI_HOST, TlsConfig(key_store_path=str(key_store)))
+    )
+    assert await _ask(address, client_context, "a.example") == b"backend broker-a"
+    assert await _ask(address, client_context, "b.example") == b"backend broker-d"
+
+
+class TestClientCertificates:
+    @pytest.fixture
+    async def address(self, nursery: trio.Nursery, ca: trustme.CA, tmp_path: Path) -> tuple[str, int]:
+        key_store, trust_store = tmp_path / "router.pem", tmp_path / "ca.pem"
+        ca.issue_cert("router.example").private_key_and_cert_chain_pem.write_to_path(str(key_store))
+        ca.cert_pem.write_to_path(str(trust_store))
+        tls = TlsConfig(
+            key_store_path=str(key_store), trust_store_path=str(trust_store), need_client_auth=True
+        )
+        ports = [await nursery.start(_serve_backend, n.encode(), None) for n in NODES]
+        return await _start(nursery, _config(ports, KeyType.USER_NAME, tls))
+
+    @pytest.mark.parametrize(("user", "node"), [("alice", "broker-a"), ("carol", "broker-d")])
+    async def test_tls_client_certificate_cn_is_the_user(
+        self, address: tuple[str, int], ca: trustme.CA, client_context: ssl.SSLContext, user: str, node: str
+    ) -> None:
+        ca.issue_cert(f"{user}@example", common_name=user).configure_cert(client_context)
+        assert await _ask(address, client_context, "router.example") == f"backend {node}".encode()
+
+    async def test_tls_missing_required_certificate_is_closed(
+        self, address: tuple[str, int], client_context: ssl.SSLContext, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        with pytest.raises(trio.BrokenResourceError):
+            await _ask(address, client_context, "router.example")
+        assert any("protocol=tls handshake failed" in r.getMessage() for r in caplog.records)
+
+
+def test_server_context_names_the_unloadable_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.pem"
+    with pytest.raises(
+        ValueError, match=r"cannot load keyStorePath '.*nope.pem' \(PEM key and certificate\)"
+    ):
+        server_context(TlsConfig(key_store_path=str(missing)))
+
+
+async def test_prefixed_stream_yields_prefix_first() -> None:
+    left, right = trio.testing.memory_stream_pair()
+    await left.send_all(b"rest")
+    stream = PrefixedStream(right, b"head-")
+    assert await stream.receive_some(3) == b"hea"
+    assert await stream.receive_some() == b"d-"
+    assert await stream.receive_some() == b"rest"

@@ -1,0 +1,211 @@
+"""The admin listener over real HTTP: lookup API, status, run-time filters, /metrics."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from cache import CacheConfig
+from policies import PolicyConfig
+from pools import Connector, PoolConfig, PoolKind
+from router.config.settings import AcceptorConfig, Config, RouterConfig
+from router.server import ServerInfo, serve_router
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+
+def _request(url: str, method: str = "GET", body: bytes | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=body, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+async def _call(url: str, method: str = "GET", body: bytes | None = None) -> tuple[int, bytes]:
+    return await trio.to_thread.run_sync(_request, url, method, body)
+
+
+def _config() -> Config:
+    # Node ids broker1..3; CONSISTENT_HASH points 774970719 < 791748338 < 808525957 (Java-checked).
+    connectors = tuple(
+        Connector.from_url(f"c{i}", f"tcp://127.0.0.1:{21000 + i}?nodeId=broker{i}") for i in (1, 2, 3)
+    )
+    router = RouterConfig(
+        name="hash",
+        local_target_filter="admin",
+        cache=CacheConfig(timeout_ms=0),
+        policy=PolicyConfig(name="CONSISTENT_HASH"),
+        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("c1", "c2", "c3"), quorum_timeout_ms=0),
+    )
+    bare = RouterConfig(name="bare")
+    acceptor = AcceptorConfig(name="a", host="127.0.0.1", port=0, router="hash")
+    return Config(source="t.xml", connectors=connectors, acceptors=(acceptor,), routers=(router, bare))
+
+
+@pytest.fixture
+async def base(nursery: trio.Nursery) -> AsyncIterator[tuple[ServerInfo, str]]:
+    """The server of `_config()` with its admin listener, and the listener's base URL."""
+    shutdown = trio.Event()
+    info: ServerInfo = await nursery.start(
+        lambda task_status: serve_router(
+            _config(), admin=("127.0.0.1", 0), shutdown=shutdown, task_status=task_status
+        )
+    )
+    assert info.admin is not None
+    yield info, f"http://{info.admin[0]}:{info.admin[1]}"
+    shutdown.set()
+
+
+class TestAdmin:
+    @pytest.fixture
+    async def server(self, base: tuple[ServerInfo, str]) -> tuple[ServerInfo, str]:
+        info, _ = base
+        runtime = info.runtimes["hash"]
+        pool = runtime.pool
+        assert pool is not None
+        # Nothing listens on the connectors' ports: wait for the first probes to fail, then mark
+        # the targets ready by hand (the next probes are a check period, 5 s, away).
+        nodes = ("broker1", "broker2", "broker3")
+        await runtime.wait_until(lambda: all(pool.state(n).value == "not-ready" for n in nodes))
+        for node in nodes:
+            runtime.apply_events(pool.record_check(node, True))
+        return base
+
+    async def test_admin_target_returns_engine_decision(self, server: tuple[ServerInfo, str]) -> None:
+        _, base = server
+        # artemis_hash("client-42") = 696160687 < every point: wraps to the smallest, broker1.
+        status, body = await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
+        assert status == 200
+        assert json.loads(body) == {
+            "key": "client-42",
+            "status": "OK",
+            "node_id": "broker1",
+            "local": False,
+            "connector": "tcp://127.0.0.1:21001",
+        }
+
+    async def test_admin_target_local_filter_without_connector(self, server: tuple[ServerInfo, str]) -> None:
+        _, base = server
+        status, body = await _call(f"{base}/api/v1/routers/hash/target?key=admin")
+        assert status == 200
+        assert json.loads(body) == {
+            "key": "admin",
+            "status": "OK",
+            "node_id": "local",
+            "local": True,
+            "connector": None,
+        }
+
+    async def test_admin_target_without_pool_is_refused_use_another(
+        self, server: tuple[ServerInfo, str]
+    ) -> None:
+        _, base = server
+        status, body = await _call(f"{base}/api/v1/routers/bare/target?key=x")
+        assert status == 200
+        assert json.loads(body)["status"] == "REFUSED_USE_ANOTHER"
+
+    async def test_admin_target_updates_cache(self, server: tuple[ServerInfo, str]) -> None:
+        info, base = server
+        await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
+        cache = info.runtimes["hash"].engine.cache
+        assert cache is not None
+        assert cache.entries(trio.current_time()) == {"client-42": "broker1"}
+
+    @pytest.mark.parametrize(
+        ("path", "status", "error"),
+        [
+            ("/api/v1/routers/nope/target?key=x", 404, "no connection router named 'nope'"),
+            ("/api/v1/routers/hash/target", 400, "query parameter 'key' is required"),
+            ("/elsewhere", 404, "no such resource '/elsewhere'"),
+        ],
+    )
+    async def test_admin_errors_are_json(
+        self, server: tuple[ServerInfo, str], path: str, status: int, error: str
+    ) -> None:
+        _, base = server
+        got_status, body = await _call(base + path)
+        assert (got_status, json.loads(body)) == (status, {"error": error})
+
+    async def test_admin_status_lists_pool(self, server: tuple[ServerInfo, str]) -> None:
+        _, base = server
+        status, body = await _call(f"{base}/api/v1/routers/hash")
+        doc = json.loads(body)
+        assert status == 200
+        assert doc["pool"]["active"] is True
+        assert [t["node_id"] for t in doc["pool"]["targets"]] == ["broker1", "broker2", "broker3"]
+        assert {t["state"] for t in doc["pool"]["targets"]} == {"ready"}
+
+    async def test_admin_put_filters_changes_routing(self, server: tuple[ServerInfo, str]) -> None:
+        """Scenario: SPEC A7, the local-target filter is changed at run time, then disabled."""
+        _, base = server
+        body = json.dumps({"local_target_filter": "client-.*"}).encode()
+        status, _ = await _call(f"{base}/api/v1/routers/hash/filters", "PUT", body)
+        assert status == 200
+        _, got = await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
+        assert json.loads(got)["local"] is True
+        await _call(f"{base}/api/v1/routers/hash/filters", "PUT", b'{"local_target_filter": ""}')
+        _, got = await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
+        assert json.loads(got)["node_id"] == "broker1"
+
+    async def test_admin_put_filters_rejects_bad_regex(self, server: tuple[ServerInfo, str]) -> None:
+        _, base = server
+        status, body = await _call(f"{base}/api/v1/routers/hash/filters", "PUT", b'{"key_filter": "("}')
+        assert status == 400
+        assert "key-filter '(' is not a valid regular expression" in json.loads(body)["error"]
+
+    async def test_admin_metrics_exposes_router_metrics(self, server: tuple[ServerInfo, str]) -> None:
+        _, base = server
+        await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
+        status, body = await _call(f"{base}/metrics")
+        text = body.decode()
+        assert status == 200
+        assert 'router_lookups_total{router="hash",status="OK"} 1.0' in text
+        assert 'router_routing_decisions_total{router="hash",status="OK"}' not in text  # connections only
+        assert 'router_target_ready{node_id="broker2",router="hash"} 1.0' in text
+        assert 'router_pool_active{router="hash"} 1.0' in text
+
+    async def test_admin_healthz(self, server: tuple[ServerInfo, str]) -> None:
+        _, base = server
+        assert await _call(f"{base}/healthz") == (200, b"ok\n")
+
+
+class TestAdminRobustness:
+    """The admin API answers oddities and never takes routerd down (a HEAD once did)."""
+
+    async def test_admin_head_has_headers_and_no_body(self, base: tuple[ServerInfo, str]) -> None:
+        _, url = base
+        for path in ("/healthz", "/metrics", "/api/v1/routers/hash"):
+            status, body = await _call(url + path, "HEAD")
+            assert (status, body) == (200, b"")
+        assert await _call(url + "/healthz") == (200, b"ok\n")  # still serving
+
+    async def test_admin_wrong_method_on_metrics_is_405(self, base: tuple[ServerInfo, str]) -> None:
+        _, url = base
+        status, body = await _call(url + "/metrics", "POST", b"x")
+        assert (status, json.loads(body)) == (405, {"error": "POST /metrics is not supported"})
+
+    async def test_admin_oversized_body_gets_413(self, base: tuple[ServerInfo, str]) -> None:
+        _, url = base
+        status, body = await _call(url + "/api/v1/routers/hash/filters", "PUT", b"x" * (70 * 1024))
+        assert status == 413
+        assert json.loads(body) == {"error": "request body over 65536 bytes"}
+
+    async def test_admin_garbage_request_is_dropped_and_service_continues(
+        self, base: tuple[ServerInfo, str]
+    ) -> None:
+        info, url = base
+        assert info.admin is not None
+        async with await trio.open_tcp_stream(*info.admin) as stream:
+            await stream.send_all(b"\x16\x03\x01 not http at all\r\n\r\n")
+            with trio.fail_after(5):
+                while await stream.receive_some(1024):
+                    pass
+        assert await _call(url + "/healthz") == (200, b"ok\n")

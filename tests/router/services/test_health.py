@@ -1,0 +1,324 @@
+"""The health-check loop: schedule and outcomes on trio's virtual clock; the TCP probe for real."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from policies import PolicyConfig
+from pools import Connector, PoolConfig, PoolKind, Target, TargetState
+from router.config.settings import Config, RouterConfig
+from router.metrics import Metrics
+from router.runtime import RouterRuntime
+from router.services.health import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
+from router.services.probes import check_mqtt, check_stomp, check_target, probe_client_id
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+
+def _runtime(check_period_ms: int, *, local_target_enabled: bool = False) -> RouterRuntime:
+    connectors = (Connector.from_url("b1", "tcp://127.0.0.1:21001"),)
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="FIRST_ELEMENT"),
+        pool=PoolConfig(
+            kind=PoolKind.STATIC,
+            static_connectors=("b1",),
+            check_period_ms=check_period_ms,
+            local_target_enabled=local_target_enabled,
+        ),
+    )
+    config = Config(source="t.xml", connectors=connectors, routers=(router,))
+    return RouterRuntime(config, router, Metrics())
+
+
+async def test_serve_health_checks_probes_at_once_then_every_period(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runtime = _runtime(check_period_ms=5000)
+    start = trio.current_time()
+    times: list[float] = []
+
+    async def check(connector: Connector) -> tuple[bool, str]:
+        times.append(trio.current_time() - start)
+        await trio.sleep(0.25)  # a probe that takes time must not shift the schedule
+        return True, ""
+
+    with trio.move_on_after(16):
+        await serve_health_checks(runtime, check=check)
+    assert times == [0.0, 5.0, 10.0, 15.0]
+
+
+async def test_serve_health_checks_failure_then_recovery_changes_readiness(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runtime = _runtime(check_period_ms=1000)
+    pool = runtime.pool
+    assert pool is not None
+    outcomes = iter([(True, ""), (False, "refused"), (True, "")])
+    states: list[TargetState] = []  # the state each probe finds, i.e. the previous probe's outcome
+
+    async def check(connector: Connector) -> tuple[bool, str]:
+        states.append(pool.state("b1"))
+        return next(outcomes)
+
+    with trio.move_on_after(2.5):  # probes at 0, 1 and 2 s
+        await serve_health_checks(runtime, check=check)
+    states.append(pool.state("b1"))
+    assert states == [TargetState.UNKNOWN, TargetState.READY, TargetState.NOT_READY, TargetState.READY]
+
+
+async def test_serve_health_checks_probe_deadline_makes_target_not_ready(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Scenario: a probe that never answers is cut at min(check period, cap) and counts as failed."""
+    runtime = _runtime(check_period_ms=10_000)
+
+    async def check(connector: Connector) -> tuple[bool, str]:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve_health_checks(runtime, check=check))
+        assert runtime.pool is not None
+        pool = runtime.pool
+        await runtime.wait_until(lambda: pool.state("b1") is TargetState.NOT_READY)
+        assert trio.current_time() - start == PROBE_TIMEOUT_CAP_S
+        nursery.cancel_scope.cancel()
+
+
+async def test_serve_health_checks_skips_local_target_without_connector(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runtime = _runtime(check_period_ms=1000, local_target_enabled=True)
+    probed: list[str] = []
+
+    async def check(connector: Connector) -> tuple[bool, str]:
+        probed.append(connector.name)
+        return True, ""
+
+    with trio.move_on_after(0.5):
+        await serve_health_checks(runtime, check=check)
+    assert probed == ["b1"]
+    assert runtime.pool is not None
+    assert runtime.pool.state("local") is TargetState.UNKNOWN
+
+
+async def test_check_target_open_port_is_ready() -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    connector = Connector.from_url("up", f"tcp://127.0.0.1:{port}")
+    assert await check_target(connector) == (True, "")
+    await listeners[0].aclose()
+
+
+async def test_check_target_closed_port_names_url_and_reason() -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    await listeners[0].aclose()
+    connector = Connector.from_url("down", f"tcp://127.0.0.1:{port}")
+    ok, detail = await check_target(connector)
+    assert not ok
+    assert detail == f"connect to tcp://127.0.0.1:{port} failed: Connection refused"
+
+
+class TestBrokerProbes:
+    """MQTT probes against a real mosquitto that requires a password (the pool's credentials)."""
+
+    @pytest.fixture
+    def secured_mosquitto(self, tmp_path: Path) -> Iterator[int]:
+        from tests.conftest import free_port, wait_port
+
+        passwords = tmp_path / "passwd"
+        subprocess.run(["mosquitto_passwd", "-b", "-c", str(passwords), "prober", "s3cret"], check=True)
+        os.chmod(tmp_path, 0o755)
+        os.chmod(passwords, 0o644)
+        port = free_port()
+        conf = tmp_path / "mosquitto.conf"
+        conf.write_text(
+            f"listener {port} 127.0.0.1\nallow_anonymous false\npassword_file {passwords}\n"
+            "persistence false\nuser root\n"
+        )
+        proc = subprocess.Popen(
+            ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            wait_port(port)
+            yield port
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+    async def test_check_mqtt_accepts_right_credentials(self, secured_mosquitto: int) -> None:
+        connector = Connector.from_url("m", f"tcp://127.0.0.1:{secured_mosquitto}?probe=mqtt")
+        assert await check_mqtt(connector, probe_client_id("r", "m"), "prober", "s3cret") == (True, "")
+
+    @pytest.mark.parametrize(("user", "password"), [("prober", "wrong"), (None, None)])
+    async def test_check_mqtt_rejected_credentials_are_not_ready(
+        self, secured_mosquitto: int, user: str | None, password: str | None
+    ) -> None:
+        connector = Connector.from_url("m", f"tcp://127.0.0.1:{secured_mosquitto}?probe=mqtt")
+        ok, detail = await check_mqtt(connector, probe_client_id("r", "m"), user, password)
+        assert not ok
+        assert detail == f"mqtt CONNACK return code 5 from tcp://127.0.0.1:{secured_mosquitto}"
+
+    async def test_make_check_uses_pool_credentials_and_probe_kind(self, secured_mosquitto: int) -> None:
+        connectors = (Connector.from_url("m", f"tcp://127.0.0.1:{secured_mosquitto}?probe=mqtt"),)
+        router = RouterConfig(
+            name="r",
+            policy=PolicyConfig(name="FIRST_ELEMENT"),
+            pool=PoolConfig(
+                kind=PoolKind.STATIC, static_connectors=("m",), username="prober", password="s3cret"
+            ),
+        )
+        runtime = RouterRuntime(
+            Config(source="t", connectors=connectors, routers=(router,)), router, Metrics()
+        )
+        assert await make_check(runtime)(connectors[0]) == (True, "")
+
+
+def test_probe_client_id_has_the_internal_prefix() -> None:
+    assert probe_client_id("r", "node4") == "$.artemis.internal.router.client.r.node4"
+
+
+async def _serve_stomp_answer(
+    answer: bytes, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """A STOMP server that reads one CONNECT and answers `answer` (CONNECTED or ERROR)."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with stream:
+            data = b""
+            while b"\x00" not in data and (chunk := await stream.receive_some(1024)):
+                data += chunk
+            await stream.send_all(answer)
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handler, listeners)
+
+
+async def test_check_stomp_connected_is_ready_error_is_not(nursery: trio.Nursery) -> None:
+    ok_port = await nursery.start(_serve_stomp_answer, b"CONNECTED\nversion:1.2\n\n\x00")
+    bad_port = await nursery.start(
+        _serve_stomp_answer, b"ERROR\nmessage:User name [x] or password is invalid.\n\n\x00"
+    )
+    ok = Connector.from_url("s", f"tcp://127.0.0.1:{ok_port}?probe=stomp")
+    bad = Connector.from_url("s", f"tcp://127.0.0.1:{bad_port}?probe=stomp")
+    assert await check_stomp(ok, "u", "p") == (True, "")
+    assert await check_stomp(bad, "x", "y") == (
+        False,
+        f"stomp ERROR from tcp://127.0.0.1:{bad_port}: User name [x] or password is invalid.",
+    )
+
+
+# -- targets that join and leave the pool at run time (discovery) --
+
+
+def _discovery_runtime(check_period_ms: int) -> RouterRuntime:
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="FIRST_ELEMENT"),
+        pool=PoolConfig(kind=PoolKind.DISCOVERY, discovery_group="zk", check_period_ms=check_period_ms),
+    )
+    return RouterRuntime(Config(source="t.xml", routers=(router,)), router, Metrics())
+
+
+def _discovered(node_id: str, port: int = 21001) -> Target:
+    return Target(node_id=node_id, connector=Connector(name=node_id, host="127.0.0.1", port=port))
+
+
+class TestServeHealthChecksMembership:
+    async def test_added_target_is_probed_at_once_then_every_period(
+        self, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+    ) -> None:
+        runtime = _discovery_runtime(check_period_ms=1000)
+        probes: list[tuple[str, float]] = []
+
+        async def check(connector: Connector) -> tuple[bool, str]:
+            probes.append((connector.name, trio.current_time()))
+            return True, ""
+
+        await nursery.start(
+            lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
+        )
+        await trio.sleep(0.5)
+        runtime.add_target(_discovered("b1"))
+        await runtime.wait_until(lambda: runtime.pool is not None and runtime.pool.ready_count() == 1)
+        await trio.sleep(2.1)
+        assert probes == [("b1", 0.5), ("b1", 1.5), ("b1", 2.5)]
+
+    async def test_removed_target_is_no_longer_probed(
+        self, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+    ) -> None:
+        runtime = _discovery_runtime(check_period_ms=1000)
+        probes: list[str] = []
+
+        async def check(connector: Connector) -> tuple[bool, str]:
+            probes.append(connector.name)
+            return True, ""
+
+        runtime.add_target(_discovered("b1"))
+        runtime.add_target(_discovered("b2"))
+        await nursery.start(
+            lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
+        )
+        await trio.sleep(0.5)
+        runtime.remove_target("b1")
+        await trio.sleep(2)
+        assert sorted(probes) == ["b1", "b2", "b2", "b2"]  # b1 once, at 0 s; b2 at 0, 1 and 2 s
+
+    @pytest.mark.parametrize("outcome", ["answer", "timeout"])
+    async def test_target_removed_while_its_probe_runs_records_nothing(
+        self, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery, outcome: str
+    ) -> None:
+        """Scenario: the target leaves the pool in the same instant its probe answers (or times
+        out): the result is dropped, nothing raises, the pool no longer knows the target."""
+        runtime = _discovery_runtime(check_period_ms=10_000)
+        pool = runtime.pool
+        assert pool is not None
+        runtime.add_target(_discovered("b1"))
+        finish = PROBE_TIMEOUT_CAP_S if outcome == "timeout" else 1.0
+
+        async def check(connector: Connector) -> tuple[bool, str]:
+            await trio.sleep(finish if outcome == "answer" else PROBE_TIMEOUT_CAP_S + 1)
+            return True, ""
+
+        async def remove_at(when: float) -> None:
+            await trio.sleep_until(when)
+            runtime.remove_target("b1")
+
+        nursery.start_soon(remove_at, trio.current_time() + finish)  # scheduled before the probe
+        await nursery.start(
+            lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
+        )
+        await trio.sleep(finish + 1)
+        assert pool.targets == ()
+        assert pool.ready_count() == 0
+
+    async def test_target_replaced_under_its_node_id_is_probed_at_once(
+        self, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+    ) -> None:
+        runtime = _discovery_runtime(check_period_ms=1000)
+        probes: list[tuple[int, float]] = []
+
+        async def check(connector: Connector) -> tuple[bool, str]:
+            probes.append((connector.port, trio.current_time()))
+            return True, ""
+
+        runtime.add_target(_discovered("b1", 21001))
+        await nursery.start(
+            lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
+        )
+        await trio.sleep(0.5)
+        runtime.remove_target("b1")
+        runtime.add_target(_discovered("b1", 21002))
+        await trio.sleep(1.1)
+        assert probes == [(21001, 0.0), (21002, 0.5), (21002, 1.5)]

@@ -1,0 +1,449 @@
+"""Broker-protocol health probes against real brokers (router/services/health.py): AMQP 1.0 against
+RabbitMQ 3.10, OpenWire against ActiveMQ Classic 5.17 with a simpleAuthenticationPlugin, and the
+MQTT probe's `$SYS` connection count against mosquitto feeding LEAST_CONNECTIONS.
+
+Refusals a real broker does not easily give (a Close with an error after the Open, a mechanism
+not offered) come from a scripted server built from `keys.amqp`'s encoders. Everything listens on
+127.0.0.1, on ports chosen at run time, and every process is stopped by the PID it was started
+with. RabbitMQ takes 5-15 s to boot, so the AMQP probes use the first of the session's nodes
+(`rabbit_nodes`, shared with test_routerd_amqp.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from keys import ConnectionFacts, amqp
+from keys.mqtt import encode_connect
+from policies import PolicyConfig
+from pools import Connector, PoolConfig, PoolKind, TargetState
+from router.config.settings import Config, RouterConfig
+from router.metrics import Metrics
+from router.runtime import RouterRuntime
+from router.services.health import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
+from router.services.probes import (
+    COUNT_WAIT_CAP_S,
+    check_amqp,
+    check_mqtt,
+    check_openwire,
+    probe_client_id,
+)
+from tests.conftest import ActiveMQ, require_java
+from tests.router.conftest import Mosquitto
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.router.conftest import RabbitNode
+
+pytestmark = pytest.mark.integration
+
+
+def _runtime(
+    connectors: tuple[Connector, ...],
+    *,
+    user: str | None,
+    password: str | None,
+    policy: str = "FIRST_ELEMENT",
+    check_period_ms: int = 5000,
+) -> RouterRuntime:
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name=policy),
+        pool=PoolConfig(
+            kind=PoolKind.STATIC,
+            static_connectors=tuple(c.name for c in connectors),
+            username=user,
+            password=password,
+            check_period_ms=check_period_ms,
+        ),
+    )
+    return RouterRuntime(Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics())
+
+
+# --- AMQP 1.0: RabbitMQ ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def rabbit_node(rabbit_nodes: list[RabbitNode]) -> RabbitNode:
+    """A RabbitMQ node (AMQP 1.0 plugin) of the session; users alice/pw-alice, guest/guest…"""
+    return rabbit_nodes[0]
+
+
+class TestAmqpProbe:
+    def _connector(self, node: RabbitNode) -> Connector:
+        return Connector.from_url("rmq", f"tcp://127.0.0.1:{node.port}?probe=amqp")
+
+    async def test_check_amqp_existing_user_is_ready(self, rabbit_node: RabbitNode) -> None:
+        connector = self._connector(rabbit_node)
+        with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+            assert await check_amqp(connector, probe_client_id("r", "rmq"), "alice", "pw-alice") == (True, "")
+
+    async def test_check_amqp_anonymous_without_user_name(self, rabbit_node: RabbitNode) -> None:
+        """Scenario: no pool user: SASL ANONYMOUS, which RabbitMQ maps to its default user."""
+        with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+            assert await check_amqp(self._connector(rabbit_node), "c", None, None) == (True, "")
+
+    async def test_check_amqp_wrong_password_is_not_ready(self, rabbit_node: RabbitNode) -> None:
+        """Scenario: RabbitMQ answers a failed login with sasl-outcome auth, but only after 3 s."""
+        connector = self._connector(rabbit_node)
+        start = trio.current_time()
+        with trio.fail_after(10):
+            result = await check_amqp(connector, probe_client_id("r", "rmq"), "alice", "wrong")
+        assert result == (False, f"amqp SASL outcome 1 (auth) from {connector.url}")
+        assert 2.9 < trio.current_time() - start < 5  # RabbitMQ's delay on a failed login
+
+    async def test_probe_loop_wrong_password_not_ready_within_the_cap(
+        self, rabbit_node: RabbitNode, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Scenario: in the probe loop the 3-s cap ends the wait for the delayed outcome: not ready."""
+        connector = self._connector(rabbit_node)
+        runtime = _runtime((connector,), user="alice", password="wrong")
+        pool = runtime.pool
+        assert pool is not None
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve_health_checks, runtime)
+                await runtime.wait_until(lambda: pool.state("rmq") is TargetState.NOT_READY)
+                nursery.cancel_scope.cancel()
+        expected = f"router=r target=rmq is not ready: no answer from {connector.url} within 3 s"
+        assert expected in caplog.messages
+
+    async def test_make_check_amqp_uses_the_pool_credentials(self, rabbit_node: RabbitNode) -> None:
+        connector = self._connector(rabbit_node)
+        runtime = _runtime((connector,), user="bob", password="pw-bob")
+        with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+            assert await make_check(runtime)(connector) == (True, "")
+
+    async def test_check_amqp_not_an_amqp_port(self, rabbit_node: RabbitNode) -> None:
+        """Scenario: a port that answers with the AMQP 0-9-1 header (another AMQP): not ready."""
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+
+        async def answer_0_9_1(stream: trio.SocketStream) -> None:
+            async with stream:
+                await stream.receive_some(8)
+                await stream.send_all(b"AMQP\x00\x00\x09\x01")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, answer_0_9_1, listeners)
+            connector = Connector.from_url("x", f"tcp://127.0.0.1:{port}?probe=amqp")
+            ok, detail = await check_amqp(connector, "c", "u", "p")
+            nursery.cancel_scope.cancel()
+        assert not ok
+        assert detail.startswith(f"amqp probe of {connector.url} failed: amqp: unsupported protocol header")
+
+
+# --- OpenWire: ActiveMQ Classic with a simpleAuthenticationPlugin --------------------------------
+
+_AUTH_PLUGIN = """<plugins>
+      <simpleAuthenticationPlugin anonymousAccessAllowed="false">
+        <users><authenticationUser username="prober" password="s3cret" groups="users"/></users>
+      </simpleAuthenticationPlugin>
+    </plugins>"""
+
+
+@pytest.fixture(scope="module")
+def secured_activemq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ActiveMQ]:
+    require_java()
+    broker = ActiveMQ(name="probed", base=tmp_path_factory.mktemp("activemq-probe"), plugins=_AUTH_PLUGIN)
+    try:
+        broker.start()
+        broker.wait_ready()
+        yield broker
+    finally:
+        broker.stop()
+
+
+class TestOpenWireProbe:
+    def _connector(self, broker: ActiveMQ) -> Connector:
+        return Connector.from_url("amq", f"tcp://127.0.0.1:{broker.openwire}?probe=openwire")
+
+    async def test_check_openwire_right_credentials_ready(self, secured_activemq: ActiveMQ) -> None:
+        connector = self._connector(secured_activemq)
+        with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+            result = await check_openwire(connector, probe_client_id("r", "amq"), "prober", "s3cret")
+        assert result == (True, "")
+
+    async def test_check_openwire_twice_in_a_row(self, secured_activemq: ActiveMQ) -> None:
+        """Scenario: the same client id right after a probe: the first one closed cleanly."""
+        connector = self._connector(secured_activemq)
+        for _ in range(3):
+            with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+                assert await check_openwire(connector, "same-id", "prober", "s3cret") == (True, "")
+
+    @pytest.mark.parametrize(("user", "password"), [("prober", "wrong"), (None, None)])
+    async def test_check_openwire_rejected_credentials_not_ready(
+        self, secured_activemq: ActiveMQ, user: str | None, password: str | None
+    ) -> None:
+        connector = self._connector(secured_activemq)
+        with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+            ok, detail = await check_openwire(connector, probe_client_id("r", "amq"), user, password)
+        assert not ok
+        assert detail == (
+            f"openwire java.lang.SecurityException from {connector.url}: "
+            f"User name [{user if user else 'null'}] or password is invalid."
+        )
+        assert "wrong" not in detail
+
+    async def test_make_check_openwire_uses_the_pool_credentials(self, secured_activemq: ActiveMQ) -> None:
+        connector = self._connector(secured_activemq)
+        runtime = _runtime((connector,), user="prober", password="s3cret")
+        with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+            assert await make_check(runtime)(connector) == (True, "")
+
+
+async def test_check_openwire_killed_broker_not_ready(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: ready, then SIGKILL: the next probe is refused and the target not ready."""
+    require_java()
+    broker = ActiveMQ(name="killed", base=tmp_path / "killed", plugins=_AUTH_PLUGIN)
+    try:
+        broker.start()
+        broker.wait_ready()
+        connector = Connector.from_url("amq", f"tcp://127.0.0.1:{broker.openwire}?probe=openwire")
+        runtime = _runtime((connector,), user="prober", password="s3cret", check_period_ms=200)
+        pool = runtime.pool
+        assert pool is not None
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve_health_checks, runtime)
+                await runtime.wait_until(lambda: pool.state("amq") is TargetState.READY)
+                broker.kill()
+                await runtime.wait_until(lambda: pool.state("amq") is TargetState.NOT_READY)
+                nursery.cancel_scope.cancel()
+        refused = f"router=r target=amq is not ready: connect to {connector.url} failed: Connection refused"
+        assert refused in caplog.messages
+    finally:
+        broker.stop()
+
+
+async def test_check_openwire_broker_that_closes_at_once(nursery: trio.Nursery) -> None:
+    """Scenario: something reads the probe's WireFormatInfo and hangs up: not ready, named."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+
+    async def hang_up(stream: trio.SocketStream) -> None:
+        async with stream:
+            await stream.receive_some()  # the probe's WireFormatInfo, unanswered
+
+    nursery.start_soon(trio.serve_listeners, hang_up, listeners)
+    connector = Connector.from_url("x", f"tcp://127.0.0.1:{port}?probe=openwire")
+    ok, detail = await check_openwire(connector, "c", "u", "p")
+    assert not ok
+    assert detail.startswith(f"openwire probe of {connector.url} failed: probe: the broker closed")
+
+
+# --- MQTT $SYS connection counts: mosquitto -------------------------------------------------------
+
+
+def _mosquitto(tmp_path: Path, name: str, extra: str) -> Mosquitto:
+    broker = Mosquitto(tmp_path, name)
+    broker.conf.write_text(broker.conf.read_text() + extra)
+    broker.start()
+    return broker
+
+
+def _mqtt_clients(port: int, count: int, stack: contextlib.ExitStack) -> None:
+    """`count` idle MQTT 3.1.1 sessions on the broker (CONNECT, CONNACK read)."""
+    for n in range(count):
+        client = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
+        client.sendall(encode_connect(f"idle-{n}"))
+        assert client.recv(4) == b"\x20\x02\x00\x00"
+
+
+async def _count_once(connector: Connector) -> tuple[tuple[bool, str], int | None, float]:
+    """One probe with a count: (verdict, count, seconds from start to verdict)."""
+    seen: list[int | None] = []
+    start = trio.current_time()
+    with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+        result = await check_mqtt(connector, "probe", None, None, on_connection_count=seen.append)
+    assert len(seen) == 1
+    return result, seen[0], trio.current_time() - start
+
+
+async def _count_reaches(connector: Connector, expected: int) -> float:
+    """Probe until the broker reports `expected` (it refreshes `$SYS` every sys_interval); the
+    time that took."""
+    start = trio.current_time()
+    with trio.fail_after(10):
+        while True:
+            result, count, _ = await _count_once(connector)
+            assert result == (True, "")
+            if count == expected:
+                return trio.current_time() - start
+            await trio.sleep(0.1)
+
+
+class TestMqttConnectionCount:
+    async def test_check_mqtt_reads_the_retained_sys_count(self, tmp_path: Path) -> None:
+        broker = _mosquitto(tmp_path, "m", "sys_interval 1\nset_tcp_nodelay true\n")
+        connector = Connector.from_url(
+            "m", f"tcp://127.0.0.1:{broker.port}?probe=mqtt;probeConnectionCount=true"
+        )
+        try:
+            result, count, elapsed = await _count_once(connector)
+            assert (result, count) == ((True, ""), 0)  # published from the broker's start
+            assert elapsed < 0.5
+            with contextlib.ExitStack() as stack:
+                _mqtt_clients(broker.port, 3, stack)
+                assert await _count_reaches(connector, 3) < 2.5  # within a sys_interval or two
+        finally:
+            broker.stop()
+
+    async def test_check_mqtt_without_sys_is_ready_with_no_count(self, tmp_path: Path) -> None:
+        """Scenario: `sys_interval 0` turns $SYS off: no value comes, the probe still says ready
+        after COUNT_WAIT_CAP_S and reports no count."""
+        broker = _mosquitto(tmp_path, "m", "sys_interval 0\n")
+        connector = Connector.from_url(
+            "m", f"tcp://127.0.0.1:{broker.port}?probe=mqtt;probeConnectionCount=true"
+        )
+        try:
+            result, count, elapsed = await _count_once(connector)
+        finally:
+            broker.stop()
+        assert (result, count) == ((True, ""), None)
+        assert COUNT_WAIT_CAP_S <= elapsed < COUNT_WAIT_CAP_S + 0.5
+
+    async def test_count_wait_is_half_the_time_left(self, tmp_path: Path) -> None:
+        broker = _mosquitto(tmp_path, "m", "sys_interval 0\n")
+        connector = Connector.from_url("m", f"tcp://127.0.0.1:{broker.port}?probe=mqtt")
+        seen: list[int | None] = []
+        try:
+            start = trio.current_time()
+            with trio.fail_after(0.6):
+                result = await check_mqtt(connector, "p", None, None, on_connection_count=seen.append)
+        finally:
+            broker.stop()
+        assert (result, seen) == ((True, ""), [None])
+        assert trio.current_time() - start < 0.6
+
+    async def test_least_connections_follows_the_broker_counts_and_our_burst(self, tmp_path: Path) -> None:
+        """Scenario: broker a has 3 clients of its own, b none: b gets the next connection; after
+        the router itself routes 4 connections to b (between two probes), a does."""
+        brokers = [_mosquitto(tmp_path, name, "sys_interval 1\nset_tcp_nodelay true\n") for name in "ab"]
+        connectors = tuple(
+            Connector.from_url(b.name, f"tcp://127.0.0.1:{b.port}?probe=mqtt;probeConnectionCount=true")
+            for b in brokers
+        )
+        runtime = _runtime(
+            connectors, user=None, password=None, policy="LEAST_CONNECTIONS", check_period_ms=300
+        )
+        counts = runtime.counts
+        facts = ConnectionFacts(source_ip="127.0.0.2")
+        try:
+            with contextlib.ExitStack() as stack:
+                _mqtt_clients(brokers[0].port, 3, stack)
+                with trio.fail_after(15):
+                    async with trio.open_nursery() as nursery:
+                        await nursery.start(serve_health_checks, runtime)
+                        for _ in range(200):  # $SYS is refreshed every second, probes every 0.3 s
+                            if (counts.connection_count("a"), counts.connection_count("b")) == (3, 0):
+                                break
+                            await trio.sleep(0.05)
+                        decision = await runtime.decide(facts)
+                        assert decision.target is not None
+                        assert decision.target.node_id == "b"
+                        for _ in range(4):
+                            counts.opened("b")  # as the proxy counts connections it routes
+                        assert counts.connection_count("b") == 4
+                        decision = await runtime.decide(facts)
+                        assert decision.target is not None
+                        assert decision.target.node_id == "a"
+                        nursery.cancel_scope.cancel()
+        finally:
+            for broker in brokers:
+                broker.stop()
+
+
+@pytest.mark.parametrize("nodelay", [True, False])
+async def test_measure_sys_count_latency(tmp_path: Path, nodelay: bool) -> None:
+    """Measurement for COUNT_WAIT_CAP_S: time from SUBSCRIBE to the retained count, with and
+    without `set_tcp_nodelay` on the broker (Nagle's algorithm holds the PUBLISH behind the
+    SUBACK until our delayed ACK, about 40 ms on Linux)."""
+    broker = _mosquitto(tmp_path, "m", "set_tcp_nodelay true\n" if nodelay else "")
+    connector = Connector.from_url("m", f"tcp://127.0.0.1:{broker.port}?probe=mqtt")
+    try:
+        times = []
+        for _ in range(5):
+            result, count, elapsed = await _count_once(connector)
+            assert (result, count) == ((True, ""), 0)
+            times.append(elapsed)
+    finally:
+        broker.stop()
+    assert max(times) < (0.2 if nodelay else 0.5), times
+    print(
+        f"set_tcp_nodelay={nodelay}: probe with count took {min(times) * 1000:.1f}-{max(times) * 1000:.1f} ms"
+    )
+
+
+# --- AMQP refusals a real broker does not easily give: a scripted server ----------------------------
+
+
+async def _serve_amqp_script(
+    mechanisms: tuple[str, ...],
+    after_open: bytes,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """An AMQP server built from `keys.amqp`'s encoders: offers `mechanisms`, accepts any login,
+    then answers the client's header and Open with the AMQP header and `after_open`."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with stream:
+            await stream.receive_some(8)  # SASL header
+            await stream.send_all(amqp.SASL_HEADER + amqp.encode_sasl_mechanisms(mechanisms))
+            await stream.receive_some()  # sasl-init
+            await stream.send_all(amqp.encode_sasl_outcome(0))
+            await stream.receive_some()  # AMQP header + Open
+            await stream.send_all(amqp.AMQP_HEADER + after_open)
+            with contextlib.suppress(trio.BrokenResourceError):
+                while await stream.receive_some():  # until the client hangs up
+                    pass
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handler, listeners)
+
+
+@pytest.mark.parametrize(
+    ("mechanisms", "after_open", "user", "expected"),
+    [
+        (
+            ("PLAIN",),
+            amqp.encode_open("broker") + amqp.encode_close("amqp:unauthorized-access", "vhost denied"),
+            "u",
+            "amqp Close amqp:unauthorized-access from {url}: vhost denied",
+        ),
+        (
+            ("PLAIN",),
+            amqp.encode_close("amqp:connection:forced", "Connection router r2 is not ready"),  # no Open
+            "u",
+            "amqp Close amqp:connection:forced from {url}: Connection router r2 is not ready",
+        ),
+        (("EXTERNAL",), b"", "u", "amqp broker {url} offers no SASL PLAIN (only EXTERNAL)"),
+        (("PLAIN",), b"", None, "amqp broker {url} offers no SASL ANONYMOUS (only PLAIN)"),
+        (("PLAIN",), amqp.encode_open("broker"), "u", ""),
+    ],
+)
+async def test_check_amqp_scripted_answers(
+    nursery: trio.Nursery, mechanisms: tuple[str, ...], after_open: bytes, user: str | None, expected: str
+) -> None:
+    """Scenario: a Close with an error (after or instead of the Open), a mechanism not offered;
+    and an Open that is never followed by the broker's Close (the probe waits for it)."""
+    port = await nursery.start(_serve_amqp_script, mechanisms, after_open)
+    connector = Connector.from_url("x", f"tcp://127.0.0.1:{port}?probe=amqp")
+    if not expected:
+        with trio.move_on_after(0.5) as scope:
+            await check_amqp(connector, "c", user, "p")
+        assert scope.cancelled_caught  # no verdict without the broker's Close: the deadline decides
+        return
+    with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+        assert await check_amqp(connector, "c", user, "p") == (False, expected.format(url=connector.url))
