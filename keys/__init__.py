@@ -30,3 +30,4 @@ from keys.sniff import Sniffed as Sniffed
 from keys.sniff import Sniffer as Sniffer
 from keys.sniff import SniffError as SniffError
 from keys.sniff import SniffResult as SniffResult
+from keys.sniff import WireProtocol as WireProtocol

@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from keys.sniff import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult
+from keys.sniff import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult, WireProtocol
 
 __all__ = [
     "AMQP_HEADER",
@@ -63,7 +63,7 @@ __all__ = [
     "sniff_server_sasl_preamble",
 ]
 
-_PROTOCOL: Final = "amqp"
+_PROTOCOL: Final = WireProtocol.AMQP.value
 
 # --- protocol headers (§2.2, §5.2, §5.3) --------------------------------------------------------
 
@@ -898,7 +898,7 @@ class AmqpSniffer:
                 return Reply(AMQP_HEADER)
             container_id, hostname = opened
             return Sniffed(
-                protocol=_PROTOCOL, client_id=container_id, hostname=hostname, protocol_version="1.0"
+                protocol=WireProtocol.AMQP, client_id=container_id, hostname=hostname, protocol_version="1.0"
             )
         return self._sniff_sasl(data)
 
@@ -918,7 +918,7 @@ class AmqpSniffer:
             return Reply(reply)
         container_id, hostname = opened
         return Sniffed(
-            protocol=_PROTOCOL,
+            protocol=WireProtocol.AMQP,
             client_id=container_id,
             hostname=hostname if hostname is not None else init.hostname,
             user_name=init.user_name,

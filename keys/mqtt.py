@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from keys.sniff import NEED_MORE, NeedMore, Sniffed, SniffError
+from keys.sniff import NEED_MORE, NeedMore, Sniffed, SniffError, WireProtocol
 
 if TYPE_CHECKING:
     from keys.sniff import SniffResult
@@ -38,7 +38,7 @@ __all__ = [
     "parse_subscribed_value",
 ]
 
-_NAME: Final = "mqtt"
+_NAME: Final = WireProtocol.MQTT.value
 
 MQTT_V5_USE_ANOTHER_SERVER: Final = 0x9C
 """CONNACK reason "Use another server" (MQTT 5 §3.2.2.2): REFUSED_USE_ANOTHER and redirects."""
@@ -275,7 +275,7 @@ def _parse_connect(data: bytes) -> Sniffed:
     if leftover:
         raise SniffError(_NAME, f"extra bytes after the connect payload: {leftover}")
     return Sniffed(
-        protocol=_NAME,
+        protocol=WireProtocol.MQTT,
         # MQTT 3.1.1 §3.1.3.1, MQTT 5 §3.1.3.1: a zero-length client id asks the server for one.
         client_id=client_id or None,
         user_name=user_name,

@@ -35,7 +35,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from keys.sniff import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult
+from keys.sniff import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult, WireProtocol
 
 __all__ = [
     "PROBE_WIRE_FORMAT",
@@ -52,7 +52,7 @@ __all__ = [
     "sniff_wire_format",
 ]
 
-_NAME: Final = "openwire"
+_NAME: Final = WireProtocol.OPENWIRE.value
 """The sniffer's name, in `Sniffed.protocol` and in every `SniffError`."""
 
 MAGIC: Final = b"ActiveMQ"
@@ -716,7 +716,7 @@ class OpenWireSniffer:
             return Reply(to_client=_echo_frame(data, opening))
         client_id, user_name, password = found
         return Sniffed(
-            protocol=_NAME,
+            protocol=WireProtocol.OPENWIRE,
             client_id=client_id,
             user_name=user_name,
             password=password,

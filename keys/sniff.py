@@ -26,7 +26,18 @@ __all__ = [
     "SniffResult",
     "Sniffed",
     "Sniffer",
+    "WireProtocol",
 ]
+
+
+class WireProtocol(enum.Enum):
+    """A client protocol the router reads, one sniffer each; the value is the sniffer's name."""
+
+    MQTT = "mqtt"
+    AMQP = "amqp"
+    STOMP = "stomp"
+    OPENWIRE = "openwire"
+    TLS = "tls"
 
 
 class NeedMore(enum.Enum):
@@ -54,8 +65,8 @@ class Sniffed:
     """What a handshake revealed about a connection. A field is None when the protocol or this
     client did not send it."""
 
-    protocol: str
-    """The sniffer's name: "mqtt", "amqp", "stomp", "openwire" or "tls"."""
+    protocol: WireProtocol
+    """The protocol whose opening this was."""
     client_id: str | None = None
     """MQTT client identifier, AMQP container-id, STOMP `client-id`, OpenWire clientId."""
     user_name: str | None = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from keys.sniff import NEED_MORE, NeedMore, Sniffed, SniffError, SniffResult
+from keys.sniff import NEED_MORE, NeedMore, Sniffed, SniffError, SniffResult, WireProtocol
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -31,7 +31,7 @@ __all__ = [
     "parse_server_frame",
 ]
 
-_PROTOCOL: Final = "stomp"
+_PROTOCOL: Final = WireProtocol.STOMP.value
 
 _CONNECT_COMMANDS: Final = (b"CONNECT", b"STOMP")
 """The commands that may open a connection (STOMP 1.2 §Connecting; STOMP is 1.2's new name)."""
@@ -176,7 +176,7 @@ class StompSniffer:
         if not self._body_complete(data, pos, headers.get("content-length")):
             return NEED_MORE
         return Sniffed(
-            protocol=_PROTOCOL,
+            protocol=WireProtocol.STOMP,
             client_id=headers.get("client-id"),
             user_name=headers.get("login"),
             password=headers.get("passcode"),

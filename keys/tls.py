@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from keys.sniff import NEED_MORE, Sniffed, SniffError
+from keys.sniff import NEED_MORE, Sniffed, SniffError, WireProtocol
 from tls_sni import parse_client_hello, starts_like_tls_record
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def _highest_version(hello: ClientHello) -> str | None:
 class TlsSniffer:
     """Sniffs a TLS ClientHello: the SNI host and the highest offered TLS version."""
 
-    name = "tls"
+    name = WireProtocol.TLS.value
 
     def looks_like(self, prefix: bytes) -> bool:
         """Whether the bytes present match a TLS handshake record header (0x16 0x03 0x00-0x04).
@@ -73,4 +73,6 @@ class TlsSniffer:
             raise SniffError(self.name, str(exc)) from exc
         if hello is None:
             return NEED_MORE
-        return Sniffed(protocol=self.name, sni_host=hello.sni, protocol_version=_highest_version(hello))
+        return Sniffed(
+            protocol=WireProtocol.TLS, sni_host=hello.sni, protocol_version=_highest_version(hello)
+        )

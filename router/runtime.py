@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from prometheus_client import Counter, Gauge
 
-    from keys import ConnectionFacts, SniffError
+    from keys import ConnectionFacts, SniffError, WireProtocol
     from pools import Connector, PoolEvent, Target
     from router.config.settings import Config, RouterConfig
     from router.datapath.fast_path import FastPath
@@ -325,7 +325,7 @@ class RouterRuntime:
             bytes_read,
         )
 
-    def report_redirect(self, peer: str, key: str, node_id: str, protocol: str) -> None:
+    def report_redirect(self, peer: str, key: str, node_id: str, protocol: WireProtocol) -> None:
         """Log and count an OK decision answered with a native redirect."""
         conn_log.info(
             "peer=%s router=%s key=%s target=%s outcome=REDIRECT protocol=%s",
@@ -333,7 +333,7 @@ class RouterRuntime:
             self.name,
             key,
             node_id,
-            protocol,
+            protocol.value,
         )
         self.count_decision(RouteStatus.OK)
 

@@ -17,9 +17,9 @@ before anything else, whether the router answers itself or relays a broker: `owe
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
-from keys import Reply, amqp, mqtt, openwire, stomp
+from keys import Reply, WireProtocol, amqp, mqtt, openwire, stomp
 from router.config.settings import AcceptorMode
 from router.core.engine import RouteStatus
 
@@ -50,9 +50,15 @@ def redirects(mode: AcceptorMode, sniffed: Sniffed | None) -> bool:
 
 def can_follow_redirect(sniffed: Sniffed) -> bool:
     """Whether the client's protocol has a native redirect (`mode=auto` redirects only these)."""
-    if sniffed.protocol == "mqtt":
-        return sniffed.protocol_version == "5"
-    return sniffed.protocol in ("amqp", "openwire")
+    match sniffed.protocol:
+        case WireProtocol.MQTT:
+            return sniffed.protocol_version == "5"
+        case WireProtocol.AMQP | WireProtocol.OPENWIRE:
+            return True
+        case WireProtocol.STOMP | WireProtocol.TLS:
+            return False
+        case _:
+            assert_never(sniffed.protocol)
 
 
 def _wire_format(raw: bytes) -> openwire.WireFormat:
@@ -68,24 +74,36 @@ def owed_opening(sniffed: Sniffed, raw: bytes, replied: bytes) -> bytes:
     A client that pipelined its whole handshake got `Sniffed` before any `Reply`, so nothing
     was sent; what it is owed is the full opening.
     """
-    if sniffed.protocol == "amqp":
-        return amqp.server_preamble(sniffed)[len(replied) :]
-    if sniffed.protocol == "openwire" and not replied:
-        # The echo is the sniffer's answer to the client's WireFormatInfo frame on its own.
-        frame_end = 4 + int.from_bytes(raw[:4], "big")
-        answer = openwire.OpenWireSniffer().sniff(raw[:frame_end])
-        return answer.to_client if isinstance(answer, Reply) else b""
-    return b""
+    match sniffed.protocol:
+        case WireProtocol.AMQP:
+            return amqp.server_preamble(sniffed)[len(replied) :]
+        case WireProtocol.OPENWIRE:
+            if replied:
+                return b""
+            # The echo is the sniffer's answer to the client's WireFormatInfo frame on its own.
+            frame_end = 4 + int.from_bytes(raw[:4], "big")
+            answer = openwire.OpenWireSniffer().sniff(raw[:frame_end])
+            return answer.to_client if isinstance(answer, Reply) else b""
+        case WireProtocol.MQTT | WireProtocol.STOMP | WireProtocol.TLS:
+            return b""
+        case _:
+            assert_never(sniffed.protocol)
 
 
 def target_preamble_measure(sniffed: Sniffed, raw: bytes) -> Callable[[bytes], int | NeedMore] | None:
     """How to measure the target's opening that the client gets from us instead; None: nothing."""
-    if sniffed.protocol == "amqp":
-        return amqp.sniff_server_sasl_preamble if sniffed.sasl_mechanism else amqp.sniff_server_plain_preamble
-    if sniffed.protocol == "openwire":
-        # Also checks the broker negotiates what the client negotiated with our echo.
-        return functools.partial(openwire.sniff_server_preamble, client=_wire_format(raw))
-    return None
+    match sniffed.protocol:
+        case WireProtocol.AMQP:
+            if sniffed.sasl_mechanism:
+                return amqp.sniff_server_sasl_preamble
+            return amqp.sniff_server_plain_preamble
+        case WireProtocol.OPENWIRE:
+            # Also checks the broker negotiates what the client negotiated with our echo.
+            return functools.partial(openwire.sniff_server_preamble, client=_wire_format(raw))
+        case WireProtocol.MQTT | WireProtocol.STOMP | WireProtocol.TLS:
+            return None
+        case _:
+            assert_never(sniffed.protocol)
 
 
 def _mqtt_connack(sniffed: Sniffed, code: int, reference: str | None = None) -> bytes:
@@ -94,54 +112,63 @@ def _mqtt_connack(sniffed: Sniffed, code: int, reference: str | None = None) -> 
     return mqtt.encode_connack_v3_as_artemis(code)
 
 
-def redirect(sniffed: Sniffed, raw: bytes, connector: Connector, router: str) -> bytes | None:
+def redirect(sniffed: Sniffed, raw: bytes, connector: Connector, router: str) -> bytes:
     """The native redirect to the target reached through `connector` (the active member of an HA
-    pair), or None when the protocol cannot say it (TLS)."""
+    pair); b"" when the protocol cannot say it (TLS: closing is the answer)."""
     host, port = connector.host, connector.port
     match sniffed.protocol:
-        case "amqp":
+        case WireProtocol.AMQP:
             return amqp.redirect_frames(router, host, port)
-        case "mqtt":
+        case WireProtocol.MQTT:
             return _mqtt_connack(sniffed, mqtt.MQTT_V5_USE_ANOTHER_SERVER, f"{host}:{port}")
-        case "stomp":
+        case WireProtocol.STOMP:
             return stomp.encode_error(f"Connection router {router} redirects to {connector.url}")
-        case "openwire":
+        case WireProtocol.OPENWIRE:
             url = connector.url
             return openwire.encode_connection_control(
                 reconnect_to=url, connected_brokers=url, rebalance=True, encoding=_wire_format(raw)
             )
-    return None
+        case WireProtocol.TLS:
+            return b""
+        case _:
+            assert_never(sniffed.protocol)
 
 
-def refusal(sniffed: Sniffed, status: RouteStatus, router: str) -> bytes | None:
-    """The protocol's own refusal, or None when closing is the answer (OpenWire, TLS)."""
+def refusal(sniffed: Sniffed, status: RouteStatus, router: str) -> bytes:
+    """The protocol's own refusal; b"" when closing is the answer (OpenWire, TLS)."""
     unavailable = status is RouteStatus.REFUSED_UNAVAILABLE
     match sniffed.protocol:
-        case "amqp":
+        case WireProtocol.AMQP:
             return amqp.refusal_frames(router, unavailable=unavailable)
-        case "mqtt":
+        case WireProtocol.MQTT:
             code = mqtt.MQTT_V5_SERVER_UNAVAILABLE if unavailable else mqtt.MQTT_V5_USE_ANOTHER_SERVER
             return _mqtt_connack(sniffed, code)
-        case "stomp":
+        case WireProtocol.STOMP:
             what = "is not ready" if unavailable else "rejected this connection"
             return stomp.encode_error(f"Connection router {router} {what}")
-    return None
+        case WireProtocol.OPENWIRE | WireProtocol.TLS:
+            return b""
+        case _:
+            assert_never(sniffed.protocol)
 
 
-def not_authorized(sniffed: Sniffed, router: str) -> bytes | None:
-    """The protocol's own "not authorized" answer, or None when closing is the answer.
+def not_authorized(sniffed: Sniffed, router: str) -> bytes:
+    """The protocol's own "not authorized" answer; b"" when closing is the answer.
 
     MQTT: CONNACK 0x87 (v5) or return code 5 (3.1/3.1.1, MQTT 3.1.1 §3.2.2.3); AMQP: Open then
     Close `amqp:unauthorized-access` (the SASL outcome was already ok: the router answers SASL
     before it knows the target); STOMP: an ERROR frame; OpenWire and TLS: close.
     """
     match sniffed.protocol:
-        case "mqtt":
+        case WireProtocol.MQTT:
             level = 5 if sniffed.protocol_version == "5" else 4
             return mqtt.encode_connack(mqtt.MQTT_V5_NOT_AUTHORIZED, protocol_level=level)
-        case "amqp":
+        case WireProtocol.AMQP:
             description = f"Connection router {router}: authentication failed"
             return amqp.encode_open(router) + amqp.encode_close("amqp:unauthorized-access", description, None)
-        case "stomp":
+        case WireProtocol.STOMP:
             return stomp.encode_error(f"Connection router {router}: authentication failed")
-    return None
+        case WireProtocol.OPENWIRE | WireProtocol.TLS:
+            return b""
+        case _:
+            assert_never(sniffed.protocol)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Final
 
-from keys import Sniffed, SniffError
+from keys import Sniffed, SniffError, WireProtocol
 from keys.mqtt import MqttSniffer
 
 __all__ = ["connection_ttl_s", "sniff_mqtt_connect"]
@@ -30,7 +30,7 @@ def connection_ttl_s(ttl_ms: int, sniffed: Sniffed | None) -> float:
     """
     if ttl_ms <= 0:
         return math.inf
-    if sniffed is not None and sniffed.protocol == _MQTT.name:
+    if sniffed is not None and sniffed.protocol is WireProtocol.MQTT:
         keepalive_s = sniffed.keepalive_s or 0
         if 0 < keepalive_s * 1000 < ttl_ms:
             return math.inf

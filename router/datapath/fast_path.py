@@ -470,7 +470,7 @@ class FastPath:
             if answers.redirects(acceptor.mode, sniffed) and sniffed is not None:
                 runtime.report_redirect(peer, decision.key, target.node_id, sniffed.protocol)
                 said = answers.redirect(sniffed, raw, connector, runtime.name)
-                if said is not None:
+                if said:
                     with contextlib.suppress(OSError):  # a client gone already is not an error
                         client.send(answers.owed_opening(sniffed, raw, replied) + said)
                 client.close()

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from keys import ConnectionFacts, KeyType, SniffError
+from keys import ConnectionFacts, KeyType, SniffError, WireProtocol
 from keys.detect import detect_tls
 from keys.proxy_protocol import encode_v1, encode_v2
 from router.config.settings import AcceptorMode
@@ -451,10 +451,10 @@ async def _refuse(
         await _say(client, opening, answers.refusal(opening.sniffed, status, runtime.name))
 
 
-async def _say(client: trio.abc.Stream, opening: _Opening, said: bytes | None) -> None:
-    """Send the client what it is still owed of the opening, then `said` (nothing when None);
+async def _say(client: trio.abc.Stream, opening: _Opening, said: bytes) -> None:
+    """Send the client what it is still owed of the opening, then `said` (nothing when empty);
     a client that is gone already is not an error."""
-    if said is None or opening.sniffed is None:
+    if not said or opening.sniffed is None:
         return
     owed = answers.owed_opening(opening.sniffed, opening.raw, opening.replied)
     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
@@ -525,13 +525,13 @@ async def _replay(
         rest = b""
         if measure is not None:
             with trio.fail_after(limits.connect_timeout_s):
-                rest = await read_past_preamble(upstream, measure, protocol=sniffed.protocol)
+                rest = await read_past_preamble(upstream, measure, protocol=sniffed.protocol.value)
         if owed or rest:
             await client.send_all(owed + rest)
         return True
     except SniffError as exc:
         log.warning("peer=%s protocol=%s target's opening rejected: %s", peer, exc.protocol, exc.reason)
-        if sniffed is not None and sniffed.protocol == "amqp":
+        if sniffed is not None and sniffed.protocol is WireProtocol.AMQP:
             # The client already heard "SASL ok" from us and waits for the AMQP header: tell it
             # in AMQP that the broker refused, instead of a bare close it reads as a framing error.
             await _say(client, opening, answers.not_authorized(sniffed, router_name))

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import keys.amqp as amqp
+from keys import WireProtocol
 from keys.amqp import (
     AMQP_HEADER,
     SASL_HEADER,
@@ -156,7 +157,7 @@ SASL_REPLIES = (
 )
 
 PLAIN_SNIFFED = Sniffed(
-    protocol="amqp",
+    protocol=WireProtocol.AMQP,
     client_id="capture-proton-plain",
     hostname="127.0.0.1",
     user_name="user",
@@ -165,14 +166,17 @@ PLAIN_SNIFFED = Sniffed(
     protocol_version="1.0",
 )
 ANONYMOUS_SNIFFED = Sniffed(
-    protocol="amqp",
+    protocol=WireProtocol.AMQP,
     client_id="capture-proton-anon",
     hostname="127.0.0.1",
     sasl_mechanism="ANONYMOUS",
     protocol_version="1.0",
 )
 NO_SASL_SNIFFED = Sniffed(
-    protocol="amqp", client_id="capture-proton-nosasl", hostname="127.0.0.1", protocol_version="1.0"
+    protocol=WireProtocol.AMQP,
+    client_id="capture-proton-nosasl",
+    hostname="127.0.0.1",
+    protocol_version="1.0",
 )
 
 # --- broker captures ----------------------------------------------------------------------------
@@ -543,7 +547,9 @@ class TestVariants:
     def test_sniff_amqp_skips_empty_frames_before_open(self) -> None:
         """Scenario: heartbeat (empty) frames before the Open (§2.4.5) are skipped."""
         data = AMQP_HEADER + _frame(0, b"") + _frame(0, b"") + _open(_str8("c1"), 1)
-        assert SNIFFER.sniff(data) == Sniffed(protocol="amqp", client_id="c1", protocol_version="1.0")
+        assert SNIFFER.sniff(data) == Sniffed(
+            protocol=WireProtocol.AMQP, client_id="c1", protocol_version="1.0"
+        )
 
     def test_sniff_amqp_symbolic_descriptor_and_wide_encodings(self) -> None:
         """Scenario: descriptor as symbol `amqp:open:list`, list32, str32, extended header."""
@@ -553,7 +559,7 @@ class TestVariants:
         body += (2).to_bytes(4, "big") + fields
         data = AMQP_HEADER + _frame(0, body, doff=3)
         assert SNIFFER.sniff(data) == Sniffed(
-            protocol="amqp", client_id="c2", hostname="host", protocol_version="1.0"
+            protocol=WireProtocol.AMQP, client_id="c2", hostname="host", protocol_version="1.0"
         )
 
     def test_sniff_amqp_hostname_falls_back_to_sasl_init(self) -> None:
@@ -567,7 +573,7 @@ class TestVariants:
     def test_sniff_amqp_external_has_no_user_name(self) -> None:
         data = SASL_HEADER + _sasl_init(b"EXTERNAL", b"") + AMQP_HEADER + _open(_str8("c"), 1)
         assert SNIFFER.sniff(data) == Sniffed(
-            protocol="amqp", client_id="c", sasl_mechanism="EXTERNAL", protocol_version="1.0"
+            protocol=WireProtocol.AMQP, client_id="c", sasl_mechanism="EXTERNAL", protocol_version="1.0"
         )
 
     def test_sniff_amqp_plain_authzid_is_ignored(self) -> None:
@@ -946,7 +952,7 @@ class TestProtonAccepts:
         assert "5673" in str(info.value)
         assert seen == [
             Sniffed(
-                protocol="amqp",
+                protocol=WireProtocol.AMQP,
                 client_id="redirect-test",
                 hostname="127.0.0.1",
                 user_name="bob",
@@ -1062,7 +1068,7 @@ class TestProbeEncoders:
             + encode_open(PROBE_CONTAINER_ID)
         )
         assert SNIFFER.sniff(sent) == Sniffed(
-            protocol="amqp",
+            protocol=WireProtocol.AMQP,
             client_id=PROBE_CONTAINER_ID,
             user_name="alice",
             password="pw-alice",

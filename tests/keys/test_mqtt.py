@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from paho.mqtt.client import Client
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from keys import NEED_MORE, Sniffed, SniffError, mqtt
+from keys import NEED_MORE, Sniffed, SniffError, WireProtocol, mqtt
 from keys.mqtt import (
     MQTT_V5_NOT_AUTHORIZED,
     MQTT_V5_SERVER_UNAVAILABLE,
@@ -113,7 +113,7 @@ CAPTURED = [
     pytest.param(
         PAHO_V31,
         Sniffed(
-            protocol="mqtt",
+            protocol=WireProtocol.MQTT,
             client_id="paho-v31",
             user_name="alice",
             password="s3cret",
@@ -125,7 +125,7 @@ CAPTURED = [
     pytest.param(
         PAHO_V311,
         Sniffed(
-            protocol="mqtt",
+            protocol=WireProtocol.MQTT,
             client_id="paho-v311",
             user_name="alice",
             password="s3cret",
@@ -136,13 +136,13 @@ CAPTURED = [
     ),
     pytest.param(
         PAHO_V311_ANONYMOUS,
-        Sniffed(protocol="mqtt", protocol_version="3.1.1", keepalive_s=30),
+        Sniffed(protocol=WireProtocol.MQTT, protocol_version="3.1.1", keepalive_s=30),
         id="paho-v311-anonymous",
     ),
     pytest.param(
         PAHO_V5,
         Sniffed(
-            protocol="mqtt",
+            protocol=WireProtocol.MQTT,
             client_id="paho-v5",
             user_name="alice",
             password="s3cret",
@@ -241,7 +241,11 @@ class TestFields:
         """Scenario: MQTT 5 §3.1.2.9 allows a password without a user name."""
         frame = connect_packet(level=5, password=b"token")
         assert SNIFFER.sniff(frame) == Sniffed(
-            protocol="mqtt", client_id="client-1", password="token", protocol_version="5", keepalive_s=60
+            protocol=WireProtocol.MQTT,
+            client_id="client-1",
+            password="token",
+            protocol_version="5",
+            keepalive_s=60,
         )
 
     def test_sniff_mqtt_binary_password_is_none(self) -> None:
@@ -288,7 +292,11 @@ class TestFields:
         properties = b"\x26" + string(b"k") + string(b"v" * 200)
         frame = connect_packet(level=5, properties=properties, will=(properties, b"t", b"p"), user=b"u")
         assert SNIFFER.sniff(frame) == Sniffed(
-            protocol="mqtt", client_id="client-1", user_name="u", protocol_version="5", keepalive_s=60
+            protocol=WireProtocol.MQTT,
+            client_id="client-1",
+            user_name="u",
+            protocol_version="5",
+            keepalive_s=60,
         )
 
     def test_sniff_mqtt_non_minimal_remaining_length_accepted(self) -> None:
@@ -479,7 +487,7 @@ class TestFuzz:
             text_password = None
         assert SNIFFER.sniff(frame[:-1]) is NEED_MORE
         assert SNIFFER.sniff(frame) == Sniffed(
-            protocol="mqtt",
+            protocol=WireProtocol.MQTT,
             client_id=client_id or None,
             user_name=user,
             password=text_password,

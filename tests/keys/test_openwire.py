@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keys import NEED_MORE, Reply, Sniffed, SniffError, openwire
+from keys import NEED_MORE, Reply, Sniffed, SniffError, WireProtocol, openwire
 from keys.openwire import (
     MAX_COMMAND_BYTES,
     OpenWireSniffer,
@@ -238,7 +238,11 @@ class Capture:
 
 def _expected(client_id: str = "client-42") -> Sniffed:
     return Sniffed(
-        protocol="openwire", client_id=client_id, user_name="alice", password="s3cret", protocol_version="12"
+        protocol=WireProtocol.OPENWIRE,
+        client_id=client_id,
+        user_name="alice",
+        password="s3cret",
+        protocol_version="12",
     )
 
 
@@ -1070,7 +1074,11 @@ class TestProbeEncoders:
             command_id=1, connection_id="ID:p", client_id="cid", user_name="u", password="p", version=12
         )
         assert SNIFFER.sniff(sent) == Sniffed(
-            protocol="openwire", client_id="cid", user_name="u", password="p", protocol_version="12"
+            protocol=WireProtocol.OPENWIRE,
+            client_id="cid",
+            user_name="u",
+            password="p",
+            protocol_version="12",
         )
 
     def test_encode_connection_close_annotated(self) -> None:

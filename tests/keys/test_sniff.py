@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keys import NEED_MORE, Reply, Sniffed, SniffError
+from keys import NEED_MORE, Reply, Sniffed, SniffError, WireProtocol
 
 
 def test_sniff_error_message_names_protocol_and_reason() -> None:
@@ -16,7 +16,7 @@ def test_sniff_error_message_names_protocol_and_reason() -> None:
 
 
 def test_sniffed_repr_never_shows_password() -> None:
-    sniffed = Sniffed(protocol="mqtt", user_name="bob", password="s3cret")
+    sniffed = Sniffed(protocol=WireProtocol.MQTT, user_name="bob", password="s3cret")
     assert "s3cret" not in repr(sniffed)
     assert sniffed.password == "s3cret"
 

@@ -18,6 +18,7 @@ import stomp.utils  # type: ignore[import-untyped]  # as above
 from hypothesis import given
 from hypothesis import strategies as st
 
+from keys import WireProtocol
 from keys.sniff import NEED_MORE, Sniffed, SniffError
 from keys.stomp import MAX_BODY_BYTES, MAX_HEADER_BYTES, StompSniffer, encode_error
 from tests.keys.conftest import OneConnectionServer, assert_sniff_outcome, read_until_sniffed
@@ -77,7 +78,7 @@ STOMP_PY_12_CONNECT = (
 
 def _sniffed(client_id: str, version: str, host: str | None = None) -> Sniffed:
     return Sniffed(
-        protocol="stomp",
+        protocol=WireProtocol.STOMP,
         client_id=client_id,
         user_name="user",
         password="pass",
@@ -271,7 +272,7 @@ class TestVariants:
             b"CONNECT\r\naccept-version:1.1,1.2\r\nclient-id:c\r\nlogin:u\r\npasscode:p\r\nhost:h\r\n\r\n\x00"
         )
         assert _sniff(data) == Sniffed(
-            protocol="stomp",
+            protocol=WireProtocol.STOMP,
             client_id="c",
             user_name="u",
             password="p",
@@ -284,7 +285,7 @@ class TestVariants:
         assert (result.client_id, result.user_name) == ("first", "a")
 
     def test_sniff_stomp_no_headers_defaults(self) -> None:
-        assert _sniff(b"CONNECT\n\n\x00") == Sniffed(protocol="stomp", protocol_version="1.0")
+        assert _sniff(b"CONNECT\n\n\x00") == Sniffed(protocol=WireProtocol.STOMP, protocol_version="1.0")
 
     def test_sniff_stomp_values_are_literal_in_connect(self) -> None:
         """Scenario: CONNECT header values are not unescaped (STOMP 1.2 §Value Encoding exempts
@@ -404,7 +405,7 @@ class TestEncodeError:
         server.join()
         assert seen == [
             Sniffed(
-                protocol="stomp",
+                protocol=WireProtocol.STOMP,
                 client_id="stomp-test",
                 user_name="bob",
                 password="secret",

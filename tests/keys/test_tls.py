@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keys import NEED_MORE, Sniffed, SniffError
+from keys import NEED_MORE, Sniffed, SniffError, WireProtocol
 from keys.tls import TlsSniffer
 from tests.keys.conftest import mutate, sniff_outcome
 from tests.tls_sni.test_clienthello import hello, reframe, versions_ext
@@ -75,10 +75,14 @@ TLS12_HELLO = bytes.fromhex(
 
 CAPTURED = [
     pytest.param(
-        TLS13_HELLO, Sniffed(protocol="tls", sni_host="broker.example", protocol_version="1.3"), id="tls13"
+        TLS13_HELLO,
+        Sniffed(protocol=WireProtocol.TLS, sni_host="broker.example", protocol_version="1.3"),
+        id="tls13",
     ),
     pytest.param(
-        TLS12_HELLO, Sniffed(protocol="tls", sni_host="broker.example", protocol_version="1.2"), id="tls12"
+        TLS12_HELLO,
+        Sniffed(protocol=WireProtocol.TLS, sni_host="broker.example", protocol_version="1.2"),
+        id="tls12",
     ),
 ]
 
@@ -108,7 +112,7 @@ class TestCaptured:
         for i in range(len(frame)):
             assert SNIFFER.sniff(frame[:i]) is NEED_MORE, i
         assert SNIFFER.sniff(frame) == Sniffed(
-            protocol="tls", sni_host="broker.example", protocol_version="1.3"
+            protocol=WireProtocol.TLS, sni_host="broker.example", protocol_version="1.3"
         )
 
 
@@ -128,7 +132,7 @@ class TestCaptured:
     ],
 )
 def test_sniff_tls_protocol_version(frame: bytes, version: str | None) -> None:
-    assert SNIFFER.sniff(frame) == Sniffed(protocol="tls", protocol_version=version)
+    assert SNIFFER.sniff(frame) == Sniffed(protocol=WireProtocol.TLS, protocol_version=version)
 
 
 @pytest.mark.parametrize(

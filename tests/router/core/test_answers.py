@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from keys import Reply, Sniffed, amqp, openwire, stomp
+from keys import Reply, Sniffed, WireProtocol, amqp, openwire, stomp
 from pools import Connector
 from router.config.settings import AcceptorMode
 from router.core import answers
 from router.core.engine import RouteStatus
 
 TARGET = Connector.from_url("b", "tcp://127.0.0.1:61617?nodeId=node-b")
-MQTT5 = Sniffed(protocol="mqtt", protocol_version="5")
-MQTT311 = Sniffed(protocol="mqtt", protocol_version="3.1.1")
-AMQP_SASL = Sniffed(protocol="amqp", sasl_mechanism="PLAIN")
-AMQP_PLAIN = Sniffed(protocol="amqp")
-STOMP = Sniffed(protocol="stomp")
-TLS = Sniffed(protocol="tls", sni_host="a.example")
+MQTT5 = Sniffed(protocol=WireProtocol.MQTT, protocol_version="5")
+MQTT311 = Sniffed(protocol=WireProtocol.MQTT, protocol_version="3.1.1")
+AMQP_SASL = Sniffed(protocol=WireProtocol.AMQP, sasl_mechanism="PLAIN")
+AMQP_PLAIN = Sniffed(protocol=WireProtocol.AMQP)
+STOMP = Sniffed(protocol=WireProtocol.STOMP)
+TLS = Sniffed(protocol=WireProtocol.TLS, sni_host="a.example")
 
 
 @pytest.mark.parametrize(
@@ -25,7 +25,7 @@ TLS = Sniffed(protocol="tls", sni_host="a.example")
         (MQTT5, True),
         (MQTT311, False),
         (AMQP_PLAIN, True),
-        (Sniffed(protocol="openwire"), True),
+        (Sniffed(protocol=WireProtocol.OPENWIRE), True),
         (STOMP, False),
         (TLS, False),
     ],
@@ -54,7 +54,7 @@ def test_redirect_stomp_is_an_error_frame_naming_the_target() -> None:
 
 
 def test_redirect_tls_cannot_be_said() -> None:
-    assert answers.redirect(TLS, b"", TARGET, "r") is None
+    assert answers.redirect(TLS, b"", TARGET, "r") == b""  # closing is the answer
 
 
 def test_redirect_goes_to_the_connector_given_not_the_pair_primary() -> None:
@@ -79,11 +79,11 @@ def test_redirect_goes_to_the_connector_given_not_the_pair_primary() -> None:
             RouteStatus.REFUSED_USE_ANOTHER,
             stomp.encode_error("Connection router r rejected this connection"),
         ),
-        (Sniffed(protocol="openwire"), RouteStatus.REFUSED_UNAVAILABLE, None),
-        (TLS, RouteStatus.REFUSED_USE_ANOTHER, None),
+        (Sniffed(protocol=WireProtocol.OPENWIRE), RouteStatus.REFUSED_UNAVAILABLE, b""),
+        (TLS, RouteStatus.REFUSED_USE_ANOTHER, b""),
     ],
 )
-def test_refusal_per_protocol(sniffed: Sniffed, status: RouteStatus, expected: bytes | None) -> None:
+def test_refusal_per_protocol(sniffed: Sniffed, status: RouteStatus, expected: bytes) -> None:
     assert answers.refusal(sniffed, status, "r") == expected
 
 
@@ -107,7 +107,7 @@ def test_owed_opening_openwire_pipelined_client_gets_the_echo() -> None:
     wire_format_info = _openwire_wfi()
     echo = openwire.OpenWireSniffer().sniff(wire_format_info)
     assert isinstance(echo, Reply)
-    sniffed = Sniffed(protocol="openwire")
+    sniffed = Sniffed(protocol=WireProtocol.OPENWIRE)
     assert answers.owed_opening(sniffed, wire_format_info + b"more", b"") == echo.to_client
     assert answers.owed_opening(sniffed, wire_format_info, echo.to_client) == b""
 

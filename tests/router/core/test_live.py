@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from keys import Sniffed
+from keys import Sniffed, WireProtocol
 from keys.mqtt import encode_connect
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
@@ -51,7 +51,9 @@ def _conn(
 
 
 def _mqtt(keepalive_s: int) -> Sniffed:
-    return Sniffed(protocol="mqtt", client_id="c", protocol_version="3.1.1", keepalive_s=keepalive_s)
+    return Sniffed(
+        protocol=WireProtocol.MQTT, client_id="c", protocol_version="3.1.1", keepalive_s=keepalive_s
+    )
 
 
 async def _hold(conn: ProxiedConnection, closed_at: dict[str, float]) -> None:

@@ -6,12 +6,14 @@ import math
 
 import pytest
 
-from keys import Sniffed
+from keys import Sniffed, WireProtocol
 from router.core.ttl import connection_ttl_s
 
 
 def _mqtt(keepalive_s: int) -> Sniffed:
-    return Sniffed(protocol="mqtt", client_id="c", protocol_version="3.1.1", keepalive_s=keepalive_s)
+    return Sniffed(
+        protocol=WireProtocol.MQTT, client_id="c", protocol_version="3.1.1", keepalive_s=keepalive_s
+    )
 
 
 @pytest.mark.parametrize(
@@ -24,7 +26,7 @@ def _mqtt(keepalive_s: int) -> Sniffed:
         pytest.param(1500, _mqtt(0), 1.5, id="mqtt-keepalive-0"),
         pytest.param(2000, _mqtt(2), 2.0, id="mqtt-keepalive-equal-to-ttl"),
         pytest.param(1500, _mqtt(60), 1.5, id="mqtt-keepalive-above-ttl"),
-        pytest.param(1500, Sniffed(protocol="stomp", keepalive_s=1), 1.5, id="not-mqtt"),
+        pytest.param(1500, Sniffed(protocol=WireProtocol.STOMP, keepalive_s=1), 1.5, id="not-mqtt"),
     ],
 )
 def test_connection_ttl_s(ttl_ms: int, sniffed: Sniffed | None, expected: float) -> None:

@@ -7,7 +7,7 @@ import pytest
 import trio
 import trio.testing
 
-from keys import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult
+from keys import NEED_MORE, NeedMore, Reply, Sniffed, SniffError, SniffResult, WireProtocol
 from keys.proxy_protocol import encode_v1
 from router.datapath.reading import (
     SniffOutcome,
@@ -31,7 +31,7 @@ class LineSniffer:
             raise SniffError(self.name, f"bad greeting {data[:16]!r}")
         if b"\n" not in data:
             return NEED_MORE
-        return Sniffed(protocol=self.name, client_id=data[6 : data.index(b"\n")].decode())
+        return Sniffed(protocol=WireProtocol.MQTT, client_id=data[6 : data.index(b"\n")].decode())
 
 
 class ServerFirstSniffer:
@@ -44,7 +44,7 @@ class ServerFirstSniffer:
 
     def sniff(self, data: bytes) -> SniffResult:
         if data.startswith(b"ABC") and data.endswith(b";"):
-            return Sniffed(protocol=self.name, client_id=data[3:-1].decode())
+            return Sniffed(protocol=WireProtocol.AMQP, client_id=data[3:-1].decode())
         if data.startswith(b"AB"):
             return Reply(b"12")
         if data.startswith(b"A"):
