@@ -1,5 +1,6 @@
-"""Configuration: the `broker.xml` loader, the wording of its errors, the dataclasses it builds, and
-pool passwords. No I/O besides reading the file (and a password's environment variable or file).
+"""Configuration: the `broker.xml` loader, the dataclasses it builds (`settings`), the value kinds
+and the one wording of each rule (`values`), the acceptor URL parameter table (`acceptor_params`),
+and pool passwords. No I/O besides reading the file (and a password's environment variable or file).
 """
 
 from router.config.loader import SECTIONS as SECTIONS

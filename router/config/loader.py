@@ -14,7 +14,12 @@ How a document is read:
 4. Validate each section element against `router/config/schema/connection-router.xsd` (structure and
    simple types), translating libxml2's first error into a one-line `ConfigError`.
 5. Build the dataclasses and check what the schema cannot: URLs, regular expressions, policy
-   names and properties, one pool kind, duplicate names and children, cross references.
+   names and properties, one pool kind, duplicate names and children, cross references. What
+   the schema has checked is converted, not checked again; only the values a document gives are
+   passed, so every default is the dataclass's. Acceptor URL parameters, which no schema covers,
+   are read by their table (`router.config.acceptor_params`).
+
+Value errors are worded by kind (`router.config.values`), the same words the dataclasses use.
 
 Every error carries the file, the line and the element, and never contains a password: values
 of `<password>` elements and of URL parameters whose name contains "password" are masked. A pool
@@ -30,7 +35,7 @@ import os
 import re
 import urllib.parse
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 from lxml import etree
 
@@ -38,19 +43,20 @@ from cache import CacheConfig
 from keys import KeyType
 from policies import PolicyConfig
 from pools import LOCAL_NODE_ID, Connector, PoolConfig, PoolKind, parse_url_params
+from router.config import values
+from router.config.acceptor_params import acceptor_config
 from router.config.passwords import resolve_password
 from router.config.settings import (
     AcceptorConfig,
-    AcceptorMode,
     ClusterConnectionConfig,
     Config,
     ConnectionTtlConfig,
     DiscoveryGroupConfig,
     RouterConfig,
-    TlsConfig,
     ZooKeeperConfig,
     compile_filter,
 )
+from router.config.values import ValueKind
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Iterator, Mapping
@@ -72,38 +78,50 @@ SECTIONS: Final = (
 
 _SCHEMA_RESOURCE: Final = "connection-router.xsd"
 
-_LONG_MAX: Final = 2**63 - 1
-"""Upper bound of XSD `xsd:long`, the type Artemis's schema gives periods and sizes."""
-
-_ValueKind = Literal["positive", "non-negative", "ttl", "boolean", "key-type", "name"]
-
-_VALUE_KINDS: Final[Mapping[str, _ValueKind]] = {
-    "check-period": "positive",
-    "quorum-size": "positive",
-    "quorum-timeout": "non-negative",
-    "timeout": "non-negative",
-    "refresh-timeout": "non-negative",
-    "connection-ttl-override": "ttl",
-    "connection-ttl-check-interval": "positive",
-    "persisted": "boolean",
-    "local-target-enabled": "boolean",
-    "allow-direct-connections-only": "boolean",
-    "key-type": "key-type",
-    "name": "name",
-    "key": "name",
-    "discovery-group-name": "name",
-    "connector-ref": "name",
-    "cluster-connection": "name",
-    "local-target-connector-ref": "name",
-    "env": "name",
-    "file": "name",
-    "session-timeout": "positive",
-    "connect": "name",
-    "path": "name",
+_VALUE_KINDS: Final[Mapping[str, ValueKind]] = {
+    "check-period": ValueKind.POSITIVE,
+    "quorum-size": ValueKind.POSITIVE,
+    "quorum-timeout": ValueKind.NON_NEGATIVE,
+    "timeout": ValueKind.NON_NEGATIVE,
+    "refresh-timeout": ValueKind.NON_NEGATIVE,
+    "connection-ttl-override": ValueKind.TTL,
+    "connection-ttl-check-interval": ValueKind.POSITIVE,
+    "persisted": ValueKind.BOOLEAN,
+    "local-target-enabled": ValueKind.BOOLEAN,
+    "allow-direct-connections-only": ValueKind.BOOLEAN,
+    "key-type": ValueKind.KEY_TYPE,
+    "name": ValueKind.NAME,
+    "key": ValueKind.NAME,
+    "discovery-group-name": ValueKind.NAME,
+    "connector-ref": ValueKind.NAME,
+    "cluster-connection": ValueKind.NAME,
+    "local-target-connector-ref": ValueKind.NAME,
+    "env": ValueKind.NAME,
+    "file": ValueKind.NAME,
+    "session-timeout": ValueKind.POSITIVE,
+    "connect": ValueKind.NAME,
+    "path": ValueKind.NAME,
 }
-"""Element or attribute name -> the simple type the XSD gives it, for wording value errors."""
+"""Element or attribute name -> the kind of the simple type the XSD gives it, for wording value
+errors and converting values."""
 
-_INTEGER: Final = re.compile(r"[+-]?[0-9]+")
+_FIELDS: Final[Mapping[str, str]] = {
+    "check-period": "check_period_ms",
+    "quorum-size": "quorum_size",
+    "quorum-timeout": "quorum_timeout_ms",
+    "local-target-enabled": "local_target_enabled",
+    "persisted": "persisted",
+    "timeout": "timeout_ms",
+    "refresh-timeout": "refresh_timeout_ms",
+    "session-timeout": "session_timeout_ms",
+    "key-type": "key_type",
+    "connection-ttl-override": "override_ms",
+    "connection-ttl-check-interval": "check_interval_ms",
+}
+"""Simple element or attribute -> the field it sets on its section's dataclass (`PoolConfig`,
+`CacheConfig`, `DiscoveryGroupConfig`, `ZooKeeperConfig`, `RouterConfig`, `ConnectionTtlConfig`;
+each name occurs in one section only). An absent one is not passed: the field's default applies."""
+
 _URL_SECRET: Final = re.compile(r"[?;&][^=;&?]*password[^=;&?]*=([^;&]*)", re.IGNORECASE)
 _LXML_POSITION: Final = re.compile(r", line \d+, column \d+$")
 _XSD_PREFIX: Final = re.compile(
@@ -275,39 +293,31 @@ def _as_reason(sentence: str) -> str:
     return sentence[:1].lower() + sentence[1:]
 
 
-def _value_reason(kind: _ValueKind, value: str) -> str:
-    """Why `value` is not a valid value of one of the schema's simple types."""
+def _value(kind: ValueKind, text: str) -> int | bool | KeyType:
+    """The value of schema-valid text of a simple type (xsd:boolean also has 1 and 0)."""
     match kind:
-        case "positive" | "non-negative":
-            bound = "> 0" if kind == "positive" else ">= 0"
-            if not _INTEGER.fullmatch(value):
-                rule = f"must be an integer {bound}"
-            elif int(value) > _LONG_MAX:
-                rule = f"must be at most {_LONG_MAX}"
-            else:
-                rule = f"must be {bound}"
-        case "ttl":
-            rule = "must be -1 (off) or an integer > 0"
-            if _INTEGER.fullmatch(value) and int(value) > _LONG_MAX:
-                rule = f"must be at most {_LONG_MAX}"
-        case "boolean":
-            rule = "must be true or false"
-        case "key-type":
-            rule = f"must be one of {', '.join(k.value for k in KeyType)}"
-        case "name":
-            rule = "must not be empty"
-    return f"{rule}, got {value!r}"
+        case ValueKind.BOOLEAN:
+            return text.lower() in ("true", "1")
+        case ValueKind.KEY_TYPE:
+            return KeyType(text)
+        case _:
+            return int(text)
 
 
-def _is_number(kind: _ValueKind, text: str) -> bool:
-    """Whether `text` is a value of a numeric kind: an `xsd:long` that is > 0 ("positive"), >= 0
-    ("non-negative"), or -1 or > 0 ("ttl"); `_value_reason` words the rule when it is not."""
-    if not _INTEGER.fullmatch(text):
-        return False
-    value = int(text)
-    if kind == "ttl":
-        return value == -1 or 0 < value <= _LONG_MAX
-    return (1 if kind == "positive" else 0) <= value <= _LONG_MAX
+def _given(items: Iterable[tuple[str, str]]) -> Iterator[tuple[str, int | bool | KeyType]]:
+    """(field, value) for each of `items`, (element or attribute name, schema-valid text), that
+    sets a field (`_FIELDS`).
+
+    The caller collects them in a `dict[str, Any]` and passes it as keyword arguments: Any,
+    because each value has its own field's type, which the dataclass checks on construction.
+    """
+    for name, text in items:
+        if (field := _FIELDS.get(name)) is not None:
+            yield field, _value(_VALUE_KINDS[name], text.strip())
+
+
+def _texts(children: Mapping[str, etree._Element]) -> Iterator[tuple[str, str]]:
+    return ((tag, _text(child)) for tag, child in children.items())
 
 
 def _node_at(section: etree._Element, path: str | None) -> etree._Element | None:
@@ -401,14 +411,7 @@ class _Loader:
         acceptors: list[AcceptorConfig] = []
         if (element := sections.get("acceptors")) is not None:
             acceptors = self._acceptors(element, routers)
-        connection_ttl = ConnectionTtlConfig()
-        if (element := sections.get("connection-ttl-override")) is not None:
-            connection_ttl = ConnectionTtlConfig(override_ms=self._ttl(element))
-        if (element := sections.get("connection-ttl-check-interval")) is not None:
-            interval = self._integer(element)
-            connection_ttl = ConnectionTtlConfig(
-                override_ms=connection_ttl.override_ms, check_interval_ms=interval
-            )
+        ttl_fields: dict[str, Any] = dict(_given(_texts(sections)))  # Any: see _given
         return Config(
             source=self.source,
             connectors=tuple(self.connectors.values()),
@@ -416,7 +419,7 @@ class _Loader:
             routers=tuple(routers.values()),
             discovery_groups=tuple(self.discovery_groups.values()),
             cluster_connections=tuple(self.cluster_connections.values()),
-            connection_ttl=connection_ttl,
+            connection_ttl=ConnectionTtlConfig(**ttl_fields),
         )
 
     def _collect_secrets(self, sections: Iterable[etree._Element]) -> None:
@@ -451,7 +454,7 @@ class _Loader:
             and kind
         ):
             raw = node.get(attribute, "") if attribute else node.text or ""
-            reason = _value_reason(kind, raw.strip())
+            reason = values.reason(kind, raw.strip())
             if attribute:
                 reason = f"attribute {attribute!r} {reason}"
         elif found := _XSD_UNEXPECTED.fullmatch(detail):
@@ -505,38 +508,15 @@ class _Loader:
                 )
         return found
 
-    # -- simple values (the schema has checked them; these convert, and word errors the same) --
+    # -- names (the schema has checked that they are not empty) --
 
-    def _integer(self, element: etree._Element) -> int:
-        text = _text(element)
-        kind = _VALUE_KINDS[_local(element)]
-        if not _is_number(kind, text):
-            raise self.error(element, _value_reason(kind, text))
-        return int(text)
+    @staticmethod
+    def _name(element: etree._Element, attribute: str = "name") -> str:
+        return (element.get(attribute) or "").strip()
 
-    def _ttl(self, element: etree._Element) -> int:
-        text = _text(element)
-        if not _is_number("ttl", text):
-            raise self.error(element, _value_reason("ttl", text))
-        return int(text)
-
-    def _boolean(self, element: etree._Element) -> bool:
-        text = _text(element).lower()
-        if text not in ("true", "false", "1", "0"):
-            raise self.error(element, _value_reason("boolean", _text(element)))
-        return text in ("true", "1")
-
-    def _name(self, element: etree._Element, attribute: str = "name") -> str:
-        value = (element.get(attribute) or "").strip()
-        if not value:
-            raise self.error(element, f"attribute {attribute!r} {_value_reason('name', value)}")
-        return value
-
-    def _ref(self, element: etree._Element) -> str:
-        value = _text(element)
-        if not value:
-            raise self.error(element, _value_reason("name", value))
-        return value
+    @staticmethod
+    def _ref(element: etree._Element) -> str:
+        return _text(element)
 
     def _check_duplicate(
         self, seen: dict[str, int | None], element: etree._Element, kind: str, name: str
@@ -584,25 +564,21 @@ class _Loader:
             name = self._name(element)
             self._check_duplicate(seen, element, "discovery-group", name)
             children = self._unique_children(element, ("refresh-timeout", "zookeeper"))
-            refresh = children.get("refresh-timeout")
             zookeeper = children.get("zookeeper")
+            fields: dict[str, Any] = dict(_given(_texts(children)))  # Any: see _given
             self.discovery_groups[name] = DiscoveryGroupConfig(
-                name=name,
-                refresh_timeout_ms=10000 if refresh is None else self._integer(refresh),
-                zookeeper=None if zookeeper is None else self._zookeeper(zookeeper),
+                name=name, zookeeper=None if zookeeper is None else self._zookeeper(zookeeper), **fields
             )
 
     def _zookeeper(self, element: etree._Element) -> ZooKeeperConfig:
         """Our `<zookeeper connect= path= session-timeout=/>` (the schema checked the attributes'
         presence and the timeout's type)."""
-        timeout = (element.get("session-timeout") or "10000").strip()
-        if not _is_number("positive", timeout):
-            raise self.error(element, f"attribute 'session-timeout' {_value_reason('positive', timeout)}")
+        fields: dict[str, Any] = dict(_given(element.attrib.items()))  # Any: see _given
         try:
             return ZooKeeperConfig(
                 connect=(element.get("connect") or "").strip(),
                 path=(element.get("path") or "").strip(),
-                session_timeout_ms=int(timeout),
+                **fields,
             )
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
@@ -660,14 +636,7 @@ class _Loader:
 
     def _router(self, element: etree._Element, name: str) -> RouterConfig:
         children = self._unique_children(element)
-        key_type = KeyType.SOURCE_IP
-        if (key_type_element := children.get("key-type")) is not None:
-            try:
-                key_type = KeyType(_text(key_type_element))
-            except ValueError as exc:
-                raise self.error(
-                    key_type_element, _value_reason("key-type", _text(key_type_element))
-                ) from exc
+        fields: dict[str, Any] = dict(_given(_texts(children)))  # Any: see _given
         local_connector = None
         if (ref := children.get("local-target-connector-ref")) is not None:
             local_connector = self._ref(ref)
@@ -685,13 +654,13 @@ class _Loader:
         try:
             return RouterConfig(
                 name=name,
-                key_type=key_type,
                 key_filter=key_filter,
                 local_target_filter=local_target_filter,
                 local_connector=local_connector,
                 cache=cache,
                 policy=policy,
                 pool=pool,
+                **fields,
             )
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
@@ -731,13 +700,8 @@ class _Loader:
 
     def _cache(self, element: etree._Element, router: str) -> CacheConfig:
         children = self._unique_children(element)
-        persisted = False
-        if (persisted_element := children.get("persisted")) is not None:
-            persisted = self._boolean(persisted_element)
-        timeout = 0
-        if (timeout_element := children.get("timeout")) is not None:
-            timeout = self._integer(timeout_element)
-        if persisted:
+        fields: dict[str, Any] = dict(_given(_texts(children)))  # Any: see _given
+        if fields.get("persisted"):
             logger.warning(
                 "%s:%s: connection-router %r: persisted caches are kept in memory only for now "
                 "(persistence arrives in a later release)",
@@ -746,7 +710,7 @@ class _Loader:
                 router,
             )
         try:
-            return CacheConfig(persisted=persisted, timeout_ms=timeout)
+            return CacheConfig(**fields)
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
 
@@ -806,14 +770,7 @@ class _Loader:
             kind = PoolKind.CLUSTER if cluster_element is not None else PoolKind.STATIC
         username = None if (u := children.get("username")) is None else _text(u) or None
         password = None if (p := children.get("password")) is None else self._password(p)
-        numbers = {
-            tag: self._integer(child)
-            for tag in ("check-period", "quorum-size", "quorum-timeout")
-            if (child := children.get(tag)) is not None
-        }
-        local_target_enabled = False
-        if (enabled := children.get("local-target-enabled")) is not None:
-            local_target_enabled = self._boolean(enabled)
+        fields: dict[str, Any] = dict(_given(_texts(children)))  # Any: see _given
         try:
             config = PoolConfig(
                 kind=kind,
@@ -826,10 +783,7 @@ class _Loader:
                 cluster_connection=None if cluster_element is None else _text(cluster_element),
                 username=username,
                 password=password,
-                check_period_ms=numbers.get("check-period", 5000),
-                quorum_size=numbers.get("quorum-size", 1),
-                quorum_timeout_ms=numbers.get("quorum-timeout", 3000),
-                local_target_enabled=local_target_enabled,
+                **fields,
             )
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
@@ -873,37 +827,6 @@ class _Loader:
                 acceptors.append(self._acceptor(element, name, url, routers))
         return acceptors
 
-    def _tls(self, element: etree._Element, params: Mapping[str, str]) -> TlsConfig | None:
-        """Artemis's TLS acceptor parameters, PEM key stores only."""
-        flags = {
-            n: self._flag(element, params, n) for n in ("sslEnabled", "needClientAuth", "wantClientAuth")
-        }
-        if not flags["sslEnabled"]:
-            return None
-        for kind in ("keyStoreType", "trustStoreType"):
-            store_type = params.get(kind, "PEM").strip().upper()
-            if store_type != "PEM":
-                raise self.error(
-                    element,
-                    f"{kind} {store_type!r} is not supported: use PEM files "
-                    "(convert with: openssl pkcs12 -in store.p12 -nodes -out store.pem)",
-                )
-        key_store = params.get("keyStorePath", "").strip()
-        if not key_store:
-            raise self.error(
-                element, "sslEnabled=true needs keyStorePath (a PEM file with key and certificate)"
-            )
-        trust_store = params.get("trustStorePath", "").strip() or None
-        try:
-            return TlsConfig(
-                key_store_path=key_store,
-                trust_store_path=trust_store,
-                need_client_auth=flags["needClientAuth"],
-                want_client_auth=flags["wantClientAuth"],
-            )
-        except ValueError as exc:
-            raise self.error(element, str(exc)) from exc
-
     def _acceptor(
         self, element: etree._Element, name: str, url: str, routers: Mapping[str, RouterConfig]
     ) -> AcceptorConfig:
@@ -917,74 +840,13 @@ class _Loader:
             raise self.error(element, f"an acceptor with a router must be a tcp:// URL, got {url!r}")
         if not parts.hostname or port is None:
             raise self.error(element, f"acceptor URL must name host and port, got {url!r}")
-        router = params.get("router", "").strip()
-        if router not in routers:
-            raise self._unknown(element, "connection-router", router, routers)
-        mode_text = params.get("mode", AcceptorMode.PROXY.value).strip()
         try:
-            mode = AcceptorMode(mode_text.lower())
-        except ValueError as exc:
-            allowed = ", ".join(m.value for m in AcceptorMode)
-            raise self.error(element, f"mode must be one of {allowed}, got {mode_text!r}") from exc
-        protocols = tuple(p.strip().upper() for p in params.get("protocols", "").split(",") if p.strip())
-        timeout_text = params.get("handshake-timeout", params.get("handshakeTimeout", "10")).strip()
-        if not _INTEGER.fullmatch(timeout_text) or int(timeout_text) < 0:
-            raise self.error(
-                element, f"handshake-timeout must be a whole number of seconds >= 0, got {timeout_text!r}"
-            )
-        cap_text = params.get("sniffMaxBytes", str(16 * 1024)).strip()
-        if not _INTEGER.fullmatch(cap_text):
-            raise self.error(element, f"sniffMaxBytes must be an integer, got {cap_text!r}")
-        proxy_text = params.get("proxyProtocolEnabled", "false").strip().lower()
-        if proxy_text not in ("true", "false"):
-            raise self.error(element, f"proxyProtocolEnabled must be true or false, got {proxy_text!r}")
-        send_proxy = params.get("sendProxyProtocol", "").strip().lower() or None
-        tls = self._tls(element, params)
-        require_auth = self._flag(element, params, "requireAuthentication")
-        ttl_ms = self._acceptor_ttl(element, params)
-        try:
-            return AcceptorConfig(
-                name=name,
-                host=parts.hostname,
-                port=port,
-                router=router,
-                protocols=protocols,
-                mode=mode,
-                handshake_timeout_ms=int(timeout_text) * 1000,
-                sniff_max_bytes=int(cap_text),
-                proxy_protocol=proxy_text == "true",
-                send_proxy_protocol=send_proxy,
-                tls=tls,
-                users_file=params.get("usersFile", "").strip() or None,
-                roles_file=params.get("rolesFile", "").strip() or None,
-                require_authentication=require_auth,
-                connection_ttl_ms=ttl_ms,
-                params=tuple(params.items()),
-            )
+            acceptor = acceptor_config(name=name, host=parts.hostname, port=port, params=params)
         except ValueError as exc:
             raise self.error(element, str(exc)) from exc
-
-    def _flag(self, element: etree._Element, params: Mapping[str, str], name: str) -> bool:
-        """A boolean URL parameter, default false, "true"/"false" in any letter case."""
-        value = {"true": True, "false": False}.get(params.get(name, "false").strip().lower())
-        if value is None:
-            raise self.error(element, f"{name} must be true or false, got {params[name]!r}")
-        return value
-
-    def _acceptor_ttl(self, element: etree._Element, params: Mapping[str, str]) -> int:
-        """`connectionTtl` (Artemis's acceptor spelling) or `connectionTTL` (its client URL's)."""
-        given = {n: params[n].strip() for n in ("connectionTtl", "connectionTTL") if n in params}
-        if len(set(given.values())) > 1:
-            raise self.error(
-                element,
-                f"connectionTtl {given['connectionTtl']!r} and connectionTTL {given['connectionTTL']!r} "
-                "disagree: give one",
-            )
-        for name, text in given.items():
-            if not _is_number("ttl", text):
-                raise self.error(element, f"{name} must be -1 (off) or an integer > 0 (ms), got {text!r}")
-            return int(text)
-        return -1
+        if acceptor.router not in routers:
+            raise self._unknown(element, "connection-router", acceptor.router, routers)
+        return acceptor
 
 
 def _is_routed(url: str) -> bool:

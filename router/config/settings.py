@@ -3,7 +3,10 @@
 `router/config/loader.py` reads a `broker.xml`-shaped document and builds these; the pool, policy and
 cache sections are the types their own packages define (`PoolConfig`, `PolicyConfig`,
 `CacheConfig`). Constructors validate, so an instance that exists is a valid one; cross-references
-(an acceptor naming a router, a pool naming a connector) are checked by `Config`.
+(an acceptor naming a router, a pool naming a connector) are checked by `Config`. Each field's
+default is stated here once: the loader passes only what the document gives, and the acceptor
+parameter table (router/config/acceptor_params.py) shows these defaults. Value rules are worded by
+their kind (router/config/values.py).
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from keys import KeyType
 from pools.members import check_znode_path, parse_ensemble
+from router.config.values import ValueKind, check, one_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -24,6 +28,8 @@ if TYPE_CHECKING:
     from pools import Connector, PoolConfig
 
 __all__ = [
+    "DEFAULT_MAX_SNIFF_BYTES",
+    "PROXY_PROTOCOL_VERSIONS",
     "AcceptorConfig",
     "AcceptorMode",
     "ClusterConnectionConfig",
@@ -35,6 +41,14 @@ __all__ = [
     "ZooKeeperConfig",
     "compile_filter",
 ]
+
+DEFAULT_MAX_SNIFF_BYTES: Final = 16 * 1024
+"""Byte cap of an opening handshake (`AcceptorConfig.sniff_max_bytes`, our `sniffMaxBytes`). h11
+caps incomplete HTTP heads at 16 KiB too; a CONNECT, Open or ConnectionInfo with credentials is a
+few hundred bytes, a TLS ClientHello under 2 KiB (post-quantum key shares push it towards 2-4 KiB)."""
+
+PROXY_PROTOCOL_VERSIONS: Final = ("v1", "v2")
+"""The PROXY protocol versions an acceptor can send to targets (`sendProxyProtocol`)."""
 
 
 def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
@@ -100,13 +114,14 @@ class AcceptorConfig:
     handshake_timeout_ms: int = 10_000
     """Deadline for a client's opening handshake (Artemis `handshake-timeout`, given in seconds
     there; default 10 s as in Artemis); 0 disables it."""
-    sniff_max_bytes: int = 16 * 1024
+    sniff_max_bytes: int = DEFAULT_MAX_SNIFF_BYTES
     """Byte cap of a client's opening handshake (our `sniffMaxBytes`)."""
     proxy_protocol: bool = False
     """Clients arrive behind a load balancer that sends a PROXY protocol header first (our
     `proxyProtocolEnabled`); SOURCE_IP is then the address in the header."""
     send_proxy_protocol: str | None = None
-    """Send a PROXY protocol header to targets: "v1", "v2" or None (our `sendProxyProtocol`)."""
+    """Send a PROXY protocol header to targets: one of `PROXY_PROTOCOL_VERSIONS`, or None (our
+    `sendProxyProtocol`)."""
     tls: TlsConfig | None = None
     """TLS termination; None relays TLS untouched (passthrough, SNI peeked from the ClientHello)."""
     users_file: str | None = None
@@ -120,24 +135,25 @@ class AcceptorConfig:
     """Close a proxied connection after this long without bytes from its client (Artemis
     `connectionTtl`, also spelt `connectionTTL`); -1 = no TTL. `<connection-ttl-override>`
     replaces it (`ConnectionTtlConfig.ttl_ms`)."""
+    fast_path: bool = True
+    """Whether the acceptor may be served by the fast path when it qualifies (our `fastPath`);
+    False keeps every connection on the trio path."""
     params: tuple[tuple[str, str], ...] = field(default=())
     """All URL parameters in order, including the ones above."""
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port < 65536:
-            raise ValueError(f"acceptor port must be 0-65535, got {self.port!r}")
-        if self.handshake_timeout_ms < 0:
-            raise ValueError(f"handshake-timeout must be >= 0, got {self.handshake_timeout_ms!r}")
-        if not 64 <= self.sniff_max_bytes <= 1024 * 1024:
-            raise ValueError(f"sniffMaxBytes must be 64-1048576, got {self.sniff_max_bytes!r}")
-        if self.send_proxy_protocol not in (None, "v1", "v2"):
-            raise ValueError(f"sendProxyProtocol must be v1 or v2, got {self.send_proxy_protocol!r}")
+        check(ValueKind.PORT, "acceptor port", self.port)
+        check(ValueKind.NON_NEGATIVE, "handshake-timeout", self.handshake_timeout_ms)
+        check(ValueKind.SNIFF_CAP, "sniffMaxBytes", self.sniff_max_bytes)
+        if self.send_proxy_protocol not in (None, *PROXY_PROTOCOL_VERSIONS):
+            raise ValueError(
+                f"sendProxyProtocol {one_of(PROXY_PROTOCOL_VERSIONS)}, got {self.send_proxy_protocol!r}"
+            )
         if (self.users_file is None) != (self.roles_file is None):
             raise ValueError("usersFile and rolesFile go together (artemis-users/roles.properties)")
         if self.require_authentication and self.users_file is None:
             raise ValueError("requireAuthentication=true needs usersFile and rolesFile")
-        if self.connection_ttl_ms != -1 and self.connection_ttl_ms <= 0:
-            raise ValueError(f"connectionTtl must be -1 (off) or > 0, got {self.connection_ttl_ms!r}")
+        check(ValueKind.TTL, "connectionTtl", self.connection_ttl_ms)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,10 +168,8 @@ class ConnectionTtlConfig:
     """How often proxied connections are checked against their TTL (Artemis's default)."""
 
     def __post_init__(self) -> None:
-        if self.override_ms != -1 and self.override_ms <= 0:
-            raise ValueError(f"connection-ttl-override must be -1 (off) or > 0, got {self.override_ms!r}")
-        if self.check_interval_ms <= 0:
-            raise ValueError(f"connection-ttl-check-interval must be > 0, got {self.check_interval_ms!r}")
+        check(ValueKind.TTL, "connection-ttl-override", self.override_ms)
+        check(ValueKind.POSITIVE, "connection-ttl-check-interval", self.check_interval_ms)
 
     def ttl_ms(self, acceptor: AcceptorConfig) -> int:
         """The TTL in force on an acceptor's connections: the override, else the acceptor's own
@@ -178,8 +192,7 @@ class ZooKeeperConfig:
     def __post_init__(self) -> None:
         parse_ensemble(self.connect)
         check_znode_path(self.path)
-        if self.session_timeout_ms <= 0:
-            raise ValueError(f"session-timeout must be > 0, got {self.session_timeout_ms!r}")
+        check(ValueKind.POSITIVE, "session-timeout", self.session_timeout_ms)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,6 +208,9 @@ class DiscoveryGroupConfig:
     """Artemis `refresh-timeout`, kept for compatibility."""
     zookeeper: ZooKeeperConfig | None = None
     """Where the members are registered, when they are registered in ZooKeeper."""
+
+    def __post_init__(self) -> None:
+        check(ValueKind.NON_NEGATIVE, "refresh-timeout", self.refresh_timeout_ms)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,8 +243,7 @@ class RouterConfig:
     pool: PoolConfig | None = None
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("connection-router name must not be empty")
+        check(ValueKind.NAME, "connection-router name", self.name)
         compile_filter(self.key_filter, "key-filter")
         compile_filter(self.local_target_filter, "local-target-filter")
 

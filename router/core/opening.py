@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from keys import NEED_MORE, Reply, SniffError
+from router.config.settings import DEFAULT_MAX_SNIFF_BYTES as DEFAULT_MAX_SNIFF_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -21,11 +22,6 @@ if TYPE_CHECKING:
     from keys import NeedMore, Sniffed, Sniffer
 
 __all__ = ["DEFAULT_MAX_SNIFF_BYTES", "READ_BYTES", "SniffBuffer"]
-
-DEFAULT_MAX_SNIFF_BYTES: Final = 16 * 1024
-"""Byte cap of an opening handshake. h11 caps incomplete HTTP heads at 16 KiB too; a CONNECT,
-Open or ConnectionInfo with credentials is a few hundred bytes, a TLS ClientHello under 2 KiB
-(post-quantum key shares push it towards 2-4 KiB)."""
 
 READ_BYTES: Final = 4096
 """Bytes asked per read while sniffing: openings are small, and a small read keeps a client that

@@ -14,9 +14,18 @@ from lxml import etree
 from cache import CacheConfig
 from keys import KeyType
 from policies import PolicyConfig
-from pools import PoolKind
+from pools import PoolConfig, PoolKind
 from router.config import SECTIONS, ConfigError, load_config, load_config_text
-from router.config.settings import AcceptorMode, Config, ZooKeeperConfig
+from router.config.loader import _VALUE_KINDS
+from router.config.settings import (
+    AcceptorMode,
+    Config,
+    ConnectionTtlConfig,
+    DiscoveryGroupConfig,
+    RouterConfig,
+    ZooKeeperConfig,
+)
+from router.config.values import ValueKind
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -368,6 +377,23 @@ def test_schema_key_types_are_the_key_type_enum():
     ns = {"xsd": "http://www.w3.org/2001/XMLSchema"}
     values = schema.xpath("//xsd:simpleType[@name='key-type-type']//xsd:enumeration/@value", namespaces=ns)
     assert values == [k.value for k in KeyType]
+
+
+def test__value_kinds_are_the_schema_types():
+    """Scenario: the kind that words a value error is the kind of the XSD type that raised it."""
+    types = {
+        "positive-long-type": ValueKind.POSITIVE,
+        "non-negative-long-type": ValueKind.NON_NEGATIVE,
+        "ttl-type": ValueKind.TTL,
+        "boolean-type": ValueKind.BOOLEAN,
+        "key-type-type": ValueKind.KEY_TYPE,
+        "name-type": ValueKind.NAME,
+    }
+    schema = _packaged_schema()
+    ns = {"xsd": "http://www.w3.org/2001/XMLSchema"}
+    typed = schema.xpath("//xsd:element[@type] | //xsd:attribute[@type]", namespaces=ns)
+    in_schema = {node.get("name"): types[node.get("type")] for node in typed if node.get("type") in types}
+    assert in_schema == dict(_VALUE_KINDS)
 
 
 def test_schema_declares_every_section():
@@ -1065,6 +1091,21 @@ def test_load_config_gives_pool_defaults(tmp_path):
     assert router.pool.local_target_enabled is False
 
 
+def test_load_config_leaves_absent_values_to_the_dataclass_defaults(tmp_path):
+    """Scenario: the loader passes only what the document gives, so each default is stated once,
+    on its dataclass."""
+    zookeeper = '<discovery-group name="zk"><zookeeper connect="h:2181" path="/p"/></discovery-group>'
+    text = routers(_router("r", STATIC_POOL + "<cache/>")).replace('<discovery-group name="dg1"/>', zookeeper)
+    config = load(tmp_path, text)
+    [router] = config.routers
+    assert router.pool == PoolConfig(kind=PoolKind.STATIC, static_connectors=("c1",))
+    assert router.cache == CacheConfig()
+    assert router.key_type is RouterConfig(name="r").key_type
+    group = config.discovery_group("zk")
+    assert group == DiscoveryGroupConfig(name="zk", zookeeper=ZooKeeperConfig(connect="h:2181", path="/p"))
+    assert config.connection_ttl == ConnectionTtlConfig()
+
+
 def test_load_config_reads_pool_settings(tmp_path):
     pool = """\
     <pool>
@@ -1421,10 +1462,10 @@ def test_load_config_acceptor_defaults_for_handshake_parameters() -> None:
 @pytest.mark.parametrize(
     ("params", "reason"),
     [
-        ("handshake-timeout=-1", "handshake-timeout must be a whole number of seconds >= 0, got '-1'"),
-        ("handshakeTimeout=soon", "handshake-timeout must be a whole number of seconds >= 0, got 'soon'"),
-        ("sniffMaxBytes=big", "sniffMaxBytes must be an integer, got 'big'"),
-        ("sniffMaxBytes=10", "sniffMaxBytes must be 64-1048576, got 10"),
+        ("handshake-timeout=-1", "handshake-timeout must be >= 0, got '-1'"),
+        ("handshakeTimeout=soon", "handshakeTimeout must be an integer >= 0, got 'soon'"),
+        ("sniffMaxBytes=big", "sniffMaxBytes must be an integer 64-1048576, got 'big'"),
+        ("sniffMaxBytes=10", "sniffMaxBytes must be 64-1048576, got '10'"),
         ("proxyProtocolEnabled=yes", "proxyProtocolEnabled must be true or false, got 'yes'"),
         ("sendProxyProtocol=v3", "sendProxyProtocol must be v1 or v2, got 'v3'"),
     ],
@@ -1433,6 +1474,24 @@ def test_load_config_rejects_bad_acceptor_handshake_parameters(params: str, reas
     with pytest.raises(ConfigError) as info:
         load_config_text(_acceptor_doc(params), source="a.xml")
     assert str(info.value) == f"a.xml:2: <acceptor>: {reason}"
+
+
+def test_load_config_acceptor_fast_path_parameter() -> None:
+    assert load_config_text(_acceptor_doc("mode=proxy")).acceptors[0].fast_path is True
+    (acceptor,) = load_config_text(_acceptor_doc("fastPath=FALSE")).acceptors
+    assert acceptor.fast_path is False
+    assert ("fastPath", "FALSE") in acceptor.params  # the raw parameters stay as given
+    with pytest.raises(ConfigError) as info:
+        load_config_text(_acceptor_doc("fastPath=no"), source="a.xml")
+    assert str(info.value) == "a.xml:2: <acceptor>: fastPath must be true or false, got 'no'"
+
+
+def test_load_config_rejects_disagreeing_handshake_timeout_spellings() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_text(_acceptor_doc("handshake-timeout=3;handshakeTimeout=4"), source="a.xml")
+    assert str(info.value) == (
+        "a.xml:2: <acceptor>: handshake-timeout '3' and handshakeTimeout '4' disagree: give one"
+    )
 
 
 def test_load_config_acceptor_tls_termination_parameters() -> None:
@@ -1504,12 +1563,12 @@ def test_load_config_acceptor_connection_ttl(params: str, ttl_ms: int) -> None:
 @pytest.mark.parametrize(
     ("params", "reason"),
     [
-        ("connectionTtl=0", "connectionTtl must be -1 (off) or an integer > 0 (ms), got '0'"),
-        ("connectionTtl=-5", "connectionTtl must be -1 (off) or an integer > 0 (ms), got '-5'"),
-        ("connectionTTL=1m", "connectionTTL must be -1 (off) or an integer > 0 (ms), got '1m'"),
+        ("connectionTtl=0", "connectionTtl must be -1 (off) or > 0, got '0'"),
+        ("connectionTtl=-5", "connectionTtl must be -1 (off) or > 0, got '-5'"),
+        ("connectionTTL=1m", "connectionTTL must be -1 (off) or an integer > 0, got '1m'"),
         (
             "connectionTtl=99999999999999999999",
-            "connectionTtl must be -1 (off) or an integer > 0 (ms), got '99999999999999999999'",
+            "connectionTtl must be at most 9223372036854775807, got '99999999999999999999'",
         ),
         (
             "connectionTtl=1500;connectionTTL=2000",
@@ -1566,12 +1625,12 @@ def test_load_config_connection_ttl_override_minus_one_is_off() -> None:
         (
             "<connection-ttl-override>0</connection-ttl-override>",
             "connection-ttl-override",
-            "must be -1 (off) or an integer > 0, got '0'",
+            "must be -1 (off) or > 0, got '0'",
         ),
         (
             "<connection-ttl-override>-2</connection-ttl-override>",
             "connection-ttl-override",
-            "must be -1 (off) or an integer > 0, got '-2'",
+            "must be -1 (off) or > 0, got '-2'",
         ),
         (
             "<connection-ttl-override>1 min</connection-ttl-override>",

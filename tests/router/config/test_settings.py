@@ -12,6 +12,7 @@ from policies.policy import PolicyConfig
 from pools.pool import PoolConfig, PoolKind
 from pools.target import Connector
 from router.config.settings import (
+    DEFAULT_MAX_SNIFF_BYTES,
     AcceptorConfig,
     AcceptorMode,
     ClusterConnectionConfig,
@@ -123,6 +124,24 @@ class TestAcceptorConfig:
         with pytest.raises(ValueError, match=f"acceptor port must be 0-65535, got {port}"):
             AcceptorConfig(name="a", host="::", port=port, router="r1")
 
+    def test_acceptor_config_sniff_cap_default_is_the_one_constant(self):
+        acceptor = AcceptorConfig(name="a", host="h", port=1, router="r")
+        assert acceptor.sniff_max_bytes == DEFAULT_MAX_SNIFF_BYTES == 16 * 1024
+        assert acceptor.fast_path is True
+
+    @pytest.mark.parametrize(
+        ("kwargs", "message"),
+        [
+            ({"handshake_timeout_ms": -1}, "handshake-timeout must be >= 0, got -1"),
+            ({"sniff_max_bytes": 63}, "sniffMaxBytes must be 64-1048576, got 63"),
+            ({"sniff_max_bytes": 1024 * 1024 + 1}, "sniffMaxBytes must be 64-1048576, got 1048577"),
+            ({"send_proxy_protocol": "v3"}, "sendProxyProtocol must be v1 or v2, got 'v3'"),
+        ],
+    )
+    def test_acceptor_config_rejects_bad_values(self, kwargs, message):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            AcceptorConfig(name="a", host="h", port=1, router="r", **kwargs)
+
     def test_acceptor_mode_values(self):
         assert {m.value for m in AcceptorMode} == {"proxy", "redirect", "auto"}
         assert AcceptorMode("redirect") is AcceptorMode.REDIRECT
@@ -168,6 +187,10 @@ class TestConfig:
 
     def test_discovery_group_config_default_refresh_timeout(self):
         assert DiscoveryGroupConfig(name="dg").refresh_timeout_ms == 10000
+
+    def test_discovery_group_config_rejects_a_negative_refresh_timeout(self):
+        with pytest.raises(ValueError, match=re.escape("refresh-timeout must be >= 0, got -1")):
+            DiscoveryGroupConfig(name="dg", refresh_timeout_ms=-1)
 
     def test_cluster_connection_config_defaults(self):
         cc = ClusterConnectionConfig(name="c")
