@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from keys import ConnectionFacts
 from router.config import load_config_text
-from router.core.engine import RouteStatus, RoutingEngine, build_pool
+from router.core.engine import DecisionReason, RouteStatus, RoutingEngine, build_pool
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -83,7 +83,7 @@ def time_decisions(config_text: str, router_name: str, *, keys: int) -> Decision
     for i in range(200):  # the first calls pay for lazy imports and the caches of re
         route(ConnectionFacts(source_ip=f"192.0.2.{i}"), now)
     results: dict[str, list[float]] = {}
-    for phase, expected in (("miss", "policy"), ("hit", "cache")):
+    for phase, expected in (("miss", DecisionReason.POLICY), ("hit", DecisionReason.CACHE)):
         samples: list[float] = []
         for fact in facts:
             start = clock()
@@ -91,8 +91,8 @@ def time_decisions(config_text: str, router_name: str, *, keys: int) -> Decision
             samples.append((clock() - start) / 1000)
             if decision.status is not RouteStatus.OK or decision.reason != expected:
                 raise RuntimeError(
-                    f"{phase}: expected an OK decision by {expected}, "
-                    f"got {decision.status.value} by {decision.reason!r}"
+                    f"{phase}: expected an OK decision by {expected.value}, "
+                    f"got {decision.status.value} by {decision.reason.value}"
                 )
         results[phase] = samples
     return DecisionTimes(

@@ -1,109 +1,64 @@
-"""One router at run time: its engine and pool, the quorum wait, and live connection counts.
+"""One connection router at run time: its engine, pool and live connections under one lock, the
+quorum wait, the pool-change signal, and the reports of what happens.
 
-The engine (`router/core/engine.py`) decides; this module adds what needs trio: waiting up to
-`quorum-timeout` for the pool's quorum (SPEC A1 step 7), waking waiters when the health checker
-changes the pool, and counting the connections we route so LEAST_CONNECTIONS sees a burst.
+Both data paths (the trio path in the trio thread, the fast path in its epoll thread) and the
+services (probes, discovery, admin, TTL checks) share one `RouterRuntime` per router. Every read or
+change of the engine, the pool and the registry of live connections goes through a method here that
+takes the router's lock; nothing outside reaches them. Pool changes (`record_check`, `add_target`,
+`remove_target`, `connect_refused`) and the quorum wait run in the trio thread; decisions
+(`decide_now`), registration (`register`/`unregister`) and reports (`report`) come from either.
+
+Pool changes are reported (log lines, metrics) and acted on: the proxied connections of a target
+that becomes not ready, or of the former member of a failed-over HA pair, are closed through the
+closers their data path registered (router/core/live.py), so this module knows neither path.
 """
 
 from __future__ import annotations
 
-import logging
+import itertools
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import trio
 
 from pools import PoolEventKind
-from router.core.engine import RouteDecision, RouteStatus, RoutingEngine, build_pool
-from router.core.live import CLOSED_BY_FAILOVER, CLOSED_BY_TARGET_NOT_READY, LiveConnections
+from router.core.address import Address
+from router.core.engine import RouteDecision, RoutingEngine, build_pool
+from router.core.events import Accepted, CloseReason, ConnectionRef, ConnectionsClosed, LookedUp
+from router.core.live import LiveConnections
+from router.core.status import snapshot
+from router.reports import MetricUpdates, log_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from prometheus_client import Counter, Gauge
-
-    from keys import ConnectionFacts, SniffError, WireProtocol
-    from pools import Connector, PoolEvent, Target
+    from keys import ConnectionFacts
+    from pools import Connector, PoolEvent, Target, TargetState
     from router.config.settings import Config, RouterConfig
-    from router.datapath.fast_path import FastPath
+    from router.core.engine import QuorumWait
+    from router.core.events import Event, Subscriber
+    from router.core.live import LiveConnection
+    from router.core.status import RouterStatus
     from router.metrics import Metrics
 
-__all__ = ["LiveConnectionCounts", "RelayMetrics", "RouterRuntime"]
+__all__ = ["RouterRuntime"]
 
-log = logging.getLogger("router.pool")
-conn_log = logging.getLogger("router.conn")
-"""The log of client connections, written alike by both data paths (router/datapath/trio_path.py and
-router/datapath/fast_path.py) through the `RouterRuntime.report_*` methods."""
-
-CACHE_PURGE_MIN_PERIOD_S = 1.0
+CACHE_PURGE_MIN_PERIOD_S: Final = 1.0
 """Sweep expired cache entries at most this often (a tiny timeout would otherwise spin)."""
 
-
-class LiveConnectionCounts:
-    """Connections this process has routed to each target and not yet closed, plus the counts
-    brokers report to the health probe (`probeConnectionCount=true`).
-
-    With a broker count, a target's count is the broker's (every client it has, ours included)
-    plus how many more connections we hold to it now than when the count was read, so a burst
-    between two probes still spreads; without one it is our own live count.
-    """
-
-    __slots__ = ("_counts", "_lock", "_reported")
-
-    def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
-        self._lock = threading.Lock()  # the fast-path thread counts too
-        self._reported: dict[str, tuple[int, int]] = {}
-        """node id -> (the broker's count, our live count when it was read)."""
-
-    def connection_count(self, node_id: str) -> int | None:
-        """The count of a target (0 when none; never unknown: we count ours all)."""
-        live = self._counts.get(node_id, 0)
-        reported = self._reported.get(node_id)
-        if reported is None:
-            return live
-        broker, live_then = reported
-        return max(0, broker + live - live_then)
-
-    def report(self, node_id: str, broker_count: int | None) -> None:
-        """Record the connection count a broker reported to the probe; None forgets the last
-        one (the probe could not read it), leaving our own count."""
-        if broker_count is None:
-            self._reported.pop(node_id, None)
-            return
-        with self._lock:
-            self._reported[node_id] = (broker_count, self._counts.get(node_id, 0))
-
-    def opened(self, node_id: str) -> None:
-        """Count one more connection routed to a target."""
-        with self._lock:
-            self._counts[node_id] = self._counts.get(node_id, 0) + 1
-
-    def closed(self, node_id: str) -> None:
-        """Count one connection to a target as closed."""
-        with self._lock:
-            self._counts[node_id] -= 1
+_connection_ids = itertools.count(1)
+"""Connection ids, unique in the process (`next` on a count is atomic under the GIL)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RelayMetrics:
-    """The metric children a connection proxied to one target updates."""
+class _Keep:
+    """The default of `set_filters`' arguments: leave the filter as it is."""
 
-    active: Gauge
-    """`router_proxied_connections` of the router and target."""
-    to_target: Counter
-    """`router_proxied_bytes_total` of the router, direction client_to_target."""
-    to_client: Counter
-    """`router_proxied_bytes_total` of the router, direction target_to_client."""
+
+KEEP: Final = _Keep()
 
 
 class RouterRuntime:
-    """A connection router at run time: engine, pool, counts, and the pool-change signal.
-
-    Its `count_*` and `report_*` methods count and log what happens to client connections, the
-    same way for the trio path and the fast path (which calls them in its own thread).
-    """
+    """A connection router at run time (see the module docstring)."""
 
     def __init__(
         self,
@@ -113,82 +68,131 @@ class RouterRuntime:
         *,
         round_robin_start: int | None = None,
     ) -> None:
+        """Build one router's run-time state; its log lines and metrics are subscribed already.
+
+        Args:
+            config: the whole configuration (connectors, cluster connections).
+            router: this router's configuration.
+            metrics: the process's metric families.
+            round_robin_start: the first round-robin position (tests); random when None.
+        """
         pool, local = build_pool(config, router)
         self.config = router
+        """The router's configuration (immutable)."""
         self.name = router.name
-        self.pool = pool
         self.metrics = metrics
-        self.counts = LiveConnectionCounts()
-        self.fast_path: FastPath | None = None
-        """The epoll relay thread serving some acceptors of this router, if any."""
-        self.lock = threading.Lock()
-        """Held around every use of the engine and the pool: the fast-path thread
-        (router/datapath/fast_path.py) decides while this thread probes, discovers and looks up."""
-        self.connections = LiveConnections()
-        """The proxied connections open now, which the TTL checker and pool changes can close."""
-        self.engine = RoutingEngine(
-            router, pool, local, round_robin_start=round_robin_start, counts=self.counts
+        self._pool = pool
+        self._lock = threading.Lock()
+        self._connections = LiveConnections()
+        self._engine = RoutingEngine(
+            router, pool, local, round_robin_start=round_robin_start, counts=self._connections
         )
         self._changed = trio.Event()
-        # Metric children by label value, looked up once instead of per connection (a `labels()`
-        # call costs microseconds); filled on first use so /metrics shows only what happened.
-        self._decision_counters: dict[RouteStatus, Counter] = {}
-        self._accepted_counters: dict[str, Counter] = {}
-        self._relay_metrics: dict[str, RelayMetrics] = {}
-        if pool is not None:
-            metrics.pool_active.labels(self.name).set(0)
-            for target in pool.targets:
-                metrics.target_ready.labels(self.name, target.node_id).set(0)
+        updates = MetricUpdates(metrics)
+        updates.router_started(self.name, None if pool is None else [t.node_id for t in pool.targets])
+        self._subscribers: tuple[Subscriber, ...] = (log_event, updates)
 
-    def apply_events(self, events: Iterable[PoolEvent]) -> None:
-        """Log and export pool changes, and wake decisions waiting for the quorum."""
-        changed = False
-        for event in events:
-            changed = True
-            match event.kind:
-                case PoolEventKind.TARGET_READY:
-                    log.info(
-                        "router=%s target=%s is ready%s",
-                        self.name,
-                        event.node_id,
-                        f" ({event.detail})" if event.detail else "",
-                    )
-                    self.metrics.target_ready.labels(self.name, event.node_id).set(1)
-                case PoolEventKind.TARGET_NOT_READY:
-                    log.warning(
-                        "router=%s target=%s is not ready: %s", self.name, event.node_id, event.detail
-                    )
-                    self.metrics.target_ready.labels(self.name, event.node_id).set(0)
-                    self._close_connections_to(event.node_id)
-                case PoolEventKind.TARGET_FAILOVER:
-                    log.warning("router=%s target=%s failed over: %s", self.name, event.node_id, event.detail)
-                    if event.node_id is not None and event.former is not None:
-                        self._close_connections_to(
-                            event.node_id, address=event.former, reason=CLOSED_BY_FAILOVER
-                        )
-                case PoolEventKind.TARGET_ADDED:
-                    log.info(
-                        "router=%s target=%s joined the pool (%s)", self.name, event.node_id, event.detail
-                    )
-                    self.metrics.target_ready.labels(self.name, event.node_id).set(0)
-                case PoolEventKind.TARGET_REMOVED:
-                    log.warning(
-                        "router=%s target=%s left the pool (it was %s)",
-                        self.name,
-                        event.node_id,
-                        event.detail,
-                    )
-                    self.metrics.target_ready.remove(self.name, event.node_id)
-                    self.metrics.connect_failures.remove(self.name, event.node_id)
-                case PoolEventKind.POOL_ACTIVE:
-                    log.info("router=%s pool is active (%s)", self.name, event.detail)
-                    self.metrics.pool_active.labels(self.name).set(1)
-                case PoolEventKind.POOL_INACTIVE:
-                    log.warning("router=%s pool is inactive (%s)", self.name, event.detail)
-                    self.metrics.pool_active.labels(self.name).set(0)
-        if changed:
-            woken, self._changed = self._changed, trio.Event()
-            woken.set()
+    # -- reports --
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Have `subscriber` receive every event from now on (in the reporting thread)."""
+        self._subscribers = (*self._subscribers, subscriber)
+
+    def report(self, event: Event) -> None:
+        """Hand an event to every subscriber (log lines, metrics, ...)."""
+        for subscriber in self._subscribers:
+            subscriber(event)
+
+    def accept(self, acceptor: str, peer: Address) -> ConnectionRef:
+        """A new client connection: its reference (with a process-unique id), reported `Accepted`."""
+        conn = ConnectionRef(id=next(_connection_ids), router=self.name, acceptor=acceptor, peer=peer)
+        self.report(Accepted(conn=conn))
+        return conn
+
+    # -- decisions (either thread) --
+
+    def decide_now(self, facts: ConnectionFacts, now: float) -> RouteDecision | QuorumWait:
+        """The SPEC A1 workflow for a connection as far as it goes without waiting (`RoutingEngine.begin`).
+
+        Args:
+            facts: what is known about the connection.
+            now: the current time of the trio clock (the fast path's thread reads it too).
+        """
+        with self._lock:
+            return self._engine.begin(facts, now)
+
+    async def wait_for_quorum(self, wait: QuorumWait) -> RouteDecision:
+        """Wait up to the quorum timeout for the pool to have routing targets, then decide (trio
+        thread). The caller's cancel scope bounds the wait as well."""
+        with trio.move_on_after(wait.timeout_s):
+            await self.wait_until(self._has_routing_targets)
+        with self._lock:
+            return self._engine.finish(wait, trio.current_time())
+
+    async def decide(self, facts: ConnectionFacts) -> RouteDecision:
+        """The whole workflow, waiting for the quorum when it must (trio thread)."""
+        decision = self.decide_now(facts, trio.current_time())
+        if isinstance(decision, RouteDecision):
+            return decision
+        return await self.wait_for_quorum(decision)
+
+    def lookup(self, key: str) -> RouteDecision:
+        """The management lookup (SPEC A7): from step 3, no quorum wait; reported `LookedUp`."""
+        with self._lock:
+            decision = self._engine.lookup(key, trio.current_time())
+        self.report(LookedUp(router=self.name, key=decision.key, status=decision.status))
+        return decision
+
+    def _has_routing_targets(self) -> bool:
+        with self._lock:
+            return self._pool is not None and bool(self._pool.routing_targets())
+
+    # -- what operators see and change --
+
+    def status(self) -> RouterStatus:
+        """A consistent snapshot of the router's filters, cache and pool."""
+        with self._lock:
+            return snapshot(self.config, self._engine, self._pool, self._connections)
+
+    def cache_entries(self) -> dict[str, str]:
+        """The sticky cache now: key -> node id of the entries not expired (empty without a cache)."""
+        with self._lock:
+            cache = self._engine.cache
+            return {} if cache is None else cache.entries(trio.current_time())
+
+    def set_filters(
+        self, *, key_filter: str | _Keep | None = KEEP, local_target_filter: str | _Keep | None = KEEP
+    ) -> RouterStatus:
+        """Change the run-time filters (SPEC A7: blank or None disables one); both or neither change.
+
+        Raises:
+            ValueError: an expression that does not compile (nothing changed).
+        """
+        with self._lock:
+            engine = self._engine
+            old = (engine.key_filter, engine.local_target_filter)
+            try:
+                if not isinstance(key_filter, _Keep):
+                    engine.key_filter = key_filter
+                if not isinstance(local_target_filter, _Keep):
+                    engine.local_target_filter = local_target_filter
+            except ValueError:
+                engine.key_filter, engine.local_target_filter = old
+                raise
+            return snapshot(self.config, engine, self._pool, self._connections)
+
+    # -- the pool (trio thread) --
+
+    def record_check(self, node_id: str, ok: bool, detail: str = "", *, member: int = 0) -> None:
+        """Record a probe's outcome for a target (one member of an HA pair) and act on the changes.
+
+        Raises:
+            KeyError: no target with this node id.
+        """
+        assert self._pool is not None, "only a router with a pool probes"
+        with self._lock:
+            events = self._pool.record_check(node_id, ok, detail, member=member)
+        self._apply(events)
 
     def add_target(self, target: Target) -> None:
         """Add a discovered target to the pool; `serve_health_checks` starts probing it at once.
@@ -196,10 +200,10 @@ class RouterRuntime:
         Raises:
             ValueError: the pool already has a target with this node id.
         """
-        assert self.pool is not None, "only a router with a pool discovers targets"
-        with self.lock:
-            events = self.pool.add_target(target)
-        self.apply_events(events)
+        assert self._pool is not None, "only a router with a pool discovers targets"
+        with self._lock:
+            events = self._pool.add_target(target)
+        self._apply(events)
 
     def remove_target(self, node_id: str) -> None:
         """Remove a discovered target from the pool; its probe loop stops and its metrics go.
@@ -207,10 +211,10 @@ class RouterRuntime:
         Raises:
             KeyError: no target with this node id.
         """
-        assert self.pool is not None, "only a router with a pool discovers targets"
-        with self.lock:
-            events = self.pool.remove_target(node_id)
-        self.apply_events(events)
+        assert self._pool is not None, "only a router with a pool discovers targets"
+        with self._lock:
+            events = self._pool.remove_target(node_id)
+        self._apply(events)
 
     def connect_refused(self, target: Target, connector: Connector, reason: str) -> None:
         """A connection to a member of the pool was refused: that member is un-ready at once, as
@@ -219,7 +223,7 @@ class RouterRuntime:
 
         Nothing happens when the target has left the pool (or was replaced) since it was chosen.
         """
-        pool = self.pool
+        pool = self._pool
         if pool is None or target.connector is None:
             return
         try:
@@ -227,196 +231,134 @@ class RouterRuntime:
         except ValueError:
             return
         detail = f"connect to {connector.url} failed: {reason}"
-        with self.lock:
+        with self._lock:
             if pool.target(target.node_id) is not target:
                 return
             events = pool.record_check(target.node_id, False, detail, member=member)
-        self.apply_events(events)
+        self._apply(events)
 
-    def _close_connections_to(
-        self,
-        node_id: str | None,
-        *,
-        address: tuple[str, int] | None = None,
-        reason: str = CLOSED_BY_TARGET_NOT_READY,
-    ) -> None:
-        """Close the proxied connections to a target that is not ready (or, after a failover, to
-        its member at `address`), so that their clients reconnect through the router (SPEC B, HA
-        awareness); logged once with the count. The fast path closes its own in its thread, where
-        it logs and counts them the same way (`report_router_closes`)."""
-        if node_id is None:
-            return
-        if self.fast_path is not None:
-            self.fast_path.close_target(self, node_id, address, reason)
-        closed = self.connections.close_target(node_id, address=address, reason=reason)
-        self.report_router_closes(node_id, address, reason, closed)
+    def report_broker_count(self, node_id: str, broker_count: int | None) -> None:
+        """Record the connection count a broker reported to its probe (None: it could not be read)."""
+        with self._lock:
+            self._connections.report_broker_count(node_id, broker_count)
 
-    def report_router_closes(
-        self, node_id: str, address: tuple[str, int] | None, reason: str, closed: int
-    ) -> None:
-        """Count and log (once) the connections the router closed to a target or member."""
-        if not closed:
-            return
-        self.metrics.router_closes.labels(self.name, reason).inc(closed)
-        what = "is not ready" if address is None else f"member {address[0]}:{address[1]} is not active"
-        log.warning(
-            "router=%s target=%s %s: closing its %d proxied connection(s)", self.name, node_id, what, closed
+    def target(self, node_id: str) -> Target | None:
+        """The pool's target with this node id now, if any."""
+        with self._lock:
+            return None if self._pool is None else self._pool.target(node_id)
+
+    def targets(self) -> tuple[Target, ...]:
+        """The pool's targets now, in pool order (none without a pool)."""
+        with self._lock:
+            return () if self._pool is None else tuple(self._pool.targets)
+
+    def target_state(self, node_id: str) -> TargetState:
+        """The readiness of one target now.
+
+        Raises:
+            KeyError: no target with this node id.
+        """
+        with self._lock:
+            assert self._pool is not None, "only a router with a pool has targets"
+            return self._pool.state(node_id)
+
+    def ready_count(self) -> int:
+        """How many of the pool's targets are ready now."""
+        with self._lock:
+            return 0 if self._pool is None else self._pool.ready_count()
+
+    def active_member(self, node_id: str) -> int | None:
+        """The index of the active member of an HA-pair target (None: none is ready).
+
+        Raises:
+            KeyError: no target with this node id.
+        """
+        with self._lock:
+            assert self._pool is not None, "only a router with a pool has members"
+            return self._pool.active_member(node_id)
+
+    def _apply(self, events: Iterable[PoolEvent]) -> None:
+        """Report pool changes, then close the connections they doom, and wake decisions waiting
+        for the quorum (trio thread)."""
+        events = list(events)
+        for event in events:
+            self.report(event)
+        for event in events:
+            if event.node_id is None:
+                continue
+            if event.kind is PoolEventKind.TARGET_NOT_READY:
+                self._close_target(event.node_id, CloseReason.TARGET_NOT_READY)
+            elif event.kind is PoolEventKind.TARGET_FAILOVER and event.former is not None:
+                self._close_target(event.node_id, CloseReason.FAILOVER, Address(*event.former))
+        if events:
+            woken, self._changed = self._changed, trio.Event()
+            woken.set()
+
+    def _close_target(self, node_id: str, reason: CloseReason, address: Address | None = None) -> None:
+        """Close the proxied connections to a target (or to one member address of it), so their
+        clients reconnect through the router (SPEC B, HA awareness); reported once with the count."""
+        with self._lock:
+            doomed = self._connections.open_to(node_id, address)
+        closing = ConnectionsClosed(
+            router=self.name, node_id=node_id, address=address, reason=reason, count=len(doomed)
         )
+        self._close(doomed, closing)
+
+    def _close(self, doomed: list[LiveConnection], closing: ConnectionsClosed) -> None:
+        """Report, then have each data path close its connections: after the report, so the lines
+        come in that order on both paths, and outside the lock (a closer may take other locks)."""
+        if doomed:
+            self.report(closing)
+        for conn in doomed:
+            conn.close(closing.reason)
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until `predicate()` holds, re-checking after every pool change (trio thread)."""
+        while not predicate():
+            await self._changed.wait()
 
     async def serve_cache_purge(self) -> None:
         """Drop expired cache entries every timeout, so keys never looked up again do not pile up."""
-        cache = self.engine.cache
+        cache = self._engine.cache
         if cache is None or cache.config.timeout_ms == 0:
             return
         period_s = max(cache.config.timeout_ms / 1000, CACHE_PURGE_MIN_PERIOD_S)
         while True:
             await trio.sleep(period_s)
-            with self.lock:
-                dropped = cache.purge_expired(trio.current_time())
-            if dropped:
-                log.debug("router=%s dropped %d expired cache entries", self.name, dropped)
+            with self._lock:
+                cache.purge_expired(trio.current_time())
 
-    def count_decision(self, status: RouteStatus) -> None:
-        """Count what a routed client connection got (`router_routing_decisions_total`)."""
-        counter = self._decision_counters.get(status)
-        if counter is None:
-            counter = self._decision_counters[status] = self.metrics.decisions.labels(self.name, status.value)
-        counter.inc()
+    # -- live connections (either thread) --
 
-    def count_accepted(self, acceptor: str) -> None:
-        """Count a client connection accepted for this router (`router_connections_accepted_total`)."""
-        counter = self._accepted_counters.get(acceptor)
-        if counter is None:
-            counter = self._accepted_counters[acceptor] = self.metrics.connections_accepted.labels(
-                acceptor, self.name
-            )
-        counter.inc()
+    def register(self, conn: LiveConnection) -> None:
+        """Count a proxied connection from its decision on (LEAST_CONNECTIONS sees it at once) and
+        make it closable by the router; `unregister` it when it ends."""
+        with self._lock:
+            self._connections.add(conn)
 
-    def relay_metrics(self, node_id: str) -> RelayMetrics:
-        """The metric children of the connections proxied to a target, looked up once."""
-        children = self._relay_metrics.get(node_id)
-        if children is None:
-            metrics = self.metrics
-            children = self._relay_metrics[node_id] = RelayMetrics(
-                active=metrics.active_connections.labels(self.name, node_id),
-                to_target=metrics.proxied_bytes.labels(self.name, "client_to_target"),
-                to_client=metrics.proxied_bytes.labels(self.name, "target_to_client"),
-            )
-        return children
+    def unregister(self, conn: LiveConnection) -> None:
+        """Forget a proxied connection that ended (or never connected)."""
+        with self._lock:
+            self._connections.discard(conn)
 
-    def report_opening_rejected(self, acceptor: str, peer: str, exc: SniffError) -> None:
-        """Count and log a client closed because of its opening's bytes (a `SniffError`)."""
-        self.metrics.client_errors.labels(acceptor, exc.protocol).inc()
-        conn_log.warning(
-            "peer=%s acceptor=%s protocol=%s handshake rejected: %s", peer, acceptor, exc.protocol, exc.reason
+    def open_connections(self, node_id: str | None = None) -> int:
+        """How many proxied connections are open now (to one target, or in all)."""
+        with self._lock:
+            if node_id is None:
+                return len(self._connections)
+            return len(self._connections.to(node_id))
+
+    def close_idle(self, now: float) -> list[tuple[LiveConnection, float]]:
+        """Close the connections whose client was silent for their TTL; each with its idle time."""
+        with self._lock:
+            return self._connections.close_idle(now, CloseReason.CONNECTION_TTL)
+
+    def close_all(self, reason: CloseReason) -> int:
+        """Close every proxied connection (the end of a shutdown's grace period); how many."""
+        with self._lock:
+            doomed = self._connections.open_all()
+        closing = ConnectionsClosed(
+            router=self.name, node_id=None, address=None, reason=reason, count=len(doomed)
         )
-
-    def report_opening_timeout(
-        self, acceptor: str, peer: str, protocol: str, timeout_s: float, bytes_read: int
-    ) -> None:
-        """Count and log a client closed at its handshake deadline (`protocol`: as far as known)."""
-        self.metrics.client_errors.labels(acceptor, "timeout").inc()
-        conn_log.warning(
-            "peer=%s acceptor=%s protocol=%s handshake not complete after %g s (%d bytes)",
-            peer,
-            acceptor,
-            protocol,
-            timeout_s,
-            bytes_read,
-        )
-
-    def report_redirect(self, peer: str, key: str, node_id: str, protocol: WireProtocol) -> None:
-        """Log and count an OK decision answered with a native redirect."""
-        conn_log.info(
-            "peer=%s router=%s key=%s target=%s outcome=REDIRECT protocol=%s",
-            peer,
-            self.name,
-            key,
-            node_id,
-            protocol.value,
-        )
-        self.count_decision(RouteStatus.OK)
-
-    def report_connect_failure(self, peer: str, key: str, node_id: str, reason: str) -> None:
-        """Count and log a connect to the chosen target that failed (`connect_refused` is apart:
-        it must run in the trio thread)."""
-        self.metrics.connect_failures.labels(self.name, node_id).inc()
-        conn_log.warning(
-            "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
-            peer,
-            self.name,
-            key,
-            node_id,
-            reason,
-        )
-
-    def report_connected(self, peer: str, key: str, node_id: str) -> None:
-        """Log a client connected to its target (the relay starts)."""
-        conn_log.info("peer=%s router=%s key=%s target=%s outcome=OK", peer, self.name, key, node_id)
-
-    def report_closed(
-        self, peer: str, node_id: str, counts: list[int], duration_s: float, closed_by: str | None
-    ) -> None:
-        """Count the bytes of a proxied connection that ended and log it.
-
-        Args:
-            peer: the client's `ip:port`.
-            node_id: the target's node id.
-            counts: bytes `[client -> target, target -> client]`.
-            duration_s: how long it was proxied.
-            closed_by: why the router closed it (a reset, the TTL, ...), or None when its ends did.
-        """
-        children = self.relay_metrics(node_id)
-        children.to_target.inc(counts[0])
-        children.to_client.inc(counts[1])
-        conn_log.info(
-            "peer=%s router=%s target=%s closed bytes_in=%d bytes_out=%d duration_s=%.3f%s",
-            peer,
-            self.name,
-            node_id,
-            counts[0],
-            counts[1],
-            duration_s,
-            "" if closed_by is None else f" reason={closed_by}",
-        )
-
-    async def wait_until(self, predicate: Callable[[], bool]) -> None:
-        """Wait until `predicate()` holds, re-checking after every pool change."""
-        while not predicate():
-            await self._changed.wait()
-
-    async def decide(self, facts: ConnectionFacts) -> RouteDecision:
-        """The whole SPEC A1 workflow for a connection, waiting up to quorum-timeout for quorum.
-
-        The caller's cancel scope bounds the wait as well. The caller counts the outcome it acts
-        on (`Metrics.decisions`), which may differ (a local decision without a local connector).
-        """
-        engine = self.engine
-        with self.lock:
-            key = engine.connection_key(facts)
-            if engine.is_internal(facts):
-                return engine.local_decision(key, "internal client id")
-            decision = engine.early(key, trio.current_time())
-        return decision or await self._select(key)
-
-    def lookup(self, key: str) -> RouteDecision:
-        """The management lookup (SPEC A7): from step 3, no quorum wait."""
-        with self.lock:
-            decision = self.engine.lookup(key, trio.current_time())
-        self.metrics.lookups.labels(self.name, decision.status.value).inc()
-        return decision
-
-    async def _select(self, key: str) -> RouteDecision:
-        pool = self.pool
-        pool_config = self.config.pool
-        assert pool is not None, "early() refuses without a pool"
-        assert pool_config is not None, "a router with a pool has a pool config"
-        with self.lock:
-            targets = pool.routing_targets()
-            waiting = not targets and pool.ready_count() < pool.quorum_size
-        timeout_s = pool_config.quorum_timeout_ms / 1000
-        if waiting and timeout_s > 0:
-            with trio.move_on_after(timeout_s):
-                await self.wait_until(lambda: bool(pool.routing_targets()))
-        with self.lock:
-            return self.engine.select(key, pool.routing_targets(), trio.current_time())
+        self._close(doomed, closing)
+        return len(doomed)

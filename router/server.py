@@ -4,12 +4,18 @@ Nursery tree of `serve_router`:
 
     services   health-check loops (one task per target), the admin listener, one connection-TTL
                checker per router whose acceptors have a TTL (router/services/ttl_checks.py), one
-               ZooKeeper discovery task per router whose pool's members are in ZooKeeper
-    handlers   one task per client connection; at shutdown its deadline becomes now + grace
-    accepting  one accept loop per acceptor; cancelled first at shutdown
+               ZooKeeper discovery task per router whose pool's members are in ZooKeeper, and at
+               shutdown the end of the grace period
+    handlers   one task per client connection of the trio path (router/datapath/trio_path.py),
+               and those the fast path hands over
+    accepting  one accept loop per trio-path acceptor; cancelled first at shutdown
+
+Acceptors that `plan.fast_path_serves` allows are served by the fast path's epoll thread
+(router/datapath/fast_path.py) instead of an accept loop.
 
 Shutdown (SIGTERM in `routerd`, or the `shutdown` event in tests): stop accepting and close the
-listening sockets, give open connections `grace_s` to finish, cancel what is left, stop services.
+listening sockets, give open connections `grace_s` to finish, then close what is left on both paths
+through the live-connection registry (reason `shutdown`), and stop the services.
 """
 
 from __future__ import annotations
@@ -18,17 +24,20 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import trio
 
 from keys import KeyType
 from keys.detect import make_detector
 from keys.users import UserStore
-from router.datapath.fast_path import FastPath, eligible
+from router.core.events import CloseReason
+from router.core.plan import fast_path_serves
+from router.datapath.acceptor import ConnectionLimits, ServedAcceptor
+from router.datapath.fast_path import FastPath
 from router.datapath.net import ACCEPT_CAPACITY_ERRNOS, open_listeners
 from router.datapath.tls import server_context
-from router.datapath.trio_path import AcceptorIO, ConnectionLimits, handle_connection, resume_connection
+from router.datapath.trio_path import handle_connection, resume_connection
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
 from router.services.admin import serve_admin
@@ -37,6 +46,8 @@ from router.services.health import serve_health_checks
 from router.services.ttl_checks import serve_connection_ttl_checks
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
     from router.config.settings import AcceptorConfig, Config
     from router.datapath.fast_path import HandedOver, Handoff
 
@@ -44,7 +55,10 @@ __all__ = ["ServerInfo", "StartupError", "serve_router"]
 
 log = logging.getLogger("router.server")
 
-_ACCEPT_BACKOFF_S = 0.1
+_ACCEPT_BACKOFF_S: Final = 0.1
+"""Pause of an accept loop after running out of a resource (descriptors, memory)."""
+_FAST_PATH_JOIN_S: Final = 5.0
+"""How long shutdown waits for the fast-path thread once told to close everything."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,98 +71,8 @@ class ServerInfo:
     """The admin listener's bound (host, port), if any."""
     runtimes: dict[str, RouterRuntime] = field(default_factory=dict)
     """Router name -> its run-time state."""
-
-
-async def _accept_loop(
-    listener: trio.SocketListener,
-    acceptor: AcceptorConfig,
-    runtime: RouterRuntime,
-    limits: ConnectionLimits,
-    handlers: trio.Nursery,
-    io: AcceptorIO,
-) -> None:
-    while True:
-        try:
-            stream = await listener.accept()
-        except OSError as exc:
-            if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
-                raise
-            log.error(
-                "acceptor=%s accept failed (%s); retrying in %g s",
-                acceptor.name,
-                exc.strerror,
-                _ACCEPT_BACKOFF_S,
-            )
-            await trio.sleep(_ACCEPT_BACKOFF_S)
-            continue
-        handlers.start_soon(handle_connection, stream, acceptor, runtime, limits, io)
-
-
-_FAST_PATH_JOIN_S = 5.0
-"""How long shutdown waits for the fast-path thread once told to close everything."""
-
-
-def _duplicate(listener: trio.SocketListener) -> socket.socket:
-    """A blocking-mode-agnostic stdlib twin of a trio listening socket, for the fast-path thread
-    (closing the trio one at shutdown then leaves the twin to the thread, which closes it)."""
-    return socket.socket(fileno=os.dup(listener.socket.fileno()))
-
-
-def _handoff(
-    handlers: trio.Nursery,
-    acceptor: AcceptorConfig,
-    runtime: RouterRuntime,
-    limits: ConnectionLimits,
-    io: AcceptorIO,
-) -> Handoff:
-    """How the fast-path thread passes a connection it cannot finish at once to the trio side."""
-    token = trio.lowlevel.current_trio_token()
-
-    def start(handed: HandedOver) -> None:  # in the trio thread
-        try:
-            stream = trio.SocketStream(trio.socket.from_stdlib_socket(handed.sock))
-            handlers.start_soon(resume_connection, stream, acceptor, runtime, limits, io, handed)
-        except RuntimeError:  # shutting down: the handlers nursery is closed
-            handed.sock.close()
-
-    def handoff(handed: HandedOver) -> None:  # in the fast-path thread
-        try:
-            token.run_sync_soon(start, handed)
-        except trio.RunFinishedError:
-            handed.sock.close()
-
-    return handoff
-
-
-async def _drain_fast_path(fast: FastPath) -> None:
-    """Wait until the fast path's connections end by themselves; at the grace deadline (this task
-    is cancelled) close the rest."""
-    try:
-        await trio.to_thread.run_sync(fast.join, abandon_on_cancel=True)
-    finally:
-        fast.close_all()
-
-
-def _acceptor_io(acceptor: AcceptorConfig, connection_ttl_ms: int) -> AcceptorIO:
-    """Detection, TLS and the connection TTL in force on one acceptor.
-
-    Raises:
-        StartupError: its key or trust store cannot be loaded.
-    """
-    try:
-        tls = None if acceptor.tls is None else server_context(acceptor.tls)
-        users = None
-        if acceptor.users_file is not None and acceptor.roles_file is not None:
-            users = UserStore.load(acceptor.users_file, acceptor.roles_file)
-    except ValueError as exc:  # UserStoreError is a ValueError too
-        raise StartupError(f"acceptor {acceptor.name!r}: {exc}") from exc
-    return AcceptorIO(
-        detect=make_detector(acceptor.protocols),
-        detect_inner=make_detector(acceptor.protocols, tls=False),
-        tls=tls,
-        users=users,
-        connection_ttl_ms=connection_ttl_ms,
-    )
+    fast_path: FastPath | None = None
+    """The fast path's epoll thread, when it serves any acceptor (`FastPath.acceptors`)."""
 
 
 class StartupError(Exception):
@@ -175,6 +99,168 @@ def _warn_unsupported(config: Config) -> None:
             )
 
 
+def _serve_acceptor(
+    acceptor: AcceptorConfig, runtime: RouterRuntime, connection_ttl_ms: int, limits: ConnectionLimits
+) -> ServedAcceptor:
+    """What one acceptor's connections share: detection, TLS, the user store, the TTL in force.
+
+    Raises:
+        StartupError: its key store, trust store or user store cannot be loaded.
+    """
+    try:
+        tls = None if acceptor.tls is None else server_context(acceptor.tls)
+        users = None
+        if acceptor.users_file is not None and acceptor.roles_file is not None:
+            users = UserStore.load(acceptor.users_file, acceptor.roles_file)
+    except ValueError as exc:  # UserStoreError is a ValueError too
+        raise StartupError(f"acceptor {acceptor.name!r}: {exc}") from exc
+    return ServedAcceptor(
+        config=acceptor,
+        runtime=runtime,
+        detect=make_detector(acceptor.protocols),
+        detect_inner=make_detector(acceptor.protocols, tls=False),
+        tls=tls,
+        users=users,
+        connection_ttl_ms=connection_ttl_ms,
+        limits=limits,
+    )
+
+
+async def _accept_loop(
+    listener: trio.SocketListener, acceptor: ServedAcceptor, handlers: trio.Nursery
+) -> None:
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                raise
+            log.error(
+                "acceptor=%s accept failed (%s); retrying in %g s",
+                acceptor.name,
+                exc.strerror,
+                _ACCEPT_BACKOFF_S,
+            )
+            await trio.sleep(_ACCEPT_BACKOFF_S)
+            continue
+        handlers.start_soon(handle_connection, stream, acceptor)
+
+
+def _duplicate(listener: trio.SocketListener) -> socket.socket:
+    """A blocking-mode-agnostic stdlib twin of a trio listening socket, for the fast-path thread
+    (closing the trio one at shutdown then leaves the twin to the thread, which closes it)."""
+    return socket.socket(fileno=os.dup(listener.socket.fileno()))
+
+
+def _handoff(handlers: trio.Nursery, acceptor: ServedAcceptor) -> Handoff:
+    """How the fast-path thread passes a connection it cannot finish at once to the trio side."""
+    token = trio.lowlevel.current_trio_token()
+
+    def start(handed: HandedOver) -> None:  # in the trio thread
+        try:
+            stream = trio.SocketStream(trio.socket.from_stdlib_socket(handed.sock))
+            handlers.start_soon(resume_connection, stream, acceptor, handed)
+        except RuntimeError:  # shutting down: the handlers nursery is closed
+            handed.sock.close()
+
+    def handoff(handed: HandedOver) -> None:  # in the fast-path thread
+        try:
+            token.run_sync_soon(start, handed)
+        except trio.RunFinishedError:
+            handed.sock.close()
+
+    return handoff
+
+
+async def _open_listeners(
+    acceptors: Iterable[ServedAcceptor],
+) -> tuple[list[tuple[ServedAcceptor, trio.SocketListener]], dict[str, tuple[str, int]]]:
+    """A listener per acceptor (two for a dual-stack host), and where each acceptor is bound.
+
+    Raises:
+        OSError: a listener could not be opened (the message names the acceptor).
+    """
+    listeners: list[tuple[ServedAcceptor, trio.SocketListener]] = []
+    bound: dict[str, tuple[str, int]] = {}
+    for served in acceptors:
+        acceptor = served.config
+        where = f"acceptor {acceptor.name!r} on {acceptor.host}:{acceptor.port}"
+        for listener in await open_listeners(acceptor.host, acceptor.port, where):
+            listeners.append((served, listener))
+            name = listener.socket.getsockname()
+            bound.setdefault(acceptor.name, (str(name[0]), int(name[1])))
+            log.info(
+                "acceptor=%s router=%s mode=%s listening on %s:%d",
+                acceptor.name,
+                acceptor.router,
+                acceptor.mode.value,
+                name[0],
+                name[1],
+            )
+    return listeners, bound
+
+
+def _start_accepting(
+    listeners: Iterable[tuple[ServedAcceptor, trio.SocketListener]],
+    fast: FastPath,
+    accepting: trio.Nursery,
+    handlers: trio.Nursery,
+) -> bool:
+    """An accept loop per trio-path acceptor, the fast path for the others; whether it serves any."""
+    fast_acceptors = set()
+    for served, listener in listeners:
+        if fast_path_serves(served.config, served.runtime.config.key_type, served.connection_ttl_ms):
+            fast_acceptors.add(served.name)
+            fast.add_listener(_duplicate(listener), served, _handoff(handlers, served))
+        else:
+            accepting.start_soon(_accept_loop, listener, served, handlers)
+    if fast_acceptors:
+        log.info("fast path (epoll relay thread) serves acceptor(s) %s", ", ".join(sorted(fast_acceptors)))
+        fast.start()
+    return bool(fast_acceptors)
+
+
+async def _start_services(
+    config: Config,
+    runtimes: Mapping[str, RouterRuntime],
+    metrics: Metrics,
+    services: trio.Nursery,
+    admin: tuple[str, int] | None,
+) -> tuple[str, int] | None:
+    """Probes, cache sweeps, discovery, TTL checks and the admin API; the admin's bound address."""
+    ttl = config.connection_ttl
+    with_ttl = {a.router for a in config.acceptors if ttl.ttl_ms(a) > 0}
+    for runtime in runtimes.values():
+        await services.start(serve_health_checks, runtime)
+        services.start_soon(runtime.serve_cache_purge)
+        group = config.pool_discovery_group(runtime.config)
+        if group is not None and group.zookeeper is not None:
+            await services.start(serve_discovery, runtime, group.zookeeper)
+        if runtime.name in with_ttl:
+            services.start_soon(serve_connection_ttl_checks, runtime, ttl.check_interval_ms / 1000)
+    if admin is None:
+        return None
+    bound: tuple[str, int] = await services.start(serve_admin, admin[0], admin[1], runtimes, metrics)
+    return bound
+
+
+async def _end_of_grace(
+    deadline: float, runtimes: Iterable[RouterRuntime], fast: FastPath, handlers: trio.CancelScope
+) -> None:
+    """At the end of the grace period close every proxied connection left, on both data paths
+    (reported as closed at shutdown), then cancel what is still opening or deciding."""
+    await trio.sleep_until(deadline)
+    for runtime in runtimes:
+        runtime.close_all(CloseReason.SHUTDOWN)
+    fast.close_all()
+    handlers.cancel(reason="grace period over")
+
+
+async def _wait_for_fast_path(fast: FastPath) -> None:
+    """Keep the handlers nursery open until the fast path's connections have ended."""
+    await trio.to_thread.run_sync(fast.join, abandon_on_cancel=True)
+
+
 async def serve_router(
     config: Config,
     *,
@@ -198,83 +284,46 @@ async def serve_router(
 
     Raises:
         OSError: a listener could not be opened (address in use, permission).
+        StartupError: an acceptor's key, trust or user store cannot be loaded.
     """
     shutdown = shutdown if shutdown is not None else trio.Event()
     limits = limits if limits is not None else ConnectionLimits()
     _warn_unsupported(config)
-    ttl = config.connection_ttl
-    # Before any listener: fail early.
-    ios = {a.name: _acceptor_io(a, ttl.ttl_ms(a)) for a in config.acceptors}
-    with_ttl = {a.router for a in config.acceptors if ttl.ttl_ms(a) > 0}
     metrics = Metrics()
     runtimes = {
         r.name: RouterRuntime(config, r, metrics, round_robin_start=round_robin_start) for r in config.routers
     }
+    ttl = config.connection_ttl
+    # Before any listener: fail early.
+    served = [_serve_acceptor(a, runtimes[a.router], ttl.ttl_ms(a), limits) for a in config.acceptors]
     async with trio.open_nursery() as services:
-        for runtime in runtimes.values():
-            await services.start(serve_health_checks, runtime)
-            services.start_soon(runtime.serve_cache_purge)
-            group = config.pool_discovery_group(runtime.config)
-            if group is not None and group.zookeeper is not None:
-                await services.start(serve_discovery, runtime, group.zookeeper)
-            if runtime.name in with_ttl:
-                services.start_soon(serve_connection_ttl_checks, runtime, ttl.check_interval_ms / 1000)
-        admin_bound = None
-        if admin is not None:
-            admin_bound = await services.start(serve_admin, admin[0], admin[1], runtimes, metrics)
-        bound: dict[str, tuple[str, int]] = {}
-        fast = FastPath(
-            trio.lowlevel.current_clock().current_time,
-            trio.lowlevel.current_trio_token().run_sync_soon,
-            limits.connect_timeout_s,
-        )
-        listeners: list[tuple[AcceptorConfig, trio.SocketListener]] = []
+        admin_bound = await _start_services(config, runtimes, metrics, services, admin)
+        clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()
+        fast = FastPath(clock.current_time, token.run_sync_soon, limits.connect_timeout_s)
+        listeners: list[tuple[ServedAcceptor, trio.SocketListener]] = []
         try:
-            for acceptor in config.acceptors:
-                where = f"acceptor {acceptor.name!r} on {acceptor.host}:{acceptor.port}"
-                for listener in await open_listeners(acceptor.host, acceptor.port, where):
-                    listeners.append((acceptor, listener))
-                    name = listener.socket.getsockname()
-                    bound.setdefault(acceptor.name, (str(name[0]), int(name[1])))
-                    log.info(
-                        "acceptor=%s router=%s mode=%s listening on %s:%d",
-                        acceptor.name,
-                        acceptor.router,
-                        acceptor.mode.value,
-                        name[0],
-                        name[1],
-                    )
+            listeners, bound = await _open_listeners(served)
             async with trio.open_nursery() as handlers:
                 async with trio.open_nursery() as accepting:
-                    fast_acceptors = set()
-                    for acceptor, listener in listeners:
-                        runtime, io = runtimes[acceptor.router], ios[acceptor.name]
-                        if eligible(acceptor, runtime, io.connection_ttl_ms):
-                            fast_acceptors.add(acceptor.name)
-                            handoff = _handoff(handlers, acceptor, runtime, limits, io)
-                            fast.add_listener(_duplicate(listener), acceptor, runtime, handoff, io.detect)
-                            runtime.fast_path = fast
-                        else:
-                            accepting.start_soon(
-                                _accept_loop, listener, acceptor, runtime, limits, handlers, io
-                            )
-                    if fast_acceptors:
-                        log.info(
-                            "fast path (epoll relay thread) serves acceptor(s) %s",
-                            ", ".join(sorted(fast_acceptors)),
-                        )
-                        fast.start()
+                    fast_serves = _start_accepting(listeners, fast, accepting, handlers)
                     log.info("ready: %d acceptor(s) listening", len(bound))
-                    task_status.started(ServerInfo(acceptors=bound, admin=admin_bound, runtimes=runtimes))
+                    info = ServerInfo(
+                        acceptors=bound,
+                        admin=admin_bound,
+                        runtimes=runtimes,
+                        fast_path=fast if fast_serves else None,
+                    )
+                    task_status.started(info)
                     await shutdown.wait()
                     log.info("shutting down: no new connections; open ones get %g s", grace_s)
                     accepting.cancel_scope.cancel(reason="shutdown")
                     fast.stop_accepting()
                 for _, listener in listeners:
                     await listener.aclose()
-                if fast_acceptors:
-                    handlers.start_soon(_drain_fast_path, fast)
-                handlers.cancel_scope.deadline = trio.current_time() + grace_s
+                deadline = trio.current_time() + grace_s
+                services.start_soon(_end_of_grace, deadline, runtimes.values(), fast, handlers.cancel_scope)
+                if fast_serves:
+                    handlers.start_soon(_wait_for_fast_path, fast)
         finally:
             fast.close_all()
             for _, listener in listeners:

@@ -36,6 +36,7 @@ __all__ = [
     "redirect",
     "redirects",
     "refusal",
+    "replay_rejected",
     "target_preamble_measure",
 ]
 
@@ -150,6 +151,18 @@ def refusal(sniffed: Sniffed, status: RouteStatus, router: str) -> bytes:
             return b""
         case _:
             assert_never(sniffed.protocol)
+
+
+def replay_rejected(sniffed: Sniffed, router: str) -> bytes:
+    """What a client is told when the target rejects its replayed server-first opening.
+
+    AMQP: the client already heard "SASL ok" from the router and waits for the AMQP header, so it
+    gets the protocol's "not authorized" instead of a bare close it would read as a framing
+    error. Others: b"" (close).
+    """
+    if sniffed.protocol is WireProtocol.AMQP:
+        return not_authorized(sniffed, router)
+    return b""
 
 
 def not_authorized(sniffed: Sniffed, router: str) -> bytes:

@@ -1,8 +1,9 @@
 """The routing engine: one connection router's decision workflow (SPEC A1), pure and clock-free.
 
-No I/O and no clock here (the caller passes `now`); the quorum *wait* of step 7 is done by the I/O
-layer (`router/runtime.py`), which calls `early` and `select` around it. `routerctl route` uses the
-synchronous `route` / `lookup`, which never wait.
+No I/O and no clock here (the caller passes `now`). `begin` runs the workflow as far as it can
+without waiting: it returns the decision, or `QuorumWait` when step 7 must wait for the pool's
+quorum; the wait itself is the runtime's (`router/runtime.py`), which then calls `select`.
+`routerctl route` uses `route` / `lookup`, which never wait.
 
 Workflow of one decision (SPEC A1):
   0. internal router client id -> local target
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from pools import Connector
     from router.config.settings import Config, RouterConfig
 
-__all__ = ["RouteDecision", "RouteStatus", "RoutingEngine", "build_pool"]
+__all__ = ["DecisionReason", "QuorumWait", "RouteDecision", "RouteStatus", "RoutingEngine", "build_pool"]
 
 
 class RouteStatus(enum.Enum):
@@ -48,6 +49,41 @@ class RouteStatus(enum.Enum):
     """Rejected for good: go elsewhere (no pool or policy, local target unavailable)."""
     REFUSED_UNAVAILABLE = "REFUSED_UNAVAILABLE"
     """The pool is not ready yet; possibly transient."""
+
+
+class DecisionReason(enum.Enum):
+    """Which workflow step decided, or which rule turned a decision into a refusal: the `reason=`
+    of log lines (the values are what they print)."""
+
+    INTERNAL_CLIENT_ID = "internal client id"
+    """Step 0: a router-to-router probe goes to the local target."""
+    LOCAL_TARGET_FILTER = "local-target-filter"
+    """Step 4: the key fully matches the local-target filter."""
+    NO_POOL_OR_POLICY = "no pool or no policy"
+    """Step 5: REFUSED_USE_ANOTHER."""
+    CACHE = "cache"
+    """Step 6: a cached node id that is ready."""
+    POLICY = "policy"
+    """Step 8: the policy's pick."""
+    NO_READY_TARGET = "no ready target"
+    """Step 9, nothing to pick from (below quorum, or no target ready)."""
+    POLICY_SELECTS_NONE = "policy selects no target"
+    """Step 9, the policy picked nothing (CONSISTENT_HASH_MODULO never picks)."""
+    ROUTING_TIMED_OUT = "routing timed out"
+    """The quorum wait outlasted the routing deadline (the runtime's rule)."""
+    NO_LOCAL_CONNECTOR = "the decision is the local target and no <local-target-connector-ref> is configured"
+    """An OK decision for a local target that cannot be reached (the plan's rule)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuorumWait:
+    """Step 7 must wait: the pool has fewer ready targets than its quorum and the router allows a
+    `quorum-timeout`. Wait up to `timeout_s` for the pool to change, then `RoutingEngine.select`."""
+
+    key: str
+    """The key after filter and transform."""
+    timeout_s: float
+    """`quorum-timeout` in seconds (> 0)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,8 +99,8 @@ class RouteDecision:
     """Where to reach the chosen target now: the active member of its HA pair (just the target's
     connector when it is not a pair; the primary when not given); None when not OK or for a local
     target without connector."""
-    reason: str = ""
-    """Which workflow step decided: for logs."""
+    reason: DecisionReason
+    """Which workflow step decided."""
 
     def __post_init__(self) -> None:
         if (self.status is RouteStatus.OK) != (self.target is not None):
@@ -175,11 +211,11 @@ class RoutingEngine:
         """Step 0: a router-to-router probe, always routed to the local target."""
         return is_internal_client_id(facts.client_id)
 
-    def local_decision(self, key: str, reason: str) -> RouteDecision:
+    def local_decision(self, key: str, reason: DecisionReason) -> RouteDecision:
         """An OK decision for the local target."""
         return self._ok(key, self.local_target, reason)
 
-    def _ok(self, key: str, target: Target, reason: str) -> RouteDecision:
+    def _ok(self, key: str, target: Target, reason: DecisionReason) -> RouteDecision:
         """An OK decision, reaching the target through its active member."""
         connector = target.connector
         if connector is not None and connector.backups and self.pool is not None:
@@ -205,17 +241,17 @@ class RoutingEngine:
     def early(self, key: str, now: float) -> RouteDecision | None:
         """Steps 4-6: local filter, missing pool/policy, cache hit; None means ask the pool."""
         if self._local_filter is not None and self._local_filter.fullmatch(key) is not None:
-            return self.local_decision(key, "local-target-filter")
+            return self.local_decision(key, DecisionReason.LOCAL_TARGET_FILTER)
         if self.pool is None or self.policy is None:
             return RouteDecision(
-                key=key, status=RouteStatus.REFUSED_USE_ANOTHER, reason="no pool or no policy"
+                key=key, status=RouteStatus.REFUSED_USE_ANOTHER, reason=DecisionReason.NO_POOL_OR_POLICY
             )
         if self.cache is not None:
             node_id = self.cache.get(key, now)
             if node_id is not None:
                 target = self.pool.ready_target(node_id)
                 if target is not None:
-                    return self._ok(key, target, "cache")
+                    return self._ok(key, target, DecisionReason.CACHE)
         return None
 
     def select(self, key: str, targets: Sequence[Target], now: float) -> RouteDecision:
@@ -223,11 +259,11 @@ class RoutingEngine:
         assert self.policy is not None, "select() follows early(), which refuses without a policy"
         target = self.policy.select(targets, key)
         if target is None:
-            reason = "no ready target" if not targets else "policy selects no target"
+            reason = DecisionReason.NO_READY_TARGET if not targets else DecisionReason.POLICY_SELECTS_NONE
             return RouteDecision(key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=reason)
         if self.cache is not None:
             self.cache.put(key, target.node_id, now)
-        return self._ok(key, target, "policy")
+        return self._ok(key, target, DecisionReason.POLICY)
 
     def decide(self, key: str, now: float) -> RouteDecision:
         """Steps 4-9 for a transformed key, taking the pool's targets as they are (no quorum wait)."""
@@ -244,5 +280,28 @@ class RoutingEngine:
     def route(self, facts: ConnectionFacts, now: float) -> RouteDecision:
         """The whole workflow for a connection (steps 0-9), without waiting for quorum."""
         if self.is_internal(facts):
-            return self.local_decision(self.connection_key(facts), "internal client id")
+            return self.local_decision(self.connection_key(facts), DecisionReason.INTERNAL_CLIENT_ID)
         return self.decide(self.connection_key(facts), now)
+
+    def begin(self, facts: ConnectionFacts, now: float) -> RouteDecision | QuorumWait:
+        """The workflow for a connection as far as it goes without waiting: the decision, or
+        `QuorumWait` when step 7 must wait for the quorum (then `select` once it holds or the wait
+        is over). Nothing is cached and no round-robin position moves before the final `select`."""
+        key = self.connection_key(facts)
+        if self.is_internal(facts):
+            return self.local_decision(key, DecisionReason.INTERNAL_CLIENT_ID)
+        decision = self.early(key, now)
+        if decision is not None:
+            return decision
+        pool, pool_config = self.pool, self.config.pool
+        assert pool is not None, "early() refuses when there is no pool"
+        assert pool_config is not None, "a router with a pool has a pool config"
+        targets = pool.routing_targets()
+        if not targets and pool_config.quorum_timeout_ms > 0 and pool.ready_count() < pool.quorum_size:
+            return QuorumWait(key=key, timeout_s=pool_config.quorum_timeout_ms / 1000)
+        return self.select(key, targets, now)
+
+    def finish(self, wait: QuorumWait, now: float) -> RouteDecision:
+        """Steps 8-9 after a quorum wait (whether or not the quorum came)."""
+        assert self.pool is not None, "only a router with a pool waits for its quorum"
+        return self.select(wait.key, self.pool.routing_targets(), now)

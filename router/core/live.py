@@ -1,60 +1,56 @@
-"""Proxied connections open now: the registry that can close them.
+"""The proxied connections open now, on both data paths: the registry that counts and closes them.
 
-Every proxied connection is registered here from the moment it is routed until it ends, with the
-target's node id, the address actually connected to (one member of an HA pair) and a trio
-`CancelScope` of its own around connect, replay and relay. Cancelling that scope ends the
-connection: the relay's cleanup closes both sides. Two things close connections that way: the
-connection-TTL checker (router/services/ttl_checks.py) and the pool, when a target becomes not
-ready (`RouterRuntime.apply_events` calls `LiveConnections.close_target`) or an HA pair fails over.
+Every proxied connection is registered from its routing decision until it ends, with the target's
+node id, the member address it goes to, its connection TTL, and a *closer*: how the data path that
+carries it ends it (the trio path cancels the connection's scope, the fast path asks its thread to
+close the sockets). The registry does not know which path that is. What closes connections through
+it: the connection-TTL checker (`close_idle`), and the runtime, which closes what `open_to` and
+`open_all` return when a target becomes not ready or an HA pair fails over, and at the end of a
+shutdown's grace period.
 
-The relay's only cost per read is a float store into `ProxiedConnection.last_read_at`, on the
-client's direction of connections under a TTL; no timer is armed per read or per connection.
+It is also the count LEAST_CONNECTIONS reads (`connection_count`, a `policies.ConnectionCountSource`):
+the connections this process has routed to a target and not closed, plus, when the target's probe
+reads one, the broker's own count.
+
+Pure bookkeeping: no I/O, no clock (times are arguments), no lock. `RouterRuntime` holds its lock
+around every call, since both data paths' threads use it. Closers must be quick, must not block and
+must not call back into the runtime (`close_idle` calls them under the lock).
+
+The relay's only cost per read is a float store into `LiveConnection.last_read_at`, on the client's
+direction of connections under a TTL; no timer is armed per read or per connection.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Final
-
-import trio
+from typing import TYPE_CHECKING
 
 from router.core.ttl import connection_ttl_s, sniff_mqtt_connect
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from keys import Sniffed
+    from router.core.address import Address
+    from router.core.events import CloseReason, ConnectionRef
 
-__all__ = [
-    "CLOSED_BY_FAILOVER",
-    "CLOSED_BY_TARGET_NOT_READY",
-    "CLOSED_BY_TTL",
-    "LiveConnections",
-    "ProxiedConnection",
-]
-
-CLOSED_BY_TTL: Final = "connection_ttl"
-"""`ProxiedConnection.closed_by` (and the metric's `reason`) of a TTL close."""
-CLOSED_BY_TARGET_NOT_READY: Final = "target_not_ready"
-"""`ProxiedConnection.closed_by` (and the metric's `reason`) when the target became not ready."""
-CLOSED_BY_FAILOVER: Final = "failover"
-"""`ProxiedConnection.closed_by` (and the metric's `reason`) when the member of an HA pair it was
-connected to stopped being the active one."""
+__all__ = ["LiveConnection", "LiveConnections"]
 
 
-class ProxiedConnection:
+class LiveConnection:
     """One proxied connection, from its routing decision until it ends.
 
-    Mutable on purpose: the relay stamps `last_read_at`, the checker and the pool cancel it.
+    Mutable on purpose: the relay stamps `last_read_at`; `close` records why the router closed it.
     """
 
     __slots__ = (
-        "acceptor",
+        "_closer",
         "address",
-        "cancel_scope",
         "closed_by",
+        "conn",
         "last_read_at",
         "node_id",
         "peek_first_bytes",
-        "peer",
         "ttl_ms",
         "ttl_s",
     )
@@ -62,41 +58,39 @@ class ProxiedConnection:
     def __init__(
         self,
         *,
-        peer: str,
-        acceptor: str,
+        conn: ConnectionRef,
         node_id: str,
-        address: tuple[str, int],
-        ttl_ms: int,
-        sniffed: Sniffed | None,
+        address: Address,
+        closer: Callable[[CloseReason], None],
         now: float,
+        ttl_ms: int = -1,
+        sniffed: Sniffed | None = None,
         opening: bytes = b"",
     ) -> None:
         """Describe a connection about to be proxied; register it with `LiveConnections.add`.
 
         Args:
-            peer: `ip:port` of the client, for logs.
-            acceptor: the acceptor's name, for logs.
+            conn: which connection it is.
             node_id: the target's node id.
-            address: (host, port) connected to: the target's, or one member's of its HA pair.
+            address: the member connected to: the target's, or one member's of its HA pair.
+            closer: ends the connection on its data path (called at most once, with the reason).
+            now: the current time; the TTL counts from here until the client's first bytes.
             ttl_ms: the TTL in force on the acceptor; -1 = none.
             sniffed: the client's opening, when the router read it.
-            now: the current trio time; the TTL counts from here until the client's first bytes.
             opening: client bytes already read when nothing was sniffed (behind a PROXY header).
         """
-        self.peer = peer
-        self.acceptor = acceptor
+        self.conn = conn
         self.node_id = node_id
         self.address = address
+        self._closer = closer
         self.ttl_ms = ttl_ms
         """The TTL in force on the acceptor, before the MQTT keep-alive exemption."""
         self.ttl_s = connection_ttl_s(ttl_ms, sniffed)
         """This connection's TTL; `math.inf` when it has none."""
         self.last_read_at = now
-        """trio time of the latest bytes from the client (the relay stamps it on each read)."""
-        self.cancel_scope = trio.CancelScope()
-        """Around the connection's connect, replay and relay; cancelling it closes both sides."""
-        self.closed_by: str | None = None
-        """Why the router closed it (`CLOSED_BY_TTL`, `CLOSED_BY_TARGET_NOT_READY`), else None."""
+        """Time of the latest bytes from the client (the relay stamps it on each read)."""
+        self.closed_by: CloseReason | None = None
+        """Why the router closed it, once it did."""
         self.peek_first_bytes = False
         """Whether the relay should pass the client's first bytes to `first_bytes`: a connection
         under a TTL whose opening was not read may be an MQTT client that is exempt."""
@@ -107,7 +101,7 @@ class ProxiedConnection:
                 self.peek_first_bytes = True
 
     def __repr__(self) -> str:
-        return f"<ProxiedConnection peer={self.peer} target={self.node_id} address={self.address}>"
+        return f"<LiveConnection #{self.conn.id} peer={self.conn.peer} target={self.node_id}>"
 
     def first_bytes(self, data: bytes | bytearray) -> None:
         """Decide the TTL from the client's first bytes, when its opening was not sniffed: an MQTT
@@ -118,8 +112,8 @@ class ProxiedConnection:
         self.peek_first_bytes = False
         self.ttl_s = connection_ttl_s(self.ttl_ms, sniff_mqtt_connect(bytes(data)))
 
-    def close(self, reason: str) -> bool:
-        """Cancel the connection's scope; its relay then closes both sides.
+    def close(self, reason: CloseReason) -> bool:
+        """Have the data path end the connection.
 
         Returns:
             False when the router had closed it already (the first reason is kept).
@@ -127,30 +121,32 @@ class ProxiedConnection:
         if self.closed_by is not None:
             return False
         self.closed_by = reason
-        self.cancel_scope.cancel(reason=reason)
+        self._closer(reason)
         return True
 
 
 class LiveConnections:
     """The proxied connections open now, by target node id, in the order they were opened."""
 
-    __slots__ = ("_by_node", "_with_ttl")
+    __slots__ = ("_by_node", "_reported", "_with_ttl")
 
     def __init__(self) -> None:
-        self._by_node: dict[str, dict[ProxiedConnection, None]] = {}
-        self._with_ttl: dict[ProxiedConnection, None] = {}
+        self._by_node: dict[str, dict[LiveConnection, None]] = {}
+        self._with_ttl: dict[LiveConnection, None] = {}
         """The connections the TTL checker walks (an exempted one is dropped at its next check)."""
+        self._reported: dict[str, tuple[int, int]] = {}
+        """node id -> (the broker's count, our live count when it was read)."""
 
     def __len__(self) -> int:
         return sum(len(conns) for conns in self._by_node.values())
 
-    def add(self, conn: ProxiedConnection) -> None:
+    def add(self, conn: LiveConnection) -> None:
         """Register a connection for its lifetime (`discard` it when it ends)."""
         self._by_node.setdefault(conn.node_id, {})[conn] = None
         if conn.ttl_s != math.inf:
             self._with_ttl[conn] = None
 
-    def discard(self, conn: ProxiedConnection) -> None:
+    def discard(self, conn: LiveConnection) -> None:
         """Forget a connection that ended; unknown ones are ignored."""
         conns = self._by_node.get(conn.node_id)
         if conns is not None:
@@ -159,40 +155,59 @@ class LiveConnections:
                 del self._by_node[conn.node_id]
         self._with_ttl.pop(conn, None)
 
-    def to(self, node_id: str, address: tuple[str, int] | None = None) -> list[ProxiedConnection]:
+    def to(self, node_id: str, address: Address | None = None) -> list[LiveConnection]:
         """The open connections to a target; with `address`, only those to that member address."""
         conns = self._by_node.get(node_id, {})
         return [c for c in conns if address is None or c.address == address]
 
-    def close_target(
-        self,
-        node_id: str,
-        *,
-        address: tuple[str, int] | None = None,
-        reason: str = CLOSED_BY_TARGET_NOT_READY,
-    ) -> int:
-        """Close every open connection to a target (with `address`, to that member address only).
+    def open_to(self, node_id: str, address: Address | None = None) -> list[LiveConnection]:
+        """The connections to a target (with `address`, to that member) the router has not closed."""
+        return [conn for conn in self.to(node_id, address) if conn.closed_by is None]
 
-        Returns:
-            How many were closed now (connections the router had closed already not counted).
-        """
-        return sum(conn.close(reason) for conn in self.to(node_id, address))
+    def open_all(self) -> list[LiveConnection]:
+        """Every connection the router has not closed."""
+        return [conn for conns in self._by_node.values() for conn in conns if conn.closed_by is None]
 
-    def close_idle(self, now: float) -> list[tuple[ProxiedConnection, float]]:
+    def close_idle(self, now: float, reason: CloseReason) -> list[tuple[LiveConnection, float]]:
         """Close every connection whose client sent nothing for its TTL or longer.
 
         Args:
-            now: the current trio time.
+            now: the current time.
+            reason: what to record (the connection-TTL reason).
 
         Returns:
             The connections closed now, each with its idle time in seconds.
         """
-        closed: list[tuple[ProxiedConnection, float]] = []
+        closed: list[tuple[LiveConnection, float]] = []
         for conn in list(self._with_ttl):
             if conn.ttl_s == math.inf:  # exempted by its first bytes
                 del self._with_ttl[conn]
                 continue
             idle_s = now - conn.last_read_at
-            if idle_s >= conn.ttl_s and conn.close(CLOSED_BY_TTL):
+            if idle_s >= conn.ttl_s and conn.close(reason):
                 closed.append((conn, idle_s))
         return closed
+
+    # -- counts for LEAST_CONNECTIONS (policies.ConnectionCountSource) --
+
+    def connection_count(self, node_id: str) -> int | None:
+        """The count of a target (0 when none; never unknown: we count ours all).
+
+        With a broker count, it is the broker's (every client it has, ours included) plus how many
+        more connections we hold to it now than when the count was read, so a burst between two
+        probes still spreads; without one it is our own live count.
+        """
+        live = len(self._by_node.get(node_id, ()))
+        reported = self._reported.get(node_id)
+        if reported is None:
+            return live
+        broker, live_then = reported
+        return max(0, broker + live - live_then)
+
+    def report_broker_count(self, node_id: str, broker_count: int | None) -> None:
+        """Record the connection count a broker reported to its probe; None forgets the last one
+        (the probe could not read it), leaving our own count."""
+        if broker_count is None:
+            self._reported.pop(node_id, None)
+        else:
+            self._reported[node_id] = (broker_count, len(self._by_node.get(node_id, ())))

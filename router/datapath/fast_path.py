@@ -1,30 +1,27 @@
-"""The fast path: an epoll thread that opens, routes, redirects and relays plain-TCP connections.
+"""The fast path: an epoll thread that carries plain-TCP connections through the same phases as the
+trio path (router/datapath/trio_path.py), without trio's per-connection tasks.
 
 For a short connection, trio's per-connection tasks, cancel scopes and checkpoints cost far more
-than the work itself (about 400 µs of CPU per connection, against 45 µs in HAProxy). Acceptors
-without TLS termination, PROXY protocol, the router's own authentication, ROLE_NAME keys or a
-connection TTL (see `eligible`) are served from one thread with a level-triggered epoll loop:
+than the work itself. The acceptors `plan.fast_path_serves` allows are served from one thread with a
+level-triggered epoll loop:
 
-    accept -> [read the opening until its sans-IO sniffer has the key (router/sniffing.py's
-    `SniffBuffer`, as on the trio side: detection, byte cap, server-first replies; plus the
-    handshake deadline), when the key or the mode needs it] -> decide (RoutingEngine.route, no
-    wait) -> redirect natively and close, or non-blocking connect, replay the opening, relay both
-    ways (half-close aware, reads into one shared buffer, backpressure by not reading a side
-    whose peer has unsent bytes) -> close, count and log as the trio side does (`RouterRuntime`'s
-    `report_*` methods).
+    accept -> open -> decide -> plan -> answer                       (Refuse, Redirect)
+                                     -> connect -> replay -> relay   (Proxy) -> closed
+                                     -> hand over                    (HandOver)
 
-Whatever needs waiting or more than that goes to the trio side (`handoff`), with what the opening
-read so far: a decision that is not OK at once (quorum not reached yet, refused: the refusal is
-answered there, in the client's protocol), the local target without connector, proxying a
-server-first opening (AMQP SASL, OpenWire), whose replayed handshake the target answers again, and
-connecting to a connector given by host name (the name lookup would block this thread). An OK
-decision is handed over with the connection and not taken again.
+`open` reads the opening with `router.core.opening.SniffBuffer` (detection, byte cap, server-first
+replies) under the handshake deadline, when `plan.must_sniff` says so; `decide` is
+`RouterRuntime.decide_now` (no wait); `plan.plan` and `plan.for_fast_path` say what to do. Relaying
+is non-blocking, half-close aware, reads into one shared buffer, and applies backpressure by not
+reading a side whose peer has unsent bytes. What needs waiting goes to the trio side as a
+`HandOver` (a quorum wait; reading the target's answer to a replayed server-first opening;
+resolving a connector's host name), with the connection's reference, its opening and how far its
+plan got, so nothing is read, decided or reported twice.
 
-Threads: the engine and pool are shared with the trio thread (health checks, admin lookups,
-discovery). Every decision here and every change there holds `RouterRuntime.lock`; connection
-counts are updated under the same lock. Pool changes caused here (a refused connect makes the
-member un-ready at once) are sent to the trio thread with its token. The trio side asks this
-thread to close the connections of a target (`close_target`) through a queue and a wake-up pipe.
+Threads: the runtime's methods take the router's lock (decisions, registration); pool changes this
+thread causes (a refused connect makes the member un-ready at once) run in the trio thread through
+its token. The trio side closes connections through the registry's closers, which reach this thread
+as requests (`_CloseConnection`) through a queue and a wake-up pipe.
 """
 
 from __future__ import annotations
@@ -34,36 +31,40 @@ import contextlib
 import errno
 import functools
 import heapq
-import ipaddress
 import logging
 import os
 import select
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias, assert_never
 
-from keys import ConnectionFacts, KeyType, SniffError
-from router.config.settings import AcceptorMode
-from router.core import answers
-from router.core.engine import RouteDecision, RouteStatus
+from keys import ConnectionFacts, SniffError
+from router.core.address import Address
+from router.core.engine import QuorumWait
+from router.core.events import Closed, CloseReason, Connected, ConnectFailed, OpeningFailed, OpeningFailure
+from router.core.live import LiveConnection
 from router.core.opening import SniffBuffer
+from router.core.plan import (
+    HandOver,
+    Opening,
+    Proxy,
+    Redirect,
+    Refuse,
+    decided,
+    for_fast_path,
+    must_sniff,
+    plan,
+)
 from router.datapath.net import ACCEPT_CAPACITY_ERRNOS, describe_oserror
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from keys import Sniffed
-    from keys.detect import Detector
-    from pools import Connector, Target
-    from router.config.settings import AcceptorConfig
-    from router.runtime import RouterRuntime
+    from router.core.events import ConnectionRef
+    from router.datapath.acceptor import ServedAcceptor
 
-    Handoff: TypeAlias = Callable[["HandedOver"], None]
-    """(client socket, peer "ip:port", bytes read, what they revealed, what we answered): continue
-    a connection on the trio side (`router.proxy.resume_connection`); called in the fast-path thread."""
-
-__all__ = ["FastPath", "eligible"]
+__all__ = ["FastPath", "HandedOver", "Handoff"]
 
 log = logging.getLogger("router.conn")
 
@@ -81,61 +82,30 @@ _OUT: Final = select.EPOLLOUT
 _GONE: Final = (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EHOSTUNREACH)
 
 
-@functools.lru_cache(maxsize=1024)
-def _ip_literal(host: str) -> bool:
-    """Whether a connector's host is an IP address (connectable without a name lookup)."""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def eligible(acceptor: AcceptorConfig, runtime: RouterRuntime, connection_ttl_ms: int) -> bool:
-    """Whether an acceptor's connections can take the fast path (see the module docstring).
-
-    `fastPath=false` on the acceptor URL turns it off.
-    """
-    params = dict(acceptor.params)
-    return (
-        params.get("fastPath", "true").lower() != "false"
-        and runtime.config.key_type is not KeyType.ROLE_NAME
-        and acceptor.tls is None
-        and not acceptor.proxy_protocol
-        and acceptor.send_proxy_protocol is None
-        and not acceptor.require_authentication
-        and acceptor.users_file is None
-        and connection_ttl_ms <= 0
-    )
-
-
 @dataclass(frozen=True, slots=True, eq=False)
 class HandedOver:
-    """A connection the fast path passes to the trio side, with what its opening and decision gave."""
+    """A connection the fast path passes to the trio side."""
 
     sock: socket.socket
-    peer: str
-    """ "ip:port" of the client."""
-    raw: bytes
-    """Bytes read from the client, replayed to the target unchanged."""
-    sniffed: Sniffed | None
-    """What they revealed (None when nothing was read)."""
-    replied: bytes
-    """What the fast path already answered (server-first openings)."""
-    decision: RouteDecision | None
-    """The OK decision already taken (not taken again: it moved the round-robin position and the
-    cache), or None when the trio side decides (with the quorum wait)."""
+    conn: ConnectionRef
+    """Its reference (reported Accepted already)."""
+    opening: Opening
+    """What its opening phase read."""
+    then: Proxy | QuorumWait
+    """A Proxy to carry out (decided, planned and reported here), or the quorum to wait for."""
+
+
+Handoff: TypeAlias = "Callable[[HandedOver], None]"
+"""Continues a connection on the trio side (`trio_path.resume_connection`); called in this thread."""
 
 
 @dataclass(slots=True, eq=False)
 class _Listener:
     sock: socket.socket
-    acceptor: AcceptorConfig
-    runtime: RouterRuntime
+    acceptor: ServedAcceptor
     handoff: Handoff
-    detect: Detector
-    sniffing: bool
-    """Whether the key or the mode needs the opening read (everything but SOURCE_IP proxying)."""
+    sniffs: bool
+    """Whether the key or the mode needs the opening read (`plan.must_sniff`)."""
     handshake_timeout_s: float
     """0: no deadline."""
 
@@ -147,9 +117,8 @@ class _Opening:
     sock: socket.socket
     fd: int
     listener: _Listener
-    peer: str
-    source_ip: str
-    sniffing: SniffBuffer
+    conn: ConnectionRef
+    buffer: SniffBuffer
     done: bool = False
 
 
@@ -159,11 +128,11 @@ class _Conn:
 
     socks: tuple[socket.socket, socket.socket]
     fds: tuple[int, int]
-    runtime: RouterRuntime
-    target: Target
-    connector: Connector
-    peer: str
-    key: str
+    acceptor: ServedAcceptor
+    conn: ConnectionRef
+    action: Proxy
+    live: LiveConnection | None = None
+    """Set right after construction (its closer needs this object)."""
     connected: bool = False
     pending: list[bytes] = field(default_factory=lambda: [b"", b""])
     """Bytes read from side i not yet written to the other side."""
@@ -174,6 +143,27 @@ class _Conn:
     masks: list[int] = field(default_factory=lambda: [0, 0])
     started: float = 0.0
     closed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _StopAccepting:
+    """Close the listening sockets; relays go on."""
+
+
+@dataclass(frozen=True, slots=True)
+class _CloseAll:
+    """Close everything and end the thread (the end of a graceful shutdown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _CloseConnection:
+    """The router closes one relayed connection (a closer of the live-connection registry)."""
+
+    conn: _Conn
+    reason: CloseReason
+
+
+_Request: TypeAlias = _StopAccepting | _CloseAll | _CloseConnection
 
 
 class FastPath:
@@ -200,7 +190,7 @@ class FastPath:
         self._sequence = 0  # ties of the deadline heap
         self._buffer = bytearray(BUFFER_SIZE)
         self._view = memoryview(self._buffer)
-        self._requests: collections.deque[tuple[str, object]] = collections.deque()
+        self._requests: collections.deque[_Request] = collections.deque()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._epoll.register(self._wake_r, select.EPOLLIN)
         self._thread: threading.Thread | None = None
@@ -211,21 +201,12 @@ class FastPath:
 
     # -- called from the trio thread --
 
-    def add_listener(
-        self,
-        sock: socket.socket,
-        acceptor: AcceptorConfig,
-        runtime: RouterRuntime,
-        handoff: Handoff,
-        detect: Detector,
-    ) -> None:
+    def add_listener(self, sock: socket.socket, acceptor: ServedAcceptor, handoff: Handoff) -> None:
         """Serve a listening socket (before `start`); `handoff` continues connections on the trio side."""
         sock.setblocking(False)
-        sniffing = acceptor.mode is not AcceptorMode.PROXY or runtime.config.key_type is not KeyType.SOURCE_IP
-        timeout_s = acceptor.handshake_timeout_ms / 1000
-        self._listeners[sock.fileno()] = _Listener(
-            sock, acceptor, runtime, handoff, detect, sniffing, timeout_s
-        )
+        sniffs = must_sniff(acceptor.config, acceptor.runtime.config.key_type)
+        timeout_s = acceptor.config.handshake_timeout_ms / 1000
+        self._listeners[sock.fileno()] = _Listener(sock, acceptor, handoff, sniffs, timeout_s)
         self._epoll.register(sock.fileno(), select.EPOLLIN)
 
     def start(self) -> None:
@@ -236,20 +217,18 @@ class FastPath:
     def stop_accepting(self, timeout_s: float = STOP_ACCEPTING_WAIT_S) -> None:
         """Stop accepting: the thread closes the listening sockets, and this returns once it has
         (so a connect after shutdown started is refused), or after `timeout_s`; relays go on."""
-        self._request("stop-accepting", None)
+        self._request(_StopAccepting())
         if self._thread is not None:
             self._accepting_stopped.wait(timeout_s)
 
     def close_all(self) -> None:
         """Close every relayed connection and end the thread (the end of a graceful shutdown)."""
-        self._request("close-all", None)
+        self._request(_CloseAll())
 
-    def close_target(
-        self, runtime: RouterRuntime, node_id: str, address: tuple[str, int] | None, reason: str
-    ) -> None:
-        """Close the connections of one router to a target (or to its HA-pair member at `address`);
-        counted and logged once through `RouterRuntime.report_router_closes` in the trio thread."""
-        self._request("close-target", (runtime, node_id, address, reason))
+    @property
+    def acceptors(self) -> frozenset[str]:
+        """The names of the acceptors served (before shutdown closes their listeners)."""
+        return frozenset(listener.acceptor.name for listener in self._listeners.values())
 
     def open_count(self) -> int:
         """Connections relayed now (approximate when read from another thread)."""
@@ -259,16 +238,16 @@ class FastPath:
         """Wait for the thread to end (at once when it never started); whether it did."""
         return self._thread is None or self._done.wait(timeout)
 
-    def _request(self, what: str, arg: object) -> None:
+    def _request(self, request: _Request) -> None:
         with self._pipe_lock:
             if self._thread is None:  # never started: nothing relayed, just release the sockets
-                if what == "close-all" and not self._done.is_set():
+                if isinstance(request, _CloseAll) and not self._done.is_set():
                     self._close_everything()
                     self._release()
                 return
             if self._done.is_set():
                 return
-            self._requests.append((what, arg))
+            self._requests.append(request)
             with contextlib.suppress(BlockingIOError):  # a full pipe: the thread is awake anyway
                 os.write(self._wake_w, b"x")
 
@@ -300,7 +279,7 @@ class FastPath:
                     if conn is not None:
                         self._on_event(conn, fd, events)
                     elif fd in openings:
-                        self._read_opening(openings[fd])
+                        self._open(openings[fd])
                     elif fd in listeners:
                         self._accept(listeners[fd])
                     elif fd == self._wake_r:
@@ -309,14 +288,14 @@ class FastPath:
                     log.exception("fast path: unexpected error on descriptor %d; closing its connection", fd)
                     self._discard(fd)
             if self._deadlines:
-                self._expire_connects()
+                self._expire()
 
     def _discard(self, fd: int) -> None:
         """Close whatever connection uses `fd` after an unexpected error (never raises)."""
         with contextlib.suppress(Exception):
             conn = self._conns.get(fd)
             if conn is not None:
-                self._close(conn, "internal error")
+                self._close(conn, CloseReason.INTERNAL_ERROR)
             elif (opening := self._openings.get(fd)) is not None:
                 self._drop_opening(opening)
 
@@ -325,44 +304,35 @@ class FastPath:
             while os.read(self._wake_r, 4096):
                 pass
         while self._requests:
-            what, arg = self._requests.popleft()
-            if what == "stop-accepting":
-                for fd, listener in list(self._listeners.items()):
-                    self._epoll.unregister(fd)
-                    listener.sock.close()
-                self._listeners.clear()
-                self._stopping = True
-                self._accepting_stopped.set()
-            elif what == "close-all":
-                self._close_everything()
-                self._stopping = True
-            elif what == "close-target":
-                assert isinstance(arg, tuple)
-                runtime, node_id, address, reason = arg
-                doomed = {
-                    c
-                    for c in self._conns.values()
-                    if c.runtime is runtime
-                    and c.target.node_id == node_id
-                    and (address is None or (c.connector.host, c.connector.port) == address)
-                }
-                for conn in doomed:
+            match self._requests.popleft():
+                case _StopAccepting():
+                    self._close_listeners()
+                    self._stopping = True
+                    self._accepting_stopped.set()
+                case _CloseAll():
+                    self._close_everything()
+                    self._stopping = True
+                case _CloseConnection(conn=conn, reason=reason):
                     self._close(conn, reason)
-                if doomed:
-                    self._call_trio(runtime.report_router_closes, node_id, address, reason, len(doomed))
+                case request:
+                    assert_never(request)
 
-    def _close_everything(self) -> None:
+    def _close_listeners(self) -> None:
         for fd, listener in list(self._listeners.items()):
             self._epoll.unregister(fd)
             listener.sock.close()
         self._listeners.clear()
+
+    def _close_everything(self) -> None:
+        self._close_listeners()
         for conn in set(self._conns.values()):
-            self._close(conn, "shutdown")
+            self._close(conn, CloseReason.SHUTDOWN)
         for opening in list(self._openings.values()):
             self._drop_opening(opening)
 
+    # -- accept, open --
+
     def _accept(self, listener: _Listener) -> None:
-        runtime = listener.runtime
         for _ in range(ACCEPT_BATCH):
             try:
                 client, address = listener.sock.accept()
@@ -375,52 +345,51 @@ class FastPath:
                 if exc.errno == errno.ECONNABORTED:
                     continue
                 raise
-            source_ip = str(address[0])
-            peer = f"[{source_ip}]:{address[1]}" if ":" in source_ip else f"{source_ip}:{address[1]}"
-            runtime.count_accepted(listener.acceptor.name)
-            if not listener.sniffing:
-                self._route(listener, client, peer, ConnectionFacts(source_ip=source_ip), b"", None, b"")
+            peer = Address(address[0], address[1])
+            conn = listener.acceptor.runtime.accept(listener.acceptor.name, peer)
+            if not listener.sniffs:
+                self._decide(listener, client, conn, Opening(source=peer))
                 continue
             client.setblocking(False)
-            sniffing = SniffBuffer(listener.detect, listener.acceptor.sniff_max_bytes)
-            opening = _Opening(client, client.fileno(), listener, peer, source_ip, sniffing)
+            buffer = SniffBuffer(listener.acceptor.detect, listener.acceptor.config.sniff_max_bytes)
+            opening = _Opening(client, client.fileno(), listener, conn, buffer)
             self._openings[opening.fd] = opening
             self._epoll.register(opening.fd, _IN)
             if listener.handshake_timeout_s > 0:
-                self._sequence += 1
-                deadline = self._clock() + listener.handshake_timeout_s
-                heapq.heappush(self._deadlines, (deadline, self._sequence, opening))
+                self._at(self._clock() + listener.handshake_timeout_s, opening)
 
-    def _read_opening(self, opening: _Opening) -> None:
-        """Read more of a client's opening; route once its sniffer has the key (router/sniffing.py)."""
-        listener, sniffing = opening.listener, opening.sniffing
+    def _open(self, opening: _Opening) -> None:
+        """Read more of a client's opening; decide once its sniffer has the key."""
+        listener, buffer = opening.listener, opening.buffer
         try:
-            chunk = opening.sock.recv(sniffing.read_size)
+            chunk = opening.sock.recv(buffer.read_size)
         except BlockingIOError:
             return
         except OSError:
             self._drop_opening(opening)
             return
         try:
-            sniffing.feed(chunk)
-            result = sniffing.step()
+            buffer.feed(chunk)
+            result = buffer.step()
             if isinstance(result, bytes):
                 if result:
                     self._reply(opening, result)
-                sniffing.check_cap()
+                buffer.check_cap()
                 return
         except SniffError as exc:
-            listener.runtime.report_opening_rejected(listener.acceptor.name, opening.peer, exc)
+            failed = OpeningFailed(
+                conn=opening.conn,
+                failure=OpeningFailure.REJECTED,
+                protocol=exc.protocol,
+                detail=exc.reason,
+                bytes_read=len(buffer.raw),
+            )
+            listener.acceptor.runtime.report(failed)
             self._drop_opening(opening)
             return
         self._forget_opening(opening)
-        facts = ConnectionFacts(
-            source_ip=opening.source_ip,
-            client_id=result.client_id,
-            user_name=result.user_name,
-            sni_host=result.sni_host,
-        )
-        self._route(listener, opening.sock, opening.peer, facts, sniffing.raw, result, sniffing.replied)
+        read = Opening(source=opening.conn.peer, raw=buffer.raw, sniffed=result, replied=buffer.replied)
+        self._decide(listener, opening.sock, opening.conn, read)
 
     def _reply(self, opening: _Opening, said: bytes) -> None:
         """Send the part of a server-first reply the client has not had yet (a few bytes into an
@@ -430,7 +399,19 @@ class FastPath:
         except OSError:
             sent = -1
         if sent != len(said):
-            raise SniffError(opening.sniffing.protocol, "the client does not read the server-first reply")
+            raise SniffError(opening.buffer.protocol, "the client does not read the server-first reply")
+
+    def _opening_timed_out(self, opening: _Opening) -> None:
+        listener, buffer = opening.listener, opening.buffer
+        failed = OpeningFailed(
+            conn=opening.conn,
+            failure=OpeningFailure.TIMEOUT,
+            protocol=buffer.protocol,
+            bytes_read=len(buffer.raw),
+            timeout_s=listener.handshake_timeout_s,
+        )
+        listener.acceptor.runtime.report(failed)
+        self._drop_opening(opening)
 
     def _forget_opening(self, opening: _Opening) -> None:
         opening.done = True
@@ -441,124 +422,150 @@ class FastPath:
         self._forget_opening(opening)
         opening.sock.close()
 
-    def _route(
-        self,
-        listener: _Listener,
-        client: socket.socket,
-        peer: str,
-        facts: ConnectionFacts,
-        raw: bytes,
-        sniffed: Sniffed | None,
-        replied: bytes,
+    # -- decide, plan, answer --
+
+    def _decide(
+        self, listener: _Listener, client: socket.socket, conn: ConnectionRef, opening: Opening
     ) -> None:
-        """Decide; redirect or proxy when the decision is OK at once, else continue on the trio side.
+        """Decide and plan; carry the action out, or hand it to the trio side.
 
         The client is handed on (to the trio side, or registered as a relayed connection) or
         closed; when this raises before either, it is closed too (the loop logs the error).
         """
-        runtime, acceptor = listener.runtime, listener.acceptor
+        acceptor = listener.acceptor
+        runtime = acceptor.runtime
+        sniffed = opening.sniffed
+        facts = ConnectionFacts(
+            source_ip=opening.source.host,
+            client_id=None if sniffed is None else sniffed.client_id,
+            user_name=None if sniffed is None else sniffed.user_name,
+            sni_host=None if sniffed is None else sniffed.sni_host,
+        )
         try:
-            with runtime.lock:
-                decision = runtime.engine.route(facts, self._clock())
-            connector, target = decision.connector, decision.target
-            if decision.status is not RouteStatus.OK or connector is None or target is None:
-                # Quorum wait and refusal on the trio side; a local decision without connector is
-                # refused there too, without deciding again.
-                ok = decision if decision.status is RouteStatus.OK else None
-                listener.handoff(HandedOver(client, peer, raw, sniffed, replied, ok))
-                return
-            if answers.redirects(acceptor.mode, sniffed) and sniffed is not None:
-                runtime.report_redirect(peer, decision.key, target.node_id, sniffed.protocol)
-                said = answers.redirect(sniffed, raw, connector, runtime.name)
-                if said:
-                    with contextlib.suppress(OSError):  # a client gone already is not an error
-                        client.send(answers.owed_opening(sniffed, raw, replied) + said)
-                client.close()
-                return
-            # A server-first opening (the target's answer to the replay must be filtered), or a
-            # connector by host name (resolving it would block this thread): the trio side proxies.
-            if replied or not _ip_literal(connector.host):
-                listener.handoff(HandedOver(client, peer, raw, sniffed, replied, decision))
-                return
-            runtime.counts.opened(target.node_id)
-            runtime.count_decision(RouteStatus.OK)
-            self._connect(client, peer, runtime, decision.key, target, connector, raw)
+            decision = runtime.decide_now(facts, self._clock())
+            if isinstance(decision, QuorumWait):
+                action = for_fast_path(decision)
+            else:
+                planned = plan(acceptor.config, runtime.name, opening, decision)
+                runtime.report(decided(conn, opening, planned))
+                action = for_fast_path(planned)
+            match action:
+                case Refuse() | Redirect():
+                    self._answer(client, action.answer)
+                case HandOver(then=then):
+                    listener.handoff(HandedOver(client, conn, opening, then))
+                case Proxy():
+                    self._connect(client, acceptor, conn, opening, action)
+                case _:
+                    assert_never(action)
         except Exception:
             if client.fileno() != -1 and client.fileno() not in self._conns:
                 client.close()
             raise
 
+    def _answer(self, client: socket.socket, answer: bytes) -> None:
+        """Send what the router says itself (a few bytes into an empty send buffer) and close."""
+        if answer:
+            with contextlib.suppress(OSError):  # a client gone already is not an error
+                client.send(answer)
+        client.close()
+
+    # -- connect, replay --
+
     def _connect(
         self,
         client: socket.socket,
-        peer: str,
-        runtime: RouterRuntime,
-        key: str,
-        target: Target,
-        connector: Connector,
-        replay: bytes,
+        acceptor: ServedAcceptor,
+        conn: ConnectionRef,
+        opening: Opening,
+        action: Proxy,
     ) -> None:
         client.setblocking(False)
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connector = action.connector
         family = socket.AF_INET6 if ":" in connector.host else socket.AF_INET
-        upstream: socket.socket | None = None
+        upstream = socket.socket(family, socket.SOCK_STREAM)
+        relayed = _Conn(
+            socks=(client, upstream),
+            fds=(client.fileno(), upstream.fileno()),
+            acceptor=acceptor,
+            conn=conn,
+            action=action,
+            started=self._clock(),
+        )
+        relayed.live = LiveConnection(
+            conn=conn,
+            node_id=action.target.node_id,
+            address=Address(connector.host, connector.port),
+            closer=functools.partial(self._request_close, relayed),
+            now=relayed.started,
+        )
         try:
-            upstream = socket.socket(family, socket.SOCK_STREAM)
             upstream.setblocking(False)
             upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             code = upstream.connect_ex((connector.host, connector.port))
             if code not in (0, errno.EINPROGRESS):
                 raise OSError(code, os.strerror(code))
         except OSError as exc:
-            client.close()
-            if upstream is not None:
-                upstream.close()
-            self._connect_failed(runtime, peer, key, target, connector, exc)
+            self._connect_failed(relayed, exc)
             return
-        conn = _Conn(
-            socks=(client, upstream),
-            fds=(client.fileno(), upstream.fileno()),
-            runtime=runtime,
-            target=target,
-            connector=connector,
-            peer=peer,
-            key=key,
-            started=self._clock(),
-        )
-        conn.pending[0] = replay  # the opening read from the client goes first, unchanged
-        conn.counts[0] = len(replay)
-        self._conns[conn.fds[0]] = conn
-        self._conns[conn.fds[1]] = conn
-        runtime.relay_metrics(target.node_id).active.inc()
+        acceptor.runtime.register(relayed.live)  # counted from here on: unregistered by _close
+        self._replay(relayed, opening.raw)
+        self._conns[relayed.fds[0]] = relayed
+        self._conns[relayed.fds[1]] = relayed
         if code == 0:
-            self._connected(conn)
+            self._connected(relayed)
         else:
-            conn.masks[1] = _OUT
-            self._epoll.register(conn.fds[1], _OUT)
-            self._sequence += 1
-            heapq.heappush(self._deadlines, (self._clock() + self._connect_timeout_s, self._sequence, conn))
+            relayed.masks[1] = _OUT
+            self._epoll.register(relayed.fds[1], _OUT)
+            self._at(self._clock() + self._connect_timeout_s, relayed)
 
-    def _connected(self, conn: _Conn) -> None:
-        conn.connected = True
-        conn.runtime.report_connected(conn.peer, conn.key, conn.target.node_id)
-        self._update_masks(conn)
+    def _request_close(self, relayed: _Conn, reason: CloseReason) -> None:
+        """The closer of a relayed connection in the registry (called in any thread)."""
+        self._request(_CloseConnection(relayed, reason))
 
-    def _connect_failed(
-        self,
-        runtime: RouterRuntime,
-        peer: str,
-        key: str,
-        target: Target,
-        connector: Connector,
-        exc: OSError,
-    ) -> None:
-        runtime.counts.closed(target.node_id)
-        reason = describe_oserror(exc)
-        runtime.report_connect_failure(peer, key, target.node_id, reason)
-        if exc.errno == errno.ECONNREFUSED:
-            self._call_trio(runtime.connect_refused, target, connector, reason)
+    def _replay(self, relayed: _Conn, raw: bytes) -> None:
+        """What the client sent first goes to the target first, unchanged, once connected (the
+        plan hands server-first openings, whose target answer must be read, to the trio side)."""
+        relayed.pending[0] = raw
+        relayed.counts[0] = len(raw)
 
-    def _expire_connects(self) -> None:
+    def _connected(self, relayed: _Conn) -> None:
+        relayed.connected = True
+        action, live = relayed.action, relayed.live
+        assert live is not None
+        relayed.acceptor.runtime.report(
+            Connected(conn=relayed.conn, key=action.key, node_id=action.target.node_id, address=live.address)
+        )
+        self._update_masks(relayed)
+
+    def _connect_failed(self, relayed: _Conn, exc: OSError | CloseReason) -> None:
+        """The connect failed or timed out (an OSError), or the router closed the connection meanwhile."""
+        self._forget(relayed)
+        runtime, action, live = relayed.acceptor.runtime, relayed.action, relayed.live
+        assert live is not None
+        runtime.unregister(live)  # before a refused connect makes the target un-ready
+        if isinstance(exc, CloseReason):
+            reason = f"closed by the router: {exc.value}"
+        else:
+            reason = "timed out" if exc.errno == errno.ETIMEDOUT else describe_oserror(exc)
+        failed = ConnectFailed(
+            conn=relayed.conn,
+            key=action.key,
+            node_id=action.target.node_id,
+            address=live.address,
+            reason=reason,
+        )
+        runtime.report(failed)
+        if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
+            self._call_trio(runtime.connect_refused, action.target, action.connector, reason)
+
+    def _at(self, deadline: float, item: _Conn | _Opening) -> None:
+        self._sequence += 1
+        heapq.heappush(self._deadlines, (deadline, self._sequence, item))
+
+    def _expire(self) -> None:
+        """Handshake deadlines of openings, connect deadlines of relayed connections."""
         now = self._clock()
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
@@ -567,134 +574,135 @@ class FastPath:
                 if not item.done:
                     self._opening_timed_out(item)
             elif not item.connected and not item.closed:
-                self._abort_connect(item, OSError(errno.ETIMEDOUT, "timed out"))
+                self._connect_failed(item, OSError(errno.ETIMEDOUT, "timed out"))
 
-    def _opening_timed_out(self, opening: _Opening) -> None:
-        listener, sniffing = opening.listener, opening.sniffing
-        listener.runtime.report_opening_timeout(
-            listener.acceptor.name,
-            opening.peer,
-            sniffing.protocol,
-            listener.handshake_timeout_s,
-            len(sniffing.raw),
-        )
-        self._drop_opening(opening)
+    # -- relay --
 
-    def _abort_connect(self, conn: _Conn, exc: OSError) -> None:
-        self._forget(conn)
-        self._connect_failed(conn.runtime, conn.peer, conn.key, conn.target, conn.connector, exc)
-
-    def _set_mask(self, conn: _Conn, side: int, mask: int) -> None:
-        old = conn.masks[side]
+    def _set_mask(self, relayed: _Conn, side: int, mask: int) -> None:
+        old = relayed.masks[side]
         if old == mask:
             return
-        fd = conn.fds[side]
+        fd = relayed.fds[side]
         if old == 0:
             self._epoll.register(fd, mask)
         elif mask == 0:
             self._epoll.unregister(fd)
         else:
             self._epoll.modify(fd, mask)
-        conn.masks[side] = mask
+        relayed.masks[side] = mask
 
-    def _update_masks(self, conn: _Conn) -> None:
+    def _update_masks(self, relayed: _Conn) -> None:
         """Read a side while it has not sent EOF and its bytes are written; write a side while the
         other side's bytes are pending."""
-        pending, eof = conn.pending, conn.eof
+        pending, eof = relayed.pending, relayed.eof
         for side in (0, 1):
             want = (0 if eof[side] or pending[side] else _IN) | (_OUT if pending[1 - side] else 0)
-            if want != conn.masks[side]:
-                self._set_mask(conn, side, want)
+            if want != relayed.masks[side]:
+                self._set_mask(relayed, side, want)
 
-    def _on_event(self, conn: _Conn, fd: int, events: int) -> None:
-        side = 0 if fd == conn.fds[0] else 1
-        if not conn.connected:
-            code = conn.socks[1].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    def _on_event(self, relayed: _Conn, fd: int, events: int) -> None:
+        side = 0 if fd == relayed.fds[0] else 1
+        if not relayed.connected:
+            code = relayed.socks[1].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if code != 0:
-                self._abort_connect(conn, OSError(code, os.strerror(code)))
+                self._connect_failed(relayed, OSError(code, os.strerror(code)))
                 return
-            self._connected(conn)
+            self._connected(relayed)
             return
-        if events & _OUT and conn.pending[1 - side]:
-            self._flush(conn, 1 - side)
-            if conn.closed:
+        if events & _OUT and relayed.pending[1 - side]:
+            self._flush(relayed, 1 - side)
+            if relayed.closed:
                 return
-        if not conn.eof[side]:
+        if not relayed.eof[side]:
             if events & (select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR):
-                self._read(conn, side)
+                self._read(relayed, side)
         elif events & (select.EPOLLHUP | select.EPOLLERR):  # gone for good while we still write to it
-            self._close(conn, "reset")
+            self._close(relayed, CloseReason.RESET)
 
-    def _read(self, conn: _Conn, side: int) -> None:
+    def _read(self, relayed: _Conn, side: int) -> None:
         """Read what side `side` sent and pass it to the other side."""
         try:
-            n = conn.socks[side].recv_into(self._buffer)
+            n = relayed.socks[side].recv_into(self._buffer)
         except BlockingIOError:
             return
-        except OSError as exc:
-            self._close(conn, "reset" if exc.errno in _GONE else f"error {exc.strerror}")
+        except OSError:
+            self._close(relayed, CloseReason.RESET)
             return
         other = 1 - side
         if n == 0:
-            conn.eof[side] = True
-            self._update_masks(conn)
-            self._pass_eof(conn, side)  # nothing of this side is pending: we were reading it
+            relayed.eof[side] = True
+            self._update_masks(relayed)
+            self._pass_eof(relayed, side)  # nothing of this side is pending: we were reading it
             return
-        conn.counts[side] += n
+        relayed.counts[side] += n
         try:
-            sent = conn.socks[other].send(self._view[:n])
+            sent = relayed.socks[other].send(self._view[:n])
         except BlockingIOError:
             sent = 0
-        except OSError as exc:
-            self._close(conn, "reset" if exc.errno in _GONE else f"error {exc.strerror}")
+        except OSError:
+            self._close(relayed, CloseReason.RESET)
             return
         if sent < n:  # the other side is slow: keep the rest, stop reading this side until written
-            conn.pending[side] = bytes(self._view[sent:n])
-            self._update_masks(conn)
+            relayed.pending[side] = bytes(self._view[sent:n])
+            self._update_masks(relayed)
 
-    def _flush(self, conn: _Conn, side: int) -> None:
+    def _flush(self, relayed: _Conn, side: int) -> None:
         """Write the pending bytes read from `side` to the other side."""
-        other, data = 1 - side, conn.pending[side]
+        other, data = 1 - side, relayed.pending[side]
         try:
-            sent = conn.socks[other].send(data)
+            sent = relayed.socks[other].send(data)
         except BlockingIOError:
             return
-        except OSError as exc:
-            self._close(conn, "reset" if exc.errno in _GONE else f"error {exc.strerror}")
+        except OSError:
+            self._close(relayed, CloseReason.RESET)
             return
         if sent < len(data):
-            conn.pending[side] = data[sent:]
+            relayed.pending[side] = data[sent:]
             return
-        conn.pending[side] = b""
-        self._update_masks(conn)
+        relayed.pending[side] = b""
+        self._update_masks(relayed)
 
-    def _pass_eof(self, conn: _Conn, side: int) -> None:
+    def _pass_eof(self, relayed: _Conn, side: int) -> None:
         """Side `side` finished sending: half-close towards the other side; close when both did."""
-        if conn.eof[1 - side]:  # the other way is done too: closing sends the FIN
-            self._close(conn, "closed")
+        if relayed.eof[1 - side]:  # the other way is done too: closing sends the FIN
+            self._close(relayed, CloseReason.CLOSED)
             return
         try:
-            conn.socks[1 - side].shutdown(socket.SHUT_WR)
+            relayed.socks[1 - side].shutdown(socket.SHUT_WR)
         except OSError:
-            self._close(conn, "reset")
+            self._close(relayed, CloseReason.RESET)
 
-    def _forget(self, conn: _Conn) -> None:
-        if conn.closed:
+    # -- closed --
+
+    def _forget(self, relayed: _Conn) -> None:
+        if relayed.closed:
             return
-        conn.closed = True
+        relayed.closed = True
         for side in (0, 1):
-            if conn.masks[side]:
-                self._epoll.unregister(conn.fds[side])
-                conn.masks[side] = 0
-            self._conns.pop(conn.fds[side], None)
-            conn.socks[side].close()
-        conn.runtime.relay_metrics(conn.target.node_id).active.dec()
+            if relayed.masks[side]:
+                self._epoll.unregister(relayed.fds[side])
+                relayed.masks[side] = 0
+            self._conns.pop(relayed.fds[side], None)
+            relayed.socks[side].close()
 
-    def _close(self, conn: _Conn, why: str) -> None:
-        if conn.closed:
+    def _close(self, relayed: _Conn, reason: CloseReason) -> None:
+        """End a relayed connection (or one still connecting, which the router closed) and report it."""
+        if relayed.closed:
             return
-        self._forget(conn)
-        runtime, node_id = conn.runtime, conn.target.node_id
-        runtime.counts.closed(node_id)
-        duration_s = self._clock() - conn.started
-        runtime.report_closed(conn.peer, node_id, conn.counts, duration_s, None if why == "closed" else why)
+        live = relayed.live
+        assert live is not None
+        if not relayed.connected:
+            self._connect_failed(relayed, live.closed_by or reason)
+            return
+        self._forget(relayed)
+        runtime = relayed.acceptor.runtime
+        runtime.unregister(live)
+        closed = Closed(
+            conn=relayed.conn,
+            node_id=relayed.action.target.node_id,
+            bytes_in=relayed.counts[0],
+            bytes_out=relayed.counts[1],
+            duration_s=self._clock() - relayed.started,
+            reason=live.closed_by or reason,
+        )
+        runtime.report(closed)

@@ -31,11 +31,10 @@ if TYPE_CHECKING:
 
     _JsonBody: TypeAlias = Mapping[str, object] | Sequence[object]
 
-    from pools import Pool, Target
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
 
-__all__ = ["MAX_REQUEST_BYTES", "router_status", "serve_admin"]
+__all__ = ["MAX_REQUEST_BYTES", "serve_admin"]
 
 log = logging.getLogger("router.admin")
 
@@ -43,53 +42,6 @@ MAX_REQUEST_BYTES: Final = 64 * 1024
 """Largest request (head and body) the admin API reads; h11's own default cap for heads is 16 KiB."""
 REQUEST_TIMEOUT_S: Final = 10.0
 """A client must send its whole request within this time."""
-
-
-def router_status(runtime: RouterRuntime) -> dict[str, object]:
-    """A router's configuration and pool state as JSON."""
-    engine, pool = runtime.engine, runtime.pool
-    status: dict[str, object] = {
-        "name": runtime.name,
-        "key_type": runtime.config.key_type.value,
-        "key_filter": engine.key_filter,
-        "local_target_filter": engine.local_target_filter,
-        "policy": None if runtime.config.policy is None else runtime.config.policy.name,
-        "cache_entries": None if engine.cache is None else len(engine.cache),
-        "pool": None,
-    }
-    if pool is not None and runtime.config.pool is not None:
-        status["pool"] = {
-            "kind": runtime.config.pool.kind.value,
-            "active": pool.active,
-            "quorum_size": pool.quorum_size,
-            "targets": [
-                {
-                    "node_id": t.node_id,
-                    "local": t.local,
-                    "connector": None if t.connector is None else t.connector.display_url,
-                    "state": pool.state(t.node_id).value,
-                    **_members(pool, t),
-                    "connections": runtime.counts.connection_count(t.node_id),
-                }
-                for t in pool.targets
-            ],
-        }
-    return status
-
-
-def _members(pool: Pool, target: Target) -> dict[str, object]:
-    """For an HA-pair target: each member's address and state, and which one is active."""
-    if target.connector is None or not target.connector.backups:
-        return {}
-    active = pool.active_member(target.node_id)
-    return {
-        "members": [
-            {"connector": m.url, "state": state.value, "active": i == active}
-            for i, (m, state) in enumerate(
-                zip(target.connector.members, pool.member_states(target.node_id), strict=True)
-            )
-        ]
-    }
 
 
 class _HttpError(Exception):
@@ -114,13 +66,13 @@ def _route(
     if parts[:3] != ["api", "v1", "routers"]:
         raise _HttpError(404, f"no such resource {url.path!r}")
     if len(parts) == 3 and method == "GET":
-        return _json(200, [router_status(r) for r in runtimes.values()])
+        return _json(200, [r.status().to_json() for r in runtimes.values()])
     runtime = runtimes.get(parts[3]) if len(parts) > 3 else None
     if runtime is None:
         raise _HttpError(404, f"no connection router named {parts[3]!r}")
     rest = parts[4:]
     if rest == [] and method == "GET":
-        return _json(200, router_status(runtime))
+        return _json(200, runtime.status().to_json())
     if rest == ["target"] and method == "GET":
         keys = query.get("key")
         if not keys:
@@ -140,19 +92,21 @@ def _set_filters(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
         raise _HttpError(400, f"body is not JSON: {exc}") from None
     if not isinstance(document, dict):
         raise _HttpError(400, "body must be a JSON object")
-    engine = runtime.engine
+    changes: dict[str, str | None] = {}
     for field in ("key_filter", "local_target_filter"):
-        if field not in document:
-            continue
-        value = document[field]
-        if value is not None and not isinstance(value, str):
-            raise _HttpError(400, f"{field} must be a string or null, got {value!r}")
-        try:
-            setattr(engine, field, value)
-        except ValueError as exc:
-            raise _HttpError(400, str(exc)) from None
-        log.info("router=%s %s set to %r", runtime.name, field, getattr(engine, field))
-    return router_status(runtime)
+        if field in document:
+            value = document[field]
+            if value is not None and not isinstance(value, str):
+                raise _HttpError(400, f"{field} must be a string or null, got {value!r}")
+            changes[field] = value
+    try:
+        status = runtime.set_filters(**changes)
+    except ValueError as exc:  # nothing changed
+        raise _HttpError(400, str(exc)) from None
+    for field in changes:
+        in_force = status.key_filter if field == "key_filter" else status.local_target_filter
+        log.info("router=%s %s set to %r", runtime.name, field, in_force)
+    return status.to_json()
 
 
 def _json(status: int, body: _JsonBody) -> tuple[int, str, bytes]:

@@ -12,21 +12,22 @@ Two sides, both trio tasks around a kazoo client:
 kazoo runs its connection and its callbacks in its own threads (its default threading handler).
 Those threads never touch trio state: session changes and watch events are posted into a trio
 memory channel through `TrioToken.run_sync_soon`, and the blocking kazoo calls run in worker
-threads (`trio.to_thread.run_sync`). Watches fire once, so every reading sets them again; any
-watch firing, and every (re)connection, makes the reader read everything again, which also covers
-events missed while disconnected.
+threads (`trio.to_thread.run_sync`, behind the async methods of `ZooKeeper`). Watches fire once, so
+every reading sets them again.
 
-While ZooKeeper is unreachable the pool keeps its last membership and the probes go on; each
-session transition (suspended, expired, connected) is logged once.
+When to read, and what to log about the session and the readings, is decided by the pure table in
+`router/core/discovery_session.py`; `serve_discovery` only waits, reads, applies the membership
+diff and logs the notes. Any watch firing, and every (re)connection, makes it read everything
+again, which also covers events missed while disconnected. While ZooKeeper is unreachable the pool
+keeps its last membership and the probes go on; each session transition is logged once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import math
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol, assert_never
 
 import trio
 from kazoo.client import KazooClient, KazooState
@@ -37,6 +38,16 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from pools import Membership, znode_name
+from router.core.discovery_session import (
+    CannotRead,
+    DiscoveryState,
+    Note,
+    Read,
+    ReadFailed,
+    Session,
+    Signal,
+    Step,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -46,6 +57,7 @@ if TYPE_CHECKING:
     from router.runtime import RouterRuntime
 
 __all__ = [
+    "DiscoveryClient",
     "NodeExistsError",
     "RegistrationError",
     "Session",
@@ -97,25 +109,8 @@ class RegistrationError(Exception):
     """`routerctl register` cannot register, or lost its registration; the message is for people."""
 
 
-class Session(enum.Enum):
-    """The state of a client's ZooKeeper session, as kazoo reports it."""
-
-    CONNECTED = "connected"
-    """Connected, with a valid session (new or resumed)."""
-    SUSPENDED = "suspended"
-    """The connection dropped; the session may still be alive and resume."""
-    LOST = "lost"
-    """The session expired or was closed: its ephemeral znodes and watches are gone."""
-
-
-class _Watch(enum.Enum):
-    FIRED = "fired"
-    """A watch set by `ZooKeeper.read_children` fired: the children or a child's data changed (or
-    the connection dropped, which fires every watch)."""
-
-
-_Item = Session | _Watch
-"""What kazoo's threads hand to the trio task."""
+_Item = Session | Signal
+"""What kazoo's threads hand to the trio task (a session change, or `Signal.WATCH_FIRED`)."""
 
 _SESSION_STATES: Final = {
     KazooState.CONNECTED: Session.CONNECTED,
@@ -137,11 +132,33 @@ def _translate(what: str) -> Iterator[None]:
         raise ZooKeeperError(f"{what}: {type(exc).__name__} {exc}".rstrip()) from exc
 
 
+class DiscoveryClient(Protocol):
+    """What `serve_discovery` needs of a ZooKeeper client: `ZooKeeper`, or a fake in tests.
+
+    Callbacks may be called in other threads (kazoo's); they must not block.
+    """
+
+    def on_session(self, callback: Callable[[Session], None]) -> None:
+        """Call `callback` on every session state change."""
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call `callback` when a watch set by `read_members` fires."""
+
+    def start(self) -> None:
+        """Start connecting in the background; never blocks."""
+
+    async def read_members(self, path: str) -> dict[str, bytes] | None:
+        """Every child of `path` with its data, setting watches (see `ZooKeeper.read_children`)."""
+
+    async def aclose(self) -> None:
+        """End the session and stop the client."""
+
+
 class ZooKeeper:
     """A typed layer over one kazoo client: the calls discovery and registration make.
 
-    Methods other than `start`, `on_session` and `on_change` block: call them from a worker thread.
-    Callbacks run in kazoo's threads and must not block.
+    Synchronous methods other than `start`, `on_session` and `on_change` block: call them from a
+    worker thread, or use their async forms. Callbacks run in kazoo's threads and must not block.
     """
 
     def __init__(self, connect: str, session_timeout_ms: int) -> None:
@@ -217,6 +234,14 @@ class ZooKeeper:
                 documents[str(name)] = bytes(data or b"")
             return documents
 
+    async def read_members(self, path: str) -> dict[str, bytes] | None:
+        """`read_children` in a worker thread, abandoned if cancelled (kazoo's call ends by itself).
+
+        Raises:
+            ZooKeeperError: the connection or the session failed during the reading.
+        """
+        return await trio.to_thread.run_sync(self.read_children, path, abandon_on_cancel=True)
+
     def create_ephemeral(self, path: str, data: bytes) -> None:
         """Create an ephemeral znode (and its missing parents, as persistent znodes).
 
@@ -251,6 +276,11 @@ class ZooKeeper:
         self._client.stop()
         self._client.close()
 
+    async def aclose(self) -> None:
+        """`close` in a worker thread, abandoned if cancelled (bound it: an unreachable ZooKeeper
+        can hold it)."""
+        await trio.to_thread.run_sync(self.close, abandon_on_cancel=True)
+
 
 class _Inbox:
     """Session changes and watch events from kazoo's threads, handed to one trio task."""
@@ -271,7 +301,7 @@ class _Inbox:
 
     def changed(self) -> None:
         """A watch fired (kazoo thread)."""
-        self.post(_Watch.FIRED)
+        self.post(Signal.WATCH_FIRED)
 
     async def next_batch(self) -> list[_Item]:
         """Wait for at least one item; return it with every other item already queued."""
@@ -283,11 +313,11 @@ class _Inbox:
                 return batch
 
 
-async def _close(zookeeper: ZooKeeper) -> None:
+async def _close(client: DiscoveryClient) -> None:
     # Shielded: a router that is being cancelled must still end its session (and kazoo's threads),
     # but only for a bounded time.
     with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
-        await trio.to_thread.run_sync(zookeeper.close, abandon_on_cancel=True)
+        await client.aclose()
 
 
 def _apply(runtime: RouterRuntime, diff: MembershipDiff, where: str) -> None:
@@ -315,7 +345,7 @@ async def serve_discovery(
     runtime: RouterRuntime,
     zookeeper: ZooKeeperConfig,
     *,
-    client: ZooKeeper | None = None,
+    client: DiscoveryClient | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Keep a router's pool equal to the members registered under a ZooKeeper path, until cancelled.
@@ -323,15 +353,16 @@ async def serve_discovery(
     Args:
         runtime: the router whose pool is fed (a discovery or cluster pool).
         zookeeper: the discovery group's ensemble, path and session timeout.
-        client: the (not yet started) client to use; by default one for `zookeeper`.
+        client: the (not yet started) client to use; by default a `ZooKeeper` for `zookeeper`.
         task_status: started once the client is connecting (the router does not wait for
             ZooKeeper: the pool fills when it answers).
     """
-    pool = runtime.pool
-    assert pool is not None, "only a router with a pool discovers targets"
+    assert runtime.config.pool is not None, "only a router with a pool discovers targets"
     where = f"zookeeper {zookeeper.connect}{zookeeper.path}"
     membership = Membership(
-        reserved={t.node_id: "the local target" if t.local else "a configured target" for t in pool.targets}
+        reserved={
+            t.node_id: "the local target" if t.local else "a configured target" for t in runtime.targets()
+        }
     )
     inbox = _Inbox()
     client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
@@ -341,85 +372,68 @@ async def serve_discovery(
         client.start()
         log.info("router=%s discovering members at %s", runtime.name, where)
         task_status.started()
-        await _follow(runtime, client, zookeeper, membership, inbox, where)
+        # ZooKeeper gets one session timeout to answer at start (the router serves meanwhile,
+        # without members); the table says once whether it did not.
+        no_answer_at = trio.current_time() + zookeeper.session_timeout_ms / 1000
+        state = DiscoveryState()
+        while True:
+            batch: list[_Item] = [Signal.NO_ANSWER]  # unless something comes before the deadline
+            with trio.move_on_at(no_answer_at if state.awaiting_answer else math.inf):
+                batch = await inbox.next_batch()
+            for item in batch:
+                state = _log_step(runtime, state.handle(item), membership, where)
+            if not state.reading_due:
+                continue
+            try:
+                documents = await client.read_members(zookeeper.path)
+            except ZooKeeperError as exc:
+                state = _log_step(runtime, state.handle(ReadFailed(message=str(exc))), membership, where)
+                continue
+            outcome = Read.PATH_MISSING if documents is None else Read.MEMBERS
+            state = _log_step(runtime, state.handle(outcome), membership, where)
+            _apply(runtime, membership.update(documents or {}), where)
     finally:
         await _close(client)
 
 
-async def _follow(
-    runtime: RouterRuntime,
-    client: ZooKeeper,
-    zookeeper: ZooKeeperConfig,
-    membership: Membership,
-    inbox: _Inbox,
-    where: str,
-) -> None:
-    connected = ever_connected = stale = path_missing = False
-    last_problem = ""
-    # Say once if ZooKeeper does not answer at start (the router serves meanwhile, without members).
-    warn_at = trio.current_time() + zookeeper.session_timeout_ms / 1000
-    while True:
-        batch: list[_Item] = []
-        with trio.move_on_at(warn_at):
-            batch = await inbox.next_batch()
-        if not batch:
+def _log_step(runtime: RouterRuntime, step: Step, membership: Membership, where: str) -> DiscoveryState:
+    """Log the step's note, if any (the words operators and docs/operations.md know); return its state."""
+    note = step.note
+    match note:
+        case None:
+            pass
+        case Note.CONNECTED:
+            log.info("router=%s connected to %s: reading the members", runtime.name, where)
+        case Note.CONNECTED_AGAIN:
+            log.info("router=%s connected to %s: reading the members again", runtime.name, where)
+        case Note.CONNECTION_LOST:
+            log.warning(
+                "router=%s lost the connection to %s: keeping the last %d member(s) and "
+                "probing them until it is back",
+                runtime.name,
+                where,
+                len(membership.members),
+            )
+        case Note.SESSION_LOST:
+            log.warning(
+                "router=%s session with %s expired or closed: keeping the last %d member(s) "
+                "until a new session reads them again",
+                runtime.name,
+                where,
+                len(membership.members),
+            )
+        case Note.NO_ANSWER:
             log.warning(
                 "router=%s %s does not answer: no discovered targets until it does", runtime.name, where
             )
-            warn_at = math.inf
-            continue
-        for item in batch:
-            match item:
-                case Session.CONNECTED:
-                    log.info(
-                        "router=%s connected to %s: reading the members%s",
-                        runtime.name,
-                        where,
-                        " again" if ever_connected else "",
-                    )
-                    connected = ever_connected = stale = True
-                    warn_at = math.inf
-                case Session.SUSPENDED:
-                    log.warning(
-                        "router=%s lost the connection to %s: keeping the last %d member(s) and "
-                        "probing them until it is back",
-                        runtime.name,
-                        where,
-                        len(membership.members),
-                    )
-                    connected = False
-                case Session.LOST:
-                    log.warning(
-                        "router=%s session with %s expired or closed: keeping the last %d member(s) "
-                        "until a new session reads them again",
-                        runtime.name,
-                        where,
-                        len(membership.members),
-                    )
-                    connected = False
-                case _Watch.FIRED:
-                    stale = True
-        if not (connected and stale):
-            continue
-        stale = False
-        try:
-            documents = await trio.to_thread.run_sync(
-                client.read_children, zookeeper.path, abandon_on_cancel=True
-            )
-        except ZooKeeperError as exc:
-            # The session change that follows (or the next watch event) triggers another reading.
-            if str(exc) != last_problem:
-                log.warning("router=%s cannot read the members at %s: %s", runtime.name, where, exc)
-            last_problem, stale = str(exc), True
-            continue
-        last_problem = ""
-        if (documents is None) != path_missing:
-            path_missing = documents is None
-            if path_missing:
-                log.warning(
-                    "router=%s %s does not exist: no members until it is created", runtime.name, where
-                )
-        _apply(runtime, membership.update(documents or {}), where)
+        case Note.PATH_MISSING:
+            log.warning("router=%s %s does not exist: no members until it is created", runtime.name, where)
+        case CannotRead(message=message):
+            # The next session change or watch event triggers another reading.
+            log.warning("router=%s cannot read the members at %s: %s", runtime.name, where, message)
+        case _:
+            assert_never(note)
+    return step.state
 
 
 async def serve_registration(

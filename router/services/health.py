@@ -52,7 +52,7 @@ def make_check(runtime: RouterRuntime) -> Check:
         if kind == "mqtt":
             on_count = None
             if connector.probe_connection_count:
-                on_count = functools.partial(runtime.counts.report, connector.node_id)
+                on_count = functools.partial(runtime.report_broker_count, connector.node_id)
             return await check_mqtt(connector, client_id, user, password, on_connection_count=on_count)
         if kind == "stomp":
             return await check_stomp(connector, user, password)
@@ -82,17 +82,13 @@ async def _probe_member_forever(
 ) -> None:
     assert target.connector is not None
     connector = target.connector.members[member]
-    pool = runtime.pool
-    assert pool is not None
     timeout_s = min(period_s, PROBE_TIMEOUT_CAP_S)
     next_time = trio.current_time()
     while True:
         ok, detail = False, f"no answer from {connector.url} within {timeout_s:g} s"
         with trio.move_on_after(timeout_s):
             ok, detail = await check(connector)
-        with runtime.lock:
-            events = pool.record_check(target.node_id, ok, detail, member=member)
-        runtime.apply_events(events)
+        runtime.record_check(target.node_id, ok, detail, member=member)
         next_time += period_s
         now = trio.current_time()
         if next_time < now:  # the probe overran: skip the missed slots instead of bursting
@@ -113,18 +109,19 @@ async def serve_health_checks(
         check: the probe; by default each connector's `probe=` kind (TCP connect unless set).
         task_status: started once every probe loop is running.
     """
-    pool, pool_config = runtime.pool, runtime.config.pool
-    if pool is None or pool_config is None:
+    pool_config = runtime.config.pool
+    if pool_config is None:
         task_status.started()
         return
-    if not pool.targets:
+    targets = runtime.targets()
+    if not targets:
         log.warning(
             "router=%s pool has no targets yet (%s): every decision that needs the pool is "
             "refused until a discovered target is ready",
             runtime.name,
             pool_config.kind.value,
         )
-    if any(t.connector is None for t in pool.targets):
+    if any(t.connector is None for t in targets):
         log.warning(
             "router=%s local target has no connector (set <local-target-connector-ref>): "
             "it is never ready and local decisions are refused",
@@ -142,8 +139,7 @@ async def serve_health_checks(
 
 
 def _probed_targets(runtime: RouterRuntime) -> dict[str, Target]:
-    assert runtime.pool is not None
-    return {t.node_id: t for t in runtime.pool.targets if t.connector is not None}
+    return {t.node_id: t for t in runtime.targets() if t.connector is not None}
 
 
 def _membership_changed(runtime: RouterRuntime, loops: dict[str, tuple[Target, trio.CancelScope]]) -> bool:
@@ -178,8 +174,7 @@ async def _probe_while_member(
     # The target may leave the pool while a probe runs, and this task may run before the one that
     # cancels it: never record a result for a target that is gone (the pool no longer knows it).
     def left() -> bool:
-        assert runtime.pool is not None
-        if runtime.pool.target(target.node_id) is target:
+        if runtime.target(target.node_id) is target:
             return False
         scope.cancel(reason=f"target {target.node_id} left the pool")
         return True

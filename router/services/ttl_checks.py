@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from router.core.live import CLOSED_BY_TTL
-
 if TYPE_CHECKING:
     from router.runtime import RouterRuntime
 
@@ -28,30 +26,28 @@ async def serve_connection_ttl_checks(runtime: RouterRuntime, interval_s: float)
 
     Checks run at absolute times (start + k * interval), so a connection is closed between its
     TTL and its TTL plus one interval after its client's last bytes; each close is logged once
-    and counted in `router_proxied_connections_closed_total{reason="connection_ttl"}`.
+    here, and its data path reports it `Closed` with reason `connection_ttl` (which counts it in
+    `router_proxied_connections_closed_total`).
 
     Args:
         runtime: the router whose connections are checked.
         interval_s: `connection-ttl-check-interval` in seconds.
     """
-    counter = runtime.metrics.router_closes.labels(runtime.name, CLOSED_BY_TTL)
     next_time = trio.current_time()
     while True:
         next_time += interval_s
         await trio.sleep_until(next_time)
         now = trio.current_time()
         next_time = max(next_time, now)  # a late check skips the missed slots
-        for conn, idle_s in runtime.connections.close_idle(now):
-            counter.inc()
+        for live, idle_s in runtime.close_idle(now):
             log.warning(
-                "peer=%s router=%s acceptor=%s target=%s address=%s:%d outcome=CONNECTION_TTL "
+                "peer=%s router=%s acceptor=%s target=%s address=%s outcome=CONNECTION_TTL "
                 "idle_s=%.3f ttl_ms=%d: no bytes from the client within the connection TTL, closing",
-                conn.peer,
+                live.conn.peer,
                 runtime.name,
-                conn.acceptor,
-                conn.node_id,
-                conn.address[0],
-                conn.address[1],
+                live.conn.acceptor,
+                live.node_id,
+                live.address,
                 idle_s,
-                conn.ttl_ms,
+                live.ttl_ms,
             )

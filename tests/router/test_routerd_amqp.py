@@ -213,7 +213,8 @@ def test_proxy_by_user_name_wrong_password_is_closed_with_the_broker_refusal_log
         BlockingConnection(url, TIMEOUT_S, allowed_mechs="PLAIN").close()
     assert "amqp:unauthorized-access" in str(refused.value)
     router.wait_for_log(
-        r"protocol=amqp target's opening rejected: broker rejected authentication: code 1 \(auth\)"
+        r"target=rmq-\d closed .* reason=replay_failed "
+        r"\(target's opening rejected: amqp: broker rejected authentication: code 1 \(auth\)\)"
     )
 
 

@@ -1,32 +1,44 @@
-"""RouterRuntime: the quorum wait (SPEC A1 step 7) on trio's virtual clock, live counts, and closing the
-proxied connections of a target that is not ready."""
+"""RouterRuntime: the quorum wait (SPEC A1 step 7) on trio's virtual clock, pool changes and what
+they close, the live-connection registry behind the lock, the status snapshot and filter changes,
+and the events it reports."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
+import pytest
 import trio
 import trio.testing
 
+from cache import CacheConfig
 from keys import ConnectionFacts
 from policies import PolicyConfig
-from pools import Connector, PoolConfig, PoolKind, Target
+from pools import Connector, PoolConfig, PoolEvent, PoolEventKind, PoolKind, Target, TargetState
 from router.config.settings import Config, RouterConfig
-from router.core.engine import RouteStatus
-from router.core.live import ProxiedConnection
+from router.core.address import Address
+from router.core.engine import QuorumWait, RouteDecision, RouteStatus
+from router.core.events import Accepted, CloseReason, ConnectionsClosed, LookedUp
 from router.metrics import Metrics
-from router.runtime import LiveConnectionCounts, RouterRuntime
+from router.runtime import RouterRuntime
+from tests.router.core.test_live import Closer, live_connection
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from router.core.events import Event
 
 
-def _runtime(quorum_size: int, quorum_timeout_ms: int, policy: str = "FIRST_ELEMENT") -> RouterRuntime:
+def _runtime(
+    quorum_size: int = 1,
+    quorum_timeout_ms: int = 0,
+    policy: str = "FIRST_ELEMENT",
+    *,
+    cache_ms: int | None = None,
+) -> RouterRuntime:
     connectors = tuple(Connector.from_url(f"b{i}", f"tcp://127.0.0.1:{20000 + i}") for i in (1, 2, 3))
     router = RouterConfig(
         name="r",
         policy=PolicyConfig(name=policy),
+        cache=None if cache_ms is None else CacheConfig(timeout_ms=cache_ms),
         pool=PoolConfig(
             kind=PoolKind.STATIC,
             static_connectors=("b1", "b2", "b3"),
@@ -41,294 +53,336 @@ def _runtime(quorum_size: int, quorum_timeout_ms: int, policy: str = "FIRST_ELEM
 FACTS = ConnectionFacts(source_ip="127.0.0.2")
 
 
-async def _closed_by(
-    runtime: RouterRuntime, conns: list[ProxiedConnection], act: Callable[[], object]
-) -> list[str]:
-    """Hold `conns` open (registered with the runtime) and run `act`; the peers it closed, in order."""
-    ended: list[str] = []
-
-    async def hold(conn: ProxiedConnection) -> None:
-        with conn.cancel_scope:
-            await trio.sleep_forever()
-        ended.append(conn.peer)
-
-    async with trio.open_nursery() as nursery:
-        for conn in conns:
-            runtime.connections.add(conn)
-            nursery.start_soon(hold, conn)
-        await trio.testing.wait_all_tasks_blocked()
-        act()
-        await trio.testing.wait_all_tasks_blocked()
-        nursery.cancel_scope.cancel()
-    return ended
+def _recorded(runtime: RouterRuntime) -> list[Event]:
+    events: list[Event] = []
+    runtime.subscribe(events.append)
+    return events
 
 
-async def test_decide_waits_for_quorum_then_routes(autojump_clock: trio.testing.MockClock) -> None:
-    """Scenario: quorum 2 of 3, one ready; the second becomes ready after 1.5 s of a 3 s wait."""
-    runtime = _runtime(quorum_size=2, quorum_timeout_ms=3000)
-    assert runtime.pool is not None
-    runtime.apply_events(runtime.pool.record_check("b2", True))
-    start = trio.current_time()
+class TestDecide:
+    async def test_decide_waits_for_quorum_then_routes(self, autojump_clock: trio.testing.MockClock) -> None:
+        """Scenario: quorum 2 of 3, one ready; the second becomes ready after 1.5 s of a 3 s wait."""
+        runtime = _runtime(quorum_size=2, quorum_timeout_ms=3000)
+        runtime.record_check("b2", True)
+        start = trio.current_time()
 
-    async def second_ready() -> None:
-        await trio.sleep(1.5)
-        assert runtime.pool is not None
-        runtime.apply_events(runtime.pool.record_check("b3", True))
+        async def second_ready() -> None:
+            await trio.sleep(1.5)
+            runtime.record_check("b3", True)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(second_ready)
-        decision = await runtime.decide(FACTS)
-    assert trio.current_time() - start == 1.5
-    assert decision.status is RouteStatus.OK
-    assert decision.target is not None
-    assert decision.target.node_id == "b2"  # FIRST_ELEMENT: first ready in pool order
-
-
-async def test_decide_refuses_after_quorum_timeout(autojump_clock: trio.testing.MockClock) -> None:
-    runtime = _runtime(quorum_size=2, quorum_timeout_ms=3000)
-    assert runtime.pool is not None
-    runtime.apply_events(runtime.pool.record_check("b1", True))
-    start = trio.current_time()
-    decision = await runtime.decide(FACTS)
-    assert trio.current_time() - start == 3.0
-    assert decision.status is RouteStatus.REFUSED_UNAVAILABLE
-
-
-async def test_decide_does_not_wait_with_zero_quorum_timeout(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    runtime = _runtime(quorum_size=1, quorum_timeout_ms=0)
-    start = trio.current_time()
-    decision = await runtime.decide(FACTS)
-    assert trio.current_time() == start
-    assert decision.status is RouteStatus.REFUSED_UNAVAILABLE
-
-
-async def test_decide_ignores_unrelated_changes_until_quorum(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """Scenario: a change that does not reach quorum (a target going down) keeps the wait going."""
-    runtime = _runtime(quorum_size=3, quorum_timeout_ms=5000)
-    pool = runtime.pool
-    assert pool is not None
-    runtime.apply_events(pool.record_check("b1", True))
-
-    async def changes() -> None:
-        await trio.sleep(1)
-        runtime.apply_events(pool.record_check("b2", False))
-        await trio.sleep(1)
-        runtime.apply_events(pool.record_check("b2", True))
-        await trio.sleep(1)
-        runtime.apply_events(pool.record_check("b3", True))
-
-    start = trio.current_time()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(changes)
-        decision = await runtime.decide(FACTS)
-    assert trio.current_time() - start == 3.0
-    assert decision.status is RouteStatus.OK
-
-
-def test_apply_events_exports_readiness_metrics() -> None:
-    runtime = _runtime(quorum_size=1, quorum_timeout_ms=0)
-    assert runtime.pool is not None
-    reg = runtime.metrics.registry
-    assert reg.get_sample_value("router_target_ready", {"router": "r", "node_id": "b1"}) == 0.0
-    runtime.apply_events(runtime.pool.record_check("b1", True))
-    assert reg.get_sample_value("router_target_ready", {"router": "r", "node_id": "b1"}) == 1.0
-    assert reg.get_sample_value("router_pool_active", {"router": "r"}) == 1.0
-    runtime.apply_events(runtime.pool.record_check("b1", False, "refused"))
-    assert reg.get_sample_value("router_target_ready", {"router": "r", "node_id": "b1"}) == 0.0
-    assert reg.get_sample_value("router_pool_active", {"router": "r"}) == 0.0
-
-
-async def test_decide_spreads_a_burst_with_least_connections() -> None:
-    """Scenario: connections counted as opened make LEAST_CONNECTIONS spread a burst evenly."""
-    runtime = _runtime(quorum_size=1, quorum_timeout_ms=0, policy="LEAST_CONNECTIONS")
-    pool = runtime.pool
-    assert pool is not None
-    for node in ("b1", "b2", "b3"):
-        runtime.apply_events(pool.record_check(node, True))
-    picks: dict[str, int] = {}
-    for _ in range(30):
-        decision = await runtime.decide(FACTS)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(second_ready)
+            decision = await runtime.decide(FACTS)
+        assert trio.current_time() - start == 1.5
+        assert decision.status is RouteStatus.OK
         assert decision.target is not None
-        runtime.counts.opened(decision.target.node_id)
-        picks[decision.target.node_id] = picks.get(decision.target.node_id, 0) + 1
-    assert picks == {"b1": 10, "b2": 10, "b3": 10}
+        assert decision.target.node_id == "b2"  # FIRST_ELEMENT: first ready in pool order
+
+    async def test_decide_refuses_after_quorum_timeout(self, autojump_clock: trio.testing.MockClock) -> None:
+        runtime = _runtime(quorum_size=2, quorum_timeout_ms=3000)
+        runtime.record_check("b1", True)
+        start = trio.current_time()
+        decision = await runtime.decide(FACTS)
+        assert trio.current_time() - start == 3.0
+        assert decision.status is RouteStatus.REFUSED_UNAVAILABLE
+
+    async def test_decide_does_not_wait_with_zero_quorum_timeout(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        runtime = _runtime(quorum_size=1, quorum_timeout_ms=0)
+        start = trio.current_time()
+        decision = await runtime.decide(FACTS)
+        assert trio.current_time() == start
+        assert decision.status is RouteStatus.REFUSED_UNAVAILABLE
+
+    async def test_decide_ignores_unrelated_changes_until_quorum(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """Scenario: a change that does not reach quorum (a target going down) keeps the wait going."""
+        runtime = _runtime(quorum_size=3, quorum_timeout_ms=5000)
+        runtime.record_check("b1", True)
+
+        async def changes() -> None:
+            await trio.sleep(1)
+            runtime.record_check("b2", True)
+            await trio.sleep(1)
+            runtime.record_check("b2", False, "down")
+            await trio.sleep(1)
+            runtime.record_check("b2", True)
+            runtime.record_check("b3", True)
+
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(changes)
+            decision = await runtime.decide(FACTS)
+        assert trio.current_time() - start == 3.0
+        assert decision.status is RouteStatus.OK
+
+    def test_decide_now_says_when_the_quorum_must_be_waited_for(self) -> None:
+        runtime = _runtime(quorum_size=2, quorum_timeout_ms=3000)
+        runtime.record_check("b1", True)
+        assert runtime.decide_now(FACTS, 0.0) == QuorumWait(key="127.0.0.2", timeout_s=3.0)
+        runtime.record_check("b2", True)
+        decision = runtime.decide_now(FACTS, 0.0)
+        assert isinstance(decision, RouteDecision)
+        assert decision.status is RouteStatus.OK
+
+    async def test_decide_spreads_a_burst_with_least_connections(self) -> None:
+        """Scenario: connections registered at their decision make LEAST_CONNECTIONS spread a burst."""
+        runtime = _runtime(policy="LEAST_CONNECTIONS")
+        for node in ("b1", "b2", "b3"):
+            runtime.record_check(node, True)
+        picks: dict[str, int] = {}
+        for port in range(30):
+            decision = await runtime.decide(FACTS)
+            assert decision.target is not None
+            node_id = decision.target.node_id
+            runtime.register(live_connection(f"10.1.0.1:{port}", node_id=node_id))
+            picks[node_id] = picks.get(node_id, 0) + 1
+        assert picks == {"b1": 10, "b2": 10, "b3": 10}
+        assert [runtime.open_connections(n) for n in ("b1", "b2", "b3")] == [10, 10, 10]
+        assert runtime.open_connections() == 30
+
+    def test_lookup_is_reported_and_counted(self) -> None:
+        runtime = _runtime()
+        events = _recorded(runtime)
+        runtime.record_check("b1", True)
+        with pytest.raises(RuntimeError):  # outside trio: the lookup reads the trio clock
+            runtime.lookup("k")
+        assert [e for e in events if isinstance(e, LookedUp)] == []
+
+    async def test_lookup_in_trio_is_reported_and_counted(self) -> None:
+        runtime = _runtime()
+        events = _recorded(runtime)
+        runtime.record_check("b1", True)
+        assert runtime.lookup("k").status is RouteStatus.OK
+        assert [e for e in events if isinstance(e, LookedUp)] == [
+            LookedUp(router="r", key="k", status=RouteStatus.OK)
+        ]
+        labels = {"router": "r", "status": "OK"}
+        assert runtime.metrics.registry.get_sample_value("router_lookups_total", labels) == 1.0
 
 
-def test_live_connection_counts_open_and_close() -> None:
-    counts = LiveConnectionCounts()
-    assert counts.connection_count("x") == 0
-    counts.opened("x")
-    counts.opened("x")
-    counts.closed("x")
-    assert counts.connection_count("x") == 1
+class TestPoolChanges:
+    def test_record_check_exports_readiness_metrics(self) -> None:
+        runtime = _runtime()
+        reg = runtime.metrics.registry
+        assert reg.get_sample_value("router_target_ready", {"router": "r", "node_id": "b1"}) == 0.0
+        runtime.record_check("b1", True)
+        assert reg.get_sample_value("router_target_ready", {"router": "r", "node_id": "b1"}) == 1.0
+        assert reg.get_sample_value("router_pool_active", {"router": "r"}) == 1.0
+        runtime.record_check("b1", False, "refused")
+        assert reg.get_sample_value("router_target_ready", {"router": "r", "node_id": "b1"}) == 0.0
+        assert reg.get_sample_value("router_pool_active", {"router": "r"}) == 0.0
 
+    def test_a_target_that_is_not_ready_has_its_connections_closed(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Scenario: b1 fails its probe; its two proxied connections are closed through their
+        closers at once, reported once with the count; b2's stays open."""
+        runtime = _runtime()
+        events = _recorded(runtime)
+        runtime.record_check("b1", True)
+        runtime.record_check("b2", True)
+        closers = [Closer(), Closer(), Closer()]
+        for port, node_id, closer in zip((1, 2, 3), ("b1", "b1", "b2"), closers, strict=True):
+            runtime.register(live_connection(f"127.0.0.2:{port}", node_id=node_id, closer=closer))
+        runtime.record_check("b1", False, "refused")
+        runtime.record_check("b1", False, "refused")  # no change: nothing more
+        assert [c.calls for c in closers] == [[CloseReason.TARGET_NOT_READY]] * 2 + [[]]
+        assert [e for e in events if isinstance(e, ConnectionsClosed)] == [
+            ConnectionsClosed(
+                router="r", node_id="b1", address=None, reason=CloseReason.TARGET_NOT_READY, count=2
+            )
+        ]
+        messages = [r.getMessage() for r in caplog.records if "proxied connection" in r.getMessage()]
+        assert messages == ["router=r target=b1 is not ready: closing its 2 proxied connection(s)"]
 
-def test_live_connection_counts_broker_report_plus_our_changes_since() -> None:
-    """Scenario: a broker reports 40 clients (ours included); connections we open or close
-    afterwards move the count until the next report; a failed read falls back to ours."""
-    counts = LiveConnectionCounts()
-    counts.opened("x")
-    counts.report("x", 40)
-    assert counts.connection_count("x") == 40
-    counts.opened("x")
-    counts.opened("x")
-    assert counts.connection_count("x") == 42  # a burst between two probes still spreads
-    for _ in range(3):
-        counts.closed("x")
-    assert counts.connection_count("x") == 39
-    for _ in range(3):
-        counts.opened("x")
-    counts.report("x", 1)  # the broker saw fewer than we hold (handshakes in flight)
-    for _ in range(3):
-        counts.closed("x")
-    assert counts.connection_count("x") == 0  # never negative
-    counts.opened("x")
-    counts.report("x", None)  # the probe could not read it: our own count again
-    assert counts.connection_count("x") == 1
-    assert counts.connection_count("y") == 0
-
-
-async def test_serve_cache_purge_drops_expired_entries(autojump_clock: trio.testing.MockClock) -> None:
-    from cache import CacheConfig
-
-    connectors = (Connector.from_url("b1", "tcp://127.0.0.1:20001"),)
-    router = RouterConfig(
-        name="r",
-        cache=CacheConfig(timeout_ms=2000),
-        policy=PolicyConfig(name="FIRST_ELEMENT"),
-        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("b1",)),
-    )
-    runtime = RouterRuntime(Config(source="t", connectors=connectors, routers=(router,)), router, Metrics())
-    cache = runtime.engine.cache
-    assert cache is not None
-    cache.put("k", "b1", trio.current_time())
-    with trio.move_on_after(1.9):
-        await runtime.serve_cache_purge()
-    assert len(cache) == 1
-    with trio.move_on_after(2.2):  # the sweep at t=3.9 finds the entry 3.9 s old
-        await runtime.serve_cache_purge()
-    assert len(cache) == 0
-
-
-async def test_apply_events_closes_the_connections_to_a_target_that_is_not_ready(caplog) -> None:
-    """Scenario: b1 fails its probe; its two proxied connections are cancelled at once and logged
-    once with the count, b2's stays open."""
-    runtime = _runtime(quorum_size=1, quorum_timeout_ms=0)
-    pool = runtime.pool
-    assert pool is not None
-    runtime.apply_events(pool.record_check("b1", True))
-    runtime.apply_events(pool.record_check("b2", True))
-    conns = [
-        ProxiedConnection(
-            peer=f"127.0.0.2:{port}",
-            acceptor="a",
-            node_id=node_id,
-            address=("127.0.0.1", 20000),
-            ttl_ms=-1,
-            sniffed=None,
-            now=trio.current_time(),
+    def test_failover_closes_only_the_connections_to_the_former_member(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Scenario: an HA pair fails over from primary to backup; connections that went to the
+        primary are closed (their clients reconnect to the backup), the backup's stay open."""
+        pair = Connector.from_url("p", "(tcp://127.0.0.1:20001,tcp://127.0.0.1:20002)?nodeId=pair")
+        router = RouterConfig(
+            name="r",
+            policy=PolicyConfig(name="FIRST_ELEMENT"),
+            pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("p",)),
         )
-        for port, node_id in ((1, "b1"), (2, "b1"), (3, "b2"))
-    ]
-
-    def refuse_twice() -> None:
-        runtime.apply_events(pool.record_check("b1", False, "refused"))
-        runtime.apply_events(pool.record_check("b1", False, "refused"))  # no change: nothing more
-
-    ended = await _closed_by(runtime, conns, refuse_twice)
-    assert sorted(ended) == ["127.0.0.2:1", "127.0.0.2:2"]
-    messages = [r.getMessage() for r in caplog.records if "proxied connection" in r.getMessage()]
-    assert messages == ["router=r target=b1 is not ready: closing its 2 proxied connection(s)"]
-    value = runtime.metrics.registry.get_sample_value(
-        "router_proxied_connections_closed_total", {"router": "r", "reason": "target_not_ready"}
-    )
-    assert value == 2.0
-
-
-async def test_add_and_remove_target_log_export_and_wake_waiters(caplog) -> None:
-    """Scenario: a discovered target joins a running pool, gets ready, serves a waiting decision,
-    then leaves: one line each, its metrics go, and the pool becomes inactive."""
-    caplog.set_level(logging.INFO, logger="router.pool")
-    runtime = _runtime(quorum_size=1, quorum_timeout_ms=0)
-    pool = runtime.pool
-    assert pool is not None
-    for node_id in ("b1", "b2", "b3"):
-        runtime.remove_target(node_id)
-    assert pool.targets == ()
-    joined = Target(node_id="z1", connector=Connector(name="z1", host="127.0.0.1", port=20009))
-    woken: list[str] = []
-
-    async def wait_for_z1() -> None:
-        await runtime.wait_until(lambda: pool.target("z1") is not None)
-        woken.append("z1")
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(wait_for_z1)
-        await trio.testing.wait_all_tasks_blocked()
-        runtime.add_target(joined)
-        await trio.testing.wait_all_tasks_blocked()
-    assert woken == ["z1"]
-    runtime.apply_events(pool.record_check("z1", True))
-    assert runtime.engine.lookup("k", 0.0).target == joined
-    metrics = runtime.metrics.registry
-    assert metrics.get_sample_value("router_target_ready", {"router": "r", "node_id": "z1"}) == 1.0
-    runtime.metrics.connect_failures.labels("r", "z1").inc()
-
-    runtime.remove_target("z1")
-    assert metrics.get_sample_value("router_target_ready", {"router": "r", "node_id": "z1"}) is None
-    assert (
-        metrics.get_sample_value("router_target_connect_failures_total", {"router": "r", "node_id": "z1"})
-        is None
-    )
-    assert metrics.get_sample_value("router_pool_active", {"router": "r"}) == 0.0
-    assert runtime.engine.lookup("k", 0.0).status is RouteStatus.REFUSED_UNAVAILABLE
-    messages = [r.getMessage() for r in caplog.records if "target=z1" in r.getMessage()]
-    assert messages == [
-        "router=r target=z1 joined the pool (tcp://127.0.0.1:20009)",
-        "router=r target=z1 is ready",
-        "router=r target=z1 left the pool (it was ready)",
-    ]
-
-
-async def test_failover_closes_only_the_connections_to_the_former_member(caplog) -> None:
-    """Scenario: an HA pair fails over from primary to backup; connections that went to the
-    primary are closed (their clients reconnect to the backup), the backup's stay open."""
-    pair = Connector.from_url("p", "(tcp://127.0.0.1:20001,tcp://127.0.0.1:20002)?nodeId=pair")
-    router = RouterConfig(
-        name="r",
-        policy=PolicyConfig(name="FIRST_ELEMENT"),
-        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("p",)),
-    )
-    runtime = RouterRuntime(Config(source="t.xml", connectors=(pair,), routers=(router,)), router, Metrics())
-    pool = runtime.pool
-    assert pool is not None
-    runtime.apply_events(pool.record_check("pair", True, member=0))
-    runtime.apply_events(pool.record_check("pair", True, member=1))
-    conns = [
-        ProxiedConnection(
-            peer=f"127.0.0.2:{port}",
-            acceptor="a",
-            node_id="pair",
-            address=("127.0.0.1", address_port),
-            ttl_ms=-1,
-            sniffed=None,
-            now=trio.current_time(),
+        runtime = RouterRuntime(
+            Config(source="t.xml", connectors=(pair,), routers=(router,)), router, Metrics()
         )
-        for port, address_port in ((1, 20001), (2, 20002))
-    ]
-    ended = await _closed_by(
-        runtime, conns, lambda: runtime.apply_events(pool.record_check("pair", False, "killed", member=0))
-    )
-    assert ended == ["127.0.0.2:1"]
-    messages = [r.getMessage() for r in caplog.records if "proxied connection" in r.getMessage()]
-    assert messages == [
-        "router=r target=pair member 127.0.0.1:20001 is not active: closing its 1 proxied connection(s)"
-    ]
-    value = runtime.metrics.registry.get_sample_value(
-        "router_proxied_connections_closed_total", {"router": "r", "reason": "failover"}
-    )
-    assert value == 1
+        runtime.record_check("pair", True, member=0)
+        runtime.record_check("pair", True, member=1)
+        to_primary, to_backup = Closer(), Closer()
+        for port, address, closer in (
+            (1, ("127.0.0.1", 20001), to_primary),
+            (2, ("127.0.0.1", 20002), to_backup),
+        ):
+            runtime.register(
+                live_connection(f"127.0.0.2:{port}", node_id="pair", address=address, closer=closer)
+            )
+        runtime.record_check("pair", False, "killed", member=0)
+        assert (to_primary.calls, to_backup.calls) == ([CloseReason.FAILOVER], [])
+        assert runtime.active_member("pair") == 1
+        messages = [r.getMessage() for r in caplog.records if "proxied connection" in r.getMessage()]
+        assert messages == [
+            "router=r target=pair member 127.0.0.1:20001 is not active: closing its 1 proxied connection(s)"
+        ]
+
+    def test_a_refused_connect_makes_the_member_not_ready_unless_the_target_changed(self) -> None:
+        runtime = _runtime()
+        runtime.record_check("b1", True)
+        b1 = runtime.target("b1")
+        assert b1 is not None
+        assert b1.connector is not None
+        stale = Target(node_id="b1", connector=b1.connector)  # equal, but not the pool's target
+        runtime.connect_refused(stale, b1.connector, "Connection refused")
+        assert runtime.status().pool is not None
+        assert runtime.ready_count() == 1
+        runtime.connect_refused(b1, b1.connector, "Connection refused")
+        assert runtime.ready_count() == 0
+        status = runtime.status().pool
+        assert status is not None
+        assert status.targets[0].state is TargetState.NOT_READY
+
+    async def test_add_and_remove_target_log_export_and_wake_waiters(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Scenario: a discovered target joins a running pool, gets ready, serves a waiting decision,
+        then leaves: one line each, its metrics go, and the pool becomes inactive."""
+        caplog.set_level(logging.INFO, logger="router.pool")
+        runtime = _runtime()
+        for node_id in ("b1", "b2", "b3"):
+            runtime.remove_target(node_id)
+        assert runtime.targets() == ()
+        joined = Target(node_id="z1", connector=Connector(name="z1", host="127.0.0.1", port=20009))
+        woken: list[str] = []
+
+        async def wait_for_z1() -> None:
+            await runtime.wait_until(lambda: runtime.target("z1") is not None)
+            woken.append("z1")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_z1)
+            await trio.testing.wait_all_tasks_blocked()
+            runtime.add_target(joined)
+            await trio.testing.wait_all_tasks_blocked()
+        assert woken == ["z1"]
+        runtime.record_check("z1", True)
+        assert runtime.lookup("k").target == joined
+        metrics = runtime.metrics.registry
+        assert metrics.get_sample_value("router_target_ready", {"router": "r", "node_id": "z1"}) == 1.0
+        runtime.metrics.connect_failures.labels("r", "z1").inc()
+
+        runtime.remove_target("z1")
+        assert metrics.get_sample_value("router_target_ready", {"router": "r", "node_id": "z1"}) is None
+        assert (
+            metrics.get_sample_value("router_target_connect_failures_total", {"router": "r", "node_id": "z1"})
+            is None
+        )
+        assert metrics.get_sample_value("router_pool_active", {"router": "r"}) == 0.0
+        assert runtime.lookup("k").status is RouteStatus.REFUSED_UNAVAILABLE
+        messages = [r.getMessage() for r in caplog.records if "target=z1" in r.getMessage()]
+        assert messages == [
+            "router=r target=z1 joined the pool (tcp://127.0.0.1:20009)",
+            "router=r target=z1 is ready",
+            "router=r target=z1 left the pool (it was ready)",
+        ]
+
+    def test_pool_events_reach_subscribers(self) -> None:
+        runtime = _runtime()
+        events = _recorded(runtime)
+        runtime.record_check("b1", True)
+        kinds = [e.kind for e in events if isinstance(e, PoolEvent)]
+        assert kinds == [PoolEventKind.TARGET_READY, PoolEventKind.POOL_ACTIVE]
+
+
+class TestStatusAndFilters:
+    def test_status_is_a_snapshot_of_filters_cache_and_pool(self) -> None:
+        runtime = _runtime(quorum_size=2, cache_ms=0)
+        runtime.record_check("b2", True)
+        runtime.register(live_connection(node_id="b2"))
+        status = runtime.status()
+        assert (status.name, status.key_type, status.policy, status.cache_entries) == (
+            "r",
+            "SOURCE_IP",
+            "FIRST_ELEMENT",
+            0,
+        )
+        assert status.pool is not None
+        assert (status.pool.active, status.pool.quorum_size, status.pool.ready) == (False, 2, ("b2",))
+        assert [(t.node_id, t.state, t.connections) for t in status.pool.targets] == [
+            ("b1", TargetState.UNKNOWN, 0),
+            ("b2", TargetState.READY, 1),
+            ("b3", TargetState.UNKNOWN, 0),
+        ]
+        assert status.to_json()["pool"] == {
+            "kind": "static-connectors",
+            "active": False,
+            "quorum_size": 2,
+            "targets": [t.to_json() for t in status.pool.targets],
+        }
+
+    def test_set_filters_changes_both_or_neither(self) -> None:
+        runtime = _runtime()
+        status = runtime.set_filters(key_filter="^127", local_target_filter="x")
+        assert (status.key_filter, status.local_target_filter) == ("^127", "x")
+        with pytest.raises(ValueError, match="not a valid regular expression"):
+            runtime.set_filters(key_filter="^10", local_target_filter="(")
+        after = runtime.status()
+        assert (after.key_filter, after.local_target_filter) == ("^127", "x")
+        status = runtime.set_filters(local_target_filter="")  # blank disables; the other stays
+        assert (status.key_filter, status.local_target_filter) == ("^127", None)
+
+    async def test_serve_cache_purge_drops_expired_entries(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        runtime = _runtime(cache_ms=2000)
+        runtime.record_check("b1", True)
+        runtime.lookup("k")  # cached at t=0
+        with trio.move_on_after(1.9):
+            await runtime.serve_cache_purge()
+        assert runtime.status().cache_entries == 1
+        with trio.move_on_after(2.2):  # the sweep at t=3.9 finds the entry 3.9 s old
+            await runtime.serve_cache_purge()
+        assert runtime.status().cache_entries == 0
+
+
+class TestConnections:
+    def test_accept_gives_each_connection_its_own_id_and_reports_it(self) -> None:
+        runtime = _runtime()
+        events = _recorded(runtime)
+        first = runtime.accept("a", Address("127.0.0.2", 5000))
+        second = runtime.accept("a", Address("::1", 5001))
+        assert first.id != second.id
+        assert events == [Accepted(conn=first), Accepted(conn=second)]
+        assert (str(first.peer), str(second.peer)) == ("127.0.0.2:5000", "[::1]:5001")
+        labels = {"acceptor": "a", "router": "r"}
+        assert runtime.metrics.registry.get_sample_value("router_connections_accepted_total", labels) == 2.0
+
+    def test_close_all_closes_every_connection_and_says_so_once(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level(logging.INFO, logger="router.pool")
+        runtime = _runtime()
+        closers = [Closer(), Closer()]
+        for port, (node_id, closer) in enumerate(zip(("b1", "b2"), closers, strict=True)):
+            runtime.register(live_connection(f"127.0.0.2:{port + 1}", node_id=node_id, closer=closer))
+        assert runtime.close_all(CloseReason.SHUTDOWN) == 2
+        assert runtime.close_all(CloseReason.SHUTDOWN) == 0
+        assert [c.calls for c in closers] == [[CloseReason.SHUTDOWN]] * 2
+        messages = [r.getMessage() for r in caplog.records if "proxied connection" in r.getMessage()]
+        assert messages == ["router=r grace period over: closing its 2 proxied connection(s)"]
+
+    def test_unregister_forgets_a_connection(self) -> None:
+        runtime = _runtime()
+        conn = live_connection()
+        runtime.register(conn)
+        assert runtime.open_connections("b1") == 1
+        runtime.unregister(conn)
+        runtime.unregister(conn)  # twice is harmless
+        assert runtime.open_connections() == 0
+        runtime.record_check("b1", True)
+        runtime.record_check("b1", False, "down")
+        assert conn.closed_by is None  # not registered: not closed by the pool

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
+import re
+import socket
 from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
-from keys import KeyType
+from keys import KeyType, mqtt
 from policies import PolicyConfig
-from pools import Connector, PoolConfig, PoolKind
-from router.config.settings import AcceptorConfig, Config, RouterConfig
+from pools import Connector, PoolConfig, PoolKind, TargetState
+from router.config.settings import AcceptorConfig, AcceptorMode, Config, RouterConfig
 from router.datapath.net import open_connection
 from router.server import ServerInfo, serve_router
+from tests.conftest import read_until_closed, recv_exactly
+from tests.keys.test_mqtt import connect_packet
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
+
+    from router.runtime import RouterRuntime
 
 
 async def _serve_named_echo(
@@ -57,8 +65,7 @@ def _config(
             quorum_timeout_ms=0,
         ),
     )
-    params = () if fast_path else (("fastPath", "false"),)
-    acceptor = AcceptorConfig(name="a", host="127.0.0.1", port=0, router="r", params=params)
+    acceptor = AcceptorConfig(name="a", host="127.0.0.1", port=0, router="r", fast_path=fast_path)
     return Config(source="test.xml", connectors=connectors, acceptors=(acceptor,), routers=(router,))
 
 
@@ -85,9 +92,9 @@ class TestServeRouter:
                 config, admin=None, grace_s=5, shutdown=shutdown, task_status=task_status
             )
         )
-        assert (info.runtimes["r"].fast_path is not None) is request.param
+        assert (info.fast_path is not None and info.fast_path.acceptors == {"a"}) is request.param
         runtime = info.runtimes["r"]
-        await runtime.wait_until(lambda: runtime.pool is not None and runtime.pool.ready_count() == 2)
+        await runtime.wait_until(lambda: runtime.ready_count() == 2)
         yield info
         shutdown.set()
 
@@ -113,8 +120,7 @@ class TestServeRouter:
     async def test_serve_router_fails_over_in_pool_order(self, server: ServerInfo, fleet: list[int]) -> None:
         """Scenario: FIRST_ELEMENT; the first target goes un-ready, connections go to the second."""
         runtime = server.runtimes["r"]
-        assert runtime.pool is not None
-        runtime.apply_events(runtime.pool.record_check("b0", False, "test"))
+        runtime.record_check("b0", False, "test")
         host, port = server.acceptors["a"]
         async with await trio.open_tcp_stream(host, port) as client:
             await client.send_eof()
@@ -133,9 +139,7 @@ async def test_serve_router_refuses_when_no_target_is_ready(nursery: trio.Nurser
         )
     )
     runtime = info.runtimes["r"]
-    assert runtime.pool is not None
-    pool = runtime.pool
-    await runtime.wait_until(lambda: pool.state("b0").value == "not-ready")
+    await runtime.wait_until(lambda: runtime.target_state("b0") is TargetState.NOT_READY)
     async with await trio.open_tcp_stream(*info.acceptors["a"]) as client:
         assert await _read_until_eof(client) == b""
     refused = {"router": "r", "status": "REFUSED_UNAVAILABLE"}
@@ -164,7 +168,7 @@ async def test_serve_router_drains_open_connections_on_shutdown(
 
     info: ServerInfo = await nursery.start(run)
     runtime = info.runtimes["r"]
-    await runtime.wait_until(lambda: runtime.pool is not None and runtime.pool.active)
+    await runtime.wait_until(lambda: runtime.ready_count() == 1)
     client = await trio.open_tcp_stream(*info.acceptors["a"])
     assert await client.receive_some(100) == b"hello from b0\n"
     shutdown.set()
@@ -200,3 +204,211 @@ async def test_serve_router_warns_about_what_this_release_cannot_do(
         "router=r key-type=ROLE_NAME: no acceptor of it has usersFile/rolesFile, so only client-certificate "
         "users have roles; every other connection's key is NULL",
     ]
+
+
+# -- both data paths report alike ---------------------------------------------------------------
+
+
+class _Lines(logging.Handler):
+    """The connection and pool log lines of one run, with the parts that differ between any two
+    runs (client ports, durations) replaced."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name in ("router.conn", "router.pool"):
+            line = re.sub(r"peer=127\.0\.0\.1:\d+", "peer=127.0.0.1:PORT", record.getMessage())
+            line = re.sub(r"duration_s=[0-9.]+", "duration_s=D", line)
+            self.lines.append(f"{record.levelname} {line}")
+
+
+def _metric_samples(info: ServerInfo) -> dict[str, float]:
+    registry = info.runtimes["r"].metrics.registry
+    return {
+        f"{s.name}{sorted(s.labels.items())}": s.value
+        for family in registry.collect()
+        for s in family.samples
+        if not s.name.endswith("_created")
+    }
+
+
+def _client_exchange(address: tuple[str, int], send: bytes, *, half_close: bool = True) -> bytes:
+    """In a thread: connect, send, half-close, read until the router closes."""
+    with socket.create_connection(address, timeout=10) as sock:
+        sock.sendall(send)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        data = bytearray()
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except ConnectionResetError:  # closed with our bytes unread
+            data += b"<reset>"
+        return bytes(data)
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    """The fast path reports from its own thread: nothing to await, so poll (bounded)."""
+    with trio.fail_after(10):
+        while not predicate():  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+async def _scenario(fast_path: bool, name: str, port: int) -> tuple[bytes, list[str], dict[str, float]]:
+    """Run one scenario against a fresh routerd-in-process; what the client got, the log lines
+    and every metric sample."""
+    config = _config([port], fast_path=fast_path)
+    router, acceptor = config.routers[0], config.acceptors[0]
+    pool = router.pool
+    assert pool is not None
+    router = dataclasses.replace(router, pool=dataclasses.replace(pool, check_period_ms=3_600_000))
+    if name in ("redirect", "refused", "garbage"):
+        router = dataclasses.replace(router, key_type=KeyType.CLIENT_ID)
+        mode = AcceptorMode.REDIRECT if name == "redirect" else AcceptorMode.PROXY
+        acceptor = dataclasses.replace(acceptor, mode=mode)
+    config = dataclasses.replace(config, routers=(router,), acceptors=(acceptor,))
+    lines = _Lines()
+    logger = logging.getLogger("router")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(lines)
+    shutdown = trio.Event()
+    try:
+        async with trio.open_nursery() as nursery:
+            info: ServerInfo = await nursery.start(
+                lambda task_status: serve_router(
+                    config, admin=None, grace_s=1, shutdown=shutdown, task_status=task_status
+                )
+            )
+            assert (info.fast_path is not None) is fast_path
+            runtime, address = info.runtimes["r"], info.acceptors["a"]
+            await runtime.wait_until(lambda: runtime.target_state("b0") is not TargetState.UNKNOWN)
+            ready = name != "refused"  # ready also for the dead port of "connect-failed"
+            runtime.record_check("b0", ready, "" if ready else "made not ready by the test")
+            got = await _drive(name, runtime, address)
+            # The last line of the scenario (the fast path may write it after the client saw the end).
+            last, count = _LAST_LINE[name]
+            await _until(lambda: sum(last in line for line in lines.lines) >= count)
+            samples = _metric_samples(info)
+            shutdown.set()
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    return got, lines.lines, samples
+
+
+_LAST_LINE = {
+    "proxied": (" closed ", 2),
+    "redirect": ("outcome=REDIRECT", 1),
+    "refused": ("outcome=REFUSED", 1),
+    "garbage": ("handshake rejected", 1),
+    "connect-failed": ("pool is inactive", 1),
+    "not-ready": (" closed ", 1),
+}
+
+
+async def _drive(name: str, runtime: RouterRuntime, address: tuple[str, int]) -> bytes:
+    match name:
+        case "connect-failed":
+            return await trio.to_thread.run_sync(_client_exchange, address, b"ping")
+        case "proxied":
+            got = await trio.to_thread.run_sync(_client_exchange, address, b"ping")
+            # A second one, so the counts of both paths add up over connections.
+            return got + await trio.to_thread.run_sync(_client_exchange, address, b"pong")
+        case "redirect":
+            connect = connect_packet(level=5, client_id=b"d-1")
+            return await trio.to_thread.run_sync(_client_exchange, address, connect)
+        case "refused":
+            connect = connect_packet(level=5, client_id=b"d-2")
+            return await trio.to_thread.run_sync(_client_exchange, address, connect)
+        case "garbage":
+            return await trio.to_thread.run_sync(_client_exchange, address, b"GET / HTTP/1.1\r\n\r\n")
+        case "not-ready":
+            with socket.create_connection(address, timeout=10) as sock:
+                sock.sendall(b"x")
+                first = await trio.to_thread.run_sync(recv_exactly, sock, len(b"hello from b0\nx"))
+                runtime.record_check("b0", False, "probe failed")
+                rest = await trio.to_thread.run_sync(functools.partial(read_until_closed, sock))
+                return first + rest
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize(
+    "scenario", ["proxied", "redirect", "refused", "garbage", "connect-failed", "not-ready"]
+)
+async def test_both_data_paths_give_the_same_log_lines_and_metrics(
+    nursery: trio.Nursery, scenario: str
+) -> None:
+    """Scenario: the same clients through an acceptor the fast path serves and through one that the
+    trio path serves: the client gets the same bytes, routerd writes the same connection and pool
+    log lines (client ports and durations aside) and ends with the same metric values."""
+    if scenario == "connect-failed":
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+    else:
+        port = await nursery.start(_serve_named_echo, b"b0")
+    fast = await _scenario(True, scenario, port)
+    trio_path = await _scenario(False, scenario, port)
+    assert fast[0] == trio_path[0]
+    assert fast[1] == trio_path[1]
+    assert fast[2] == trio_path[2]
+    ready = ["INFO router=r target=b0 is ready", "INFO router=r pool is active (1/1 ready)"]
+    proxied = "INFO peer=127.0.0.1:PORT router=r key=127.0.0.1 target=b0 outcome=OK"
+    closed = (
+        "INFO peer=127.0.0.1:PORT router=r target=b0 closed bytes_in={} bytes_out={} duration_s=D reason={}"
+    )
+    dead = f"router=r target=b0 is not ready: connect to tcp://127.0.0.1:{port} failed: Connection refused"
+    expected = {
+        "proxied": (
+            b"hello from b0\npingbyehello from b0\npongbye",
+            [*ready, proxied, closed.format(4, 21, "closed"), proxied, closed.format(4, 21, "closed")],
+        ),
+        "redirect": (
+            mqtt.encode_connack(0x9C, protocol_level=5, server_reference=f"127.0.0.1:{port}"),
+            [*ready, "INFO peer=127.0.0.1:PORT router=r key=d-1 target=b0 outcome=REDIRECT protocol=mqtt"],
+        ),
+        "refused": (
+            mqtt.encode_connack(0x88, protocol_level=5),
+            [
+                *ready,
+                "WARNING router=r target=b0 is not ready: made not ready by the test",
+                "WARNING router=r pool is inactive (0/1 ready)",
+                "INFO peer=127.0.0.1:PORT router=r key=d-2 outcome=REFUSED_UNAVAILABLE "
+                "reason=no ready target",
+            ],
+        ),
+        "garbage": (
+            b"",
+            [
+                *ready,
+                "WARNING peer=127.0.0.1:PORT acceptor=a protocol=detect handshake rejected: "
+                "unknown protocol, connection starts with 474554202f20485454502f312e310d0a",
+            ],
+        ),
+        "connect-failed": (
+            b"<reset>",
+            [
+                f"WARNING {dead}",
+                *ready,
+                "WARNING peer=127.0.0.1:PORT router=r key=127.0.0.1 target=b0 outcome=CONNECT_FAILED "
+                "reason=Connection refused",
+                f"WARNING {dead}",
+                "WARNING router=r pool is inactive (0/1 ready)",
+            ],
+        ),
+        "not-ready": (
+            b"hello from b0\nx",
+            [
+                *ready,
+                proxied,
+                "WARNING router=r target=b0 is not ready: probe failed",
+                "WARNING router=r pool is inactive (0/1 ready)",
+                "WARNING router=r target=b0 is not ready: closing its 1 proxied connection(s)",
+                closed.format(1, 15, "target_not_ready"),
+            ],
+        ),
+    }[scenario]
+    assert (fast[0], fast[1]) == expected

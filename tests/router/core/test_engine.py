@@ -20,7 +20,7 @@ from policies.policy import FirstElementPolicy, Policy, PolicyConfig
 from pools.pool import Pool, PoolConfig, PoolKind
 from pools.target import Connector, Target
 from router.config.settings import ClusterConnectionConfig, Config, DiscoveryGroupConfig, RouterConfig
-from router.core.engine import RouteDecision, RouteStatus, RoutingEngine, build_pool
+from router.core.engine import DecisionReason, RouteDecision, RouteStatus, RoutingEngine, build_pool
 from tests.policies.test_policy import FakeCounts
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ class TestStep0InternalClientId:
         decision = engine.route(client(INTERNAL + "router-2"), 0.0)
         assert decision.status is RouteStatus.OK
         assert decision.target is LOCAL
-        assert decision.reason == "internal client id"
+        assert decision.reason == DecisionReason.INTERNAL_CLIENT_ID
         assert engine.cache is not None
         assert engine.cache.entries(0.0) == {}
 
@@ -211,7 +211,7 @@ class TestStep4LocalFilter:
         decision = engine.route(client("FOO-1"), 0.0)
         assert decision.status is RouteStatus.OK
         assert decision.target is LOCAL
-        assert decision.reason == "local-target-filter"
+        assert decision.reason == DecisionReason.LOCAL_TARGET_FILTER
 
     def test_route_local_filter_needs_full_match(self):
         """Scenario: "FOO" is found inside "FOO-1" but does not match all of it."""
@@ -282,7 +282,7 @@ class TestStep6Cache:
         first = engine.route(client("k"), 0.0)
         second = engine.route(client("k"), 1.0)
         assert node(first) == node(second) == "broker1"
-        assert (first.reason, second.reason) == ("policy", "cache")
+        assert (first.reason, second.reason) == (DecisionReason.POLICY, DecisionReason.CACHE)
         assert recorder.calls == [(["broker1", "broker2", "broker3"], "k")]
 
     def test_route_cache_hit_keeps_round_robin_position(self):
@@ -303,7 +303,7 @@ class TestStep6Cache:
         engine.pool.record_check("broker3", False)
         assert engine.pool.routing_targets() == []
         hit = engine.route(client("k"), 1.0)
-        assert (hit.status, node(hit), hit.reason) == (RouteStatus.OK, "broker1", "cache")
+        assert (hit.status, node(hit), hit.reason) == (RouteStatus.OK, "broker1", DecisionReason.CACHE)
         miss = engine.route(client("other"), 1.0)
         assert miss.status is RouteStatus.REFUSED_UNAVAILABLE
 
@@ -311,15 +311,15 @@ class TestStep6Cache:
         engine = make_engine(cache_timeout_ms=1000)
         assert engine.cache is not None
         engine.route(client("k"), 0.0)
-        assert engine.route(client("k"), 0.75).reason == "cache"
+        assert engine.route(client("k"), 0.75).reason == DecisionReason.CACHE
         assert engine.cache.entries(1.5) == {"k": "broker1"}  # would be gone at 1.0 without the hit
-        assert engine.route(client("k"), 1.5).reason == "cache"
+        assert engine.route(client("k"), 1.5).reason == DecisionReason.CACHE
 
     def test_route_cache_expired_entry_asks_policy(self):
         engine = make_engine(policy="ROUND_ROBIN", cache_timeout_ms=1000, round_robin_start=0)
         assert node(engine.route(client("k"), 0.0)) == "broker1"
         again = engine.route(client("k"), 1.0)
-        assert (node(again), again.reason) == ("broker2", "policy")
+        assert (node(again), again.reason) == ("broker2", DecisionReason.POLICY)
 
     def test_route_cache_entry_for_unready_target_is_bypassed_and_overwritten(self):
         engine = make_engine(policy="ROUND_ROBIN", cache_timeout_ms=0, round_robin_start=0)
@@ -329,11 +329,11 @@ class TestStep6Cache:
         engine.pool.record_check("broker1", False)
         # ROUND_ROBIN position is 1; ready targets [broker2, broker3] -> 1 % 2 = 1 -> broker3
         moved = engine.route(client("k"), 1.0)
-        assert (node(moved), moved.reason) == ("broker3", "policy")
+        assert (node(moved), moved.reason) == ("broker3", DecisionReason.POLICY)
         assert engine.cache.entries(1.0) == {"k": "broker3"}
         engine.pool.record_check("broker1", True)
         back = engine.route(client("k"), 2.0)
-        assert (node(back), back.reason) == ("broker3", "cache")
+        assert (node(back), back.reason) == ("broker3", DecisionReason.CACHE)
 
     def test_route_cache_entry_not_removed_while_target_down(self):
         engine = make_engine(cache_timeout_ms=0, ready=["broker1"])
@@ -350,7 +350,7 @@ class TestStep6Cache:
         assert engine.cache is not None
         engine.cache.put("k", "gone-broker", 0.0)
         decision = engine.route(client("k"), 0.0)
-        assert (node(decision), decision.reason) == ("broker1", "policy")
+        assert (node(decision), decision.reason) == ("broker1", DecisionReason.POLICY)
         assert engine.cache.entries(0.0) == {"k": "broker1"}
 
     def test_route_cache_uses_transformed_key(self):
@@ -363,7 +363,7 @@ class TestStep6Cache:
         assert engine.cache is not None
         engine.cache.put("2", "broker2", 0.0)
         hit = engine.route(client("FOO-1"), 0.0)  # -> "2": the cache answers before the policy
-        assert (hit.key, node(hit), hit.reason) == ("2", "broker2", "cache")
+        assert (hit.key, node(hit), hit.reason) == ("2", "broker2", DecisionReason.CACHE)
 
 
 # -- steps 7-9: quorum, pick, refusal --
@@ -374,7 +374,7 @@ class TestSteps7To9:
         engine = make_engine(quorum=2, ready=["broker3"])
         decision = engine.route(client("k"), 0.0)
         assert decision.status is RouteStatus.REFUSED_UNAVAILABLE
-        assert decision.reason == "no ready target"
+        assert decision.reason == DecisionReason.NO_READY_TARGET
         assert decision.target is None
 
     def test_route_quorum_reached_picks_among_ready(self):
@@ -405,7 +405,7 @@ class TestSteps7To9:
         engine = make_engine(policy="CONSISTENT_HASH_MODULO", properties=(("modulo", "3"),))
         decision = engine.route(client("client-42"), 0.0)
         assert (decision.key, decision.status) == ("1", RouteStatus.REFUSED_UNAVAILABLE)
-        assert decision.reason == "policy selects no target"
+        assert decision.reason == DecisionReason.POLICY_SELECTS_NONE
 
     @pytest.mark.parametrize(
         ("client_id", "expected"),
@@ -437,13 +437,16 @@ class TestSteps7To9:
         engine = make_engine(cache_timeout_ms=0, quorum=2, ready=[])
         assert engine.early("k", 0.0) is None
         decision = engine.select("k", [B2, B3], 3.0)
-        assert (node(decision), decision.reason) == ("broker2", "policy")
+        assert (node(decision), decision.reason) == ("broker2", DecisionReason.POLICY)
         assert engine.cache is not None
         assert engine.cache.entries(3.0) == {"k": "broker2"}
 
     def test_select_empty_targets_refused_unavailable(self):
         decision = make_engine().select("k", [], 0.0)
-        assert (decision.status, decision.reason) == (RouteStatus.REFUSED_UNAVAILABLE, "no ready target")
+        assert (decision.status, decision.reason) == (
+            RouteStatus.REFUSED_UNAVAILABLE,
+            DecisionReason.NO_READY_TARGET,
+        )
 
 
 # -- A7: management lookup --
@@ -495,7 +498,7 @@ class TestLookup:
         engine = make_engine(policy="ROUND_ROBIN", cache_timeout_ms=0, round_robin_start=0)
         assert node(engine.route(client("k"), 0.0)) == "broker1"
         hit = engine.lookup("k", 0.0)
-        assert (node(hit), hit.reason) == ("broker1", "cache")
+        assert (node(hit), hit.reason) == ("broker1", DecisionReason.CACHE)
 
     def test_lookup_without_pool_refused_use_another(self):
         assert make_engine(targets=None).lookup("k", 0.0).status is RouteStatus.REFUSED_USE_ANOTHER
@@ -557,7 +560,9 @@ class TestRuntimeFilters:
 
 class TestRouteDecision:
     def test_route_decision_to_json_remote(self):
-        decision = RouteDecision(key="key-319", status=RouteStatus.OK, target=B2, reason="policy")
+        decision = RouteDecision(
+            key="key-319", status=RouteStatus.OK, target=B2, reason=DecisionReason.POLICY
+        )
         assert decision.to_json() == {
             "key": "key-319",
             "status": "OK",
@@ -567,7 +572,9 @@ class TestRouteDecision:
         }
 
     def test_route_decision_to_json_local_with_connector(self):
-        decision = RouteDecision(key="NULL", status=RouteStatus.OK, target=LOCAL)
+        decision = RouteDecision(
+            key="NULL", status=RouteStatus.OK, reason=DecisionReason.POLICY, target=LOCAL
+        )
         assert decision.to_json() == {
             "key": "NULL",
             "status": "OK",
@@ -577,7 +584,9 @@ class TestRouteDecision:
         }
 
     def test_route_decision_to_json_local_without_connector(self):
-        decision = RouteDecision(key="k", status=RouteStatus.OK, target=Target.local_target(None))
+        decision = RouteDecision(
+            key="k", status=RouteStatus.OK, reason=DecisionReason.POLICY, target=Target.local_target(None)
+        )
         assert decision.to_json() == {
             "key": "k",
             "status": "OK",
@@ -588,13 +597,13 @@ class TestRouteDecision:
 
     def test_route_decision_to_json_ipv6_connector(self):
         v6 = Target.remote(Connector.from_url("v6", "tcp://[::1]:5672?nodeId=n6"))
-        assert RouteDecision(key="k", status=RouteStatus.OK, target=v6).to_json()["connector"] == (
-            "tcp://[::1]:5672"
-        )
+        assert RouteDecision(
+            key="k", status=RouteStatus.OK, reason=DecisionReason.POLICY, target=v6
+        ).to_json()["connector"] == ("tcp://[::1]:5672")
 
     @pytest.mark.parametrize("status", [RouteStatus.REFUSED_UNAVAILABLE, RouteStatus.REFUSED_USE_ANOTHER])
     def test_route_decision_to_json_refused(self, status):
-        decision = RouteDecision(key="NULL", status=status, reason="x")
+        decision = RouteDecision(key="NULL", status=status, reason=DecisionReason.NO_READY_TARGET)
         assert decision.to_json() == {
             "key": "NULL",
             "status": status.value,
@@ -605,11 +614,16 @@ class TestRouteDecision:
 
     def test_route_decision_rejects_ok_without_target(self):
         with pytest.raises(ValueError, match="a decision has a target exactly when OK, got OK"):
-            RouteDecision(key="k", status=RouteStatus.OK)
+            RouteDecision(key="k", status=RouteStatus.OK, reason=DecisionReason.POLICY)
 
     def test_route_decision_rejects_refusal_with_target(self):
         with pytest.raises(ValueError, match="got REFUSED_UNAVAILABLE"):
-            RouteDecision(key="k", status=RouteStatus.REFUSED_UNAVAILABLE, target=B1)
+            RouteDecision(
+                key="k",
+                status=RouteStatus.REFUSED_UNAVAILABLE,
+                reason=DecisionReason.NO_READY_TARGET,
+                target=B1,
+            )
 
     def test_route_status_values_are_artemis_names(self):
         assert [s.value for s in RouteStatus] == ["OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE"]
@@ -715,7 +729,9 @@ class TestBuildPool:
         pool, local = build_pool(self.config(router), router)
         assert pool is None
         assert (local.node_id, local.connector, local.local) == ("local", None, True)
-        decision = RouteDecision(key="NULL", status=RouteStatus.OK, target=local)
+        decision = RouteDecision(
+            key="NULL", status=RouteStatus.OK, reason=DecisionReason.POLICY, target=local
+        )
         assert decision.to_json() == {
             "key": "NULL",
             "status": "OK",
@@ -778,9 +794,9 @@ class TestHaPairTargets:
         engine.pool.record_check("pair", True, member=1)
         engine.pool.record_check("pair", False, "killed", member=0)
         decision = engine.lookup("k", 1.0)
-        assert decision.reason == "cache"
+        assert decision.reason == DecisionReason.CACHE
         assert decision.to_json()["connector"] == "tcp://10.0.0.2:2"
 
     def test_plain_decision_connector_defaults_to_the_target_connector(self):
-        decision = RouteDecision(key="k", status=RouteStatus.OK, target=B1)
+        decision = RouteDecision(key="k", status=RouteStatus.OK, reason=DecisionReason.POLICY, target=B1)
         assert decision.connector == B1.connector

@@ -1,34 +1,44 @@
-"""router/core/live.py: the registry of proxied connections and what it closes."""
+"""router/core/live.py: the registry of proxied connections, what it closes (through the closers
+the data paths give it), and the counts LEAST_CONNECTIONS reads from it. Pure: no trio here."""
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pytest
-import trio
-import trio.testing
 
-from keys import Sniffed, WireProtocol
 from keys.mqtt import encode_connect
-from policies import PolicyConfig
-from pools import Connector, PoolConfig, PoolKind
-from router.config.settings import Config, RouterConfig
-from router.core.live import CLOSED_BY_TARGET_NOT_READY, CLOSED_BY_TTL, LiveConnections, ProxiedConnection
-from router.metrics import Metrics
-from router.runtime import RouterRuntime
+from router.core.address import Address
+from router.core.events import CloseReason, ConnectionRef
+from router.core.live import LiveConnection, LiveConnections
+from tests.router.core.test_ttl import _mqtt
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from keys import Sniffed
 
 
-def _runtime() -> RouterRuntime:
-    connectors = tuple(Connector.from_url(f"b{i}", f"tcp://127.0.0.1:{20000 + i}") for i in (1, 2))
-    router = RouterConfig(
-        name="r",
-        policy=PolicyConfig(name="FIRST_ELEMENT"),
-        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("b1", "b2")),
-    )
-    return RouterRuntime(Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics())
+class Closer:
+    """A data path's closer that records what the router asked (and then calls `then`, if set)."""
+
+    def __init__(self) -> None:
+        self.calls: list[CloseReason] = []
+        self.then: Callable[[], object] | None = None
+
+    def __call__(self, reason: CloseReason) -> None:
+        self.calls.append(reason)
+        if self.then is not None:
+            self.then()
 
 
-def _conn(
+def ref(peer: str = "127.0.0.2:5000", *, conn_id: int = 1) -> ConnectionRef:
+    host, _, port = peer.rpartition(":")
+    return ConnectionRef(id=conn_id, router="r", acceptor="a", peer=Address(host, int(port)))
+
+
+def live_connection(
     peer: str = "127.0.0.2:5000",
     *,
     node_id: str = "b1",
@@ -37,45 +47,30 @@ def _conn(
     sniffed: Sniffed | None = None,
     now: float = 0.0,
     opening: bytes = b"",
-) -> ProxiedConnection:
-    return ProxiedConnection(
-        peer=peer,
-        acceptor="a",
+    closer: Closer | None = None,
+) -> LiveConnection:
+    return LiveConnection(
+        conn=ref(peer),
         node_id=node_id,
-        address=address,
+        address=Address(*address),
+        closer=closer or Closer(),
+        now=now,
         ttl_ms=ttl_ms,
         sniffed=sniffed,
-        now=now,
         opening=opening,
     )
 
 
-def _mqtt(keepalive_s: int) -> Sniffed:
-    return Sniffed(
-        protocol=WireProtocol.MQTT, client_id="c", protocol_version="3.1.1", keepalive_s=keepalive_s
-    )
-
-
-async def _hold(conn: ProxiedConnection, closed_at: dict[str, float]) -> None:
-    """Stand-in for a connection's proxy task: runs until its scope is cancelled."""
-    with conn.cancel_scope:
-        await trio.sleep_forever()
-    closed_at[conn.peer] = trio.current_time()
-
-
-# -- ProxiedConnection --
-
-
-class TestProxiedConnection:
+class TestLiveConnection:
     def test_sniffed_connection_has_its_ttl_at_once(self) -> None:
-        conn = _conn(sniffed=_mqtt(1))
+        conn = live_connection(sniffed=_mqtt(1))
         assert (conn.ttl_s, conn.peek_first_bytes) == (math.inf, False)
-        conn = _conn(sniffed=_mqtt(0))
+        conn = live_connection(sniffed=_mqtt(0))
         assert (conn.ttl_s, conn.peek_first_bytes) == (1.5, False)
 
     def test_unsniffed_connection_under_ttl_peeks_at_first_bytes(self) -> None:
-        assert _conn().peek_first_bytes is True
-        assert _conn(ttl_ms=-1).peek_first_bytes is False  # no TTL, nothing to decide
+        assert live_connection().peek_first_bytes is True
+        assert live_connection(ttl_ms=-1).peek_first_bytes is False  # no TTL, nothing to decide
 
     @pytest.mark.parametrize(
         ("first", "ttl_s"),
@@ -88,38 +83,36 @@ class TestProxiedConnection:
         ],
     )
     def test_first_bytes_decide_the_mqtt_exemption(self, first: bytes, ttl_s: float) -> None:
-        conn = _conn()
+        conn = live_connection()
         conn.first_bytes(bytearray(first))
         assert (conn.ttl_s, conn.peek_first_bytes) == (ttl_s, False)
 
     def test_opening_bytes_read_before_routing_decide_at_once(self) -> None:
         """Scenario: behind a PROXY header the CONNECT arrived with the header, unsniffed."""
-        conn = _conn(opening=encode_connect("c", keepalive_s=1))
+        conn = live_connection(opening=encode_connect("c", keepalive_s=1))
         assert (conn.ttl_s, conn.peek_first_bytes) == (math.inf, False)
 
-    def test_close_keeps_the_first_reason(self) -> None:
-        conn = _conn()
-        assert conn.close(CLOSED_BY_TTL) is True
-        assert conn.close(CLOSED_BY_TARGET_NOT_READY) is False
-        assert conn.closed_by == CLOSED_BY_TTL
-        assert conn.cancel_scope.cancel_called
+    def test_close_calls_the_closer_once_and_keeps_the_first_reason(self) -> None:
+        closer = Closer()
+        conn = live_connection(closer=closer)
+        assert conn.close(CloseReason.CONNECTION_TTL) is True
+        assert conn.close(CloseReason.TARGET_NOT_READY) is False
+        assert conn.closed_by is CloseReason.CONNECTION_TTL
+        assert closer.calls == [CloseReason.CONNECTION_TTL]
         assert "127.0.0.2:5000" in repr(conn)
-
-
-# -- LiveConnections --
 
 
 class TestLiveConnections:
     def test_add_discard_and_lookup_by_target_and_address(self) -> None:
         live = LiveConnections()
-        primary = _conn("p:1", address=("10.0.0.1", 61616))
-        backup = _conn("p:2", address=("10.0.0.2", 61616))
-        other = _conn("p:3", node_id="b2")
+        primary = live_connection("10.1.0.1:1", address=("10.0.0.1", 61616))
+        backup = live_connection("10.1.0.1:2", address=("10.0.0.2", 61616))
+        other = live_connection("10.1.0.1:3", node_id="b2")
         for conn in (primary, backup, other):
             live.add(conn)
         assert len(live) == 3
         assert live.to("b1") == [primary, backup]
-        assert live.to("b1", ("10.0.0.2", 61616)) == [backup]
+        assert live.to("b1", Address("10.0.0.2", 61616)) == [backup]
         assert live.to("nope") == []
         live.discard(primary)
         live.discard(primary)  # twice is harmless
@@ -127,53 +120,101 @@ class TestLiveConnections:
         assert len(live) == 1
         assert live.to("b2") == []
 
-    async def test_close_target_cancels_only_that_target(self) -> None:
+    def test_open_to_gives_only_that_targets_open_connections(self) -> None:
         live = LiveConnections()
-        conns = [_conn("p:1"), _conn("p:2"), _conn("p:3", node_id="b2")]
-        closed_at: dict[str, float] = {}
-        async with trio.open_nursery() as nursery:
-            for conn in conns:
-                live.add(conn)
-                nursery.start_soon(_hold, conn, closed_at)
-            await trio.testing.wait_all_tasks_blocked()
-            assert live.close_target("b1") == 2
-            assert live.close_target("b1") == 0  # closing already: not counted twice
-            await trio.testing.wait_all_tasks_blocked()
-            assert set(closed_at) == {"p:1", "p:2"}
-            assert [c.closed_by for c in conns] == [CLOSED_BY_TARGET_NOT_READY] * 2 + [None]
-            nursery.cancel_scope.cancel()
+        closers = [Closer(), Closer(), Closer()]
+        conns = [
+            live_connection("10.1.0.1:1", closer=closers[0]),
+            live_connection("10.1.0.1:2", closer=closers[1]),
+            live_connection("10.1.0.1:3", node_id="b2", closer=closers[2]),
+        ]
+        for conn in conns:
+            live.add(conn)
+        doomed = live.open_to("b1")
+        assert doomed == conns[:2]
+        for conn in doomed:
+            conn.close(CloseReason.TARGET_NOT_READY)
+        assert live.open_to("b1") == []  # closing already: not twice
+        assert [c.calls for c in closers] == [[CloseReason.TARGET_NOT_READY]] * 2 + [[]]
+        assert [c.closed_by for c in conns] == [CloseReason.TARGET_NOT_READY] * 2 + [None]
 
-    def test_close_target_by_member_address(self) -> None:
+    def test_open_to_a_member_address(self) -> None:
         """Scenario: an HA pair fails over; only the connections to the old member are closed."""
         live = LiveConnections()
-        primary = _conn("p:1", address=("10.0.0.1", 61616))
-        backup = _conn("p:2", address=("10.0.0.2", 61616))
+        primary = live_connection("10.1.0.1:1", address=("10.0.0.1", 61616))
+        backup = live_connection("10.1.0.1:2", address=("10.0.0.2", 61616))
         live.add(primary)
         live.add(backup)
-        assert live.close_target("b1", address=("10.0.0.1", 61616), reason="failover") == 1
-        assert (primary.closed_by, backup.closed_by) == ("failover", None)
+        assert live.open_to("b1", Address("10.0.0.1", 61616)) == [primary]
+
+    def test_open_all_leaves_out_what_the_router_closed(self) -> None:
+        live = LiveConnections()
+        conns = [live_connection("10.1.0.1:1"), live_connection("10.1.0.1:2", node_id="b2")]
+        for conn in conns:
+            live.add(conn)
+        conns[0].close(CloseReason.CONNECTION_TTL)
+        assert live.open_all() == [conns[1]]
 
     def test_close_idle_uses_the_last_read(self) -> None:
         live = LiveConnections()
-        idle, busy, exempt = _conn("p:1"), _conn("p:2"), _conn("p:3", sniffed=_mqtt(1))
+        idle = live_connection("10.1.0.1:1")
+        busy = live_connection("10.1.0.1:2")
+        exempt = live_connection("10.1.0.1:3", sniffed=_mqtt(1))
         for conn in (idle, busy, exempt):
             live.add(conn)
         busy.last_read_at = 1.0
-        assert live.close_idle(1.4) == []
-        assert live.close_idle(1.5) == [(idle, 1.5)]
-        assert live.close_idle(2.0) == []  # idle is closing already
-        assert live.close_idle(2.5) == [(busy, 1.5)]
+        ttl = CloseReason.CONNECTION_TTL
+        assert live.close_idle(1.4, ttl) == []
+        assert live.close_idle(1.5, ttl) == [(idle, 1.5)]
+        assert live.close_idle(2.0, ttl) == []  # idle is closing already
+        assert live.close_idle(2.5, ttl) == [(busy, 1.5)]
         assert exempt.closed_by is None
 
     def test_close_idle_drops_connections_exempted_by_their_first_bytes(self) -> None:
         live = LiveConnections()
-        conn = _conn()
+        conn = live_connection()
         live.add(conn)
         conn.first_bytes(encode_connect("c", keepalive_s=1))
-        assert live.close_idle(100.0) == []
+        assert live.close_idle(100.0, CloseReason.CONNECTION_TTL) == []
         assert conn.closed_by is None
         assert len(live) == 1  # still open, still closable when its target fails
-        assert live.close_target("b1") == 1
+        assert live.open_to("b1") == [conn]
 
 
-# -- serve_connection_ttl_checks --
+class TestConnectionCount:
+    def test_count_is_the_registered_connections_of_a_target(self) -> None:
+        live = LiveConnections()
+        conns = [live_connection("10.1.0.1:1"), live_connection("10.1.0.1:2"), live_connection(node_id="b2")]
+        for conn in conns:
+            live.add(conn)
+        assert (live.connection_count("b1"), live.connection_count("b2"), live.connection_count("b3")) == (
+            2,
+            1,
+            0,
+        )
+        live.discard(conns[0])
+        assert live.connection_count("b1") == 1
+
+    def test_a_broker_count_is_kept_up_to_date_with_our_own_changes(self) -> None:
+        """Scenario: the broker reported 10 while we held 1; we open 2 more and close 1: 11."""
+        live = LiveConnections()
+        first = live_connection("10.1.0.1:1")
+        live.add(first)
+        live.report_broker_count("b1", 10)
+        assert live.connection_count("b1") == 10
+        for port in (2, 3):
+            live.add(live_connection(f"10.1.0.1:{port}"))
+        live.discard(first)
+        assert live.connection_count("b1") == 11
+        live.report_broker_count("b1", None)  # the probe could not read it: our own count again
+        assert live.connection_count("b1") == 2
+
+    def test_a_broker_count_never_goes_below_zero(self) -> None:
+        live = LiveConnections()
+        conns = [live_connection(f"10.1.0.1:{port}") for port in (1, 2, 3)]
+        for conn in conns:
+            live.add(conn)
+        live.report_broker_count("b1", 1)  # the broker has not seen ours yet
+        for conn in conns:
+            live.discard(conn)
+        assert live.connection_count("b1") == 0

@@ -6,7 +6,6 @@ and with the `fastPath=false` switch. Fake brokers are trio servers in the test'
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -16,11 +15,8 @@ import trio
 from keys import KeyType, mqtt
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
-from router.config.settings import AcceptorConfig, AcceptorMode, Config, RouterConfig, TlsConfig
+from router.config.settings import AcceptorConfig, AcceptorMode, Config, RouterConfig
 from router.core import answers as fastpath_answers
-from router.datapath.fast_path import eligible
-from router.metrics import Metrics
-from router.runtime import RouterRuntime
 from router.server import ServerInfo, serve_router
 from tests.keys.test_mqtt import connect_packet
 
@@ -91,10 +87,8 @@ async def _start(nursery: trio.Nursery, config: Config, *, ready: bool = True) -
         )
     )
     runtime = info.runtimes["r"]
-    assert runtime.pool is not None
-    pool = runtime.pool
     if ready:
-        await runtime.wait_until(lambda: pool.ready_count() == 1)
+        await runtime.wait_until(lambda: runtime.ready_count() == 1)
     nursery.start_soon(_stop_later, shutdown)
     return info
 
@@ -128,57 +122,23 @@ async def echo_port(nursery: trio.Nursery) -> int:
     return port
 
 
-class TestEligible:
-    def runtime(self, key_type: KeyType) -> RouterRuntime:
-        config = _config(1, key_type=key_type)
-        return RouterRuntime(config, config.routers[0], Metrics())
-
-    @pytest.mark.parametrize(
-        "key_type", [KeyType.SOURCE_IP, KeyType.CLIENT_ID, KeyType.USER_NAME, KeyType.SNI_HOST]
-    )
-    def test_plain_acceptors_take_the_fast_path(self, key_type: KeyType) -> None:
-        acceptor = AcceptorConfig(name="a", host="127.0.0.1", port=1, router="r")
-        assert eligible(acceptor, self.runtime(key_type), -1)
-
-    @pytest.mark.parametrize(
-        "change",
-        [
-            {"params": (("fastPath", "false"),)},
-            {"proxy_protocol": True},
-            {"send_proxy_protocol": "v2"},
-            {"require_authentication": True, "users_file": "u.properties", "roles_file": "r.properties"},
-            {"tls": TlsConfig(key_store_path="k.pem")},
-        ],
-    )
-    def test_what_the_fast_path_does_not_do_stays_on_the_trio_side(self, change: dict[str, Any]) -> None:
-        acceptor = dataclasses.replace(
-            AcceptorConfig(name="a", host="127.0.0.1", port=1, router="r"), **change
-        )
-        assert not eligible(acceptor, self.runtime(KeyType.SOURCE_IP), -1)
-
-    def test_role_name_and_connection_ttl_stay_on_the_trio_side(self) -> None:
-        acceptor = AcceptorConfig(name="a", host="127.0.0.1", port=1, router="r")
-        assert not eligible(acceptor, self.runtime(KeyType.ROLE_NAME), -1)
-        assert not eligible(acceptor, self.runtime(KeyType.SOURCE_IP), 60_000)
-
-
 class TestRelay:
     async def test_connector_by_host_name_is_proxied_by_the_trio_side(
         self, nursery: trio.Nursery, echo_port: int
     ) -> None:
         info = await _start(nursery, _config(echo_port, url=f"tcp://localhost:{echo_port}?nodeId=b0"))
-        runtime = info.runtimes["r"]
-        assert runtime.fast_path is not None
+        runtime, fast = info.runtimes["r"], info.fast_path
+        assert fast is not None
 
         def exchange() -> tuple[bytes, int, int]:
             with _client(info) as sock:
                 sock.sendall(b"by name")
                 assert sock.recv(7) == b"by name"
                 # While it is open: relayed by the trio side, not by the epoll thread.
-                on_trio = trio.from_thread.run_sync(lambda: len(runtime.connections))
-                on_fast = trio.from_thread.run_sync(runtime.fast_path.open_count)  # type: ignore[union-attr]
+                registered = trio.from_thread.run_sync(runtime.open_connections)
+                on_fast = trio.from_thread.run_sync(fast.open_count)
                 sock.shutdown(socket.SHUT_WR)
-                return _read_until_eof(sock), on_trio, on_fast
+                return _read_until_eof(sock), registered, on_fast
 
         assert await trio.to_thread.run_sync(exchange) == (b"", 1, 0)
 
@@ -207,7 +167,7 @@ class TestRelay:
             "router_proxied_bytes_total", {"router": "r", "direction": "client_to_target"}
         )
         assert sent == BIG
-        assert info.runtimes["r"].counts.connection_count("b0") == 0
+        assert info.runtimes["r"].open_connections("b0") == 0
 
     async def test_refused_connect_makes_the_member_not_ready_and_the_backup_takes_over(
         self, nursery: trio.Nursery, echo_port: int
@@ -216,19 +176,18 @@ class TestRelay:
         config = _config(echo_port, url=pair, check_period_ms=60_000)  # no probe in the test's time
         info = await _start(nursery, config)
         runtime = info.runtimes["r"]
-        assert runtime.pool is not None
-        assert runtime.pool.active_member("b0") == 1
-        runtime.pool.record_check("b0", True, member=0)  # a stale "primary is fine"
-        runtime.pool.record_check("b0", False, "test", member=1)  # the primary becomes active
-        runtime.pool.record_check("b0", True, member=1)
-        assert runtime.pool.active_member("b0") == 0
+        assert runtime.active_member("b0") == 1
+        runtime.record_check("b0", True, member=0)  # a stale "primary is fine"
+        runtime.record_check("b0", False, "test", member=1)  # the primary becomes active
+        runtime.record_check("b0", True, member=1)
+        assert runtime.active_member("b0") == 0
 
         def refused() -> bytes:
             with _client(info) as sock:
                 return _read_until_eof(sock)
 
         assert await _in_thread(refused) == b""
-        await runtime.wait_until(lambda: runtime.pool is not None and runtime.pool.active_member("b0") == 1)
+        await runtime.wait_until(lambda: runtime.active_member("b0") == 1)
 
         def echoed() -> bytes:
             with _client(info) as sock:
@@ -243,23 +202,19 @@ class TestRelay:
     ) -> None:
         info = await _start(nursery, _config(echo_port, check_period_ms=60_000))
         runtime = info.runtimes["r"]
-        assert runtime.pool is not None
-        pool = runtime.pool
 
         def held() -> bytes:
             with _client(info) as sock:
                 sock.sendall(b"x")
                 assert sock.recv(1) == b"x"
-                trio.from_thread.run_sync(
-                    lambda: runtime.apply_events(pool.record_check("b0", False, "probe failed"))
-                )
+                trio.from_thread.run_sync(lambda: runtime.record_check("b0", False, "probe failed"))
                 return _read_until_eof(sock)
 
         assert await _in_thread(held) == b""
         labels = {"router": "r", "reason": "target_not_ready"}
         registry = runtime.metrics.registry
         with trio.fail_after(5):
-            # Counted by the trio thread when the epoll thread's report arrives: no event to await.
+            # Counted when the epoll thread reports the connection closed: no event to await here.
             while registry.get_sample_value("router_proxied_connections_closed_total", labels) != 1:  # noqa: ASYNC110
                 await trio.sleep(0.01)
         assert "router=r target=b0 is not ready: closing its 1 proxied connection(s)" in caplog.text
@@ -272,7 +227,7 @@ class TestOpening:
         info = await _start(
             nursery, _config(echo_port, key_type=KeyType.CLIENT_ID, mode=AcceptorMode.REDIRECT)
         )
-        assert info.runtimes["r"].fast_path is not None
+        assert info.fast_path is not None
 
         def connect() -> bytes:
             with _client(info) as sock:

@@ -78,9 +78,7 @@ async def _start(nursery: trio.Nursery, config: Config) -> tuple[str, int]:
         lambda task_status: serve_router(config, admin=None, shutdown=shutdown, task_status=task_status)
     )
     runtime = info.runtimes["r"]
-    pool = runtime.pool
-    assert pool is not None
-    await runtime.wait_until(lambda: pool.ready_count() == 2)
+    await runtime.wait_until(lambda: runtime.ready_count() == 2)
     return info.acceptors["tls"]
 
 

@@ -12,7 +12,7 @@ import trio
 
 from cache import CacheConfig
 from policies import PolicyConfig
-from pools import Connector, PoolConfig, PoolKind
+from pools import Connector, PoolConfig, PoolKind, TargetState
 from router.config.settings import AcceptorConfig, Config, RouterConfig
 from router.server import ServerInfo, serve_router
 
@@ -69,14 +69,12 @@ class TestAdmin:
     async def server(self, base: tuple[ServerInfo, str]) -> tuple[ServerInfo, str]:
         info, _ = base
         runtime = info.runtimes["hash"]
-        pool = runtime.pool
-        assert pool is not None
         # Nothing listens on the connectors' ports: wait for the first probes to fail, then mark
         # the targets ready by hand (the next probes are a check period, 5 s, away).
         nodes = ("broker1", "broker2", "broker3")
-        await runtime.wait_until(lambda: all(pool.state(n).value == "not-ready" for n in nodes))
+        await runtime.wait_until(lambda: all(runtime.target_state(n) is TargetState.NOT_READY for n in nodes))
         for node in nodes:
-            runtime.apply_events(pool.record_check(node, True))
+            runtime.record_check(node, True)
         return base
 
     async def test_admin_target_returns_engine_decision(self, server: tuple[ServerInfo, str]) -> None:
@@ -115,9 +113,7 @@ class TestAdmin:
     async def test_admin_target_updates_cache(self, server: tuple[ServerInfo, str]) -> None:
         info, base = server
         await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
-        cache = info.runtimes["hash"].engine.cache
-        assert cache is not None
-        assert cache.entries(trio.current_time()) == {"client-42": "broker1"}
+        assert info.runtimes["hash"].cache_entries() == {"client-42": "broker1"}
 
     @pytest.mark.parametrize(
         ("path", "status", "error"),

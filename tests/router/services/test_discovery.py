@@ -1,14 +1,19 @@
-"""ZooKeeper discovery and registration in-process, against a real ZooKeeper (no mocks).
+"""ZooKeeper discovery and registration in-process: the logic on trio's virtual clock with a fake
+ZooKeeper, the real client against a real ZooKeeper (no mocks).
 
-Each test uses its own path under the session's ZooKeeper. Probes are a fake `check` (every
-target is ready), so what is tested is membership: znodes in, pool targets out. kazoo runs real
-threads, so these tests run on trio's real clock and wait on pool state with a deadline.
+`TestServeDiscoveryScenarios` plays ZooKeeper with `FakeZooKeeper` (the `DiscoveryClient`
+interface without kazoo's threads) and asserts every log line with the virtual time it was
+logged at. The other tests use their own path under the session's ZooKeeper; their probes are a
+fake `check` (every target is ready), so what is tested is membership: znodes in, pool targets
+out. kazoo runs real threads, so those run on trio's real clock and wait on pool state with a
+deadline.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,7 +21,7 @@ import trio
 from kazoo.client import KazooClient
 
 from policies import PolicyConfig
-from pools import Connector, Member, PoolConfig, PoolKind, Target
+from pools import Connector, Member, PoolConfig, PoolKind, Target, TargetState
 from router.config.settings import Config, DiscoveryGroupConfig, RouterConfig, ZooKeeperConfig
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
@@ -33,12 +38,16 @@ from router.services.health import serve_health_checks
 from tests.conftest import free_port
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
 
     from tests.router.conftest import ZooKeeperServer
 
 DEADLINE_S = 15.0
 SESSION_TIMEOUT_MS = 2000
+
+FAKE_ZK = ZooKeeperConfig(connect="zk.example:2181", path="/routers/r", session_timeout_ms=4000)
+"""The discovery group of the scenarios on the virtual clock: 4 s to answer at start."""
+WHERE = "zookeeper zk.example:2181/routers/r"
 
 
 @pytest.fixture
@@ -81,13 +90,11 @@ async def _always_ready(connector: Connector) -> tuple[bool, str]:
 
 
 def _ids(runtime: RouterRuntime) -> list[str]:
-    assert runtime.pool is not None
-    return [t.node_id for t in runtime.pool.targets]
+    return [t.node_id for t in runtime.targets()]
 
 
 def _ready(runtime: RouterRuntime) -> list[str]:
-    assert runtime.pool is not None
-    return [t.node_id for t in runtime.pool.ready_targets()]
+    return [t.node_id for t in runtime.targets() if runtime.target_state(t.node_id) is TargetState.READY]
 
 
 async def _until(runtime: RouterRuntime, predicate: Callable[[], bool]) -> None:
@@ -136,8 +143,7 @@ class TestServeDiscovery:
             await _until(runtime, lambda: _ready(runtime) == ["b1"])
             await _create(kazoo, f"{path}/b2", _doc("b2", 1002, backup="tcp://127.0.0.1:2002"))
             await _until(runtime, lambda: _ready(runtime) == ["b1", "b2"])
-            assert runtime.pool is not None
-            b2 = runtime.pool.target("b2")
+            b2 = runtime.target("b2")
             assert b2 is not None
             assert b2.connector is not None
             assert b2.connector.display_url == "(tcp://127.0.0.1:1002,tcp://127.0.0.1:2002)"
@@ -149,7 +155,7 @@ class TestServeDiscovery:
             assert 'node_id="b1"' not in runtime.metrics.exposition().decode()
 
             await trio.to_thread.run_sync(kazoo.set, f"{path}/b2", _doc("b2", 1003))
-            await _until(runtime, lambda: runtime.pool is not None and runtime.pool.target("b2") != b2)
+            await _until(runtime, lambda: runtime.target("b2") != b2)
             await _until(runtime, lambda: _ready(runtime) == ["b2"])
             nursery.cancel_scope.cancel()
         messages = [r.getMessage() for r in caplog.records]
@@ -223,20 +229,352 @@ class TestServeDiscovery:
         assert sum("expired or closed: keeping the last 1 member(s)" in m for m in messages) == 1
         assert any("reading the members again" in m for m in messages)
 
-    async def test_serve_discovery_unreachable_zookeeper_warns_once(
-        self, caplog: pytest.LogCaptureFixture
+
+class FakeZooKeeper:
+    """A ZooKeeper ensemble and its client in one, played by the test: the `DiscoveryClient`
+    interface without kazoo's threads, so `serve_discovery` runs on trio's virtual clock.
+
+    As in ZooKeeper, a reading sets a watch when it starts (so also when it then fails on a child)
+    that fires once, at the next change of the members, and that goes with the session; reading
+    while not connected fails with ConnectionLoss.
+    """
+
+    def __init__(self, *, read_s: float = 0.0) -> None:
+        self.read_s = read_s
+        """How long each reading takes (virtual seconds)."""
+        self.members: dict[str, bytes] | None = None
+        """The children of the path and their data; None while the path does not exist."""
+        self.failure: str | None = None
+        """While set, a connected reading fails with this kazoo exception name."""
+        self.reads: list[float] = []
+        """When each reading started."""
+        self.started = self.closed = self._connected = self._watching = False
+        self._on_session: Callable[[Session], None] | None = None
+        self._on_change: Callable[[], None] | None = None
+
+    def on_session(self, callback: Callable[[Session], None]) -> None:
+        self._on_session = callback
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        self._on_change = callback
+
+    def start(self) -> None:
+        self.started = True
+
+    async def read_members(self, path: str) -> dict[str, bytes] | None:
+        # What the reading finds is decided when it starts; its answer comes `read_s` later.
+        self.reads.append(trio.current_time())
+        connected, failure = self._connected, self.failure
+        members = None if self.members is None else dict(self.members)
+        self._watching = self._watching or connected
+        await trio.sleep(self.read_s)
+        if not connected:
+            raise ZooKeeperError(f"read {path}: ConnectionLoss")
+        if failure is not None:
+            raise ZooKeeperError(f"read {path}: {failure}")
+        return members
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self.closed = True
+
+    def report(self, session: Session) -> None:
+        """The client's session changes (as kazoo would call the listener)."""
+        assert self._on_session is not None, "serve_discovery registers first"
+        self._connected = session is Session.CONNECTED
+        if session is Session.LOST:
+            self._watching = False
+        self._on_session(session)
+
+    def change(self, members: dict[str, bytes] | None) -> None:
+        """Someone changes the members (None: deletes the path); a set watch fires."""
+        self.members = members
+        if self._watching:
+            assert self._on_change is not None, "serve_discovery registers first"
+            self._watching = False
+            self._on_change()
+
+
+class _TimedLog(logging.Handler):
+    """The lines of the `router.discovery` logger, each with the virtual time it was logged at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[float, str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name == "router.discovery":  # not kazoo's, logged in its threads
+            self.lines.append((trio.current_time(), record.levelname, record.getMessage()))
+
+
+@pytest.fixture
+def discovery_log() -> Iterator[_TimedLog]:
+    logger = logging.getLogger("router.discovery")
+    handler, level = _TimedLog(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+async def _start(nursery: trio.Nursery, runtime: RouterRuntime, fake: FakeZooKeeper) -> None:
+    await nursery.start(partial(serve_discovery, runtime, FAKE_ZK, client=fake))
+
+
+DISCOVERING = (0.0, "INFO", f"router=r discovering members at {WHERE}")
+"""The first line of every scenario."""
+
+
+class TestServeDiscoveryScenarios:
+    """serve_discovery on trio's virtual clock, with `FakeZooKeeper` (the scenarios start at 0 s)."""
+
+    async def test_serve_discovery_warns_once_when_zookeeper_never_answers(
+        self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
     ) -> None:
-        zk = ZooKeeperConfig(connect=f"127.0.0.1:{free_port()}", path="/nobody", session_timeout_ms=300)
-        runtime = _runtime(zk)
-        with trio.move_on_after(1.5):
-            await serve_discovery(runtime, zk)
-        messages = [r.getMessage() for r in caplog.records]
-        assert sum("does not answer: no discovered targets until it does" in m for m in messages) == 1
-        assert _ids(runtime) == []
-        assert not any(
-            r.levelno >= logging.WARNING and r.name.startswith("router.discovery.kazoo")
-            for r in caplog.records
-        )
+        fake = FakeZooKeeper()
+        runtime = _runtime(FAKE_ZK)
+        with trio.move_on_after(60):
+            await serve_discovery(runtime, FAKE_ZK, client=fake)
+        assert trio.current_time() == 60.0
+        assert discovery_log.lines == [
+            DISCOVERING,
+            (4.0, "WARNING", f"router=r {WHERE} does not answer: no discovered targets until it does"),
+        ]
+        assert (fake.started, fake.reads, fake.closed, _ids(runtime)) == (True, [], True, [])
+
+    async def test_serve_discovery_late_answer_reads_the_members(
+        self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
+    ) -> None:
+        """Scenario: ZooKeeper answers 10 s after the start, after the warning at 4 s."""
+        fake = FakeZooKeeper()
+        fake.members = {"b1": _doc("b1")}
+        runtime = _runtime(FAKE_ZK)
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, runtime, fake)
+            await trio.sleep(10)
+            fake.report(Session.CONNECTED)
+            await trio.sleep(50)
+            nursery.cancel_scope.cancel()
+        assert discovery_log.lines == [
+            DISCOVERING,
+            (4.0, "WARNING", f"router=r {WHERE} does not answer: no discovered targets until it does"),
+            (10.0, "INFO", f"router=r connected to {WHERE}: reading the members"),
+        ]
+        assert (fake.reads, _ids(runtime)) == ([10.0], ["b1"])
+
+    async def test_serve_discovery_answer_within_the_session_timeout_gives_no_warning(
+        self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
+    ) -> None:
+        fake = FakeZooKeeper()
+        fake.members = {}
+        runtime = _runtime(FAKE_ZK)
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, runtime, fake)
+            await trio.sleep(3.5)
+            fake.report(Session.CONNECTED)
+            await trio.sleep(3.5)  # past the session timeout
+            fake.report(Session.SUSPENDED)  # and never back
+            await trio.sleep(60)
+            nursery.cancel_scope.cancel()
+        assert [(t, message) for t, _, message in discovery_log.lines] == [
+            DISCOVERING[::2],
+            (3.5, f"router=r connected to {WHERE}: reading the members"),
+            (
+                7.0,
+                f"router=r lost the connection to {WHERE}: keeping the last 0 member(s) and probing "
+                "them until it is back",
+            ),
+        ]
+        assert fake.reads == [3.5]
+
+    async def test_serve_discovery_suspended_keeps_members_then_reads_again(
+        self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
+    ) -> None:
+        """Scenario: a member joins while connected (a watch); the connection drops and a member
+        leaves meanwhile (its watch event changes nothing while disconnected); back at 5 s, the
+        router reads again and applies what changed."""
+        fake = FakeZooKeeper()
+        fake.members = {"b1": _doc("b1")}
+        runtime = _runtime(FAKE_ZK)
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, runtime, fake)
+            fake.report(Session.CONNECTED)
+            await trio.sleep(1)
+            fake.change({"b1": _doc("b1"), "b2": _doc("b2", 1884)})
+            await trio.sleep(1)
+            assert _ids(runtime) == ["b1", "b2"]
+            fake.report(Session.SUSPENDED)
+            await trio.sleep(1)
+            fake.change({"b2": _doc("b2", 1884)})
+            await trio.sleep(2)
+            assert _ids(runtime) == ["b1", "b2"]  # kept while suspended
+            fake.report(Session.CONNECTED)
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()
+        assert discovery_log.lines == [
+            DISCOVERING,
+            (0.0, "INFO", f"router=r connected to {WHERE}: reading the members"),
+            (
+                2.0,
+                "WARNING",
+                f"router=r lost the connection to {WHERE}: keeping the last 2 member(s) and probing "
+                "them until it is back",
+            ),
+            (5.0, "INFO", f"router=r connected to {WHERE}: reading the members again"),
+        ]
+        assert (fake.reads, _ids(runtime)) == ([0.0, 1.0, 5.0], ["b2"])
+
+    async def test_serve_discovery_lost_session_reads_again_in_a_new_session(
+        self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
+    ) -> None:
+        fake = FakeZooKeeper()
+        fake.members = {"b1": _doc("b1")}
+        runtime = _runtime(FAKE_ZK)
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, runtime, fake)
+            fake.report(Session.CONNECTED)
+            await trio.sleep(2)
+            fake.report(Session.SUSPENDED)
+            await trio.sleep(4)
+            fake.report(Session.LOST)
+            await trio.sleep(1)
+            fake.change({"b1": _doc("b1"), "b2": _doc("b2", 1884)})  # no watch: it went with the session
+            await trio.sleep(1)
+            assert (fake.reads, _ids(runtime)) == ([0.0], ["b1"])
+            fake.report(Session.CONNECTED)
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()
+        assert discovery_log.lines == [
+            DISCOVERING,
+            (0.0, "INFO", f"router=r connected to {WHERE}: reading the members"),
+            (
+                2.0,
+                "WARNING",
+                f"router=r lost the connection to {WHERE}: keeping the last 1 member(s) and probing "
+                "them until it is back",
+            ),
+            (
+                6.0,
+                "WARNING",
+                f"router=r session with {WHERE} expired or closed: keeping the last 1 member(s) until a "
+                "new session reads them again",
+            ),
+            (8.0, "INFO", f"router=r connected to {WHERE}: reading the members again"),
+        ]
+        assert (fake.reads, _ids(runtime)) == ([0.0, 8.0], ["b1", "b2"])
+
+    async def test_serve_discovery_path_missing_until_created(
+        self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
+    ) -> None:
+        """Scenario: the path is missing at start, created empty at 1 s, gains a member at 2 s, is
+        deleted at 3 s, and is still missing for a new session at 4 s: one warning per time it goes
+        missing."""
+        fake = FakeZooKeeper()
+        runtime = _runtime(FAKE_ZK)
+        missing = (f"router=r {WHERE} does not exist: no members until it is created",)
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, runtime, fake)
+            fake.report(Session.CONNECTED)
+            await trio.sleep(1)
+            fake.change({})
+            await trio.sleep(1)
+            fake.change({"b1": _doc("b1")})
+            await trio.sleep(1)
+            assert _ids(runtime) == ["b1"]
+            fake.change(None)
+            await trio.sleep(1)
+            fake.report(Session.LOST)
+            fake.report(Session.CONNECTED)
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()
+        assert discovery_log.lines == [
+            DISCOVERING,
+            (0.0, "INFO", f"router=r connected to {WHERE}: reading the members"),
+            (0.0, "WARNING", *missing),
+            (3.0, "WARNING", *missing),
+            (
+                4.0,
+                "WARNING",
+                f"router=r session with {WHERE} expired or closed: keeping the last 0 member(s) until a "
+                "new session reads them again",
+            ),
+            (4.0, "INFO", f"router=r connected to {WHERE}: reading the members again"),
+        ]
+        assert (fake.reads, _ids(runtime)) == ([0.0, 1.0, 2.0, 3.0, 4.0], [])
+
+    async def test_serve_discovery_read_failure_is_logged_once_and_retried_on_the_next_watch(
+        self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
+    ) -> None:
+        """Scenario: readings fail at 0 and 1 s (one warning), work at 2 s, fail again at 3 s (a
+        warning again: a reading worked in between)."""
+        fake = FakeZooKeeper()
+        fake.members, fake.failure = {"b1": _doc("b1")}, "OperationTimeoutError"
+        runtime = _runtime(FAKE_ZK)
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, runtime, fake)
+            fake.report(Session.CONNECTED)
+            await trio.sleep(1)
+            fake.change({"b1": _doc("b1"), "b2": _doc("b2", 1884)})
+            await trio.sleep(1)
+            assert _ids(runtime) == []
+            fake.failure = None
+            fake.change({"b2": _doc("b2", 1884)})
+            await trio.sleep(1)
+            assert _ids(runtime) == ["b2"]
+            fake.failure = "OperationTimeoutError"
+            fake.change({})
+            await trio.sleep(10)
+            nursery.cancel_scope.cancel()
+        cannot_read = f"router=r cannot read the members at {WHERE}: read /routers/r: OperationTimeoutError"
+        assert discovery_log.lines == [
+            DISCOVERING,
+            (0.0, "INFO", f"router=r connected to {WHERE}: reading the members"),
+            (0.0, "WARNING", cannot_read),
+            (3.0, "WARNING", cannot_read),
+        ]
+        assert (fake.reads, _ids(runtime)) == ([0.0, 1.0, 2.0, 3.0], ["b2"])
+
+    async def test_serve_discovery_watch_during_a_reading_makes_one_more_reading(
+        self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
+    ) -> None:
+        """Scenario: readings take 0.5 s; the members change twice during the first one."""
+        fake = FakeZooKeeper(read_s=0.5)
+        fake.members = {"b1": _doc("b1")}
+        runtime = _runtime(FAKE_ZK)
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, runtime, fake)
+            fake.report(Session.CONNECTED)
+            fake.report(Session.CONNECTED)  # two reports before the reading starts: one reading
+            await trio.sleep(0.2)
+            fake.change({"b1": _doc("b1"), "b2": _doc("b2", 1884)})  # the watch set at 0 s fires
+            await trio.sleep(0.1)
+            fake.change({"b1": _doc("b1"), "b2": _doc("b2", 1884), "b3": _doc("b3", 1885)})  # no watch
+            with trio.fail_after(10):
+                await runtime.wait_until(lambda: len(_ids(runtime)) == 3)
+            assert trio.current_time() == 1.0
+            await trio.sleep(10)
+            nursery.cancel_scope.cancel()
+        assert fake.reads == [0.0, 0.5]
+        assert [(t, message) for t, _, message in discovery_log.lines] == [
+            DISCOVERING[::2],
+            (0.0, f"router=r connected to {WHERE}: reading the members"),
+            (0.0, f"router=r connected to {WHERE}: reading the members again"),
+        ]
+
+
+def test__kazoo_log_filter_turns_kazoo_warnings_into_debug(caplog: pytest.LogCaptureFixture) -> None:
+    """kazoo warns at every reconnection attempt; we log each session transition once ourselves."""
+    kazoo_log = logging.getLogger("router.discovery.kazoo")
+    caplog.set_level(logging.INFO, logger=kazoo_log.name)
+    kazoo_log.warning("Connection dropped: %s", "first")
+    kazoo_log.error("Unhandled exception in connection loop")
+    caplog.set_level(logging.DEBUG, logger=kazoo_log.name)
+    kazoo_log.warning("Connection dropped: %s", "second")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == kazoo_log.name] == [
+        ("ERROR", "Unhandled exception in connection loop"),
+        ("DEBUG", "Connection dropped: second"),
+    ]
 
 
 class TestServeRegistration:
@@ -343,17 +681,17 @@ class TestZooKeeper:
         try:
             with trio.fail_after(DEADLINE_S):
                 await connected.wait()
-            assert await trio.to_thread.run_sync(client.read_children, path) is None
+            assert await client.read_members(path) is None
             await trio.to_thread.run_sync(client.create_ephemeral, f"{path}/a", b"1")
             with pytest.raises(NodeExistsError):
                 await trio.to_thread.run_sync(client.create_ephemeral, f"{path}/a", b"2")
-            assert await trio.to_thread.run_sync(client.read_children, path) == {"a": b"1"}
+            assert await client.read_members(path) == {"a": b"1"}
             with pytest.raises(ZooKeeperError, match=f"create {path}/a/b: NoChildrenForEphemeralsError"):
                 await trio.to_thread.run_sync(client.create_ephemeral, f"{path}/a/b", b"")
             assert await trio.to_thread.run_sync(client.delete_own, f"{path}/a") is True
             assert await trio.to_thread.run_sync(client.delete_own, f"{path}/a") is False
         finally:
-            await trio.to_thread.run_sync(client.close)
+            await client.aclose()
         assert states[-1] is Session.LOST
 
 

@@ -59,18 +59,16 @@ async def test_serve_health_checks_failure_then_recovery_changes_readiness(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     runtime = _runtime(check_period_ms=1000)
-    pool = runtime.pool
-    assert pool is not None
     outcomes = iter([(True, ""), (False, "refused"), (True, "")])
     states: list[TargetState] = []  # the state each probe finds, i.e. the previous probe's outcome
 
     async def check(connector: Connector) -> tuple[bool, str]:
-        states.append(pool.state("b1"))
+        states.append(runtime.target_state("b1"))
         return next(outcomes)
 
     with trio.move_on_after(2.5):  # probes at 0, 1 and 2 s
         await serve_health_checks(runtime, check=check)
-    states.append(pool.state("b1"))
+    states.append(runtime.target_state("b1"))
     assert states == [TargetState.UNKNOWN, TargetState.READY, TargetState.NOT_READY, TargetState.READY]
 
 
@@ -87,9 +85,7 @@ async def test_serve_health_checks_probe_deadline_makes_target_not_ready(
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: serve_health_checks(runtime, check=check))
-        assert runtime.pool is not None
-        pool = runtime.pool
-        await runtime.wait_until(lambda: pool.state("b1") is TargetState.NOT_READY)
+        await runtime.wait_until(lambda: runtime.target_state("b1") is TargetState.NOT_READY)
         assert trio.current_time() - start == PROBE_TIMEOUT_CAP_S
         nursery.cancel_scope.cancel()
 
@@ -107,8 +103,7 @@ async def test_serve_health_checks_skips_local_target_without_connector(
     with trio.move_on_after(0.5):
         await serve_health_checks(runtime, check=check)
     assert probed == ["b1"]
-    assert runtime.pool is not None
-    assert runtime.pool.state("local") is TargetState.UNKNOWN
+    assert runtime.target_state("local") is TargetState.UNKNOWN
 
 
 async def test_check_target_open_port_is_ready() -> None:
@@ -251,7 +246,7 @@ class TestServeHealthChecksMembership:
         )
         await trio.sleep(0.5)
         runtime.add_target(_discovered("b1"))
-        await runtime.wait_until(lambda: runtime.pool is not None and runtime.pool.ready_count() == 1)
+        await runtime.wait_until(lambda: runtime.ready_count() == 1)
         await trio.sleep(2.1)
         assert probes == [("b1", 0.5), ("b1", 1.5), ("b1", 2.5)]
 
@@ -282,8 +277,6 @@ class TestServeHealthChecksMembership:
         """Scenario: the target leaves the pool in the same instant its probe answers (or times
         out): the result is dropped, nothing raises, the pool no longer knows the target."""
         runtime = _discovery_runtime(check_period_ms=10_000)
-        pool = runtime.pool
-        assert pool is not None
         runtime.add_target(_discovered("b1"))
         finish = PROBE_TIMEOUT_CAP_S if outcome == "timeout" else 1.0
 
@@ -300,8 +293,8 @@ class TestServeHealthChecksMembership:
             lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
         )
         await trio.sleep(finish + 1)
-        assert pool.targets == ()
-        assert pool.ready_count() == 0
+        assert runtime.targets() == ()
+        assert runtime.ready_count() == 0
 
     async def test_target_replaced_under_its_node_id_is_probed_at_once(
         self, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery

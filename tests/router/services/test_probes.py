@@ -35,6 +35,7 @@ from router.services.probes import (
 )
 from tests.conftest import ActiveMQ, require_java
 from tests.router.conftest import Mosquitto
+from tests.router.core.test_live import live_connection
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -105,12 +106,10 @@ class TestAmqpProbe:
         """Scenario: in the probe loop the 3-s cap ends the wait for the delayed outcome: not ready."""
         connector = self._connector(rabbit_node)
         runtime = _runtime((connector,), user="alice", password="wrong")
-        pool = runtime.pool
-        assert pool is not None
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_health_checks, runtime)
-                await runtime.wait_until(lambda: pool.state("rmq") is TargetState.NOT_READY)
+                await runtime.wait_until(lambda: runtime.target_state("rmq") is TargetState.NOT_READY)
                 nursery.cancel_scope.cancel()
         expected = f"router=r target=rmq is not ready: no answer from {connector.url} within 3 s"
         assert expected in caplog.messages
@@ -210,14 +209,12 @@ async def test_check_openwire_killed_broker_not_ready(
         broker.wait_ready()
         connector = Connector.from_url("amq", f"tcp://127.0.0.1:{broker.openwire}?probe=openwire")
         runtime = _runtime((connector,), user="prober", password="s3cret", check_period_ms=200)
-        pool = runtime.pool
-        assert pool is not None
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_health_checks, runtime)
-                await runtime.wait_until(lambda: pool.state("amq") is TargetState.READY)
+                await runtime.wait_until(lambda: runtime.target_state("amq") is TargetState.READY)
                 broker.kill()
-                await runtime.wait_until(lambda: pool.state("amq") is TargetState.NOT_READY)
+                await runtime.wait_until(lambda: runtime.target_state("amq") is TargetState.NOT_READY)
                 nursery.cancel_scope.cancel()
         refused = f"router=r target=amq is not ready: connect to {connector.url} failed: Connection refused"
         assert refused in caplog.messages
@@ -336,7 +333,6 @@ class TestMqttConnectionCount:
         runtime = _runtime(
             connectors, user=None, password=None, policy="LEAST_CONNECTIONS", check_period_ms=300
         )
-        counts = runtime.counts
         facts = ConnectionFacts(source_ip="127.0.0.2")
         try:
             with contextlib.ExitStack() as stack:
@@ -345,15 +341,15 @@ class TestMqttConnectionCount:
                     async with trio.open_nursery() as nursery:
                         await nursery.start(serve_health_checks, runtime)
                         for _ in range(200):  # $SYS is refreshed every second, probes every 0.3 s
-                            if (counts.connection_count("a"), counts.connection_count("b")) == (3, 0):
+                            if _connections(runtime) == {"a": 3, "b": 0}:
                                 break
                             await trio.sleep(0.05)
                         decision = await runtime.decide(facts)
                         assert decision.target is not None
                         assert decision.target.node_id == "b"
-                        for _ in range(4):
-                            counts.opened("b")  # as the proxy counts connections it routes
-                        assert counts.connection_count("b") == 4
+                        for port in range(4):  # as the data paths register the connections they route
+                            runtime.register(live_connection(f"10.1.0.1:{port}", node_id="b"))
+                        assert _connections(runtime) == {"a": 3, "b": 4}
                         decision = await runtime.decide(facts)
                         assert decision.target is not None
                         assert decision.target.node_id == "a"
@@ -361,6 +357,13 @@ class TestMqttConnectionCount:
         finally:
             for broker in brokers:
                 broker.stop()
+
+
+def _connections(runtime: RouterRuntime) -> dict[str, int | None]:
+    """The counts LEAST_CONNECTIONS sees, by node id."""
+    pool = runtime.status().pool
+    assert pool is not None
+    return {t.node_id: t.connections for t in pool.targets}
 
 
 @pytest.mark.parametrize("nodelay", [True, False])

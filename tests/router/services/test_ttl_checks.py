@@ -1,5 +1,5 @@
 """router/services/ttl_checks.py: the TTL checker on trio's virtual clock (exact close times), with
-the log line and the metric it leaves."""
+the log line it leaves."""
 
 from __future__ import annotations
 
@@ -9,13 +9,53 @@ from typing import TYPE_CHECKING
 import trio
 import trio.testing
 
-from router.core.live import LiveConnections, ProxiedConnection
+from policies import PolicyConfig
+from pools import Connector, PoolConfig, PoolKind
+from router.config.settings import Config, RouterConfig
+from router.core.events import CloseReason
+from router.metrics import Metrics
+from router.runtime import RouterRuntime
 from router.services.ttl_checks import serve_connection_ttl_checks
-from tests.router.core.test_live import _conn, _hold, _runtime
+from tests.router.core.test_live import Closer, live_connection
 from tests.router.core.test_ttl import _mqtt
 
 if TYPE_CHECKING:
     import pytest
+
+    from keys import Sniffed
+    from router.core.live import LiveConnection
+
+
+def _runtime(cls: type[RouterRuntime] = RouterRuntime) -> RouterRuntime:
+    connectors = tuple(Connector.from_url(f"b{i}", f"tcp://127.0.0.1:{20000 + i}") for i in (1, 2))
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="FIRST_ELEMENT"),
+        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("b1", "b2")),
+    )
+    return cls(Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics())
+
+
+class _Held:
+    """Stand-ins for proxied connections on the trio path: each runs until its scope is cancelled
+    by its closer, as the trio path's do."""
+
+    def __init__(self) -> None:
+        self.closed_at: dict[str, float] = {}
+
+    def connection(
+        self, peer: str, now: float, *, ttl_ms: int = 1500, sniffed: Sniffed | None = None
+    ) -> tuple[LiveConnection, trio.CancelScope]:
+        scope = trio.CancelScope()
+        closer = Closer()
+        conn = live_connection(peer, now=now, ttl_ms=ttl_ms, sniffed=sniffed, closer=closer)
+        closer.then = scope.cancel
+        return conn, scope
+
+    async def hold(self, conn: LiveConnection, scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep_forever()
+        self.closed_at[str(conn.conn.peer)] = trio.current_time()
 
 
 class TestServeConnectionTtlChecks:
@@ -25,35 +65,32 @@ class TestServeConnectionTtlChecks:
         """Scenario: TTL 1.5 s checked every 0.25 s; one client silent, one sends at 1 s, one with
         TTL 1.6 s (closed at the first check after it), one exempt MQTT client."""
         caplog.set_level(logging.INFO, logger="router.conn")
-        runtime = _runtime()
+        runtime, held = _runtime(), _Held()
         start = trio.current_time()
-        silent = _conn("p:silent", now=start)
-        talking = _conn("p:talking", now=start)
-        odd = _conn("p:odd", ttl_ms=1600, now=start)
-        exempt = _conn("p:mqtt", sniffed=_mqtt(1), now=start)
-        closed_at: dict[str, float] = {}
+        silent = held.connection("10.1.0.1:1", start)
+        talking = held.connection("10.1.0.1:2", start)
+        odd = held.connection("10.1.0.1:3", start, ttl_ms=1600)
+        exempt = held.connection("10.1.0.1:4", start, sniffed=_mqtt(1))
         async with trio.open_nursery() as nursery:
-            for conn in (silent, talking, odd, exempt):
-                runtime.connections.add(conn)
-                nursery.start_soon(_hold, conn, closed_at)
+            for conn, scope in (silent, talking, odd, exempt):
+                runtime.register(conn)
+                nursery.start_soon(held.hold, conn, scope)
             nursery.start_soon(serve_connection_ttl_checks, runtime, 0.25)
             await trio.sleep(1.0)
-            talking.last_read_at = trio.current_time()  # what the relay does on a read
+            talking[0].last_read_at = trio.current_time()  # what the relay does on a read
             await trio.sleep(99)
             nursery.cancel_scope.cancel()
-        assert {peer: t - start for peer, t in closed_at.items()} == {
-            "p:silent": 1.5,
-            "p:odd": 1.75,
-            "p:talking": 2.5,
+        assert {peer: t - start for peer, t in held.closed_at.items()} == {
+            "10.1.0.1:1": 1.5,
+            "10.1.0.1:3": 1.75,
+            "10.1.0.1:2": 2.5,
         }
-        assert exempt.closed_by is None
-        value = runtime.metrics.registry.get_sample_value(
-            "router_proxied_connections_closed_total", {"router": "r", "reason": "connection_ttl"}
-        )
-        assert value == 3.0
+        assert [c.closed_by for c, _ in (silent, talking, odd, exempt)] == [
+            CloseReason.CONNECTION_TTL
+        ] * 3 + [None]
         lines = [r.getMessage() for r in caplog.records if "outcome=CONNECTION_TTL" in r.getMessage()]
         assert lines[0] == (
-            "peer=p:silent router=r acceptor=a target=b1 address=127.0.0.1:20001 outcome=CONNECTION_TTL "
+            "peer=10.1.0.1:1 router=r acceptor=a target=b1 address=127.0.0.1:20001 outcome=CONNECTION_TTL "
             "idle_s=1.500 ttl_ms=1500: no bytes from the client within the connection TTL, closing"
         )
         assert len(lines) == 3
@@ -64,13 +101,12 @@ class TestServeConnectionTtlChecks:
         schedule goes on from the late check instead of bursting to catch up."""
         checks: list[float] = []
 
-        class Counting(LiveConnections):
-            def close_idle(self, now: float) -> list[tuple[ProxiedConnection, float]]:
+        class Counting(RouterRuntime):
+            def close_idle(self, now: float) -> list[tuple[LiveConnection, float]]:
                 checks.append(now)
                 return super().close_idle(now)
 
-        runtime = _runtime()
-        runtime.connections = Counting()
+        runtime = _runtime(Counting)
         start = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve_connection_ttl_checks, runtime, 0.25)

@@ -1,0 +1,240 @@
+"""What happens to client connections and to pools, as typed events: the one report of both data
+paths, consumed by subscribers (log lines and metrics in `router/reports.py`; the routing event log
+will be one more subscriber).
+
+Pure data: no I/O, no clock (times are fields), no logging. A connection's events, in order:
+
+    Accepted -> OpeningFailed                                   (bad bytes, deadline, TLS)
+             -> NotAuthorized                                   (the router's own authentication)
+             -> Decided(mode=REFUSE | REDIRECT)                 (answered by the router itself)
+             -> Decided(mode=PROXY) -> ConnectFailed
+                                    -> Connected -> Closed(reason)
+
+A connection keeps its `ConnectionRef` (with a process-unique id) across both data paths, also
+when the fast path hands it over to the trio side, so its events can be joined. Subscribers run in
+the thread that reports (the trio thread or the fast-path thread): they must be quick, must not
+block and must be thread-safe.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from keys import WireProtocol
+    from pools import PoolEvent
+    from router.core.address import Address
+    from router.core.engine import DecisionReason, RouteStatus
+
+__all__ = [
+    "Accepted",
+    "CloseReason",
+    "Closed",
+    "ConnectFailed",
+    "Connected",
+    "ConnectionEvent",
+    "ConnectionRef",
+    "ConnectionsClosed",
+    "Decided",
+    "Event",
+    "LookedUp",
+    "Mode",
+    "NotAuthorized",
+    "OpeningFailed",
+    "OpeningFailure",
+    "Subscriber",
+]
+
+
+class CloseReason(enum.Enum):
+    """Why a proxied connection ended: one closed set for both data paths (the `reason=` of the
+    closed line and of `router_proxied_connections_closed_total`)."""
+
+    CLOSED = "closed"
+    """Both ends finished (each direction's EOF passed on), or one end of a connection that cannot
+    half-close (TLS terminated by the router) finished."""
+    RESET = "reset"
+    """One side reset or broke the connection; both sides were closed at once."""
+    REPLAY_FAILED = "replay_failed"
+    """The target's answer to the replayed opening was unusable, or did not come in time."""
+    CONNECTION_TTL = "connection_ttl"
+    """The router closed it: no bytes from the client within the connection TTL."""
+    TARGET_NOT_READY = "target_not_ready"
+    """The router closed it: its target's probe failed."""
+    FAILOVER = "failover"
+    """The router closed it: the HA-pair member it went to is no longer the active one."""
+    SHUTDOWN = "shutdown"
+    """The router closed it: the grace period of a shutdown ended."""
+    INTERNAL_ERROR = "internal_error"
+    """A bug in the router; logged with its traceback."""
+
+    @property
+    def by_router(self) -> bool:
+        """Whether the router ended the connection by its own decision (counted in
+        `router_proxied_connections_closed_total`)."""
+        return self in _BY_ROUTER
+
+
+_BY_ROUTER = frozenset(
+    {CloseReason.CONNECTION_TTL, CloseReason.TARGET_NOT_READY, CloseReason.FAILOVER, CloseReason.SHUTDOWN}
+)
+
+
+class OpeningFailure(enum.Enum):
+    """Why a client was closed before its opening was complete."""
+
+    REJECTED = "rejected"
+    """Its bytes are not an opening the acceptor accepts (unknown protocol, malformed, over the cap)."""
+    TIMEOUT = "timeout"
+    """The acceptor's handshake deadline passed."""
+    TLS = "tls"
+    """The TLS handshake with the router failed."""
+
+
+class Mode(enum.Enum):
+    """What the router does with a decided connection."""
+
+    PROXY = "proxy"
+    REDIRECT = "redirect"
+    REFUSE = "refuse"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionRef:
+    """Which connection an event is about."""
+
+    id: int
+    """Unique in the process (both data paths draw from one counter)."""
+    router: str
+    acceptor: str
+    peer: Address
+    """The TCP peer (the load balancer, behind a PROXY protocol header)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accepted:
+    """A client connection was accepted."""
+
+    conn: ConnectionRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpeningFailed:
+    """The client was closed during its opening."""
+
+    conn: ConnectionRef
+    failure: OpeningFailure
+    protocol: str
+    """The sniffer as far as known ("detect" before the first bytes decided, "proxy" for a PROXY
+    protocol header, "tls" for TLS termination)."""
+    detail: str = ""
+    """What was wrong (REJECTED, TLS); never client bytes beyond a short quote."""
+    bytes_read: int = 0
+    timeout_s: float = 0.0
+    """The deadline that passed (TIMEOUT)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotAuthorized:
+    """The router's own authentication refused the client (answered in its protocol, closed)."""
+
+    conn: ConnectionRef
+    reason: str
+    """Why; never a password."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decided:
+    """The routing decision of a connection and what the router does with it."""
+
+    conn: ConnectionRef
+    key: str
+    """The key after filter and transform."""
+    status: RouteStatus
+    """What the client gets (a decision for an unreachable local target is REFUSED_USE_ANOTHER)."""
+    reason: DecisionReason
+    mode: Mode
+    node_id: str | None = None
+    """The target (PROXY, REDIRECT)."""
+    local: bool = False
+    """Whether the target is the local target."""
+    protocol: WireProtocol | None = None
+    """The client's protocol, when its opening was read."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Connected:
+    """The connection to the target is open; relaying starts."""
+
+    conn: ConnectionRef
+    key: str
+    node_id: str
+    address: Address
+    """The member connected to (one member of an HA pair)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectFailed:
+    """The connection to the chosen target could not be opened; the client was closed."""
+
+    conn: ConnectionRef
+    key: str
+    node_id: str
+    address: Address
+    reason: str
+    """The system's reason (`Connection refused`, `timed out`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Closed:
+    """A proxied connection (one that was `Connected`) ended."""
+
+    conn: ConnectionRef
+    node_id: str
+    bytes_in: int
+    """Client -> target."""
+    bytes_out: int
+    """Target -> client."""
+    duration_s: float
+    """From Connected to the end."""
+    reason: CloseReason
+    detail: str = ""
+    """More about REPLAY_FAILED or INTERNAL_ERROR."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionsClosed:
+    """The router closed the proxied connections of one target (or of one member of its HA pair)
+    at once; each also ends with its own `Closed`."""
+
+    router: str
+    node_id: str | None
+    """The target; None for all of the router's connections (shutdown)."""
+    address: Address | None
+    """The member whose connections were closed (failover), or None for all of the target's."""
+    reason: CloseReason
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LookedUp:
+    """A management lookup (SPEC A7) through the admin API."""
+
+    router: str
+    key: str
+    status: RouteStatus
+
+
+ConnectionEvent: TypeAlias = (
+    Accepted | OpeningFailed | NotAuthorized | Decided | Connected | ConnectFailed | Closed
+)
+"""What happened to one client connection."""
+
+Event: TypeAlias = "ConnectionEvent | ConnectionsClosed | LookedUp | PoolEvent"
+"""Everything a router reports."""
+
+Subscriber: TypeAlias = Callable[["Event"], None]
+"""A consumer of events; called in the reporting thread, must be quick and thread-safe."""

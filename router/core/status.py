@@ -1,0 +1,153 @@
+"""A router's state as an operator sees it: a frozen snapshot of engine, pool and connections.
+
+Pure: `snapshot` reads the live objects and copies what the admin API and `routerctl status`
+show; `RouterRuntime.status` calls it under the router's lock, so a snapshot is consistent even
+while the fast path's thread routes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pools import TargetState
+
+if TYPE_CHECKING:
+    from pools import Pool, Target
+    from router.config.settings import RouterConfig
+    from router.core.engine import RoutingEngine
+    from router.core.live import LiveConnections
+
+__all__ = ["MemberStatus", "PoolStatus", "RouterStatus", "TargetStatus", "snapshot"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberStatus:
+    """One member of an HA-pair target."""
+
+    connector: str
+    state: TargetState
+    active: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TargetStatus:
+    """One target of a pool."""
+
+    node_id: str
+    local: bool
+    connector: str | None
+    """The connector's display URL; None for a local target without one."""
+    state: TargetState
+    connections: int | None
+    """What LEAST_CONNECTIONS counts for it (our live connections, or the broker's report plus
+    our change since)."""
+    members: tuple[MemberStatus, ...] = ()
+    """Each member of an HA pair; empty for a single broker."""
+
+    def to_json(self) -> dict[str, object]:
+        document: dict[str, object] = {
+            "node_id": self.node_id,
+            "local": self.local,
+            "connector": self.connector,
+            "state": self.state.value,
+        }
+        if self.members:
+            document["members"] = [
+                {"connector": m.connector, "state": m.state.value, "active": m.active} for m in self.members
+            ]
+        document["connections"] = self.connections
+        return document
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolStatus:
+    """A router's pool."""
+
+    kind: str
+    active: bool
+    """Whether the quorum holds."""
+    quorum_size: int
+    targets: tuple[TargetStatus, ...]
+
+    @property
+    def ready(self) -> tuple[str, ...]:
+        """Node ids of the ready targets, in pool order."""
+        return tuple(t.node_id for t in self.targets if t.state is TargetState.READY)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "active": self.active,
+            "quorum_size": self.quorum_size,
+            "targets": [t.to_json() for t in self.targets],
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouterStatus:
+    """A router: its configuration as in force now, and its pool."""
+
+    name: str
+    key_type: str
+    key_filter: str | None
+    local_target_filter: str | None
+    policy: str | None
+    cache_entries: int | None
+    """Stored cache entries; None without a cache."""
+    pool: PoolStatus | None
+
+    def to_json(self) -> dict[str, object]:
+        """The router status document of the admin API (docs/operations.md)."""
+        return {
+            "name": self.name,
+            "key_type": self.key_type,
+            "key_filter": self.key_filter,
+            "local_target_filter": self.local_target_filter,
+            "policy": self.policy,
+            "cache_entries": self.cache_entries,
+            "pool": None if self.pool is None else self.pool.to_json(),
+        }
+
+
+def snapshot(
+    config: RouterConfig, engine: RoutingEngine, pool: Pool | None, connections: LiveConnections
+) -> RouterStatus:
+    """Copy a router's state (call it under the router's lock)."""
+    pool_status = None
+    if pool is not None and config.pool is not None:
+        pool_status = PoolStatus(
+            kind=config.pool.kind.value,
+            active=pool.active,
+            quorum_size=pool.quorum_size,
+            targets=tuple(_target(pool, t, connections) for t in pool.targets),
+        )
+    return RouterStatus(
+        name=config.name,
+        key_type=config.key_type.value,
+        key_filter=engine.key_filter,
+        local_target_filter=engine.local_target_filter,
+        policy=None if config.policy is None else config.policy.name,
+        cache_entries=None if engine.cache is None else len(engine.cache),
+        pool=pool_status,
+    )
+
+
+def _target(pool: Pool, target: Target, connections: LiveConnections) -> TargetStatus:
+    connector = target.connector
+    members: tuple[MemberStatus, ...] = ()
+    if connector is not None and connector.backups:
+        active = pool.active_member(target.node_id)
+        states = pool.member_states(target.node_id)
+        members = tuple(
+            MemberStatus(connector=m.url, state=state, active=i == active)
+            for i, (m, state) in enumerate(zip(connector.members, states, strict=True))
+        )
+    return TargetStatus(
+        node_id=target.node_id,
+        local=target.local,
+        connector=None if connector is None else connector.display_url,
+        state=pool.state(target.node_id),
+        connections=connections.connection_count(target.node_id),
+        members=members,
+    )

@@ -1,0 +1,53 @@
+"""What the connections of one acceptor share, on either data path: its configuration, its router,
+protocol detection, TLS termination, the user store, the connection TTL in force, and the phase
+deadlines. Built once per acceptor by the server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ssl
+
+    from keys.detect import Detector
+    from keys.users import UserStore
+    from router.config.settings import AcceptorConfig
+    from router.runtime import RouterRuntime
+
+__all__ = ["ConnectionLimits", "ServedAcceptor"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionLimits:
+    """Deadlines of the phases of one connection (fixed in this release)."""
+
+    route_timeout_s: float = 10.0
+    """Upper bound of the routing phase (the quorum wait is bounded by quorum-timeout first)."""
+    connect_timeout_s: float = 5.0
+    """Deadline of the connect to the chosen target (HAProxy's usual `timeout connect 5s`), and of
+    the target's answer to a replayed server-first opening."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServedAcceptor:
+    """One acceptor as the data paths serve it."""
+
+    config: AcceptorConfig
+    runtime: RouterRuntime
+    """The router its connections go through."""
+    detect: Detector
+    """Detection of the first bytes (TLS included, for SNI peeking on passthrough)."""
+    detect_inner: Detector
+    """Detection inside TLS terminated by the router."""
+    tls: ssl.SSLContext | None = None
+    """The server context when the acceptor terminates TLS."""
+    users: UserStore | None = None
+    """The acceptor's user/role store for the router's own authentication."""
+    connection_ttl_ms: int = -1
+    """The connection TTL in force on the acceptor (`<connection-ttl-override>` applied); -1 = none."""
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+
+    @property
+    def name(self) -> str:
+        return self.config.name

@@ -1,0 +1,162 @@
+"""router/datapath/relay.py: half-close in each direction, reset propagation, byte counts, over real
+socket pairs; the connection-TTL stamps on memory streams with trio's virtual clock."""
+
+from __future__ import annotations
+
+import functools
+import math
+import socket
+import struct
+from typing import TYPE_CHECKING
+
+import trio
+import trio.testing
+
+from keys.mqtt import encode_connect
+from router.core.events import CloseReason
+from router.datapath.relay import relay
+from tests.router.core.test_live import Closer, live_connection
+
+if TYPE_CHECKING:
+    from router.core.live import LiveConnection
+
+
+def _pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    a, b = trio.socket.socketpair()
+    return trio.SocketStream(a), trio.SocketStream(b)
+
+
+async def _read_all(stream: trio.SocketStream) -> bytes:
+    data = bytearray()
+    while chunk := await stream.receive_some(65536):
+        data += chunk
+    return bytes(data)
+
+
+async def _relay_into(ended: list[CloseReason], *args: trio.abc.Stream | list[int]) -> None:
+    """`relay`, keeping how it ended."""
+    client, upstream, counts = args
+    assert isinstance(client, trio.abc.Stream)
+    assert isinstance(upstream, trio.abc.Stream)
+    assert isinstance(counts, list)
+    ended.append(await relay(client, upstream, counts))
+
+
+async def test_relay_half_close_keeps_other_direction_open() -> None:
+    """Scenario: the client sends and shuts its write side; the broker still answers afterwards."""
+    client, router_client_side = _pair()
+    router_upstream_side, broker = _pair()
+    counts = [0, 0]
+    ended: list[CloseReason] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_relay_into, ended, router_client_side, router_upstream_side, counts)
+        await client.send_all(b"request")
+        await client.send_eof()
+        assert await _read_all(broker) == b"request"  # EOF reached the broker
+        await broker.send_all(b"late answer")
+        await broker.aclose()
+        assert await _read_all(client) == b"late answer"
+    assert counts == [len(b"request"), len(b"late answer")]
+    assert ended == [CloseReason.CLOSED]
+    await client.aclose()
+
+
+async def test_relay_moves_large_payload_intact() -> None:
+    client, router_client_side = _pair()
+    router_upstream_side, broker = _pair()
+    payload = bytes(range(256)) * 8192  # 2 MiB, several relay chunks
+    counts = [0, 0]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay, router_client_side, router_upstream_side, counts)
+
+        async def send() -> None:
+            await client.send_all(payload)
+            await client.send_eof()
+
+        nursery.start_soon(send)
+        assert await _read_all(broker) == payload
+        await broker.aclose()
+        assert await _read_all(client) == b""
+    assert counts == [len(payload), 0]
+    await client.aclose()
+
+
+async def test_relay_reset_by_broker_closes_client() -> None:
+    """Scenario: the broker's side is reset; the relay ends and the client sees the end too."""
+    client_sock, client_side = socket.socketpair()
+    client = trio.SocketStream(trio.socket.from_stdlib_socket(client_sock))
+    router_client_side = trio.SocketStream(trio.socket.from_stdlib_socket(client_side))
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    upstream = await trio.open_tcp_stream("127.0.0.1", port)
+    broker = await listener.accept()
+    counts = [0, 0]
+    ended: list[CloseReason] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_relay_into, ended, router_client_side, upstream, counts)
+        await client.send_all(b"x")
+        assert await broker.receive_some(10) == b"x"
+        # SO_LINGER with a zero timeout makes close() send RST instead of FIN.
+        broker.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await broker.aclose()
+        with trio.fail_after(5):
+            assert await _read_all(client) == b""
+    assert ended == [CloseReason.RESET]
+    await client.aclose()
+    await listener.aclose()
+
+
+async def test_relay_stamps_client_reads_and_ends_when_its_scope_is_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Scenario: a connection under a TTL; reads from the client (not from the broker) stamp
+    `last_read_at`; cancelling its scope (as the TTL checker does) closes both sides."""
+    client, router_client_side = trio.testing.memory_stream_pair()
+    router_upstream_side, broker = trio.testing.memory_stream_pair()
+    start = trio.current_time()
+    scope = trio.CancelScope()
+    conn = _ttl_connection(start, scope)
+    counts = [0, 0]
+
+    async def proxied() -> None:
+        with scope:
+            await relay(router_client_side, router_upstream_side, counts, activity=conn)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(proxied)
+        await trio.sleep(1)
+        await client.send_all(b"hello")
+        assert await broker.receive_some() == b"hello"
+        await trio.sleep(1)
+        await broker.send_all(b"answer")
+        assert await client.receive_some() == b"answer"
+        assert conn.last_read_at == start + 1  # the broker's bytes do not count
+        assert conn.ttl_s == 1.5  # "hello" is not an MQTT CONNECT: the TTL stays
+        conn.close(CloseReason.CONNECTION_TTL)
+        assert await client.receive_some() == b""
+        assert await broker.receive_some() == b""
+    assert counts == [5, 6]
+
+
+async def test_relay_exempts_an_unsniffed_mqtt_client_by_its_first_bytes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, router_client_side = trio.testing.memory_stream_pair()
+    router_upstream_side, broker = trio.testing.memory_stream_pair()
+    conn = _ttl_connection(trio.current_time(), trio.CancelScope())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            functools.partial(relay, activity=conn), router_client_side, router_upstream_side, [0, 0]
+        )
+        connect = encode_connect("sensor-1", keepalive_s=1)
+        await client.send_all(connect)
+        assert await broker.receive_some() == connect
+        assert (conn.ttl_s, conn.peek_first_bytes) == (math.inf, False)
+        await client.aclose()
+        await broker.aclose()
+
+
+def _ttl_connection(now: float, scope: trio.CancelScope) -> LiveConnection:
+    closer = Closer()
+    closer.then = scope.cancel
+    return live_connection(ttl_ms=1500, now=now, closer=closer)

@@ -1,0 +1,265 @@
+"""router/reports.py: the log line and the metric updates of every event."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from keys import WireProtocol
+from pools import PoolEvent, PoolEventKind
+from router.core.address import Address
+from router.core.engine import DecisionReason, RouteStatus
+from router.core.events import (
+    Accepted,
+    Closed,
+    CloseReason,
+    Connected,
+    ConnectFailed,
+    ConnectionRef,
+    ConnectionsClosed,
+    Decided,
+    Event,
+    LookedUp,
+    Mode,
+    NotAuthorized,
+    OpeningFailed,
+    OpeningFailure,
+)
+from router.metrics import Metrics
+from router.reports import MetricUpdates, log_event
+
+CONN = ConnectionRef(id=1, router="r", acceptor="a", peer=Address("::1", 5000))
+TARGET_ADDRESS = Address("127.0.0.1", 1883)
+
+
+def _decided(
+    mode: Mode, status: RouteStatus = RouteStatus.OK, reason: DecisionReason = DecisionReason.POLICY
+) -> Decided:
+    node_id = None if mode is Mode.REFUSE else "b1"
+    return Decided(
+        conn=CONN,
+        key="k",
+        status=status,
+        reason=reason,
+        mode=mode,
+        node_id=node_id,
+        protocol=WireProtocol.MQTT,
+    )
+
+
+@pytest.mark.parametrize(
+    ("event", "level", "line"),
+    [
+        (Accepted(conn=CONN), None, None),
+        (
+            OpeningFailed(conn=CONN, failure=OpeningFailure.REJECTED, protocol="mqtt", detail="bad byte"),
+            logging.WARNING,
+            "peer=[::1]:5000 acceptor=a protocol=mqtt handshake rejected: bad byte",
+        ),
+        (
+            OpeningFailed(
+                conn=CONN, failure=OpeningFailure.TIMEOUT, protocol="detect", bytes_read=3, timeout_s=2.0
+            ),
+            logging.WARNING,
+            "peer=[::1]:5000 acceptor=a protocol=detect handshake not complete after 2 s (3 bytes)",
+        ),
+        (
+            OpeningFailed(conn=CONN, failure=OpeningFailure.TLS, protocol="tls", detail="NO_SHARED_CIPHER"),
+            logging.WARNING,
+            "peer=[::1]:5000 acceptor=a protocol=tls handshake failed: NO_SHARED_CIPHER",
+        ),
+        (
+            NotAuthorized(conn=CONN, reason="user 'u' not authenticated by the store"),
+            logging.WARNING,
+            "peer=[::1]:5000 acceptor=a router=r outcome=NOT_AUTHORIZED "
+            "reason=user 'u' not authenticated by the store",
+        ),
+        (_decided(Mode.PROXY), None, None),
+        (
+            _decided(Mode.REDIRECT),
+            logging.INFO,
+            "peer=[::1]:5000 router=r key=k target=b1 outcome=REDIRECT protocol=mqtt",
+        ),
+        (
+            _decided(Mode.REFUSE, RouteStatus.REFUSED_UNAVAILABLE, DecisionReason.NO_READY_TARGET),
+            logging.INFO,
+            "peer=[::1]:5000 router=r key=k outcome=REFUSED_UNAVAILABLE reason=no ready target",
+        ),
+        (
+            _decided(Mode.REFUSE, RouteStatus.REFUSED_UNAVAILABLE, DecisionReason.ROUTING_TIMED_OUT),
+            logging.WARNING,
+            "peer=[::1]:5000 router=r key=k outcome=REFUSED_UNAVAILABLE reason=routing timed out",
+        ),
+        (
+            _decided(Mode.REFUSE, RouteStatus.REFUSED_USE_ANOTHER, DecisionReason.NO_LOCAL_CONNECTOR),
+            logging.WARNING,
+            "peer=[::1]:5000 router=r key=k outcome=REFUSED_USE_ANOTHER "
+            "reason=the decision is the local target and no <local-target-connector-ref> is configured",
+        ),
+        (
+            Connected(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS),
+            logging.INFO,
+            "peer=[::1]:5000 router=r key=k target=b1 outcome=OK",
+        ),
+        (
+            ConnectFailed(
+                conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="Connection refused"
+            ),
+            logging.WARNING,
+            "peer=[::1]:5000 router=r key=k target=b1 outcome=CONNECT_FAILED reason=Connection refused",
+        ),
+        (
+            Closed(
+                conn=CONN, node_id="b1", bytes_in=10, bytes_out=20, duration_s=1.5, reason=CloseReason.CLOSED
+            ),
+            logging.INFO,
+            "peer=[::1]:5000 router=r target=b1 closed bytes_in=10 bytes_out=20 duration_s=1.500 "
+            "reason=closed",
+        ),
+        (
+            Closed(
+                conn=CONN,
+                node_id="b1",
+                bytes_in=1,
+                bytes_out=0,
+                duration_s=0.0,
+                reason=CloseReason.REPLAY_FAILED,
+                detail="target sent no complete opening in 5 s",
+            ),
+            logging.WARNING,
+            "peer=[::1]:5000 router=r target=b1 closed bytes_in=1 bytes_out=0 duration_s=0.000 "
+            "reason=replay_failed (target sent no complete opening in 5 s)",
+        ),
+        (
+            ConnectionsClosed(
+                router="r", node_id="b1", address=None, reason=CloseReason.TARGET_NOT_READY, count=2
+            ),
+            logging.WARNING,
+            "router=r target=b1 is not ready: closing its 2 proxied connection(s)",
+        ),
+        (
+            ConnectionsClosed(
+                router="r", node_id="b1", address=TARGET_ADDRESS, reason=CloseReason.FAILOVER, count=1
+            ),
+            logging.WARNING,
+            "router=r target=b1 member 127.0.0.1:1883 is not active: closing its 1 proxied connection(s)",
+        ),
+        (
+            ConnectionsClosed(router="r", node_id=None, address=None, reason=CloseReason.SHUTDOWN, count=3),
+            logging.INFO,
+            "router=r grace period over: closing its 3 proxied connection(s)",
+        ),
+        (LookedUp(router="r", key="k", status=RouteStatus.OK), None, None),
+        (
+            PoolEvent(kind=PoolEventKind.TARGET_NOT_READY, pool="r", node_id="b1", detail="refused"),
+            logging.WARNING,
+            "router=r target=b1 is not ready: refused",
+        ),
+        (
+            PoolEvent(kind=PoolEventKind.TARGET_READY, pool="r", node_id="b1"),
+            logging.INFO,
+            "router=r target=b1 is ready",
+        ),
+    ],
+)
+def test_log_event_writes_one_line_per_event(
+    caplog: pytest.LogCaptureFixture, event: Event, level: int | None, line: str | None
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    log_event(event)
+    records = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert records == ([] if line is None else [(level, line)])
+
+
+def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+def test_metric_updates_of_a_proxied_connection() -> None:
+    metrics = Metrics()
+    updates = MetricUpdates(metrics)
+    for event in (
+        Accepted(conn=CONN),
+        _decided(Mode.PROXY),
+        Connected(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS),
+    ):
+        updates(event)
+    assert _samples(metrics)[("router_proxied_connections", (("node_id", "b1"), ("router", "r")))] == 1.0
+    updates(
+        Closed(
+            conn=CONN, node_id="b1", bytes_in=10, bytes_out=20, duration_s=1.0, reason=CloseReason.SHUTDOWN
+        )
+    )
+    samples = _samples(metrics)
+    assert samples[("router_connections_accepted_total", (("acceptor", "a"), ("router", "r")))] == 1.0
+    assert samples[("router_routing_decisions_total", (("router", "r"), ("status", "OK")))] == 1.0
+    assert samples[("router_proxied_connections", (("node_id", "b1"), ("router", "r")))] == 0.0
+    assert (
+        samples[("router_proxied_bytes_total", (("direction", "client_to_target"), ("router", "r")))] == 10.0
+    )
+    assert (
+        samples[("router_proxied_bytes_total", (("direction", "target_to_client"), ("router", "r")))] == 20.0
+    )
+    assert (
+        samples[("router_proxied_connections_closed_total", (("reason", "shutdown"), ("router", "r")))] == 1.0
+    )
+
+
+def test_metric_updates_of_failures_refusals_and_lookups() -> None:
+    metrics = Metrics()
+    updates = MetricUpdates(metrics)
+    for event in (
+        OpeningFailed(conn=CONN, failure=OpeningFailure.REJECTED, protocol="amqp"),
+        OpeningFailed(conn=CONN, failure=OpeningFailure.TIMEOUT, protocol="mqtt"),
+        OpeningFailed(conn=CONN, failure=OpeningFailure.TLS, protocol="tls"),
+        NotAuthorized(conn=CONN, reason="no"),
+        _decided(Mode.REFUSE, RouteStatus.REFUSED_USE_ANOTHER, DecisionReason.NO_POOL_OR_POLICY),
+        ConnectFailed(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="timed out"),
+        LookedUp(router="r", key="k", status=RouteStatus.REFUSED_UNAVAILABLE),
+        Closed(conn=CONN, node_id="b1", bytes_in=0, bytes_out=0, duration_s=0.0, reason=CloseReason.RESET),
+    ):
+        updates(event)
+    samples = _samples(metrics)
+    assert samples[("router_client_errors_total", (("acceptor", "a"), ("reason", "amqp")))] == 1.0
+    assert samples[("router_client_errors_total", (("acceptor", "a"), ("reason", "timeout")))] == 1.0
+    assert samples[("router_client_errors_total", (("acceptor", "a"), ("reason", "tls")))] == 1.0
+    assert samples[("router_authentication_failures_total", (("acceptor", "a"),))] == 1.0
+    assert (
+        samples[("router_routing_decisions_total", (("router", "r"), ("status", "REFUSED_USE_ANOTHER")))]
+        == 1.0
+    )
+    assert samples[("router_target_connect_failures_total", (("node_id", "b1"), ("router", "r")))] == 1.0
+    assert samples[("router_lookups_total", (("router", "r"), ("status", "REFUSED_UNAVAILABLE")))] == 1.0
+    assert not any(
+        name == "router_proxied_connections_closed_total" for name, _ in samples
+    )  # a reset: not ours
+
+
+def test_metric_updates_of_pool_events_and_a_target_that_leaves() -> None:
+    metrics = Metrics()
+    updates = MetricUpdates(metrics)
+    updates.router_started("r", ["b1"])
+    samples = _samples(metrics)
+    assert samples[("router_pool_active", (("router", "r"),))] == 0.0
+    assert samples[("router_target_ready", (("node_id", "b1"), ("router", "r")))] == 0.0
+    updates(PoolEvent(kind=PoolEventKind.TARGET_READY, pool="r", node_id="b1"))
+    updates(PoolEvent(kind=PoolEventKind.POOL_ACTIVE, pool="r"))
+    updates(ConnectFailed(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x"))
+    samples = _samples(metrics)
+    assert samples[("router_target_ready", (("node_id", "b1"), ("router", "r")))] == 1.0
+    assert samples[("router_pool_active", (("router", "r"),))] == 1.0
+    updates(PoolEvent(kind=PoolEventKind.TARGET_REMOVED, pool="r", node_id="b1", detail="ready"))
+    samples = _samples(metrics)
+    assert ("router_target_ready", (("node_id", "b1"), ("router", "r"))) not in samples
+    assert ("router_target_connect_failures_total", (("node_id", "b1"), ("router", "r"))) not in samples
+    updates(ConnectFailed(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x"))
+    assert (
+        _samples(metrics)[("router_target_connect_failures_total", (("node_id", "b1"), ("router", "r")))]
+        == 1.0
+    )
