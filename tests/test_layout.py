@@ -7,6 +7,7 @@ off the list.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,3 +70,105 @@ def test_layout_not_yet_tested_modules_exist():
 def test_layout_not_yet_tested_modules_still_lack_tests():
     tested = sorted(module for module in NOT_YET_TESTED if expected_test_file(module).is_file())
     assert tested == [], "these modules now have a test file: remove them from NOT_YET_TESTED"
+
+
+# -- the layers of router/ and the import direction (router/__init__.py) -------------------------
+
+ROUTER_LAYERS = (
+    ("router.config",),
+    ("router.core",),
+    ("router.metrics", "router.reports"),
+    ("router.runtime",),
+    ("router.datapath",),
+    ("router.services",),
+    ("router.server",),
+    ("router.cli", "router.__main__"),
+)
+"""Lowest first: a module may import from its own layer and the ones before it, never after."""
+
+PURE_PACKAGES = ("tls_sni", "keys", "policies", "pools", "cache")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """Every module a source file imports (`TYPE_CHECKING` imports included): `from pkg import name`
+    is `pkg.name` when that is one of `modules`, else `pkg`."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in modules else node.module)
+    return found
+
+
+def router_import_graph() -> dict[str, set[str]]:
+    """router module -> the router modules it imports."""
+    files = {module_name(p): p for p in (ROOT / "router").rglob("*.py")}
+    return {
+        name: {m for m in imported_modules(path, set(files)) if m in files and m not in (name, "router")}
+        for name, path in files.items()
+    }
+
+
+def layer_of(module: str) -> int:
+    for rank, prefixes in enumerate(ROUTER_LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    raise AssertionError(f"{module} is in no layer of ROUTER_LAYERS: add it there and to router/__init__.py")
+
+
+def test_layout_router_imports_go_down_the_layers() -> None:
+    upward = [
+        f"{module} (layer {layer_of(module)}) imports {imported} (layer {layer_of(imported)})"
+        for module, imports in sorted(router_import_graph().items())
+        if module != "router"
+        for imported in sorted(imports)
+        if layer_of(imported) > layer_of(module)
+    ]
+    assert upward == [], "router/__init__.py: a layer imports only the layers below it"
+
+
+def test_layout_router_has_no_import_circles() -> None:
+    graph = router_import_graph()
+    circles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        for imported in sorted(graph[module]):
+            if imported in path:
+                circles.append([*path[path.index(imported) :], imported])
+            elif imported not in done:
+                visit(imported, [*path, imported])
+        done.add(module)
+
+    done: set[str] = set()
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+    assert circles == []
+
+
+def test_layout_pure_packages_never_import_router() -> None:
+    offenders = sorted(
+        f"{module_name(path)} imports {m}"
+        for package in PURE_PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        for m in imported_modules(path, set())
+        if m == "router" or m.startswith("router.")
+    )
+    assert offenders == []
+
+
+def test_layout_import_checks_see_what_they_check() -> None:
+    """The checks above would pass vacuously if the graph were empty: it has the known edges."""
+    graph = router_import_graph()
+    assert "router.core.engine" in graph["router.core.plan"]
+    assert "router.core.answers" in graph["router.core.plan"]  # `from router.core import answers`
+    assert "router.runtime" in graph["router.datapath.acceptor"]  # a TYPE_CHECKING import
+    assert layer_of("router.datapath.fast_path") > layer_of("router.runtime") > layer_of("router.core.live")

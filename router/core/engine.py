@@ -293,12 +293,12 @@ class RoutingEngine:
         decision = self.early(key, now)
         if decision is not None:
             return decision
-        pool, pool_config = self.pool, self.config.pool
+        pool = self.pool
         assert pool is not None, "early() refuses when there is no pool"
-        assert pool_config is not None, "a router with a pool has a pool config"
+        timeout_ms = 0 if self.config.pool is None else self.config.pool.quorum_timeout_ms
         targets = pool.routing_targets()
-        if not targets and pool_config.quorum_timeout_ms > 0 and pool.ready_count() < pool.quorum_size:
-            return QuorumWait(key=key, timeout_s=pool_config.quorum_timeout_ms / 1000)
+        if not targets and timeout_ms > 0 and pool.ready_count() < pool.quorum_size:
+            return QuorumWait(key=key, timeout_s=timeout_ms / 1000)
         return self.select(key, targets, now)
 
     def finish(self, wait: QuorumWait, now: float) -> RouteDecision:

@@ -460,57 +460,99 @@ async def serve_registration(
         RegistrationError: ZooKeeper does not answer in time at start, the node id is registered
             already, or the znode was taken by another registration after a session expiry.
     """
-    znode = f"{zookeeper.path}/{znode_name(member.node_id)}"
-    where = f"zookeeper {zookeeper.connect}"
-    inbox = _Inbox()
     client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
+    registration = _Registration(client, zookeeper, member, connect_timeout_s)
+    inbox = _Inbox()
     client.on_session(inbox.post)
-    registered = False  # whether our znode exists (as far as we know)
-    connected = False
     try:
         client.start()
         with trio.move_on_after(connect_timeout_s):
             while Session.CONNECTED not in await inbox.next_batch():
                 pass
-            connected = True
-        if not connected:
-            raise RegistrationError(f"cannot reach {where} within {connect_timeout_s:g} s")
-        await _create(client, znode, member, where, connect_timeout_s)
-        registered = True
-        log.info("registered node id %r as %s at %s: %s", member.node_id, znode, where, member.describe())
-        task_status.started(znode)
+            registration.connected = True
+        if not registration.connected:
+            raise RegistrationError(f"cannot reach {registration.where} within {connect_timeout_s:g} s")
+        await registration.register()
+        task_status.started(registration.znode)
         while True:
             for item in await inbox.next_batch():
-                if item is Session.SUSPENDED:
-                    connected = False
-                    log.warning(
-                        "lost the connection to %s: %s stays registered while the session lives", where, znode
-                    )
-                elif item is Session.LOST:
-                    connected = registered = False
-                    log.warning(
-                        "session with %s expired: %s is gone; registering again when connected", where, znode
-                    )
-                elif item is Session.CONNECTED:
-                    connected = True
-                    log.info("connected to %s again", where)
-                    if not registered:
-                        await _create(client, znode, member, where, connect_timeout_s)
-                        registered = True
-                        log.info("registered node id %r as %s again", member.node_id, znode)
+                if isinstance(item, Session):
+                    await registration.follow(item)
     finally:
-        # Shielded and bounded: deregister even when cancelled (that is how we are stopped), but
-        # never hang on an unreachable ZooKeeper; closing the session removes the znode too, and
-        # failing that it goes when the session expires.
+        # Shielded: deregister even when cancelled (that is how we are stopped).
         with trio.CancelScope(shield=True):
-            if registered and connected:
-                with trio.move_on_after(CLOSE_TIMEOUT_S):
-                    try:
-                        if await trio.to_thread.run_sync(client.delete_own, znode, abandon_on_cancel=True):
-                            log.info("deregistered node id %r (%s deleted)", member.node_id, znode)
-                    except ZooKeeperError as exc:
-                        log.warning("could not delete %s (%s): it goes when the session ends", znode, exc)
+            await registration.deregister()
             await _close(client)
+
+
+class _Registration:
+    """One member's znode and what is known of it: whether the session is connected and whether
+    the znode exists. `follow` says what a session change means for it."""
+
+    def __init__(
+        self, client: ZooKeeper, zookeeper: ZooKeeperConfig, member: Member, timeout_s: float
+    ) -> None:
+        self.client = client
+        self.member = member
+        self.znode = f"{zookeeper.path}/{znode_name(member.node_id)}"
+        self.where = f"zookeeper {zookeeper.connect}"
+        self.timeout_s = timeout_s
+        self.connected = False
+        self.registered = False
+        """Whether our znode exists (as far as we know)."""
+
+    async def register(self, *, again: bool = False) -> None:
+        """Create the znode (raises RegistrationError, see `serve_registration`)."""
+        await _create(self.client, self.znode, self.member, self.where, self.timeout_s)
+        self.registered = True
+        if again:
+            log.info("registered node id %r as %s again", self.member.node_id, self.znode)
+        else:
+            log.info(
+                "registered node id %r as %s at %s: %s",
+                self.member.node_id,
+                self.znode,
+                self.where,
+                self.member.describe(),
+            )
+
+    async def follow(self, session: Session) -> None:
+        """A session change: the znode outlives a lost connection, not a lost session; a new
+        session creates it again."""
+        match session:
+            case Session.SUSPENDED:
+                self.connected = False
+                log.warning(
+                    "lost the connection to %s: %s stays registered while the session lives",
+                    self.where,
+                    self.znode,
+                )
+            case Session.LOST:
+                self.connected = self.registered = False
+                log.warning(
+                    "session with %s expired: %s is gone; registering again when connected",
+                    self.where,
+                    self.znode,
+                )
+            case Session.CONNECTED:
+                self.connected = True
+                log.info("connected to %s again", self.where)
+                if not self.registered:
+                    await self.register(again=True)
+            case _:
+                assert_never(session)
+
+    async def deregister(self) -> None:
+        """Delete our znode, bounded: never hang on an unreachable ZooKeeper (closing the session
+        removes the znode too, and failing that it goes when the session expires)."""
+        if not (self.registered and self.connected):
+            return
+        with trio.move_on_after(CLOSE_TIMEOUT_S):
+            try:
+                if await trio.to_thread.run_sync(self.client.delete_own, self.znode, abandon_on_cancel=True):
+                    log.info("deregistered node id %r (%s deleted)", self.member.node_id, self.znode)
+            except ZooKeeperError as exc:
+                log.warning("could not delete %s (%s): it goes when the session ends", self.znode, exc)
 
 
 async def _create(client: ZooKeeper, znode: str, member: Member, where: str, timeout_s: float) -> None:

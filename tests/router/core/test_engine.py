@@ -20,7 +20,14 @@ from policies.policy import FirstElementPolicy, Policy, PolicyConfig
 from pools.pool import Pool, PoolConfig, PoolKind
 from pools.target import Connector, Target
 from router.config.settings import ClusterConnectionConfig, Config, DiscoveryGroupConfig, RouterConfig
-from router.core.engine import DecisionReason, RouteDecision, RouteStatus, RoutingEngine, build_pool
+from router.core.engine import (
+    DecisionReason,
+    QuorumWait,
+    RouteDecision,
+    RouteStatus,
+    RoutingEngine,
+    build_pool,
+)
 from tests.policies.test_policy import FakeCounts
 
 if TYPE_CHECKING:
@@ -70,6 +77,7 @@ def make_engine(
     quorum: int = 1,
     round_robin_start: int = 0,
     counts: FakeCounts | None = None,
+    quorum_timeout_ms: int = 0,
 ) -> RoutingEngine:
     """An engine over a pool of `targets` (None: no pool) with `ready` node ids ready (None: all)."""
     config = RouterConfig(
@@ -79,6 +87,12 @@ def make_engine(
         local_target_filter=local_filter,
         cache=CacheConfig(timeout_ms=cache_timeout_ms) if cache_timeout_ms is not None else None,
         policy=PolicyConfig(name=policy, properties=properties) if policy is not None else None,
+        pool=PoolConfig(
+            kind=PoolKind.STATIC,
+            static_connectors=("unused",),
+            quorum_size=quorum,
+            quorum_timeout_ms=quorum_timeout_ms,
+        ),
     )
     pool = None
     if targets is not None:
@@ -450,6 +464,61 @@ class TestSteps7To9:
 
 
 # -- A7: management lookup --
+
+
+class TestBeginAndFinish:
+    """`begin` runs the workflow as far as it goes without waiting; `finish` selects after a wait."""
+
+    def test_begin_below_quorum_with_a_timeout_says_wait(self):
+        recorder = RecordingPolicy()
+        engine = make_engine(quorum=2, ready=["broker3"], quorum_timeout_ms=3000, cache_timeout_ms=0)
+        engine.policy = recorder
+        assert engine.begin(client("k"), 0.0) == QuorumWait(key="k", timeout_s=3.0)
+        assert recorder.calls == []  # no policy call (and no round-robin move) before the wait
+        assert engine.cache is not None
+        assert engine.cache.entries(0.0) == {}
+
+    def test_begin_below_quorum_without_a_timeout_refuses_at_once(self):
+        engine = make_engine(quorum=2, ready=["broker3"], quorum_timeout_ms=0)
+        decision = engine.begin(client("k"), 0.0)
+        assert isinstance(decision, RouteDecision)
+        assert (decision.status, decision.reason) == (
+            RouteStatus.REFUSED_UNAVAILABLE,
+            DecisionReason.NO_READY_TARGET,
+        )
+
+    def test_begin_with_the_quorum_decides(self):
+        engine = make_engine(quorum=2, ready=["broker2", "broker3"], quorum_timeout_ms=3000)
+        decision = engine.begin(client("k"), 0.0)
+        assert isinstance(decision, RouteDecision)
+        assert node(decision) == "broker2"
+
+    def test_begin_steps_before_the_pool_do_not_wait(self):
+        """Scenario: the internal client id, the local filter and a cache hit answer below quorum."""
+        engine = make_engine(quorum=3, ready=["broker1"], quorum_timeout_ms=3000, local_filter="local-.*")
+        internal = engine.begin(client(INTERNAL + "x"), 0.0)
+        assert isinstance(internal, RouteDecision)
+        assert internal.reason is DecisionReason.INTERNAL_CLIENT_ID
+        local = engine.begin(client("local-1"), 0.0)
+        assert isinstance(local, RouteDecision)
+        assert local.reason is DecisionReason.LOCAL_TARGET_FILTER
+
+    def test_finish_selects_after_the_wait(self):
+        engine = make_engine(quorum=2, ready=["broker3"], quorum_timeout_ms=3000, cache_timeout_ms=0)
+        wait = engine.begin(client("k"), 0.0)
+        assert isinstance(wait, QuorumWait)
+        assert engine.pool is not None
+        engine.pool.record_check("broker2", True)
+        decision = engine.finish(wait, 1.0)
+        assert (node(decision), decision.reason) == ("broker2", DecisionReason.POLICY)
+        assert engine.cache is not None
+        assert engine.cache.entries(1.0) == {"k": "broker2"}
+
+    def test_finish_when_the_quorum_never_came_refuses(self):
+        engine = make_engine(quorum=2, ready=["broker3"], quorum_timeout_ms=3000)
+        wait = engine.begin(client("k"), 0.0)
+        assert isinstance(wait, QuorumWait)
+        assert engine.finish(wait, 3.0).status is RouteStatus.REFUSED_UNAVAILABLE
 
 
 class TestLookup:
