@@ -1,9 +1,9 @@
 """Key resolution: from what is known about a connection to the raw routing key (SPEC A1 steps 1-2).
 
-Pure code: no I/O, no clock. The router's I/O layer fills a `ConnectionFacts` from the socket and
-(later) from the protocol sniffers; this module turns the facts into the key string that the rest of
-the workflow uses, applying the router's key filter and the `NULL` rule exactly as Artemis's
-`KeyResolver` does.
+Pure code: no I/O, no clock. The router's data paths fill a `ConnectionFacts` from the socket, a
+PROXY protocol header, the protocol sniffers and the router's own authentication; this module turns
+the facts into the key string that the rest of the workflow uses, applying the router's key filter
+and the `NULL` rule exactly as Artemis's `KeyResolver` does.
 """
 
 from __future__ import annotations

@@ -5,32 +5,50 @@ Packages of the project, by folder (the import direction runs down this list; no
 
 - `tls_sni/`  leaf: TLS ClientHello parsing for SNI. Imports nothing of ours.
 - `keys/`     routing keys: key types, connection facts, key resolution with filter and NULL, the
-              sans-IO protocol sniffers and PROXY protocol parser, the user store.
+              sans-IO protocol sniffers (the wire protocol enum), the PROXY protocol parser, the
+              user store.
 - `policies/` pure policies picking a target for a key (the five Artemis policies).
-- `pools/`    connectors, targets, discovery members, pool configuration, readiness and quorum state.
+- `pools/`    connectors, targets (HA pairs), discovery members, pool configuration, readiness and
+              quorum state.
 - `cache/`    the sticky key -> node id cache with expire-after-access.
 - `router/`   the router itself, in layers (below).
 
-Layers of `router/`, lowest first; a layer imports only the layers above it in this list:
+Layers of `router/`, lowest first; a module imports only its own layer and the layers above it in
+this list (tests/test_layout.py checks it, and that there are no import circles):
 
-- `config/`     the `broker.xml` loader (`loader`), the dataclasses it builds (`settings`), pool
-                passwords (`passwords`) and the shipped XSD (`schema/`).
-- `core/`       pure decisions and bookkeeping, no trio, no socket, no clock (times are
-                arguments): the SPEC A1 workflow (`engine`), what the router says itself
-                (`answers`), its own authentication (`auth`), the opening buffer (`opening`), the
-                connection-TTL rule (`ttl`) and the registry of live connections (`live`).
-- `runtime`     one router at run time: engine and pool under one lock, the quorum wait, counts,
-                and the log lines and metrics of what happens to connections; `metrics` holds
-                the Prometheus families.
-- `datapath/`   the two data paths that carry connections out: `trio_path` (one trio task per
-                connection) and `fast_path` (an epoll thread), with their I/O helpers (`reading`,
-                `net`, `tls`).
-- `services/`   what runs beside the data paths: health probes (`health`, `probes`), ZooKeeper
-                discovery (`discovery`), the admin API (`admin`), connection-TTL checks
-                (`ttl_checks`). They may use the data paths' I/O helpers.
-- `server`      the process: listeners, the nursery tree, shutdown; `cli` the entry points
-                (`routerd`, `routerctl`).
+1. `config/`    the `broker.xml` loader (`loader`), the wording of value rules (`values`), the
+                acceptor URL parameters (`acceptor_params`), the dataclasses it builds (`settings`),
+                pool passwords (`passwords`) and the shipped XSD (`schema/`).
+2. `core/`      pure decisions and bookkeeping: no trio, no socket (ruff bans them), no clock (times
+                are arguments), no logging.
+                  `engine`       the SPEC A1 routing workflow; says when to wait for the quorum
+                  `plan`         opening + decision -> Refuse | Redirect | Proxy | HandOver; which
+                                 acceptors must read openings and which the fast path may serve
+                  `answers`      the bytes the router says itself, per protocol (SPEC A6)
+                  `auth`         the router's own authentication
+                  `opening`      the opening buffer (byte cap, server-first replies, replay)
+                  `ttl`          which connection TTL a connection gets
+                  `live`         the registry of proxied connections on both paths (counts, closers)
+                  `events`       the one report of what happens to connections and pools
+                  `status`       the snapshot the admin API shows
+                  `address`      (host, port) of peers and members
+                  `discovery_session`  ZooKeeper discovery's session as a state table
+3. `metrics`, `reports`: the Prometheus families, and the subscribers that turn events into log
+                lines and metric updates (one more consumer is one more subscriber).
+4. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in
+                its own methods; the quorum wait; pool changes and what they close; event dispatch.
+5. `datapath/`  the two data paths, which carry out the plan with the same phases (accept, open,
+                decide, plan, answer | connect, replay, relay, closed): `trio_path` (one task per
+                connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
+                connections share), `reading`, `relay`, `net` and `tls`.
+6. `services/`  beside the data paths: health probes (`health`, `probes`), ZooKeeper discovery
+                (`discovery`), the admin API (`admin`), connection-TTL checks (`ttl_checks`). They
+                may use the data paths' I/O helpers (`net`, `reading`).
+7. `server`     the process: listeners, the nursery tree, shutdown.
+8. `cli`        the entry points `routerd` and `routerctl` (and `__main__`).
 
-`policies`, `pools`, `cache`, `keys` and `router/core` never read a clock or touch the network:
-they take facts and `now` and return decisions or new state.
+Where a rule lives: what a decision becomes on the wire is `core/plan.py`; which broker a key goes
+to is `core/engine.py` with `policies/`; when a target is ready is `pools/pool.py`, probed by
+`services/health.py`; what is logged and counted for a connection is `reports.py`; configuration
+defaults are the dataclasses' (`config/settings.py`, `pools/`, `cache/`, `policies/`).
 """

@@ -71,7 +71,7 @@ class AcceptorMode(enum.Enum):
     PROXY = "proxy"
     """Connect to the target and relay the bytes both ways."""
     REDIRECT = "redirect"
-    """Tell the client where to go, natively, and close (protocol support arrives later)."""
+    """Tell the client where to go, natively, and close (SPEC A6; closing is the answer for TLS)."""
     AUTO = "auto"
     """Redirect clients that can follow a redirect, proxy the others."""
 
