@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, assert_never
 
 from pools import PoolEvent, PoolEventKind
@@ -34,7 +35,7 @@ from router.core.events import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Iterable
+    from collections.abc import Iterable
 
     from prometheus_client import Counter, Gauge
 
@@ -50,26 +51,23 @@ pool_log = logging.getLogger("router.pool")
 
 _WARN_REASONS = frozenset({DecisionReason.ROUTING_TIMED_OUT, DecisionReason.NO_LOCAL_CONNECTOR})
 """Refusals an operator should look at (the others are the pool doing its job)."""
-_WARN_CLOSES = frozenset({CloseReason.REPLAY_FAILED, CloseReason.INTERNAL_ERROR})
+_WARN_CLOSES = frozenset({CloseReason.REPLAY_FAILED.value, CloseReason.INTERNAL_ERROR.value})
+"""By value: looking an Enum up in a set calls its Python-level hash, on every close."""
 
 
 def log_event(event: Event) -> None:
     """Write the log line of an event (none for Accepted, proxied decisions and lookups)."""
-    match event:
+    match event:  # the events of every connection first: each case is an isinstance check
         case Accepted() | LookedUp():
             pass
-        case OpeningFailed():
-            _log_opening_failed(event)
-        case NotAuthorized(conn=conn, reason=reason):
-            conn_log.warning(
-                "peer=%s acceptor=%s router=%s outcome=NOT_AUTHORIZED reason=%s",
-                conn.peer,
-                conn.acceptor,
-                conn.router,
-                reason,
-            )
         case Decided():
-            _log_decided(event)
+            if event.mode is not Mode.PROXY:  # a proxied one: its Connected or ConnectFailed line follows
+                _log_decided(event)
+        case Closed():
+            if conn_log.isEnabledFor(
+                logging.WARNING if event.reason._value_ in _WARN_CLOSES else logging.INFO
+            ):
+                _log_closed(event)
         case Connected(conn=conn):
             if conn_log.isEnabledFor(logging.INFO):
                 conn_log.info(
@@ -88,8 +86,16 @@ def log_event(event: Event) -> None:
                 event.node_id,
                 event.reason,
             )
-        case Closed():
-            _log_closed(event)
+        case OpeningFailed():
+            _log_opening_failed(event)
+        case NotAuthorized(conn=conn, reason=reason):
+            conn_log.warning(
+                "peer=%s acceptor=%s router=%s outcome=NOT_AUTHORIZED reason=%s",
+                conn.peer,
+                conn.acceptor,
+                conn.router,
+                reason,
+            )
         case ConnectionsClosed():
             _log_connections_closed(event)
         case PoolEvent():
@@ -160,9 +166,7 @@ def _log_decided(event: Decided) -> None:
 
 
 def _log_closed(event: Closed) -> None:
-    level = logging.WARNING if event.reason in _WARN_CLOSES else logging.INFO
-    if not conn_log.isEnabledFor(level):
-        return
+    level = logging.WARNING if event.reason._value_ in _WARN_CLOSES else logging.INFO
     conn = event.conn
     conn_log.log(
         level,
@@ -215,19 +219,31 @@ def _log_pool_event(event: PoolEvent) -> None:
             assert_never(event.kind)
 
 
+@dataclass(frozen=True, slots=True)
+class _Relayed:
+    """The metric children a connection proxied to one target updates, looked up once."""
+
+    active: Gauge
+    to_target: Counter
+    to_client: Counter
+
+
 class MetricUpdates:
     """Keeps the metric families (`router/metrics.py`) up to date with events.
 
     Metric children are looked up once per label set (a `labels()` call costs microseconds) and
-    created on first use, so /metrics shows only what happened.
+    created on first use, so /metrics shows only what happened. The events of every connection
+    come first in `__call__`'s match (each case is an isinstance check).
     """
 
-    __slots__ = ("_counters", "_gauges", "metrics")
+    __slots__ = ("_children", "_relayed", "metrics")
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._counters: dict[Hashable, Counter] = {}
-        self._gauges: dict[Hashable, Gauge] = {}
+        self._children: dict[tuple[Counter, str, str], Counter] = {}
+        """(family, label, label) -> counter child."""
+        self._relayed: dict[tuple[str, str], _Relayed] = {}
+        """(router, node id) -> the children of its proxied connections."""
 
     def router_started(self, router: str, node_ids: Iterable[str] | None) -> None:
         """Export a router's pool as not active with no target ready yet (None: it has no pool)."""
@@ -237,19 +253,23 @@ class MetricUpdates:
         for node_id in node_ids:
             self.metrics.target_ready.labels(router, node_id).set(0)
 
-    def _counter(self, family: Counter, *labels: str) -> Counter:
-        key = (id(family), *labels)
-        child = self._counters.get(key)
+    def _counter(self, family: Counter, first: str, second: str = "") -> Counter:
+        key = (family, first, second)
+        child = self._children.get(key)
         if child is None:
-            child = self._counters[key] = family.labels(*labels)
+            child = self._children[key] = family.labels(first, second) if second else family.labels(first)
         return child
 
-    def _gauge(self, family: Gauge, *labels: str) -> Gauge:
-        key = (id(family), *labels)
-        child = self._gauges.get(key)
-        if child is None:
-            child = self._gauges[key] = family.labels(*labels)
-        return child
+    def _relay(self, router: str, node_id: str) -> _Relayed:
+        children = self._relayed.get((router, node_id))
+        if children is None:
+            m = self.metrics
+            children = self._relayed[(router, node_id)] = _Relayed(
+                active=m.active_connections.labels(router, node_id),
+                to_target=m.proxied_bytes.labels(router, "client_to_target"),
+                to_client=m.proxied_bytes.labels(router, "target_to_client"),
+            )
+        return children
 
     def __call__(self, event: Event) -> None:
         """Update the metrics of one event."""
@@ -257,23 +277,26 @@ class MetricUpdates:
         match event:
             case Accepted(conn=conn):
                 self._counter(m.connections_accepted, conn.acceptor, conn.router).inc()
-            case OpeningFailed(conn=conn, failure=failure):
-                reason = event.protocol if failure is OpeningFailure.REJECTED else failure.value
-                self._counter(m.client_errors, conn.acceptor, reason).inc()
-            case NotAuthorized(conn=conn):
-                self._counter(m.auth_failures, conn.acceptor).inc()
             case Decided(conn=conn, status=status):
-                self._counter(m.decisions, conn.router, status.value).inc()
-            case Connected(conn=conn, node_id=node_id):
-                self._gauge(m.active_connections, conn.router, node_id).inc()
-            case ConnectFailed(conn=conn, node_id=node_id):
-                self._counter(m.connect_failures, conn.router, node_id).inc()
+                self._counter(m.decisions, conn.router, status._value_).inc()  # not the .value property
             case Closed(conn=conn, node_id=node_id, reason=reason):
-                self._gauge(m.active_connections, conn.router, node_id).dec()
-                self._counter(m.proxied_bytes, conn.router, "client_to_target").inc(event.bytes_in)
-                self._counter(m.proxied_bytes, conn.router, "target_to_client").inc(event.bytes_out)
+                relayed = self._relay(conn.router, node_id)
+                relayed.active.dec()
+                if event.bytes_in:
+                    relayed.to_target.inc(event.bytes_in)
+                if event.bytes_out:
+                    relayed.to_client.inc(event.bytes_out)
                 if reason.by_router:
                     self._counter(m.router_closes, conn.router, reason.value).inc()
+            case Connected(conn=conn, node_id=node_id):
+                self._relay(conn.router, node_id).active.inc()
+            case ConnectFailed(conn=conn, node_id=node_id):
+                self._counter(m.connect_failures, conn.router, node_id).inc()
+            case OpeningFailed(conn=conn, failure=failure):
+                label = event.protocol if failure is OpeningFailure.REJECTED else failure.value
+                self._counter(m.client_errors, conn.acceptor, label).inc()
+            case NotAuthorized(conn=conn):
+                self._counter(m.auth_failures, conn.acceptor).inc()
             case LookedUp(router=router, status=status):
                 self._counter(m.lookups, router, status.value).inc()
             case ConnectionsClosed():
@@ -292,8 +315,7 @@ class MetricUpdates:
                 m.target_ready.labels(router, node_id).set(0)
             case PoolEventKind.TARGET_REMOVED:
                 # Not router_proxied_connections: connections to a target that left stay open.
-                self._gauges.pop((id(m.target_ready), router, node_id), None)
-                self._counters.pop((id(m.connect_failures), router, node_id), None)
+                self._children.pop((m.connect_failures, router, node_id), None)
                 for family in (m.target_ready, m.connect_failures):
                     with contextlib.suppress(KeyError):  # never had that child
                         family.remove(router, node_id)

@@ -6,9 +6,10 @@ Pure. It stays a pair until a log line formats it (`str`): IPv6 hosts in bracket
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
-__all__ = ["Address"]
+__all__ = ["Address", "endpoint"]
 
 
 class Address(NamedTuple):
@@ -34,3 +35,10 @@ class Address(NamedTuple):
         if len(sockname) < 2 or not isinstance(sockname[0], str) or not isinstance(sockname[1], int):
             raise TypeError(f"not an internet socket name: {sockname!r}")
         return cls(sockname[0], sockname[1])
+
+
+@functools.lru_cache(maxsize=4096)
+def endpoint(host: str, port: int) -> Address:
+    """The one `Address` of a member (host, port), shared by every connection to it (the cache is
+    bounded: a fleet has far fewer members)."""
+    return Address(host, port)

@@ -28,6 +28,7 @@ from keys import NULL_KEY, is_internal_client_id, resolve_key
 from policies import make_policy
 from pools import Pool, PoolKind, Target
 from router.config.settings import compile_filter
+from router.core.records import quick_init
 
 if TYPE_CHECKING:
     import re
@@ -75,6 +76,7 @@ class DecisionReason(enum.Enum):
     """An OK decision for a local target that cannot be reached (the plan's rule)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QuorumWait:
     """Step 7 must wait: the pool has fewer ready targets than its quorum and the router allows a
@@ -86,6 +88,7 @@ class QuorumWait:
     """`quorum-timeout` in seconds (> 0)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RouteDecision:
     """What the engine decided for one key."""

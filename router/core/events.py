@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
+from router.core.records import quick_init
+
 if TYPE_CHECKING:
     from keys import WireProtocol
     from pools import PoolEvent
@@ -75,12 +77,10 @@ class CloseReason(enum.Enum):
     def by_router(self) -> bool:
         """Whether the router ended the connection by its own decision (counted in
         `router_proxied_connections_closed_total`)."""
-        return self in _BY_ROUTER
+        return self._value_ in _BY_ROUTER  # by value: an Enum's hash is a Python function
 
 
-_BY_ROUTER = frozenset(
-    {CloseReason.CONNECTION_TTL, CloseReason.TARGET_NOT_READY, CloseReason.FAILOVER, CloseReason.SHUTDOWN}
-)
+_BY_ROUTER = frozenset({"connection_ttl", "target_not_ready", "failover", "shutdown"})
 
 
 class OpeningFailure(enum.Enum):
@@ -102,6 +102,7 @@ class Mode(enum.Enum):
     REFUSE = "refuse"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionRef:
     """Which connection an event is about."""
@@ -114,6 +115,7 @@ class ConnectionRef:
     """The TCP peer (the load balancer, behind a PROXY protocol header)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Accepted:
     """A client connection was accepted."""
@@ -121,6 +123,7 @@ class Accepted:
     conn: ConnectionRef
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpeningFailed:
     """The client was closed during its opening."""
@@ -146,6 +149,7 @@ class NotAuthorized:
     """Why; never a password."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decided:
     """The routing decision of a connection and what the router does with it."""
@@ -165,6 +169,7 @@ class Decided:
     """The client's protocol, when its opening was read."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Connected:
     """The connection to the target is open; relaying starts."""
@@ -176,6 +181,7 @@ class Connected:
     """The member connected to (one member of an HA pair)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectFailed:
     """The connection to the chosen target could not be opened; the client was closed."""
@@ -188,6 +194,7 @@ class ConnectFailed:
     """The system's reason (`Connection refused`, `timed out`)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Closed:
     """A proxied connection (one that was `Connected`) ended."""

@@ -85,7 +85,7 @@ class LiveConnection:
         self._closer = closer
         self.ttl_ms = ttl_ms
         """The TTL in force on the acceptor, before the MQTT keep-alive exemption."""
-        self.ttl_s = connection_ttl_s(ttl_ms, sniffed)
+        self.ttl_s = connection_ttl_s(ttl_ms, sniffed) if ttl_ms > 0 else math.inf
         """This connection's TTL; `math.inf` when it has none."""
         self.last_read_at = now
         """Time of the latest bytes from the client (the relay stamps it on each read)."""
@@ -142,7 +142,10 @@ class LiveConnections:
 
     def add(self, conn: LiveConnection) -> None:
         """Register a connection for its lifetime (`discard` it when it ends)."""
-        self._by_node.setdefault(conn.node_id, {})[conn] = None
+        conns = self._by_node.get(conn.node_id)
+        if conns is None:
+            conns = self._by_node[conn.node_id] = {}
+        conns[conn] = None
         if conn.ttl_s != math.inf:
             self._with_ttl[conn] = None
 

@@ -32,6 +32,7 @@ from router.config.settings import AcceptorMode
 from router.core import answers
 from router.core.engine import DecisionReason, QuorumWait, RouteStatus
 from router.core.events import Decided, Mode
+from router.core.records import quick_init
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -60,6 +61,7 @@ __all__ = [
 ]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Opening:
     """What the opening phase learnt about a connection (either data path)."""
@@ -77,6 +79,7 @@ class Opening:
     """What the router already answered itself (server-first openings: AMQP SASL, OpenWire)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Refuse:
     """Tell the client no, in its protocol where SPEC A6 says how, and close."""
@@ -91,6 +94,7 @@ class Refuse:
     just close."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Redirect:
     """Tell the client where to go, natively, and close."""
@@ -105,6 +109,7 @@ class Redirect:
     """Everything to send before closing; b"" when the protocol cannot say it (TLS)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Proxy:
     """Connect to the target, replay, then relay both ways."""
@@ -140,6 +145,7 @@ class HandOverReason(enum.Enum):
     """Resolving it would block the fast path's thread."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HandOver:
     """The fast path cannot carry this out without waiting: the trio side continues."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -241,11 +242,11 @@ def _client_exchange(address: tuple[str, int], send: bytes, *, half_close: bool 
         if half_close:
             sock.shutdown(socket.SHUT_WR)
         data = bytearray()
-        try:
+        # A close with our bytes unread is a reset, one before they arrived a clean end: when the
+        # router closes at once (a failed connect), which one the client sees is the kernel's timing.
+        with contextlib.suppress(ConnectionResetError):
             while chunk := sock.recv(65536):
                 data += chunk
-        except ConnectionResetError:  # closed with our bytes unread
-            data += b"<reset>"
         return bytes(data)
 
 
@@ -389,7 +390,7 @@ async def test_both_data_paths_give_the_same_log_lines_and_metrics(
             ],
         ),
         "connect-failed": (
-            b"<reset>",
+            b"",
             [
                 f"WARNING {dead}",
                 *ready,

@@ -1,0 +1,72 @@
+"""router/core/records.py: quick_init builds what the dataclass's own __init__ builds."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from router.core.records import quick_init
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Plain:
+    a: int
+    b: str = "b"
+    c: tuple[int, ...] = dataclasses.field(default_factory=lambda: (1, 2))
+
+    def __post_init__(self) -> None:
+        if self.a < 0:
+            raise ValueError(f"a must be >= 0, got {self.a!r}")
+
+
+@quick_init
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Quick:
+    a: int
+    b: str = "b"
+    c: tuple[int, ...] = dataclasses.field(default_factory=lambda: (1, 2))
+
+    def __post_init__(self) -> None:
+        if self.a < 0:
+            raise ValueError(f"a must be >= 0, got {self.a!r}")
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"a": 1}, {"a": 2, "b": "x"}, {"a": 3, "c": (4,)}, {"a": 0, "b": "", "c": ()}]
+)
+def test_quick_init_sets_what_the_dataclass_sets(kwargs: dict[str, object]) -> None:
+    plain, quick = Plain(**kwargs), Quick(**kwargs)  # type: ignore[arg-type]
+    assert (quick.a, quick.b, quick.c) == (plain.a, plain.b, plain.c)
+    assert repr(quick) == repr(plain).replace("Plain", "Quick")
+    assert quick == Quick(**kwargs)  # type: ignore[arg-type]
+    assert hash(quick) == hash(Quick(**kwargs))  # type: ignore[arg-type]
+
+
+def test_quick_init_keeps_validation_frozenness_and_keyword_only() -> None:
+    with pytest.raises(ValueError, match="a must be >= 0, got -1"):
+        Quick(a=-1)
+    quick = Quick(a=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        quick.a = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Quick(1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Quick()  # type: ignore[call-arg]
+    assert Quick.__init__.__qualname__ == "Quick.__init__"
+
+
+def test_quick_init_refuses_what_it_does_not_reproduce() -> None:
+    @dataclasses.dataclass(slots=True, kw_only=True)
+    class Mutable:
+        a: int
+
+    with pytest.raises(TypeError, match="wants a frozen dataclass, got Mutable"):
+        quick_init(Mutable)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Positional:
+        a: int
+
+    with pytest.raises(TypeError, match=r"Positional\.a must be keyword-only"):
+        quick_init(Positional)
