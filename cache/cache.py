@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CacheConfig", "CacheEntry", "TargetCache"]
+__all__ = ["CacheConfig", "TargetCache"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,58 +27,54 @@ class CacheConfig:
             raise ValueError(f"timeout must be >= 0, got {self.timeout_ms!r}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CacheEntry:
-    """One cached decision."""
-
-    node_id: str
-    """The target chosen for the key."""
-    last_access: float
-    """When the entry was last read or written, in the caller's clock."""
-
-
 class TargetCache:
     """key -> node id with expire-after-access (mutable state, clock passed in)."""
 
-    __slots__ = ("_entries", "config")
+    __slots__ = ("_last_access", "_node_ids", "config")
 
     def __init__(self, config: CacheConfig) -> None:
         self.config = config
-        self._entries: dict[str, CacheEntry] = {}
+        self._node_ids: dict[str, str] = {}
+        """key -> the node id chosen for it."""
+        self._last_access: dict[str, float] = {}
+        """key -> when its entry was last read or written, in the caller's clock (apart from the
+        node ids: a read that refreshes an entry is one float store, no new object)."""
 
-    def _expired(self, entry: CacheEntry, now: float) -> bool:
+    def _expired(self, key: str, now: float) -> bool:
         timeout = self.config.timeout_ms
-        return timeout > 0 and now - entry.last_access >= timeout / 1000
+        return timeout > 0 and now - self._last_access[key] >= timeout / 1000
 
     def get(self, key: str, now: float) -> str | None:
         """The node id cached for a key, refreshing its expiry; None when absent or expired."""
-        entry = self._entries.get(key)
-        if entry is None:
+        node_id = self._node_ids.get(key)
+        if node_id is None:
             return None
-        if self._expired(entry, now):
-            del self._entries[key]
+        if self._expired(key, now):
+            self.evict(key)
             return None
-        self._entries[key] = CacheEntry(node_id=entry.node_id, last_access=now)
-        return entry.node_id
+        self._last_access[key] = now
+        return node_id
 
     def put(self, key: str, node_id: str, now: float) -> None:
         """Cache (or overwrite) the node id for a key."""
-        self._entries[key] = CacheEntry(node_id=node_id, last_access=now)
+        self._node_ids[key] = node_id
+        self._last_access[key] = now
 
     def evict(self, key: str) -> bool:
         """Remove one entry; whether it was there."""
-        return self._entries.pop(key, None) is not None
+        self._last_access.pop(key, None)
+        return self._node_ids.pop(key, None) is not None
 
     def purge_expired(self, now: float) -> int:
         """Drop every expired entry (memory hygiene); how many were dropped."""
-        expired = [k for k, e in self._entries.items() if self._expired(e, now)]
+        expired = [key for key in self._node_ids if self._expired(key, now)]
         for key in expired:
-            del self._entries[key]
+            self.evict(key)
         return len(expired)
 
     def entries(self, now: float) -> dict[str, str]:
         """A snapshot of the live entries (no refresh), key -> node id."""
-        return {k: e.node_id for k, e in self._entries.items() if not self._expired(e, now)}
+        return {key: node_id for key, node_id in self._node_ids.items() if not self._expired(key, now)}
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._node_ids)

@@ -9,6 +9,7 @@ and the `NULL` rule exactly as Artemis's `KeyResolver` does.
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass, field
@@ -61,15 +62,27 @@ class ConnectionFacts:
 
     def __post_init__(self) -> None:
         if self.source_ip is not None:
-            # Normalise "[::1]" and "::ffff:127.0.0.1"-style spellings so equal peers give equal keys.
-            text = self.source_ip
-            if _CANONICAL_IPV4.fullmatch(text) is not None:
-                return  # already what str(ip_address(text)) gives (the common case: skip the parse)
-            text = text.strip("[]")
-            address = ipaddress.ip_address(text)
-            if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-                address = address.ipv4_mapped
-            object.__setattr__(self, "source_ip", str(address))
+            canonical = _canonical_ip(self.source_ip)
+            if canonical is not self.source_ip:
+                object.__setattr__(self, "source_ip", canonical)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_ip(text: str) -> str:
+    """An IP address as `ipaddress` prints it, so equal peers give equal keys: "[::1]" is "::1",
+    "::ffff:127.0.0.1" is "127.0.0.1". Remembers the last 4,096 addresses (a connection's source
+    address is looked at on every connection; most come back).
+
+    Raises:
+        ValueError: `text` is not an IP address.
+    """
+    if _CANONICAL_IPV4.fullmatch(text) is not None:
+        return text  # already what str(ip_address(text)) gives (the common case: skip the parse)
+    address = ipaddress.ip_address(text.strip("[]"))
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    canonical = str(address)
+    return text if canonical == text else canonical
 
 
 _OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"

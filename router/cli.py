@@ -16,6 +16,7 @@ line on stderr and a non-zero exit status, never a traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -134,6 +135,10 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
             f"{config.source}: no <acceptor> names a router (URL parameter router=NAME)",
             EXIT_USAGE,
         )
+    # What exists now (modules, the configuration) lives as long as the process: keep it out of
+    # the garbage collector's full passes, which otherwise walk all of it again and again while
+    # connections come and go (measured: ~12k instructions less per short fast-path connection).
+    gc.freeze()
     try:
         trio.run(_run_routerd, config, args)
     except (OSError, StartupError, BaseExceptionGroup) as exc:

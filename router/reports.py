@@ -12,10 +12,8 @@ printed as received for now.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Any, Final, assert_never
 
 from pools import PoolEvent, PoolEventKind
 from router.core.engine import DecisionReason
@@ -35,9 +33,7 @@ from router.core.events import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from prometheus_client import Counter, Gauge
+    from collections.abc import Callable, Iterable, Mapping
 
     from router.core.events import Event
     from router.metrics import Metrics
@@ -57,51 +53,45 @@ _WARN_CLOSES = frozenset({CloseReason.REPLAY_FAILED.value, CloseReason.INTERNAL_
 
 def log_event(event: Event) -> None:
     """Write the log line of an event (none for Accepted, proxied decisions and lookups)."""
-    match event:  # the events of every connection first: each case is an isinstance check
-        case Accepted() | LookedUp():
-            pass
-        case Decided():
-            if event.mode is not Mode.PROXY:  # a proxied one: its Connected or ConnectFailed line follows
-                _log_decided(event)
-        case Closed():
-            if conn_log.isEnabledFor(
-                logging.WARNING if event.reason._value_ in _WARN_CLOSES else logging.INFO
-            ):
-                _log_closed(event)
-        case Connected(conn=conn):
-            if conn_log.isEnabledFor(logging.INFO):
-                conn_log.info(
-                    "peer=%s router=%s key=%s target=%s outcome=OK",
-                    conn.peer,
-                    conn.router,
-                    event.key,
-                    event.node_id,
-                )
-        case ConnectFailed(conn=conn):
-            conn_log.warning(
-                "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
-                conn.peer,
-                conn.router,
-                event.key,
-                event.node_id,
-                event.reason,
-            )
-        case OpeningFailed():
-            _log_opening_failed(event)
-        case NotAuthorized(conn=conn, reason=reason):
-            conn_log.warning(
-                "peer=%s acceptor=%s router=%s outcome=NOT_AUTHORIZED reason=%s",
-                conn.peer,
-                conn.acceptor,
-                conn.router,
-                reason,
-            )
-        case ConnectionsClosed():
-            _log_connections_closed(event)
-        case PoolEvent():
-            _log_pool_event(event)
-        case _:
-            assert_never(event)
+    write = _LOG_LINES.get(type(event))
+    if write is not None:
+        write(event)
+
+
+def _log_decided_unless_proxied(event: Decided) -> None:
+    if event.mode is not Mode.PROXY:  # a proxied one: its Connected or ConnectFailed line follows
+        _log_decided(event)
+
+
+def _log_connected(event: Connected) -> None:
+    if conn_log.isEnabledFor(logging.INFO):
+        conn = event.conn
+        conn_log.info(
+            "peer=%s router=%s key=%s target=%s outcome=OK", conn.peer, conn.router, event.key, event.node_id
+        )
+
+
+def _log_connect_failed(event: ConnectFailed) -> None:
+    conn = event.conn
+    conn_log.warning(
+        "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
+        conn.peer,
+        conn.router,
+        event.key,
+        event.node_id,
+        event.reason,
+    )
+
+
+def _log_not_authorized(event: NotAuthorized) -> None:
+    conn = event.conn
+    conn_log.warning(
+        "peer=%s acceptor=%s router=%s outcome=NOT_AUTHORIZED reason=%s",
+        conn.peer,
+        conn.acceptor,
+        conn.router,
+        event.reason,
+    )
 
 
 def _log_opening_failed(event: OpeningFailed) -> None:
@@ -167,6 +157,8 @@ def _log_decided(event: Decided) -> None:
 
 def _log_closed(event: Closed) -> None:
     level = logging.WARNING if event.reason._value_ in _WARN_CLOSES else logging.INFO
+    if not conn_log.isEnabledFor(level):
+        return
     conn = event.conn
     conn_log.log(
         level,
@@ -219,110 +211,111 @@ def _log_pool_event(event: PoolEvent) -> None:
             assert_never(event.kind)
 
 
-@dataclass(frozen=True, slots=True)
-class _Relayed:
-    """The metric children a connection proxied to one target updates, looked up once."""
-
-    active: Gauge
-    to_target: Counter
-    to_client: Counter
+_LOG_LINES: Final[Mapping[type[Event], Callable[[Any], None]]] = {
+    Decided: _log_decided_unless_proxied,
+    Closed: _log_closed,
+    Connected: _log_connected,
+    ConnectFailed: _log_connect_failed,
+    OpeningFailed: _log_opening_failed,
+    NotAuthorized: _log_not_authorized,
+    ConnectionsClosed: _log_connections_closed,
+    PoolEvent: _log_pool_event,
+}
+"""The line of each event type, looked up by the event's type (one dict lookup instead of a match
+that tries each class in turn); Accepted and LookedUp have none."""
+SILENT_EVENTS: Final = frozenset({Accepted, LookedUp})
+"""The event types without a log line (a test checks every event type is one or the other)."""
 
 
 class MetricUpdates:
     """Keeps the metric families (`router/metrics.py`) up to date with events.
 
-    Metric children are looked up once per label set (a `labels()` call costs microseconds) and
-    created on first use, so /metrics shows only what happened. The events of every connection
-    come first in `__call__`'s match (each case is an isinstance check).
+    A label set appears in /metrics from its first update on, so /metrics shows only what happened.
     """
 
-    __slots__ = ("_children", "_relayed", "metrics")
+    __slots__ = ("_updates", "metrics")
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._children: dict[tuple[Counter, str, str], Counter] = {}
-        """(family, label, label) -> counter child."""
-        self._relayed: dict[tuple[str, str], _Relayed] = {}
-        """(router, node id) -> the children of its proxied connections."""
+        self._updates: Mapping[type[Event], Callable[[Any], None]] = {
+            Accepted: self._accepted,
+            Decided: self._decided,
+            Connected: self._connected,
+            Closed: self._closed,
+            ConnectFailed: self._connect_failed,
+            OpeningFailed: self._opening_failed,
+            NotAuthorized: self._not_authorized,
+            LookedUp: self._looked_up,
+            ConnectionsClosed: self._connections_closed,
+            PoolEvent: self._pool_event,
+        }
+        """The update of each event type, looked up by the event's type (a test checks that every
+        event type has one)."""
 
     def router_started(self, router: str, node_ids: Iterable[str] | None) -> None:
         """Export a router's pool as not active with no target ready yet (None: it has no pool)."""
         if node_ids is None:
             return
-        self.metrics.pool_active.labels(router).set(0)
+        self.metrics.pool_active.set((router,), 0)
         for node_id in node_ids:
-            self.metrics.target_ready.labels(router, node_id).set(0)
-
-    def _counter(self, family: Counter, first: str, second: str = "") -> Counter:
-        key = (family, first, second)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = family.labels(first, second) if second else family.labels(first)
-        return child
-
-    def _relay(self, router: str, node_id: str) -> _Relayed:
-        children = self._relayed.get((router, node_id))
-        if children is None:
-            m = self.metrics
-            children = self._relayed[(router, node_id)] = _Relayed(
-                active=m.active_connections.labels(router, node_id),
-                to_target=m.proxied_bytes.labels(router, "client_to_target"),
-                to_client=m.proxied_bytes.labels(router, "target_to_client"),
-            )
-        return children
+            self.metrics.target_ready.set((router, node_id), 0)
 
     def __call__(self, event: Event) -> None:
         """Update the metrics of one event."""
-        m = self.metrics
-        match event:
-            case Accepted(conn=conn):
-                self._counter(m.connections_accepted, conn.acceptor, conn.router).inc()
-            case Decided(conn=conn, status=status):
-                self._counter(m.decisions, conn.router, status._value_).inc()  # not the .value property
-            case Closed(conn=conn, node_id=node_id, reason=reason):
-                relayed = self._relay(conn.router, node_id)
-                relayed.active.dec()
-                if event.bytes_in:
-                    relayed.to_target.inc(event.bytes_in)
-                if event.bytes_out:
-                    relayed.to_client.inc(event.bytes_out)
-                if reason.by_router:
-                    self._counter(m.router_closes, conn.router, reason.value).inc()
-            case Connected(conn=conn, node_id=node_id):
-                self._relay(conn.router, node_id).active.inc()
-            case ConnectFailed(conn=conn, node_id=node_id):
-                self._counter(m.connect_failures, conn.router, node_id).inc()
-            case OpeningFailed(conn=conn, failure=failure):
-                label = event.protocol if failure is OpeningFailure.REJECTED else failure.value
-                self._counter(m.client_errors, conn.acceptor, label).inc()
-            case NotAuthorized(conn=conn):
-                self._counter(m.auth_failures, conn.acceptor).inc()
-            case LookedUp(router=router, status=status):
-                self._counter(m.lookups, router, status.value).inc()
-            case ConnectionsClosed():
-                pass  # each connection's own Closed counts it
-            case PoolEvent():
-                self._pool_event(event)
-            case _:
-                assert_never(event)
+        self._updates[type(event)](event)
+
+    def _accepted(self, event: Accepted) -> None:
+        conn = event.conn
+        self.metrics.connections_accepted.inc((conn.acceptor, conn.router))
+
+    def _decided(self, event: Decided) -> None:
+        self.metrics.decisions.inc((event.conn.router, event.status._value_))  # not the .value property
+
+    def _connected(self, event: Connected) -> None:
+        self.metrics.active_connections.inc((event.conn.router, event.node_id))
+
+    def _closed(self, event: Closed) -> None:
+        m, router = self.metrics, event.conn.router
+        m.active_connections.inc((router, event.node_id), -1)
+        if event.bytes_in:
+            m.proxied_bytes.inc((router, "client_to_target"), event.bytes_in)
+        if event.bytes_out:
+            m.proxied_bytes.inc((router, "target_to_client"), event.bytes_out)
+        if event.reason.by_router:
+            m.router_closes.inc((router, event.reason.value))
+
+    def _connect_failed(self, event: ConnectFailed) -> None:
+        self.metrics.connect_failures.inc((event.conn.router, event.node_id))
+
+    def _opening_failed(self, event: OpeningFailed) -> None:
+        failure = event.failure
+        label = event.protocol if failure is OpeningFailure.REJECTED else failure.value
+        self.metrics.client_errors.inc((event.conn.acceptor, label))
+
+    def _not_authorized(self, event: NotAuthorized) -> None:
+        self.metrics.auth_failures.inc((event.conn.acceptor,))
+
+    def _looked_up(self, event: LookedUp) -> None:
+        self.metrics.lookups.inc((event.router, event.status.value))
+
+    def _connections_closed(self, event: ConnectionsClosed) -> None:
+        pass  # each connection's own Closed counts it
 
     def _pool_event(self, event: PoolEvent) -> None:
-        m, router, node_id = self.metrics, event.pool, event.node_id or ""
+        m, labels = self.metrics, (event.pool, event.node_id or "")
         match event.kind:
             case PoolEventKind.TARGET_READY:
-                m.target_ready.labels(router, node_id).set(1)
+                m.target_ready.set(labels, 1)
             case PoolEventKind.TARGET_NOT_READY | PoolEventKind.TARGET_ADDED:
-                m.target_ready.labels(router, node_id).set(0)
+                m.target_ready.set(labels, 0)
             case PoolEventKind.TARGET_REMOVED:
                 # Not router_proxied_connections: connections to a target that left stay open.
-                self._children.pop((m.connect_failures, router, node_id), None)
-                for family in (m.target_ready, m.connect_failures):
-                    with contextlib.suppress(KeyError):  # never had that child
-                        family.remove(router, node_id)
+                m.target_ready.remove(labels)
+                m.connect_failures.remove(labels)
             case PoolEventKind.POOL_ACTIVE:
-                m.pool_active.labels(router).set(1)
+                m.pool_active.set((event.pool,), 1)
             case PoolEventKind.POOL_INACTIVE:
-                m.pool_active.labels(router).set(0)
+                m.pool_active.set((event.pool,), 0)
             case PoolEventKind.TARGET_FAILOVER:
                 pass
             case _:

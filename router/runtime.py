@@ -118,8 +118,12 @@ class RouterRuntime:
             facts: what is known about the connection.
             now: the current time of the trio clock (the fast path's thread reads it too).
         """
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`, here and in register/unregister: every connection pays this
+        try:
             return self._engine.begin(facts, now)
+        finally:
+            lock.release()
 
     async def wait_for_quorum(self, wait: QuorumWait) -> RouteDecision:
         """Wait up to the quorum timeout for the pool to have routing targets, then decide (trio
@@ -333,13 +337,21 @@ class RouterRuntime:
     def register(self, conn: LiveConnection) -> None:
         """Count a proxied connection from its decision on (LEAST_CONNECTIONS sees it at once) and
         make it closable by the router; `unregister` it when it ends."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             self._connections.add(conn)
+        finally:
+            lock.release()
 
     def unregister(self, conn: LiveConnection) -> None:
         """Forget a proxied connection that ended (or never connected)."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             self._connections.discard(conn)
+        finally:
+            lock.release()
 
     def open_connections(self, node_id: str | None = None) -> int:
         """How many proxied connections are open now (to one target, or in all)."""

@@ -1,8 +1,9 @@
 """The proxied connections open now, on both data paths: the registry that counts and closes them.
 
 Every proxied connection is registered from its routing decision until it ends, with the target's
-node id, the member address it goes to, its connection TTL, and a *closer*: how the data path that
-carries it ends it (the trio path cancels the connection's scope, the fast path asks its thread to
+node id, the member address it goes to, its connection TTL, and how the data path that carries it
+ends it: a *closer* (the trio path's cancels the connection's scope), or the data path's own
+connection type extends `LiveConnection` and overrides `end` (the fast path's asks its thread to
 close the sockets). The registry does not know which path that is. What closes connections through
 it: the connection-TTL checker (`close_idle`), and the runtime, which closes what `open_to` and
 `open_all` return when a target becomes not ready or an HA pair fails over, and at the end of a
@@ -61,7 +62,7 @@ class LiveConnection:
         conn: ConnectionRef,
         node_id: str,
         address: Address,
-        closer: Callable[[CloseReason], None],
+        closer: Callable[[CloseReason], None] | None = None,
         now: float,
         ttl_ms: int = -1,
         sniffed: Sniffed | None = None,
@@ -73,7 +74,8 @@ class LiveConnection:
             conn: which connection it is.
             node_id: the target's node id.
             address: the member connected to: the target's, or one member's of its HA pair.
-            closer: ends the connection on its data path (called at most once, with the reason).
+            closer: ends the connection on its data path (called at most once, with the reason);
+                None when a subclass overrides `end` instead.
             now: the current time; the TTL counts from here until the client's first bytes.
             ttl_ms: the TTL in force on the acceptor; -1 = none.
             sniffed: the client's opening, when the router read it.
@@ -121,8 +123,13 @@ class LiveConnection:
         if self.closed_by is not None:
             return False
         self.closed_by = reason
-        self._closer(reason)
+        self.end(reason)
         return True
+
+    def end(self, reason: CloseReason) -> None:
+        """End the connection on its data path (`close` calls it at most once): calls the closer."""
+        assert self._closer is not None, "a LiveConnection without a closer overrides end()"
+        self._closer(reason)
 
 
 class LiveConnections:

@@ -2,15 +2,16 @@
 
 The records of a connection (its reference, its events, its opening, its plan's action, the
 routing decision) are frozen, slotted, keyword-only dataclasses (STYLE R5). CPython 3.11's
-generated `__init__` of a frozen dataclass sets each field through `object.__setattr__`, looked
-up on `object` anew for every field; with half a dozen such records per connection that was a
-measurable part of the fast path's cost (`Closed`, 7 fields: 1.96 µs to build, 1.11 µs with this).
-`quick_init` replaces the generated `__init__` by one with the same signature that binds the setter
-once. Everything else (frozen, slots, equality, repr, hash, `__post_init__` validation) is the
-dataclass's own.
+generated `__init__` of a frozen dataclass sets each field through `object.__setattr__`, which
+looks the field's slot up on the class anew every time; with half a dozen such records per
+connection that was a measurable part of the fast path's cost. `quick_init` replaces the generated
+`__init__` by one with the same signature that sets each slot through its own descriptor, bound
+once (a 7-field record: 1.15 µs to build with the generated `__init__`, 0.79 µs with this; the
+rest is the call itself). Everything else (frozen, slots, equality, repr, hash, `__post_init__`
+validation) is the dataclass's own.
 
-Pure: no I/O. Only keyword-only fields with plain defaults or default factories are supported;
-anything else is a TypeError at import, never a silent difference.
+Pure: no I/O. Only slotted dataclasses with keyword-only fields with plain defaults or default
+factories are supported; anything else is a TypeError at import, never a silent difference.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _T = TypeVar("_T")
 
 
 def quick_init(cls: type[_T]) -> type[_T]:
-    """Give a frozen, keyword-only dataclass an `__init__` that sets its fields more cheaply.
+    """Give a frozen, slotted, keyword-only dataclass an `__init__` that sets its fields more cheaply.
 
     Raises:
         TypeError: `cls` is not such a dataclass, or has a field this does not reproduce
@@ -34,7 +35,9 @@ def quick_init(cls: type[_T]) -> type[_T]:
     params = getattr(cls, "__dataclass_params__", None)
     if not dataclasses.is_dataclass(cls) or params is None or not params.frozen:
         raise TypeError(f"quick_init wants a frozen dataclass, got {cls.__name__}")
-    namespace: dict[str, object] = {"_set": object.__setattr__, "_MISSING": dataclasses.MISSING}
+    if "__slots__" not in cls.__dict__:
+        raise TypeError(f"quick_init wants a slotted dataclass (slots=True), got {cls.__name__}")
+    namespace: dict[str, object] = {"_MISSING": dataclasses.MISSING}
     signature: list[str] = []
     body: list[str] = []
     for field in dataclasses.fields(cls):
@@ -50,7 +53,8 @@ def quick_init(cls: type[_T]) -> type[_T]:
             body.append(f"    if {name} is _MISSING:\n        {name} = _factory_{name}()")
         else:
             signature.append(name)
-        body.append(f"    _set(self, {name!r}, {name})")
+        namespace[f"_set_{name}"] = _slot_setter(cls, name)
+        body.append(f"    _set_{name}(self, {name})")
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()")
     if not signature:
@@ -62,3 +66,13 @@ def quick_init(cls: type[_T]) -> type[_T]:
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     cls.__init__ = init  # type: ignore[method-assign]  # replacing it is the point of this helper
     return cls
+
+
+def _slot_setter(cls: type, name: str) -> object:
+    """The `__set__` of the slot `name` of `cls` (or of the base class that declares it): it
+    writes the slot directly, past the frozen class's `__setattr__`."""
+    for klass in cls.__mro__:
+        slot = klass.__dict__.get(name)
+        if slot is not None and type(slot).__name__ == "member_descriptor":
+            return slot.__set__
+    raise TypeError(f"quick_init: {cls.__name__}.{name} is not a slot")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from cache.cache import CacheConfig, CacheEntry, TargetCache
+from cache.cache import CacheConfig, TargetCache
 
 
 def make_cache(timeout_ms: int = 0) -> TargetCache:
@@ -27,10 +27,6 @@ class TestCacheConfig:
     def test_cache_config_negative_timeout_raises(self):
         with pytest.raises(ValueError, match="timeout must be >= 0, got -1"):
             CacheConfig(timeout_ms=-1)
-
-    def test_cache_entry_fields(self):
-        entry = CacheEntry(node_id="broker1", last_access=2.5)
-        assert (entry.node_id, entry.last_access) == ("broker1", 2.5)
 
 
 class TestTargetCache:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import threading
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
 from router.metrics import Metrics
 
 
 def test_metrics_exposition_names_every_family() -> None:
     metrics = Metrics()
-    metrics.connections_accepted.labels("a", "r").inc()
-    metrics.decisions.labels("r", "OK").inc(2)
+    metrics.connections_accepted.inc(("a", "r"))
+    metrics.decisions.inc(("r", "OK"), 2)
     text = metrics.exposition().decode()
     assert 'router_connections_accepted_total{acceptor="a",router="r"} 1.0' in text
     assert 'router_routing_decisions_total{router="r",status="OK"} 2.0' in text
@@ -25,7 +32,112 @@ def test_metrics_exposition_names_every_family() -> None:
 
 def test_metrics_instances_do_not_share_state() -> None:
     first, second = Metrics(), Metrics()
-    first.decisions.labels("r", "OK").inc()
+    first.decisions.inc(("r", "OK"))
     labels = {"router": "r", "status": "OK"}
     assert first.registry.get_sample_value("router_routing_decisions_total", labels) == 1.0
     assert second.registry.get_sample_value("router_routing_decisions_total", labels) is None
+
+
+def test_exposition_is_what_the_client_library_writes() -> None:
+    """Families export exactly what prometheus_client's own Counter and Gauge would."""
+    metrics = Metrics()
+    metrics.connections_accepted.inc(("a", "r"))
+    metrics.proxied_bytes.inc(("r", "client_to_target"), 16)
+    metrics.active_connections.inc(("r", "b1"))
+    metrics.active_connections.inc(("r", "b1"), -1)
+    metrics.target_ready.set(("r", "b1"), 1)
+    library = CollectorRegistry()
+    accepted = Counter(
+        "router_connections_accepted_total",
+        metrics.connections_accepted.documentation,
+        ["acceptor", "router"],
+        registry=library,
+    )
+    accepted.labels("a", "r").inc()
+    relayed = Counter(
+        "router_proxied_bytes_total",
+        metrics.proxied_bytes.documentation,
+        ["router", "direction"],
+        registry=library,
+    )
+    relayed.labels("r", "client_to_target").inc(16)
+    active = Gauge(
+        "router_proxied_connections",
+        metrics.active_connections.documentation,
+        ["router", "node_id"],
+        registry=library,
+    )
+    active.labels("r", "b1").inc()
+    active.labels("r", "b1").dec()
+    ready = Gauge(
+        "router_target_ready", metrics.target_ready.documentation, ["router", "node_id"], registry=library
+    )
+    ready.labels("r", "b1").set(1)
+
+    def families(text: str) -> dict[str, list[str]]:
+        """Lines by family, with the _created timestamps masked."""
+        blocks: dict[str, list[str]] = {}
+        name = ""
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                name = line.split()[2]
+            masked = re.sub(r"(_created\{.*\}) \S+$", r"\1 T", line)
+            blocks.setdefault(name, []).append(masked)
+        return blocks
+
+    ours, theirs = families(metrics.exposition().decode()), families(generate_latest(library).decode())
+    assert theirs  # four families
+    for name, lines in theirs.items():
+        assert ours[name] == lines
+
+
+def test_created_is_when_a_label_set_was_first_counted() -> None:
+    metrics = Metrics()
+    before = time.time()
+    metrics.decisions.inc(("r", "OK"))
+    created = metrics.registry.get_sample_value(
+        "router_routing_decisions_created", {"router": "r", "status": "OK"}
+    )
+    assert created is not None
+    assert before <= created <= time.time()
+    metrics.decisions.inc(("r", "OK"))
+    again = metrics.registry.get_sample_value(
+        "router_routing_decisions_created", {"router": "r", "status": "OK"}
+    )
+    assert again == created
+
+
+def test_family_rules() -> None:
+    metrics = Metrics()
+    with pytest.raises(ValueError, match=r"router_routing_decisions_total: a counter only goes up, got -1"):
+        metrics.decisions.inc(("r", "OK"), -1)
+    with pytest.raises(ValueError, match=r"only a gauge is set, this is a counter"):
+        metrics.decisions.set(("r", "OK"), 3)
+    with pytest.raises(ValueError, match=r"wants one string per label \['router', 'status'\], got \('r',\)"):
+        metrics.decisions.inc(("r",))
+    assert metrics.decisions.value(("r", "OK")) is None  # nothing was counted by the failed calls
+    metrics.target_ready.set(("r", "b1"), 1)
+    metrics.target_ready.remove(("r", "b1"))
+    metrics.target_ready.remove(("r", "b1"))  # gone already: nothing
+    assert metrics.target_ready.value(("r", "b1")) is None
+    assert "router_target_ready{" not in metrics.exposition().decode()
+
+
+def test_families_count_exactly_from_several_threads() -> None:
+    metrics = Metrics()
+
+    def count() -> None:
+        for _ in range(20_000):
+            metrics.active_connections.inc(("r", "b1"))
+            metrics.decisions.inc(("r", "OK"))
+            metrics.active_connections.inc(("r", "b1"), -1)
+
+    threads = [threading.Thread(target=count) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    exposed = [metrics.exposition() for _ in range(20)]  # scraping meanwhile never fails
+    for thread in threads:
+        thread.join()
+    assert all(b"router_routing_decisions_total" in text for text in exposed)
+    assert metrics.decisions.value(("r", "OK")) == 80_000
+    assert metrics.active_connections.value(("r", "b1")) == 0

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import typing
 
 import pytest
 
 from keys import WireProtocol
 from pools import PoolEvent, PoolEventKind
+from router import reports
+from router.core import events
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
 from router.core.events import (
@@ -263,3 +266,19 @@ def test_metric_updates_of_pool_events_and_a_target_that_leaves() -> None:
         _samples(metrics)[("router_target_connect_failures_total", (("node_id", "b1"), ("router", "r")))]
         == 1.0
     )
+
+
+def _event_types() -> set[type]:
+    """Every type in the `Event` union (it is a string alias: evaluated with the module's names)."""
+    alias: object = events.Event
+    assert isinstance(alias, str)
+    union = eval(alias, {**vars(events), "PoolEvent": PoolEvent})  # our own alias
+    return set(typing.get_args(union))
+
+
+def test_every_event_type_has_a_log_line_or_is_silent_and_has_a_metric_update() -> None:
+    types = _event_types()
+    assert len(types) == 10
+    assert set(reports._LOG_LINES) | reports.SILENT_EVENTS == types
+    assert not set(reports._LOG_LINES) & reports.SILENT_EVENTS
+    assert set(MetricUpdates(Metrics())._updates) == types

@@ -273,7 +273,7 @@ class TestPoolChanges:
         assert runtime.lookup("k").target == joined
         metrics = runtime.metrics.registry
         assert metrics.get_sample_value("router_target_ready", {"router": "r", "node_id": "z1"}) == 1.0
-        runtime.metrics.connect_failures.labels("r", "z1").inc()
+        runtime.metrics.connect_failures.inc(("r", "z1"))
 
         runtime.remove_target("z1")
         assert metrics.get_sample_value("router_target_ready", {"router": "r", "node_id": "z1"}) is None

@@ -70,3 +70,28 @@ def test_quick_init_refuses_what_it_does_not_reproduce() -> None:
 
     with pytest.raises(TypeError, match=r"Positional\.a must be keyword-only"):
         quick_init(Positional)
+
+
+def test_quick_init_wants_slots() -> None:
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Unslotted:
+        a: int
+
+    with pytest.raises(TypeError, match=r"wants a slotted dataclass \(slots=True\), got Unslotted"):
+        quick_init(Unslotted)
+
+
+def test_quick_init_sets_slots_declared_by_a_base_class() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Base:
+        a: int
+
+    @quick_init
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Derived(Base):
+        b: str
+
+    derived = Derived(a=1, b="x")
+    assert (derived.a, derived.b) == (1, "x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        derived.b = "y"  # type: ignore[misc]
