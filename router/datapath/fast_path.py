@@ -263,6 +263,9 @@ class FastPath:
     def add_listener(self, sock: socket.socket, acceptor: ServedAcceptor, handoff: Handoff) -> None:
         """Serve a listening socket (before `start`); `handoff` continues connections on the trio side."""
         sock.setblocking(False)
+        # Accepted sockets inherit TCP_NODELAY from the listener (Linux): one system call per
+        # listener instead of one per connection.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sniffs = must_sniff(acceptor.config, acceptor.runtime.config.key_type)
         timeout_s = acceptor.config.handshake_timeout_ms / 1000
         self._listeners[sock.fileno()] = _Listener(sock, acceptor, handoff, sniffs, timeout_s)
@@ -540,8 +543,7 @@ class FastPath:
         action: Proxy,
         now: float,
     ) -> None:
-        client.setblocking(False)
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client.setblocking(False)  # TCP_NODELAY it has from the listener
         connector = action.connector
         family = socket.AF_INET6 if ":" in connector.host else socket.AF_INET
         upstream = _Socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)  # no ioctl later
@@ -681,6 +683,9 @@ class FastPath:
         other = 1 - side
         if n == 0:
             relayed.eof[side] = True
+            if relayed.eof[other]:  # both ways done (nothing is pending either way): close, which
+                self._close(relayed, CloseReason.CLOSED)  # also takes the sockets out of epoll
+                return
             self._update_masks(relayed)
             self._pass_eof(relayed, side)  # nothing of this side is pending: we were reading it
             return
@@ -713,10 +718,7 @@ class FastPath:
         self._update_masks(relayed)
 
     def _pass_eof(self, relayed: _Conn, side: int) -> None:
-        """Side `side` finished sending: half-close towards the other side; close when both did."""
-        if relayed.eof[1 - side]:  # the other way is done too: closing sends the FIN
-            self._close(relayed, CloseReason.CLOSED)
-            return
+        """Side `side` finished sending (the other has not): half-close towards the other side."""
         try:
             relayed.socks[1 - side].shutdown(socket.SHUT_WR)
         except OSError:
