@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import logging
 import re
@@ -239,11 +240,16 @@ def _client_exchange(address: tuple[str, int], send: bytes, *, half_close: bool 
     """In a thread: connect, send, half-close, read until the router closes."""
     with socket.create_connection(address, timeout=10) as sock:
         sock.sendall(send)
-        if half_close:
-            sock.shutdown(socket.SHUT_WR)
-        data = bytearray()
         # A close with our bytes unread is a reset, one before they arrived a clean end: when the
-        # router closes at once (a failed connect), which one the client sees is the kernel's timing.
+        # router closes at once (a failed connect), which one the client sees is the kernel's timing,
+        # and a reset can come before our half-close (which then finds no connection: ENOTCONN).
+        if half_close:
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError as exc:
+                if exc.errno != errno.ENOTCONN:
+                    raise
+        data = bytearray()
         with contextlib.suppress(ConnectionResetError):
             while chunk := sock.recv(65536):
                 data += chunk
