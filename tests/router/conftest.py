@@ -306,8 +306,11 @@ def free_port_fixture() -> Callable[[], int]:
 ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 """zookeeper.jar's manifest pulls in its dependencies; slf4j-simple makes it log (to its file)."""
 ZOOKEEPER_TICK_MS = 250
-"""Small, so that short session timeouts are allowed: the server clamps a session timeout to
-2-20 ticks (0.5-5 s here; the default tickTime of 2000 would make it 4-40 s)."""
+"""Small, so that short session timeouts are allowed: the server's lower bound of a session timeout
+is 2 ticks (0.5 s here; the default tickTime of 2000 would make it 4 s)."""
+ZOOKEEPER_MAX_SESSION_TIMEOUT_MS = 30_000
+"""The server's upper bound of a session timeout (by default 20 ticks, only 5 s here): a session
+that must survive a server restart on a loaded machine gets more."""
 ZOOKEEPER_TIMEOUT_S = 30.0
 """Bound of a server's start and stop (it answers `ruok` after about 0.4 s)."""
 
@@ -324,6 +327,7 @@ class ZooKeeperServer:
             f"tickTime={ZOOKEEPER_TICK_MS}\n"
             f"dataDir={base / 'data'}\n"
             f"clientPort={self.port}\n"
+            f"maxSessionTimeout={ZOOKEEPER_MAX_SESSION_TIMEOUT_MS}\n"
             "clientPortAddress=127.0.0.1\n"
             "admin.enableServer=false\n"  # otherwise a Jetty admin server on 0.0.0.0:8080
             "4lw.commands.whitelist=ruok,srvr,mntr,envi,stat\n"  # kazoo's server_version() needs envi
