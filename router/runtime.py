@@ -21,11 +21,9 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from pools import PoolEventKind
-from router.core.address import Address
 from router.core.engine import RouteDecision, RoutingEngine, build_pool
 from router.core.events import Accepted, CloseReason, ConnectionRef, ConnectionsClosed, LookedUp
-from router.core.live import LiveConnections
+from router.core.live import LiveConnections, closed_by_pool_change
 from router.core.status import snapshot
 from router.reports import MetricUpdates, log_event
 
@@ -35,6 +33,7 @@ if TYPE_CHECKING:
     from keys import ConnectionFacts
     from pools import Connector, PoolEvent, Target, TargetState
     from router.config.settings import Config, RouterConfig
+    from router.core.address import Address
     from router.core.engine import QuorumWait
     from router.core.events import Event, Subscriber
     from router.core.live import LiveConnection
@@ -288,12 +287,8 @@ class RouterRuntime:
         for event in events:
             self.report(event)
         for event in events:
-            if event.node_id is None:
-                continue
-            if event.kind is PoolEventKind.TARGET_NOT_READY:
-                self._close_target(event.node_id, CloseReason.TARGET_NOT_READY)
-            elif event.kind is PoolEventKind.TARGET_FAILOVER and event.former is not None:
-                self._close_target(event.node_id, CloseReason.FAILOVER, Address(*event.former))
+            if (closing := closed_by_pool_change(event)) is not None:
+                self._close_target(*closing)
         if events:
             woken, self._changed = self._changed, trio.Event()
             woken.set()

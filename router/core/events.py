@@ -79,6 +79,12 @@ class CloseReason(enum.Enum):
         `router_proxied_connections_closed_total`)."""
         return self._value_ in _BY_ROUTER  # by value: an Enum's hash is a Python function
 
+    @property
+    def while_connecting(self) -> str:
+        """The `reason=` of the CONNECT_FAILED line of a connection the router closed before its
+        connect to the target completed."""
+        return f"closed by the router: {self.value}"
+
 
 _BY_ROUTER = frozenset({"connection_ttl", "target_not_ready", "failover", "shutdown"})
 

@@ -26,16 +26,36 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from pools import PoolEventKind
+from router.core.address import Address
+from router.core.events import CloseReason
 from router.core.ttl import connection_ttl_s, sniff_mqtt_connect
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from keys import Sniffed
-    from router.core.address import Address
-    from router.core.events import CloseReason, ConnectionRef
+    from pools import PoolEvent
+    from router.core.events import ConnectionRef
 
-__all__ = ["LiveConnection", "LiveConnections"]
+__all__ = ["LiveConnection", "LiveConnections", "closed_by_pool_change"]
+
+
+def closed_by_pool_change(event: PoolEvent) -> tuple[str, CloseReason, Address | None] | None:
+    """Which proxied connections a pool change closes, so their clients reconnect through the
+    router (SPEC B, HA awareness): (node id, reason, member address or None for all of the
+    target's), or None when it closes none.
+
+    A target that becomes not ready loses all its connections; an HA pair that fails over loses
+    those to its former member.
+    """
+    if event.node_id is None:
+        return None
+    if event.kind is PoolEventKind.TARGET_NOT_READY:
+        return event.node_id, CloseReason.TARGET_NOT_READY, None
+    if event.kind is PoolEventKind.TARGET_FAILOVER and event.former is not None:
+        return event.node_id, CloseReason.FAILOVER, Address(*event.former)
+    return None
 
 
 class LiveConnection:

@@ -26,7 +26,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias, assert_never
 
-from keys import KeyType
+from keys import ConnectionFacts, KeyType
 from keys.proxy_protocol import encode_v1, encode_v2
 from router.config.settings import AcceptorMode
 from router.core import answers
@@ -58,6 +58,7 @@ __all__ = [
     "must_sniff",
     "not_authorized_answer",
     "plan",
+    "routing_facts",
 ]
 
 
@@ -203,6 +204,36 @@ def fast_path_serves(acceptor: AcceptorConfig, key_type: KeyType, connection_ttl
         and not acceptor.require_authentication
         and acceptor.users_file is None
         and connection_ttl_ms <= 0
+    )
+
+
+def routing_facts(
+    opening: Opening,
+    *,
+    user: str | None = None,
+    roles: tuple[str, ...] = (),
+    sni_host: str | None = None,
+) -> ConnectionFacts:
+    """What the routing workflow knows about a connection (its key comes from these), on either path.
+
+    SPEC A2: the user the router authenticated (client certificate or user store) comes before
+    the name sent on the wire, and the SNI of TLS the router terminated before what was sniffed.
+
+    Args:
+        opening: what the opening phase read.
+        user: the user the router authenticated, if any.
+        roles: that user's roles (user store order).
+        sni_host: server_name of a TLS hello the router terminated.
+    """
+    sniffed = opening.sniffed
+    if sniffed is None:
+        return ConnectionFacts(source_ip=opening.source.host, user_name=user, sni_host=sni_host, roles=roles)
+    return ConnectionFacts(
+        source_ip=opening.source.host,
+        client_id=sniffed.client_id,
+        user_name=user or sniffed.user_name,
+        sni_host=sni_host or sniffed.sni_host,
+        roles=roles,
     )
 
 

@@ -39,7 +39,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never, cast
 
-from keys import ConnectionFacts, SniffError
+from keys import SniffError
 from router.core.address import Address, endpoint
 from router.core.engine import QuorumWait
 from router.core.events import Closed, CloseReason, Connected, ConnectFailed, OpeningFailed, OpeningFailure
@@ -55,6 +55,7 @@ from router.core.plan import (
     for_fast_path,
     must_sniff,
     plan,
+    routing_facts,
 )
 from router.datapath.net import ACCEPT_CAPACITY_ERRNOS, describe_oserror
 
@@ -80,7 +81,6 @@ TICK_S: Final = 0.25
 
 _IN: Final = select.EPOLLIN | select.EPOLLRDHUP
 _OUT: Final = select.EPOLLOUT
-_GONE: Final = (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EHOSTUNREACH)
 
 _Socket: TypeAlias = _socket.socket
 """The sockets of accepted and relayed connections: the C type `socket.socket` extends, with the
@@ -495,16 +495,9 @@ class FastPath:
         """
         acceptor = listener.acceptor
         runtime = acceptor.runtime
-        sniffed = opening.sniffed
-        facts = ConnectionFacts(
-            source_ip=opening.source.host,
-            client_id=None if sniffed is None else sniffed.client_id,
-            user_name=None if sniffed is None else sniffed.user_name,
-            sni_host=None if sniffed is None else sniffed.sni_host,
-        )
         now = self._clock()
         try:
-            decision = runtime.decide_now(facts, now)
+            decision = runtime.decide_now(routing_facts(opening), now)
             if isinstance(decision, QuorumWait):
                 action = for_fast_path(decision)
             else:
@@ -591,11 +584,10 @@ class FastPath:
 
     def _connect_failed(self, relayed: _Conn, exc: OSError | CloseReason) -> None:
         """The connect failed or timed out (an OSError), or the router closed the connection meanwhile."""
-        self._forget(relayed)
         runtime = relayed.acceptor.runtime
         runtime.unregister(relayed)  # before a refused connect makes the target un-ready
         if isinstance(exc, CloseReason):
-            reason = f"closed by the router: {exc.value}"
+            reason = exc.while_connecting
         else:
             reason = "timed out" if exc.errno == errno.ETIMEDOUT else describe_oserror(exc)
         failed = ConnectFailed(
@@ -605,7 +597,10 @@ class FastPath:
             address=relayed.address,
             reason=reason,
         )
-        runtime.report(failed)
+        try:
+            runtime.report(failed)  # before the close: a client that sees it finds it reported
+        finally:
+            self._forget(relayed)
         if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
             self._call_trio(runtime.connect_refused, relayed.target, relayed.connector, reason)
 
@@ -744,7 +739,6 @@ class FastPath:
         if not relayed.connected:
             self._connect_failed(relayed, relayed.closed_by or reason)
             return
-        self._forget(relayed)
         runtime = relayed.acceptor.runtime
         runtime.unregister(relayed)
         closed = Closed(
@@ -755,7 +749,10 @@ class FastPath:
             duration_s=self._clock() - relayed.started,
             reason=relayed.closed_by or reason,
         )
-        runtime.report(closed)
+        try:
+            runtime.report(closed)  # before the close: a client that sees it finds it counted
+        finally:
+            self._forget(relayed)
 
 
 def _stdlib(sock: _Socket) -> socket.socket:

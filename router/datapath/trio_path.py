@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, assert_never
 
 import trio
 
-from keys import ConnectionFacts, SniffError
+from keys import SniffError
 from keys.detect import detect_tls
-from router.core.address import Address
+from router.core.address import Address, endpoint
 from router.core.auth import authenticate
 from router.core.engine import DecisionReason, QuorumWait, RouteDecision, RouteStatus
 from router.core.events import (
@@ -50,6 +50,7 @@ from router.core.plan import (
     must_sniff,
     not_authorized_answer,
     plan,
+    routing_facts,
 )
 from router.datapath.net import describe_oserror, open_connection
 from router.datapath.reading import SniffProgress, read_past_preamble, read_proxy_header, read_until_sniffed
@@ -232,14 +233,7 @@ def _decide_now(
     if auth.refused:
         runtime.report(NotAuthorized(conn=conn, reason=auth.reason))
         return None
-    facts = ConnectionFacts(
-        source_ip=opening.source.host,
-        client_id=None if sniffed is None else sniffed.client_id,
-        # SPEC A2: the user the router authenticated (certificate or store) before the wire's name.
-        user_name=auth.user or (None if sniffed is None else sniffed.user_name),
-        sni_host=opened.sni_host or (None if sniffed is None else sniffed.sni_host),
-        roles=auth.roles,
-    )
+    facts = routing_facts(opening, user=auth.user, roles=auth.roles, sni_host=opened.sni_host)
     return runtime.decide_now(facts, trio.current_time())
 
 
@@ -287,7 +281,7 @@ async def _proxy(
     live = LiveConnection(
         conn=conn,
         node_id=action.target.node_id,
-        address=Address(connector.host, connector.port),
+        address=endpoint(connector.host, connector.port),
         closer=lambda reason: scope.cancel(reason=reason.value),
         now=trio.current_time(),
         ttl_ms=acceptor.connection_ttl_ms,
@@ -358,7 +352,7 @@ def _report_end(
         return
     exc = state.failed
     if exc is None:  # closed by the router (or shutdown) while connecting
-        reason = f"closed by the router: {(closed_by or state.reason).value}"
+        reason = (closed_by or state.reason).while_connecting
     else:
         reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_oserror(exc)
     runtime.report(
