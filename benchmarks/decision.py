@@ -1,7 +1,8 @@
 """Routing decision time, in process: `RoutingEngine.route` for one key, cache miss and cache hit.
 
-The engine is built exactly as routerd builds it (`load_config_text` of the benchmark's own
-configuration, `build_pool`, `RoutingEngine`), its targets are marked ready as the first health
+The engine is built as routerd builds it (`load_config_text` of the benchmark's own
+configuration, `build_pool`, `RoutingEngine`; without the router's lock, which routerd takes
+around each decision in `RouterRuntime.decide_now`), its targets are marked ready as the first health
 probe would, and each call is timed with `time.perf_counter_ns` (whose own cost, some 0.1 µs, is
 included). A miss is the first decision for a key (cache lookup, CONSISTENT_HASH, cache put); a
 hit is the second one for the same key.

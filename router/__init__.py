@@ -22,17 +22,20 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
 2. `core/`      pure decisions and bookkeeping: no trio, no socket (ruff bans them), no clock (times
                 are arguments), no logging.
                   `engine`       the SPEC A1 routing workflow; says when to wait for the quorum
-                  `plan`         opening + decision -> Refuse | Redirect | Proxy | HandOver; which
-                                 acceptors must read openings and which the fast path may serve
+                  `plan`         opening -> routing facts; opening + decision -> Refuse | Redirect |
+                                 Proxy | HandOver; which acceptors must read openings and which
+                                 the fast path may serve
                   `answers`      the bytes the router says itself, per protocol (SPEC A6)
                   `auth`         the router's own authentication
                   `opening`      the opening buffer (byte cap, server-first replies, replay)
                   `ttl`          which connection TTL a connection gets
-                  `live`         the registry of proxied connections on both paths (counts, closers)
+                  `live`         the registry of proxied connections on both paths (counts, closing),
+                                 and which connections a pool change closes
                   `events`       the one report of what happens to connections and pools
                   `status`       the snapshot the admin API shows
                   `address`      (host, port) of peers and members
                   `discovery_session`  ZooKeeper discovery's session as a state table
+                  `records`      `quick_init`, a cheaper `__init__` for per-connection records
 3. `metrics`, `reports`: the Prometheus families, and the subscribers that turn events into log
                 lines and metric updates (one more consumer is one more subscriber).
 4. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in

@@ -192,7 +192,8 @@ class Metrics:
             MetricKind.COUNTER,
             "router_client_errors_total",
             "Client connections closed during their opening: bad bytes, over the byte cap, or the "
-            "handshake deadline; reason is the protocol that rejected it, or 'timeout'.",
+            "handshake deadline; reason is the protocol that rejected it, 'timeout', or 'tls' (a failed "
+            "TLS handshake).",
             ("acceptor", "reason"),
         )
         self._families = tuple(value for value in vars(self).values() if isinstance(value, Family))

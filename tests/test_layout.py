@@ -86,7 +86,7 @@ ROUTER_LAYERS = (
 )
 """Lowest first: a module may import from its own layer and the ones before it, never after."""
 
-PURE_PACKAGES = ("tls_sni", "keys", "policies", "pools", "cache")
+PURE_PACKAGES = tuple(package for package in PACKAGES if package != "router")
 
 
 def module_name(path: Path) -> str:

@@ -1,6 +1,7 @@
 """What the router says to a client itself (SPEC A6): redirects, refusals, and owed openings.
 
-Pure: bytes out, no I/O. `router/datapath/trio_path.py` decides *when* (mode, decision) and sends them.
+Pure: bytes out, no I/O. `redirects` and the plan step (router/core/plan.py) decide *when*; both
+data paths send what the plan's action holds.
 
     protocol   redirect (OK in redirect mode)         USE_ANOTHER         UNAVAILABLE
     AMQP 1.0   Open(hint) + Close connection:redirect  Open + Close forced Open + Close forced

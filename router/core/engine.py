@@ -2,7 +2,7 @@
 
 No I/O and no clock here (the caller passes `now`). `begin` runs the workflow as far as it can
 without waiting: it returns the decision, or `QuorumWait` when step 7 must wait for the pool's
-quorum; the wait itself is the runtime's (`router/runtime.py`), which then calls `select`.
+quorum; the wait itself is the runtime's (`router/runtime.py`), which then calls `finish`.
 `routerctl route` uses `route` / `lookup`, which never wait.
 
 Workflow of one decision (SPEC A1):
@@ -80,7 +80,7 @@ class DecisionReason(enum.Enum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QuorumWait:
     """Step 7 must wait: the pool has fewer ready targets than its quorum and the router allows a
-    `quorum-timeout`. Wait up to `timeout_s` for the pool to change, then `RoutingEngine.select`."""
+    `quorum-timeout`. Wait up to `timeout_s` for the pool to change, then `RoutingEngine.finish`."""
 
     key: str
     """The key after filter and transform."""

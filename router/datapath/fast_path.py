@@ -20,8 +20,9 @@ plan got, so nothing is read, decided or reported twice.
 
 Threads: the runtime's methods take the router's lock (decisions, registration); pool changes this
 thread causes (a refused connect makes the member un-ready at once) run in the trio thread through
-its token. The trio side closes connections through the registry's closers, which reach this thread
-as requests (`_CloseConnection`) through a queue and a wake-up pipe.
+its token. The trio side closes connections through the live-connection registry: a relayed
+connection is its own entry, whose `end` reaches this thread as a request (`_CloseConnection`)
+through a queue and a wake-up pipe.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class _Conn(LiveConnection):
         "acceptor",
         "closed",
         "connected",
+        "connected_at",
         "connector",
         "counts",
         "eof",
@@ -159,7 +161,6 @@ class _Conn(LiveConnection):
         "pending",
         "request",
         "socks",
-        "started",
         "target",
     )
 
@@ -186,8 +187,9 @@ class _Conn(LiveConnection):
         self.connector = connector
         self.request = request
         """`FastPath._request`, shared by every connection."""
-        self.started = started
         self.connected = False
+        self.connected_at = started
+        """When the connect to the target completed (`_connected`); a Closed's duration counts from it."""
         self.closed = False
         self.pending = [b"", b""]
         """Bytes read from side i not yet written to the other side."""
@@ -577,6 +579,7 @@ class FastPath:
 
     def _connected(self, relayed: _Conn) -> None:
         relayed.connected = True
+        relayed.connected_at = self._clock()
         relayed.acceptor.runtime.report(
             Connected(conn=relayed.conn, key=relayed.key, node_id=relayed.node_id, address=relayed.address)
         )
@@ -746,7 +749,7 @@ class FastPath:
             node_id=relayed.target.node_id,
             bytes_in=relayed.counts[0],
             bytes_out=relayed.counts[1],
-            duration_s=self._clock() - relayed.started,
+            duration_s=self._clock() - relayed.connected_at,
             reason=relayed.closed_by or reason,
         )
         try:

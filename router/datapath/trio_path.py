@@ -13,7 +13,7 @@ waiting enter here at `resume_connection`, with what its phases gave.
 
 This module decides nothing. Every phase has its own deadline. Closing has one owner per resource,
 so the phases just return: the entry points close the client's socket, `_serve` the client's
-stream (TLS included), `_proxy` the target's.
+stream (TLS included), `_connect_and_relay` the target's (the relay closes both when it ends).
 """
 
 from __future__ import annotations

@@ -65,7 +65,9 @@ def _route(
         return 200, "text/plain; charset=utf-8", b"ok\n"
     if parts[:3] != ["api", "v1", "routers"]:
         raise _HttpError(404, f"no such resource {url.path!r}")
-    if len(parts) == 3 and method == "GET":
+    if len(parts) == 3:
+        if method != "GET":
+            raise _HttpError(405, f"{method} {url.path} is not supported")
         return _json(200, [r.status().to_json() for r in runtimes.values()])
     runtime = runtimes.get(parts[3]) if len(parts) > 3 else None
     if runtime is None:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 TIMEOUT_S = 15.0
 SESSION_TIMEOUT_MS = 1000
 """Of the registrations: how long a SIGKILL'd member outlives its process (the test server allows
-0.5-5 s)."""
+0.5 s to `ZOOKEEPER_MAX_SESSION_TIMEOUT_MS`)."""
 LONG_SESSION_TIMEOUT_MS = 4000
 """Of a registration whose session must outlive a ZooKeeper stop, and expire in a bounded time
 after the restart: a restarted server gives each session its full timeout again."""

@@ -143,7 +143,7 @@ class TestDecide:
         assert [runtime.open_connections(n) for n in ("b1", "b2", "b3")] == [10, 10, 10]
         assert runtime.open_connections() == 30
 
-    def test_lookup_is_reported_and_counted(self) -> None:
+    def test_lookup_outside_trio_raises_and_reports_nothing(self) -> None:
         runtime = _runtime()
         events = _recorded(runtime)
         runtime.record_check("b1", True)

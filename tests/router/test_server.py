@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import functools
@@ -236,24 +235,19 @@ def _metric_samples(info: ServerInfo) -> dict[str, float]:
     }
 
 
-def _client_exchange(address: tuple[str, int], send: bytes, *, half_close: bool = True) -> bytes:
+def _client_exchange(address: tuple[str, int], send: bytes) -> bytes:
     """In a thread: connect, send, half-close, read until the router closes."""
     with socket.create_connection(address, timeout=10) as sock:
         sock.sendall(send)
         # A close with our bytes unread is a reset, one before they arrived a clean end: when the
         # router closes at once (a failed connect), which one the client sees is the kernel's timing,
         # and a reset can come before our half-close (which then finds no connection: ENOTCONN).
-        if half_close:
-            try:
-                sock.shutdown(socket.SHUT_WR)
-            except OSError as exc:
-                if exc.errno != errno.ENOTCONN:
-                    raise
-        data = bytearray()
-        with contextlib.suppress(ConnectionResetError):
-            while chunk := sock.recv(65536):
-                data += chunk
-        return bytes(data)
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError as exc:
+            if exc.errno != errno.ENOTCONN:
+                raise
+        return read_until_closed(sock)
 
 
 async def _until(predicate: Callable[[], bool]) -> None:

@@ -1,7 +1,8 @@
 """The fast path (router/datapath/fast_path.py) in process, over real loopback sockets.
 
-serve_router runs as routerd does; which acceptors take the fast path is checked with `eligible`
-and with the `fastPath=false` switch. Fake brokers are trio servers in the test's nursery.
+serve_router runs as routerd does; which acceptors take the fast path is the plan's rule
+(`plan.fast_path_serves`, tests/router/core/test_plan.py), checked here with the `fastPath=false`
+switch. Fake brokers are trio servers in the test's nursery.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ def _config(
     check_period_ms: int = 100,
     key_type: KeyType = KeyType.SOURCE_IP,
     mode: AcceptorMode = AcceptorMode.PROXY,
-    params: tuple[tuple[str, str], ...] = (),
     quorum_timeout_ms: int = 0,
     handshake_timeout_ms: int = 10_000,
 ) -> Config:
@@ -71,7 +71,6 @@ def _config(
         port=0,
         router="r",
         mode=mode,
-        params=params,
         handshake_timeout_ms=handshake_timeout_ms,
         protocols=("MQTT",),
     )
@@ -290,7 +289,7 @@ class TestOpening:
         )
 
     async def test_no_ready_target_is_handed_to_the_trio_side_which_answers_in_mqtt(
-        self, nursery: trio.Nursery, echo_port: int
+        self, nursery: trio.Nursery
     ) -> None:
         info = await _start(
             nursery,
@@ -321,7 +320,7 @@ async def test_an_unexpected_error_costs_one_connection_not_the_fast_path(
     real = fastpath_answers.redirect
     calls: list[int] = []
 
-    def broken_once(*args: Any) -> bytes | None:
+    def broken_once(*args: Any) -> bytes:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("injected")

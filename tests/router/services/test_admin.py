@@ -188,6 +188,11 @@ class TestAdminRobustness:
         status, body = await _call(url + "/metrics", "POST", b"x")
         assert (status, json.loads(body)) == (405, {"error": "POST /metrics is not supported"})
 
+    async def test_admin_wrong_method_on_the_router_list_is_405(self, base: tuple[ServerInfo, str]) -> None:
+        _, url = base
+        status, body = await _call(url + "/api/v1/routers", "PUT", b"{}")
+        assert (status, json.loads(body)) == (405, {"error": "PUT /api/v1/routers is not supported"})
+
     async def test_admin_oversized_body_gets_413(self, base: tuple[ServerInfo, str]) -> None:
         _, url = base
         status, body = await _call(url + "/api/v1/routers/hash/filters", "PUT", b"x" * (70 * 1024))
