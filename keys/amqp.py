@@ -874,6 +874,11 @@ class AmqpSniffer:
         """Whether `prefix` may start an AMQP protocol header (b"AMQP"). Never raises."""
         return _MAGIC.startswith(prefix[:4])
 
+    def announced_size(self, data: bytes) -> int | None:
+        """None: the byte cap bounds the SASL and Open frames, whose sizes the sniffer checks
+        (keys.sniff.Sniffer)."""
+        return None
+
     def sniff(self, data: bytes) -> SniffResult:
         """Parse the client's handshake from the start of the connection.
 

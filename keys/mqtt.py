@@ -106,6 +106,11 @@ _MAX_TWO_BYTE_LENGTH: Final = 0xFFFF
 """UTF-8 strings and binary data carry a 2-byte length (MQTT 3.1.1 §1.5.3, MQTT 5 §1.5.4, §1.5.6)."""
 
 
+_UNACCEPTABLE_PROTOCOL_VERSION: Final = bytes((_CONNACK_FIRST_BYTE, 2, 0, 0x01))
+"""CONNACK, no session present, return code 0x01 "unacceptable protocol version" (MQTT 3.1.1
+§3.2.2.3)."""
+
+
 class _Incomplete(Exception):
     """The packet goes on beyond the bytes received so far (internal; becomes NEED_MORE)."""
 
@@ -190,6 +195,22 @@ class MqttSniffer:
         """
         return prefix[:1] == bytes((_CONNECT_FIRST_BYTE,))
 
+    def announced_size(self, data: bytes) -> int | None:
+        """The CONNECT's whole size (fixed header plus remaining length) once the remaining length
+        has arrived; None before, and for bytes that are not a CONNECT (`sniff` says why).
+
+        Args:
+            data: every byte the client has sent so far.
+        """
+        header = _PacketReader(data, 0, _MAX_FIXED_HEADER)
+        try:
+            if header.u8("packet type") != _CONNECT_FIRST_BYTE:
+                return None
+            remaining = header.varint("remaining length")
+        except (_Incomplete, SniffError):
+            return None
+        return header.pos + remaining
+
     def sniff(self, data: bytes) -> SniffResult:
         """Parse the CONNECT packet at the start of `data`.
 
@@ -230,8 +251,14 @@ def _parse_connect(data: bytes) -> Sniffed:
     bridge = bool(level & _BRIDGE_BIT) and (level & ~_BRIDGE_BIT) in (3, 4)
     version = _VERSIONS.get((protocol_name, level & ~_BRIDGE_BIT if bridge else level))
     if version is None:
-        # MQTT 3.1.1 §3.1.2.2, MQTT 5 §3.1.2.2: the server refuses levels it does not support.
-        raise SniffError(_NAME, f"protocol level {level} does not go with protocol name {protocol_name!r}")
+        # MQTT 3.1.1 §3.1.2.2 [MQTT-3.1.2-2]: the server answers a level it does not support with
+        # CONNACK 0x01 (unacceptable protocol version) and disconnects, as mosquitto does (with a
+        # 3.1.1 CONNACK whatever the level; MQTT 5 §3.1.2.2 allows that for unknown levels).
+        raise SniffError(
+            _NAME,
+            f"protocol level {level} does not go with protocol name {protocol_name!r}",
+            answer=_UNACCEPTABLE_PROTOCOL_VERSION,
+        )
     v5 = version == "5"
 
     flags = packet.u8("connect flags")

@@ -692,6 +692,10 @@ class OpenWireSniffer:
             return False
         return True
 
+    def announced_size(self, data: bytes) -> int | None:
+        """None: the sniffer rejects frames over `MAX_COMMAND_BYTES` itself (keys.sniff.Sniffer)."""
+        return None
+
     def sniff(self, data: bytes) -> SniffResult:
         """Parse the client's `WireFormatInfo` and then its `ConnectionInfo`.
 

@@ -52,12 +52,15 @@ NEED_MORE: Final = NeedMore.NEED_MORE
 
 class SniffError(ValueError):
     """The client's bytes cannot be the protocol's opening: garbage, a bad field, an unsupported
-    version. `protocol` names the sniffer, `reason` the rule and the offending value."""
+    version. `protocol` names the sniffer, `reason` the rule and the offending value; `answer` is
+    what the protocol requires a server to send before it closes (an MQTT CONNACK 0x01 for an
+    unsupported protocol level), b"" for a plain close."""
 
-    def __init__(self, protocol: str, reason: str) -> None:
+    def __init__(self, protocol: str, reason: str, *, answer: bytes = b"") -> None:
         super().__init__(f"{protocol}: {reason}")
         self.protocol = protocol
         self.reason = reason
+        self.answer = answer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,4 +120,10 @@ class Sniffer(Protocol):
         Raises:
             SniffError: the bytes cannot be a valid opening of this protocol.
         """
+        ...
+
+    def announced_size(self, data: bytes) -> int | None:
+        """How many bytes the opening takes in all, once its first bytes say so (an MQTT CONNECT's
+        remaining length); None when they do not (yet). The router rejects an opening announced
+        over its byte cap at once instead of reading up to the cap. Never raises."""
         ...

@@ -126,6 +126,10 @@ class StompSniffer:
                 return True
         return False
 
+    def announced_size(self, data: bytes) -> int | None:
+        """None: a STOMP frame does not say its length up front (keys.sniff.Sniffer)."""
+        return None
+
     def sniff(self, data: bytes) -> SniffResult:
         """Parse the client's first frame.
 

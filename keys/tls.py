@@ -53,6 +53,10 @@ class TlsSniffer:
         """
         return starts_like_tls_record(prefix)
 
+    def announced_size(self, data: bytes) -> int | None:
+        """None: the sniffer rejects records over the TLS maximum itself (keys.sniff.Sniffer)."""
+        return None
+
     def sniff(self, data: bytes) -> SniffResult:
         """Parse the ClientHello, reassembled across records and reads.
 

@@ -101,9 +101,18 @@ class SniffBuffer:
         return b"" if result is NEED_MORE else result
 
     def check_cap(self) -> None:
-        """Raises SniffError when the cap is reached (call when `step` wants more bytes)."""
+        """Raises SniffError when the cap is reached, or when the opening announces a size over it
+        (call when `step` wants more bytes): a client that announces more than the router will
+        read is rejected at once instead of holding its connection until the deadline."""
         if len(self.raw) >= self.max_bytes:
             raise SniffError(self.protocol, f"no complete handshake in the first {self.max_bytes} bytes")
+        announced = None if self.sniffer is None else self.sniffer.announced_size(self.raw)
+        if announced is not None and announced > self.max_bytes:
+            raise SniffError(
+                self.protocol,
+                f"the opening announces {announced} bytes, over the acceptor's cap of {self.max_bytes} "
+                "(sniffMaxBytes)",
+            )
 
     def feed(self, chunk: bytes | bytearray) -> None:
         """Add bytes read from the client; b"" is its EOF, which raises SniffError."""

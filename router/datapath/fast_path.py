@@ -450,6 +450,9 @@ class FastPath:
                 bytes_read=len(buffer.raw),
             )
             listener.acceptor.runtime.report(failed)
+            if exc.answer:  # what the protocol says before the close (a few bytes, empty buffer)
+                with contextlib.suppress(OSError):
+                    opening.sock.send(exc.answer)
             self._drop_opening(opening)
             return
         self._forget_opening(opening)

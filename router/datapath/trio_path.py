@@ -176,9 +176,13 @@ async def _read_opening(
     key_type = acceptor.runtime.config.key_type
     if must_sniff(config, key_type, terminated=acceptor.tls is not None, certificate_user=user is not None):
         progress.protocol = "detect"
-        outcome = await read_until_sniffed(
-            stream, detect, max_bytes=config.sniff_max_bytes, initial=initial, progress=progress
-        )
+        try:
+            outcome = await read_until_sniffed(
+                stream, detect, max_bytes=config.sniff_max_bytes, initial=initial, progress=progress
+            )
+        except SniffError as exc:
+            await _answer(stream, exc.answer)  # what the protocol says before the close, if anything
+            raise
         opening = Opening(
             source=source, local=local, raw=outcome.raw, sniffed=outcome.sniffed, replied=outcome.replied
         )

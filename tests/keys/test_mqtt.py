@@ -394,6 +394,48 @@ def test_sniff_mqtt_malformed_raises(frame: bytes, message: str) -> None:
     assert not info.value.reason.endswith(".")
 
 
+@pytest.mark.parametrize(
+    ("name", "level"), [(b"MQIsdp", 0), (b"MQIsdp", 4), (b"MQTT", 3), (b"MQTT", 6), (b"MQTT", 0x85)]
+)
+def test_sniff_mqtt_unsupported_level_is_answered_with_connack_0x01(name: bytes, level: int) -> None:
+    """Scenario: MQTT 3.1.1 [MQTT-3.1.2-2]: a protocol level the server does not support gets
+    CONNACK 0x01 (unacceptable protocol version) before the disconnect, as from mosquitto, as soon
+    as the level has arrived."""
+    frame = connect_packet(name=name, level=level)
+    for data in (frame, frame[: 5 + len(name)]):
+        with pytest.raises(SniffError, match="does not go with protocol name") as info:
+            SNIFFER.sniff(data)
+        assert info.value.answer == b"\x20\x02\x00\x01"
+
+
+def test_sniff_mqtt_other_errors_get_a_plain_close() -> None:
+    """Scenario: [MQTT-3.1.2-1]: a wrong protocol name may just be disconnected, as mosquitto does."""
+    with pytest.raises(SniffError) as info:
+        SNIFFER.sniff(connect_packet(name=b"MQTX"))
+    assert info.value.answer == b""
+
+
+@pytest.mark.parametrize(
+    ("data", "size"),
+    [
+        (b"", None),
+        (b"\x10", None),
+        (b"\x10\x80", None),  # the remaining length goes on
+        (b"\x10\x0c", 14),
+        (b"\x10\xff\xff\xff\x7f", 5 + 268_435_455),
+        (b"\x10\xff\xff\xff\xff\x01", None),  # malformed: sniff says why
+        (b"\x20\x02", None),  # not a CONNECT
+    ],
+)
+def test_mqtt_announced_size_is_the_whole_connect(data: bytes, size: int | None) -> None:
+    assert SNIFFER.announced_size(data) == size
+
+
+def test_mqtt_announced_size_of_a_real_connect() -> None:
+    frame = connect_packet(client_id=b"x" * 300)
+    assert SNIFFER.announced_size(frame[:3]) == len(frame)
+
+
 def test_sniff_mqtt_rejects_garbage_before_the_packet_is_complete() -> None:
     """Scenario: a bad protocol name is an error at once, not after the declared 200 bytes."""
     with pytest.raises(SniffError, match="unknown protocol name b'HTTP'"):

@@ -24,6 +24,20 @@ def test_sniff_buffer_steps_without_io() -> None:
     assert (result.client_id, opening.raw, opening.replied) == ("me", b"ABCme;", b"12")
 
 
+def test_sniff_buffer_rejects_an_opening_announced_over_the_cap_at_once() -> None:
+    """Scenario: an opening that says it is bigger than the cap (an MQTT CONNECT's remaining
+    length) is rejected as soon as it says so, not after reading up to the cap or the deadline."""
+    opening = SniffBuffer(detect, 64)
+    opening.feed(b"HELLO 64 ")
+    assert opening.step() == b""
+    opening.check_cap()  # 64 bytes fit
+    opening = SniffBuffer(detect, 64)
+    opening.feed(b"HELLO 65 ")
+    assert opening.step() == b""
+    with pytest.raises(SniffError, match=r"line: the opening announces 65 bytes, over the acceptor's cap of 64"):
+        opening.check_cap()
+
+
 def test_sniff_buffer_cap_and_eof_are_errors() -> None:
     opening = SniffBuffer(detect, 8)
     opening.feed(b"HELLO bo")

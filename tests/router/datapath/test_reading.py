@@ -26,6 +26,11 @@ class LineSniffer:
     def looks_like(self, prefix: bytes) -> bool:
         return prefix.startswith(b"H")
 
+    def announced_size(self, data: bytes) -> int | None:
+        """`HELLO <n>` with digits announces an opening of n bytes (to test the early cap check)."""
+        digits = data[6:].split(b" ", 1)[0]
+        return int(digits) if data.startswith(b"HELLO ") and digits.isdigit() and b" " in data[6:] else None
+
     def sniff(self, data: bytes) -> SniffResult:
         if not b"HELLO ".startswith(data[:6]):
             raise SniffError(self.name, f"bad greeting {data[:16]!r}")
@@ -41,6 +46,9 @@ class ServerFirstSniffer:
 
     def looks_like(self, prefix: bytes) -> bool:
         return prefix.startswith(b"A")
+
+    def announced_size(self, data: bytes) -> int | None:
+        return None
 
     def sniff(self, data: bytes) -> SniffResult:
         if data.startswith(b"ABC") and data.endswith(b";"):
