@@ -13,7 +13,10 @@ import functools
 import ipaddress
 import re
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from keys.filter import KeyFilter
 
 __all__ = [
     "INTERNAL_CLIENT_ID_PREFIX",
@@ -95,7 +98,7 @@ def is_internal_client_id(client_id: str | None) -> bool:
     return client_id is not None and client_id.startswith(INTERNAL_CLIENT_ID_PREFIX)
 
 
-def _raw_value(key_type: KeyType, facts: ConnectionFacts, key_filter: re.Pattern[str] | None) -> str | None:
+def _raw_value(key_type: KeyType, facts: ConnectionFacts, key_filter: KeyFilter | None) -> str | None:
     match key_type:
         case KeyType.CLIENT_ID:
             return facts.client_id
@@ -112,12 +115,12 @@ def _raw_value(key_type: KeyType, facts: ConnectionFacts, key_filter: re.Pattern
             if key_filter is None:
                 return facts.roles[0]
             for role in facts.roles:
-                if key_filter.search(role) is not None:
+                if key_filter.find(role) is not None:
                     return role
             return None
 
 
-def resolve_key(key_type: KeyType, key_filter: re.Pattern[str] | None, facts: ConnectionFacts) -> str:
+def resolve_key(key_type: KeyType, key_filter: KeyFilter | None, facts: ConnectionFacts) -> str:
     """Resolve the routing key of a connection (SPEC A1 steps 1 and 2).
 
     Args:
@@ -137,5 +140,5 @@ def resolve_key(key_type: KeyType, key_filter: re.Pattern[str] | None, facts: Co
         return NULL_KEY
     if key_filter is None:
         return value
-    found = key_filter.search(value)
-    return NULL_KEY if found is None else found.group(0)
+    found = key_filter.find(value)
+    return NULL_KEY if found is None else found

@@ -12,11 +12,11 @@ their kind (router/config/values.py).
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from keys import KeyType
+from keys.filter import compile_filter
 from pools.members import check_znode_path, parse_ensemble
 from router.config.values import ValueKind, check, one_of
 
@@ -49,20 +49,6 @@ few hundred bytes, a TLS ClientHello under 2 KiB (post-quantum key shares push i
 
 PROXY_PROTOCOL_VERSIONS: Final = ("v1", "v2")
 """The PROXY protocol versions an acceptor can send to targets (`sendProxyProtocol`)."""
-
-
-def compile_filter(pattern: str | None, what: str) -> re.Pattern[str] | None:
-    """Compile a key filter or local-target filter; blank means disabled (SPEC A7).
-
-    Raises:
-        ValueError: Python cannot compile the expression.
-    """
-    if pattern is None or not pattern.strip():
-        return None
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"{what} {pattern!r} is not a valid regular expression: {exc}") from None
 
 
 class AcceptorMode(enum.Enum):

@@ -31,10 +31,10 @@ from router.config.settings import compile_filter
 from router.core.records import quick_init
 
 if TYPE_CHECKING:
-    import re
     from collections.abc import Sequence
 
     from keys import ConnectionFacts
+    from keys.filter import KeyFilter
     from policies import ConnectionCountSource, Policy
     from pools import Connector
     from router.config.settings import Config, RouterConfig
@@ -204,7 +204,7 @@ class RoutingEngine:
         self._local_filter = compile_filter(pattern, "local-target-filter")
 
     @property
-    def compiled_key_filter(self) -> re.Pattern[str] | None:
+    def compiled_key_filter(self) -> KeyFilter | None:
         """The compiled key filter (for `keys.resolve_key`)."""
         return self._key_filter
 
@@ -243,7 +243,7 @@ class RoutingEngine:
 
     def early(self, key: str, now: float) -> RouteDecision | None:
         """Steps 4-6: local filter, missing pool/policy, cache hit; None means ask the pool."""
-        if self._local_filter is not None and self._local_filter.fullmatch(key) is not None:
+        if self._local_filter is not None and self._local_filter.matches_whole(key):
             return self.local_decision(key, DecisionReason.LOCAL_TARGET_FILTER)
         if self.pool is None or self.policy is None:
             return RouteDecision(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from keys.filter import KeyFilter, compile_filter
 from keys.resolve import (
     INTERNAL_CLIENT_ID_PREFIX,
     NULL_KEY,
@@ -24,6 +25,12 @@ ALL_FACTS = ConnectionFacts(
     sni_host="broker.example.com",
     roles=("guest", "admin"),
 )
+
+
+def _filter(pattern: str) -> KeyFilter:
+    compiled = compile_filter(pattern, "key-filter")
+    assert compiled is not None
+    return compiled
 
 
 def test_null_key_is_literal_null():
@@ -87,7 +94,7 @@ class TestResolveKeyRawValue:
     @pytest.mark.parametrize("key_type", list(KeyType))
     def test_resolve_key_missing_value_with_filter_is_null(self, key_type):
         """Scenario: the filter is not applied to a missing value (it would find "U" in "NULL")."""
-        assert resolve_key(key_type, re.compile("U"), ConnectionFacts()) == NULL_KEY
+        assert resolve_key(key_type, _filter("U"), ConnectionFacts()) == NULL_KEY
 
     def test_resolve_key_empty_client_id_is_null(self):
         """Scenario: an empty value counts as missing (the implementation's documented decision)."""
@@ -105,28 +112,28 @@ class TestResolveKeyFilter:
 
     def test_resolve_key_filter_keeps_whole_match(self):
         facts = ConnectionFacts(client_id="FOO-1-bar")
-        assert resolve_key(KeyType.CLIENT_ID, re.compile("FOO-[0-9]"), facts) == "FOO-1"
+        assert resolve_key(KeyType.CLIENT_ID, _filter("FOO-[0-9]"), facts) == "FOO-1"
 
     def test_resolve_key_filter_ignores_capture_groups(self):
         """Scenario: group 0 is the key even when the filter has capture groups."""
         facts = ConnectionFacts(client_id="xx-FOO-123-yy")
-        assert resolve_key(KeyType.CLIENT_ID, re.compile(r"FOO-(\d+)"), facts) == "FOO-123"
+        assert resolve_key(KeyType.CLIENT_ID, _filter(r"FOO-(\d+)"), facts) == "FOO-123"
 
     def test_resolve_key_filter_searches_not_only_at_start(self):
         facts = ConnectionFacts(user_name="team-blue-user")
-        assert resolve_key(KeyType.USER_NAME, re.compile("blue|red"), facts) == "blue"
+        assert resolve_key(KeyType.USER_NAME, _filter("blue|red"), facts) == "blue"
 
     def test_resolve_key_filter_without_match_is_null(self):
         facts = ConnectionFacts(client_id="BAR-1")
-        assert resolve_key(KeyType.CLIENT_ID, re.compile("FOO-[0-9]"), facts) == NULL_KEY
+        assert resolve_key(KeyType.CLIENT_ID, _filter("FOO-[0-9]"), facts) == NULL_KEY
 
     def test_resolve_key_filter_first_match_wins(self):
         facts = ConnectionFacts(client_id="a1b22c333")
-        assert resolve_key(KeyType.CLIENT_ID, re.compile(r"\d+"), facts) == "1"
+        assert resolve_key(KeyType.CLIENT_ID, _filter(r"\d+"), facts) == "1"
 
     def test_resolve_key_filter_on_source_ip(self):
         facts = ConnectionFacts(source_ip="192.168.10.20")
-        assert resolve_key(KeyType.SOURCE_IP, re.compile(r"^\d+\.\d+"), facts) == "192.168"
+        assert resolve_key(KeyType.SOURCE_IP, _filter(r"^\d+\.\d+"), facts) == "192.168"
 
     @given(st.text(min_size=1))
     def test_resolve_key_without_filter_returns_value_unchanged(self, value):
@@ -134,8 +141,10 @@ class TestResolveKeyFilter:
 
     @given(st.text(min_size=1), st.text(min_size=1, max_size=3))
     def test_resolve_key_literal_filter_gives_needle_or_null(self, value, needle):
-        """Scenario: a literal filter yields the needle when it occurs in the value, else NULL."""
-        key = resolve_key(KeyType.CLIENT_ID, re.compile(re.escape(needle)), ConnectionFacts(client_id=value))
+        """Scenario: a literal filter yields the needle when it occurs in the value, else NULL
+        (matched by RE2, as every filter is)."""
+        assume(needle.strip())  # a blank filter is no filter (SPEC A7)
+        key = resolve_key(KeyType.CLIENT_ID, _filter(re.escape(needle)), ConnectionFacts(client_id=value))
         assert key == (needle if needle in value else NULL_KEY)
 
 
@@ -149,19 +158,19 @@ class TestResolveKeyRoleName:
     def test_resolve_key_role_name_filter_takes_first_role_in_store_order(self):
         """Scenario: two roles match; the earlier one in store order wins, not the alphabetical one."""
         facts = ConnectionFacts(roles=("viewer", "team-zeta", "team-alpha"))
-        assert resolve_key(KeyType.ROLE_NAME, re.compile("team-[a-z]+"), facts) == "team-zeta"
+        assert resolve_key(KeyType.ROLE_NAME, _filter("team-[a-z]+"), facts) == "team-zeta"
 
     def test_resolve_key_role_name_filter_gives_matched_text(self):
         facts = ConnectionFacts(roles=("guest", "broker-admins"))
-        assert resolve_key(KeyType.ROLE_NAME, re.compile("admin"), facts) == "admin"
+        assert resolve_key(KeyType.ROLE_NAME, _filter("admin"), facts) == "admin"
 
     def test_resolve_key_role_name_filter_without_matching_role_is_null(self):
         facts = ConnectionFacts(roles=("guest", "viewer"))
-        assert resolve_key(KeyType.ROLE_NAME, re.compile("admin"), facts) == NULL_KEY
+        assert resolve_key(KeyType.ROLE_NAME, _filter("admin"), facts) == NULL_KEY
 
     def test_resolve_key_role_name_no_roles_is_null(self):
         assert resolve_key(KeyType.ROLE_NAME, None, ConnectionFacts(user_name="alice")) == NULL_KEY
-        assert resolve_key(KeyType.ROLE_NAME, re.compile("a"), ConnectionFacts(roles=())) == NULL_KEY
+        assert resolve_key(KeyType.ROLE_NAME, _filter("a"), ConnectionFacts(roles=())) == NULL_KEY
 
 
 class TestConnectionFactsSourceIp:

@@ -903,11 +903,24 @@ def test_load_config_rejects_an_unknown_key_type(tmp_path):
 
 
 @pytest.mark.parametrize("element", ["key-filter", "local-target-filter"])
-def test_load_config_rejects_a_filter_python_cannot_compile(tmp_path, element):
+def test_load_config_rejects_a_filter_re2_cannot_compile(tmp_path, element):
     text = routers(_router("r", f"\n<{element}>^(FOO</{element}>\n"))
-    problem = "missing ), unterminated subpattern at position 1"
-    reason = f"{element} '^(FOO' is not a valid regular expression: {problem}"
+    reason = (
+        f"{element} '^(FOO' is not a valid regular expression: missing ): ^(FOO (filters are matched by "
+        "RE2, in linear time: no backreferences, look-around, possessive quantifiers or atomic groups)"
+    )
     assert_error(tmp_path, text, f"<{element}>", element, reason)
+
+
+@pytest.mark.parametrize("pattern", [r"(a)\1", "(?=a)", "(?!a)b", "a++", "(?>a)"])
+def test_load_config_rejects_a_filter_that_needs_backtracking(tmp_path, pattern):
+    """Scenario: constructs only a backtracking engine runs are refused at load, naming the pattern
+    (a backtracking match of a client's value could stall every connection)."""
+    path = write(tmp_path, routers(_router("r", f"\n<key-filter>{pattern}</key-filter>\n")))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.element == "key-filter"
+    assert info.value.reason.startswith(f"key-filter {pattern!r} is not a valid regular expression: ")
 
 
 def test_load_config_reads_filters_trimmed_and_blank_as_none(tmp_path):

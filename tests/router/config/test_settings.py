@@ -1,4 +1,4 @@
-"""Tests for router/config/settings.py: the configuration dataclasses and `compile_filter` (SPEC A7, A8)."""
+"""Tests for router/config/settings.py: the configuration dataclasses (SPEC A7, A8)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 import pytest
 
 from cache.cache import CacheConfig
+from keys.filter import compile_filter
 from keys.resolve import KeyType
 from policies.policy import PolicyConfig
 from pools.pool import PoolConfig, PoolKind
@@ -21,42 +22,7 @@ from router.config.settings import (
     DiscoveryGroupConfig,
     RouterConfig,
     ZooKeeperConfig,
-    compile_filter,
 )
-
-
-class TestCompileFilter:
-    def test_compile_filter_compiles(self):
-        compiled = compile_filter("FOO-[0-9]", "key-filter")
-        assert isinstance(compiled, re.Pattern)
-        assert compiled.pattern == "FOO-[0-9]"
-
-    @pytest.mark.parametrize("blank", [None, "", " ", "\t\n "])
-    def test_compile_filter_blank_is_disabled(self, blank):
-        assert compile_filter(blank, "key-filter") is None
-
-    def test_compile_filter_keeps_surrounding_spaces_of_a_real_pattern(self):
-        """Scenario: only an all-blank pattern disables; a pattern is not stripped."""
-        compiled = compile_filter(" a", "key-filter")
-        assert compiled is not None
-        assert compiled.pattern == " a"
-
-    @pytest.mark.parametrize(
-        ("pattern", "what"),
-        [("(", "key-filter"), ("[a-", "local-target-filter"), ("*x", "key-filter"), ("a{2,1}", "key-filter")],
-    )
-    def test_compile_filter_invalid_raises_value_error_naming_element(self, pattern, what):
-        with pytest.raises(
-            ValueError, match=f"^{what} {re.escape(repr(pattern))} is not a valid regular"
-        ) as info:
-            compile_filter(pattern, what)
-        assert info.value.__cause__ is None  # `from None`: the message carries re.error's text
-        assert not isinstance(info.value, re.error)
-
-    def test_compile_filter_java_only_syntax_rejected(self):
-        """Scenario: a Java pattern Python cannot compile (`\\p{Alpha}`) is an error, not ignored."""
-        with pytest.raises(ValueError, match="bad escape"):
-            compile_filter(r"\p{Alpha}+", "key-filter")
 
 
 class TestRouterConfig:
