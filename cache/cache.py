@@ -4,13 +4,25 @@ Pure state: the caller passes `now` (seconds, any monotonic origin) to every cal
 comparison and tests need no clock. Entries expire `timeout_ms` after their last access (get or
 put); timeout 0 means never. Entries are not removed when their target goes down: routing bypasses
 them and overwrites them with the new choice.
+
+The cache holds at most `max_entries` (our `<max-entries>`): a new key beyond it evicts the least
+recently used entry (counted in `evictions`), so clients that invent keys cannot grow the router's
+memory without bound, whatever the timeout. The access order is the insertion order of a dict
+(an access moves the key to the end), which also lets `purge_expired` stop at the first entry
+that is still fresh.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
-__all__ = ["CacheConfig", "TargetCache"]
+__all__ = ["DEFAULT_MAX_ENTRIES", "CacheConfig", "TargetCache"]
+
+DEFAULT_MAX_ENTRIES: Final = 100_000
+"""Entries a cache keeps at most. About 25 MB with 36-character keys, and at most about 120 MB
+with keys at the default key length cap (1,024 characters); a fleet with more distinct clients
+than this sets `<max-entries>` higher (the evictions metric says when)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -21,24 +33,30 @@ class CacheConfig:
     """Keep entries across restarts."""
     timeout_ms: int = 0
     """Expire an entry this long after its last access; 0 = never."""
+    max_entries: int = DEFAULT_MAX_ENTRIES
+    """Our `<max-entries>`: beyond it, the least recently used entry goes."""
 
     def __post_init__(self) -> None:
         if self.timeout_ms < 0:
             raise ValueError(f"timeout must be >= 0, got {self.timeout_ms!r}")
+        if self.max_entries < 1:
+            raise ValueError(f"max-entries must be > 0, got {self.max_entries!r}")
 
 
 class TargetCache:
-    """key -> node id with expire-after-access (mutable state, clock passed in)."""
+    """key -> node id with expire-after-access and a bound on entries (mutable state, clock passed in)."""
 
-    __slots__ = ("_last_access", "_node_ids", "config")
+    __slots__ = ("_last_access", "_node_ids", "config", "evictions")
 
     def __init__(self, config: CacheConfig) -> None:
         self.config = config
         self._node_ids: dict[str, str] = {}
         """key -> the node id chosen for it."""
         self._last_access: dict[str, float] = {}
-        """key -> when its entry was last read or written, in the caller's clock (apart from the
-        node ids: a read that refreshes an entry is one float store, no new object)."""
+        """key -> when its entry was last read or written, in the caller's clock, least recently
+        accessed first (apart from the node ids: a read that refreshes an entry moves one float)."""
+        self.evictions = 0
+        """Entries evicted to stay within `max_entries` so far."""
 
     def _expired(self, key: str, now: float) -> bool:
         timeout = self.config.timeout_ms
@@ -52,13 +70,22 @@ class TargetCache:
         if self._expired(key, now):
             self.evict(key)
             return None
-        self._last_access[key] = now
+        last_access = self._last_access
+        del last_access[key]  # to the end: the most recently used
+        last_access[key] = now
         return node_id
 
     def put(self, key: str, node_id: str, now: float) -> None:
-        """Cache (or overwrite) the node id for a key."""
+        """Cache (or overwrite) the node id for a key; a new key beyond `max_entries` evicts the
+        least recently used entry."""
+        last_access = self._last_access
+        if key in last_access:
+            del last_access[key]
+        elif len(last_access) >= self.config.max_entries:
+            self.evict(next(iter(last_access)))
+            self.evictions += 1
         self._node_ids[key] = node_id
-        self._last_access[key] = now
+        last_access[key] = now
 
     def evict(self, key: str) -> bool:
         """Remove one entry; whether it was there."""
@@ -66,8 +93,15 @@ class TargetCache:
         return self._node_ids.pop(key, None) is not None
 
     def purge_expired(self, now: float) -> int:
-        """Drop every expired entry (memory hygiene); how many were dropped."""
-        expired = [key for key in self._node_ids if self._expired(key, now)]
+        """Drop every expired entry (memory hygiene); how many were dropped. The least recently
+        accessed come first, so this stops at the first fresh one."""
+        if self.config.timeout_ms == 0:
+            return 0
+        expired = []
+        for key in self._last_access:
+            if not self._expired(key, now):
+                break
+            expired.append(key)
         for key in expired:
             self.evict(key)
         return len(expired)

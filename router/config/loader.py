@@ -96,6 +96,8 @@ _VALUE_KINDS: Final[Mapping[str, ValueKind]] = {
     "connector-ref": ValueKind.NAME,
     "cluster-connection": ValueKind.NAME,
     "local-target-connector-ref": ValueKind.NAME,
+    "key-max-length": ValueKind.POSITIVE,
+    "max-entries": ValueKind.POSITIVE,
     "env": ValueKind.NAME,
     "file": ValueKind.NAME,
     "session-timeout": ValueKind.POSITIVE,
@@ -115,6 +117,8 @@ _FIELDS: Final[Mapping[str, str]] = {
     "refresh-timeout": "refresh_timeout_ms",
     "session-timeout": "session_timeout_ms",
     "key-type": "key_type",
+    "key-max-length": "key_max_length",
+    "max-entries": "max_entries",
     "connection-ttl-override": "override_ms",
     "connection-ttl-check-interval": "check_interval_ms",
 }

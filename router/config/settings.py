@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from keys import KeyType
 from keys.filter import compile_filter
+from keys.resolve import DEFAULT_KEY_MAX_LENGTH
 from pools.members import check_znode_path, parse_ensemble
 from router.config.values import ValueKind, check, one_of
 
@@ -224,12 +225,15 @@ class RouterConfig:
     """Regular expression fully matched against the key to pick the local target."""
     local_connector: str | None = None
     """Our extension `<local-target-connector-ref>`: the connector of the local target."""
+    key_max_length: int = DEFAULT_KEY_MAX_LENGTH
+    """Our extension `<key-max-length>`: a longer raw key (characters) counts as missing (NULL)."""
     cache: CacheConfig | None = None
     policy: PolicyConfig | None = None
     pool: PoolConfig | None = None
 
     def __post_init__(self) -> None:
         check(ValueKind.NAME, "connection-router name", self.name)
+        check(ValueKind.POSITIVE, "key-max-length", self.key_max_length)
         compile_filter(self.key_filter, "key-filter")
         compile_filter(self.local_target_filter, "local-target-filter")
 

@@ -233,7 +233,8 @@ class RoutingEngine:
 
     def connection_key(self, facts: ConnectionFacts) -> str:
         """Steps 1-3: the key of a connection after filter and transform."""
-        return self.transform(resolve_key(self.config.key_type, self._key_filter, facts))
+        config = self.config
+        return self.transform(resolve_key(config.key_type, self._key_filter, facts, config.key_max_length))
 
     def transform(self, key: str) -> str:
         """Step 3: the policy's key transform; `NULL` is never transformed."""

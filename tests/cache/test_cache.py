@@ -123,6 +123,48 @@ class TestTargetCache:
         assert cache.get("a", 1.25) == "broker1"
 
 
+class TestCacheBound:
+    """Our `<max-entries>`: the least recently used entry goes first (hardening finding 4)."""
+
+    def test_cache_config_max_entries_must_be_positive(self):
+        with pytest.raises(ValueError, match="max-entries must be > 0, got 0"):
+            CacheConfig(max_entries=0)
+
+    def test_cache_evicts_the_least_recently_used_beyond_max_entries(self):
+        cache = TargetCache(CacheConfig(max_entries=3))
+        for i, key in enumerate("abc"):
+            cache.put(key, f"n{i}", now=i)
+        assert cache.get("a", now=3) == "n0"  # a is now the most recently used; b the least
+        cache.put("d", "n3", now=4)
+        assert (len(cache), cache.evictions) == (3, 1)
+        assert cache.entries(now=5) == {"a": "n0", "c": "n2", "d": "n3"}
+
+    def test_cache_overwrite_does_not_evict(self):
+        cache = TargetCache(CacheConfig(max_entries=2))
+        cache.put("a", "n0", now=0)
+        cache.put("b", "n1", now=1)
+        cache.put("a", "n2", now=2)  # replacing an entry is not a new one
+        assert (len(cache), cache.evictions) == (2, 0)
+        cache.put("c", "n3", now=3)  # b is the least recently used now
+        assert cache.entries(now=4) == {"a": "n2", "c": "n3"}
+
+    def test_cache_size_stays_bounded_whatever_the_keys(self):
+        cache = TargetCache(CacheConfig(max_entries=100))
+        for i in range(10_000):
+            cache.put(f"client-{i}", "n", now=i)
+        assert (len(cache), cache.evictions) == (100, 9_900)
+        assert set(cache.entries(now=10_000)) == {f"client-{i}" for i in range(9_900, 10_000)}
+
+    def test_cache_purge_stops_at_the_first_fresh_entry(self):
+        cache = make_cache(timeout_ms=1000)
+        cache.put("old", "n0", now=0.0)
+        cache.put("fresh", "n1", now=0.75)
+        cache.put("refreshed", "n2", now=0.0)
+        assert cache.get("refreshed", now=0.875) == "n2"  # moved behind "fresh"
+        assert cache.purge_expired(now=1.5) == 1
+        assert cache.entries(now=1.5) == {"fresh": "n1", "refreshed": "n2"}
+
+
 class TestCacheOnVirtualClock:
     """Expiry driven by trio's virtual clock: the caller passes `trio.current_time()` as `now`."""
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from keys.filter import KeyFilter, compile_filter
 from keys.resolve import (
+    DEFAULT_KEY_MAX_LENGTH,
     INTERNAL_CLIENT_ID_PREFIX,
     NULL_KEY,
     ConnectionFacts,
@@ -146,6 +147,24 @@ class TestResolveKeyFilter:
         assume(needle.strip())  # a blank filter is no filter (SPEC A7)
         key = resolve_key(KeyType.CLIENT_ID, _filter(re.escape(needle)), ConnectionFacts(client_id=value))
         assert key == (needle if needle in value else NULL_KEY)
+
+
+class TestResolveKeyMaxLength:
+    """Our <key-max-length>: a longer raw value counts as missing (hardening finding 4)."""
+
+    def test_resolve_key_at_the_cap_is_kept_over_it_is_null(self):
+        facts = ConnectionFacts(client_id="x" * 8)
+        assert resolve_key(KeyType.CLIENT_ID, None, facts, max_length=8) == "x" * 8
+        assert resolve_key(KeyType.CLIENT_ID, None, facts, max_length=7) == NULL_KEY
+
+    def test_resolve_key_caps_the_raw_value_before_the_filter(self):
+        """Scenario: the filter never runs over an overlong value, even one it would cut short."""
+        facts = ConnectionFacts(client_id="abc" + "x" * 2000)
+        assert resolve_key(KeyType.CLIENT_ID, _filter("^..."), facts, max_length=1024) == NULL_KEY
+
+    def test_resolve_key_default_cap(self):
+        facts = ConnectionFacts(client_id="y" * (DEFAULT_KEY_MAX_LENGTH + 1))
+        assert resolve_key(KeyType.CLIENT_ID, None, facts) == NULL_KEY
 
 
 class TestResolveKeyRoleName:

@@ -12,7 +12,9 @@ import pytest
 from lxml import etree
 
 from cache import CacheConfig
+from cache.cache import DEFAULT_MAX_ENTRIES
 from keys import KeyType
+from keys.resolve import DEFAULT_KEY_MAX_LENGTH
 from policies import PolicyConfig
 from pools import PoolConfig, PoolKind
 from router.config import SECTIONS, ConfigError, load_config, load_config_text
@@ -432,7 +434,8 @@ def test_load_config_schema_errors_give_the_line_in_the_original_file(tmp_path):
             "<bogus/>",
             "bogus",
             "not allowed inside <connection-router name='r'>, expected one of <key-type>, <key-filter>, "
-            "<local-target-filter>, <local-target-connector-ref>, <cache>, <policy>, <key-transformer>, "
+            "<local-target-filter>, <local-target-connector-ref>, <key-max-length>, <cache>, <policy>, "
+            "<key-transformer>, "
             "<pool>",
             id="unknown-child",
         ),
@@ -989,11 +992,32 @@ def test_load_config_warns_that_persisted_caches_stay_in_memory(tmp_path, caplog
         ("<timeout>-1</timeout>", "timeout", "must be >= 0, got '-1'"),
         ("<timeout>1m</timeout>", "timeout", "must be an integer >= 0, got '1m'"),
         ("<persisted>yes</persisted>", "persisted", "must be true or false, got 'yes'"),
+        ("<max-entries>0</max-entries>", "max-entries", "must be > 0, got '0'"),
     ],
 )
 def test_load_config_rejects_bad_cache_values(tmp_path, body, element, reason):
     text = routers(_router("r", f"\n<cache>{body}</cache>"))
     assert_error(tmp_path, text, f"<{element}>", element, reason)
+
+
+def test_load_config_reads_the_bounds_on_keys_and_cache_entries(tmp_path):
+    """Scenario: our <key-max-length> and <cache><max-entries> (hardening finding 4); defaults
+    otherwise."""
+    text = routers(
+        _router("r", "<key-max-length>64</key-max-length><cache><max-entries>500</max-entries></cache>")
+        + _router("d", "<cache/>")
+    )
+    bounded, default = load(tmp_path, text).routers
+    assert (bounded.key_max_length, bounded.cache) == (64, CacheConfig(max_entries=500))
+    assert (default.key_max_length, default.cache) == (
+        DEFAULT_KEY_MAX_LENGTH,
+        CacheConfig(max_entries=DEFAULT_MAX_ENTRIES),
+    )
+
+
+def test_load_config_rejects_a_key_max_length_of_zero(tmp_path):
+    text = routers(_router("r", "\n<key-max-length>0</key-max-length>"))
+    assert_error(tmp_path, text, "<key-max-length>", "key-max-length", "must be > 0, got '0'")
 
 
 # -- policy and key-transformer --
