@@ -1161,9 +1161,11 @@ def sasl_outcome_name(code: int) -> str:
     return _SASL_OUTCOME_CODES.get(code, "unknown")
 
 
-def _broker_frames(data: bytes) -> list[tuple[int | None, list[AmqpValue]]] | NeedMore:
+def _broker_frames(data: bytes, *, until_close: bool) -> list[tuple[int | None, list[AmqpValue]]] | NeedMore:
     """The complete performatives the broker sent after SASL ok and its AMQP header, empty frames
-    (heartbeats, §2.4.5) skipped; NEED_MORE until the AMQP header is complete."""
+    (heartbeats, §2.4.5) skipped, up to the first one (`until_close`: the first Close); the bytes
+    after it are not read, so they cannot change the answer. NEED_MORE until the AMQP header is
+    complete."""
     found = _broker_mechanisms(data)
     if found is NEED_MORE:
         return NEED_MORE
@@ -1178,6 +1180,8 @@ def _broker_frames(data: bytes) -> list[tuple[int | None, list[AmqpValue]]] | Ne
         offset += frame.size
         if frame.body:
             performatives.append(decode_performative(frame))
+            if not until_close or performatives[-1][0] == _CLOSE:
+                return performatives
 
 
 def _close_of(fields: list[AmqpValue]) -> BrokerClose:
@@ -1211,7 +1215,7 @@ def parse_broker_open(data: bytes) -> BrokerOpen | NeedMore:
         SniffError: malformed frames, a sasl-outcome other than ok, another header, or a first
             performative that is neither Open nor Close.
     """
-    performatives = _broker_frames(data)
+    performatives = _broker_frames(data, until_close=False)
     if performatives is NEED_MORE or not performatives:
         return NEED_MORE
     code, fields = performatives[0]
@@ -1238,7 +1242,7 @@ def parse_broker_close(data: bytes) -> BrokerClose | NeedMore:
     Raises:
         SniffError: malformed frames or a sasl-outcome other than ok.
     """
-    performatives = _broker_frames(data)
+    performatives = _broker_frames(data, until_close=True)
     if performatives is NEED_MORE:
         return NEED_MORE
     for code, fields in performatives:

@@ -1117,6 +1117,14 @@ class TestProbeParsers:
         assert parse(RABBITMQ_SESSION) == expected
         assert parse(RABBITMQ_SESSION[:end] + b"\x00\x00\x00") == expected  # a frame beginning
 
+    @pytest.mark.parametrize(("parse", "end", "expected"), STAGES)
+    def test_parse_rabbitmq_malformed_frame_after_the_answer_changes_nothing(
+        self, parse: Callable[[bytes], object], end: int, expected: object
+    ) -> None:
+        """Scenario: a bad frame follows the answer in the same read (found by `fuzz/run amqp_broker`)."""
+        bad = _hex("0000000b", "02000000", "a101ff")  # a complete frame; its str8 b"\xff" is not UTF-8
+        assert parse(RABBITMQ_SESSION[:end] + bad) == expected
+
     def test_parse_broker_open_skips_heartbeats(self) -> None:
         heartbeat = _hex("00000008", "02000000")  # an empty frame (§2.4.5)
         data = RABBITMQ_SASL + RABBITMQ_OUTCOME_OK + AMQP_HEADER + heartbeat + RABBITMQ_OPEN[8:]
