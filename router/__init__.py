@@ -16,10 +16,13 @@ Packages of the project, by folder (the import direction runs down this list; no
 Layers of `router/`, lowest first; a module imports only its own layer and the layers above it in
 this list (tests/test_layout.py checks it, and that there are no import circles):
 
-1. `config/`    the `broker.xml` loader (`loader`), the wording of value rules (`values`), the
+1. `logs`       log-line hygiene any layer may use: `shown` (a client-supplied value, escaped and
+                capped, in a `key=value` line) and `LogLimiter` (rate-limits repeated WARNING lines;
+                `routerd` installs it). Imports nothing of `router`.
+2. `config/`    the `broker.xml` loader (`loader`), the wording of value rules (`values`), the
                 acceptor URL parameters (`acceptor_params`), the dataclasses it builds (`settings`),
                 pool passwords (`passwords`) and the shipped XSD (`schema/`).
-2. `core/`      pure decisions and bookkeeping: no trio, no socket (ruff bans them), no clock (times
+3. `core/`      pure decisions and bookkeeping: no trio, no socket (ruff bans them), no clock (times
                 are arguments), no logging.
                   `engine`       the SPEC A1 routing workflow; says when to wait for the quorum
                   `plan`         opening -> routing facts; opening + decision -> Refuse | Redirect |
@@ -36,22 +39,23 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `address`      (host, port) of peers and members
                   `discovery_session`  ZooKeeper discovery's session as a state table
                   `records`      `quick_init`, a cheaper `__init__` for per-connection records
-3. `metrics`, `reports`: the Prometheus families, and the subscribers that turn events into log
+4. `metrics`, `reports`: the Prometheus families, and the subscribers that turn events into log
                 lines and metric updates (one more consumer is one more subscriber).
-4. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in
+5. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in
                 its own methods; the quorum wait; pool changes and what they close; event dispatch.
-5. `datapath/`  the two data paths, which carry out the plan with the same phases (accept, open,
+6. `datapath/`  the two data paths, which carry out the plan with the same phases (accept, open,
                 decide, plan, answer | connect, replay, relay, closed): `trio_path` (one task per
                 connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
                 connections share), `reading`, `relay`, `net` and `tls`.
-6. `services/`  beside the data paths: health probes (`health`, `probes`), ZooKeeper discovery
+7. `services/`  beside the data paths: health probes (`health`, `probes`), ZooKeeper discovery
                 (`discovery`), the admin API (`admin`), connection-TTL checks (`ttl_checks`). They
                 may use the data paths' I/O helpers (`net`, `reading`).
-7. `server`     the process: listeners, the nursery tree, shutdown.
-8. `cli`        the entry points `routerd` and `routerctl` (and `__main__`).
+8. `server`     the process: listeners, the nursery tree, shutdown.
+9. `cli`        the entry points `routerd` and `routerctl` (and `__main__`).
 
 Where a rule lives: what a decision becomes on the wire is `core/plan.py`; which broker a key goes
 to is `core/engine.py` with `policies/`; when a target is ready is `pools/pool.py`, probed by
-`services/health.py`; what is logged and counted for a connection is `reports.py`; configuration
+`services/health.py`; what is logged and counted for a connection is `reports.py`; how a client's
+value is printed in a log line, and how often one line may repeat, is `logs.py`; configuration
 defaults are the dataclasses' (`config/settings.py`, `pools/`, `cache/`, `policies/`).
 """

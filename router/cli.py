@@ -35,6 +35,7 @@ from router.config import ConfigError, load_config
 from router.config.settings import ZooKeeperConfig
 from router.core.engine import RoutingEngine, build_pool
 from router.datapath.net import describe_oserror
+from router.logs import install_log_limits
 from router.server import StartupError, serve_router
 from router.services.discovery import RegistrationError, serve_registration
 
@@ -128,6 +129,7 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    install_log_limits()  # repeated WARNING-and-above lines are rate-limited (router/logs.py)
     config = _load("routerd", args.config)
     if not config.acceptors:
         _fail(

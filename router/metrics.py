@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from router.logs import LOG_BURST, LOG_INTERVAL_S, suppressed_log_lines
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -119,10 +121,37 @@ class Family:
         return gauge
 
 
+class _SuppressedLogLines(Family):
+    """`router_log_lines_suppressed_total`: the process's count of rate-limited log lines, kept by
+    router/logs.py and read when scraped (a count only goes up, so it is copied, not added)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(
+            MetricKind.COUNTER,
+            "router_log_lines_suppressed_total",
+            "Log lines of WARNING and above not written because more lines of the same message "
+            f"came within the interval than its burst allows ({LOG_BURST} in {LOG_INTERVAL_S:g} s; "
+            "one summary line per message and interval says how many), by logger.",
+            ("logger",),
+        )
+
+    def collect(self) -> Metric:
+        """The counts as they are now."""
+        for logger, count in suppressed_log_lines().items():
+            with self._lock:
+                if (logger,) not in self._values:
+                    self._first((logger,))
+                self._values[(logger,)] = float(count)
+        return super().collect()
+
+
 class Metrics:
     """The router's metric families."""
 
     def __init__(self) -> None:
+        self.log_lines_suppressed = _SuppressedLogLines()
         self.connections_accepted = Family(
             MetricKind.COUNTER,
             "router_connections_accepted_total",

@@ -6,8 +6,11 @@ this module is the only place that turns them into log lines (`log_event`) and m
 editing the data paths. Subscribers run in the reporting thread (trio's or the fast path's), so
 they only format, count and return.
 
-Log lines are `key=value` pairs (docs/operations.md lists them). Client-supplied values (keys) are
-printed as received for now.
+Log lines are `key=value` pairs (docs/operations.md lists them). Every value a client (or a
+target) chose goes through `shown`: the key, the reason of a refused authentication, what was wrong
+with an opening or a replay (sniffer reasons quote client bytes). A plain value stays bare; any
+other is quoted and escaped, and a long one is cut and followed by its length, so one line is
+always one event.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from router.core.events import (
     OpeningFailed,
     OpeningFailure,
 )
+from router.logs import shown
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -67,7 +71,11 @@ def _log_connected(event: Connected) -> None:
     if conn_log.isEnabledFor(logging.INFO):
         conn = event.conn
         conn_log.info(
-            "peer=%s router=%s key=%s target=%s outcome=OK", conn.peer, conn.router, event.key, event.node_id
+            "peer=%s router=%s key=%s target=%s outcome=OK",
+            conn.peer,
+            conn.router,
+            shown(event.key),
+            event.node_id,
         )
 
 
@@ -77,7 +85,7 @@ def _log_connect_failed(event: ConnectFailed) -> None:
         "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
         conn.peer,
         conn.router,
-        event.key,
+        shown(event.key),
         event.node_id,
         event.reason,
     )
@@ -90,7 +98,7 @@ def _log_not_authorized(event: NotAuthorized) -> None:
         conn.peer,
         conn.acceptor,
         conn.router,
-        event.reason,
+        shown(event.reason),
     )
 
 
@@ -103,7 +111,7 @@ def _log_opening_failed(event: OpeningFailed) -> None:
                 conn.peer,
                 conn.acceptor,
                 event.protocol,
-                event.detail,
+                shown(event.detail),
             )
         case OpeningFailure.TIMEOUT:
             conn_log.warning(
@@ -119,7 +127,7 @@ def _log_opening_failed(event: OpeningFailed) -> None:
                 "peer=%s acceptor=%s protocol=tls handshake failed: %s",
                 conn.peer,
                 conn.acceptor,
-                event.detail,
+                shown(event.detail),
             )
         case _:
             assert_never(event.failure)
@@ -136,7 +144,7 @@ def _log_decided(event: Decided) -> None:
                     "peer=%s router=%s key=%s target=%s outcome=REDIRECT protocol=%s",
                     conn.peer,
                     conn.router,
-                    event.key,
+                    shown(event.key),
                     event.node_id,
                     "" if event.protocol is None else event.protocol.value,
                 )
@@ -147,7 +155,7 @@ def _log_decided(event: Decided) -> None:
                 "peer=%s router=%s key=%s outcome=%s reason=%s",
                 conn.peer,
                 conn.router,
-                event.key,
+                shown(event.key),
                 event.status.value,
                 event.reason.value,
             )
@@ -170,7 +178,7 @@ def _log_closed(event: Closed) -> None:
         event.bytes_out,
         event.duration_s,
         event.reason.value,
-        f" ({event.detail})" if event.detail else "",
+        f" ({shown(event.detail)})" if event.detail else "",
     )
 
 

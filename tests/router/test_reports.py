@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import logging
+import re
 import typing
+from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from keys import WireProtocol
+from keys import NULL_KEY, WireProtocol
 from pools import PoolEvent, PoolEventKind
 from router import reports
 from router.core import events
@@ -29,8 +35,12 @@ from router.core.events import (
     OpeningFailed,
     OpeningFailure,
 )
+from router.logs import MAX_SHOWN_CHARS, shown
 from router.metrics import Metrics
 from router.reports import MetricUpdates, log_event
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 CONN = ConnectionRef(id=1, router="r", acceptor="a", peer=Address("::1", 5000))
 TARGET_ADDRESS = Address("127.0.0.1", 1883)
@@ -58,7 +68,7 @@ def _decided(
         (
             OpeningFailed(conn=CONN, failure=OpeningFailure.REJECTED, protocol="mqtt", detail="bad byte"),
             logging.WARNING,
-            "peer=[::1]:5000 acceptor=a protocol=mqtt handshake rejected: bad byte",
+            'peer=[::1]:5000 acceptor=a protocol=mqtt handshake rejected: "bad byte"',
         ),
         (
             OpeningFailed(
@@ -76,7 +86,7 @@ def _decided(
             NotAuthorized(conn=CONN, reason="user 'u' not authenticated by the store"),
             logging.WARNING,
             "peer=[::1]:5000 acceptor=a router=r outcome=NOT_AUTHORIZED "
-            "reason=user 'u' not authenticated by the store",
+            "reason=\"user 'u' not authenticated by the store\"",
         ),
         (_decided(Mode.PROXY), None, None),
         (
@@ -132,7 +142,7 @@ def _decided(
             ),
             logging.WARNING,
             "peer=[::1]:5000 router=r target=b1 closed bytes_in=1 bytes_out=0 duration_s=0.000 "
-            "reason=replay_failed (target sent no complete opening in 5 s)",
+            'reason=replay_failed ("target sent no complete opening in 5 s")',
         ),
         (
             ConnectionsClosed(
@@ -282,3 +292,142 @@ def test_every_event_type_has_a_log_line_or_is_silent_and_has_a_metric_update() 
     assert set(reports._LOG_LINES) | reports.SILENT_EVENTS == types
     assert not set(reports._LOG_LINES) & reports.SILENT_EVENTS
     assert set(MetricUpdates(Metrics())._updates) == types
+
+
+# -- client-supplied values: one line per event, whatever the client sends (router/logs.py `shown`) --
+
+HOSTILE_VALUES = [
+    pytest.param("evil\nINFO router.conn: peer=1.2.3.4:1 router=r key=x target=b1 outcome=OK", id="newline"),
+    pytest.param("evil\rpeer=x", id="cr"),
+    pytest.param("\x1b[2J\x1b[31mred", id="ansi"),
+    pytest.param('say "hi"', id="quotes"),
+    pytest.param("back\\slash\\", id="backslash"),
+    pytest.param("x outcome=OK key=y", id="key-value-look-alike"),
+    pytest.param("jürgen\u202e😀", id="unicode"),
+    pytest.param("k" * 15000, id="15kb"),
+]
+
+
+@contextlib.contextmanager
+def _captured() -> Iterator[list[logging.LogRecord]]:
+    """The records of the report loggers, every level enabled (no caplog: hypothesis reuses it)."""
+    records: list[logging.LogRecord] = []
+
+    class ListHandler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = ListHandler()
+    saved = [(log, log.level) for log in (reports.conn_log, reports.pool_log)]
+    for log, _ in saved:
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
+    try:
+        yield records
+    finally:
+        for log, level in saved:
+            log.removeHandler(handler)
+            log.setLevel(level)
+
+
+def _client_events(value: str) -> list[Event]:
+    """Every event whose line carries a client-supplied value, carrying `value`."""
+    return [
+        Connected(conn=CONN, key=value, node_id="b1", address=TARGET_ADDRESS),
+        ConnectFailed(conn=CONN, key=value, node_id="b1", address=TARGET_ADDRESS, reason="timed out"),
+        Decided(
+            conn=CONN,
+            key=value,
+            status=RouteStatus.OK,
+            reason=DecisionReason.POLICY,
+            mode=Mode.REDIRECT,
+            node_id="b1",
+        ),
+        Decided(
+            conn=CONN,
+            key=value,
+            status=RouteStatus.REFUSED_UNAVAILABLE,
+            reason=DecisionReason.ROUTING_TIMED_OUT,
+            mode=Mode.REFUSE,
+        ),
+        NotAuthorized(conn=CONN, reason=value),
+        OpeningFailed(conn=CONN, failure=OpeningFailure.REJECTED, protocol="mqtt", detail=value),
+        OpeningFailed(conn=CONN, failure=OpeningFailure.TLS, protocol="tls", detail=value),
+        Closed(
+            conn=CONN,
+            node_id="b1",
+            bytes_in=1,
+            bytes_out=0,
+            duration_s=0.0,
+            reason=CloseReason.REPLAY_FAILED,
+            detail=value,
+        ),
+    ]
+
+
+def _only_line(event: Event) -> str:
+    with _captured() as records:
+        log_event(event)
+    assert len(records) == 1
+    return records[0].getMessage()
+
+
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+"""A quoted value of `shown` (what a logfmt reader skips as one value)."""
+
+
+@pytest.mark.parametrize("value", HOSTILE_VALUES)
+def test_log_event_client_value_stays_in_one_quoted_line(value: str) -> None:
+    for event in _client_events(value):
+        line = _only_line(event)
+        assert all(" " <= char <= "~" for char in line), line
+        assert shown(value) in line
+        assert shown(value).startswith('"')
+        unquoted = _QUOTED.sub('""', line)
+        assert unquoted.count("outcome=") <= 1, line
+        assert "key=y" not in unquoted
+
+
+def test_log_event_long_key_is_cut_with_its_length() -> None:
+    line = _only_line(Connected(conn=CONN, key="k" * 15000, node_id="b1", address=TARGET_ADDRESS))
+    assert (
+        line == f'peer=[::1]:5000 router=r key="{"k" * MAX_SHOWN_CHARS}"...(len=15000) target=b1 outcome=OK'
+    )
+
+
+def test_log_event_forged_line_is_inside_the_quotes() -> None:
+    line = _only_line(
+        Connected(
+            conn=CONN, key="x\nINFO router.conn: key=y outcome=OK", node_id="b1", address=TARGET_ADDRESS
+        )
+    )
+    assert (
+        line == 'peer=[::1]:5000 router=r key="x\\nINFO router.conn: key=y outcome=OK" target=b1 outcome=OK'
+    )
+
+
+def test_log_event_null_key_prints_null() -> None:
+    line = _only_line(Connected(conn=CONN, key=NULL_KEY, node_id="b1", address=TARGET_ADDRESS))
+    assert line == "peer=[::1]:5000 router=r key=NULL target=b1 outcome=OK"
+
+
+_CONNECTED_LINE = re.compile(
+    r'peer=\[::1\]:5000 router=r key=("(?:[^"\\]|\\.)*"(?:\.\.\.\(len=\d+\))?|[^" ]+) target=b1 outcome=OK'
+)
+
+
+@given(st.text())
+def test_log_event_any_key_gives_one_line_and_its_prefix_back(key: str) -> None:
+    line = _only_line(Connected(conn=CONN, key=key, node_id="b1", address=TARGET_ADDRESS))
+    assert all(" " <= char <= "~" for char in line), line
+    found = _CONNECTED_LINE.fullmatch(line)
+    assert found is not None, line
+    text = found.group(1)
+    cut = re.fullmatch(r'(".*")\.\.\.\(len=(\d+)\)', text)
+    if cut is not None:
+        assert ast.literal_eval(cut.group(1)) == key[:MAX_SHOWN_CHARS]
+        assert int(cut.group(2)) == len(key) > MAX_SHOWN_CHARS
+    elif text.startswith('"'):
+        assert ast.literal_eval(text) == key
+    else:
+        assert text == key
