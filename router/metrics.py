@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from router.logs import LOG_BURST, LOG_INTERVAL_S, suppressed_log_lines
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from prometheus_client.metrics_core import Metric
 
@@ -225,12 +225,54 @@ class Metrics:
             "TLS handshake).",
             ("acceptor", "reason"),
         )
+        self.connections_refused = Family(
+            MetricKind.COUNTER,
+            "router_connections_refused_total",
+            "Client connections closed at accept because a limit was reached, by acceptor and reason: "
+            "descriptor_budget (the process's share of file descriptors for clients), acceptor_limit "
+            "(connectionsAllowed) or source_limit (connectionsAllowedPerSource).",
+            ("acceptor", "reason"),
+        )
+        self.connection_budget = Family(
+            MetricKind.GAUGE,
+            "router_client_connection_budget",
+            "Client connections the process serves at most at once: its file-descriptor limit, less "
+            "a reserve for probes, the admin API and the process, over two descriptors a connection.",
+            (),
+        )
+        self.redispatches = Family(
+            MetricKind.COUNTER,
+            "router_connect_redispatches_total",
+            "Routed connections whose connect failed and that were sent to another ready target "
+            "instead (HAProxy's redispatch), by router.",
+            ("router",),
+        )
+        self.cache_entries = Family(
+            MetricKind.GAUGE,
+            "router_cache_entries",
+            "Entries in the router's key -> target cache (read when scraped).",
+            ("router",),
+        )
+        self.cache_evictions = Family(
+            MetricKind.COUNTER,
+            "router_cache_evictions_total",
+            "Cache entries evicted, least recently used first, to stay within <max-entries>.",
+            ("router",),
+        )
         self._families = tuple(value for value in vars(self).values() if isinstance(value, Family))
+        self._samplers: list[Callable[[], None]] = []
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(self)  # a collector: anything with collect()
 
+    def sample_when_scraped(self, sampler: Callable[[], None]) -> None:
+        """Have `sampler` update families from state that is read, not counted (a cache's size),
+        before each scrape."""
+        self._samplers.append(sampler)
+
     def collect(self) -> Iterator[Metric]:
         """Every family, for the registry (the collector protocol)."""
+        for sampler in self._samplers:
+            sampler()
         for family in self._families:
             yield family.collect()
 

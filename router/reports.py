@@ -22,6 +22,7 @@ from pools import PoolEvent, PoolEventKind
 from router.core.engine import DecisionReason
 from router.core.events import (
     Accepted,
+    AcceptRefused,
     Closed,
     CloseReason,
     Connected,
@@ -182,6 +183,17 @@ def _log_closed(event: Closed) -> None:
     )
 
 
+def _log_accept_refused(event: AcceptRefused) -> None:
+    conn_log.warning(
+        "peer=%s acceptor=%s router=%s refused at accept: %s reached (%d connections)",
+        event.peer,
+        event.acceptor,
+        event.router,
+        event.refusal.parameter,
+        event.limit,
+    )
+
+
 def _log_connections_closed(event: ConnectionsClosed) -> None:
     if event.reason is CloseReason.SHUTDOWN:
         pool_log.info(
@@ -220,6 +232,7 @@ def _log_pool_event(event: PoolEvent) -> None:
 
 
 _LOG_LINES: Final[Mapping[type[Event], Callable[[Any], None]]] = {
+    AcceptRefused: _log_accept_refused,
     Decided: _log_decided_unless_proxied,
     Closed: _log_closed,
     Connected: _log_connected,
@@ -254,6 +267,7 @@ class MetricUpdates:
             OpeningFailed: self._opening_failed,
             NotAuthorized: self._not_authorized,
             LookedUp: self._looked_up,
+            AcceptRefused: self._accept_refused,
             ConnectionsClosed: self._connections_closed,
             PoolEvent: self._pool_event,
         }
@@ -302,6 +316,9 @@ class MetricUpdates:
 
     def _not_authorized(self, event: NotAuthorized) -> None:
         self.metrics.auth_failures.inc((event.conn.acceptor,))
+
+    def _accept_refused(self, event: AcceptRefused) -> None:
+        self.metrics.connections_refused.inc((event.acceptor, event.refusal.value))
 
     def _looked_up(self, event: LookedUp) -> None:
         self.metrics.lookups.inc((event.router, event.status.value))

@@ -90,6 +90,20 @@ class RouterRuntime:
         updates = MetricUpdates(metrics)
         updates.router_started(self.name, None if pool is None else [t.node_id for t in pool.targets])
         self._subscribers: tuple[Subscriber, ...] = (log_event, updates)
+        self._evictions_reported = 0
+        if self._engine.cache is not None:
+            metrics.sample_when_scraped(self._sample_cache)
+
+    def _sample_cache(self) -> None:
+        """The cache's size and evictions, for a scrape (the metrics' thread)."""
+        cache = self._engine.cache
+        assert cache is not None
+        with self._lock:
+            entries, evictions = len(cache), cache.evictions
+        labels = (self.name,)
+        self.metrics.cache_entries.set(labels, entries)
+        self.metrics.cache_evictions.inc(labels, evictions - self._evictions_reported)
+        self._evictions_reported = evictions
 
     # -- reports --
 

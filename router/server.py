@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
@@ -31,11 +32,13 @@ import trio
 from keys import KeyType
 from keys.detect import make_detector
 from keys.users import UserStore
+from router.core.address import Address
+from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission, descriptor_budget
 from router.core.events import CloseReason
 from router.core.plan import fast_path_serves
 from router.datapath.acceptor import ConnectionLimits, ServedAcceptor
 from router.datapath.fast_path import FastPath
-from router.datapath.net import ACCEPT_CAPACITY_ERRNOS, open_listeners
+from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, open_listeners
 from router.datapath.tls import server_context
 from router.datapath.trio_path import handle_connection, resume_connection
 from router.metrics import Metrics
@@ -55,8 +58,11 @@ __all__ = ["ServerInfo", "StartupError", "serve_router"]
 
 log = logging.getLogger("router.server")
 
-_ACCEPT_BACKOFF_S: Final = 0.1
-"""Pause of an accept loop after running out of a resource (descriptors, memory)."""
+_UNLIMITED_DESCRIPTORS: Final = 1 << 20
+"""What an unlimited RLIMIT_NOFILE counts as (Linux's default fs.nr_open)."""
+_DISCOVERED_PROBES: Final = 16
+"""Probes counted for a discovery pool, whose members are not known at start."""
+
 _FAST_PATH_JOIN_S: Final = 5.0
 """How long shutdown waits for the fast-path thread once told to close everything."""
 
@@ -99,8 +105,46 @@ def _warn_unsupported(config: Config) -> None:
             )
 
 
+def _admission(config: Config, runtimes: Iterable[RouterRuntime], metrics: Metrics) -> Admission:
+    """The process's admission: its descriptor budget for clients (logged, and a metric) and each
+    acceptor's limits."""
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit == resource.RLIM_INFINITY:
+        limit = _UNLIMITED_DESCRIPTORS
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:  # no /proc: count nothing, the reserve is there for it
+        in_use = 0
+    probes = 0
+    for runtime in runtimes:
+        if config.pool_discovery_group(runtime.config) is not None:
+            probes += _DISCOVERED_PROBES
+        probes += sum(len(t.connector.members) for t in runtime.targets() if t.connector is not None)
+    budget = descriptor_budget(limit, in_use, probes)
+    log.info(
+        "descriptor limit %d, %d in use: up to %d client connections at once (two descriptors each; "
+        "%d kept for %d probe(s), the admin API and the process)",
+        limit,
+        in_use,
+        budget,
+        DESCRIPTOR_RESERVE + probes,
+        probes,
+    )
+    metrics.connection_budget.set((), budget)
+    acceptor_limits = {
+        a.name: AcceptorLimits(a.connections_allowed, a.connections_allowed_per_source)
+        for a in config.acceptors
+        if a.connections_allowed >= 0 or a.connections_allowed_per_source >= 0
+    }
+    return Admission(budget, acceptor_limits)
+
+
 def _serve_acceptor(
-    acceptor: AcceptorConfig, runtime: RouterRuntime, connection_ttl_ms: int, limits: ConnectionLimits
+    acceptor: AcceptorConfig,
+    runtime: RouterRuntime,
+    connection_ttl_ms: int,
+    limits: ConnectionLimits,
+    admission: Admission,
 ) -> ServedAcceptor:
     """What one acceptor's connections share: detection, TLS, the user store, the TTL in force.
 
@@ -123,6 +167,7 @@ def _serve_acceptor(
         users=users,
         connection_ttl_ms=connection_ttl_ms,
         limits=limits,
+        admission=admission,
     )
 
 
@@ -139,11 +184,19 @@ async def _accept_loop(
                 "acceptor=%s accept failed (%s); retrying in %g s",
                 acceptor.name,
                 exc.strerror,
-                _ACCEPT_BACKOFF_S,
+                ACCEPT_BACKOFF_S,
             )
-            await trio.sleep(_ACCEPT_BACKOFF_S)
+            await trio.sleep(ACCEPT_BACKOFF_S)
             continue
-        handlers.start_soon(handle_connection, stream, acceptor)
+        try:
+            peer = Address.of(stream.socket.getpeername())
+        except OSError:  # the client reset before we looked
+            stream.socket.close()
+            continue
+        if not acceptor.admit(peer):
+            stream.socket.close()
+            continue
+        handlers.start_soon(handle_connection, stream, acceptor, peer)
 
 
 def _duplicate(listener: trio.SocketListener) -> socket.socket:
@@ -162,12 +215,14 @@ def _handoff(handlers: trio.Nursery, acceptor: ServedAcceptor) -> Handoff:
             handlers.start_soon(resume_connection, stream, acceptor, handed)
         except RuntimeError:  # shutting down: the handlers nursery is closed
             handed.sock.close()
+            acceptor.release(handed.conn.peer)
 
     def handoff(handed: HandedOver) -> None:  # in the fast-path thread
         try:
             token.run_sync_soon(start, handed)
         except trio.RunFinishedError:
             handed.sock.close()
+            acceptor.release(handed.conn.peer)
 
     return handoff
 
@@ -294,8 +349,11 @@ async def serve_router(
         r.name: RouterRuntime(config, r, metrics, round_robin_start=round_robin_start) for r in config.routers
     }
     ttl = config.connection_ttl
+    admission = _admission(config, runtimes.values(), metrics)
     # Before any listener: fail early.
-    served = [_serve_acceptor(a, runtimes[a.router], ttl.ttl_ms(a), limits) for a in config.acceptors]
+    served = [
+        _serve_acceptor(a, runtimes[a.router], ttl.ttl_ms(a), limits, admission) for a in config.acceptors
+    ]
     async with trio.open_nursery() as services:
         admin_bound = await _start_services(config, runtimes, metrics, services, admin)
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()

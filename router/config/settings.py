@@ -122,6 +122,13 @@ class AcceptorConfig:
     """Close a proxied connection after this long without bytes from its client (Artemis
     `connectionTtl`, also spelt `connectionTTL`); -1 = no TTL. `<connection-ttl-override>`
     replaces it (`ConnectionTtlConfig.ttl_ms`)."""
+    connections_allowed: int = -1
+    """Client connections the acceptor serves at once (Artemis `connectionsAllowed`); one more is
+    closed at accept and counted. -1 = no limit of its own (the process's descriptor budget still
+    applies)."""
+    connections_allowed_per_source: int = -1
+    """Client connections one source address (the TCP peer's IP) may have open on the acceptor at
+    once (our `connectionsAllowedPerSource`, as nginx's `limit_conn`); -1 = no limit."""
     fast_path: bool = True
     """Whether the acceptor may be served by the fast path when it qualifies (our `fastPath`);
     False keeps every connection on the trio path."""
@@ -141,6 +148,8 @@ class AcceptorConfig:
         if self.require_authentication and self.users_file is None:
             raise ValueError("requireAuthentication=true needs usersFile and rolesFile")
         check(ValueKind.TTL, "connectionTtl", self.connection_ttl_ms)
+        check(ValueKind.TTL, "connectionsAllowed", self.connections_allowed)
+        check(ValueKind.TTL, "connectionsAllowedPerSource", self.connections_allowed_per_source)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,6 +4,7 @@ will be one more subscriber).
 
 Pure data: no I/O, no clock (times are fields), no logging. A connection's events, in order:
 
+    AcceptRefused                                               (a limit: closed at accept)
     Accepted -> OpeningFailed                                   (bad bytes, deadline, TLS)
              -> NotAuthorized                                   (the router's own authentication)
              -> Decided(mode=REFUSE | REDIRECT)                 (answered by the router itself)
@@ -29,9 +30,11 @@ if TYPE_CHECKING:
     from keys import WireProtocol
     from pools import PoolEvent
     from router.core.address import Address
+    from router.core.admission import Refusal
     from router.core.engine import DecisionReason, RouteStatus
 
 __all__ = [
+    "AcceptRefused",
     "Accepted",
     "CloseReason",
     "Closed",
@@ -119,6 +122,19 @@ class ConnectionRef:
     acceptor: str
     peer: Address
     """The TCP peer (the load balancer, behind a PROXY protocol header)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptRefused:
+    """A new client connection was closed at accept, before anything was read: a limit of the
+    process or of its acceptor (router/core/admission.py) was reached. It never got a reference."""
+
+    router: str
+    acceptor: str
+    peer: Address
+    refusal: Refusal
+    limit: int
+    """The limit that was reached (connections)."""
 
 
 @quick_init
@@ -246,7 +262,7 @@ ConnectionEvent: TypeAlias = (
 )
 """What happened to one client connection."""
 
-Event: TypeAlias = "ConnectionEvent | ConnectionsClosed | LookedUp | PoolEvent"
+Event: TypeAlias = "ConnectionEvent | AcceptRefused | ConnectionsClosed | LookedUp | PoolEvent"
 """Everything a router reports."""
 
 Subscriber: TypeAlias = Callable[["Event"], None]

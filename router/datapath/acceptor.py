@@ -1,11 +1,16 @@
 """What the connections of one acceptor share, on either data path: its configuration, its router,
-protocol detection, TLS termination, the user store, the connection TTL in force, and the phase
-deadlines. Built once per acceptor by the server."""
+protocol detection, TLS termination, the user store, the connection TTL in force, the phase
+deadlines, and the process's admission (limits on open connections). Built once per acceptor by
+the server."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from router.core.admission import Admission, Refusal
+from router.core.events import AcceptRefused
 
 if TYPE_CHECKING:
     import ssl
@@ -13,6 +18,7 @@ if TYPE_CHECKING:
     from keys.detect import Detector
     from keys.users import UserStore
     from router.config.settings import AcceptorConfig
+    from router.core.address import Address
     from router.runtime import RouterRuntime
 
 __all__ = ["ConnectionLimits", "ServedAcceptor"]
@@ -47,7 +53,33 @@ class ServedAcceptor:
     connection_ttl_ms: int = -1
     """The connection TTL in force on the acceptor (`<connection-ttl-override>` applied); -1 = none."""
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    admission: Admission = field(default_factory=lambda: Admission(sys.maxsize))
+    """Shared by every acceptor of the process (the default, for tests: no limits)."""
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    def admit(self, peer: Address) -> bool:
+        """Count a new connection from `peer`, or report why it is refused (close it then).
+        An admitted connection is `release`d by whoever closes its client socket."""
+        refusal = self.admission.admit(self.config.name, peer.host)
+        if refusal is None:
+            return True
+        config = self.config
+        match refusal:
+            case Refusal.DESCRIPTOR_BUDGET:
+                limit = self.admission.budget
+            case Refusal.ACCEPTOR_LIMIT:
+                limit = config.connections_allowed
+            case Refusal.SOURCE_LIMIT:
+                limit = config.connections_allowed_per_source
+        refused = AcceptRefused(
+            router=self.runtime.name, acceptor=config.name, peer=peer, refusal=refusal, limit=limit
+        )
+        self.runtime.report(refused)
+        return False
+
+    def release(self, peer: Address) -> None:
+        """A connection `admit` let in has ended (its client socket is closed)."""
+        self.admission.release(self.config.name, peer.host)

@@ -58,7 +58,7 @@ from router.core.plan import (
     plan,
     routing_facts,
 )
-from router.datapath.net import ACCEPT_CAPACITY_ERRNOS, describe_oserror
+from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, describe_oserror
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -117,6 +117,8 @@ class _Listener:
     """Whether the key or the mode needs the opening read (`plan.must_sniff`)."""
     handshake_timeout_s: float
     """0: no deadline."""
+    paused: bool = False
+    """Not watched for a while after accept() ran out of descriptors (`_pause_accepting`)."""
     accept_fd: Callable[[], tuple[int, Any]] = field(init=False)
     """`sock._accept`: (descriptor, address) of a new connection; `socket.socket.accept` is this plus
     the Python-level socket object we do without (`_Socket`)."""
@@ -245,7 +247,7 @@ class FastPath:
         self._listeners: dict[int, _Listener] = {}
         self._conns: dict[int, _Conn] = {}
         self._openings: dict[int, _Opening] = {}
-        self._deadlines: list[tuple[float, int, _Conn | _Opening]] = []
+        self._deadlines: list[tuple[float, int, _Conn | _Opening | _Listener]] = []
         self._sequence = 0  # ties of the deadline heap
         self._buffer = bytearray(BUFFER_SIZE)
         self._view = memoryview(self._buffer)
@@ -383,7 +385,8 @@ class FastPath:
 
     def _close_listeners(self) -> None:
         for fd, listener in list(self._listeners.items()):
-            self._epoll.unregister(fd)
+            if not listener.paused:
+                self._epoll.unregister(fd)
             listener.sock.close()
         self._listeners.clear()
 
@@ -404,13 +407,16 @@ class FastPath:
                 return
             except OSError as exc:
                 if exc.errno in ACCEPT_CAPACITY_ERRNOS:
-                    log.error("acceptor=%s accept failed (%s)", listener.acceptor.name, exc.strerror)
+                    self._pause_accepting(listener, exc)
                     return
                 if exc.errno == errno.ECONNABORTED:
                     continue
                 raise
             client = _Socket(listener.family, socket.SOCK_STREAM, 0, fd)
             peer = Address(address[0], address[1])
+            if not listener.acceptor.admit(peer):
+                client.close()
+                continue
             conn = listener.acceptor.runtime.accept(listener.acceptor.name, peer)
             if not listener.sniffs:
                 self._decide(listener, client, conn, Opening(source=peer))
@@ -422,6 +428,25 @@ class FastPath:
             self._epoll.register(opening.fd, _IN)
             if listener.handshake_timeout_s > 0:
                 self._at(self._clock() + listener.handshake_timeout_s, opening)
+
+    def _pause_accepting(self, listener: _Listener, exc: OSError) -> None:
+        """Out of descriptors or memory: stop watching the listener for `ACCEPT_BACKOFF_S`, as the
+        trio path sleeps (a level-triggered listener would be reported ready again at once)."""
+        log.error(
+            "acceptor=%s accept failed (%s); retrying in %g s",
+            listener.acceptor.name,
+            exc.strerror,
+            ACCEPT_BACKOFF_S,
+        )
+        self._epoll.unregister(listener.sock.fileno())
+        listener.paused = True
+        self._at(self._clock() + ACCEPT_BACKOFF_S, listener)
+
+    def _resume_accepting(self, listener: _Listener) -> None:
+        fd = listener.sock.fileno()
+        if listener.paused and self._listeners.get(fd) is listener:  # not closed meanwhile
+            listener.paused = False
+            self._epoll.register(fd, select.EPOLLIN)
 
     def _open(self, opening: _Opening) -> None:
         """Read more of a client's opening; decide once its sniffer has the key."""
@@ -489,6 +514,7 @@ class FastPath:
     def _drop_opening(self, opening: _Opening) -> None:
         self._forget_opening(opening)
         opening.sock.close()
+        opening.listener.acceptor.release(opening.conn.peer)
 
     # -- decide, plan, answer --
 
@@ -512,6 +538,7 @@ class FastPath:
             match action:
                 case Refuse() | Redirect():
                     self._answer(client, action.answer)
+                    acceptor.release(conn.peer)
                 case HandOver(then=then):
                     listener.handoff(HandedOver(_stdlib(client), conn, opening, then))
                 case Proxy():
@@ -521,6 +548,7 @@ class FastPath:
         except Exception:
             if client.fileno() != -1 and client.fileno() not in self._conns:
                 client.close()
+                acceptor.release(conn.peer)
             raise
 
     def _answer(self, client: _Socket, answer: bytes) -> None:
@@ -610,12 +638,13 @@ class FastPath:
         if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
             self._call_trio(runtime.connect_refused, relayed.target, relayed.connector, reason)
 
-    def _at(self, deadline: float, item: _Conn | _Opening) -> None:
+    def _at(self, deadline: float, item: _Conn | _Opening | _Listener) -> None:
         self._sequence += 1
         heapq.heappush(self._deadlines, (deadline, self._sequence, item))
 
     def _expire(self) -> None:
-        """Handshake deadlines of openings, connect deadlines of relayed connections."""
+        """Handshake deadlines of openings, connect deadlines of relayed connections, listeners to
+        watch again after an accept backoff."""
         now = self._clock()
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
@@ -623,6 +652,8 @@ class FastPath:
             if isinstance(item, _Opening):
                 if not item.done:
                     self._opening_timed_out(item)
+            elif isinstance(item, _Listener):
+                self._resume_accepting(item)
             elif not item.connected and not item.closed:
                 self._connect_failed(item, OSError(errno.ETIMEDOUT, "timed out"))
 
@@ -737,6 +768,7 @@ class FastPath:
             relayed.masks[side] = 0
             self._conns.pop(relayed.fds[side], None)
             relayed.socks[side].close()
+        relayed.acceptor.release(relayed.conn.peer)
 
     def _close(self, relayed: _Conn, reason: CloseReason) -> None:
         """End a relayed connection (or one still connecting, which the router closed) and report it."""

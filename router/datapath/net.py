@@ -15,11 +15,39 @@ from typing import Final
 
 import trio
 
-__all__ = ["ACCEPT_CAPACITY_ERRNOS", "describe_oserror", "open_connection", "open_listeners"]
+__all__ = [
+    "ACCEPT_BACKOFF_S",
+    "ACCEPT_CAPACITY_ERRNOS",
+    "LOCAL_SHORTAGE_ERRNOS",
+    "describe_oserror",
+    "is_local_shortage",
+    "open_connection",
+    "open_listeners",
+]
 
 ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 """Errors of accept() that mean "out of a resource, try again shortly", as trio.serve_listeners
-treats them; anything else is a bug and propagates."""
+treats them; anything else is a bug and propagates. The same errors of connect() or socket() say
+nothing about the peer: a probe that meets one is no evidence that a broker is down."""
+LOCAL_SHORTAGE_ERRNOS: Final = ACCEPT_CAPACITY_ERRNOS | {errno.EADDRNOTAVAIL}
+"""Errors of socket() or connect() that come from this host running short (descriptors, memory,
+buffers, ephemeral ports), not from the peer."""
+
+
+def is_local_shortage(exc: BaseException) -> bool:
+    """Whether a connect failed because this host ran short (`LOCAL_SHORTAGE_ERRNOS`), looking
+    through the causes and groups trio's connect wraps its attempts' errors in."""
+    if isinstance(exc, OSError) and exc.errno in LOCAL_SHORTAGE_ERRNOS:
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(is_local_shortage(inner) for inner in exc.exceptions)
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and cause is not exc and is_local_shortage(cause)
+
+
+ACCEPT_BACKOFF_S: Final = 0.1
+"""How long both data paths stop accepting on a listener after one of those errors (trio's
+serve_listeners sleeps 0.1 s too)."""
 
 
 def describe_oserror(exc: OSError) -> str:

@@ -78,27 +78,34 @@ class _Opened:
     """Subject CN of the client certificate we verified."""
 
 
-async def handle_connection(client: trio.SocketStream, acceptor: ServedAcceptor) -> None:
-    """One accepted client connection: open, decide, plan, then answer or proxy."""
+async def handle_connection(client: trio.SocketStream, acceptor: ServedAcceptor, peer: Address) -> None:
+    """One accepted client connection from `peer`, admitted (`ServedAcceptor.admit`): open,
+    decide, plan, then answer or proxy; released when its socket is closed."""
     # The socket is closed here however the connection ends, also when cancelled before any
     # close (shutdown): never left to the GC. The stream on top is closed by `_serve`.
-    with contextlib.closing(client.socket):
-        try:
-            peer = Address.of(client.socket.getpeername())
-            local = Address.of(client.socket.getsockname())
-        except OSError:  # the client reset before we looked
-            return
-        conn = acceptor.runtime.accept(acceptor.name, peer)
-        opened = await _open(client, acceptor, conn, local)
-        if opened is not None:
-            await _serve(acceptor, conn, opened)
+    try:
+        with contextlib.closing(client.socket):
+            try:
+                local = Address.of(client.socket.getsockname())
+            except OSError:  # the client reset before we looked
+                return
+            conn = acceptor.runtime.accept(acceptor.name, peer)
+            opened = await _open(client, acceptor, conn, local)
+            if opened is not None:
+                await _serve(acceptor, conn, opened)
+    finally:
+        acceptor.release(peer)
 
 
 async def resume_connection(client: trio.SocketStream, acceptor: ServedAcceptor, handed: HandedOver) -> None:
     """Continue a connection the fast path opened (and maybe decided and planned): carry out its
     Proxy, or wait for the quorum and go on as for any other connection."""
-    with contextlib.closing(client.socket):  # as in handle_connection
-        await _serve(acceptor, handed.conn, _Opened(stream=client, opening=handed.opening), then=handed.then)
+    try:
+        with contextlib.closing(client.socket):  # as in handle_connection
+            opened = _Opened(stream=client, opening=handed.opening)
+            await _serve(acceptor, handed.conn, opened, then=handed.then)
+    finally:
+        acceptor.release(handed.conn.peer)
 
 
 async def _open(

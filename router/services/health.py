@@ -3,6 +3,8 @@
 Each target is probed at once when the router starts, then every `check-period` (scheduled on
 absolute times, so a slow probe does not shift later ones). A probe that fails, times out or is
 refused makes the target un-ready at once (`Pool.record_check`); the next success makes it ready.
+A probe that cannot run because this host ran short (`LocalShortage`: out of descriptors, memory
+or ephemeral ports) changes nothing: it is no evidence about the broker.
 Each probe has its own deadline. The probe of a target is its connector's `probe=` kind
 (`make_check`): a TCP connect (`check_target`), or a session with the pool's credentials that
 the broker must accept: MQTT 3.1.1 CONNECT (`check_mqtt`, which can also read mosquitto's
@@ -20,6 +22,7 @@ import trio
 
 from router.services.probes import (
     Check,
+    LocalShortage,
     check_amqp,
     check_mqtt,
     check_openwire,
@@ -86,9 +89,20 @@ async def _probe_member_forever(
     next_time = trio.current_time()
     while True:
         ok, detail = False, f"no answer from {connector.url} within {timeout_s:g} s"
-        with trio.move_on_after(timeout_s):
-            ok, detail = await check(connector)
-        runtime.record_check(target.node_id, ok, detail, member=member)
+        try:
+            with trio.move_on_after(timeout_s):
+                ok, detail = await check(connector)
+        except LocalShortage as exc:
+            # Out of descriptors here says nothing about the broker: marking every target down
+            # would close every proxied connection of every router (hardening finding 1).
+            log.warning(
+                "router=%s target=%s probe skipped, its state stays as it was: %s",
+                runtime.name,
+                target.node_id,
+                exc,
+            )
+        else:
+            runtime.record_check(target.node_id, ok, detail, member=member)
         next_time += period_s
         now = trio.current_time()
         if next_time < now:  # the probe overran: skip the missed slots instead of bursting

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import trio
 
 from keys import INTERNAL_CLIENT_ID_PREFIX, SniffError, amqp, mqtt, openwire, stomp
-from router.datapath.net import describe_oserror, open_connection
+from router.datapath.net import describe_oserror, is_local_shortage, open_connection
 from router.datapath.reading import read_parsed
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Check",
+    "LocalShortage",
     "check_amqp",
     "check_mqtt",
     "check_openwire",
@@ -73,10 +74,15 @@ async def _probe(
 
     Returns:
         (whether the target is ready, the reason when it is not).
+
+    Raises:
+        LocalShortage: the connect failed for a reason of this host's, not the broker's.
     """
     try:
         stream = await open_connection(connector.host, connector.port)
     except OSError as exc:
+        if is_local_shortage(exc):
+            raise LocalShortage(f"connect to {connector.url} failed here: {describe_oserror(exc)}") from exc
         return False, f"connect to {connector.url} failed: {describe_oserror(exc)}"
     async with stream:
         if session is None:
@@ -86,6 +92,11 @@ async def _probe(
         except errors as exc:
             return False, f"{protocol} probe of {connector.url} failed: {exc}"
     return not reason, reason
+
+
+class LocalShortage(Exception):
+    """A probe could not run because this host ran short (descriptors, memory, ephemeral ports):
+    no evidence either way about the broker, so its state must not change."""
 
 
 async def check_target(connector: Connector) -> tuple[bool, str]:

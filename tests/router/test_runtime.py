@@ -33,12 +33,13 @@ def _runtime(
     policy: str = "FIRST_ELEMENT",
     *,
     cache_ms: int | None = None,
+    cache_entries: int = 100,
 ) -> RouterRuntime:
     connectors = tuple(Connector.from_url(f"b{i}", f"tcp://127.0.0.1:{20000 + i}") for i in (1, 2, 3))
     router = RouterConfig(
         name="r",
         policy=PolicyConfig(name=policy),
-        cache=None if cache_ms is None else CacheConfig(timeout_ms=cache_ms),
+        cache=None if cache_ms is None else CacheConfig(timeout_ms=cache_ms, max_entries=cache_entries),
         pool=PoolConfig(
             kind=PoolKind.STATIC,
             static_connectors=("b1", "b2", "b3"),
@@ -347,6 +348,19 @@ class TestStatusAndFilters:
         with trio.move_on_after(2.2):  # the sweep at t=3.9 finds the entry 3.9 s old
             await runtime.serve_cache_purge()
         assert runtime.status().cache_entries == 0
+
+    async def test_cache_size_and_evictions_are_sampled_when_scraped(self) -> None:
+        """Scenario: <max-entries> 2 and five keys: two entries, three evictions, as the metrics say
+        at each scrape (counted once, not again at the next scrape)."""
+        runtime = _runtime(cache_ms=0, cache_entries=2)
+        runtime.record_check("b1", True)
+        for key in "abcde":
+            runtime.lookup(key)
+        metrics = runtime.metrics
+        for _ in range(2):
+            metrics.exposition()
+            assert metrics.cache_entries.value(("r",)) == 2
+            assert metrics.cache_evictions.value(("r",)) == 3
 
 
 class TestConnections:

@@ -386,7 +386,7 @@ async def test_both_data_paths_give_the_same_log_lines_and_metrics(
             [
                 *ready,
                 "WARNING peer=127.0.0.1:PORT acceptor=a protocol=detect handshake rejected: "
-                "unknown protocol, connection starts with 474554202f20485454502f312e310d0a",
+                '"unknown protocol, connection starts with 474554202f20485454502f312e310d0a"',
             ],
         ),
         "connect-failed": (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from router.config.settings import Config, RouterConfig
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
 from router.services.health import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
-from router.services.probes import check_mqtt, check_stomp, check_target, probe_client_id
+from router.services.probes import LocalShortage, check_mqtt, check_stomp, check_target, probe_client_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -70,6 +71,57 @@ async def test_serve_health_checks_failure_then_recovery_changes_readiness(
         await serve_health_checks(runtime, check=check)
     states.append(runtime.target_state("b1"))
     assert states == [TargetState.UNKNOWN, TargetState.READY, TargetState.NOT_READY, TargetState.READY]
+
+
+async def test_a_probe_that_runs_short_locally_changes_nothing(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario (hardening finding 1): at the descriptor limit a probe fails here, not at the
+    broker; a ready target stays ready (its connections stay open), and the next probe counts."""
+    runtime = _runtime(check_period_ms=1000)
+    outcomes: list[tuple[bool, str] | None] = [(True, ""), None, None, (False, "refused")]
+    states: list[TargetState] = []
+
+    async def check(connector: Connector) -> tuple[bool, str]:
+        states.append(runtime.target_state("b1"))
+        outcome = outcomes.pop(0)
+        if outcome is None:
+            raise LocalShortage("connect to tcp://127.0.0.1:21001 failed here: Too many open files")
+        return outcome
+
+    with trio.move_on_after(3.5):  # probes at 0, 1, 2 and 3 s
+        await serve_health_checks(runtime, check=check)
+    states.append(runtime.target_state("b1"))
+    assert states == [
+        TargetState.UNKNOWN,
+        TargetState.READY,
+        TargetState.READY,
+        TargetState.READY,
+        TargetState.NOT_READY,
+    ]
+    skipped = [r.getMessage() for r in caplog.records if "probe skipped" in r.getMessage()]
+    assert (
+        skipped
+        == [
+            "router=r target=b1 probe skipped, its state stays as it was: connect to tcp://127.0.0.1:21001 "
+            "failed here: Too many open files"
+        ]
+        * 2
+    )
+
+
+async def test_check_target_says_a_local_shortage_is_not_the_brokers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scenario: socket() failing with EMFILE is raised as LocalShortage; a refused connect is the
+    broker's answer (not ready)."""
+
+    def no_descriptors(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    connector = Connector.from_url("b1", "tcp://127.0.0.1:1")
+    assert (await check_target(connector))[0] is False  # port 1: refused, the broker's answer
+    monkeypatch.setattr(trio.socket, "socket", no_descriptors)
+    with pytest.raises(LocalShortage, match="failed here: Too many open files"):
+        await check_target(connector)
 
 
 async def test_serve_health_checks_probe_deadline_makes_target_not_ready(

@@ -1,0 +1,141 @@
+"""Admission: whether a newly accepted client connection may be served, by the process's
+descriptor budget and its acceptor's limits. Bookkeeping only: no I/O, no clock.
+
+Every client connection costs descriptors (its own, and its target's while proxied); when the
+process runs out, nothing works any more: health probes fail locally, the admin API cannot answer,
+accept() spins. So the router refuses new connections *before* the budget is spent, and never
+closes an established connection because of a new one (HAProxy's `maxconn`, nginx's `limit_conn`
+are the models):
+
+- `budget`: client connections of the whole process at once (`descriptor_budget`);
+- an acceptor's `connectionsAllowed`;
+- an acceptor's `connectionsAllowedPerSource`, per TCP peer address.
+
+A connection counts from `admit` until its `release`, whatever it became (refused, redirected,
+proxied, or closed during its opening). Both data paths admit and release from their own threads,
+so `Admission` takes its own lock (a few dict operations under it).
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["DESCRIPTOR_RESERVE", "AcceptorLimits", "Admission", "Refusal", "descriptor_budget"]
+
+DESCRIPTOR_RESERVE: Final = 64
+"""Descriptors kept back from clients besides the measured ones (`descriptor_budget`): log files,
+ZooKeeper sessions, DNS lookups, the admin API's connections, a refused connection's own
+descriptor between accept and close."""
+
+_PER_CONNECTION: Final = 2
+"""Descriptors of one proxied connection: the client's and the target's."""
+
+
+class Refusal(enum.Enum):
+    """Why a new connection was closed at accept; the value is the metric label."""
+
+    DESCRIPTOR_BUDGET = "descriptor_budget"
+    ACCEPTOR_LIMIT = "acceptor_limit"
+    SOURCE_LIMIT = "source_limit"
+
+    @property
+    def parameter(self) -> str:
+        """The limit as an operator configures it, for the log line."""
+        match self:
+            case Refusal.DESCRIPTOR_BUDGET:
+                return "the descriptor budget"
+            case Refusal.ACCEPTOR_LIMIT:
+                return "connectionsAllowed"
+            case Refusal.SOURCE_LIMIT:
+                return "connectionsAllowedPerSource"
+
+
+def descriptor_budget(limit: int, in_use: int, probes: int) -> int:
+    """Client connections a process may hold at once.
+
+    Args:
+        limit: its descriptor limit (soft RLIMIT_NOFILE, after raising it to the hard one).
+        in_use: descriptors open when it starts serving (listeners, the epoll set, logs, ...).
+        probes: health probes that may run at once (one descriptor each).
+
+    Returns:
+        What is left after `in_use`, `probes` and `DESCRIPTOR_RESERVE`, over two descriptors a
+        connection; at least 1.
+    """
+    return max(1, (limit - in_use - probes - DESCRIPTOR_RESERVE) // _PER_CONNECTION)
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptorLimits:
+    """An acceptor's own limits; -1 = none."""
+
+    connections: int = -1
+    per_source: int = -1
+
+
+class Admission:
+    """Counts the open client connections of a process, by acceptor and source address."""
+
+    __slots__ = ("_by_acceptor", "_by_source", "_limits", "_lock", "budget", "open")
+
+    def __init__(self, budget: int, limits: dict[str, AcceptorLimits] | None = None) -> None:
+        """Args:
+        budget: client connections of the whole process at once (`descriptor_budget`).
+        limits: each acceptor's limits by name (none given: no limits of their own).
+        """
+        self.budget = budget
+        self.open = 0
+        """Client connections admitted and not yet released."""
+        self._limits = dict(limits or {})
+        self._by_acceptor: dict[str, int] = {}
+        self._by_source: dict[tuple[str, str], int] = {}
+        """(acceptor, source host) -> open connections, for acceptors with a per-source limit."""
+        self._lock = threading.Lock()
+
+    def admit(self, acceptor: str, source: str) -> Refusal | None:
+        """Count a new connection of `acceptor` from `source` (a host), or say which limit it meets.
+
+        Returns:
+            None when admitted (release it when it ends); the refusal otherwise (nothing counted).
+        """
+        limits = self._limits.get(acceptor)
+        with self._lock:
+            if self.open >= self.budget:
+                return Refusal.DESCRIPTOR_BUDGET
+            if limits is not None:
+                on_acceptor = self._by_acceptor.get(acceptor, 0)
+                if 0 <= limits.connections <= on_acceptor:
+                    return Refusal.ACCEPTOR_LIMIT
+                if limits.per_source >= 0:
+                    key = (acceptor, source)
+                    from_source = self._by_source.get(key, 0)
+                    if from_source >= limits.per_source:
+                        return Refusal.SOURCE_LIMIT
+                    self._by_source[key] = from_source + 1
+                self._by_acceptor[acceptor] = on_acceptor + 1
+            self.open += 1
+        return None
+
+    def release(self, acceptor: str, source: str) -> None:
+        """A connection `admit` counted has ended."""
+        limits = self._limits.get(acceptor)
+        with self._lock:
+            self.open -= 1
+            if limits is None:
+                return
+            self._by_acceptor[acceptor] -= 1
+            if limits.per_source >= 0:
+                key = (acceptor, source)
+                left = self._by_source[key] - 1
+                if left:
+                    self._by_source[key] = left
+                else:
+                    del self._by_source[key]  # sources come and go: keep only those with connections
+
+    def open_on(self, acceptor: str) -> int:
+        """Open connections of an acceptor that has limits of its own (0 for one without)."""
+        with self._lock:
+            return self._by_acceptor.get(acceptor, 0)
