@@ -214,7 +214,7 @@ def test_proxy_by_user_name_wrong_password_is_closed_with_the_broker_refusal_log
     assert "amqp:unauthorized-access" in str(refused.value)
     router.wait_for_log(
         r"target=rmq-\d closed .* reason=replay_failed "
-        r"\(target's opening rejected: amqp: broker rejected authentication: code 1 \(auth\)\)"
+        r"\(\"target's opening rejected: amqp: broker rejected authentication: code 1 \(auth\)\"\)"
     )
 
 
@@ -322,7 +322,7 @@ def _serve_one(port: int) -> str:
         (
             AMQP_HEADER + OPEN_RAW_1[:12],
             True,
-            r"protocol=amqp handshake rejected: client closed after 20 bytes, before the handshake",
+            r"protocol=amqp handshake rejected: \"client closed after 20 bytes, before the handshake",
         ),
         (
             AMQP_HEADER + OPEN_RAW_1[:12],
@@ -332,18 +332,18 @@ def _serve_one(port: int) -> str:
         (
             AMQP_HEADER + b"\xde\xad\xbe\xef" * 4,
             False,
-            r"protocol=amqp handshake rejected: frame size 3735928559 exceeds the handshake limit",
+            r"protocol=amqp handshake rejected: \"frame size 3735928559 exceeds the handshake limit",
         ),
         (
             b"AMQP\x00\x00\x09\x01",
             False,
-            r"protocol=amqp handshake rejected: unsupported protocol header .*\(AMQP 0-9-1\)",
+            r"protocol=amqp handshake rejected: \"unsupported protocol header .*\(AMQP 0-9-1\)",
         ),
         (b"A", False, r"protocol=amqp handshake not complete after 2 s \(1 bytes\)"),
         (
             AMQP_HEADER + OPEN_OVERSIZED,
             False,
-            r"protocol=amqp handshake rejected: no complete handshake in the first 1024 bytes",
+            r"protocol=amqp handshake rejected: \"no complete handshake in the first 1024 bytes",
         ),
     ],
     ids=[

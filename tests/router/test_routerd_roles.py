@@ -89,4 +89,4 @@ def test_role_name_wrong_password_gets_not_authorized(
 ) -> None:
     router, port = routed
     assert _first_bytes(port, _connect_packet("c-x", "alice", "wrong", level=level), 8) == connack
-    router.wait_for_log(r"outcome=NOT_AUTHORIZED reason=user 'alice' not authenticated by the store")
+    router.wait_for_log(r"outcome=NOT_AUTHORIZED reason=\"user 'alice' not authenticated by the store\"")

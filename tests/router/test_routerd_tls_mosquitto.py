@@ -389,7 +389,7 @@ def test_sni_termination_plain_client_is_rejected(termination: _Termination) -> 
         client.disconnect()
     assert connacks == []
     termination.router.wait_for_log(
-        r"acceptor=tls-end protocol=detect handshake rejected: unknown protocol, connection starts with 10"
+        r"acceptor=tls-end protocol=detect handshake rejected: \"unknown protocol, connection starts with 10"
     )
 
 
