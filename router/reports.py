@@ -83,12 +83,13 @@ def _log_connected(event: Connected) -> None:
 def _log_connect_failed(event: ConnectFailed) -> None:
     conn = event.conn
     conn_log.warning(
-        "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s",
+        "peer=%s router=%s key=%s target=%s outcome=CONNECT_FAILED reason=%s%s",
         conn.peer,
         conn.router,
         shown(event.key),
         event.node_id,
         event.reason,
+        "" if event.redispatched_to is None else f" redispatched_to={event.redispatched_to}",
     )
 
 
@@ -307,7 +308,10 @@ class MetricUpdates:
             m.router_closes.inc((router, event.reason.value))
 
     def _connect_failed(self, event: ConnectFailed) -> None:
-        self.metrics.connect_failures.inc((event.conn.router, event.node_id))
+        router = event.conn.router
+        self.metrics.connect_failures.inc((router, event.node_id))
+        if event.redispatched_to is not None:
+            self.metrics.redispatches.inc((router,))
 
     def _opening_failed(self, event: OpeningFailed) -> None:
         failure = event.failure

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from router.core.engine import RouteDecision, RoutingEngine, build_pool
+from router.core.engine import DecisionReason, RouteDecision, RouteStatus, RoutingEngine, build_pool
 from router.core.events import Accepted, CloseReason, ConnectionRef, ConnectionsClosed, LookedUp
 from router.core.live import LiveConnections, closed_by_pool_change
+from router.core.plan import after_connect_failed
 from router.core.status import snapshot
 from router.reports import MetricUpdates, log_event
 
@@ -32,11 +33,12 @@ if TYPE_CHECKING:
 
     from keys import ConnectionFacts
     from pools import Connector, PoolEvent, Target, TargetState
-    from router.config.settings import Config, RouterConfig
+    from router.config.settings import AcceptorConfig, Config, RouterConfig
     from router.core.address import Address
     from router.core.engine import QuorumWait
     from router.core.events import Event, Subscriber
     from router.core.live import LiveConnection
+    from router.core.plan import Opening, Proxy, Refuse
     from router.core.status import RouterStatus
     from router.metrics import Metrics
 
@@ -137,6 +139,21 @@ class RouterRuntime:
             return self._engine.begin(facts, now)
         finally:
             lock.release()
+
+    def after_connect_failed(
+        self, acceptor: AcceptorConfig, opening: Opening, failed: Proxy, now: float, *, retry: bool
+    ) -> Proxy | Refuse:
+        """The connect `failed` planned did not succeed: connect to another ready target once
+        (`retry`, HAProxy's redispatch; the cache entry moves with it), else refuse in the client's
+        protocol (either thread)."""
+        if retry:
+            with self._lock:
+                decision = self._engine.redispatch(failed.key, failed.reason, failed.target.node_id, now)
+        else:
+            decision = RouteDecision(
+                key=failed.key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=DecisionReason.CONNECT_FAILED
+            )
+        return after_connect_failed(acceptor, self.name, opening, decision)
 
     async def wait_for_quorum(self, wait: QuorumWait) -> RouteDecision:
         """Wait up to the quorum timeout for the pool to have routing targets, then decide (trio

@@ -74,6 +74,11 @@ class DecisionReason(enum.Enum):
     """The quorum wait outlasted the routing deadline (the runtime's rule)."""
     NO_LOCAL_CONNECTOR = "the decision is the local target and no <local-target-connector-ref> is configured"
     """An OK decision for a local target that cannot be reached (the plan's rule)."""
+    REDISPATCH = "redispatch"
+    """The connect to the first pick failed: the policy's pick among the other ready targets
+    (`RoutingEngine.redispatch`, HAProxy's `option redispatch`)."""
+    CONNECT_FAILED = "connect failed"
+    """The connect to the chosen target failed and there was no other to try."""
 
 
 @quick_init
@@ -276,6 +281,26 @@ class RoutingEngine:
             return decision
         assert self.pool is not None, "early() refuses when there is no pool"
         return self.select(key, self.pool.routing_targets(), now)
+
+    def redispatch(self, key: str, reason: DecisionReason, failed: str, now: float) -> RouteDecision:
+        """After the connect to target `failed` failed (it died between two probes): the policy's
+        pick among the other ready targets, cached in place of the failed one; REFUSED_UNAVAILABLE
+        when there is none, or when the pool did not choose the target (the local target).
+
+        Args:
+            key: the connection's key.
+            reason: how the failed target was chosen.
+            failed: its node id.
+            now: the current time (cache expiry).
+        """
+        if reason in (DecisionReason.CACHE, DecisionReason.POLICY) and self.pool is not None:
+            targets = [t for t in self.pool.routing_targets() if t.node_id != failed]
+            decision = self.select(key, targets, now)
+            if decision.target is not None:
+                return self._ok(key, decision.target, DecisionReason.REDISPATCH)
+        return RouteDecision(
+            key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=DecisionReason.CONNECT_FAILED
+        )
 
     def lookup(self, key: str, now: float) -> RouteDecision:
         """The management lookup (SPEC A7): the workflow from step 3, without waiting for quorum."""

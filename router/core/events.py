@@ -9,6 +9,7 @@ Pure data: no I/O, no clock (times are fields), no logging. A connection's event
              -> NotAuthorized                                   (the router's own authentication)
              -> Decided(mode=REFUSE | REDIRECT)                 (answered by the router itself)
              -> Decided(mode=PROXY) -> ConnectFailed
+                                    -> ConnectFailed(redispatched_to) -> Connected | ConnectFailed
                                     -> Connected -> Closed(reason)
 
 A connection keeps its `ConnectionRef` (with a process-unique id) across both data paths, also
@@ -206,7 +207,9 @@ class Connected:
 @quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectFailed:
-    """The connection to the chosen target could not be opened; the client was closed."""
+    """The connection to the chosen target could not be opened: the client goes on to another
+    target (`redispatched_to`), or is refused in its protocol's words (an MQTT CONNACK "server
+    unavailable"), or, when the router closed it meanwhile, closed."""
 
     conn: ConnectionRef
     key: str
@@ -214,6 +217,8 @@ class ConnectFailed:
     address: Address
     reason: str
     """The system's reason (`Connection refused`, `timed out`)."""
+    redispatched_to: str | None = None
+    """The node id of the ready target tried next (once per connection), if any."""
 
 
 @quick_init

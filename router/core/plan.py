@@ -237,6 +237,18 @@ def routing_facts(
     )
 
 
+def after_connect_failed(
+    acceptor: AcceptorConfig, router: str, opening: Opening, decision: RouteDecision
+) -> Proxy | Refuse:
+    """What a proxied connection whose connect failed does next, given the engine's redispatch
+    decision (`RoutingEngine.redispatch`): connect to the other target, or refuse in its
+    protocol's words (an MQTT CONNACK "server unavailable", ...) instead of a bare close."""
+    action = plan(acceptor, router, opening, decision)
+    # The mode and the opening chose proxying the first time; they choose it again.
+    assert not isinstance(action, Redirect), "a proxied connection is proxied again"
+    return action
+
+
 def plan(
     acceptor: AcceptorConfig, router: str, opening: Opening, decision: RouteDecision
 ) -> Refuse | Redirect | Proxy:

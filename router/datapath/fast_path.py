@@ -63,7 +63,6 @@ from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, descri
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pools import Connector, Target
     from router.core.events import ConnectionRef
     from router.datapath.acceptor import ServedAcceptor
 
@@ -151,6 +150,7 @@ class _Conn(LiveConnection):
 
     __slots__ = (
         "acceptor",
+        "action",
         "closed",
         "connected",
         "connected_at",
@@ -160,8 +160,10 @@ class _Conn(LiveConnection):
         "fds",
         "key",
         "masks",
+        "opening",
         "pending",
         "request",
+        "retry",
         "socks",
         "target",
     )
@@ -172,19 +174,25 @@ class _Conn(LiveConnection):
         socks: tuple[_Socket, _Socket],
         acceptor: ServedAcceptor,
         conn: ConnectionRef,
-        key: str,
-        target: Target,
-        connector: Connector,
+        opening: Opening,
+        action: Proxy,
+        retry: bool,
         request: Callable[[_Request], None],
         started: float,
     ) -> None:
+        target, connector = action.target, action.connector
         super().__init__(
             conn=conn, node_id=target.node_id, address=endpoint(connector.host, connector.port), now=started
         )
         self.socks = socks
         self.fds = (socks[0].fileno(), socks[1].fileno())
         self.acceptor = acceptor
-        self.key = key
+        self.opening = opening
+        self.action = action
+        """What was planned (a failed connect plans again from it)."""
+        self.retry = retry
+        """Whether a failed connect may go to another target (once per connection)."""
+        self.key = action.key
         self.target = target
         self.connector = connector
         self.request = request
@@ -542,7 +550,7 @@ class FastPath:
                 case HandOver(then=then):
                     listener.handoff(HandedOver(_stdlib(client), conn, opening, then))
                 case Proxy():
-                    self._connect(client, acceptor, conn, opening, action, now)
+                    self._connect(client, acceptor, conn, opening, action, now, retry=True)
                 case _:
                     assert_never(action)
         except Exception:
@@ -568,6 +576,8 @@ class FastPath:
         opening: Opening,
         action: Proxy,
         now: float,
+        *,
+        retry: bool,
     ) -> None:
         client.setblocking(False)  # TCP_NODELAY it has from the listener
         connector = action.connector
@@ -577,9 +587,9 @@ class FastPath:
             socks=(client, upstream),
             acceptor=acceptor,
             conn=conn,
-            key=action.key,
-            target=action.target,
-            connector=connector,
+            opening=opening,
+            action=action,
+            retry=retry,
             request=self._request_bound,
             started=now,
         )
@@ -617,26 +627,40 @@ class FastPath:
         self._update_masks(relayed)
 
     def _connect_failed(self, relayed: _Conn, exc: OSError | CloseReason) -> None:
-        """The connect failed or timed out (an OSError), or the router closed the connection meanwhile."""
-        runtime = relayed.acceptor.runtime
+        """The connect failed or timed out (an OSError): on to another target once, else the
+        client's refusal; or the router closed the connection meanwhile (a CloseReason): closed."""
+        acceptor = relayed.acceptor
+        runtime = acceptor.runtime
         runtime.unregister(relayed)  # before a refused connect makes the target un-ready
+        then: Proxy | Refuse | None = None
         if isinstance(exc, CloseReason):
             reason = exc.while_connecting
         else:
             reason = "timed out" if exc.errno == errno.ETIMEDOUT else describe_oserror(exc)
+            now = self._clock()
+            then = runtime.after_connect_failed(
+                acceptor.config, relayed.opening, relayed.action, now, retry=relayed.retry
+            )
         failed = ConnectFailed(
             conn=relayed.conn,
             key=relayed.key,
             node_id=relayed.target.node_id,
             address=relayed.address,
             reason=reason,
+            redispatched_to=then.target.node_id if isinstance(then, Proxy) else None,
         )
+        client = relayed.socks[0]
         try:
             runtime.report(failed)  # before the close: a client that sees it finds it reported
         finally:
-            self._forget(relayed)
+            self._forget(relayed, keep_client=then is not None)
         if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
             self._call_trio(runtime.connect_refused, relayed.target, relayed.connector, reason)
+        if isinstance(then, Proxy):
+            self._connect(client, acceptor, relayed.conn, relayed.opening, then, self._clock(), retry=False)
+        elif isinstance(then, Refuse):
+            self._answer(client, then.answer)
+            acceptor.release(relayed.conn.peer)
 
     def _at(self, deadline: float, item: _Conn | _Opening | _Listener) -> None:
         self._sequence += 1
@@ -758,17 +782,22 @@ class FastPath:
 
     # -- closed --
 
-    def _forget(self, relayed: _Conn) -> None:
+    def _forget(self, relayed: _Conn, *, keep_client: bool = False) -> None:
+        """Close the sockets (the client's too unless `keep_client`: it goes on elsewhere, and
+        is not in the epoll set before a connect completed)."""
         if relayed.closed:
             return
         relayed.closed = True
-        for side in (0, 1):
+        for side in (1,) if keep_client else (0, 1):
             # Closing removes the descriptor from the epoll set (these sockets are never
             # duplicated), so no EPOLL_CTL_DEL first: two system calls fewer per connection.
             relayed.masks[side] = 0
             self._conns.pop(relayed.fds[side], None)
             relayed.socks[side].close()
-        relayed.acceptor.release(relayed.conn.peer)
+        if keep_client:
+            self._conns.pop(relayed.fds[0], None)
+        else:
+            relayed.acceptor.release(relayed.conn.peer)
 
     def _close(self, relayed: _Conn, reason: CloseReason) -> None:
         """End a relayed connection (or one still connecting, which the router closed) and report it."""

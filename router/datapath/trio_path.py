@@ -205,7 +205,7 @@ async def _serve(
     runtime, opening = acceptor.runtime, opened.opening
     async with opened.stream as client:
         if isinstance(then, Proxy):  # decided, planned and reported by the fast path
-            await _proxy(client, acceptor, conn, opening, then)
+            await _proxy_or_refuse(client, acceptor, conn, opening, then)
             return
         decision: RouteDecision | QuorumWait | None = then
         if decision is None:
@@ -221,7 +221,7 @@ async def _serve(
             case Refuse() | Redirect():
                 await _answer(client, action.answer)
             case Proxy():
-                await _proxy(client, acceptor, conn, opening, action)
+                await _proxy_or_refuse(client, acceptor, conn, opening, action)
             case _:
                 assert_never(action)
 
@@ -282,11 +282,33 @@ class _Proxied:
         self.counts = [0, 0]
 
 
-async def _proxy(
+async def _proxy_or_refuse(
     client: trio.abc.Stream, acceptor: ServedAcceptor, conn: ConnectionRef, opening: Opening, action: Proxy
 ) -> None:
+    """Proxy; when the connect fails, once more to another ready target (redispatch), and then,
+    when that fails too or there is none, refuse in the client's protocol."""
+    then = await _proxy(client, acceptor, conn, opening, action, retry=True)
+    if isinstance(then, Proxy):
+        then = await _proxy(client, acceptor, conn, opening, then, retry=False)
+    if isinstance(then, Refuse):
+        await _answer(client, then.answer)
+
+
+async def _proxy(
+    client: trio.abc.Stream,
+    acceptor: ServedAcceptor,
+    conn: ConnectionRef,
+    opening: Opening,
+    action: Proxy,
+    *,
+    retry: bool,
+) -> Proxy | Refuse | None:
     """Connect, replay, relay; registered with the runtime meanwhile, so the router can close it
-    (the TTL checker, a target that becomes not ready, a failover, shutdown) by cancelling its scope."""
+    (the TTL checker, a target that becomes not ready, a failover, shutdown) by cancelling its scope.
+
+    Returns:
+        What to do after a failed connect (`RouterRuntime.after_connect_failed`); None otherwise.
+    """
     runtime, connector = acceptor.runtime, action.connector
     scope = trio.CancelScope()
     live = LiveConnection(
@@ -309,7 +331,8 @@ async def _proxy(
         raise
     finally:
         runtime.unregister(live)  # before a refused connect makes the target un-ready
-        _report_end(acceptor, conn, action, live, state)
+        then = _report_end(acceptor, conn, opening, action, live, state, retry=retry)
+    return then
 
 
 async def _connect_and_relay(
@@ -343,9 +366,17 @@ async def _connect_and_relay(
 
 
 def _report_end(
-    acceptor: ServedAcceptor, conn: ConnectionRef, action: Proxy, live: LiveConnection, state: _Proxied
-) -> None:
-    """Report how a proxied connection ended: Closed once connected, else ConnectFailed."""
+    acceptor: ServedAcceptor,
+    conn: ConnectionRef,
+    opening: Opening,
+    action: Proxy,
+    live: LiveConnection,
+    state: _Proxied,
+    *,
+    retry: bool,
+) -> Proxy | Refuse | None:
+    """Report how a proxied connection ended: Closed once connected, else ConnectFailed, with
+    what the client gets next when the connect itself failed."""
     runtime, node_id = acceptor.runtime, action.target.node_id
     closed_by = live.closed_by
     if state.connected_at is not None:
@@ -360,17 +391,29 @@ def _report_end(
                 detail=state.detail,
             )
         )
-        return
+        return None
     exc = state.failed
+    then: Proxy | Refuse | None = None
     if exc is None:  # closed by the router (or shutdown) while connecting
         reason = (closed_by or state.reason).while_connecting
     else:
         reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_oserror(exc)
-    runtime.report(
-        ConnectFailed(conn=conn, key=action.key, node_id=node_id, address=live.address, reason=reason)
+        then = runtime.after_connect_failed(
+            acceptor.config, opening, action, trio.current_time(), retry=retry
+        )
+    redispatched_to = then.target.node_id if isinstance(then, Proxy) else None
+    failed = ConnectFailed(
+        conn=conn,
+        key=action.key,
+        node_id=node_id,
+        address=live.address,
+        reason=reason,
+        redispatched_to=redispatched_to,
     )
+    runtime.report(failed)
     if isinstance(exc, ConnectionRefusedError):  # certain, unlike a timeout: skip the wait for a probe
         runtime.connect_refused(action.target, action.connector, reason)
+    return then
 
 
 async def _replay(

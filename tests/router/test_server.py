@@ -207,6 +207,65 @@ async def test_serve_router_warns_about_what_this_release_cannot_do(
     ]
 
 
+def _dead_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # closed again: connects are refused
+
+
+async def _redispatch_router(nursery: trio.Nursery, ports: list[int], fast_path: bool) -> ServerInfo:
+    """FIRST_ELEMENT over `ports` (b0, b1, ...) by client id, every target ready for the router."""
+    config = _config(ports, fast_path=fast_path)
+    router = config.routers[0]
+    assert router.pool is not None
+    router = dataclasses.replace(
+        router, key_type=KeyType.CLIENT_ID, pool=dataclasses.replace(router.pool, check_period_ms=3_600_000)
+    )
+    config = dataclasses.replace(config, routers=(router,))
+    info: ServerInfo = await nursery.start(
+        lambda task_status: serve_router(config, admin=None, grace_s=1, task_status=task_status)
+    )
+    runtime = info.runtimes["r"]
+    for i in range(len(ports)):
+        await runtime.wait_until(lambda i=i: runtime.target_state(f"b{i}") is not TargetState.UNKNOWN)
+        runtime.record_check(f"b{i}", True)  # ready as far as the router knows: a dead one died since
+    return info
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "trio-path"])
+async def test_a_failed_connect_is_redispatched_to_another_ready_target(
+    nursery: trio.Nursery, fast_path: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario (hardening review): the first pick died between two probes; the client goes on to
+    the other ready target (HAProxy's redispatch), counted and logged, its opening replayed."""
+    live = await nursery.start(_serve_named_echo, b"b1")
+    info = await _redispatch_router(nursery, [_dead_port(), live], fast_path)
+    connect = connect_packet(client_id=b"c-1")
+    got = await trio.to_thread.run_sync(_client_exchange, info.acceptors["a"], connect)
+    assert got == b"hello from b1\n" + connect + b"bye"
+    await _until(lambda: any("redispatched_to=b1" in r.getMessage() for r in caplog.records))
+    metrics = info.runtimes["r"].metrics
+    assert (metrics.redispatches.value(("r",)), metrics.connect_failures.value(("r", "b0"))) == (1, 1)
+    nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "trio-path"])
+async def test_a_failed_redispatch_is_answered_in_the_clients_protocol(
+    nursery: trio.Nursery, fast_path: bool
+) -> None:
+    """Scenario: both targets died; after one redispatch the MQTT client gets CONNACK 0x88 (server
+    unavailable, as Artemis answers 3.1.1 clients) instead of a bare close."""
+    info = await _redispatch_router(nursery, [_dead_port(), _dead_port()], fast_path)
+    got = await trio.to_thread.run_sync(
+        _client_exchange, info.acceptors["a"], connect_packet(client_id=b"c-2")
+    )
+    assert got == b"\x20\x02\x00\x88"
+    metrics = info.runtimes["r"].metrics
+    await _until(lambda: metrics.connect_failures.value(("r", "b1")) == 1)
+    assert (metrics.redispatches.value(("r",)), metrics.connect_failures.value(("r", "b0"))) == (1, 1)
+    nursery.cancel_scope.cancel()
+
+
 # -- both data paths report alike ---------------------------------------------------------------
 
 

@@ -466,6 +466,46 @@ class TestSteps7To9:
 # -- A7: management lookup --
 
 
+class TestRedispatch:
+    """After a failed connect: the policy's pick among the other ready targets (HAProxy's redispatch)."""
+
+    def test_redispatch_picks_another_ready_target_and_caches_it(self):
+        engine = make_engine(cache_timeout_ms=0)
+        first = engine.route(client("k"), 0.0)
+        assert node(first) == "broker1"
+        again = engine.redispatch("k", first.reason, "broker1", 1.0)
+        assert (again.status, node(again), again.reason) == (
+            RouteStatus.OK,
+            "broker2",
+            DecisionReason.REDISPATCH,
+        )
+        assert engine.cache is not None
+        assert engine.cache.get("k", 2.0) == "broker2"  # the failed target's entry is replaced
+
+    def test_redispatch_after_a_cache_hit(self):
+        engine = make_engine(cache_timeout_ms=0)
+        engine.route(client("k"), 0.0)
+        hit = engine.route(client("k"), 1.0)
+        assert hit.reason is DecisionReason.CACHE
+        assert node(engine.redispatch("k", hit.reason, "broker1", 2.0)) == "broker2"
+
+    def test_redispatch_without_another_ready_target_is_unavailable(self):
+        engine = make_engine(ready=["broker1"])
+        refused = engine.redispatch("k", DecisionReason.POLICY, "broker1", 0.0)
+        assert (refused.status, refused.reason) == (
+            RouteStatus.REFUSED_UNAVAILABLE,
+            DecisionReason.CONNECT_FAILED,
+        )
+
+    @pytest.mark.parametrize(
+        "reason", [DecisionReason.LOCAL_TARGET_FILTER, DecisionReason.INTERNAL_CLIENT_ID]
+    )
+    def test_the_local_target_is_not_redispatched(self, reason):
+        """Scenario: the local target was chosen by rule, not by the pool: no other target stands in."""
+        refused = make_engine().redispatch("k", reason, "local", 0.0)
+        assert refused.status is RouteStatus.REFUSED_UNAVAILABLE
+
+
 class TestBeginAndFinish:
     """`begin` runs the workflow as far as it goes without waiting; `finish` selects after a wait."""
 
