@@ -9,8 +9,11 @@
     routerctl register --zookeeper HOST:PORT[,…] --path P --node-id ID --connector tcp://…
                        [--backup tcp://…] [--weight N] [--session-timeout MS]
 
-Errors a person can fix (bad configuration, a port in use, a router that is not running) are one
-line on stderr and a non-zero exit status, never a traceback.
+routerd drains on SIGTERM or SIGINT; SIGHUP is logged and changes nothing (there is no
+configuration reload yet), rather than ending the process.
+
+Errors a person can fix (bad configuration, a bad option value, a port in use, a router that is
+not running) are one line on stderr and a non-zero exit status, never a traceback.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ import argparse
 import gc
 import json
 import logging
+import math
 import os
 import signal
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
 import trio
 
@@ -40,7 +44,7 @@ from router.server import StartupError, serve_router
 from router.services.discovery import RegistrationError, serve_registration
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from router.config.settings import Config
 
@@ -48,6 +52,9 @@ __all__ = ["main_routerctl", "main_routerd", "routerctl_main", "routerd_main"]
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+
+_JAVA_INT_MAX: Final = 2**31 - 1
+"""ZooKeeper's session timeout is a Java int of milliseconds; kazoo fails with a traceback above."""
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -62,6 +69,38 @@ def _host_port(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _seconds(*, zero: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds, >= 0 (`zero`) or > 0; anything else
+    (`nan`, `inf`, `-1`) is a usage error, exit status 2."""
+    rule = ">= 0" if zero else "> 0"
+
+    def parse(text: str) -> float:
+        try:
+            value: float | None = float(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds {rule}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _integer(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a decimal integer from `low` to `high`; anything else is a usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value: int | None = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer {low}-{high}, got {text!r}")
+        return value
+
+    return parse
 
 
 def _load(prog: str, path: str) -> Config:
@@ -86,7 +125,7 @@ def _routerd_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-admin", action="store_true", help="do not open the admin listener")
     parser.add_argument(
         "--grace-period",
-        type=float,
+        type=_seconds(zero=True),
         default=10.0,
         metavar="SECONDS",
         help="how long open connections may finish after SIGTERM (default 10)",
@@ -97,21 +136,33 @@ def _routerd_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_SIGHUP_IGNORED: Final = (
+    "SIGHUP received: configuration reload is not supported in this release; nothing changed "
+    "(restart routerd to apply a new configuration)"
+)
+"""routerd's log line for SIGHUP, which would otherwise end the process at once."""
+
+
 async def _run_routerd(config: Config, args: argparse.Namespace) -> None:
     shutdown = trio.Event()
+    log = logging.getLogger("routerd")
     async with trio.open_nursery() as nursery:
 
-        async def watch_signals() -> None:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async def watch_signals(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+                task_status.started()  # the handlers are in place before the listeners open
                 async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        log.warning(_SIGHUP_IGNORED)
+                        continue
                     if shutdown.is_set():
-                        logging.getLogger("routerd").warning("second signal: stopping now")
+                        log.warning("second signal: stopping now")
                         nursery.cancel_scope.cancel()
                         return
-                    logging.getLogger("routerd").info("%s received", signal.Signals(signum).name)
+                    log.info("%s received", signal.Signals(signum).name)
                     shutdown.set()
 
-        nursery.start_soon(watch_signals)
+        await nursery.start(watch_signals)
         await serve_router(
             config,
             admin=None if args.no_admin else args.admin,
@@ -235,7 +286,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     register.add_argument("--weight", type=int, default=1, help="relative weight, default 1")
     register.add_argument(
         "--session-timeout",
-        type=int,
+        type=_integer(1, _JAVA_INT_MAX),
         default=10_000,
         metavar="MS",
         help="ZooKeeper session timeout: how long the member outlives this process if it dies "
@@ -243,7 +294,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     )
     register.add_argument(
         "--connect-timeout",
-        type=float,
+        type=_seconds(zero=False),
         default=10.0,
         metavar="SECONDS",
         help="how long to wait for ZooKeeper at start (default 10)",
@@ -318,10 +369,6 @@ def _register(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         _fail("routerctl", f"register: {exc}", EXIT_USAGE)
-    if not args.connect_timeout > 0:
-        _fail(
-            "routerctl", f"register: --connect-timeout must be > 0, got {args.connect_timeout!r}", EXIT_USAGE
-        )
     try:
         trio.run(_run_register, zookeeper, member, args.connect_timeout)
     except (RegistrationError, BaseExceptionGroup) as exc:

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, assert_never
 
 from router.config.settings import AcceptorConfig, AcceptorMode, TlsConfig
-from router.config.values import ValueKind, one_of, parse_flag, parse_integer
+from router.config.values import ValueKind, one_of, parse_flag, parse_integer, parse_names
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
-__all__ = ["ACCEPTOR_PARAMS", "AcceptorParam", "ParamKind", "acceptor_config"]
+__all__ = ["ACCEPTOR_PARAMS", "AcceptorParam", "ParamKind", "acceptor_config", "acceptor_files"]
 
 _PEM: Final = "PEM"
 """The one key store type supported: Python's `ssl` loads PEM files only."""
@@ -39,8 +39,9 @@ class ParamKind(enum.Enum):
     """Text as given (`router`: an empty or unknown name is the loader's cross-reference error)."""
     PATH = "path"
     """A file path; empty = not given."""
-    NAMES = "names"
-    """Comma-separated names, upper-cased; empty ones are dropped."""
+    PROTOCOLS = "protocols"
+    """Comma-separated `ValueKind.PROTOCOL` names, any letter case, upper-cased; empty ones are
+    dropped (none = all protocols)."""
     MODE = "mode"
     """An `AcceptorMode` value, any letter case."""
     PROXY_VERSION = "proxy-version"
@@ -136,8 +137,8 @@ class AcceptorParam:
                 return text
             case ParamKind.PATH:
                 return text or None
-            case ParamKind.NAMES:
-                return tuple(name.strip().upper() for name in text.split(",") if name.strip())
+            case ParamKind.PROTOCOLS:
+                return parse_names(ValueKind.PROTOCOL, spelling, text)
             case ParamKind.MODE:
                 try:
                     return AcceptorMode(text.lower())
@@ -186,7 +187,7 @@ ACCEPTOR_PARAMS: Final[tuple[AcceptorParam, ...]] = (
     ),
     AcceptorParam(
         names=("protocols",),
-        kind=ParamKind.NAMES,
+        kind=ParamKind.PROTOCOLS,
         field="protocols",
         meaning="Artemis protocol names recognised when handshakes are read; none given = all",
     ),
@@ -312,8 +313,16 @@ def acceptor_config(*, name: str, host: str, port: int, params: Mapping[str, str
 
     Raises:
         ValueError: a parameter breaks its rule, two spellings disagree, `router` is missing, or
-            the TLS parameters do not make a TLS configuration.
+            the TLS parameters do not make a TLS configuration; the message starts with
+            "acceptor 'NAME': ".
     """
+    try:
+        return _acceptor_config(name=name, host=host, port=port, params=params)
+    except ValueError as exc:
+        raise ValueError(f"acceptor {name!r}: {exc}") from exc
+
+
+def _acceptor_config(*, name: str, host: str, port: int, params: Mapping[str, str]) -> AcceptorConfig:
     # Any: each value has its own field's type, which the dataclasses check on construction.
     acceptor_fields: dict[str, Any] = {}
     tls_fields: dict[str, Any] = {}
@@ -343,3 +352,17 @@ def acceptor_config(*, name: str, host: str, port: int, params: Mapping[str, str
     return AcceptorConfig(
         name=name, host=host, port=port, tls=tls, params=tuple(params.items()), **acceptor_fields
     )
+
+
+def acceptor_files(acceptor: AcceptorConfig) -> Iterator[tuple[str, str]]:
+    """(parameter, path) of each file the acceptor reads when routerd starts: the key store and
+    trust store when it terminates TLS, the user store's two files. Paths are as given (relative
+    ones are taken from the working directory)."""
+    if acceptor.tls is not None:
+        yield "keyStorePath", acceptor.tls.key_store_path
+        if acceptor.tls.trust_store_path is not None:
+            yield "trustStorePath", acceptor.tls.trust_store_path
+    if acceptor.users_file is not None:
+        yield "usersFile", acceptor.users_file
+    if acceptor.roles_file is not None:
+        yield "rolesFile", acceptor.roles_file

@@ -2,12 +2,14 @@
 
 This module reads and validates; each package owns its section's type (`pools.Connector`,
 `pools.PoolConfig`, `policies.PolicyConfig`, `cache.CacheConfig`, and the `router.config.settings`
-dataclasses), and their constructors keep the value rules. No I/O besides reading the file.
+dataclasses), and their constructors keep the value rules. No I/O besides reading the file (at
+most `MAX_CONFIG_BYTES`) and checking that the files acceptors name can be read.
 `routerd`, `routerctl` and the tests all load configuration through `load_config`.
 
 How a document is read:
 
-1. Parse with lxml (no entity expansion, no network). File and syntax errors are `ConfigError`s.
+1. Read the file, a regular file of at most `MAX_CONFIG_BYTES`, and parse it with lxml (no entity
+   expansion, no network). File and syntax errors are `ConfigError`s.
 2. Find `<core>`: the root itself, or the child of a `<configuration>` root (a real `broker.xml`).
 3. Take the direct children of `<core>` named in `SECTIONS`, matching on local names, and strip
    their namespaces in place (line numbers survive); everything else in `<core>` is ignored.
@@ -17,7 +19,8 @@ How a document is read:
    names and properties, one pool kind, duplicate names and children, cross references. What
    the schema has checked is converted, not checked again; only the values a document gives are
    passed, so every default is the dataclass's. Acceptor URL parameters, which no schema covers,
-   are read by their table (`router.config.acceptor_params`).
+   are read by their table (`router.config.acceptor_params`); the files an acceptor reads at
+   start (key store, trust store, user store) must be readable regular files.
 
 Value errors are worded by kind (`router.config.values`), the same words the dataclasses use.
 
@@ -33,6 +36,7 @@ import importlib.resources
 import logging
 import os
 import re
+import stat
 import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -44,7 +48,7 @@ from keys import KeyType
 from policies import PolicyConfig
 from pools import LOCAL_NODE_ID, Connector, PoolConfig, PoolKind, parse_url_params
 from router.config import values
-from router.config.acceptor_params import acceptor_config
+from router.config.acceptor_params import acceptor_config, acceptor_files
 from router.config.passwords import resolve_password
 from router.config.settings import (
     AcceptorConfig,
@@ -61,7 +65,7 @@ from router.config.values import ValueKind
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Iterator, Mapping
 
-__all__ = ["SECTIONS", "ConfigError", "load_config", "load_config_text"]
+__all__ = ["MAX_CONFIG_BYTES", "SECTIONS", "ConfigError", "load_config", "load_config_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +79,19 @@ SECTIONS: Final = (
     "connection-ttl-check-interval",
 )
 """The children of `<core>` the router reads; all others are ignored."""
+
+MAX_CONFIG_BYTES: Final = 16 * 1024 * 1024
+"""Size cap of a configuration file (16 MiB). A complete Artemis `broker.xml` is tens of KB; the
+cap keeps a `--config` naming something endless (`/dev/zero`) or huge from filling the memory."""
+
+_FILE_KINDS: Final = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+"""What a file that is not a regular file is, for messages."""
 
 _SCHEMA_RESOURCE: Final = "connection-router.xsd"
 
@@ -195,16 +212,51 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         The configuration, cross references checked; `Config.source` is `path` as a string.
 
     Raises:
-        ConfigError: the file cannot be read, is not well-formed XML, or holds a bad value.
+        ConfigError: the file cannot be read, is not a regular file of at most
+            `MAX_CONFIG_BYTES`, is not well-formed XML, or holds a bad value.
     """
     source = os.fspath(path)
+    rule = (
+        "the configuration file must be a regular file of at most "
+        f"{MAX_CONFIG_BYTES // (1024 * 1024)} MiB ({MAX_CONFIG_BYTES} bytes)"
+    )
     try:
-        with open(source, "rb") as file:
-            data = file.read()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                raise ConfigError(source, None, "", f"{rule}, got {_file_kind(status.st_mode)}")
+            with open(fd, "rb", closefd=False) as file:
+                data = file.read(MAX_CONFIG_BYTES + 1)
+        finally:
+            os.close(fd)
     except OSError as exc:
         reason = f"cannot read the configuration file: {exc.strerror or exc}"
         raise ConfigError(source, None, "", reason) from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        size = max(status.st_size, len(data))
+        got = f"{size} bytes" if size > MAX_CONFIG_BYTES else f"more than {MAX_CONFIG_BYTES} bytes"
+        raise ConfigError(source, None, "", f"{rule}, got {got}")
     return load_config_text(data, source=source)
+
+
+def _file_kind(mode: int) -> str:
+    return next((kind for test, kind in _FILE_KINDS if test(mode)), "not a regular file")
+
+
+def _unreadable(path: str) -> str | None:
+    """Why a file an acceptor names cannot be read at start, or None when it can."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    try:
+        mode = os.fstat(fd).st_mode
+    finally:
+        os.close(fd)
+    return None if stat.S_ISREG(mode) else f"it is {_file_kind(mode)}, not a regular file"
 
 
 def load_config_text(text: str | bytes, source: str = "<string>") -> Config:
@@ -850,6 +902,10 @@ class _Loader:
             raise self.error(element, str(exc)) from exc
         if acceptor.router not in routers:
             raise self._unknown(element, "connection-router", acceptor.router, routers)
+        for param, path in acceptor_files(acceptor):
+            if (why := _unreadable(path)) is not None:
+                where = "" if os.path.isabs(path) else f" (relative to the working directory {os.getcwd()!r})"
+                raise self.error(element, f"acceptor {name!r}: {param} {path!r}{where} cannot be read: {why}")
         return acceptor
 
 

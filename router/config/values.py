@@ -6,7 +6,7 @@ value is checked words a broken rule with `reason`, so one rule reads the same w
 - the XML elements: the shipped XSD (router/config/schema/connection-router.xsd) states their rules
   (`positive-long-type`, `ttl-type`, `boolean-type`, …) and the loader words its errors by kind;
 - the acceptor URL parameters (router/config/acceptor_params.py), which no schema covers, are read
-  with `parse_integer` and `parse_flag`;
+  with `parse_integer`, `parse_flag` and `parse_names`;
 - the dataclasses of router/config/settings.py check their fields with `check`.
 
 The pure packages `pools`, `cache` and `policies` do not import `router`; their dataclasses word
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 __all__ = [
+    "ARTEMIS_PROTOCOLS",
     "LONG_MAX",
     "NumericKind",
     "ValueKind",
@@ -34,11 +35,16 @@ __all__ = [
     "one_of",
     "parse_flag",
     "parse_integer",
+    "parse_names",
     "reason",
 ]
 
 LONG_MAX: Final = 2**63 - 1
 """Upper bound of XSD `xsd:long` (Java's `long`), the type Artemis's schema gives periods and sizes."""
+
+ARTEMIS_PROTOCOLS: Final = ("AMQP", "CORE", "HORNETQ", "MQTT", "OPENWIRE", "STOMP")
+"""The protocol names an Artemis acceptor's `protocols` parameter may list (Artemis's own default
+acceptor lists all six); the router sniffs AMQP, MQTT, OPENWIRE and STOMP (`keys.detect`)."""
 
 
 class ValueKind(enum.Enum):
@@ -63,6 +69,8 @@ class ValueKind(enum.Enum):
     any other value of its URL parameters as false; we refuse it)."""
     KEY_TYPE = "key-type"
     """A `keys.KeyType` value."""
+    PROTOCOL = "protocol"
+    """An Artemis protocol name (`ARTEMIS_PROTOCOLS`), in any letter case."""
     NAME = "name"
     """A name: not empty after trimming."""
 
@@ -131,6 +139,8 @@ def _rule(kind: ValueKind, text: str) -> str:
             return one_of(_BOOLEANS)
         case ValueKind.KEY_TYPE:
             return one_of(k.value for k in KeyType)
+        case ValueKind.PROTOCOL:
+            return one_of(ARTEMIS_PROTOCOLS)
         case ValueKind.NAME:
             return "must not be empty"
         case _:
@@ -150,6 +160,8 @@ def is_valid(kind: ValueKind, text: str) -> bool:
             return text.lower() in _BOOLEANS
         case ValueKind.KEY_TYPE:
             return text in {k.value for k in KeyType}
+        case ValueKind.PROTOCOL:
+            return text.upper() in ARTEMIS_PROTOCOLS
         case ValueKind.NAME:
             return bool(text.strip())
         case _:
@@ -196,3 +208,19 @@ def parse_flag(what: str, text: str) -> bool:
     if not is_valid(ValueKind.FLAG, text):
         raise ValueError(f"{what} {reason(ValueKind.FLAG, text)}")
     return _BOOLEANS[text.lower()]
+
+
+def parse_names(kind: ValueKind, what: str, text: str) -> tuple[str, ...]:
+    """A comma-separated list of values of `kind`, each trimmed and upper-cased; empty items are
+    dropped, so empty text is the empty tuple.
+
+    Raises:
+        ValueError: an item is not a value of `kind`, worded for the item and naming the whole
+            text, e.g. "protocols: each name must be one of AMQP, CORE, HORNETQ, MQTT, OPENWIRE,
+            STOMP, got 'FOO' in 'MQTT,FOO'".
+    """
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    for item in items:
+        if not is_valid(kind, item):
+            raise ValueError(f"{what}: each name {reason(kind, item)} in {text!r}")
+    return tuple(item.upper() for item in items)

@@ -8,8 +8,9 @@ user (SPEC A2 USER_NAME).
 
 from __future__ import annotations
 
+import re
 import ssl
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
 import trio
 
@@ -20,24 +21,38 @@ __all__ = ["PrefixedStream", "certificate_user", "server_context"]
 
 _T = TypeVar("_T", bound=trio.abc.Stream)
 
+_PEM_SCAN_BYTES: Final = 1024 * 1024
+"""How much of a key store is read to say what it lacks (PEM key stores are a few KB)."""
+_PEM_CERTIFICATE: Final = re.compile(rb"-----BEGIN (?:TRUSTED )?CERTIFICATE-----")
+_PEM_PRIVATE_KEY: Final = re.compile(rb"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")
+
 
 def server_context(tls: TlsConfig) -> ssl.SSLContext:
     """The SSL context of a terminating acceptor.
 
     Raises:
-        ValueError: a key store or trust store that cannot be loaded (the message names the file).
+        ValueError: a key store or trust store that cannot be loaded; the message names the
+            parameter and the file, and says what is wrong when it can tell ("keyStorePath
+            'router.pem' has a certificate but no private key").
     """
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    path = tls.key_store_path
     try:
-        context.load_cert_chain(tls.key_store_path)
+        context.load_cert_chain(path, password=lambda: _encrypted_key(path))
     except (OSError, ssl.SSLError) as exc:
-        raise ValueError(
-            f"cannot load keyStorePath {tls.key_store_path!r} (PEM key and certificate): {exc}"
-        ) from exc
+        problem = _key_store_problem(path, exc)
+        if problem is not None:
+            raise ValueError(f"keyStorePath {path!r} {problem}") from exc
+        raise ValueError(f"cannot load keyStorePath {path!r} (PEM key and certificate): {exc}") from exc
     if tls.trust_store_path is not None:
         try:
             context.load_verify_locations(tls.trust_store_path)
         except (OSError, ssl.SSLError) as exc:
+            if isinstance(exc, ssl.SSLError) and exc.reason == "NO_CERTIFICATE_OR_CRL_FOUND":
+                raise ValueError(
+                    f"trustStorePath {tls.trust_store_path!r} holds no PEM certificate "
+                    "(expected a CA bundle of -----BEGIN CERTIFICATE----- blocks)"
+                ) from exc
             raise ValueError(
                 f"cannot load trustStorePath {tls.trust_store_path!r} (PEM CA bundle): {exc}"
             ) from exc
@@ -46,6 +61,44 @@ def server_context(tls: TlsConfig) -> ssl.SSLContext:
     elif tls.want_client_auth:
         context.verify_mode = ssl.CERT_OPTIONAL
     return context
+
+
+def _encrypted_key(path: str) -> NoReturn:
+    """OpenSSL asks for a password: the key is encrypted. Without this callback OpenSSL would
+    prompt on the terminal, or fail with a bare "PEM lib"."""
+    raise ValueError(
+        f"keyStorePath {path!r} has an encrypted private key, which routerd cannot use "
+        f"(write it unencrypted with: openssl pkey -in {path} -out key.pem)"
+    )
+
+
+def _key_store_problem(path: str, exc: OSError) -> str | None:
+    """What a PEM key store that OpenSSL refused lacks, in words; None when we cannot tell.
+
+    OpenSSL says "key values mismatch" for a key of another certificate, and only "PEM lib" for
+    a missing key or certificate, so the file's PEM blocks are looked at.
+    """
+    if isinstance(exc, ssl.SSLError) and exc.reason == "KEY_VALUES_MISMATCH":
+        return (
+            "has a private key that does not match the certificate "
+            "(the first certificate in the file must be the key's own)"
+        )
+    if not isinstance(exc, ssl.SSLError):
+        return None  # the file itself cannot be read: the OSError says why
+    try:
+        with open(path, "rb") as file:
+            data = file.read(_PEM_SCAN_BYTES)
+    except OSError:
+        return None
+    has_certificate = _PEM_CERTIFICATE.search(data) is not None
+    has_key = _PEM_PRIVATE_KEY.search(data) is not None
+    if has_certificate and not has_key:
+        return "has a certificate but no private key"
+    if has_key and not has_certificate:
+        return "has a private key but no certificate"
+    if not has_key and not has_certificate:
+        return "holds no PEM private key and no PEM certificate"
+    return None
 
 
 def certificate_user(stream: trio.SSLStream[_T]) -> str | None:

@@ -4,20 +4,26 @@ against a running server, and `routerd`'s one-line errors."""
 from __future__ import annotations
 
 import json
+import re
+import signal
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 
 from router.cli import main_routerctl, main_routerd
 from router.server import ServerInfo, serve_router
+from tests.router.conftest import Mosquitto, acceptors_xml, mqtt_round_trip, static_connectors
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Iterator, Sequence
+
+    from tests.router.conftest import Routerd
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_EXAMPLE = ROOT / "deploy" / "examples" / "artemis-manual.xml"
@@ -237,20 +243,112 @@ class TestRouterd:
         assert "Traceback" not in proc.stderr
 
 
-def test_routerd_unloadable_key_store_is_one_line_exit_2(tmp_path: Path) -> None:
-    cfg = tmp_path / "tls.xml"
-    cfg.write_text(
-        DEMO.read_text().replace(
-            "mode=proxy", f"mode=proxy;sslEnabled=true;keyStorePath={tmp_path}/missing.pem"
+def _demo_with(tmp_path: Path, params: str) -> tuple[Path, int]:
+    """The demo configuration with `params` added to its acceptor's URL; the file and that line."""
+    text = DEMO.read_text().replace("mode=proxy", f"mode=proxy;{params}")
+    cfg = tmp_path / "router.xml"
+    cfg.write_text(text)
+    return cfg, text[: text.index('<acceptor name="mqtt">')].count("\n") + 1
+
+
+class TestRouterdRefusesBadInput:
+    """Findings of the hardening review: each is one line and exit status 2, never a traceback."""
+
+    @staticmethod
+    def _error_line(*args: str) -> str:
+        proc = _routerd_process(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        return proc.stderr.strip().splitlines()[-1]
+
+    @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "soon"])
+    def test_routerd_rejects_a_grace_period_that_is_not_finite_and_non_negative(self, value: str) -> None:
+        assert self._error_line("--config", str(DEMO), f"--grace-period={value}") == (
+            f"routerd: error: argument --grace-period: must be a finite number of seconds >= 0, got {value!r}"
+        )
+
+    def test_routerd_rejects_an_endless_configuration_file(self) -> None:
+        assert self._error_line("--config", "/dev/zero", "--no-admin") == (
+            "routerd: error: /dev/zero: the configuration file must be a regular file of at most 16 MiB "
+            "(16777216 bytes), got a character device"
+        )
+
+    def test_routerd_rejects_an_unknown_protocol(self, tmp_path: Path) -> None:
+        cfg, line = _demo_with(tmp_path, "protocols=MQTT,FOO")
+        assert self._error_line("--config", str(cfg), "--no-admin") == (
+            f"routerd: error: {cfg}:{line}: <acceptor>: acceptor 'mqtt': protocols: each name must be one of "
+            "AMQP, CORE, HORNETQ, MQTT, OPENWIRE, STOMP, got 'FOO' in 'MQTT,FOO'"
+        )
+
+    def test_routerd_rejects_a_missing_key_store_at_its_line(self, tmp_path: Path) -> None:
+        missing = tmp_path / "missing.pem"
+        cfg, line = _demo_with(tmp_path, f"sslEnabled=true;keyStorePath={missing}")
+        assert self._error_line("--config", str(cfg), "--no-admin") == (
+            f"routerd: error: {cfg}:{line}: <acceptor>: acceptor 'mqtt': keyStorePath '{missing}' "
+            "cannot be read: No such file or directory"
+        )
+
+    def test_routerd_says_a_key_store_has_no_private_key(self, tmp_path: Path) -> None:
+        import trustme
+
+        certificate = tmp_path / "cert.pem"
+        certificate.write_bytes(trustme.CA().issue_cert("router.example").cert_chain_pems[0].bytes())
+        cfg, _ = _demo_with(tmp_path, f"sslEnabled=true;keyStorePath={certificate}")
+        assert self._error_line("--config", str(cfg), "--no-admin") == (
+            f"routerd: error: acceptor 'mqtt': keyStorePath '{certificate}' has a certificate "
+            "but no private key"
+        )
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
+    """One running mosquitto broker, stopped afterwards."""
+    broker = Mosquitto(tmp_path, "mosquitto")
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.mark.integration
+def test_routerd_sighup_is_logged_and_changes_nothing(
+    mosquitto: Mosquitto,
+    start_routerd: Callable[[Callable[[int], str]], Routerd],
+    free_port: Callable[[], int],
+) -> None:
+    """Scenario: SIGHUP (a reload habit, or a closed terminal) used to end routerd at once with no
+    log line; until configuration reload exists it is logged and ignored."""
+    port = free_port()
+    connectors, refs = static_connectors([("m1", mosquitto.port)])
+    acceptors = acceptors_xml({"mqtt": "router=r;protocols=MQTT"}, {"mqtt": port})
+    router = start_routerd(
+        lambda _admin_port: (
+            f"""<core>
+  <connectors>{connectors}</connectors>
+  <acceptors>{acceptors}</acceptors>
+  <connection-routers><connection-router name="r"><policy name="FIRST_ELEMENT"/>
+    <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
+  </connection-router></connection-routers>
+</core>"""
         )
     )
-    proc = _routerd_process("--config", str(cfg), "--no-admin")
-    assert proc.returncode == 2
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(
-        f"routerd: error: acceptor 'mqtt': cannot load keyStorePath '{tmp_path}/missing.pem'"
-    )
-    assert "Traceback" not in proc.stderr
+    router.wait_for_log(r"router=r target=m1 is ready")
+    assert router.proc is not None
+    for _ in range(2):
+        router.proc.send_signal(signal.SIGHUP)
+        router.wait_for_log(
+            re.escape(
+                "WARNING routerd: SIGHUP received: configuration reload is not supported in this release; "
+                "nothing changed (restart routerd to apply a new configuration)"
+            )
+        )
+    assert router.proc.poll() is None
+    assert mqtt_round_trip(port, client_id=f"c-{uuid.uuid4()}", topic="sighup/still-proxied")
+    routers: Any = router.get("/api/v1/routers")
+    assert [r["name"] for r in routers] == ["r"]  # the admin API answers too
+    assert router.stop() == 0
+    assert not any("Traceback" in line for line in router.lines)
 
 
 class TestRegister:
@@ -272,8 +370,6 @@ class TestRegister:
             (["--backup", "h:2"], "register: backup must be a tcp://host:port URL, got 'h:2'"),
             (["--weight", "0"], "register: weight must be an integer 1-1000000, got 0"),
             (["--node-id", ""], "register: node_id must be 1-255 characters, got ''"),
-            (["--session-timeout", "0"], "register: session-timeout must be > 0, got 0"),
-            (["--connect-timeout", "0"], "register: --connect-timeout must be > 0, got 0.0"),
         ],
     )
     def test_register_usage_errors_exit_2_with_one_line(
@@ -286,6 +382,31 @@ class TestRegister:
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"routerctl: error: {message}")
         assert len(err.splitlines()) == 1
+
+    @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+    def test_register_rejects_a_connect_timeout_that_is_not_finite_and_positive(
+        self, capsys: pytest.CaptureFixture[str], value: str
+    ) -> None:
+        with pytest.raises(SystemExit) as exit_info:
+            main_routerctl([*self.BASE, "--connector", "tcp://127.0.0.1:1883", f"--connect-timeout={value}"])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            "routerctl register: error: argument --connect-timeout: must be a finite number of seconds > 0, "
+            f"got {value!r}"
+        )
+
+    @pytest.mark.parametrize("value", ["0", "2147483648", "1e3", "soon"])
+    def test_register_rejects_a_session_timeout_zookeeper_cannot_take(
+        self, capsys: pytest.CaptureFixture[str], value: str
+    ) -> None:
+        """Scenario: above 2^31-1 ms (ZooKeeper's int) kazoo's connection loop died with a traceback."""
+        with pytest.raises(SystemExit) as exit_info:
+            main_routerctl([*self.BASE, "--connector", "tcp://127.0.0.1:1883", f"--session-timeout={value}"])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            "routerctl register: error: argument --session-timeout: must be an integer 1-2147483647, "
+            f"got {value!r}"
+        )
 
     def test_register_unreachable_zookeeper_exits_1_without_traceback(self) -> None:
         with socket.socket() as unused:  # a port nothing listens on

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from router.config.acceptor_params import ACCEPTOR_PARAMS, AcceptorParam, ParamKind, acceptor_config
+from router.config.acceptor_params import (
+    ACCEPTOR_PARAMS,
+    AcceptorParam,
+    ParamKind,
+    acceptor_config,
+    acceptor_files,
+)
 from router.config.settings import DEFAULT_MAX_SNIFF_BYTES, AcceptorConfig, AcceptorMode
 
 REPO = Path(__file__).resolve().parents[3]
@@ -168,6 +174,12 @@ class TestAcceptorConfig:
             ({"fastPath": "yes"}, "fastPath must be true or false, got 'yes'"),
             ({"mode": " fast "}, "mode must be one of proxy, redirect, auto, got 'fast'"),
             (
+                {"protocols": "MQTT,FOO"},
+                "acceptor 'a': protocols: each name must be one of AMQP, CORE, HORNETQ, MQTT, OPENWIRE, "
+                "STOMP, got 'FOO' in 'MQTT,FOO'",
+            ),
+            ({"sendProxyProtocol": "v3"}, "acceptor 'a': sendProxyProtocol must be v1 or v2, got 'v3'"),
+            (
                 {"sslEnabled": "true", "trustStoreType": "jks", "keyStorePath": "k"},
                 "trustStoreType 'JKS' is not supported",
             ),
@@ -181,5 +193,25 @@ class TestAcceptorConfig:
         assert build(**{"handshake-timeout": "5", "handshakeTimeout": " 5"}).handshake_timeout_ms == 5000
 
     def test_acceptor_config_needs_router(self):
-        with pytest.raises(ValueError, match=r"^router is required$"):
+        with pytest.raises(ValueError, match=r"^acceptor 'a': router is required$"):
             acceptor_config(name="a", host="h", port=1, params={})
+
+
+class TestAcceptorFiles:
+    def test_acceptor_files_lists_the_files_read_at_start(self):
+        acceptor = build(
+            sslEnabled="true",
+            keyStorePath="k.pem",
+            trustStorePath="ca.pem",
+            usersFile="u.properties",
+            rolesFile="r.properties",
+        )
+        assert list(acceptor_files(acceptor)) == [
+            ("keyStorePath", "k.pem"),
+            ("trustStorePath", "ca.pem"),
+            ("usersFile", "u.properties"),
+            ("rolesFile", "r.properties"),
+        ]
+
+    def test_acceptor_files_without_tls_or_user_store_is_empty(self):
+        assert list(acceptor_files(build(keyStorePath="k.pem"))) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.resources
 import logging
+import os
 import pickle
 import textwrap
 from pathlib import Path
@@ -18,7 +19,7 @@ from keys.resolve import DEFAULT_KEY_MAX_LENGTH
 from policies import PolicyConfig
 from pools import PoolConfig, PoolKind
 from router.config import SECTIONS, ConfigError, load_config, load_config_text
-from router.config.loader import _VALUE_KINDS
+from router.config.loader import _VALUE_KINDS, MAX_CONFIG_BYTES
 from router.config.settings import (
     AcceptorMode,
     Config,
@@ -306,9 +307,53 @@ def test_load_config_reports_a_missing_file(tmp_path):
     assert (info.value.line, info.value.element) == (None, "")
 
 
-def test_load_config_reports_a_directory_as_unreadable(tmp_path):
-    with pytest.raises(ConfigError, match=r"cannot read the configuration file"):
-        load_config(tmp_path)
+CAP_RULE = "the configuration file must be a regular file of at most 16 MiB (16777216 bytes)"
+
+
+class TestConfigFileCap:
+    """Scenario: `--config` names something that is not a configuration file of sane size; the
+    loader says so instead of reading without end (`/dev/zero`) or waiting (a FIFO)."""
+
+    def test_load_config_cap_is_16_mib(self):
+        assert MAX_CONFIG_BYTES == 16 * 1024 * 1024
+
+    @pytest.mark.parametrize(
+        ("make", "kind"),
+        [
+            pytest.param(lambda tmp: tmp, "a directory", id="directory"),
+            pytest.param(lambda _tmp: Path("/dev/zero"), "a character device", id="dev-zero"),
+            pytest.param(lambda tmp: _fifo(tmp / "fifo.xml"), "a FIFO", id="fifo"),
+        ],
+    )
+    def test_load_config_refuses_a_file_that_is_not_regular(self, tmp_path, make, kind):
+        path = make(tmp_path)
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert str(info.value) == f"{path}: {CAP_RULE}, got {kind}"
+        assert (info.value.line, info.value.element) == (None, "")
+
+    def test_load_config_refuses_a_file_over_the_cap(self, tmp_path):
+        path = tmp_path / "huge.xml"
+        with path.open("wb") as file:
+            file.truncate(MAX_CONFIG_BYTES + 1)  # sparse: no disk used
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert str(info.value) == f"{path}: {CAP_RULE}, got {MAX_CONFIG_BYTES + 1} bytes"
+
+    def test_load_config_reads_a_file_at_the_cap(self, tmp_path):
+        head, tail = b"<core>", b"</core>"
+        chunk = b" " * (1024 * 1024 - len(b"<x/>")) + b"<x/>"  # lxml refuses text nodes over 10 MB
+        body = chunk * 15
+        pad = b" " * (MAX_CONFIG_BYTES - len(head) - len(body) - len(tail))
+        path = tmp_path / "big.xml"
+        path.write_bytes(head + body + pad + tail)
+        assert path.stat().st_size == MAX_CONFIG_BYTES
+        assert load_config(path).acceptors == ()
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
 
 
 def test_load_config_reports_the_line_of_an_xml_syntax_error(tmp_path):
@@ -610,7 +655,7 @@ def test_load_config_rejects_an_unknown_acceptor_mode(tmp_path):
         text,
         '<acceptor name="a">',
         "acceptor",
-        "mode must be one of proxy, redirect, auto, got 'fast'",
+        "acceptor 'a': mode must be one of proxy, redirect, auto, got 'fast'",
     )
 
 
@@ -1407,7 +1452,7 @@ def test_load_config_logs_no_password(tmp_path, caplog):
         pytest.param(
             '<acceptors>\n<acceptor name="a">tcp://h:1?router=r;keyStorePassword=t0pSecret;mode=x</acceptor>\n</acceptors>',
             "acceptor",
-            "mode must be one of proxy, redirect, auto, got 'x'",
+            "acceptor 'a': mode must be one of proxy, redirect, auto, got 'x'",
             id="acceptor-mode",
         ),
         pytest.param(
@@ -1510,7 +1555,7 @@ def test_load_config_acceptor_defaults_for_handshake_parameters() -> None:
 def test_load_config_rejects_bad_acceptor_handshake_parameters(params: str, reason: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config_text(_acceptor_doc(params), source="a.xml")
-    assert str(info.value) == f"a.xml:2: <acceptor>: {reason}"
+    assert str(info.value) == f"a.xml:2: <acceptor>: acceptor 'a': {reason}"
 
 
 def test_load_config_acceptor_fast_path_parameter() -> None:
@@ -1520,31 +1565,126 @@ def test_load_config_acceptor_fast_path_parameter() -> None:
     assert ("fastPath", "FALSE") in acceptor.params  # the raw parameters stay as given
     with pytest.raises(ConfigError) as info:
         load_config_text(_acceptor_doc("fastPath=no"), source="a.xml")
-    assert str(info.value) == "a.xml:2: <acceptor>: fastPath must be true or false, got 'no'"
+    assert str(info.value) == "a.xml:2: <acceptor>: acceptor 'a': fastPath must be true or false, got 'no'"
 
 
 def test_load_config_rejects_disagreeing_handshake_timeout_spellings() -> None:
     with pytest.raises(ConfigError) as info:
         load_config_text(_acceptor_doc("handshake-timeout=3;handshakeTimeout=4"), source="a.xml")
     assert str(info.value) == (
-        "a.xml:2: <acceptor>: handshake-timeout '3' and handshakeTimeout '4' disagree: give one"
+        "a.xml:2: <acceptor>: acceptor 'a': handshake-timeout '3' and handshakeTimeout '4' disagree: give one"
     )
 
 
-def test_load_config_acceptor_tls_termination_parameters() -> None:
+def test_load_config_acceptor_tls_termination_parameters(tmp_path: Path) -> None:
+    key_store, trust_store = tmp_path / "router.pem", tmp_path / "ca.pem"
+    key_store.write_text("(a PEM key store; the loader only checks that it can be read)")
+    trust_store.write_text("(a PEM CA bundle)")
     (acceptor,) = load_config_text(
         _acceptor_doc(
-            "sslEnabled=true;keyStorePath=/etc/r/router.pem;keyStoreType=PEM;trustStorePath=/etc/r/ca.pem;"
+            f"sslEnabled=true;keyStorePath={key_store};keyStoreType=PEM;trustStorePath={trust_store};"
             "needClientAuth=true"
         )
     ).acceptors
     assert acceptor.tls is not None
-    assert (acceptor.tls.key_store_path, acceptor.tls.trust_store_path) == (
-        "/etc/r/router.pem",
-        "/etc/r/ca.pem",
-    )
+    assert (acceptor.tls.key_store_path, acceptor.tls.trust_store_path) == (str(key_store), str(trust_store))
     assert acceptor.tls.need_client_auth is True
     assert load_config_text(_acceptor_doc("mode=proxy")).acceptors[0].tls is None
+
+
+class TestAcceptorFiles:
+    """Scenario: a file an acceptor reads at start (key store, trust store, user store) is missing
+    or not a file; the loader says which acceptor, parameter, path and line, before routerd starts."""
+
+    @pytest.fixture
+    def files(self, tmp_path: Path) -> dict[str, Path]:
+        paths = {
+            "key": tmp_path / "router.pem",
+            "ca": tmp_path / "ca.pem",
+            "users": tmp_path / "users.properties",
+            "roles": tmp_path / "roles.properties",
+        }
+        for path in paths.values():
+            path.write_text("x\n")
+        return paths
+
+    def _params(self, files: dict[str, Path], **replace: str) -> str:
+        paths = {what: str(path) for what, path in files.items()} | replace
+        return (
+            f"sslEnabled=true;keyStorePath={paths['key']};trustStorePath={paths['ca']};wantClientAuth=true;"
+            f"usersFile={paths['users']};rolesFile={paths['roles']}"
+        )
+
+    def test_load_config_accepts_readable_files(self, files: dict[str, Path]) -> None:
+        (acceptor,) = load_config_text(_acceptor_doc(self._params(files))).acceptors
+        assert acceptor.users_file == str(files["users"])
+
+    @pytest.mark.parametrize(
+        ("what", "param"),
+        [("key", "keyStorePath"), ("ca", "trustStorePath"), ("users", "usersFile"), ("roles", "rolesFile")],
+    )
+    def test_load_config_rejects_a_missing_file(
+        self, tmp_path: Path, files: dict[str, Path], what: str, param: str
+    ) -> None:
+        missing = str(tmp_path / "missing.pem")
+        with pytest.raises(ConfigError) as info:
+            load_config_text(_acceptor_doc(self._params(files, **{what: missing})), source="a.xml")
+        assert str(info.value) == (
+            f"a.xml:2: <acceptor>: acceptor 'a': {param} {missing!r} cannot be read: "
+            "No such file or directory"
+        )
+
+    def test_load_config_rejects_a_directory_or_fifo(self, tmp_path: Path, files: dict[str, Path]) -> None:
+        with pytest.raises(ConfigError) as info:
+            load_config_text(_acceptor_doc(self._params(files, key=str(tmp_path))), source="a.xml")
+        assert str(info.value) == (
+            f"a.xml:2: <acceptor>: acceptor 'a': keyStorePath {str(tmp_path)!r} cannot be read: "
+            "it is a directory, not a regular file"
+        )
+        fifo = _fifo(tmp_path / "fifo.pem")
+        with pytest.raises(ConfigError, match="it is a FIFO, not a regular file"):
+            load_config_text(_acceptor_doc(self._params(files, ca=str(fifo))), source="a.xml")
+
+    def test_load_config_names_the_working_directory_of_a_relative_path(
+        self, tmp_path: Path, files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        assert load_config_text(_acceptor_doc(self._params(files, key="router.pem"))).acceptors
+        with pytest.raises(ConfigError) as info:
+            load_config_text(_acceptor_doc(self._params(files, key="nope.pem")), source="a.xml")
+        assert str(info.value) == (
+            f"a.xml:2: <acceptor>: acceptor 'a': keyStorePath 'nope.pem' (relative to the working "
+            f"directory {str(tmp_path)!r}) cannot be read: No such file or directory"
+        )
+
+    def test_load_config_checks_no_file_of_tls_parameters_without_ssl_enabled(self) -> None:
+        """Scenario: without sslEnabled=true the key store is not used, so it is not read either."""
+        (acceptor,) = load_config_text(_acceptor_doc("keyStorePath=/nonexistent/k.pem")).acceptors
+        assert acceptor.tls is None
+
+
+@pytest.mark.parametrize(
+    ("protocols", "expected"),
+    [
+        ("MQTT", ("MQTT",)),
+        ("core,AMQP,stomp,HORNETQ,MQTT,openwire", ("CORE", "AMQP", "STOMP", "HORNETQ", "MQTT", "OPENWIRE")),
+        (" mqtt , ,amqp ", ("MQTT", "AMQP")),
+        ("", ()),
+    ],
+)
+def test_load_config_acceptor_protocols(protocols: str, expected: tuple[str, ...]) -> None:
+    (acceptor,) = load_config_text(_acceptor_doc(f"protocols={protocols}")).acceptors
+    assert acceptor.protocols == expected
+
+
+def test_load_config_rejects_an_unknown_acceptor_protocol() -> None:
+    """Scenario: a typo in `protocols` would make the acceptor refuse that protocol's clients."""
+    with pytest.raises(ConfigError) as info:
+        load_config_text(_acceptor_doc("protocols=MQTT,FOO"), source="a.xml")
+    assert str(info.value) == (
+        "a.xml:2: <acceptor>: acceptor 'a': protocols: each name must be one of AMQP, CORE, HORNETQ, "
+        "MQTT, OPENWIRE, STOMP, got 'FOO' in 'MQTT,FOO'"
+    )
 
 
 @pytest.mark.parametrize(
@@ -1566,7 +1706,7 @@ def test_load_config_acceptor_tls_termination_parameters() -> None:
 def test_load_config_rejects_bad_tls_parameters(params: str, reason: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config_text(_acceptor_doc(params), source="a.xml")
-    assert str(info.value) == f"a.xml:2: <acceptor>: {reason}"
+    assert str(info.value) == f"a.xml:2: <acceptor>: acceptor 'a': {reason}"
 
 
 def test_load_config_connector_probe_kind() -> None:
@@ -1616,7 +1756,7 @@ def test_load_config_acceptor_connection_ttl(params: str, ttl_ms: int) -> None:
 def test_load_config_rejects_bad_acceptor_connection_ttl(params: str, reason: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config_text(_acceptor_doc(params), source="a.xml")
-    assert str(info.value) == f"a.xml:2: <acceptor>: {reason}"
+    assert str(info.value) == f"a.xml:2: <acceptor>: acceptor 'a': {reason}"
 
 
 def _ttl_doc(core: str, params: str = "connectionTtl=1500") -> str:

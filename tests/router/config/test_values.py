@@ -8,6 +8,7 @@ import pytest
 
 from keys import KeyType
 from router.config.values import (
+    ARTEMIS_PROTOCOLS,
     LONG_MAX,
     ValueKind,
     check,
@@ -15,6 +16,7 @@ from router.config.values import (
     one_of,
     parse_flag,
     parse_integer,
+    parse_names,
     reason,
 )
 
@@ -46,6 +48,11 @@ class TestReason:
             (ValueKind.BOOLEAN, "yes", "must be true or false, got 'yes'"),
             (ValueKind.FLAG, "1", "must be true or false, got '1'"),
             (ValueKind.NAME, "", "must not be empty, got ''"),
+            (
+                ValueKind.PROTOCOL,
+                "FOO",
+                "must be one of AMQP, CORE, HORNETQ, MQTT, OPENWIRE, STOMP, got 'FOO'",
+            ),
         ],
     )
     def test_reason_words_the_rule_for_the_value(self, kind, value, expected):
@@ -73,6 +80,7 @@ class TestIsValid:
             (ValueKind.FLAG, ["true", "False"], ["1", "0", "yes"]),
             (ValueKind.KEY_TYPE, ["SOURCE_IP", "ROLE_NAME"], ["source_ip", "IP"]),
             (ValueKind.NAME, ["a"], ["", "  "]),
+            (ValueKind.PROTOCOL, [*ARTEMIS_PROTOCOLS, "mqtt", "OpenWire"], ["FOO", "", "MQTT5", "TLS"]),
         ],
     )
     def test_is_valid(self, kind, good, bad):
@@ -113,3 +121,17 @@ class TestParse:
     def test_parse_flag_rejects_anything_else(self):
         with pytest.raises(ValueError, match=r"^fastPath must be true or false, got 'yes'$"):
             parse_flag("fastPath", "yes")
+
+
+class TestParseNames:
+    def test_parse_names_upper_cases_and_drops_empty_items(self):
+        assert parse_names(ValueKind.PROTOCOL, "protocols", " mqtt, ,Amqp,") == ("MQTT", "AMQP")
+        assert parse_names(ValueKind.PROTOCOL, "protocols", "") == ()
+
+    def test_parse_names_names_the_bad_item_and_the_whole_text(self):
+        message = (
+            "protocols: each name must be one of AMQP, CORE, HORNETQ, MQTT, OPENWIRE, STOMP, "
+            "got 'FOO' in 'MQTT, FOO'"
+        )
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            parse_names(ValueKind.PROTOCOL, "protocols", "MQTT, FOO")

@@ -161,6 +161,89 @@ def test_server_context_names_the_unloadable_file(tmp_path: Path) -> None:
         server_context(TlsConfig(key_store_path=str(missing)))
 
 
+class TestServerContextErrors:
+    """Scenario: a key store or trust store OpenSSL refuses with a bare "PEM lib"; the error says
+    what the file lacks."""
+
+    @pytest.fixture
+    def leaf(self, ca: trustme.CA) -> trustme.LeafCert:
+        return ca.issue_cert("router.example")
+
+    @staticmethod
+    def _write(path: Path, *blobs: trustme.Blob) -> str:
+        path.write_bytes(b"".join(blob.bytes() for blob in blobs))
+        return str(path)
+
+    def _error(self, tls: TlsConfig) -> str:
+        with pytest.raises(ValueError, match=r"^(key|trust)StorePath '") as info:
+            server_context(tls)
+        return str(info.value)
+
+    def test_server_context_certificate_without_private_key(
+        self, tmp_path: Path, leaf: trustme.LeafCert
+    ) -> None:
+        path = self._write(tmp_path / "cert.pem", *leaf.cert_chain_pems)
+        assert self._error(TlsConfig(key_store_path=path)) == (
+            f"keyStorePath {path!r} has a certificate but no private key"
+        )
+
+    def test_server_context_private_key_without_certificate(
+        self, tmp_path: Path, leaf: trustme.LeafCert
+    ) -> None:
+        path = self._write(tmp_path / "key.pem", leaf.private_key_pem)
+        assert self._error(TlsConfig(key_store_path=path)) == (
+            f"keyStorePath {path!r} has a private key but no certificate"
+        )
+
+    def test_server_context_key_of_another_certificate(
+        self, tmp_path: Path, ca: trustme.CA, leaf: trustme.LeafCert
+    ) -> None:
+        other = ca.issue_cert("other.example")
+        path = self._write(tmp_path / "mixed.pem", other.private_key_pem, *leaf.cert_chain_pems)
+        assert self._error(TlsConfig(key_store_path=path)) == (
+            f"keyStorePath {path!r} has a private key that does not match the certificate "
+            "(the first certificate in the file must be the key's own)"
+        )
+
+    def test_server_context_no_pem_at_all(self, tmp_path: Path) -> None:
+        path = tmp_path / "empty.pem"
+        path.write_bytes(b"not PEM\n")
+        assert self._error(TlsConfig(key_store_path=str(path))) == (
+            f"keyStorePath {str(path)!r} holds no PEM private key and no PEM certificate"
+        )
+
+    def test_server_context_encrypted_private_key(self, tmp_path: Path, leaf: trustme.LeafCert) -> None:
+        """Scenario: OpenSSL would prompt for the password on the terminal; routerd has none."""
+        from cryptography.hazmat.primitives import serialization
+
+        key = serialization.load_pem_private_key(leaf.private_key_pem.bytes(), password=None)
+        encrypted = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+        path = tmp_path / "encrypted.pem"
+        path.write_bytes(encrypted + b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
+        assert self._error(TlsConfig(key_store_path=str(path))) == (
+            f"keyStorePath {str(path)!r} has an encrypted private key, which routerd cannot use "
+            f"(write it unencrypted with: openssl pkey -in {path} -out key.pem)"
+        )
+
+    def test_server_context_trust_store_without_certificate(
+        self, tmp_path: Path, leaf: trustme.LeafCert
+    ) -> None:
+        key_store = self._write(tmp_path / "router.pem", leaf.private_key_and_cert_chain_pem)
+        trust_store = self._write(tmp_path / "ca.pem", leaf.private_key_pem)
+        assert self._error(TlsConfig(key_store_path=key_store, trust_store_path=trust_store)) == (
+            f"trustStorePath {trust_store!r} holds no PEM certificate "
+            "(expected a CA bundle of -----BEGIN CERTIFICATE----- blocks)"
+        )
+
+    def test_server_context_loads_a_good_key_store(self, tmp_path: Path, leaf: trustme.LeafCert) -> None:
+        path = self._write(tmp_path / "router.pem", leaf.private_key_and_cert_chain_pem)
+        assert isinstance(server_context(TlsConfig(key_store_path=path)), ssl.SSLContext)
+
+
 async def test_prefixed_stream_yields_prefix_first() -> None:
     left, right = trio.testing.memory_stream_pair()
     await left.send_all(b"rest")
