@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import os
+import resource
 import signal
 import sys
 import urllib.error
@@ -188,6 +189,7 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
             f"{config.source}: no <acceptor> names a router (URL parameter router=NAME)",
             EXIT_USAGE,
         )
+    _raise_descriptor_limit()
     # What exists now (modules, the configuration) lives as long as the process: keep it out of
     # the garbage collector's full passes, which otherwise walk all of it again and again while
     # connections come and go (measured: ~12k instructions less per short fast-path connection).
@@ -202,6 +204,23 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
             _fail("routerd", error.strerror or describe_oserror(error))
         _fail("routerd", str(error), EXIT_USAGE)
     return 0
+
+
+def _raise_descriptor_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard one, as HAProxy and nginx do: every client
+    connection costs descriptors, and the server derives its client budget from this limit
+    (router/core/admission.py), logging it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:  # a hard limit over what the kernel allows (fs.nr_open)
+        logging.getLogger("routerd").warning(
+            "descriptor limit stays at %d: raising it to %d failed: %s", soft, hard, exc
+        )
+        return
+    logging.getLogger("routerd").info("descriptor limit raised from %d to %d", soft, hard)
 
 
 def _only_error(exc: BaseException, kinds: type[_E] | tuple[type[_E], ...]) -> _E | None:

@@ -56,6 +56,8 @@ class ParamKind(enum.Enum):
     """`ValueKind.SNIFF_CAP`, in bytes."""
     TTL = "ttl"
     """`ValueKind.TTL`, in milliseconds."""
+    LIMIT = "limit"
+    """A count with -1 for no limit: the range of `ValueKind.TTL` (-1, or 1 and up)."""
 
 
 _MS_PER_SECOND: Final = 1000
@@ -156,7 +158,7 @@ class AcceptorParam:
                 return parse_integer(ValueKind.NON_NEGATIVE, spelling, text) * _MS_PER_SECOND
             case ParamKind.SNIFF_CAP:
                 return parse_integer(ValueKind.SNIFF_CAP, spelling, text)
-            case ParamKind.TTL:
+            case ParamKind.TTL | ParamKind.LIMIT:
                 return parse_integer(ValueKind.TTL, spelling, text)
             case _:
                 assert_never(self.kind)
@@ -286,6 +288,18 @@ ACCEPTOR_PARAMS: Final[tuple[AcceptorParam, ...]] = (
         kind=ParamKind.TTL,
         field="connection_ttl_ms",
         meaning="ms without bytes from the client after which a proxied connection is closed; -1 = none",
+    ),
+    AcceptorParam(
+        names=("connectionsAllowed",),
+        kind=ParamKind.LIMIT,
+        field="connections_allowed",
+        meaning="client connections the acceptor serves at once; more are closed at accept; -1 = no limit",
+    ),
+    AcceptorParam(
+        names=("connectionsAllowedPerSource",),
+        kind=ParamKind.LIMIT,
+        field="connections_allowed_per_source",
+        meaning="client connections one source address may have open on the acceptor at once; -1 = no limit",
     ),
     AcceptorParam(
         names=("fastPath",),

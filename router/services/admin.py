@@ -34,12 +34,16 @@ if TYPE_CHECKING:
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
 
-__all__ = ["MAX_REQUEST_BYTES", "serve_admin"]
+__all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "serve_admin"]
 
 log = logging.getLogger("router.admin")
 
 MAX_REQUEST_BYTES: Final = 64 * 1024
 """Largest request (head and body) the admin API reads; h11's own default cap for heads is 16 KiB."""
+ADMIN_MAX_CONNECTIONS: Final = 16
+"""Admin connections served at once; more are closed at once. Part of the descriptors the process
+keeps back from clients (`router.core.admission.DESCRIPTOR_RESERVE`), so the admin API still
+answers when client connections have used their whole budget."""
 REQUEST_TIMEOUT_S: Final = 10.0
 """A client must send its whole request within this time."""
 
@@ -196,7 +200,21 @@ async def serve_admin(
     log.info("admin API listening on http://%s:%d", *bound)
     task_status.started(bound)
 
+    open_now = 0
+
     async def handler(stream: trio.SocketStream) -> None:
-        await _serve_one(stream, runtimes, metrics)
+        nonlocal open_now
+        if open_now >= ADMIN_MAX_CONNECTIONS:  # their descriptors come out of the process's reserve
+            log.warning(
+                "admin API: %d connections open already, the most it serves at once: closing a new one",
+                open_now,
+            )
+            await stream.aclose()
+            return
+        open_now += 1
+        try:
+            await _serve_one(stream, runtimes, metrics)
+        finally:
+            open_now -= 1
 
     await trio.serve_listeners(handler, listeners)

@@ -66,6 +66,8 @@ class TestTable:
             "rolesFile",
             "requireAuthentication",
             "connectionTtl",
+            "connectionsAllowed",
+            "connectionsAllowedPerSource",
             "fastPath",
         }
 

@@ -15,6 +15,7 @@ from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
 from router.config.settings import AcceptorConfig, Config, RouterConfig
 from router.server import ServerInfo, serve_router
+from router.services.admin import ADMIN_MAX_CONNECTIONS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -210,3 +211,28 @@ class TestAdminRobustness:
                 while await stream.receive_some(1024):
                     pass
         assert await _call(url + "/healthz") == (200, b"ok\n")
+
+
+async def test_admin_serves_a_bounded_number_of_connections_and_answers_again_after(
+    base: tuple[ServerInfo, str],
+) -> None:
+    """Scenario (hardening review): admin connections share the descriptor reserve, so they are
+    capped: silent connections beyond the cap are closed at once, and the API answers again as soon
+    as the silent ones go."""
+    info, url = base
+    assert info.admin is not None
+    silent = [await trio.open_tcp_stream(*info.admin) for _ in range(ADMIN_MAX_CONNECTIONS)]
+    try:
+        async with await trio.open_tcp_stream(*info.admin) as extra:
+            with trio.fail_after(5):
+                assert await extra.receive_some(1024) == b""  # closed at once, not at the request timeout
+    finally:
+        for stream in silent:
+            await stream.aclose()
+    with trio.fail_after(5):
+        while True:  # the silent ones' handlers notice their close
+            try:
+                if await _call(url + "/healthz") == (200, b"ok\n"):
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                await trio.sleep(0.05)
