@@ -13,7 +13,9 @@ Transitions, per target (initial state UNKNOWN, which counts as not ready):
     NOT_READY  READY          NOT_READY
 
 Each member of an HA-pair target (primary, backups) has its own state by this table; the target is
-READY while any member is, with one of them *active* (kept while ready, else the first ready one),
+READY while any member is, with one of them *active* (kept while ready, else the first ready one;
+at start the listed primary is preferred: a member answering its first probe takes over from a
+later one that answered first),
 NOT_READY once all probed members failed, UNKNOWN before any probe.
 
 And per pool: ACTIVE while at least `quorum_size` targets are READY, else INACTIVE (initial).
@@ -243,7 +245,9 @@ class Pool:
 
         A target is ready while any member of its HA pair is (a plain target has one member); its
         active member stays active while ready, otherwise the first ready member in order takes
-        over (failover, and fail-back once the new active one fails).
+        over (failover, and fail-back once the new active one fails). An earlier member that answers
+        its first probe takes over too (at start the listed primary is preferred, whichever probe
+        answers first).
 
         Args:
             node_id: the probed target.
@@ -261,9 +265,13 @@ class Pool:
         slot = self._slots[node_id]
         members = slot.members
         before, was_active = slot.state, slot.active
+        first_probe = members[member] is TargetState.UNKNOWN
         members[member] = _NEXT_STATE[(members[member], ok)]
         active = was_active if was_active is not None and members[was_active] is TargetState.READY else None
-        if active is None:
+        if active is None or (first_probe and ok and member < active):
+            # The first ready member in order; also when an earlier member answers its very first
+            # probe after a later one (at start, whichever probe answers first would otherwise
+            # decide: the listed primary is preferred).
             active = next((i for i, s in enumerate(members) if s is TargetState.READY), None)
         slot.active = active
         after = slot.state

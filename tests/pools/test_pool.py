@@ -311,6 +311,18 @@ class TestHaPairMembers:
         assert pool.state("pair") is TargetState.READY
         assert pool.record_check("pair", False, "refused", member=0) == []
 
+    def test_at_start_the_listed_primary_is_preferred_whichever_probe_answers_first(self):
+        """Scenario (hardening review): both members ready at start; the backup's probe happened to
+        answer first (3 of 4 starts before the fix). The primary's first answer makes it the active
+        member, reported as a failover (which closes what went to the backup meanwhile)."""
+        pool = self.pool()
+        pool.record_check("pair", True, member=1)
+        assert pool.active_member("pair") == 1
+        events = pool.record_check("pair", True, member=0)
+        assert [(e.kind, e.former) for e in events] == [(PoolEventKind.TARGET_FAILOVER, ("10.0.0.2", 2))]
+        assert pool.active_member("pair") == 0
+        assert pool.record_check("pair", True, member=0) == []  # later answers change nothing
+
     def test_restarted_primary_does_not_take_back_from_the_active_backup(self):
         pool = self.pool()
         pool.record_check("pair", False, "down", member=0)
