@@ -343,7 +343,7 @@ def test_routerd_proxy_protocol_keys_on_original_client_address(
     [
         (
             _connect("no-header"),
-            r"missing PROXY protocol header, connection starts with b'\\x10",
+            r"missing PROXY protocol header, connection starts with b'\\\\x10",  # the log doubles the \\
         ),
         (
             b"PROXY TCP4 999.1.1.1 127.0.0.1 40000 1883\r\n" + _connect("bad-v1"),
