@@ -34,6 +34,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `ttl`          which connection TTL a connection gets
                   `live`         the registry of proxied connections on both paths (counts, closing),
                                  and which connections a pool change closes
+                  `admission`    the descriptor budget and the acceptors' connection limits: whether
+                                 a new connection is served
                   `events`       the one report of what happens to connections and pools
                   `status`       the snapshot the admin API shows
                   `address`      (host, port) of peers and members
