@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_MEMBER_BYTES",
+    "MAX_SESSION_TIMEOUT_MS",
     "MAX_WEIGHT",
     "Member",
     "Membership",
@@ -46,6 +47,9 @@ __all__ = [
 MAX_MEMBER_BYTES: Final = 16 * 1024
 """Largest member document read; a real one is about 150 bytes (ZooKeeper itself allows 1 MiB,
 its `jute.maxbuffer` default, which is far more than a pool member should ever hold)."""
+
+MAX_SESSION_TIMEOUT_MS: Final = 2**31 - 1
+"""A ZooKeeper session timeout is a Java int of milliseconds; kazoo fails with a traceback above."""
 
 MAX_WEIGHT: Final = 1_000_000
 """Largest `weight`; a bound so that a typo (an extra few zeros) is an error, not a silent skew."""

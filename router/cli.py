@@ -36,11 +36,12 @@ import trio
 
 from keys import ConnectionFacts
 from pools import Member
+from pools.members import MAX_SESSION_TIMEOUT_MS
 from router.config import ConfigError, load_config
 from router.config.settings import ZooKeeperConfig
 from router.core.engine import RoutingEngine, build_pool
 from router.datapath.net import describe_oserror
-from router.logs import install_log_limits
+from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
 from router.server import StartupError, serve_router
 from router.services.discovery import RegistrationError, serve_registration
 
@@ -54,8 +55,6 @@ __all__ = ["main_routerctl", "main_routerd", "routerctl_main", "routerd_main"]
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
-_JAVA_INT_MAX: Final = 2**31 - 1
-"""ZooKeeper's session timeout is a Java int of milliseconds; kazoo fails with a traceback above."""
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -163,7 +162,13 @@ async def _run_routerd(config: Config, args: argparse.Namespace) -> None:
                     log.info("%s received", signal.Signals(signum).name)
                     shutdown.set()
 
+        async def flush_log_summaries() -> None:
+            while True:
+                await trio.sleep(LOG_INTERVAL_S)
+                flush_log_limits()
+
         await nursery.start(watch_signals)
+        nursery.start_soon(flush_log_summaries)
         await serve_router(
             config,
             admin=None if args.no_admin else args.admin,
@@ -305,7 +310,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     register.add_argument("--weight", type=int, default=1, help="relative weight, default 1")
     register.add_argument(
         "--session-timeout",
-        type=_integer(1, _JAVA_INT_MAX),
+        type=_integer(1, MAX_SESSION_TIMEOUT_MS),
         default=10_000,
         metavar="MS",
         help="ZooKeeper session timeout: how long the member outlives this process if it dies "

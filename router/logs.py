@@ -28,6 +28,7 @@ __all__ = [
     "LOG_INTERVAL_S",
     "MAX_SHOWN_CHARS",
     "LogLimiter",
+    "flush_log_limits",
     "install_log_limits",
     "shown",
     "suppressed_log_lines",
@@ -305,8 +306,15 @@ def suppressed_log_lines() -> dict[str, int]:
     return totals
 
 
-def _flush_installed() -> None:
+def flush_log_limits(*, everything: bool = False) -> None:
+    """Write the summary lines the installed limiters owe (those whose interval is over; all of
+    them with `everything`). routerd calls it every `LOG_INTERVAL_S`, so a flood's summary appears
+    even when no other line follows it."""
     with _INSTALLED_LOCK:
         limiters = list(_INSTALLED)
     for limiter in limiters:
-        limiter.flush(everything=True)
+        limiter.flush(everything=everything)
+
+
+def _flush_installed() -> None:
+    flush_log_limits(everything=True)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CODEC_KEY_ENV",
     "DEFAULT_CODEC_KEY",
+    "MAX_PASSWORD_FILE_BYTES",
     "codec_key",
     "decode_masked",
     "is_masked",
@@ -50,6 +51,10 @@ name of the system property `artemis.default.sensitive.string.codec.key`)."""
 
 _BLOCK_BYTES: Final = 8
 """Blowfish's block size: Java's `Cipher.getInstance("Blowfish")` is Blowfish/ECB/PKCS5Padding."""
+
+MAX_PASSWORD_FILE_BYTES: Final = 64 * 1024
+"""Most bytes read from a `<password file=…>`: a password (or an `ENC(...)` value) is far shorter,
+and reading `/dev/zero` without a bound would grow memory until the process dies."""
 
 _HEX: Final = re.compile(r"[+-]?[0-9a-fA-F]+")
 """What `new BigInteger(text, 16)` accepts (ASCII digits only: Java would take other Unicode
@@ -184,7 +189,11 @@ def resolve_password(
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
         try:
-            value = path.read_bytes().decode("utf-8")
+            with path.open("rb") as stream:  # a password is short: a file that is not (/dev/zero) is an error
+                raw = stream.read(MAX_PASSWORD_FILE_BYTES + 1)
+            if len(raw) > MAX_PASSWORD_FILE_BYTES:
+                raise ValueError(f"password file {str(path)!r} is over {MAX_PASSWORD_FILE_BYTES} bytes")
+            value = raw.decode("utf-8")
         except OSError as exc:
             raise ValueError(f"cannot read password file {str(path)!r}: {exc.strerror or exc}") from None
         except UnicodeDecodeError:

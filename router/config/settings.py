@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 from keys import KeyType
 from keys.filter import compile_filter
 from keys.resolve import DEFAULT_KEY_MAX_LENGTH
-from pools.members import check_znode_path, parse_ensemble
+from pools.members import MAX_SESSION_TIMEOUT_MS, check_znode_path, parse_ensemble
 from router.config.values import ValueKind, check, one_of
 
 if TYPE_CHECKING:
@@ -189,6 +189,11 @@ class ZooKeeperConfig:
         parse_ensemble(self.connect)
         check_znode_path(self.path)
         check(ValueKind.POSITIVE, "session-timeout", self.session_timeout_ms)
+        if self.session_timeout_ms > MAX_SESSION_TIMEOUT_MS:
+            raise ValueError(
+                f"session-timeout must be at most {MAX_SESSION_TIMEOUT_MS} (ZooKeeper's int), "
+                f"got {self.session_timeout_ms!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

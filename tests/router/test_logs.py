@@ -13,7 +13,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from router import logs
-from router.logs import LOG_BURST, LOG_INTERVAL_S, MAX_SHOWN_CHARS, LogLimiter, install_log_limits, shown
+from router.logs import (
+    LOG_BURST,
+    LOG_INTERVAL_S,
+    MAX_SHOWN_CHARS,
+    LogLimiter,
+    flush_log_limits,
+    install_log_limits,
+    shown,
+)
 from router.metrics import Metrics
 
 _CUT = re.compile(r'(".*")\.\.\.\(len=(\d+)\)', re.DOTALL)
@@ -350,3 +358,8 @@ def test_install_log_limits_filters_the_root_handlers(monkeypatch: pytest.Monkey
         "accept failed (Too many open files)",
     ]
     assert limiter in logs._INSTALLED
+    for _ in range(LOG_BURST + 2):
+        log.warning("another (%s)", "x")
+    clock.now += LOG_INTERVAL_S
+    flush_log_limits()  # routerd's periodic flush: the summary comes without a following line
+    assert lines[-1] == '... and 2 more lines like "another (%s)" in the last 10 s were suppressed'

@@ -22,6 +22,7 @@ from router.config import ConfigError, load_config, load_config_text
 from router.config.passwords import (
     CODEC_KEY_ENV,
     DEFAULT_CODEC_KEY,
+    MAX_PASSWORD_FILE_BYTES,
     codec_key,
     decode_masked,
     is_masked,
@@ -251,6 +252,14 @@ class TestResolvePassword:
         (tmp_path / "latin1").write_bytes("pässwörd".encode("latin-1"))
         with pytest.raises(ValueError, match=r"password file '.*latin1' is not UTF-8"):
             resolve_password("", file="latin1", base_dir=tmp_path)
+
+    def test_a_password_file_is_read_within_a_bound(self) -> None:
+        """Scenario (hardening review): `file="/dev/zero"` is an error, not a process that grows
+        until it dies."""
+        with pytest.raises(
+            ValueError, match=f"password file '/dev/zero' is over {MAX_PASSWORD_FILE_BYTES} bytes"
+        ):
+            resolve_password("", file="/dev/zero")
 
     def test_bad_masked_value_names_its_source_not_the_value(self, tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="environment variable 'PW': the masked password is not") as info:

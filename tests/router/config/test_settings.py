@@ -207,6 +207,10 @@ class TestZooKeeperConfig:
             ({"path": "/a//b"}, "path must not have empty, '.' or '..' segments"),
             ({"path": "/zookeeper/quota"}, "path must not be inside /zookeeper"),
             ({"session_timeout_ms": 0}, "session-timeout must be > 0, got 0"),
+            (
+                {"session_timeout_ms": 2**31},
+                "session-timeout must be at most 2147483647 (ZooKeeper's int), got 2147483648",
+            ),
         ],
     )
     def test_zookeeper_config_rejects(self, kwargs, message):
