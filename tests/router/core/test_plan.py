@@ -26,6 +26,7 @@ from router.core.plan import (
     Proxy,
     Redirect,
     Refuse,
+    after_connect_failed,
     decided,
     fast_path_serves,
     for_fast_path,
@@ -268,6 +269,24 @@ class TestProxy:
         action = plan(_acceptor(send_proxy_protocol=version), "r", opening, _ok())
         assert isinstance(action, Proxy)
         assert action.replay == encode("10.0.0.9", 5555, "127.0.0.1", 61616) + opening.raw
+
+
+class TestAfterConnectFailed:
+    """A failed connect: the redispatch goes on as a Proxy, its absence is the protocol's refusal."""
+
+    @pytest.mark.parametrize("mode", [AcceptorMode.PROXY, AcceptorMode.AUTO])
+    def test_a_redispatch_is_proxied_again(self, mode: AcceptorMode) -> None:
+        opening = OPENINGS["mqtt311"]
+        again = after_connect_failed(_acceptor(mode), "r", opening, _ok(reason=DecisionReason.REDISPATCH))
+        assert isinstance(again, Proxy)
+        assert (again.target, again.replay, again.reason) == (TARGET, opening.raw, DecisionReason.REDISPATCH)
+
+    def test_no_other_target_is_the_refusal_unavailable(self) -> None:
+        refused = after_connect_failed(
+            _acceptor(), "r", OPENINGS["mqtt5"], _refused(RouteStatus.REFUSED_UNAVAILABLE)
+        )
+        assert isinstance(refused, Refuse)
+        assert refused.answer == mqtt.encode_connack(mqtt.MQTT_V5_SERVER_UNAVAILABLE, protocol_level=5)
 
 
 class TestFastPath:
