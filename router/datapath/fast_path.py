@@ -187,9 +187,11 @@ class _Conn(LiveConnection):
         self.socks = socks
         self.fds = (socks[0].fileno(), socks[1].fileno())
         self.acceptor = acceptor
-        self.opening = opening
-        self.action = action
-        """What was planned (a failed connect plans again from it)."""
+        self.opening: Opening | None = opening
+        self.action: Proxy | None = action
+        """What was planned: a failed connect plans again from it. Both are dropped once connected
+        (`_connected`): the connection may stay on the deadline heap for the connect timeout, and
+        an opening can be as big as the acceptor's byte cap."""
         self.retry = retry
         """Whether a failed connect may go to another target (once per connection)."""
         self.key = action.key
@@ -620,6 +622,7 @@ class FastPath:
 
     def _connected(self, relayed: _Conn) -> None:
         relayed.connected = True
+        relayed.opening = relayed.action = None
         relayed.connected_at = self._clock()
         relayed.acceptor.runtime.report(
             Connected(conn=relayed.conn, key=relayed.key, node_id=relayed.node_id, address=relayed.address)
@@ -637,9 +640,11 @@ class FastPath:
             reason = exc.while_connecting
         else:
             reason = "timed out" if exc.errno == errno.ETIMEDOUT else describe_oserror(exc)
-            now = self._clock()
+            opening, action = relayed.opening, relayed.action
+            assert opening is not None, "kept until connected"
+            assert action is not None, "kept until connected"
             then = runtime.after_connect_failed(
-                acceptor.config, relayed.opening, relayed.action, now, retry=relayed.retry
+                acceptor.config, opening, action, self._clock(), retry=relayed.retry
             )
         failed = ConnectFailed(
             conn=relayed.conn,
@@ -657,6 +662,7 @@ class FastPath:
         if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
             self._call_trio(runtime.connect_refused, relayed.target, relayed.connector, reason)
         if isinstance(then, Proxy):
+            assert relayed.opening is not None
             self._connect(client, acceptor, relayed.conn, relayed.opening, then, self._clock(), retry=False)
         elif isinstance(then, Refuse):
             self._answer(client, then.answer)
