@@ -1,6 +1,7 @@
 """Entry points: `routerd` runs the router; `routerctl` dry-runs the engine or talks to a router.
 
-    routerd --config FILE [--admin HOST:PORT | --no-admin] [--grace-period S] [--log-level L]
+    routerd --config FILE [--admin HOST:PORT | --no-admin] [--grace-period S] [--max-connections N]
+                    [--log-level L]
     routerctl route --config FILE --router NAME [--ready all|none|NODE,...] KEY...
     routerctl route --config FILE --router NAME [--client-id X] [--user U] [--sni H]
                     [--source-ip IP] [--role R]...
@@ -39,6 +40,7 @@ from pools import Member
 from pools.members import MAX_SESSION_TIMEOUT_MS
 from router.config import ConfigError, load_config
 from router.config.settings import ZooKeeperConfig
+from router.core.admission import descriptors_for
 from router.core.engine import RoutingEngine, build_pool
 from router.datapath.net import describe_oserror
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
@@ -55,6 +57,9 @@ __all__ = ["main_routerctl", "main_routerd", "routerctl_main", "routerd_main"]
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
+
+MAX_CONNECTIONS_OPTION: Final = 500_000
+"""Upper bound of `--max-connections` (two descriptors each: within Linux's default fs.nr_open)."""
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -131,6 +136,15 @@ def _routerd_parser() -> argparse.ArgumentParser:
         help="how long open connections may finish after SIGTERM (default 10)",
     )
     parser.add_argument(
+        "--max-connections",
+        type=_integer(1, MAX_CONNECTIONS_OPTION),
+        default=None,
+        metavar="N",
+        help="client connections served at once (HAProxy's maxconn); routerd raises its descriptor "
+        "limit to fit them, the hard limit too when it may (root or CAP_SYS_RESOURCE); default: "
+        "what the hard limit allows",
+    )
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO"
     )
     return parser
@@ -174,6 +188,7 @@ async def _run_routerd(config: Config, args: argparse.Namespace) -> None:
             admin=None if args.no_admin else args.admin,
             grace_s=args.grace_period,
             shutdown=shutdown,
+            max_connections=args.max_connections,
         )
         nursery.cancel_scope.cancel()
 
@@ -194,7 +209,7 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
             f"{config.source}: no <acceptor> names a router (URL parameter router=NAME)",
             EXIT_USAGE,
         )
-    _raise_descriptor_limit()
+    _raise_descriptor_limit(args.max_connections)
     # What exists now (modules, the configuration) lives as long as the process: keep it out of
     # the garbage collector's full passes, which otherwise walk all of it again and again while
     # connections come and go (measured: ~12k instructions less per short fast-path connection).
@@ -211,21 +226,38 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _raise_descriptor_limit() -> None:
-    """Raise the soft RLIMIT_NOFILE to the hard one, as HAProxy and nginx do: every client
-    connection costs descriptors, and the server derives its client budget from this limit
-    (router/core/admission.py), logging it."""
+def _raise_descriptor_limit(max_connections: int | None) -> None:
+    """Raise RLIMIT_NOFILE as HAProxy and nginx do: every client connection costs descriptors, and
+    the server derives its client budget from this limit (router/core/admission.py), logging it.
+    The soft limit goes to the hard one; with `--max-connections` both go as high as those
+    connections need when the process may raise the hard limit (root, CAP_SYS_RESOURCE)."""
+    log = logging.getLogger("routerd")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == hard:
+    wanted = hard if max_connections is None else max(hard, descriptors_for(max_connections))
+    if wanted > hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+        except (ValueError, OSError) as exc:  # not privileged, or over the kernel's fs.nr_open
+            log.warning(
+                "--max-connections %d needs %d descriptors; the hard limit %d stays (raising it "
+                "needs root or CAP_SYS_RESOURCE: %s), so fewer connections are served",
+                max_connections,
+                wanted,
+                hard,
+                exc,
+            )
+            wanted = hard
+        else:
+            log.info("descriptor limit raised from %d to %d (soft and hard)", soft, wanted)
+            return
+    if soft == wanted:
         return
     try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ValueError, OSError) as exc:  # a hard limit over what the kernel allows (fs.nr_open)
-        logging.getLogger("routerd").warning(
-            "descriptor limit stays at %d: raising it to %d failed: %s", soft, hard, exc
-        )
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("descriptor limit stays at %d: raising it to %d failed: %s", soft, wanted, exc)
         return
-    logging.getLogger("routerd").info("descriptor limit raised from %d to %d", soft, hard)
+    log.info("descriptor limit raised from %d to %d", soft, wanted)
 
 
 def _only_error(exc: BaseException, kinds: type[_E] | tuple[type[_E], ...]) -> _E | None:

@@ -105,9 +105,11 @@ def _warn_unsupported(config: Config) -> None:
             )
 
 
-def _admission(config: Config, runtimes: Iterable[RouterRuntime], metrics: Metrics) -> Admission:
-    """The process's admission: its descriptor budget for clients (logged, and a metric) and each
-    acceptor's limits."""
+def _admission(
+    config: Config, runtimes: Iterable[RouterRuntime], metrics: Metrics, max_connections: int | None
+) -> Admission:
+    """The process's admission: its descriptor budget for clients, at most `max_connections`
+    (logged, and a metric), and each acceptor's limits."""
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if limit == resource.RLIM_INFINITY:
         limit = _UNLIMITED_DESCRIPTORS
@@ -121,6 +123,9 @@ def _admission(config: Config, runtimes: Iterable[RouterRuntime], metrics: Metri
             probes += _DISCOVERED_PROBES
         probes += sum(len(t.connector.members) for t in runtime.targets() if t.connector is not None)
     budget = descriptor_budget(limit, in_use, probes)
+    if max_connections is not None and max_connections < budget:
+        log.info("--max-connections %d: fewer than the descriptors allow (%d)", max_connections, budget)
+        budget = max_connections
     log.info(
         "descriptor limit %d, %d in use: up to %d client connections at once (two descriptors each; "
         "%d kept for %d probe(s), the admin API and the process)",
@@ -324,6 +329,7 @@ async def serve_router(
     shutdown: trio.Event | None = None,
     limits: ConnectionLimits | None = None,
     round_robin_start: int | None = None,
+    max_connections: int | None = None,
     task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router until `shutdown` is set (or forever), then drain and return.
@@ -335,6 +341,8 @@ async def serve_router(
         shutdown: set it to start a graceful shutdown.
         limits: per-connection phase deadlines.
         round_robin_start: first round-robin position of every router (tests).
+        max_connections: client connections served at once at most (`--max-connections`); None:
+            what the descriptor limit allows.
         task_status: receives a `ServerInfo` once every listener is open.
 
     Raises:
@@ -349,7 +357,7 @@ async def serve_router(
         r.name: RouterRuntime(config, r, metrics, round_robin_start=round_robin_start) for r in config.routers
     }
     ttl = config.connection_ttl
-    admission = _admission(config, runtimes.values(), metrics)
+    admission = _admission(config, runtimes.values(), metrics, max_connections)
     # Before any listener: fail early.
     served = [
         _serve_acceptor(a, runtimes[a.router], ttl.ttl_ms(a), limits, admission) for a in config.acceptors

@@ -23,7 +23,15 @@ import threading
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["DESCRIPTOR_RESERVE", "AcceptorLimits", "Admission", "Refusal", "descriptor_budget"]
+__all__ = [
+    "DESCRIPTOR_RESERVE",
+    "START_SLACK",
+    "AcceptorLimits",
+    "Admission",
+    "Refusal",
+    "descriptor_budget",
+    "descriptors_for",
+]
 
 DESCRIPTOR_RESERVE: Final = 64
 """Descriptors kept back from clients besides the measured ones (`descriptor_budget`): log files,
@@ -51,6 +59,17 @@ class Refusal(enum.Enum):
                 return "connectionsAllowed"
             case Refusal.SOURCE_LIMIT:
                 return "connectionsAllowedPerSource"
+
+
+START_SLACK: Final = 256
+"""Descriptors `descriptors_for` allows for what is open when the router starts serving and its
+probes (measured when it starts: about 20 plus one per probed member)."""
+
+
+def descriptors_for(connections: int) -> int:
+    """The descriptor limit a process needs to serve `connections` clients at once (the inverse of
+    `descriptor_budget`, with `START_SLACK` for what it measures at start)."""
+    return connections * _PER_CONNECTION + DESCRIPTOR_RESERVE + START_SLACK
 
 
 def descriptor_budget(limit: int, in_use: int, probes: int) -> int:

@@ -173,7 +173,9 @@ class MqttObserver:
 class Routerd:
     """A real routerd process with its log read line by line."""
 
-    def __init__(self, workdir: Path, make_config: Callable[[int], str]) -> None:
+    def __init__(self, workdir: Path, make_config: Callable[[int], str], args: Sequence[str] = ()) -> None:
+        self.args = tuple(args)
+        """More routerd options."""
         self.admin_port = free_port()
         self.config = workdir / "router.xml"
         self.config.write_text(make_config(self.admin_port))
@@ -202,6 +204,7 @@ class Routerd:
                 f"127.0.0.1:{self.admin_port}",
                 "--grace-period",
                 "2",
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -280,12 +283,13 @@ def mosquitto_fleet(tmp_path: Path) -> Iterator[list[Mosquitto]]:
 
 
 @pytest.fixture
-def start_routerd(tmp_path: Path) -> Iterator[Callable[[Callable[[int], str]], Routerd]]:
-    """Start a routerd: pass a function from its admin port to the config XML; stopped afterwards."""
+def start_routerd(tmp_path: Path) -> Iterator[Callable[..., Routerd]]:
+    """Start a routerd: pass a function from its admin port to the config XML, and more options;
+    stopped afterwards."""
     started: list[Routerd] = []
 
-    def start(make_config: Callable[[int], str]) -> Routerd:
-        router = Routerd(tmp_path, make_config)
+    def start(make_config: Callable[[int], str], *args: str) -> Routerd:
+        router = Routerd(tmp_path, make_config, args)
         started.append(router)
         router.start()
         return router

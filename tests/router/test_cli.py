@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -438,3 +439,58 @@ class TestRegister:
             proc.stderr.strip()
             == f"routerctl: error: register: cannot reach zookeeper 127.0.0.1:{port} within 0.5 s"
         )
+
+
+def _may_raise_the_hard_limit() -> bool:
+    """Whether a process may raise its hard descriptor limit (CAP_SYS_RESOURCE; root in a container
+    may lack it)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> _CAP_SYS_RESOURCE & 1)
+    return False
+
+
+_CAP_SYS_RESOURCE = 24
+
+
+@pytest.mark.parametrize("wanted", [100, 15_000])
+def test_routerd_max_connections_sets_the_budget_and_raises_the_limit_to_fit(
+    mosquitto: Mosquitto,
+    start_routerd: Callable[..., Routerd],
+    free_port: Callable[[], int],
+    wanted: int,
+) -> None:
+    """Scenario (hardening review): --max-connections is HAProxy's maxconn. Below what the limit
+    allows it caps the budget; above it routerd raises its hard descriptor limit to fit (as root
+    or with CAP_SYS_RESOURCE: 10,000 sessions need more than this machine's 20,000), or says it
+    cannot and serves what the limit allows."""
+    port = free_port()
+    connectors, refs = static_connectors([("m1", mosquitto.port)])
+    acceptors = acceptors_xml({"mqtt": "router=r;protocols=MQTT"}, {"mqtt": port})
+    config = f"""<core>
+  <connectors>{connectors}</connectors>
+  <acceptors>{acceptors}</acceptors>
+  <connection-routers><connection-router name="r"><policy name="FIRST_ELEMENT"/>
+    <pool><static-connectors>{refs}</static-connectors></pool>
+  </connection-router></connection-routers>
+</core>"""
+    router = start_routerd(lambda _admin_port: config, "--max-connections", str(wanted))
+    found = re.search(
+        r"up to (\d+) client", router.wait_for_log(r"up to \d+ client connections", consume=False)
+    )
+    assert found is not None
+    budget = int(found.group(1))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if wanted < hard // 2:
+        assert budget == wanted
+        router.wait_for_log(rf"--max-connections {wanted}: fewer than the descriptors allow", consume=False)
+    elif _may_raise_the_hard_limit():
+        router.wait_for_log(r"descriptor limit raised from \d+ to \d+ \(soft and hard\)", consume=False)
+        assert budget >= wanted
+    else:
+        router.wait_for_log(
+            rf"--max-connections {wanted} needs \d+ descriptors; the hard limit", consume=False
+        )
+        assert budget < wanted
+    assert f"router_client_connection_budget {float(budget)}" in router.metrics()
+    assert router.stop() == 0

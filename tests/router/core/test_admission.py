@@ -6,13 +6,30 @@ import threading
 
 import pytest
 
-from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission, Refusal, descriptor_budget
+from router.core.admission import (
+    DESCRIPTOR_RESERVE,
+    START_SLACK,
+    AcceptorLimits,
+    Admission,
+    Refusal,
+    descriptor_budget,
+    descriptors_for,
+)
 
 
 def test_descriptor_budget_keeps_a_reserve_and_counts_two_descriptors_a_connection() -> None:
     assert descriptor_budget(limit=1024, in_use=20, probes=6) == (1024 - 20 - 6 - DESCRIPTOR_RESERVE) // 2
     assert descriptor_budget(limit=20_000, in_use=30, probes=0) == (20_000 - 30 - DESCRIPTOR_RESERVE) // 2
     assert descriptor_budget(limit=64, in_use=60, probes=10) == 1  # never zero: one client is served
+
+
+@pytest.mark.parametrize("connections", [2, 100, 10_000, 250_000])
+def test_descriptors_for_is_enough_for_the_budget(connections: int) -> None:
+    """Scenario: --max-connections N raises the limit to descriptors_for(N); with what is open at
+    start and the probes within START_SLACK, the budget there is at least N."""
+    limit = descriptors_for(connections)
+    assert descriptor_budget(limit, in_use=START_SLACK // 2, probes=START_SLACK // 2) >= connections
+    assert descriptor_budget(limit - 2, in_use=START_SLACK // 2, probes=START_SLACK // 2) < connections
 
 
 def test_the_process_budget_refuses_new_connections_and_admits_again_after_a_release() -> None:
