@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -58,6 +60,9 @@ running after that is killed and reported."""
 INSTRUMENTED: Final = ("keys", "tls_sni", "router", "pools", "policies", "cache")
 """The packages atheris instruments for coverage: the parsers, and what the configuration loader
 builds (`pools`, `policies`, `cache`)."""
+
+CHILD_ENV: Final = "FUZZ_RUN_CHILD"
+"""Names the target in processes libFuzzer starts itself (`run_child`)."""
 
 _RUNS_DONE: Final = re.compile(r"^stat::number_of_executed_units: (\d+)$", re.M)
 _ARTIFACT: Final = re.compile(r"Test unit written to (\S+)")
@@ -237,15 +242,20 @@ def _report(outcome: Outcome) -> None:
 def run_child(name: str, flags: list[str]) -> None:
     """The child process: instrument our packages, import the targets, and hand over to libFuzzer.
 
+    libFuzzer's `-merge=1` runs its work in more processes: it starts them through the shell as
+    its argv[0] followed by libFuzzer flags. So argv[0] is the command line of this script, and the
+    target's name goes to them in the environment (`CHILD_ENV`).
+
     Never returns: `atheris.Fuzz` exits the process.
     """
     import atheris  # only the child needs atheris
     from atheris.import_hook import instrument_imports  # the stubs' __init__ does not re-export it
 
+    os.environ[CHILD_ENV] = name
     logging.disable(logging.CRITICAL)  # the loader warns on repeated elements: noise at this rate
     with instrument_imports(include=list(INSTRUMENTED)):
         from fuzz import targets  # imported here, inside the instrumentation
-    atheris.Setup([str(RUN), *flags], targets.TARGETS[name].fuzz)
+    atheris.Setup([shlex.join([sys.executable, str(RUN)]), *flags], targets.TARGETS[name].fuzz)
     atheris.Fuzz()
 
 
@@ -255,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--child"]:
         run_child(argv[1], argv[2:])
         return 1  # not reached: atheris exits
+    if child := os.environ.get(CHILD_ENV):  # a process libFuzzer started for a merge
+        run_child(child, argv)
+        return 1
     args = _parse_args(argv)
     from fuzz.targets import TARGETS  # not at the top: the child imports it instrumented
 
