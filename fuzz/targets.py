@@ -170,18 +170,14 @@ def _check_sniffer(sniffer: Sniffer, data: bytes) -> tuple[object, list[object]]
                     f"{sniffer.name} accepts the opening, but looks_like() of its first {size} bytes is "
                     "False: detection would never choose this sniffer"
                 )
-    # `announced_size` (the opening's size announced up front, checked against the byte cap) is
-    # optional here, so the targets also run against sniffers that do not offer it yet.
-    announced_size: Callable[[bytes], object] | None = getattr(sniffer, "announced_size", None)
-    if announced_size is not None:
-        announced = announced_size(data)
-        if announced is not None and (not isinstance(announced, int) or announced < 0):
-            raise InvariantBroken(f"{sniffer.name}: announced_size() gave {announced!r}")
-        if isinstance(full, Sniffed) and isinstance(announced, int) and announced > len(data):
-            raise InvariantBroken(
-                f"{sniffer.name} accepts {len(data)} bytes whose opening announces {announced}: the router "
-                "would refuse this opening on a cap between the two"
-            )
+    announced = sniffer.announced_size(data)  # checked against the byte cap (SniffBuffer.check_cap)
+    if announced is not None and announced < 0:
+        raise InvariantBroken(f"{sniffer.name}: announced_size() gave {announced!r}")
+    if isinstance(full, Sniffed) and announced is not None and announced > len(data):
+        raise InvariantBroken(
+            f"{sniffer.name} accepts {len(data)} bytes whose opening announces {announced}: the router "
+            "would refuse this opening on a cap between the two"
+        )
     return full, parts
 
 
