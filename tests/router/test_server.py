@@ -226,9 +226,13 @@ async def _redispatch_router(nursery: trio.Nursery, ports: list[int], fast_path:
         lambda task_status: serve_router(config, admin=None, grace_s=1, task_status=task_status)
     )
     runtime = info.runtimes["r"]
-    for i in range(len(ports)):
-        await runtime.wait_until(lambda i=i: runtime.target_state(f"b{i}") is not TargetState.UNKNOWN)
-        runtime.record_check(f"b{i}", True)  # ready as far as the router knows: a dead one died since
+    for node_id in (f"b{i}" for i in range(len(ports))):
+
+        def probed(node_id: str = node_id) -> bool:
+            return runtime.target_state(node_id) is not TargetState.UNKNOWN
+
+        await runtime.wait_until(probed)
+        runtime.record_check(node_id, True)  # ready as far as the router knows: a dead one died since
     return info
 
 
