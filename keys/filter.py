@@ -16,6 +16,7 @@ Pure: no I/O, no state beyond the compiled program.
 
 from __future__ import annotations
 
+import re
 from typing import Final, Protocol
 
 import re2
@@ -24,6 +25,11 @@ __all__ = ["KeyFilter", "compile_filter"]
 
 _OPTIONS: Final = re2.Options()
 _OPTIONS.log_errors = False  # the error comes back in our message; RE2 would also print it to stderr
+
+
+_UNGREEDY_FLAG: Final = re.compile(r"\(\?[a-zA-Z-]*U[a-zA-Z-]*[:)]")
+"""An inline flag group with U: `(?U)`, `(?iU:...)`. Java reads U as UNICODE_CHARACTER_CLASS, RE2
+as ungreedy: the same filter would silently find other keys, so it is refused."""
 
 
 class _Match(Protocol):
@@ -48,13 +54,20 @@ class KeyFilter:
         self._regexp = regexp
 
     def find(self, text: str) -> str | None:
-        """The text of the leftmost match in `text` (capture groups ignored), None if none."""
-        found = self._regexp.search(text)
+        """The text of the leftmost match in `text` (capture groups ignored), None if none (also
+        for text RE2 cannot take: lone surrogates, which only UTF-8 it reads cannot hold)."""
+        try:
+            found = self._regexp.search(text)
+        except UnicodeEncodeError:
+            return None
         return None if found is None else found.group(0)
 
     def matches_whole(self, text: str) -> bool:
-        """Whether the whole of `text` matches."""
-        return self._regexp.fullmatch(text) is not None
+        """Whether the whole of `text` matches (False for text with lone surrogates)."""
+        try:
+            return self._regexp.fullmatch(text) is not None
+        except UnicodeEncodeError:
+            return False
 
     def __repr__(self) -> str:
         return f"KeyFilter({self.pattern!r})"
@@ -73,6 +86,12 @@ def compile_filter(pattern: str | None, what: str) -> KeyFilter | None:
     """
     if pattern is None or not pattern.strip():
         return None
+    if _UNGREEDY_FLAG.search(pattern):
+        raise ValueError(
+            f"{what} {pattern!r} is not a valid regular expression: the inline flag U means "
+            "ungreedy in RE2 (filters are matched by RE2) but Unicode classes in Java; remove it "
+            "(RE2's \\w, \\d and \\s are ASCII, as Java's are without it)"
+        )
     try:
         regexp = re2.compile(pattern, _OPTIONS)
     except re2.error as exc:

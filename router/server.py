@@ -60,6 +60,10 @@ log = logging.getLogger("router.server")
 
 _UNLIMITED_DESCRIPTORS: Final = 1 << 20
 """What an unlimited RLIMIT_NOFILE counts as (Linux's default fs.nr_open)."""
+_DESCRIPTORS_PER_ACCEPTOR: Final = 4
+"""At most two listeners per acceptor (dual stack) and the fast path's copy of each."""
+_SERVER_DESCRIPTORS: Final = 4
+"""The fast path's epoll set and wake-up pipe, the admin listener."""
 _DISCOVERED_PROBES: Final = 16
 """Probes counted for a discovery pool, whose members are not known at start."""
 
@@ -117,6 +121,9 @@ def _admission(
         in_use = len(os.listdir("/proc/self/fd"))
     except OSError:  # no /proc: count nothing, the reserve is there for it
         in_use = 0
+    # Opened after this count: each acceptor's listeners (two for a dual-stack host) and the fast
+    # path's copies of them, the fast path's epoll set and wake-up pipe, the admin listener.
+    in_use += _DESCRIPTORS_PER_ACCEPTOR * len(config.acceptors) + _SERVER_DESCRIPTORS
     probes = 0
     for runtime in runtimes:
         if config.pool_discovery_group(runtime.config) is not None:

@@ -101,6 +101,9 @@ class HandedOver:
     """What its opening phase read."""
     then: Proxy | QuorumWait
     """A Proxy to carry out (decided, planned and reported here), or the quorum to wait for."""
+    retry: bool = True
+    """Whether a failed connect of the Proxy may still go to another target (False for a
+    redispatch, which has had its one retry)."""
 
 
 Handoff: TypeAlias = "Callable[[HandedOver], None]"
@@ -158,6 +161,7 @@ class _Conn(LiveConnection):
         "counts",
         "eof",
         "fds",
+        "handoff",
         "key",
         "masks",
         "opening",
@@ -177,6 +181,7 @@ class _Conn(LiveConnection):
         opening: Opening,
         action: Proxy,
         retry: bool,
+        handoff: Handoff,
         request: Callable[[_Request], None],
         started: float,
     ) -> None:
@@ -194,6 +199,8 @@ class _Conn(LiveConnection):
         an opening can be as big as the acceptor's byte cap."""
         self.retry = retry
         """Whether a failed connect may go to another target (once per connection)."""
+        self.handoff = handoff
+        """Its listener's way to the trio side (a redispatch to a host-named connector goes there)."""
         self.key = action.key
         self.target = target
         self.connector = connector
@@ -552,7 +559,9 @@ class FastPath:
                 case HandOver(then=then):
                     listener.handoff(HandedOver(_stdlib(client), conn, opening, then))
                 case Proxy():
-                    self._connect(client, acceptor, conn, opening, action, now, retry=True)
+                    self._connect(
+                        client, acceptor, conn, opening, action, now, retry=True, handoff=listener.handoff
+                    )
                 case _:
                     assert_never(action)
         except Exception:
@@ -580,11 +589,16 @@ class FastPath:
         now: float,
         *,
         retry: bool,
+        handoff: Handoff,
     ) -> None:
         client.setblocking(False)  # TCP_NODELAY it has from the listener
         connector = action.connector
         family = socket.AF_INET6 if ":" in connector.host else socket.AF_INET
-        upstream = _Socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)  # no ioctl later
+        try:
+            upstream = _Socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)  # no ioctl later
+        except OSError as exc:  # out of descriptors or memory here: another target would need one too
+            self._no_socket(client, acceptor, conn, opening, action, exc)
+            return
         relayed = _Conn(
             socks=(client, upstream),
             acceptor=acceptor,
@@ -592,6 +606,7 @@ class FastPath:
             opening=opening,
             action=action,
             retry=retry,
+            handoff=handoff,
             request=self._request_bound,
             started=now,
         )
@@ -636,16 +651,18 @@ class FastPath:
         runtime = acceptor.runtime
         runtime.unregister(relayed)  # before a refused connect makes the target un-ready
         then: Proxy | Refuse | None = None
+        opening = relayed.opening
         if isinstance(exc, CloseReason):
             reason = exc.while_connecting
         else:
             reason = "timed out" if exc.errno == errno.ETIMEDOUT else describe_oserror(exc)
-            opening, action = relayed.opening, relayed.action
+            action = relayed.action
             assert opening is not None, "kept until connected"
             assert action is not None, "kept until connected"
             then = runtime.after_connect_failed(
                 acceptor.config, opening, action, self._clock(), retry=relayed.retry
             )
+        relayed.opening = relayed.action = None  # the deadline heap may hold this attempt a while
         failed = ConnectFailed(
             conn=relayed.conn,
             key=relayed.key,
@@ -657,16 +674,66 @@ class FastPath:
         client = relayed.socks[0]
         try:
             runtime.report(failed)  # before the close: a client that sees it finds it reported
-        finally:
-            self._forget(relayed, keep_client=then is not None)
+        except BaseException:
+            self._forget(relayed)  # the client too (and released)
+            raise
+        self._forget(relayed, keep_client=then is not None)
         if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
             self._call_trio(runtime.connect_refused, relayed.target, relayed.connector, reason)
-        if isinstance(then, Proxy):
-            assert relayed.opening is not None
-            self._connect(client, acceptor, relayed.conn, relayed.opening, then, self._clock(), retry=False)
-        elif isinstance(then, Refuse):
+        if then is None:
+            return
+        assert opening is not None
+        try:
+            self._after_failed_connect(client, relayed, opening, then)
+        except BaseException:
+            if client.fileno() != -1 and client.fileno() not in self._conns:
+                client.close()
+                acceptor.release(relayed.conn.peer)
+            raise
+
+    def _after_failed_connect(
+        self, client: _Socket, failed: _Conn, opening: Opening, then: Proxy | Refuse
+    ) -> None:
+        """Carry out what follows a failed connect: the refusal, or the connect to the redispatched
+        target (on the trio side when that needs waiting, such as a host name to resolve)."""
+        acceptor, conn = failed.acceptor, failed.conn
+        if isinstance(then, Refuse):
             self._answer(client, then.answer)
-            acceptor.release(relayed.conn.peer)
+            acceptor.release(conn.peer)
+            return
+        action = for_fast_path(then)
+        if isinstance(action, HandOver):
+            failed.handoff(HandedOver(_stdlib(client), conn, opening, then, retry=False))
+            return
+        self._connect(
+            client, acceptor, conn, opening, then, self._clock(), retry=False, handoff=failed.handoff
+        )
+
+    def _no_socket(
+        self,
+        client: _Socket,
+        acceptor: ServedAcceptor,
+        conn: ConnectionRef,
+        opening: Opening,
+        action: Proxy,
+        exc: OSError,
+    ) -> None:
+        """socket() for the target failed (this process ran short): the client's refusal."""
+        runtime = acceptor.runtime
+        then = runtime.after_connect_failed(acceptor.config, opening, action, self._clock(), retry=False)
+        connector = action.connector
+        failed = ConnectFailed(
+            conn=conn,
+            key=action.key,
+            node_id=action.target.node_id,
+            address=endpoint(connector.host, connector.port),
+            reason=describe_oserror(exc),
+        )
+        try:
+            runtime.report(failed)
+        finally:
+            self._answer(client, then.answer if isinstance(then, Refuse) else b"")
+            acceptor.release(conn.peer)
 
     def _at(self, deadline: float, item: _Conn | _Opening | _Listener) -> None:
         self._sequence += 1
@@ -679,13 +746,21 @@ class FastPath:
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
             _, _, item = heapq.heappop(deadlines)
-            if isinstance(item, _Opening):
-                if not item.done:
-                    self._opening_timed_out(item)
-            elif isinstance(item, _Listener):
-                self._resume_accepting(item)
-            elif not item.connected and not item.closed:
-                self._connect_failed(item, OSError(errno.ETIMEDOUT, "timed out"))
+            try:
+                if isinstance(item, _Opening):
+                    if not item.done:
+                        self._opening_timed_out(item)
+                elif isinstance(item, _Listener):
+                    self._resume_accepting(item)
+                elif not item.connected and not item.closed:
+                    self._connect_failed(item, OSError(errno.ETIMEDOUT, "timed out"))
+            except Exception:  # a bug must cost one connection, not all of them
+                log.exception("fast path: unexpected error at a deadline; closing its connection")
+                with contextlib.suppress(Exception):
+                    if isinstance(item, _Opening) and not item.done:
+                        self._drop_opening(item)
+                    elif isinstance(item, _Conn):
+                        self._close(item, CloseReason.INTERNAL_ERROR)
 
     # -- relay --
 

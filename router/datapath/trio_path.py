@@ -103,7 +103,7 @@ async def resume_connection(client: trio.SocketStream, acceptor: ServedAcceptor,
     try:
         with contextlib.closing(client.socket):  # as in handle_connection
             opened = _Opened(stream=client, opening=handed.opening)
-            await _serve(acceptor, handed.conn, opened, then=handed.then)
+            await _serve(acceptor, handed.conn, opened, then=handed.then, retry=handed.retry)
     finally:
         acceptor.release(handed.conn.peer)
 
@@ -197,7 +197,12 @@ async def _read_opening(
 
 
 async def _serve(
-    acceptor: ServedAcceptor, conn: ConnectionRef, opened: _Opened, *, then: Proxy | QuorumWait | None = None
+    acceptor: ServedAcceptor,
+    conn: ConnectionRef,
+    opened: _Opened,
+    *,
+    then: Proxy | QuorumWait | None = None,
+    retry: bool = True,
 ) -> None:
     """Decide (unless `then` says how far the fast path got), plan, and carry the plan out. The
     client's stream is closed on return, whichever way the connection ended (with TLS terminated
@@ -205,7 +210,7 @@ async def _serve(
     runtime, opening = acceptor.runtime, opened.opening
     async with opened.stream as client:
         if isinstance(then, Proxy):  # decided, planned and reported by the fast path
-            await _proxy_or_refuse(client, acceptor, conn, opening, then)
+            await _proxy_or_refuse(client, acceptor, conn, opening, then, retry=retry)
             return
         decision: RouteDecision | QuorumWait | None = then
         if decision is None:
@@ -283,11 +288,18 @@ class _Proxied:
 
 
 async def _proxy_or_refuse(
-    client: trio.abc.Stream, acceptor: ServedAcceptor, conn: ConnectionRef, opening: Opening, action: Proxy
+    client: trio.abc.Stream,
+    acceptor: ServedAcceptor,
+    conn: ConnectionRef,
+    opening: Opening,
+    action: Proxy,
+    *,
+    retry: bool = True,
 ) -> None:
-    """Proxy; when the connect fails, once more to another ready target (redispatch), and then,
-    when that fails too or there is none, refuse in the client's protocol."""
-    then = await _proxy(client, acceptor, conn, opening, action, retry=True)
+    """Proxy; when the connect fails, once more to another ready target (redispatch, unless
+    `retry` is False: the fast path redispatched already), and then, when that fails too or there
+    is none, refuse in the client's protocol."""
+    then = await _proxy(client, acceptor, conn, opening, action, retry=retry)
     if isinstance(then, Proxy):
         then = await _proxy(client, acceptor, conn, opening, then, retry=False)
     if isinstance(then, Refuse):

@@ -62,6 +62,13 @@ class TestCompileFilter:
         assert construct in str(info.value)
         assert "no backreferences, look-around, possessive quantifiers or atomic groups" in str(info.value)
 
+    @pytest.mark.parametrize("pattern", ["(?U)[a-z]+", "(?iU:x)", "a(?U)b"])
+    def test_compile_filter_refuses_the_u_flag_whose_meaning_differs(self, pattern: str) -> None:
+        """Scenario (review): Java reads (?U) as Unicode classes, RE2 as ungreedy: `(?U)[a-z]+`
+        would find 'h' in 'hello-1', silently collapsing every key to one character."""
+        with pytest.raises(ValueError, match="the inline flag U means ungreedy in RE2"):
+            compile_filter(pattern, "key-filter")
+
     def test_compile_filter_errors_are_not_printed(self, capfd: pytest.CaptureFixture[str]) -> None:
         """Scenario: RE2 logs parse errors to stderr by default; the router's error is the one line."""
         with pytest.raises(ValueError, match="missing"):
@@ -87,6 +94,14 @@ class TestMatching:
         assert compiled.matches_whole("node12")
         assert not compiled.matches_whole("node12x")
         assert not compiled.matches_whole("xnode12")
+
+    def test_text_re2_cannot_take_does_not_match(self) -> None:
+        """Scenario (review): a lone surrogate (a user store keeps `\\uD800` escapes as they are)
+        made RE2's UTF-8 encoding raise inside the decision; it is no match instead."""
+        compiled = compile_filter("admins", "key-filter")
+        assert compiled is not None
+        assert compiled.find("admins\ud800") is None
+        assert not compiled.matches_whole("\ud800")
 
     def test_catastrophic_pattern_is_linear(self) -> None:
         """Scenario (hardening finding 5): `(a+)+$` with a crafted value froze a backtracking engine

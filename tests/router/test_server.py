@@ -8,7 +8,7 @@ import functools
 import logging
 import re
 import socket
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 import trio
@@ -17,6 +17,8 @@ from keys import KeyType, mqtt
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
 from router.config.settings import AcceptorConfig, AcceptorMode, Config, RouterConfig
+from router.datapath import fast_path as fast_path_module
+from router.datapath.acceptor import ConnectionLimits
 from router.datapath.net import open_connection
 from router.server import ServerInfo, serve_router
 from tests.conftest import read_until_closed, recv_exactly
@@ -213,17 +215,31 @@ def _dead_port() -> int:
         return int(probe.getsockname()[1])  # closed again: connects are refused
 
 
-async def _redispatch_router(nursery: trio.Nursery, ports: list[int], fast_path: bool) -> ServerInfo:
-    """FIRST_ELEMENT over `ports` (b0, b1, ...) by client id, every target ready for the router."""
+async def _redispatch_router(
+    nursery: trio.Nursery,
+    ports: list[int],
+    fast_path: bool,
+    *,
+    limits: ConnectionLimits | None = None,
+    hosts: dict[int, str] | None = None,
+) -> ServerInfo:
+    """FIRST_ELEMENT over `ports` (b0, b1, ...) by client id, every target ready for the router;
+    `hosts` names connectors by host name instead of 127.0.0.1 (index -> name)."""
     config = _config(ports, fast_path=fast_path)
+    connectors = tuple(
+        Connector.from_url(c.name, f"tcp://{(hosts or {})[i]}:{c.port}") if i in (hosts or {}) else c
+        for i, c in enumerate(config.connectors)
+    )
     router = config.routers[0]
     assert router.pool is not None
     router = dataclasses.replace(
         router, key_type=KeyType.CLIENT_ID, pool=dataclasses.replace(router.pool, check_period_ms=3_600_000)
     )
-    config = dataclasses.replace(config, routers=(router,))
+    config = dataclasses.replace(config, routers=(router,), connectors=connectors)
     info: ServerInfo = await nursery.start(
-        lambda task_status: serve_router(config, admin=None, grace_s=1, task_status=task_status)
+        lambda task_status: serve_router(
+            config, admin=None, grace_s=1, limits=limits, task_status=task_status
+        )
     )
     runtime = info.runtimes["r"]
     for node_id in (f"b{i}" for i in range(len(ports))):
@@ -267,6 +283,78 @@ async def test_a_failed_redispatch_is_answered_in_the_clients_protocol(
     metrics = info.runtimes["r"].metrics
     await _until(lambda: metrics.connect_failures.value(("r", "b1")) == 1)
     assert (metrics.redispatches.value(("r",)), metrics.connect_failures.value(("r", "b0"))) == (1, 1)
+    nursery.cancel_scope.cancel()
+
+
+def _no_second_upstream_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path's second socket towards a target fails with EMFILE (the process ran short)."""
+    real, made = fast_path_module._Socket, []
+
+    def make(*args: Any) -> Any:  # targets' sockets are made with 2 arguments, accepted ones with 4
+        if len(args) == 2:
+            made.append(args)
+            if len(made) >= 2:
+                raise OSError(errno.EMFILE, "Too many open files")
+        return real(*args)
+
+    monkeypatch.setattr(fast_path_module, "_Socket", make)
+
+
+async def test_the_fast_path_refuses_a_redispatch_it_has_no_socket_for(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenario (review): out of descriptors for the redispatched connect, the client gets its
+    refusal and its admission is released (it leaked, with no answer)."""
+    _no_second_upstream_socket(monkeypatch)
+    live = await nursery.start(_serve_named_echo, b"b1")
+    info = await _redispatch_router(nursery, [_dead_port(), live], True)
+    got = await trio.to_thread.run_sync(
+        _client_exchange, info.acceptors["a"], connect_packet(client_id=b"c-1")
+    )
+    assert got == b"\x20\x02\x00\x88"
+    assert info.fast_path is not None
+    await _until(lambda: next(iter(info.runtimes.values())).metrics.connect_failures.value(("r", "b1")) == 1)
+    nursery.cancel_scope.cancel()
+
+
+async def test_a_failure_at_a_connect_deadline_costs_one_connection_not_the_fast_path(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario (review): a connect timeout whose redispatch runs out of descriptors used to end
+    the whole fast path (its deadlines were handled outside the per-event guard)."""
+    _no_second_upstream_socket(monkeypatch)
+    ports = [await nursery.start(_serve_named_echo, name) for name in (b"b0", b"b1")]
+    limits = ConnectionLimits(connect_timeout_s=1e-9)  # every connect times out at its deadline
+    info = await _redispatch_router(nursery, ports, True, limits=limits)
+    first = await trio.to_thread.run_sync(
+        _client_exchange, info.acceptors["a"], connect_packet(client_id=b"c-1")
+    )
+    assert first == b"\x20\x02\x00\x88"
+    assert not [r for r in caplog.records if "fast path failed" in r.getMessage()]
+    assert info.fast_path is not None
+    assert not info.fast_path.join(0)  # still running
+    nursery.cancel_scope.cancel()
+
+
+async def test_a_fast_path_redispatch_to_a_host_name_resolves_it_on_the_trio_side(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenario (review): the redispatched target is named by host name: the fast path hands the
+    connection over (as plan.for_fast_path says) instead of resolving the name in its thread."""
+    in_thread: list[object] = []
+
+    class Recording(fast_path_module._Socket):
+        def connect_ex(self, address: Any) -> int:
+            in_thread.append(address)
+            return int(super().connect_ex(address))
+
+    monkeypatch.setattr(fast_path_module, "_Socket", Recording)
+    live = await nursery.start(_serve_named_echo, b"b1")
+    info = await _redispatch_router(nursery, [_dead_port(), live], True, hosts={1: "localhost"})
+    connect = connect_packet(client_id=b"c-1")
+    got = await trio.to_thread.run_sync(_client_exchange, info.acceptors["a"], connect)
+    assert got == b"hello from b1\n" + connect + b"bye"
+    assert [address[0] for address in in_thread if isinstance(address, tuple)] == ["127.0.0.1"]  # b0 only
     nursery.cancel_scope.cancel()
 
 
