@@ -138,6 +138,17 @@ class Admission:
             self.open += 1
         return None
 
+    def limit(self, acceptor: str, refusal: Refusal) -> int:
+        """The number of connections the limit behind `refusal` allows (for its report)."""
+        limits = self._limits.get(acceptor, AcceptorLimits())
+        match refusal:
+            case Refusal.DESCRIPTOR_BUDGET:
+                return self.budget
+            case Refusal.ACCEPTOR_LIMIT:
+                return limits.connections
+            case Refusal.SOURCE_LIMIT:
+                return limits.per_source
+
     def release(self, acceptor: str, source: str) -> None:
         """A connection `admit` counted has ended."""
         limits = self._limits.get(acceptor)

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from router.core.admission import Admission, Refusal
+from router.core.admission import Admission
 from router.core.events import AcceptRefused
 
 if TYPE_CHECKING:
@@ -63,19 +63,13 @@ class ServedAcceptor:
     def admit(self, peer: Address) -> bool:
         """Count a new connection from `peer`, or report why it is refused (close it then).
         An admitted connection is `release`d by whoever closes its client socket."""
-        refusal = self.admission.admit(self.config.name, peer.host)
+        name = self.config.name
+        refusal = self.admission.admit(name, peer.host)
         if refusal is None:
             return True
-        config = self.config
-        match refusal:
-            case Refusal.DESCRIPTOR_BUDGET:
-                limit = self.admission.budget
-            case Refusal.ACCEPTOR_LIMIT:
-                limit = config.connections_allowed
-            case Refusal.SOURCE_LIMIT:
-                limit = config.connections_allowed_per_source
+        limit = self.admission.limit(name, refusal)
         refused = AcceptRefused(
-            router=self.runtime.name, acceptor=config.name, peer=peer, refusal=refusal, limit=limit
+            router=self.runtime.name, acceptor=name, peer=peer, refusal=refusal, limit=limit
         )
         self.runtime.report(refused)
         return False

@@ -37,6 +37,7 @@ import os
 import select
 import socket
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never, cast
 
@@ -110,7 +111,7 @@ Handoff: TypeAlias = "Callable[[HandedOver], None]"
 """Continues a connection on the trio side (`trio_path.resume_connection`); called in this thread."""
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, weakref_slot=True)
 class _Listener:
     sock: socket.socket
     acceptor: ServedAcceptor
@@ -132,7 +133,7 @@ class _Listener:
         self.accept_fd = cast("Callable[[], tuple[int, Any]]", self.sock._accept)  # type: ignore[attr-defined]  # not in typeshed
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, weakref_slot=True)
 class _Opening:
     """A client whose opening is being read (sniffed)."""
 
@@ -152,6 +153,7 @@ class _Conn(LiveConnection):
     """
 
     __slots__ = (
+        "__weakref__",
         "acceptor",
         "action",
         "closed",
@@ -264,7 +266,9 @@ class FastPath:
         self._listeners: dict[int, _Listener] = {}
         self._conns: dict[int, _Conn] = {}
         self._openings: dict[int, _Opening] = {}
-        self._deadlines: list[tuple[float, int, _Conn | _Opening | _Listener]] = []
+        self._deadlines: list[tuple[float, int, weakref.ref[_Conn | _Opening | _Listener]]] = []
+        """(when, tie-breaker, what): weak, so a connection that ended meanwhile (with its opening,
+        up to sniffMaxBytes) is freed at once rather than when its deadline comes."""
         self._sequence = 0  # ties of the deadline heap
         self._buffer = bytearray(BUFFER_SIZE)
         self._view = memoryview(self._buffer)
@@ -530,8 +534,7 @@ class FastPath:
 
     def _drop_opening(self, opening: _Opening) -> None:
         self._forget_opening(opening)
-        opening.sock.close()
-        opening.listener.acceptor.release(opening.conn.peer)
+        self._close_client(opening.sock, opening.listener.acceptor, opening.conn)
 
     # -- decide, plan, answer --
 
@@ -554,8 +557,7 @@ class FastPath:
                 action = for_fast_path(planned)
             match action:
                 case Refuse() | Redirect():
-                    self._answer(client, action.answer)
-                    acceptor.release(conn.peer)
+                    self._answer(client, action.answer, acceptor, conn)
                 case HandOver(then=then):
                     listener.handoff(HandedOver(_stdlib(client), conn, opening, then))
                 case Proxy():
@@ -565,17 +567,24 @@ class FastPath:
                 case _:
                     assert_never(action)
         except Exception:
-            if client.fileno() != -1 and client.fileno() not in self._conns:
-                client.close()
-                acceptor.release(conn.peer)
+            self._close_client(client, acceptor, conn)
             raise
 
-    def _answer(self, client: _Socket, answer: bytes) -> None:
+    def _answer(self, client: _Socket, answer: bytes, acceptor: ServedAcceptor, conn: ConnectionRef) -> None:
         """Send what the router says itself (a few bytes into an empty send buffer) and close."""
         if answer:
             with contextlib.suppress(OSError):  # a client gone already is not an error
                 client.send(answer)
-        client.close()
+        self._close_client(client, acceptor, conn)
+
+    def _close_client(self, client: _Socket, acceptor: ServedAcceptor, conn: ConnectionRef) -> None:
+        """Close a client socket this thread still owns and give its admission back. A socket whose
+        descriptor went on to a relayed connection (`_forget` closes it) or to the trio side
+        (detached) is its new owner's."""
+        fd = client.fileno()
+        if fd != -1 and fd not in self._conns:
+            client.close()
+            acceptor.release(conn.peer)
 
     # -- connect, replay --
 
@@ -686,9 +695,7 @@ class FastPath:
         try:
             self._after_failed_connect(client, relayed, opening, then)
         except BaseException:
-            if client.fileno() != -1 and client.fileno() not in self._conns:
-                client.close()
-                acceptor.release(relayed.conn.peer)
+            self._close_client(client, acceptor, relayed.conn)
             raise
 
     def _after_failed_connect(
@@ -698,8 +705,7 @@ class FastPath:
         target (on the trio side when that needs waiting, such as a host name to resolve)."""
         acceptor, conn = failed.acceptor, failed.conn
         if isinstance(then, Refuse):
-            self._answer(client, then.answer)
-            acceptor.release(conn.peer)
+            self._answer(client, then.answer, acceptor, conn)
             return
         action = for_fast_path(then)
         if isinstance(action, HandOver):
@@ -732,12 +738,11 @@ class FastPath:
         try:
             runtime.report(failed)
         finally:
-            self._answer(client, then.answer if isinstance(then, Refuse) else b"")
-            acceptor.release(conn.peer)
+            self._answer(client, then.answer if isinstance(then, Refuse) else b"", acceptor, conn)
 
     def _at(self, deadline: float, item: _Conn | _Opening | _Listener) -> None:
         self._sequence += 1
-        heapq.heappush(self._deadlines, (deadline, self._sequence, item))
+        heapq.heappush(self._deadlines, (deadline, self._sequence, weakref.ref(item)))
 
     def _expire(self) -> None:
         """Handshake deadlines of openings, connect deadlines of relayed connections, listeners to
@@ -745,7 +750,9 @@ class FastPath:
         now = self._clock()
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
-            _, _, item = heapq.heappop(deadlines)
+            item = heapq.heappop(deadlines)[2]()
+            if item is None:  # ended meanwhile
+                continue
             try:
                 if isinstance(item, _Opening):
                     if not item.done:
