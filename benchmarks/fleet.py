@@ -122,6 +122,11 @@ def rss_kib(pid: int) -> int:
     raise FleetError(f"pid {pid} reports no VmRSS")
 
 
+def fd_count(pid: int) -> int:
+    """How many descriptors a process has open (/proc/PID/fd)."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 def cpu_ns(pid: int) -> int:
     """CPU time a process has used so far, in nanoseconds, summed over its threads.
 

@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Final
 
 from benchmarks.configs import mosquitto_config
-from benchmarks.fleet import Fleet, cpu_ns, pick_ports, raise_fd_limit, rss_kib
+from benchmarks.fleet import Fleet, cpu_ns, fd_count, pick_ports, raise_fd_limit, rss_kib
+from keys import mqtt
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 VICTIMS: Final = 50
@@ -56,22 +57,10 @@ BACKTRACK_AS: Final = 24
 """`a`s before the `!` of finding 5: Python's `re` takes seconds for (a+)+$ on 24 of them."""
 
 
-def _connect_packet(client_id: bytes) -> bytes:
-    """MQTT 3.1.1 CONNECT, clean session, keep-alive 60 (MQTT 3.1.1 §3.1)."""
-    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(client_id).to_bytes(2, "big") + client_id
-    length, encoded = len(body), bytearray()
-    while True:
-        byte, length = length & 0x7F, length >> 7
-        encoded.append(byte | (0x80 if length else 0))
-        if not length:
-            break
-    return b"\x10" + bytes(encoded) + body
-
-
-def _session(port: int, client_id: bytes, *, timeout: float = 5.0) -> socket.socket:
+def _session(port: int, client_id: str, *, timeout: float = 5.0) -> socket.socket:
     """An MQTT session through routerd, its CONNACK read (raises OSError when refused)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    sock.sendall(_connect_packet(client_id))
+    sock.sendall(mqtt.encode_connect(client_id))
     if _recv(sock, 4)[:2] != b"\x20\x02":
         raise OSError("no CONNACK")
     return sock
@@ -93,10 +82,6 @@ def _answers_ping(sock: socket.socket) -> bool:
         return _recv(sock, 2) == b"\xd0\x00"
     except OSError:
         return False
-
-
-def _fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def _config(brokers: list[int], ports: dict[str, int]) -> str:
@@ -182,10 +167,10 @@ def run(source: Path, limit: int, report: Report) -> None:
         log = fleet.log_path("routerd")
         time.sleep(1.5)  # the first probes
         pid = routerd.pid
-        baseline_fds = _fd_count(pid)
+        baseline_fds = fd_count(pid)
 
         # 1 and 2: descriptor exhaustion, and the accept loop at the limit.
-        victims = [_session(ports["victims"], f"victim-{i}".encode()) for i in range(VICTIMS)]
+        victims = [_session(ports["victims"], f"victim-{i}") for i in range(VICTIMS)]
         lines_before = len(_log_lines(log))
         attackers: list[socket.socket] = []
         refused = 0
@@ -243,15 +228,13 @@ def run(source: Path, limit: int, report: Report) -> None:
             sock.close()
         time.sleep(2.0)
         report.add(
-            "1 descriptors", "routerd descriptors: baseline -> after", f"{baseline_fds} -> {_fd_count(pid)}"
+            "1 descriptors", "routerd descriptors: baseline -> after", f"{baseline_fds} -> {fd_count(pid)}"
         )
         time.sleep(1.5)  # targets a failed probe made not ready get their next probe
 
         # 3: log injection.
         lines_before = len(_log_lines(log))
-        forged = (
-            b"x\n2000-01-01 00:00:00,000 INFO router.conn: peer=6.6.6.6:1 router=victims key=f outcome=OK"
-        )
+        forged = "x\n2000-01-01 00:00:00,000 INFO router.conn: peer=6.6.6.6:1 router=victims key=f outcome=OK"
         with contextlib.suppress(OSError), _session(ports["victims"], forged):
             time.sleep(0.3)
         time.sleep(0.5)
@@ -265,7 +248,7 @@ def run(source: Path, limit: int, report: Report) -> None:
             time.sleep(0 if round_ == 1 else 6.0)  # past the connect deadlines that hold a connection
             started = time.monotonic()
             for i in range(LONG_IDS):
-                client_id = (f"{round_}{i:06d}" + "k" * 15_000).encode()
+                client_id = f"{round_}{i:06d}" + "k" * 15_000
                 with contextlib.suppress(OSError), _session(ports["cached"], client_id):
                     pass
             time.sleep(0.5)
@@ -279,13 +262,13 @@ def run(source: Path, limit: int, report: Report) -> None:
         report.add("4 memory via keys", "log file size", f"{log_size / 1024 / 1024:.1f} MiB")
 
         # 5: catastrophic backtracking.
-        crafted = b"a" * BACKTRACK_AS + b"!"
+        crafted = "a" * BACKTRACK_AS + "!"
         attack = threading.Thread(target=_try_session, args=(ports["filtered"], crafted), daemon=True)
         attack.start()
         time.sleep(0.2)
         good_start = time.monotonic()
         try:
-            _session(ports["victims"], b"good-client", timeout=30).close()
+            _session(ports["victims"], "good-client", timeout=30).close()
             latency = f"{(time.monotonic() - good_start) * 1000:.0f} ms"
         except OSError as exc:
             latency = f"failed: {exc}"
@@ -311,7 +294,7 @@ def _kind(line: str) -> str:
     return re.sub(r"\d+", "N", text)[:60]
 
 
-def _try_session(port: int, client_id: bytes) -> None:
+def _try_session(port: int, client_id: str) -> None:
     with contextlib.suppress(OSError), _session(port, client_id, timeout=60):
         pass
 

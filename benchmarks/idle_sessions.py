@@ -56,7 +56,17 @@ from typing import TYPE_CHECKING, Final, NoReturn
 
 from benchmarks.clients import find_tool
 from benchmarks.configs import mosquitto_config
-from benchmarks.fleet import Fleet, FleetError, admin_get, pick_ports, raise_fd_limit, rss_kib
+from benchmarks.fleet import (
+    Fleet,
+    FleetError,
+    admin_get,
+    cpu_ns,
+    fd_count,
+    pick_ports,
+    raise_fd_limit,
+    rss_kib,
+)
+from keys import mqtt
 from router.config import load_config_text
 from router.core.plan import fast_path_serves
 
@@ -84,21 +94,16 @@ IP_BIND_ADDRESS_NO_PORT: Final = 24
 """Linux socket option (<linux/in.h>): bind() leaves the port to connect(), per 4-tuple."""
 FD_BASE_MARGIN: Final = 64
 """Descriptors routerd needs beyond two per session (listeners, epoll, logs, probes, admin)."""
-SYS_CONNECTED: Final = "$SYS/broker/clients/connected"
 NODE_IDS: Final = ("brokerone", "brokertwo", "brokerthree")
 """The brokers' node ids. CONSISTENT_HASH is Artemis's: one point per node at the FNV-1a hash of its
 node id, a key goes to the greatest point <= its hash (else the smallest). Ids that differ only in
 their last character land next to each other: with broker-1..3 the shares are 38 / 0.4 / 61 %.
 These three divide the ring 32 / 26 / 42 %."""
 
-CONNECT: Final = 0x10
 CONNACK: Final = 0x20
 PUBLISH: Final = 0x30
-SUBSCRIBE: Final = 0x82
-SUBACK: Final = 0x90
 PINGREQ: Final = b"\xc0\x00"
 PINGRESP: Final = 0xD0
-DISCONNECT: Final = b"\xe0\x00"
 
 # Session states.
 CONNECTING: Final = 0
@@ -131,23 +136,6 @@ def _say(text: str) -> None:
 
 
 # -- MQTT 3.1.1 packets ---------------------------------------------------------------------------
-
-
-def _varint(value: int) -> bytes:
-    """MQTT "remaining length" (3.1.1 §2.2.3)."""
-    out = bytearray()
-    while True:
-        byte, value = value % 128, value // 128
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def connect_packet(client_id: str, keepalive_s: int) -> bytes:
-    """An MQTT 3.1.1 CONNECT (§3.1): clean session, keep-alive, no will, user or password."""
-    cid = client_id.encode()
-    body = b"\x00\x04MQTT\x04\x02" + keepalive_s.to_bytes(2, "big") + len(cid).to_bytes(2, "big") + cid
-    return bytes([CONNECT]) + _varint(len(body)) + body
 
 
 def split_packet(data: bytes | bytearray) -> tuple[int, bytes, int] | None:
@@ -342,7 +330,7 @@ class SessionClient:
                 self._fail(session, f"connect: {os.strerror(code)}")
                 return
             try:
-                sock.send(connect_packet(session.client_id, self.keepalive_s))
+                sock.send(mqtt.encode_connect(session.client_id, keepalive_s=self.keepalive_s))
             except OSError as exc:
                 self._fail(session, f"CONNECT send: {exc.strerror or exc}")
                 return
@@ -430,7 +418,7 @@ class SessionClient:
         for session in self.sessions:
             if session.state == OPEN:
                 with contextlib.suppress(OSError):
-                    session.sock.send(DISCONNECT)
+                    session.sock.send(mqtt.MQTT_DISCONNECT)
                 self._release(session)
                 session.state = CLOSED
             elif session.state in (CONNECTING, WAIT_CONNACK):
@@ -439,19 +427,6 @@ class SessionClient:
 
 
 # -- measuring routerd and the brokers --------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process so far, in seconds (/proc/PID/stat, in clock ticks)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        text = stat.read()
-    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "; fields[0] is the state
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def fd_count(pid: int) -> int:
-    """How many descriptors a process has open (/proc/PID/fd)."""
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def nofile_limits(pid: int) -> tuple[int, int]:
@@ -492,12 +467,11 @@ def sys_clients_connected(port: int, *, listen_s: float = 2.5) -> int | None:
     last value counts this client too). None when nothing arrived.
     """
     deadline = time.monotonic() + listen_s
-    topic = SYS_CONNECTED.encode()
-    subscribe_body = b"\x00\x01" + len(topic).to_bytes(2, "big") + topic + b"\x00"
+    topic = mqtt.SYS_CLIENTS_CONNECTED.encode()
     value: int | None = None
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(connect_packet(f"idle-sessions-sys-{port}", 30))
-        sock.sendall(bytes([SUBSCRIBE]) + _varint(len(subscribe_body)) + subscribe_body)
+        sock.sendall(mqtt.encode_connect(f"idle-sessions-sys-{port}", keepalive_s=30))
+        sock.sendall(mqtt.encode_subscribe(1, mqtt.SYS_CLIENTS_CONNECTED))
         data = bytearray()
         while (left := deadline - time.monotonic()) > 0:
             sock.settimeout(left)
@@ -517,7 +491,7 @@ def sys_clients_connected(port: int, *, listen_s: float = 2.5) -> int | None:
                     if body[2 : 2 + length] == topic:
                         value = int(body[offset:])
         with contextlib.suppress(OSError):
-            sock.sendall(DISCONNECT)
+            sock.sendall(mqtt.MQTT_DISCONNECT)
     return None if value is None else value - 1
 
 
@@ -758,14 +732,14 @@ def run(args: argparse.Namespace, workdir: Path, result: dict[str, object]) -> N
         )
 
         client = SessionClient(acceptor_port, keepalive_s=args.keepalive, id_prefix="idle-")
-        cpu_ramp0 = cpu_seconds(pid)
+        cpu_ramp0 = cpu_ns(pid) / 1e9
         ramp_s = client.ramp(
             args.sessions,
             rate=args.rate,
             max_pending=args.max_pending,
             deadline=time.monotonic() + args.ramp_bound_s,
         )
-        cpu_ramp1 = cpu_seconds(pid)
+        cpu_ramp1 = cpu_ns(pid) / 1e9
         opened = client.opened
         figures["sessions_requested"] = args.sessions
         figures["sessions_opened"] = opened
@@ -790,10 +764,10 @@ def run(args: argparse.Namespace, workdir: Path, result: dict[str, object]) -> N
         )
 
         hold_start = time.monotonic()
-        cpu_hold0 = cpu_seconds(pid)
+        cpu_hold0 = cpu_ns(pid) / 1e9
         sampler = _Sampler(pid, hold_start)
         client.run_until(hold_start + args.minutes * 60, sampler)
-        cpu_hold1 = cpu_seconds(pid)
+        cpu_hold1 = cpu_ns(pid) / 1e9
         hold_s = time.monotonic() - hold_start
         client.settle()
         rss_end, fds_end = rss_kib(pid), fd_count(pid)
@@ -821,7 +795,7 @@ def run(args: argparse.Namespace, workdir: Path, result: dict[str, object]) -> N
             try:
                 sys_count = sys_clients_connected(port)
             except (OSError, ValueError) as exc:
-                _say(f"mosquitto-{n}: cannot read {SYS_CONNECTED}: {exc}")
+                _say(f"mosquitto-{n}: cannot read {mqtt.SYS_CLIENTS_CONNECTED}: {exc}")
                 sys_count = None
             distribution[f"broker-{n} ({NODE_IDS[n - 1]})"] = {
                 "sys_clients_connected": sys_count,
