@@ -91,6 +91,17 @@ def read_until_closed(sock: socket.socket) -> bytes:
     return bytes(got)
 
 
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the peer closes `sock` (EOF or reset) within `seconds`, sending nothing first."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
 def recv_exactly(sock: socket.socket, count: int) -> bytes:
     """`count` bytes, or fewer if the peer closes first."""
     got = b""

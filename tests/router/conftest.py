@@ -192,12 +192,14 @@ class Routerd:
     def admin(self) -> str:
         return f"http://127.0.0.1:{self.admin_port}"
 
+    def program(self) -> list[str]:
+        """The command that runs routerd, before its options."""
+        return [sys.executable, "-m", "router"]
+
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "router",
+                *self.program(),
                 "--config",
                 str(self.config),
                 "--admin",

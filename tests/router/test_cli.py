@@ -311,6 +311,19 @@ def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
 
 
 @pytest.mark.integration
+def _one_broker(broker: Mosquitto, port: int, *, check_period_ms: int = 5000) -> str:
+    """Router `r` (FIRST_ELEMENT) over one broker `m1`, behind an MQTT acceptor on `port`."""
+    connectors, refs = static_connectors([("m1", broker.port)])
+    acceptors = acceptors_xml({"mqtt": "router=r;protocols=MQTT"}, {"mqtt": port})
+    return f"""<core>
+  <connectors>{connectors}</connectors>
+  <acceptors>{acceptors}</acceptors>
+  <connection-routers><connection-router name="r"><policy name="FIRST_ELEMENT"/>
+    <pool><check-period>{check_period_ms}</check-period><static-connectors>{refs}</static-connectors></pool>
+  </connection-router></connection-routers>
+</core>"""
+
+
 def test_routerd_sighup_is_logged_and_changes_nothing(
     mosquitto: Mosquitto,
     start_routerd: Callable[[Callable[[int], str]], Routerd],
@@ -319,19 +332,7 @@ def test_routerd_sighup_is_logged_and_changes_nothing(
     """Scenario: SIGHUP (a reload habit, or a closed terminal) used to end routerd at once with no
     log line; until configuration reload exists it is logged and ignored."""
     port = free_port()
-    connectors, refs = static_connectors([("m1", mosquitto.port)])
-    acceptors = acceptors_xml({"mqtt": "router=r;protocols=MQTT"}, {"mqtt": port})
-    router = start_routerd(
-        lambda _admin_port: (
-            f"""<core>
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers><connection-router name="r"><policy name="FIRST_ELEMENT"/>
-    <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
-  </connection-router></connection-routers>
-</core>"""
-        )
-    )
+    router = start_routerd(lambda _admin_port: _one_broker(mosquitto, port, check_period_ms=200))
     router.wait_for_log(r"router=r target=m1 is ready")
     assert router.proc is not None
     for _ in range(2):
@@ -462,16 +463,7 @@ def test_routerd_max_connections_sets_the_budget_and_raises_the_limit_to_fit(
     allows it caps the budget; above it routerd raises its hard descriptor limit to fit (as root
     or with CAP_SYS_RESOURCE: 10,000 sessions need more than this machine's 20,000), or says it
     cannot and serves what the limit allows."""
-    port = free_port()
-    connectors, refs = static_connectors([("m1", mosquitto.port)])
-    acceptors = acceptors_xml({"mqtt": "router=r;protocols=MQTT"}, {"mqtt": port})
-    config = f"""<core>
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers><connection-router name="r"><policy name="FIRST_ELEMENT"/>
-    <pool><static-connectors>{refs}</static-connectors></pool>
-  </connection-router></connection-routers>
-</core>"""
+    config = _one_broker(mosquitto, free_port())
     router = start_routerd(lambda _admin_port: config, "--max-connections", str(wanted))
     found = re.search(
         r"up to (\d+) client", router.wait_for_log(r"up to \d+ client connections", consume=False)

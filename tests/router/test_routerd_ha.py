@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import stomp  # type: ignore[import-untyped]  # stomp.py ships no type hints
 
-from tests.conftest import ActiveMQ, accepts, free_port, require_java
+from tests.conftest import ActiveMQ, accepts, closed_within, free_port, require_java
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -145,17 +145,6 @@ def _port_opened_after(port: int, since: float, result: list[float]) -> None:
         time.sleep(0.01)  # another process's listen(): nothing to wait on
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> bool:
-    """Whether the peer closes `sock` (EOF or reset) within `seconds`."""
-    sock.settimeout(seconds)
-    try:
-        return sock.recv(4096) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
 class _Inbox(stomp.ConnectionListener):  # type: ignore[misc]  # stomp.py is untyped
     def __init__(self) -> None:
         self.bodies: list[str] = []
@@ -221,7 +210,7 @@ def test_routerd_follows_a_shared_store_failover(
         watcher = threading.Thread(target=_port_opened_after, args=(passive.stomp, killed_at, takeover))
         watcher.start()
         try:
-            assert _closed_within(held, CHECK_PERIOD_MS / 1000 + CLOSE_SLACK_S), (
+            assert closed_within(held, CHECK_PERIOD_MS / 1000 + CLOSE_SLACK_S), (
                 "the proxied connection to the killed broker stayed open"
             )
         finally:

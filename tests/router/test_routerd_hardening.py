@@ -50,7 +50,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from router.logs import LOG_BURST, LOG_INTERVAL_S
 from router.services.admin import ADMIN_MAX_CONNECTIONS
-from tests.conftest import LineLog, free_port, read_until_closed, recv_exactly
+from tests.conftest import closed_within, free_port, read_until_closed, recv_exactly
 from tests.router.conftest import (
     Mosquitto,
     MqttObserver,
@@ -61,7 +61,7 @@ from tests.router.conftest import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 NODE_IDS = ["node4", "node9", "node20"]
 TIMEOUT_S = 10.0
@@ -156,17 +156,6 @@ def _connect_latency(port: int, client_id: str, source: str = "127.0.0.1") -> fl
         elapsed = time.monotonic() - started
         sock.sendall(DISCONNECT)
     return elapsed
-
-
-def _closed_at_once(sock: socket.socket, within_s: float = 1.0) -> bool:
-    """Whether the peer closes (EOF or reset) within `within_s` without sending anything."""
-    sock.settimeout(within_s)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
 
 
 def _exchange(port: int, data: bytes) -> bytes:
@@ -278,10 +267,38 @@ def _suppressed(lines: Iterable[str], template_part: str) -> int:
     )
 
 
-def _pool(refs: str, check_period_ms: int = 1000) -> str:
+def _router(
+    name: str,
+    key_type: str,
+    refs: str,
+    *,
+    policy: str = "CONSISTENT_HASH",
+    check_period_ms: int = 1000,
+    extra: str = "",
+) -> str:
+    """A `<connection-router>` over the connectors `refs`, without quorum wait."""
     return (
-        f"<pool><check-period>{check_period_ms}</check-period><quorum-timeout>0</quorum-timeout>"
-        f"<static-connectors>{refs}</static-connectors></pool>"
+        f'<connection-router name="{name}"><key-type>{key_type}</key-type>{extra}'
+        f'<policy name="{policy}"/><pool><check-period>{check_period_ms}</check-period>'
+        f"<quorum-timeout>0</quorum-timeout><static-connectors>{refs}</static-connectors></pool>"
+        "</connection-router>"
+    )
+
+
+def _core(
+    fleet: list[Mosquitto],
+    acceptors: Mapping[str, str],
+    ports: Mapping[str, int],
+    routers: Callable[[str], Iterable[str]],
+    more_connectors: str = "",
+) -> str:
+    """A configuration with the fleet's connectors (NODE_IDS), `acceptors` (name -> URL parameters)
+    on `ports`, and the routers `routers(refs)` makes with the fleet's connector references."""
+    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in fleet), strict=True))
+    return (
+        f"<core><connectors>{connectors}{more_connectors}</connectors>"
+        f"<acceptors>{acceptors_xml(acceptors, ports)}</acceptors>"
+        f"<connection-routers>{''.join(routers(refs))}</connection-routers></core>"
     )
 
 
@@ -293,28 +310,8 @@ class LimitedRouterd(Routerd):
         super().__init__(workdir, make_config)
         self.nofile = nofile
 
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _ROUTERD_WITH_LIMIT,
-                *(str(n) for n in self.nofile),
-                "--config",
-                str(self.config),
-                "--admin",
-                f"127.0.0.1:{self.admin_port}",
-                "--grace-period",
-                "2",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        assert self.proc.stderr is not None
-        self._log = LineLog(self.proc.stderr, "routerd")
-        self.wait_for_log(r"ready: \d+ acceptor\(s\) listening", consume=False)
+    def program(self) -> list[str]:
+        return [sys.executable, "-c", _ROUTERD_WITH_LIMIT, *(str(n) for n in self.nofile)]
 
 
 # --- fixtures -----------------------------------------------------------------------------------
@@ -372,26 +369,31 @@ class Shared:
 
 
 def _shared_config(fleet: list[Mosquitto], spare: Mosquitto, ports: dict[str, int]) -> str:
-    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in fleet), strict=True))
-    return f"""<core>
-  <connectors>{connectors}
-    <connector name="spare">tcp://127.0.0.1:{spare.port}?nodeId=spare</connector></connectors>
-  <acceptors>{acceptors_xml(SHARED_ACCEPTORS, ports)}</acceptors>
-  <connection-routers>
-   <connection-router name="by-source"><key-type>SOURCE_IP</key-type><policy name="CONSISTENT_HASH"/>
-    {_pool(refs)}</connection-router>
-   <connection-router name="by-client-id"><key-type>CLIENT_ID</key-type>
-    <policy name="CONSISTENT_HASH"/>{_pool(refs)}</connection-router>
-   <connection-router name="cached"><key-type>CLIENT_ID</key-type>
-    <cache><timeout>0</timeout><max-entries>1000</max-entries></cache>
-    <policy name="CONSISTENT_HASH"/>{_pool(refs)}</connection-router>
-   <connection-router name="regex"><key-type>CLIENT_ID</key-type><key-filter>(a+)+$</key-filter>
-    <key-max-length>40000</key-max-length><policy name="FIRST_ELEMENT"/>{_pool(refs)}</connection-router>
-   <connection-router name="redispatch"><key-type>SOURCE_IP</key-type><policy name="FIRST_ELEMENT"/>
-    {_pool("".join(f"<connector-ref>{c}</connector-ref>" for c in ("spare", "c1", "c2")), 60_000)}
-   </connection-router>
-  </connection-routers>
-</core>"""
+    spare_refs = "".join(f"<connector-ref>{c}</connector-ref>" for c in ("spare", "c1", "c2"))
+    return _core(
+        fleet,
+        SHARED_ACCEPTORS,
+        ports,
+        lambda refs: [
+            _router("by-source", "SOURCE_IP", refs),
+            _router("by-client-id", "CLIENT_ID", refs),
+            _router(
+                "cached",
+                "CLIENT_ID",
+                refs,
+                extra="<cache><timeout>0</timeout><max-entries>1000</max-entries></cache>",
+            ),
+            _router(
+                "regex",
+                "CLIENT_ID",
+                refs,
+                policy="FIRST_ELEMENT",
+                extra="<key-filter>(a+)+$</key-filter><key-max-length>40000</key-max-length>",
+            ),
+            _router("redispatch", "SOURCE_IP", spare_refs, policy="FIRST_ELEMENT", check_period_ms=60_000),
+        ],
+        f'<connector name="spare">tcp://127.0.0.1:{spare.port}?nodeId=spare</connector>',
+    )
 
 
 @pytest.fixture(scope="module")
@@ -445,18 +447,15 @@ ATTACKERS = 700
 
 
 def _budget_config(fleet: list[Mosquitto], ports: dict[str, int]) -> str:
-    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in fleet), strict=True))
-    acceptors = acceptors_xml({"A": "router=attacked", "B": "router=victims"}, ports)
-    return f"""<core>
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers>
-   <connection-router name="attacked"><key-type>SOURCE_IP</key-type><policy name="CONSISTENT_HASH"/>
-    {_pool(refs, 500)}</connection-router>
-   <connection-router name="victims"><key-type>CLIENT_ID</key-type><policy name="CONSISTENT_HASH"/>
-    {_pool(refs, 500)}</connection-router>
-  </connection-routers>
-</core>"""
+    return _core(
+        fleet,
+        {"A": "router=attacked", "B": "router=victims"},
+        ports,
+        lambda refs: [
+            _router("attacked", "SOURCE_IP", refs, check_period_ms=500),
+            _router("victims", "CLIENT_ID", refs, check_period_ms=500),
+        ],
+    )
 
 
 def _refused_among(socks: Sequence[socket.socket], expected: int, timeout: float) -> set[int]:
@@ -515,7 +514,7 @@ def test_descriptor_budget_refuses_attacker_at_accept_and_victims_keep_their_ses
         # One more, timed: closed at accept, not held until some deadline.
         extra_started = time.monotonic()
         with _open(ports["A"], "127.0.0.3") as extra:
-            assert _closed_at_once(extra, 1.0)
+            assert closed_within(extra, 1.0)
         extra_s = time.monotonic() - extra_started
         assert extra_s < 0.5
         attack_s = time.monotonic() - attack_started
@@ -580,7 +579,7 @@ def test_connections_allowed_per_source_refuses_sixth_from_one_source(shared: Sh
     sessions = [_session(port, f"per-source-{i}", "127.0.0.5") for i in range(5)]
     try:
         with _open(port, "127.0.0.5") as sixth:
-            assert _closed_at_once(sixth)
+            assert closed_within(sixth, 1.0)
         other = _session(port, "other-source", "127.0.0.6")
         sessions.append(other)
         assert _answers_ping(other)
@@ -618,7 +617,7 @@ def test_connections_allowed_refuses_beyond_acceptor_limit(shared: Shared) -> No
     sessions = [_session(port, f"capped-{i}", f"127.0.0.{20 + i}") for i in range(3)]
     try:
         with _open(port, "127.0.0.23") as fourth:
-            assert _closed_at_once(fourth)
+            assert closed_within(fourth, 1.0)
         assert (
             _metric(router, "router_connections_refused_total", acceptor="capped", reason="acceptor_limit")
             == 1
@@ -646,16 +645,12 @@ FLOOD_MAX = 2000
 
 
 def _squeeze_config(fleet: list[Mosquitto], ports: dict[str, int]) -> str:
-    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in fleet), strict=True))
-    acceptors = acceptors_xml({"F": "router=squeeze", "T": "router=squeeze;fastPath=false"}, ports)
-    return f"""<core>
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers>
-   <connection-router name="squeeze"><key-type>SOURCE_IP</key-type><policy name="FIRST_ELEMENT"/>
-    {_pool(refs, 1000)}</connection-router>
-  </connection-routers>
-</core>"""
+    return _core(
+        fleet,
+        {"F": "router=squeeze", "T": "router=squeeze;fastPath=false"},
+        ports,
+        lambda refs: [_router("squeeze", "SOURCE_IP", refs, policy="FIRST_ELEMENT")],
+    )
 
 
 def _flood(port: int, source: str) -> int:
@@ -667,7 +662,7 @@ def _flood(port: int, source: str) -> int:
         if time.monotonic() > deadline:
             break
         with _open(port, source) as sock:
-            refused += _closed_at_once(sock, 1.0)
+            refused += closed_within(sock, 1.0)
     return refused
 
 
@@ -1037,7 +1032,7 @@ def test_connect_announcing_over_sniff_max_bytes_is_rejected_at_once(shared: Sha
     with _open(shared.ports[acceptor], "127.0.0.110") as sock:
         peer = sock.getsockname()
         sock.sendall(opening)
-        assert _closed_at_once(sock, 5.0)
+        assert closed_within(sock, 5.0)
     elapsed = time.monotonic() - started
     assert elapsed < 1.0
     shared.router.wait_for_log(
@@ -1079,7 +1074,7 @@ def test_admin_api_closes_the_seventeenth_connection_and_recovers(shared: Shared
     try:
         assert _wait_until(lambda: _fd_count(pid) >= fds + ADMIN_MAX_CONNECTIONS, 5.0)
         with _open(router.admin_port) as seventeenth:
-            assert _closed_at_once(seventeenth, 1.0)
+            assert closed_within(seventeenth, 1.0)
         assert not _refused_among(silent, 1, 0.2)  # the sixteen are still served
         router.wait_for_log(
             rf"WARNING router\.admin: admin API: {ADMIN_MAX_CONNECTIONS} connections open already",
