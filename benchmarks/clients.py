@@ -36,6 +36,7 @@ __all__ = [
     "parse_connack",
     "probe_connack",
     "run_iperf",
+    "split_packet",
 ]
 
 C_SOURCES: Final = Path(__file__).resolve().parent / "c"
@@ -336,6 +337,30 @@ def mqtt_connect_packet(client_id: str, version: MqttVersion) -> bytes:
     return bytes([CONNECT]) + _varint(len(body)) + body
 
 
+def split_packet(data: bytes | bytearray) -> tuple[int, bytes, int] | None:
+    """The first complete packet of `data`: (first byte, body, length used), or None if incomplete.
+
+    Raises:
+        ValueError: the remaining length is malformed.
+    """
+    remaining, multiplier, index = 0, 1, 1
+    while True:
+        if index >= len(data):
+            return None
+        if index > 4:
+            raise ValueError("remaining length exceeds 4 bytes")
+        byte = data[index]
+        remaining += (byte & 0x7F) * multiplier
+        multiplier *= 128
+        index += 1
+        if not byte & 0x80:
+            break
+    end = index + remaining
+    if len(data) < end:
+        return None
+    return data[0], bytes(data[index:end]), end
+
+
 def parse_connack(data: bytes) -> int | None:
     """The return code (3.1.1) or reason code (5) of a complete CONNACK at the start of `data`.
 
@@ -349,23 +374,13 @@ def parse_connack(data: bytes) -> int | None:
         return None
     if data[0] != CONNACK:
         raise ValueError(f"expected a CONNACK, got packet byte 0x{data[0]:02x}")
-    remaining, multiplier, index = 0, 1, 1
-    while True:
-        if index >= len(data):
-            return None
-        if index > 4:
-            raise ValueError("remaining length exceeds 4 bytes")
-        byte = data[index]
-        remaining += (byte & 0x7F) * multiplier
-        multiplier *= 128
-        index += 1
-        if not byte & 0x80:
-            break
-    if remaining < 2:
-        raise ValueError(f"CONNACK remaining length {remaining} < 2")
-    if len(data) < index + remaining:
+    packet = split_packet(data)
+    if packet is None:
         return None
-    return data[index + 1]
+    body = packet[1]
+    if len(body) < 2:
+        raise ValueError(f"CONNACK remaining length {len(body)} < 2")
+    return body[1]
 
 
 def probe_connack(port: int, client_id: str, version: MqttVersion, *, timeout: float = 5.0) -> str:

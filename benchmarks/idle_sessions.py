@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn
 
-from benchmarks.clients import find_tool
+from benchmarks.clients import find_tool, split_packet
 from benchmarks.configs import mosquitto_config
 from benchmarks.fleet import (
     Fleet,
@@ -136,30 +136,6 @@ def _say(text: str) -> None:
 
 
 # -- MQTT 3.1.1 packets ---------------------------------------------------------------------------
-
-
-def split_packet(data: bytes | bytearray) -> tuple[int, bytes, int] | None:
-    """The first complete packet of `data`: (first byte, body, length used), or None if incomplete.
-
-    Raises:
-        ValueError: the remaining length is malformed.
-    """
-    remaining, multiplier, index = 0, 1, 1
-    while True:
-        if index >= len(data):
-            return None
-        if index > 4:
-            raise ValueError("remaining length exceeds 4 bytes")
-        byte = data[index]
-        remaining += (byte & 0x7F) * multiplier
-        multiplier *= 128
-        index += 1
-        if not byte & 0x80:
-            break
-    end = index + remaining
-    if len(data) < end:
-        return None
-    return data[0], bytes(data[index:end]), end
 
 
 # -- the session client ---------------------------------------------------------------------------
