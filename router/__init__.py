@@ -1,7 +1,7 @@
 """connection-router: routes each broker client connection to one broker, Artemis-style.
 
 Packages of the project, by folder (the import direction runs down this list; nothing imports
-`router` except `tests`, `benchmarks`, `deploy` and the entry points):
+`router` except `pipeline`, `tests`, `benchmarks`, `deploy` and the entry points):
 
 - `tls_sni/`  leaf: TLS ClientHello parsing for SNI. Imports nothing of ours.
 - `keys/`     routing keys: key types, connection facts, key resolution with filter and NULL, the
@@ -12,6 +12,9 @@ Packages of the project, by folder (the import direction runs down this list; no
               quorum state.
 - `cache/`    the sticky key -> node id cache with expire-after-access.
 - `router/`   the router itself, in layers (below).
+- `pipeline/` the PySpark jobs over the router's event log (`analyze`, `simulate`, the synthetic
+              event generator); it replays keys through the router's own engine. The `pipeline`
+              extra (PySpark, pandas, pyarrow, matplotlib); `router` never imports it.
 
 Layers of `router/`, lowest first; a module imports only its own layer and the layers above it in
 this list (tests/test_layout.py checks it, and that there are no import circles):
@@ -41,6 +44,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `address`      (host, port) of peers and members
                   `discovery_session`  ZooKeeper discovery's session as a state table
                   `records`      `quick_init`, a cheaper `__init__` for per-connection records
+                  `event_records`  the routing event log's lines: one record per kind, the one
+                                 field list the pipeline's schema comes from
+                  `ring`         the bounded ring between routing and the event log's writer
 4. `metrics`, `reports`: the Prometheus families, and the subscribers that turn events into log
                 lines and metric updates (one more consumer is one more subscriber).
 5. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in

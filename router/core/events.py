@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from router.core.records import quick_init
 
 if TYPE_CHECKING:
-    from keys import WireProtocol
+    from keys import ConnectionFacts, WireProtocol
     from pools import PoolEvent
     from router.core.address import Address
     from router.core.admission import Refusal
@@ -190,6 +190,12 @@ class Decided:
     """Whether the target is the local target."""
     protocol: WireProtocol | None = None
     """The client's protocol, when its opening was read."""
+    facts: ConnectionFacts | None = None
+    """What the key came from (the event log's raw key)."""
+    source: Address | None = None
+    """The client (the address a PROXY protocol header names); None: the TCP peer."""
+    latency_s: float = 0.0
+    """From the complete opening to the decision, a quorum wait included."""
 
 
 @quick_init

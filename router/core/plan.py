@@ -290,8 +290,23 @@ def plan(
     )
 
 
-def decided(conn: ConnectionRef, opening: Opening, action: Refuse | Redirect | Proxy) -> Decided:
-    """The report of a planned connection, built here once for both data paths."""
+def decided(
+    conn: ConnectionRef,
+    opening: Opening,
+    action: Refuse | Redirect | Proxy,
+    *,
+    facts: ConnectionFacts | None = None,
+    latency_s: float = 0.0,
+) -> Decided:
+    """The report of a planned connection, built here once for both data paths.
+
+    Args:
+        conn: the connection.
+        opening: what its opening phase read.
+        action: what the plan says.
+        facts: what its key came from.
+        latency_s: from the complete opening to the decision.
+    """
     protocol = None if opening.sniffed is None else opening.sniffed.protocol
     if isinstance(action, Refuse):
         return Decided(
@@ -301,6 +316,9 @@ def decided(conn: ConnectionRef, opening: Opening, action: Refuse | Redirect | P
             reason=action.reason,
             mode=Mode.REFUSE,
             protocol=protocol,
+            facts=facts,
+            source=opening.source,
+            latency_s=latency_s,
         )
     return Decided(
         conn=conn,
@@ -311,6 +329,9 @@ def decided(conn: ConnectionRef, opening: Opening, action: Refuse | Redirect | P
         node_id=action.target.node_id,
         local=action.target.local,
         protocol=protocol,
+        facts=facts,
+        source=opening.source,
+        latency_s=latency_s,
     )
 
 

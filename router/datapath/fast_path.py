@@ -548,12 +548,14 @@ class FastPath:
         runtime = acceptor.runtime
         now = self._clock()
         try:
-            decision = runtime.decide_now(routing_facts(opening), now)
+            facts = routing_facts(opening)
+            decision = runtime.decide_now(facts, now)
             if isinstance(decision, QuorumWait):
                 action = for_fast_path(decision)
             else:
                 planned = plan(acceptor.config, runtime.name, opening, decision)
-                runtime.report(decided(conn, opening, planned))
+                latency_s = self._clock() - now
+                runtime.report(decided(conn, opening, planned, facts=facts, latency_s=latency_s))
                 action = for_fast_path(planned)
             match action:
                 case Refuse() | Redirect():

@@ -58,6 +58,7 @@ from router.datapath.relay import relay
 from router.datapath.tls import PrefixedStream, certificate_user
 
 if TYPE_CHECKING:
+    from keys import ConnectionFacts
     from router.core.events import ConnectionRef
     from router.datapath.acceptor import ServedAcceptor
     from router.datapath.fast_path import HandedOver
@@ -212,16 +213,21 @@ async def _serve(
         if isinstance(then, Proxy):  # decided, planned and reported by the fast path
             await _proxy_or_refuse(client, acceptor, conn, opening, then, retry=retry)
             return
-        decision: RouteDecision | QuorumWait | None = then
-        if decision is None:
-            decision = _decide_now(acceptor, conn, opened)
-            if decision is None:  # refused by the router's own authentication
+        started = trio.current_time()
+        decision: RouteDecision | QuorumWait
+        if then is None:
+            outcome = _decide_now(acceptor, conn, opened)
+            if outcome is None:  # refused by the router's own authentication
                 await _answer(client, not_authorized_answer(runtime.name, opening))
                 return
+            facts, decision = outcome
+        else:  # a quorum wait handed over by the fast path, which serves no TLS or authentication
+            facts, decision = routing_facts(opening), then
         if isinstance(decision, QuorumWait):
             decision = await _wait_for_quorum(acceptor, decision)
         action = plan(acceptor.config, runtime.name, opening, decision)
-        runtime.report(decided(conn, opening, action))
+        latency_s = trio.current_time() - started
+        runtime.report(decided(conn, opening, action, facts=facts, latency_s=latency_s))
         match action:
             case Refuse() | Redirect():
                 await _answer(client, action.answer)
@@ -233,7 +239,7 @@ async def _serve(
 
 def _decide_now(
     acceptor: ServedAcceptor, conn: ConnectionRef, opened: _Opened
-) -> RouteDecision | QuorumWait | None:
+) -> tuple[ConnectionFacts, RouteDecision | QuorumWait] | None:
     """Authenticate (the router's own store), gather the facts and decide as far as possible
     without waiting; None when authentication refused the client (reported)."""
     runtime, opening = acceptor.runtime, opened.opening
@@ -250,7 +256,7 @@ def _decide_now(
         runtime.report(NotAuthorized(conn=conn, reason=auth.reason))
         return None
     facts = routing_facts(opening, user=auth.user, roles=auth.roles, sni_host=opened.sni_host)
-    return runtime.decide_now(facts, trio.current_time())
+    return facts, runtime.decide_now(facts, trio.current_time())
 
 
 async def _wait_for_quorum(acceptor: ServedAcceptor, wait: QuorumWait) -> RouteDecision:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from keys import KeyType, Reply, Sniffed, WireProtocol, amqp, mqtt, openwire, stomp
+from keys import ConnectionFacts, KeyType, Reply, Sniffed, WireProtocol, amqp, mqtt, openwire, stomp
 from keys.detect import make_detector
 from keys.proxy_protocol import encode_v1, encode_v2
 from pools import Connector, Target
@@ -365,6 +365,9 @@ class TestMustSniff:
         assert must_sniff(acceptor, KeyType.SOURCE_IP, certificate_user=True)
 
 
+FACTS = ConnectionFacts(source_ip="127.0.0.2", client_id="c1")
+
+
 class TestReports:
     CONN = ConnectionRef(id=7, router="r", acceptor="a", peer=SOURCE)
 
@@ -383,15 +386,19 @@ class TestReports:
                 mode=mode,
                 node_id=node_id,
                 protocol=WireProtocol.MQTT,
+                facts=FACTS,
+                source=SOURCE,
+                latency_s=0.25,
             )
 
+        def report(action: Refuse | Redirect | Proxy) -> Decided:
+            return decided(self.CONN, opening, action, facts=FACTS, latency_s=0.25)
+
         ok = RouteStatus.OK
-        assert decided(self.CONN, opening, proxy) == expected(ok, DecisionReason.CACHE, Mode.PROXY, "node-b")
-        assert decided(self.CONN, opening, redirect) == expected(
-            ok, DecisionReason.POLICY, Mode.REDIRECT, "node-b"
-        )
+        assert report(proxy) == expected(ok, DecisionReason.CACHE, Mode.PROXY, "node-b")
+        assert report(redirect) == expected(ok, DecisionReason.POLICY, Mode.REDIRECT, "node-b")
         unavailable, none_ready = RouteStatus.REFUSED_UNAVAILABLE, DecisionReason.NO_READY_TARGET
-        assert decided(self.CONN, opening, refuse) == expected(unavailable, none_ready, Mode.REFUSE, None)
+        assert report(refuse) == expected(unavailable, none_ready, Mode.REFUSE, None)
 
     def test_not_authorized_answer_per_protocol(self) -> None:
         mqtt5 = OPENINGS["mqtt5"]

@@ -108,5 +108,8 @@ async def test_resume_connection_waits_for_the_quorum_within_the_routing_deadlin
             status=RouteStatus.REFUSED_UNAVAILABLE,
             reason=DecisionReason.ROUTING_TIMED_OUT,
             mode=Mode.REFUSE,
+            facts=ConnectionFacts(source_ip="127.0.0.2"),
+            source=handed.conn.peer,
+            latency_s=1.0,  # the quorum wait, cut by the routing deadline
         )
     ]

@@ -1,0 +1,67 @@
+"""The SparkSession of the pipeline's jobs, set up so a fresh machine and a cluster both work.
+
+Measured pitfalls (docs/pipeline.md): without `SPARK_LOCAL_IP` the driver binds the first
+non-loopback interface; without `PYSPARK_PYTHON` the Python workers are whatever `python3` is on
+the PATH (no pandas: mapInPandas fails); the UI opens a port. The master is never hard-coded:
+`--master URL` when given, else what `spark-submit` says, else Spark's own default, `local[*]`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pyspark.sql import SparkSession
+
+__all__ = ["DEFAULT_CONF", "spark_session"]
+
+DEFAULT_CONF: Final[Mapping[str, str]] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "8",
+}
+"""Settings of every job; `conf` arguments and `spark-submit --conf` come on top."""
+
+
+def _local(master: str | None) -> bool:
+    """Whether the driver runs the executors itself (then it binds loopback only)."""
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this Python
+    if master is None:
+        return not under_submit or os.environ.get("MASTER", "local").startswith("local")
+    return master.startswith("local")
+
+
+def spark_session(
+    master: str | None = None, *, app: str = "connection-router", conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """The session of a job (an existing one is reused).
+
+    Args:
+        master: a Spark master URL (`local[2]`, `spark://host:7077`, `k8s://…`); None: the one
+            `spark-submit` was given, else `local[*]`.
+        app: the application name.
+        conf: more Spark settings.
+    """
+    local = _local(master)
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession  # heavy; only jobs need it
+
+    builder = SparkSession.builder.appName(app)
+    if master is not None:
+        builder = builder.master(master)
+    settings = dict(DEFAULT_CONF)
+    if local:
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    settings.update(conf or {})
+    for name, value in settings.items():
+        builder = builder.config(name, value)
+    return builder.getOrCreate()

@@ -1,0 +1,306 @@
+"""The routing event log's records: what one line of an event file says, one frozen dataclass per
+kind, and the one field list both the router's writer and the PySpark pipeline's schema come from.
+
+Pure: no I/O, no clock (the time is a field), no logging. The writer (`router/services/event_log.py`)
+builds a record from a connection's event (`record_of`) and writes `json_line(record)`; the
+pipeline (`pipeline/schema.py`) derives its Spark schema from `FIELDS`, so a field is declared once.
+
+Every line carries `kind`, `router_id`, `seq` and `ts`. (`router_id`, `seq`) identifies an event:
+`seq` is unique per router id across restarts (`Sequence`), so the same line shipped twice, or a
+log replayed after a failover, is recognised as a duplicate. `conn` links a connection's decision
+and close lines (unique per router id the same way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
+
+from keys import KeyType
+from router.core.engine import DecisionReason
+from router.core.events import Closed, Decided
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = [
+    "BOOT_SPAN",
+    "FIELDS",
+    "KINDS",
+    "RAW_KEY_CAP",
+    "CloseRecord",
+    "DecisionRecord",
+    "EventRecord",
+    "Field",
+    "FieldType",
+    "Record",
+    "Sequence",
+    "json_line",
+    "raw_key",
+    "record_of",
+    "timestamp",
+]
+
+RAW_KEY_CAP: Final = 256
+"""Characters of the raw key a decision line keeps (`raw_key_length` is the whole length); the key
+after filter and transform is kept whole (at most `<key-max-length>`)."""
+
+BOOT_SPAN: Final = 10**6
+"""`seq` and `conn` are `boot * BOOT_SPAN + n`, `boot` the start of the process in epoch
+milliseconds: unique per router id across restarts as long as a process writes fewer than a
+million events per millisecond it ran, and the clock does not go back across a restart (the writer
+also keeps the last boot in its directory and starts above it)."""
+
+Timestamp: TypeAlias = str
+"""ISO-8601 UTC with microseconds, `2026-11-23T10:00:00.123456Z`; a timestamp column in Spark."""
+
+
+class FieldType(enum.Enum):
+    """The type of a record field, as the pipeline's schema knows it."""
+
+    STRING = "string"
+    LONG = "long"
+    DOUBLE = "double"
+    BOOLEAN = "boolean"
+    TIMESTAMP = "timestamp"
+
+
+_TYPES: Final = {
+    "str": FieldType.STRING,
+    "int": FieldType.LONG,
+    "float": FieldType.DOUBLE,
+    "bool": FieldType.BOOLEAN,
+    "Timestamp": FieldType.TIMESTAMP,
+}
+"""Annotation (as written in this module) -> field type; a test checks every field maps."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventRecord:
+    """What every line says: which event of which router, and when."""
+
+    KIND: ClassVar[str] = ""
+
+    router_id: str
+    """The routing process (`<event-log><router-id>`; default: host name and acceptor names)."""
+    seq: int
+    """Unique per router id across restarts; increasing within one process. A gap means events
+    dropped by a full ring (counted by `router_event_log_dropped_total`)."""
+    ts: Timestamp
+    conn: int
+    """The connection (unique per router id, like `seq`): joins its decision and close lines."""
+    router: str
+    """The connection router (`<connection-router name>`)."""
+    acceptor: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionRecord(EventRecord):
+    """A routing decision: which target a connection got, how, and what the router did with it."""
+
+    KIND: ClassVar[str] = "decision"
+
+    source: str
+    """The client's address (behind a PROXY protocol header, the one it names)."""
+    protocol: str | None
+    """The client's protocol (`WireProtocol`: mqtt, amqp, stomp, openwire, ...), or None when its
+    opening was not read."""
+    key_type: str
+    raw_key: str | None
+    """The key's value before filter and transform, cut at `RAW_KEY_CAP` characters; None when the
+    connection has none. ROLE_NAME: the user's roles, comma-separated."""
+    raw_key_length: int
+    key: str
+    """After filter and transform; `NULL` when missing."""
+    status: str
+    """OK, REFUSED_USE_ANOTHER or REFUSED_UNAVAILABLE."""
+    reason: str
+    """Which workflow step decided (`DecisionReason`): cache, policy, no ready target, ..."""
+    mode: str
+    """proxy, redirect or refuse."""
+    node_id: str | None
+    local: bool
+    cache_hit: bool
+    latency_us: float
+    """From the complete opening to the decision (a quorum wait included)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CloseRecord(EventRecord):
+    """The end of a proxied connection."""
+
+    KIND: ClassVar[str] = "close"
+
+    node_id: str
+    """The target the connection reached (after a redispatch, the second one)."""
+    duration_s: float
+    bytes_in: int
+    """Client -> target."""
+    bytes_out: int
+    """Target -> client."""
+    reason: str
+    """`CloseReason`: closed, reset, connection_ttl, target_not_ready, failover, shutdown, ..."""
+
+
+Record: TypeAlias = DecisionRecord | CloseRecord
+
+KINDS: Final[tuple[type[DecisionRecord] | type[CloseRecord], ...]] = (DecisionRecord, CloseRecord)
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One column of the event table."""
+
+    name: str
+    type: FieldType
+    nullable: bool
+    kinds: tuple[str, ...]
+    """The kinds whose lines have it."""
+
+
+def _fields() -> tuple[Field, ...]:
+    """`kind`, then every field of every kind once, in declaration order."""
+    seen: dict[str, Field] = {"kind": Field("kind", FieldType.STRING, False, tuple(k.KIND for k in KINDS))}
+    for kind in KINDS:
+        for field in dataclasses.fields(kind):
+            annotation = str(field.type)
+            nullable = annotation.endswith(" | None")
+            base = annotation.removesuffix(" | None")
+            if base not in _TYPES:
+                raise TypeError(f"{kind.__name__}.{field.name}: no field type for {annotation!r}")
+            known = seen.get(field.name)
+            if known is None:
+                seen[field.name] = Field(field.name, _TYPES[base], nullable, (kind.KIND,))
+            elif known.type is not _TYPES[base]:
+                raise TypeError(f"{kind.__name__}.{field.name}: {base} here, {known.type.value} elsewhere")
+            else:
+                seen[field.name] = Field(
+                    field.name, known.type, known.nullable or nullable, (*known.kinds, kind.KIND)
+                )
+    return tuple(seen.values())
+
+
+FIELDS: Final = _fields()
+"""Every column of the event table: the pipeline's schema is made from this list."""
+
+
+def timestamp(epoch_s: float) -> Timestamp:
+    """An epoch time as the `ts` of a line (UTC, microseconds)."""
+    micros = round(epoch_s * 1_000_000)
+    seconds, fraction = divmod(micros, 1_000_000)
+    return f"{_second(seconds)}.{fraction:06d}Z"
+
+
+@functools.lru_cache(maxsize=64)
+def _second(seconds: int) -> str:
+    """A whole second formatted (no clock is read); events come in time order, so few distinct."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+
+
+def raw_key(key_type: KeyType, decided: Decided) -> str | None:
+    """The value a decision's key came from, before filter and transform (ROLE_NAME: the roles)."""
+    facts = decided.facts
+    if facts is None:
+        return None
+    match key_type:
+        case KeyType.CLIENT_ID:
+            return facts.client_id
+        case KeyType.SNI_HOST:
+            return facts.sni_host
+        case KeyType.SOURCE_IP:
+            return facts.source_ip
+        case KeyType.USER_NAME:
+            return facts.user_name
+        case KeyType.ROLE_NAME:
+            return ",".join(facts.roles) if facts.roles else None
+
+
+def record_of(
+    event: Decided | Closed, *, router_id: str, seq: int, conn: int, ts: Timestamp, key_type: KeyType
+) -> Record:
+    """The record of a connection's event."""
+    ref = event.conn
+    if isinstance(event, Closed):
+        return CloseRecord(
+            router_id=router_id,
+            seq=seq,
+            ts=ts,
+            conn=conn,
+            router=ref.router,
+            acceptor=ref.acceptor,
+            node_id=event.node_id,
+            duration_s=event.duration_s,
+            bytes_in=event.bytes_in,
+            bytes_out=event.bytes_out,
+            reason=event.reason.value,
+        )
+    raw = raw_key(key_type, event)
+    source = event.source if event.source is not None else ref.peer
+    return DecisionRecord(
+        router_id=router_id,
+        seq=seq,
+        ts=ts,
+        conn=conn,
+        router=ref.router,
+        acceptor=ref.acceptor,
+        source=source.host,
+        protocol=None if event.protocol is None else event.protocol.value,
+        key_type=key_type.value,
+        raw_key=None if raw is None else raw[:RAW_KEY_CAP],
+        raw_key_length=0 if raw is None else len(raw),
+        key=event.key,
+        status=event.status.value,
+        reason=event.reason.value,
+        mode=event.mode.value,
+        node_id=event.node_id,
+        local=event.local,
+        cache_hit=event.reason is DecisionReason.CACHE,
+        latency_us=round(event.latency_s * 1e6, 1),
+    )
+
+
+_NAMES: Final[dict[type[EventRecord], tuple[str, ...]]] = {
+    kind: tuple(f.name for f in dataclasses.fields(kind)) for kind in KINDS
+}
+_encode: Final[Callable[[object], str]] = json.JSONEncoder(
+    ensure_ascii=True, separators=(",", ":"), allow_nan=False
+).encode
+
+
+def json_line(record: Record) -> str:
+    """One line of an event file: a JSON object, `kind` first, then the fields; ends in a newline.
+    Keys come from clients: every control and non-ASCII character is escaped (a lone surrogate
+    too), so a line is always one event and always valid UTF-8."""
+    values: dict[str, object] = {"kind": record.KIND}
+    for name in _NAMES[type(record)]:
+        values[name] = getattr(record, name)
+    return _encode(values) + "\n"
+
+
+class Sequence:
+    """The `seq` (and `conn`) numbers of one process: `boot * BOOT_SPAN + n`. Not thread-safe by
+    itself (the ring takes them under its lock)."""
+
+    __slots__ = ("_base", "_next")
+
+    def __init__(self, boot_ms: int) -> None:
+        """Numbers of a process that started at `boot_ms` (epoch milliseconds)."""
+        if boot_ms < 0:
+            raise ValueError(f"a boot time is epoch milliseconds >= 0, got {boot_ms}")
+        self._base = boot_ms * BOOT_SPAN
+        self._next = 0
+
+    def take(self) -> int:
+        """The next number."""
+        n = self._next
+        self._next = n + 1
+        return self._base + n
+
+    def of(self, n: int) -> int:
+        """Process-local number `n` (a connection id) as a number unique per router id."""
+        return self._base + n

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+import os
+import sys
+
+
+def test_session_runs_locally_on_loopback_without_ui(spark):
+    assert spark.sparkContext.master == "local[2]"
+    assert spark.conf.get("spark.driver.host") == "127.0.0.1"
+    assert spark.conf.get("spark.ui.enabled") == "false"
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_python_workers_have_pandas(spark):
+    # mapInPandas fails in the workers when PYSPARK_PYTHON is not this interpreter
+    def double(batches):
+        for frame in batches:
+            yield frame.assign(id=frame["id"] * 2)
+
+    rows = spark.range(5).mapInPandas(double, "id long").collect()
+    assert sorted(r.id for r in rows) == [0, 2, 4, 6, 8]

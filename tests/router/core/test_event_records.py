@@ -1,0 +1,159 @@
+"""router/core/event_records.py: the event log's lines and the one field list."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from keys import ConnectionFacts, KeyType, WireProtocol
+from router.core.address import Address
+from router.core.engine import DecisionReason, RouteStatus
+from router.core.event_records import (
+    BOOT_SPAN,
+    FIELDS,
+    KINDS,
+    RAW_KEY_CAP,
+    CloseRecord,
+    DecisionRecord,
+    FieldType,
+    Sequence,
+    json_line,
+    raw_key,
+    record_of,
+    timestamp,
+)
+from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
+
+CONN = ConnectionRef(id=7, router="r", acceptor="mqtt", peer=Address("10.0.0.1", 4000))
+TS = "2026-11-23T10:00:00.000001Z"
+
+
+def decision(**changes: Any) -> Decided:
+    values: dict[str, Any] = {
+        "conn": CONN,
+        "key": "dev-1",
+        "status": RouteStatus.OK,
+        "reason": DecisionReason.CACHE,
+        "mode": Mode.PROXY,
+        "node_id": "node4",
+        "protocol": WireProtocol.MQTT,
+        "facts": ConnectionFacts(source_ip="10.0.0.9", client_id="dev-1-abc", roles=("a", "b")),
+        "source": Address("10.0.0.9", 5555),
+        "latency_s": 12.34e-6,
+    }
+    return Decided(**(values | changes))
+
+
+def test_fields_are_kind_then_every_field_of_every_kind_once():
+    names = [f.name for f in FIELDS]
+    assert names[0] == "kind"
+    assert len(names) == len(set(names))
+    for kind in KINDS:
+        assert {f.name for f in dataclasses.fields(kind)} <= set(names)
+    by_name = {f.name: f for f in FIELDS}
+    assert by_name["ts"].type is FieldType.TIMESTAMP
+    assert by_name["seq"].type is FieldType.LONG
+    assert not by_name["seq"].nullable
+    assert by_name["node_id"].nullable
+    assert by_name["node_id"].kinds == ("decision", "close")
+    assert by_name["reason"].kinds == ("decision", "close")
+    assert by_name["bytes_in"].kinds == ("close",)
+
+
+def test_decision_record_of_a_decided_event():
+    record = record_of(decision(), router_id="h/mqtt", seq=5, conn=9, ts=TS, key_type=KeyType.CLIENT_ID)
+    assert isinstance(record, DecisionRecord)
+    assert (record.router, record.acceptor, record.source) == ("r", "mqtt", "10.0.0.9")
+    assert (record.raw_key, record.raw_key_length, record.key) == ("dev-1-abc", 9, "dev-1")
+    assert (record.status, record.reason, record.mode, record.node_id) == ("OK", "cache", "proxy", "node4")
+    assert record.cache_hit
+    assert record.protocol == "mqtt"
+    assert record.latency_us == 12.3
+
+
+def test_decision_without_source_is_the_peer_and_policy_is_no_cache_hit():
+    event = decision(source=None, reason=DecisionReason.POLICY, facts=None, protocol=None)
+    record = record_of(event, router_id="x", seq=1, conn=1, ts=TS, key_type=KeyType.SOURCE_IP)
+    assert isinstance(record, DecisionRecord)
+    assert record.source == "10.0.0.1"
+    assert not record.cache_hit
+    assert record.raw_key is None
+    assert record.raw_key_length == 0
+    assert record.protocol is None
+
+
+@pytest.mark.parametrize(
+    ("key_type", "expected"),
+    [
+        (KeyType.CLIENT_ID, "dev-1-abc"),
+        (KeyType.SOURCE_IP, "10.0.0.9"),
+        (KeyType.USER_NAME, None),
+        (KeyType.SNI_HOST, None),
+        (KeyType.ROLE_NAME, "a,b"),
+    ],
+)
+def test_raw_key_per_key_type(key_type, expected):
+    assert raw_key(key_type, decision()) == expected
+
+
+def test_raw_key_is_capped_and_its_length_kept():
+    long_id = "x" * 5000
+    event = decision(facts=ConnectionFacts(client_id=long_id))
+    record = record_of(event, router_id="x", seq=1, conn=1, ts=TS, key_type=KeyType.CLIENT_ID)
+    assert isinstance(record, DecisionRecord)
+    assert record.raw_key == "x" * RAW_KEY_CAP
+    assert record.raw_key_length == 5000
+
+
+def test_close_record_and_its_line():
+    closed = Closed(
+        conn=CONN, node_id="node9", bytes_in=10, bytes_out=20, duration_s=1.5, reason=CloseReason.RESET
+    )
+    record = record_of(
+        closed, router_id="h", seq=BOOT_SPAN + 3, conn=BOOT_SPAN + 7, ts=TS, key_type=KeyType.CLIENT_ID
+    )
+    assert isinstance(record, CloseRecord)
+    line = json_line(record)
+    assert line.endswith("\n")
+    assert line.count("\n") == 1
+    assert json.loads(line) == {
+        "kind": "close",
+        "router_id": "h",
+        "seq": BOOT_SPAN + 3,
+        "ts": TS,
+        "conn": BOOT_SPAN + 7,
+        "router": "r",
+        "acceptor": "mqtt",
+        "node_id": "node9",
+        "duration_s": 1.5,
+        "bytes_in": 10,
+        "bytes_out": 20,
+        "reason": "reset",
+    }
+
+
+def test_a_hostile_key_stays_one_ascii_line():
+    key = 'a"\n\r\u2028\ud800😀\x00'
+    record = record_of(decision(key=key), router_id="x", seq=1, conn=1, ts=TS, key_type=KeyType.CLIENT_ID)
+    line = json_line(record)
+    assert line.isascii()
+    assert line.count("\n") == 1
+    assert json.loads(line)["key"] == key
+
+
+def test_timestamp_is_utc_with_microseconds():
+    assert timestamp(0) == "1970-01-01T00:00:00.000000Z"
+    assert timestamp(1795435200.25) == "2026-11-23T12:00:00.250000Z"
+    assert timestamp(59.9999996) == "1970-01-01T00:01:00.000000Z"  # rounding carries into the second
+
+
+def test_sequence_is_unique_across_boots():
+    first, second = Sequence(1000), Sequence(1001)
+    assert [first.take(), first.take()] == [1000 * BOOT_SPAN, 1000 * BOOT_SPAN + 1]
+    assert second.take() == 1001 * BOOT_SPAN
+    assert first.of(42) == 1000 * BOOT_SPAN + 42
+    with pytest.raises(ValueError, match="epoch milliseconds"):
+        Sequence(-1)
