@@ -1,7 +1,7 @@
 """Entry points: `routerd` runs the router; `routerctl` dry-runs the engine or talks to a router.
 
     routerd --config FILE [--admin HOST:PORT | --no-admin] [--grace-period S] [--max-connections N]
-                    [--log-level L]
+                    [--event-log DIR] [--log-level L]
     routerctl route --config FILE --router NAME [--ready all|none|NODE,...] KEY...
     routerctl route --config FILE --router NAME [--client-id X] [--user U] [--sni H]
                     [--source-ip IP] [--role R]...
@@ -20,6 +20,7 @@ not running) are one line on stderr and a non-zero exit status, never a tracebac
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import logging
@@ -39,7 +40,7 @@ from keys import ConnectionFacts
 from pools import Member
 from pools.members import MAX_SESSION_TIMEOUT_MS
 from router.config import ConfigError, load_config
-from router.config.settings import ZooKeeperConfig
+from router.config.settings import EventLogConfig, ZooKeeperConfig
 from router.core.admission import descriptors_for
 from router.core.engine import RoutingEngine, build_pool
 from router.datapath.net import describe_oserror
@@ -145,9 +146,26 @@ def _routerd_parser() -> argparse.ArgumentParser:
         "what the hard limit allows",
     )
     parser.add_argument(
+        "--event-log",
+        metavar="DIR",
+        help="write the routing event log (one line per decision and per closed connection) into "
+        "DIR; the configuration's <event-log> settings apply, with this directory (docs/pipeline.md)",
+    )
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO"
     )
     return parser
+
+
+def _with_event_log(config: Config, directory: str | None) -> Config:
+    """The configuration with `--event-log DIR` applied."""
+    if directory is None:
+        return config
+    if not directory.strip():
+        _fail("routerd", "--event-log: expected a directory, got ''", EXIT_USAGE)
+    if config.event_log is None:
+        return dataclasses.replace(config, event_log=EventLogConfig(directory=directory))
+    return dataclasses.replace(config, event_log=dataclasses.replace(config.event_log, directory=directory))
 
 
 _SIGHUP_IGNORED: Final = (
@@ -202,7 +220,7 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     install_log_limits()  # repeated WARNING-and-above lines are rate-limited (router/logs.py)
-    config = _load("routerd", args.config)
+    config = _with_event_log(_load("routerd", args.config), args.event_log)
     if not config.acceptors:
         _fail(
             "routerd",

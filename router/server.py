@@ -20,6 +20,7 @@ through the live-connection registry (reason `shutdown`), and stop the services.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import resource
@@ -45,6 +46,7 @@ from router.metrics import Metrics
 from router.runtime import RouterRuntime
 from router.services.admin import serve_admin
 from router.services.discovery import serve_discovery
+from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
 from router.services.ttl_checks import serve_connection_ttl_checks
 
@@ -68,6 +70,9 @@ _DISCOVERED_PROBES: Final = 16
 """Probes counted for a discovery pool, whose members are not known at start."""
 
 _FAST_PATH_JOIN_S: Final = 5.0
+EVENT_LOG_STOP_S: Final = 30.0
+"""At shutdown, how long the event log's writer may take to write what its ring holds and finish
+its file (a full ring of 65,536 events takes well under a second; compressing 64 MB, about one)."""
 """How long shutdown waits for the fast-path thread once told to close everything."""
 
 
@@ -293,6 +298,7 @@ async def _start_services(
     metrics: Metrics,
     services: trio.Nursery,
     admin: tuple[str, int] | None,
+    event_log: EventLog | None,
 ) -> tuple[str, int] | None:
     """Probes, cache sweeps, discovery, TTL checks and the admin API; the admin's bound address."""
     ttl = config.connection_ttl
@@ -307,7 +313,9 @@ async def _start_services(
             services.start_soon(serve_connection_ttl_checks, runtime, ttl.check_interval_ms / 1000)
     if admin is None:
         return None
-    bound: tuple[str, int] = await services.start(serve_admin, admin[0], admin[1], runtimes, metrics)
+    bound: tuple[str, int] = await services.start(
+        functools.partial(serve_admin, event_log=event_log), admin[0], admin[1], runtimes, metrics
+    )
     return bound
 
 
@@ -369,8 +377,54 @@ async def serve_router(
     served = [
         _serve_acceptor(a, runtimes[a.router], ttl.ttl_ms(a), limits, admission) for a in config.acceptors
     ]
+    event_log = _start_event_log(config, runtimes.values(), metrics)
+    try:
+        await _serve(
+            config, runtimes, served, metrics, admin, grace_s, shutdown, limits, event_log, task_status
+        )
+    finally:
+        if event_log is not None:
+            with trio.CancelScope(shield=True):  # what the ring holds is written, the file finished
+                if not await trio.to_thread.run_sync(event_log.stop, EVENT_LOG_STOP_S):
+                    log.warning("event log: the writer did not finish within %g s", EVENT_LOG_STOP_S)
+    log.info("stopped")
+
+
+def _start_event_log(config: Config, runtimes: Iterable[RouterRuntime], metrics: Metrics) -> EventLog | None:
+    """The event log, subscribed to every router and writing; None when not configured.
+
+    Raises:
+        StartupError: its directory cannot be made or written.
+    """
+    settings = config.event_log
+    if settings is None:
+        return None
+    router_id = settings.router_id or default_router_id(a.name for a in config.acceptors)
+    key_types = {r.name: r.key_type for r in config.routers}
+    event_log = EventLog(settings, router_id, key_types, metrics)
+    try:
+        event_log.start()
+    except EventLogError as exc:
+        raise StartupError(str(exc)) from exc
+    for runtime in runtimes:
+        runtime.subscribe(event_log.report)
+    return event_log
+
+
+async def _serve(
+    config: Config,
+    runtimes: dict[str, RouterRuntime],
+    served: list[ServedAcceptor],
+    metrics: Metrics,
+    admin: tuple[str, int] | None,
+    grace_s: float,
+    shutdown: trio.Event,
+    limits: ConnectionLimits,
+    event_log: EventLog | None,
+    task_status: trio.TaskStatus[ServerInfo],
+) -> None:
     async with trio.open_nursery() as services:
-        admin_bound = await _start_services(config, runtimes, metrics, services, admin)
+        admin_bound = await _start_services(config, runtimes, metrics, services, admin, event_log)
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()
         fast = FastPath(clock.current_time, token.run_sync_soon, limits.connect_timeout_s)
         listeners: list[tuple[ServedAcceptor, trio.SocketListener]] = []
@@ -405,4 +459,3 @@ async def serve_router(
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(fast.join, _FAST_PATH_JOIN_S)
         services.cancel_scope.cancel(reason="shutdown complete")
-    log.info("stopped")

@@ -56,6 +56,7 @@ from router.config.settings import (
     Config,
     ConnectionTtlConfig,
     DiscoveryGroupConfig,
+    EventLogConfig,
     RouterConfig,
     ZooKeeperConfig,
     compile_filter,
@@ -77,6 +78,7 @@ SECTIONS: Final = (
     "connection-routers",
     "connection-ttl-override",
     "connection-ttl-check-interval",
+    "event-log",
 )
 """The children of `<core>` the router reads; all others are ignored."""
 
@@ -120,6 +122,14 @@ _VALUE_KINDS: Final[Mapping[str, ValueKind]] = {
     "session-timeout": ValueKind.POSITIVE,
     "connect": ValueKind.NAME,
     "path": ValueKind.NAME,
+    "directory": ValueKind.NAME,
+    "router-id": ValueKind.NAME,
+    "ring-size": ValueKind.POSITIVE,
+    "rotate-size": ValueKind.POSITIVE,
+    "rotate-interval": ValueKind.POSITIVE,
+    "flush-interval": ValueKind.POSITIVE,
+    "max-size": ValueKind.POSITIVE,
+    "compress": ValueKind.BOOLEAN,
 }
 """Element or attribute name -> the kind of the simple type the XSD gives it, for wording value
 errors and converting values."""
@@ -138,9 +148,18 @@ _FIELDS: Final[Mapping[str, str]] = {
     "max-entries": "max_entries",
     "connection-ttl-override": "override_ms",
     "connection-ttl-check-interval": "check_interval_ms",
+    "directory": "directory",
+    "router-id": "router_id",
+    "ring-size": "ring_size",
+    "rotate-size": "rotate_size",
+    "rotate-interval": "rotate_interval_ms",
+    "flush-interval": "flush_interval_ms",
+    "max-size": "max_size",
+    "compress": "compress",
 }
 """Simple element or attribute -> the field it sets on its section's dataclass (`PoolConfig`,
-`CacheConfig`, `DiscoveryGroupConfig`, `ZooKeeperConfig`, `RouterConfig`, `ConnectionTtlConfig`;
+`CacheConfig`, `DiscoveryGroupConfig`, `ZooKeeperConfig`, `RouterConfig`, `ConnectionTtlConfig`,
+`EventLogConfig`;
 each name occurs in one section only). An absent one is not passed: the field's default applies."""
 
 _URL_SECRET: Final = re.compile(r"[?;&][^=;&?]*password[^=;&?]*=([^;&]*)", re.IGNORECASE)
@@ -349,18 +368,20 @@ def _as_reason(sentence: str) -> str:
     return sentence[:1].lower() + sentence[1:]
 
 
-def _value(kind: ValueKind, text: str) -> int | bool | KeyType:
+def _value(kind: ValueKind, text: str) -> int | bool | KeyType | str:
     """The value of schema-valid text of a simple type (xsd:boolean also has 1 and 0)."""
     match kind:
         case ValueKind.BOOLEAN:
             return text.lower() in ("true", "1")
         case ValueKind.KEY_TYPE:
             return KeyType(text)
+        case ValueKind.NAME:
+            return text
         case _:
             return int(text)
 
 
-def _given(items: Iterable[tuple[str, str]]) -> Iterator[tuple[str, int | bool | KeyType]]:
+def _given(items: Iterable[tuple[str, str]]) -> Iterator[tuple[str, int | bool | KeyType | str]]:
     """(field, value) for each of `items`, (element or attribute name, schema-valid text), that
     sets a field (`_FIELDS`).
 
@@ -468,6 +489,9 @@ class _Loader:
         if (element := sections.get("acceptors")) is not None:
             acceptors = self._acceptors(element, routers)
         ttl_fields: dict[str, Any] = dict(_given(_texts(sections)))  # Any: see _given
+        event_log = None
+        if (element := sections.get("event-log")) is not None:
+            event_log = self._event_log(element)
         return Config(
             source=self.source,
             connectors=tuple(self.connectors.values()),
@@ -476,7 +500,17 @@ class _Loader:
             discovery_groups=tuple(self.discovery_groups.values()),
             cluster_connections=tuple(self.cluster_connections.values()),
             connection_ttl=ConnectionTtlConfig(**ttl_fields),
+            event_log=event_log,
         )
+
+    def _event_log(self, element: etree._Element) -> EventLogConfig:
+        fields: dict[str, Any] = dict(_given(_texts(self._unique_children(element))))  # Any: see _given
+        if "directory" not in fields:
+            raise self.error(element, "needs a <directory>: where the event files go")
+        try:
+            return EventLogConfig(**fields)
+        except ValueError as exc:
+            raise self.error(element, str(exc)) from exc
 
     def _collect_secrets(self, sections: Iterable[etree._Element]) -> None:
         for section in sections:

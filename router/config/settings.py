@@ -37,6 +37,7 @@ __all__ = [
     "Config",
     "ConnectionTtlConfig",
     "DiscoveryGroupConfig",
+    "EventLogConfig",
     "RouterConfig",
     "TlsConfig",
     "ZooKeeperConfig",
@@ -174,6 +175,44 @@ class ConnectionTtlConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EventLogConfig:
+    """Our extension `<event-log>`, a direct child of `<core>` (or `routerd --event-log DIR`): the
+    routing event log, one JSON line per decision and per closed connection, written by
+    `router/services/event_log.py` (docs/pipeline.md). Off unless configured."""
+
+    directory: str
+    """Where the files go (created if missing)."""
+    router_id: str | None = None
+    """This process in the lines and file names; None: the host name and the acceptor names. Two
+    routerd processes writing to the same place need different ids."""
+    ring_size: int = 65_536
+    """Events waiting for the writer at most; when full the oldest is dropped and counted (about
+    4 s of 8,000 connections/s; changeable at run time through the admin API)."""
+    rotate_size: int = 64 * 1024 * 1024
+    """A file is finished when this many bytes of lines (before compression) are written."""
+    rotate_interval_ms: int = 300_000
+    """... or when it has been open this long (ms), so the pipeline sees recent events."""
+    flush_interval_ms: int = 1_000
+    """Lines are handed to the operating system at least this often (ms): what a kill -9 loses."""
+    max_size: int = 4 * 1024 * 1024 * 1024
+    """Finished files of this router id kept at most (bytes, compressed); the oldest are deleted
+    beyond it (counted, logged)."""
+    compress: bool = True
+    """zstd-compress finished files (`.jsonl.zst`, about 9x smaller; Spark reads them as they are);
+    false: plain `.jsonl`."""
+
+    def __post_init__(self) -> None:
+        check(ValueKind.NAME, "directory", self.directory)
+        if self.router_id is not None:
+            check(ValueKind.NAME, "router-id", self.router_id)
+        check(ValueKind.POSITIVE, "ring-size", self.ring_size)
+        check(ValueKind.POSITIVE, "rotate-size", self.rotate_size)
+        check(ValueKind.POSITIVE, "rotate-interval", self.rotate_interval_ms)
+        check(ValueKind.POSITIVE, "flush-interval", self.flush_interval_ms)
+        check(ValueKind.POSITIVE, "max-size", self.max_size)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ZooKeeperConfig:
     """Our extension `<zookeeper connect="host:port,…" path="/…" session-timeout="ms"/>` inside a
     `<discovery-group>`: the group's members are the ephemeral znodes under `path`."""
@@ -285,6 +324,8 @@ class Config:
     cluster_connections: tuple[ClusterConnectionConfig, ...] = ()
     connection_ttl: ConnectionTtlConfig = field(default_factory=ConnectionTtlConfig)
     """`<connection-ttl-override>` and `<connection-ttl-check-interval>`."""
+    event_log: EventLogConfig | None = None
+    """`<event-log>`; None: no event log."""
 
     def connector(self, name: str) -> Connector:
         """The connector with this name.

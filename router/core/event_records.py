@@ -234,7 +234,7 @@ def record_of(
             router=ref.router,
             acceptor=ref.acceptor,
             node_id=event.node_id,
-            duration_s=event.duration_s,
+            duration_s=round(event.duration_s, 6),
             bytes_in=event.bytes_in,
             bytes_out=event.bytes_out,
             reason=event.reason.value,

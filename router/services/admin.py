@@ -9,6 +9,9 @@ Endpoints:
   GET  /api/v1/routers/{name}/target?key=K    the management lookup (SPEC A7), as `routerctl route`
   PUT  /api/v1/routers/{name}/filters         JSON {"key_filter": …, "local_target_filter": …};
                                               blank disables, an absent field is left as it is
+  GET  /api/v1/event-log                      the event log: router id, ring size and use, counts
+  PUT  /api/v1/event-log                      JSON {"ring_size": N}: resize the ring (takes effect
+                                              as it drains; nothing in it is lost)
   GET  /metrics                               Prometheus text exposition
   GET  /healthz                               200 "ok" while the process serves
 """
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
+    from router.services.event_log import EventLog
 
 __all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "serve_admin"]
 
@@ -56,7 +60,12 @@ class _HttpError(Exception):
 
 
 def _route(
-    method: str, target: str, body: bytes, runtimes: Mapping[str, RouterRuntime], metrics: Metrics
+    method: str,
+    target: str,
+    body: bytes,
+    runtimes: Mapping[str, RouterRuntime],
+    metrics: Metrics,
+    event_log: EventLog | None = None,
 ) -> tuple[int, str, bytes]:
     url = urllib.parse.urlsplit(target)
     query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
@@ -67,6 +76,8 @@ def _route(
         return 200, "text/plain; version=0.0.4; charset=utf-8", metrics.exposition()
     if parts == ["healthz"]:
         return 200, "text/plain; charset=utf-8", b"ok\n"
+    if parts == ["api", "v1", "event-log"]:
+        return _event_log(method, body, event_log)
     if parts[:3] != ["api", "v1", "routers"]:
         raise _HttpError(404, f"no such resource {url.path!r}")
     if len(parts) == 3:
@@ -91,13 +102,33 @@ def _route(
     )
 
 
-def _set_filters(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
+def _event_log(method: str, body: bytes, event_log: EventLog | None) -> tuple[int, str, bytes]:
+    if event_log is None:
+        raise _HttpError(404, "the event log is off (<event-log> or routerd --event-log DIR turns it on)")
+    if method == "GET":
+        return _json(200, event_log.status())
+    if method != "PUT":
+        raise _HttpError(405, f"{method} /api/v1/event-log is not supported")
+    document = _json_object(body)
+    size = document.get("ring_size")
+    if set(document) != {"ring_size"} or not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise _HttpError(400, f'body must be {{"ring_size": N}} with an integer N >= 1, got {document!r}')
+    event_log.resize(size)
+    return _json(200, event_log.status())
+
+
+def _json_object(body: bytes) -> dict[str, object]:
     try:
         document = json.loads(body or b"{}")
     except ValueError as exc:
         raise _HttpError(400, f"body is not JSON: {exc}") from None
     if not isinstance(document, dict):
         raise _HttpError(400, "body must be a JSON object")
+    return document
+
+
+def _set_filters(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
+    document = _json_object(body)
     changes: dict[str, str | None] = {}
     for field in ("key_filter", "local_target_filter"):
         if field in document:
@@ -153,7 +184,10 @@ async def _respond(
 
 
 async def _serve_one(
-    stream: trio.SocketStream, runtimes: Mapping[str, RouterRuntime], metrics: Metrics
+    stream: trio.SocketStream,
+    runtimes: Mapping[str, RouterRuntime],
+    metrics: Metrics,
+    event_log: EventLog | None = None,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     try:
@@ -171,7 +205,7 @@ async def _serve_one(
             head = method == "HEAD"
             try:
                 status, ctype, payload = _route(
-                    "GET" if head else method, request.target.decode(), body, runtimes, metrics
+                    "GET" if head else method, request.target.decode(), body, runtimes, metrics, event_log
                 )
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
@@ -191,6 +225,7 @@ async def serve_admin(
     runtimes: Mapping[str, RouterRuntime],
     metrics: Metrics,
     *,
+    event_log: EventLog | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the admin API until cancelled; `task_status.started((host, port))` once listening."""
@@ -213,7 +248,7 @@ async def serve_admin(
             return
         open_now += 1
         try:
-            await _serve_one(stream, runtimes, metrics)
+            await _serve_one(stream, runtimes, metrics, event_log)
         finally:
             open_now -= 1
 

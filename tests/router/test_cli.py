@@ -484,3 +484,14 @@ def test_routerd_max_connections_sets_the_budget_and_raises_the_limit_to_fit(
         assert budget < wanted
     assert f"router_client_connection_budget {float(budget)}" in router.metrics()
     assert router.stop() == 0
+
+
+def test_routerd_event_log_in_an_unusable_directory_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = _routerd_process("--config", str(DEMO), "--no-admin", "--event-log", str(blocker / "events"))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"routerd: error: event log directory '{blocker}/events': Not a directory"
+    )

@@ -25,6 +25,7 @@ from router.config.settings import (
     Config,
     ConnectionTtlConfig,
     DiscoveryGroupConfig,
+    EventLogConfig,
     RouterConfig,
     ZooKeeperConfig,
 )
@@ -1853,3 +1854,33 @@ def test_load_config_rejects_differing_repeats_of_connection_ttl_elements() -> N
         "b.xml:5: <connection-ttl-check-interval>: given twice in <core> with different content "
         "(lines 4 and 5)"
     )
+
+
+# -- our <event-log> --
+
+
+def test_load_config_reads_the_event_log_in_any_order_with_defaults(tmp_path):
+    config = load(
+        tmp_path,
+        document(
+            f"{BASE}<event-log>\n"
+            "  <compress>false</compress>\n"
+            "  <directory> /var/log/router/events </directory>\n"
+            "  <ring-size>1024</ring-size>\n"
+            "</event-log>\n"
+        ),
+    )
+    assert config.event_log == EventLogConfig(
+        directory="/var/log/router/events", ring_size=1024, compress=False
+    )
+    assert config.event_log.rotate_size == 64 * 1024 * 1024  # the dataclass's default
+    assert load(tmp_path, document(BASE)).event_log is None
+
+
+def test_load_config_event_log_errors(tmp_path):
+    text = document(
+        f"{BASE}<event-log>\n  <directory>/x</directory>\n  <ring-size>0</ring-size>\n</event-log>\n"
+    )
+    assert_error(tmp_path, text, "<ring-size>", "ring-size", "must be > 0, got '0'")
+    text = document(f"{BASE}<event-log>\n  <ring-size>5</ring-size>\n</event-log>\n")
+    assert_error(tmp_path, text, "<event-log>", "event-log", "needs a <directory>: where the event files go")

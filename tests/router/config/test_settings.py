@@ -20,6 +20,7 @@ from router.config.settings import (
     Config,
     ConnectionTtlConfig,
     DiscoveryGroupConfig,
+    EventLogConfig,
     RouterConfig,
     ZooKeeperConfig,
 )
@@ -237,3 +238,13 @@ class TestZooKeeperConfig:
         assert config.discovery_group("plain") is plain
         with pytest.raises(KeyError):
             config.discovery_group("nope")
+
+
+def test_event_log_config_checks_its_values():
+    assert EventLogConfig(directory="/x").ring_size == 65_536
+    with pytest.raises(ValueError, match="ring-size must be > 0, got 0"):
+        EventLogConfig(directory="/x", ring_size=0)
+    with pytest.raises(ValueError, match="directory"):
+        EventLogConfig(directory=" ")
+    with pytest.raises(ValueError, match="router-id"):
+        EventLogConfig(directory="/x", router_id="")

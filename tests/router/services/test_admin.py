@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.error
 import urllib.request
@@ -13,7 +14,7 @@ import trio
 from cache import CacheConfig
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
-from router.config.settings import AcceptorConfig, Config, RouterConfig
+from router.config.settings import AcceptorConfig, Config, EventLogConfig, RouterConfig
 from router.server import ServerInfo, serve_router
 from router.services.admin import ADMIN_MAX_CONNECTIONS
 
@@ -236,3 +237,38 @@ async def test_admin_serves_a_bounded_number_of_connections_and_answers_again_af
                     break
             except (urllib.error.URLError, ConnectionError):
                 await trio.sleep(0.05)
+
+
+async def test_admin_event_log_is_404_when_off(base: tuple[ServerInfo, str]) -> None:
+    _, url = base
+    status, body = await _call(f"{url}/api/v1/event-log")
+    assert status == 404
+    assert "the event log is off" in json.loads(body)["error"]
+
+
+async def test_admin_event_log_status_and_ring_resize(nursery: trio.Nursery, tmp_path) -> None:
+    config = dataclasses.replace(
+        _config(), event_log=EventLogConfig(directory=str(tmp_path), router_id="edge-1", ring_size=100)
+    )
+    shutdown = trio.Event()
+    info: ServerInfo = await nursery.start(
+        lambda task_status: serve_router(
+            config, admin=("127.0.0.1", 0), shutdown=shutdown, task_status=task_status
+        )
+    )
+    assert info.admin is not None
+    url = f"http://{info.admin[0]}:{info.admin[1]}/api/v1/event-log"
+    status, body = await _call(url)
+    assert status == 200
+    shown = json.loads(body)
+    assert (shown["router_id"], shown["ring_size"], shown["directory"]) == ("edge-1", 100, str(tmp_path))
+    status, body = await _call(url, "PUT", b'{"ring_size": 7}')
+    assert status == 200
+    assert json.loads(body)["ring_size"] == 7
+    for bad in (b'{"ring_size": 0}', b'{"ring_size": true}', b'{"ring": 5}', b"[1]", b"x"):
+        status, body = await _call(url, "PUT", bad)
+        assert status == 400, bad
+    assert json.loads((await _call(url))[1])["ring_size"] == 7
+    status, _ = await _call(url, "POST", b"{}")
+    assert status == 405
+    shutdown.set()

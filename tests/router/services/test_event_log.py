@@ -1,0 +1,245 @@
+"""router/services/event_log.py: the writer thread, its files, rotation, recovery and bounds, on
+real files (no sockets: events are made by hand and reported as the data paths report them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+import zstandard
+
+from keys import ConnectionFacts, KeyType
+from router.config.settings import EventLogConfig
+from router.core.address import Address
+from router.core.engine import DecisionReason, RouteStatus
+from router.core.event_records import BOOT_SPAN
+from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
+from router.metrics import Metrics
+from router.services.event_log import EventLog, EventLogError, default_router_id, file_name_part
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+NOW = 1_795_435_200.0  # 2026-11-23T12:00:00Z
+
+
+def _conn(n: int) -> ConnectionRef:
+    return ConnectionRef(id=n, router="r1", acceptor="mqtt", peer=Address("10.0.0.1", 4000 + n))
+
+
+def _decided(n: int) -> Decided:
+    return Decided(
+        conn=_conn(n),
+        key=f"dev-{n}",
+        status=RouteStatus.OK,
+        reason=DecisionReason.POLICY,
+        mode=Mode.PROXY,
+        node_id="node4",
+        facts=ConnectionFacts(client_id=f"dev-{n}"),
+        latency_s=2e-6,
+    )
+
+
+def _closed(n: int) -> Closed:
+    return Closed(
+        conn=_conn(n), node_id="node4", bytes_in=5, bytes_out=7, duration_s=1.0, reason=CloseReason.CLOSED
+    )
+
+
+def _log(directory: Path, metrics: Metrics | None = None, **settings: object) -> EventLog:
+    config = EventLogConfig(directory=str(directory), **settings)  # type: ignore[arg-type]
+    return EventLog(config, "edge-1", {"r1": KeyType.CLIENT_ID}, metrics or Metrics(), clock=lambda: NOW)
+
+
+def _finished(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.name.startswith("events-"))
+
+
+def _lines(path: Path) -> list[dict[str, object]]:
+    data = path.read_bytes()
+    if path.suffix == ".zst":
+        data = zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    return [json.loads(line) for line in data.decode().splitlines()]
+
+
+def _all_lines(directory: Path) -> list[dict[str, object]]:
+    return [line for path in _finished(directory) for line in _lines(path)]
+
+
+def _wait_until(predicate, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_decisions_and_closes_become_lines_of_one_compressed_file_at_stop(tmp_path):
+    metrics = Metrics()
+    event_log = _log(tmp_path, metrics)
+    event_log.start()
+    event_log.report(Accepted(conn=_conn(1)))  # not logged
+    event_log.report(_decided(1))
+    event_log.report(_closed(1))
+    assert event_log.stop(5)
+    [path] = _finished(tmp_path)
+    assert path.name.startswith("events-edge-1-")
+    assert path.name.endswith("-000001.jsonl.zst")
+    decision, close = _lines(path)
+    boot = int(path.name.split("-")[3])
+    assert abs(boot - NOW * 1000) <= 1
+    assert (decision["kind"], decision["seq"], decision["conn"]) == (
+        "decision",
+        boot * BOOT_SPAN,
+        boot * BOOT_SPAN + 1,
+    )
+    assert (close["kind"], close["seq"], close["conn"]) == (
+        "close",
+        boot * BOOT_SPAN + 1,
+        boot * BOOT_SPAN + 1,
+    )
+    assert decision["ts"] == "2026-11-23T12:00:00.000000Z"
+    assert decision["raw_key"] == "dev-1"
+    assert metrics.event_log_events.value(("written",)) == 2
+    assert metrics.event_log_files.value(("finished",)) == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".events")]  # nothing in progress
+
+
+def test_files_rotate_by_size_and_none_is_lost(tmp_path):
+    event_log = _log(tmp_path, rotate_size=2000, compress=False)
+    event_log.start()
+    for n in range(100):
+        event_log.report(_decided(n))
+        if n % 10 == 9:
+            _wait_until(lambda: len(event_log._ring) == 0)
+    assert event_log.stop(5)
+    files = _finished(tmp_path)
+    assert len(files) > 5
+    assert all(p.suffix == ".jsonl" for p in files)
+    keys = [line["key"] for line in _all_lines(tmp_path)]
+    assert keys == [f"dev-{n}" for n in range(100)]
+
+
+def test_files_rotate_by_time(tmp_path):
+    event_log = _log(tmp_path, rotate_interval_ms=1)
+    event_log.start()
+    event_log.report(_decided(1))
+    _wait_until(lambda: len(_finished(tmp_path)) == 1)
+    event_log.report(_decided(2))
+    _wait_until(lambda: len(_finished(tmp_path)) == 2)
+    assert event_log.stop(5)
+    assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-1", "dev-2"]
+
+
+def test_a_file_left_in_progress_is_cut_after_its_last_line_and_finished_at_start(tmp_path):
+    name = file_name_part("edge-1")
+    part = tmp_path / f".events-{name}-1000-000001.jsonl.part"
+    part.write_bytes(b'{"kind":"decision","seq":1}\n{"kind":"decision","seq":2}\n{"kind":"deci')
+    (tmp_path / f".events-{name}-1000-000001.jsonl.zst.tmp").write_bytes(b"half")
+    done = tmp_path / f".events-{name}-999-000003.jsonl.part"  # renamed before the crash, not unlinked
+    done.write_bytes(b"{}\n")
+    (tmp_path / f"events-{name}-999-000003.jsonl.zst").write_bytes(b"the finished one")
+    event_log = _log(tmp_path)
+    event_log.start()
+    assert event_log.stop(5)
+    recovered = tmp_path / f"events-{name}-1000-000001.jsonl.zst"
+    assert _lines(recovered) == [{"kind": "decision", "seq": 1}, {"kind": "decision", "seq": 2}]
+    assert (tmp_path / f"events-{name}-999-000003.jsonl.zst").read_bytes() == b"the finished one"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".events")) == []
+
+
+def test_boot_is_above_the_last_one_kept_so_seq_never_repeats(tmp_path):
+    name = file_name_part("edge-1")
+    future = int(NOW * 1000) + 60_000  # the clock was set back a minute since the last run
+    (tmp_path / f".boot-{name}").write_text(f"{future}\n")
+    event_log = _log(tmp_path)
+    event_log.start()
+    event_log.report(_decided(1))
+    assert event_log.stop(5)
+    [line] = _all_lines(tmp_path)
+    assert line["seq"] == (future + 1) * BOOT_SPAN
+    assert (tmp_path / f".boot-{name}").read_text() == f"{future + 1}\n"
+
+
+def test_a_full_ring_drops_the_oldest_counts_it_and_leaves_a_gap(tmp_path, caplog):
+    metrics = Metrics()
+    event_log = _log(tmp_path, metrics, ring_size=3)
+    for n in range(5):  # before start: nothing drains the ring
+        event_log.report(_decided(n))
+    event_log.start()
+    assert event_log.stop(5)
+    lines = _all_lines(tmp_path)
+    assert [line["key"] for line in lines] == ["dev-2", "dev-3", "dev-4"]
+    assert [int(str(line["seq"])) % BOOT_SPAN for line in lines] == [2, 3, 4]  # 0 and 1 are the gap
+    assert metrics.event_log_events.value(("dropped",)) == 2
+    assert "ring full: 2 event(s) dropped (ring-size=3)" in caplog.text
+
+
+def test_resize_at_run_time_keeps_what_the_ring_holds(tmp_path):
+    event_log = _log(tmp_path, ring_size=10)
+    for n in range(8):
+        event_log.report(_decided(n))
+    event_log.resize(2)
+    event_log.start()
+    assert event_log.stop(5)
+    assert len(_all_lines(tmp_path)) == 8
+    assert event_log.status()["ring_size"] == 2
+    with pytest.raises(ValueError, match="at least 1"):
+        event_log.resize(0)
+
+
+def test_a_write_error_loses_that_batch_only_and_the_writer_goes_on(tmp_path, caplog):
+    metrics = Metrics()
+    event_log = _log(tmp_path, metrics)
+    event_log.start()
+    name = file_name_part("edge-1")
+    boot = event_log._boot
+    (tmp_path / f".events-{name}-{boot}-000001.jsonl.part").mkdir()  # the first file cannot be opened
+    event_log.report(_decided(1))
+    _wait_until(lambda: event_log.lost == 1)
+    event_log.report(_decided(2))
+    assert event_log.stop(5)
+    assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-2"]
+    assert metrics.event_log_events.value(("lost",)) == 1
+    assert "event log: 1 event(s) lost" in caplog.text
+
+
+def test_finished_files_beyond_max_size_are_deleted_oldest_first(tmp_path, caplog):
+    metrics = Metrics()
+    event_log = _log(tmp_path, metrics, rotate_size=1, max_size=1500, compress=False)
+    event_log.start()
+    for n in range(6):
+        event_log.report(_decided(n))
+        _wait_until(lambda n=n: event_log.files == n + 1)
+    assert event_log.stop(5)
+    files = _finished(tmp_path)
+    assert sum(p.stat().st_size for p in files) <= 1500
+    assert [line["key"] for line in _all_lines(tmp_path)] == [f"dev-{n}" for n in range(6 - len(files), 6)]
+    assert metrics.event_log_files.value(("deleted",)) == 6 - len(files)
+    assert "over max-size=1500" in caplog.text
+
+
+def test_an_unusable_directory_is_one_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    event_log = _log(blocker / "events")
+    with pytest.raises(EventLogError, match=r"event log directory '.*/file/events': Not a directory"):
+        event_log.start()
+
+
+def test_status_says_where_and_how_much():
+    event_log = EventLog(EventLogConfig(directory="/nonexistent"), "edge-1", {}, Metrics(), clock=lambda: NOW)
+    event_log.report(_decided(1))
+    status = event_log.status()
+    assert status["events"] == 1
+    assert status["ring_used"] == 1
+    assert status["current_file"] is None
+
+
+def test_router_ids_and_file_names():
+    assert default_router_id(["mqtt", "amqp"]) == f"{os.uname().nodename}/amqp+mqtt"
+    assert file_name_part("edge-1.eu_west") == "edge-1.eu_west"
+    assert file_name_part("host/a+b").startswith("host_a_b_")
+    assert file_name_part("host/a+b") != file_name_part("host_a_b")
