@@ -1,7 +1,7 @@
 """The benchmark command: HAProxy 2.6 and routerd in front of the same backends, same load clients.
 
     .venv/bin/python -m benchmarks.run [--quick] [--json PATH] [--only GROUP,...]
-                                       [--routerd-log-level LEVEL] [--keep-logs]
+                                       [--routerd-log-level LEVEL] [--keep-logs] [--event-log]
 
 One run starts, on 127.0.0.1 ports below 32768 chosen at run time: a C echo server (two ports =
 two backends), `iperf3 -s`, mosquitto, HAProxy (TCP mode, one thread) and routerd (static pools,
@@ -191,12 +191,20 @@ class Bench:
     """One run: the fleet, the load clients and the figures they fill."""
 
     def __init__(
-        self, fleet: Fleet, settings: Settings, figures: dict[str, Figure], *, log_level: str
+        self,
+        fleet: Fleet,
+        settings: Settings,
+        figures: dict[str, Figure],
+        *,
+        log_level: str,
+        event_log: bool = False,
     ) -> None:
         self.fleet = fleet
         self.settings = settings
         self.figures = figures
         self.log_level = log_level
+        self.event_log = event_log
+        """Run routerd with its routing event log on (`--event-log` into the work directory)."""
         self.workdir = fleet.workdir
         self.fd_limit = raise_fd_limit()
         self.idle_connections = min(settings.idle_connections, (self.fd_limit - FD_MARGIN) // 2)
@@ -252,6 +260,8 @@ class Bench:
         self.pids["haproxy"] = haproxy.pid
         routerd_argv = [sys.executable, "-m", "router", "--config", str(work / "routerd.xml")]
         routerd_argv += ["--admin", f"127.0.0.1:{ports.routerd_admin}", "--log-level", self.log_level]
+        if self.event_log:
+            routerd_argv += ["--event-log", str(work / "events")]
         routerd_ports = [ports.routerd_echo, ports.routerd_iperf, ports.routerd_mqtt, ports.routerd_redirect]
         routerd_ports += [ports.routerd_probe, ports.routerd_admin]
         routerd = self.fleet.start("routerd", routerd_argv, ports=routerd_ports, cwd=ROOT)
@@ -623,6 +633,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the work directory with the logs")
     parser.add_argument(
+        "--event-log",
+        action="store_true",
+        help="run routerd with its routing event log on (routerd --event-log into the work directory): "
+        "the event log's cost is this run's figures against a run without",
+    )
+    parser.add_argument(
         "--runs",
         type=int,
         default=1,
@@ -648,11 +664,17 @@ _STOP_HANDLERS: Final = {signal.SIGTERM: _on_sigterm, signal.SIGINT: signal.defa
 
 
 def _measure(
-    groups: list[str], settings: Settings, figures: dict[str, Figure], workdir: Path, log_level: str
+    groups: list[str],
+    settings: Settings,
+    figures: dict[str, Figure],
+    workdir: Path,
+    log_level: str,
+    *,
+    event_log: bool = False,
 ) -> int:
     """Start the fleet when needed, run the groups, stop the fleet; the idle connection count used."""
     with Fleet(workdir, say=_say) as fleet:
-        bench = Bench(fleet, settings, figures, log_level=log_level)
+        bench = Bench(fleet, settings, figures, log_level=log_level, event_log=event_log)
         fleet_groups = [g for g in groups if g != "decision"]
         if fleet_groups:
             try:
@@ -694,7 +716,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs.append(new_figures())
             run_dir = workdir / f"run{number}" if args.runs > 1 else workdir
             run_dir.mkdir(exist_ok=True)
-            idle_connections = _measure(groups, settings, runs[-1], run_dir, args.routerd_log_level)
+            idle_connections = _measure(
+                groups, settings, runs[-1], run_dir, args.routerd_log_level, event_log=args.event_log
+            )
             if args.runs > 1:
                 print(f"run {number} of {args.runs}:\n{format_table(runs[-1])}\n", flush=True)
     except KeyboardInterrupt:
@@ -722,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "group); compare figures of one run, not across machines",
         },
         "versions": _versions(),
-        "settings": {**asdict(settings), "idle_connections": idle_connections},
+        "settings": {**asdict(settings), "idle_connections": idle_connections, "event_log": args.event_log},
         "figures": {name: f.to_json() for name, f in figures.items() if f.measured},
         "runs": len(runs),
         "per_run": [{name: f.to_json() for name, f in run.items() if f.measured} for run in runs]
