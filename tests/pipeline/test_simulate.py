@@ -1,0 +1,417 @@
+"""`routerctl simulate` on small hand-made event logs: exact results, and agreement key by key with
+`routerctl route` on the new configuration (in process, and once as a real `routerctl` process).
+
+The logs are made the way the router makes them: each client is routed by the OLD configuration's
+engine and its decision and close lines are written with `json_line`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keys import ConnectionFacts, KeyType
+from pipeline.simulate import (
+    SimulateError,
+    add_command,
+    read_events,
+    run,
+    simulate,
+)
+from router.cli import main_routerctl
+from router.config import load_config
+from router.core.engine import RoutingEngine, build_pool
+from router.core.event_records import RAW_KEY_CAP, CloseRecord, DecisionRecord, json_line, timestamp
+
+ROUTERCTL = Path(sys.executable).with_name("routerctl")
+
+NODES = ("mq0", "mq1", "mq2", "mq3")
+CLIENTS = [f"app{i % 5}-dev{i}" for i in range(40)]
+"""40 client ids in 5 families (`app0-...` to `app4-...`), so a prefix filter merges them."""
+
+
+def _config(
+    tmp_path: Path,
+    name: str,
+    *,
+    nodes: tuple[str, ...] = NODES[:3],
+    policy: str = "CONSISTENT_HASH",
+    key_type: str = "CLIENT_ID",
+    key_filter: str | None = None,
+    router: str = "mqtt",
+) -> Path:
+    """A broker.xml with one connection router over `nodes` (one connector each, port 21000+i)."""
+    connectors = "\n".join(
+        f'<connector name="c-{n}">tcp://127.0.0.1:{21000 + i}?nodeId={n}</connector>'
+        for i, n in enumerate(NODES)
+    )
+    refs = "\n".join(f"<connector-ref>c-{n}</connector-ref>" for n in nodes)
+    filter_element = "" if key_filter is None else f"<key-filter>{key_filter}</key-filter>"
+    path = tmp_path / f"{name}.xml"
+    path.write_text(
+        f"""<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+<connectors>{connectors}</connectors>
+<acceptors><acceptor name="in">tcp://127.0.0.1:21900?router={router}</acceptor></acceptors>
+<connection-routers>
+  <connection-router name="{router}">
+    <key-type>{key_type}</key-type>{filter_element}
+    <policy name="{policy}"/>
+    <pool><static-connectors>{refs}</static-connectors></pool>
+  </connection-router>
+</connection-routers>
+</core></configuration>
+"""
+    )
+    return path
+
+
+def _engine(config_path: Path, router: str = "mqtt", ready: set[str] | None = None) -> RoutingEngine:
+    """The engine `routerctl route --ready all` builds (or only `ready`)."""
+    config = load_config(config_path)
+    router_config = config.router(router)
+    pool, local = build_pool(config, router_config)
+    assert pool is not None
+    for target in pool.targets:
+        pool.record_check(target.node_id, ready is None or target.node_id in ready)
+    return RoutingEngine(router_config, pool, local, round_robin_start=0)
+
+
+@dataclass(frozen=True)
+class Client:
+    raw: str
+    """The raw key (client id)."""
+    connections: int
+    source: str
+
+
+def _clients(raws: list[str]) -> list[Client]:
+    return [Client(raw, 1 + i % 3, f"10.0.{i // 200}.{i % 200 + 1}") for i, raw in enumerate(raws)]
+
+
+def _write_log(
+    path: Path,
+    old: Path,
+    clients: list[Client],
+    *,
+    router: str = "mqtt",
+    key_type: KeyType = KeyType.CLIENT_ID,
+) -> dict[str, str | None]:
+    """The event lines of `clients` routed by the old configuration's engine: per connection a
+    decision line and a close line (bytes: 100 in and 10 out per connection). Returns raw -> target."""
+    engine = _engine(old, router)
+    lines: list[str] = []
+    targets: dict[str, str | None] = {}
+    seq = 0
+    for client in clients:
+        facts = ConnectionFacts(
+            client_id=client.raw if key_type is KeyType.CLIENT_ID else None,
+            user_name=client.raw if key_type is KeyType.USER_NAME else None,
+            source_ip=client.source,
+        )
+        for _ in range(client.connections):
+            decision = engine.route(facts, 0.0)
+            node = None if decision.target is None else decision.target.node_id
+            targets[client.raw] = node
+            seq += 1
+            lines.append(
+                json_line(
+                    DecisionRecord(
+                        router_id="r1",
+                        conn=seq,
+                        router=router,
+                        acceptor="in",
+                        seq=seq * 2,
+                        ts=timestamp(1_800_000_000 + seq),
+                        source=client.source,
+                        protocol="mqtt",
+                        key_type=key_type.value,
+                        raw_key=client.raw[:RAW_KEY_CAP],
+                        raw_key_length=len(client.raw),
+                        key=decision.key,
+                        status=decision.status.value,
+                        reason=decision.reason.value,
+                        mode="proxy",
+                        node_id=node,
+                        local=False,
+                        cache_hit=False,
+                        latency_us=50.0,
+                    )
+                )
+            )
+            lines.append(
+                json_line(
+                    CloseRecord(
+                        router_id="r1",
+                        conn=seq,
+                        router=router,
+                        acceptor="in",
+                        seq=seq * 2 + 1,
+                        ts=timestamp(1_800_000_000 + seq + 0.5),
+                        node_id=node or "none",
+                        duration_s=1.0,
+                        bytes_in=100,
+                        bytes_out=10,
+                        reason="closed",
+                    )
+                )
+            )
+    path.write_text("".join(lines))
+    return targets
+
+
+def _keys(spark, out: Path) -> dict[str, tuple[str | None, str | None, bool | None]]:
+    """raw key -> (target before, target after, moved) from the written keys table."""
+    rows = spark.read.parquet(str(out / "keys")).collect()
+    return {r["input"]: (r["target_before"], r["target_after"], r["moved"]) for r in rows}
+
+
+def _routerctl(config: Path, *args: str, router: str = "mqtt") -> list[dict[str, object]]:
+    """`routerctl route` run in process: one JSON object per decision."""
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main_routerctl(["route", "--config", str(config), "--router", router, *args]) == 0
+    return [json.loads(line) for line in stdout.getvalue().splitlines()]
+
+
+def _route_client(config: Path, raw: str) -> str | None:
+    (decision,) = _routerctl(config, "--client-id", raw)
+    node = decision["node_id"]
+    assert node is None or isinstance(node, str)
+    return node
+
+
+def _run(spark, tmp_path: Path, new: Path, *logs: Path, **options: str) -> tuple[dict[str, Any], Path]:
+    out = tmp_path / "out"
+    events = read_events(spark, [str(p) for p in logs])
+    return simulate(spark, events, load_config(new), str(out), **options), out
+
+
+# -- the scenarios ------------------------------------------------------------------------------
+
+
+def test_simulate_adding_a_node_moves_exactly_the_keys_routerctl_moves(spark, tmp_path):
+    """Scenario: mq3 joins a 3-node CONSISTENT_HASH pool; the log was shipped twice."""
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", nodes=NODES)
+    clients = _clients(CLIENTS)
+    log = tmp_path / "events.jsonl"
+    before = _write_log(log, old, clients)
+    (tmp_path / "again.jsonl").write_text(log.read_text())  # duplicates: the same (router_id, seq)
+
+    summary, out = _run(spark, tmp_path, new, log, tmp_path / "again.jsonl")
+
+    after = {c.raw: _route_client(new, c.raw) for c in clients}
+    moved = {raw for raw in after if after[raw] != before[raw]}
+    assert moved, "the scenario must move some keys"
+    assert {after[raw] for raw in moved} == {"mq3"}  # a consistent hash ring only moves keys to the new node
+    assert _keys(spark, out) == {raw: (before[raw], after[raw], raw in moved) for raw in after}
+    connections = sum(c.connections for c in clients)
+    moved_connections = sum(c.connections for c in clients if c.raw in moved)
+    assert summary["keys"] == 40
+    assert summary["moved_keys"] == len(moved)
+    assert summary["moved_fraction"] == len(moved) / 40
+    assert summary["connections"] == connections
+    assert summary["moved_connections"] == moved_connections
+    assert summary["moved_connections_fraction"] == moved_connections / connections
+    assert summary["bytes"] == 110 * connections
+    assert summary["moved_bytes"] == 110 * moved_connections
+    assert summary["fallback_keys"] == summary["unpredictable_keys"] == 0
+    by_target = {n: sum(c.connections for c in clients if after[c.raw] == n) for n in NODES}
+    assert summary["decisions_by_target_after"] == by_target
+    loads_before = {n: sum(c.connections for c in clients if before[c.raw] == n) for n in NODES[:3]}
+    # before: the targets the log shows (the old pool is not known)
+    assert summary["decisions_by_target_before"] == {n: c for n, c in loads_before.items() if c}
+    assert summary["balance_after"]["targets"] == 4
+    mean = connections / 4
+    assert summary["balance_after"]["max_over_mean"] == pytest.approx(max(by_target.values()) / mean)
+
+    moves = {
+        (r["target_before"], r["target_after"]): (r["keys"], r["connections"], r["moved"])
+        for r in spark.read.parquet(str(out / "moves")).collect()
+    }
+    for (frm, to), (keys, conns, is_move) in moves.items():
+        assert keys == sum(1 for c in clients if before[c.raw] == frm and after[c.raw] == to)
+        assert conns == sum(c.connections for c in clients if before[c.raw] == frm and after[c.raw] == to)
+        assert is_move == (frm != to)
+    assert sum(k for k, _, _ in moves.values()) == 40
+    balance = {r["node_id"]: r for r in spark.read.parquet(str(out / "balance")).collect()}
+    assert {n: balance[n]["connections_after"] for n in NODES} == by_target
+    written = json.loads((out / "summary.json").read_text())
+    assert written["moved_keys"] == len(moved)
+    assert written["routers"]["mqtt"]["decisions_by_target_after"] == by_target
+
+
+def test_simulate_removing_a_node_moves_exactly_its_keys(spark, tmp_path):
+    old, new = _config(tmp_path, "old", nodes=NODES), _config(tmp_path, "new", nodes=("mq0", "mq2", "mq3"))
+    log = tmp_path / "events.jsonl"
+    before = _write_log(log, old, _clients(CLIENTS))
+
+    summary, out = _run(spark, tmp_path, new, log)
+
+    keys = _keys(spark, out)
+    on_mq1 = {raw for raw, node in before.items() if node == "mq1"}
+    assert {raw for raw, (_, _, moved) in keys.items() if moved} == on_mq1
+    assert all(after == _route_client(new, raw) for raw, (_, after, _) in keys.items())
+    assert "mq1" not in summary["decisions_by_target_after"]
+
+
+def test_simulate_changing_the_key_filter_replays_the_raw_keys(spark, tmp_path):
+    """Scenario: a prefix filter puts each client family (`app3-...`) on one broker."""
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", key_filter="^app[0-9]")
+    log = tmp_path / "events.jsonl"
+    before = _write_log(log, old, _clients(CLIENTS))
+
+    summary, out = _run(spark, tmp_path, new, log)
+
+    rows = spark.read.parquet(str(out / "keys")).collect()
+    assert {r["input"]: r["key_after"] for r in rows} == {raw: raw[:4] for raw in CLIENTS}
+    assert {r["input"]: r["key_before"] for r in rows} == {raw: raw for raw in CLIENTS}
+    after = {raw: _route_client(new, raw) for raw in CLIENTS}
+    assert {r["input"]: r["target_after"] for r in rows} == after
+    assert summary["moved_keys"] == sum(1 for raw in CLIENTS if after[raw] != before[raw])
+    families = {raw[:4]: after[raw] for raw in CLIENTS}
+    assert all(after[raw] == families[raw[:4]] for raw in CLIENTS)  # one broker per family
+
+
+def test_simulate_switching_to_first_element_moves_every_key_off_the_other_nodes(spark, tmp_path):
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", policy="FIRST_ELEMENT")
+    log = tmp_path / "events.jsonl"
+    clients = _clients(CLIENTS)
+    before = _write_log(log, old, clients)
+
+    summary, out = _run(spark, tmp_path, new, log)
+
+    assert {after for _, after, _ in _keys(spark, out).values()} == {"mq0"}
+    assert summary["moved_keys"] == sum(1 for n in before.values() if n != "mq0")
+    assert summary["decisions_by_target_after"] == {
+        "mq0": sum(c.connections for c in clients),
+        "mq1": 0,
+        "mq2": 0,
+    }
+    assert summary["balance_after"] == {"targets": 3, "max_over_mean": 3.0, "cv": pytest.approx(2**0.5)}
+
+
+def test_simulate_round_robin_is_reported_unpredictable(spark, tmp_path):
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", policy="ROUND_ROBIN")
+    log = tmp_path / "events.jsonl"
+    clients = _clients(CLIENTS[:6])
+    _write_log(log, old, clients)
+
+    summary, out = _run(spark, tmp_path, new, log)
+
+    assert summary["unpredictable_keys"] == 6
+    assert summary["unpredictable_connections"] == sum(c.connections for c in clients)
+    assert summary["moved_keys"] == 0
+    assert summary["moved_fraction"] is None
+    assert summary["decisions_by_target_after"] == {"mq0": 0, "mq1": 0, "mq2": 0}
+    assert summary["routers"]["mqtt"]["deterministic"] is False
+    keys = _keys(spark, out)
+    assert all(after is None and moved is None for _, after, moved in keys.values())
+
+
+def test_simulate_ready_takes_the_nodes_routerctl_ready_takes(spark, tmp_path):
+    old = _config(tmp_path, "old")
+    log = tmp_path / "events.jsonl"
+    _write_log(log, old, _clients(CLIENTS[:5]))
+
+    summary, out = _run(spark, tmp_path, old, log, ready="mq1")
+
+    only_mq1 = {
+        raw: _routerctl(old, "--ready", "mq1", "--client-id", raw)[0]["node_id"] for raw in CLIENTS[:5]
+    }
+    assert {raw: after for raw, (_, after, _) in _keys(spark, out).items()} == only_mq1
+    assert summary["decisions_by_target_after"] == {"mq1": 1 + 2 + 3 + 1 + 2}
+
+
+def test_simulate_source_ip_replays_the_client_address(spark, tmp_path):
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", key_type="SOURCE_IP")
+    log = tmp_path / "events.jsonl"
+    clients = _clients(CLIENTS[:10])
+    _write_log(log, old, clients)
+
+    summary, out = _run(spark, tmp_path, new, log)
+
+    expected = {c.source: _routerctl(new, "--source-ip", c.source)[0]["node_id"] for c in clients}
+    assert {raw: after for raw, (_, after, _) in _keys(spark, out).items()} == expected
+    assert summary["routers"]["mqtt"]["replayed_from"] == "source"
+
+
+def test_simulate_key_type_change_is_a_clear_error(spark, tmp_path):
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", key_type="USER_NAME")
+    log = tmp_path / "events.jsonl"
+    _write_log(log, old, _clients(CLIENTS[:3]))
+    with pytest.raises(
+        SimulateError, match="new key type USER_NAME cannot be replayed from a log of CLIENT_ID"
+    ):
+        _run(spark, tmp_path, new, log)
+
+
+def test_simulate_cut_raw_key_falls_back_to_the_logged_key(spark, tmp_path):
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", nodes=NODES)
+    long_id = "x" * 300
+    log = tmp_path / "events.jsonl"
+    _write_log(log, old, _clients(["short", long_id]))
+
+    summary, out = _run(spark, tmp_path, new, log)
+
+    assert summary["fallback_keys"] == 1
+    rows = {r["input"]: r for r in spark.read.parquet(str(out / "keys")).collect()}
+    assert rows[long_id]["fallback"] is True  # the logged key is the whole id (no filter)
+    assert rows[long_id]["raw_length"] == 300
+    (by_key,) = _routerctl(new, long_id)
+    assert rows[long_id]["target_after"] == by_key["node_id"]
+    assert rows["short"]["fallback"] is False
+
+
+def test_simulate_agrees_with_a_routerctl_process(spark, tmp_path):
+    """Scenario: the real `routerctl route KEY...` (no filter: a key is its raw value) on the new
+    configuration gives each key the target simulate gives it."""
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", nodes=("mq1", "mq2", "mq3"))
+    log = tmp_path / "events.jsonl"
+    _write_log(log, old, _clients(CLIENTS))
+
+    _, out = _run(spark, tmp_path, new, log)
+
+    done = subprocess.run(
+        [str(ROUTERCTL), "route", "--config", str(new), "--router", "mqtt", *CLIENTS],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )
+    by_routerctl = {d["key"]: d["node_id"] for d in map(json.loads, done.stdout.splitlines())}
+    assert {raw: after for raw, (_, after, _) in _keys(spark, out).items()} == by_routerctl
+
+
+def test_simulate_command_line(spark, tmp_path, capsys):
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", nodes=NODES)
+    log = tmp_path / "events.jsonl"
+    _write_log(log, old, _clients(CLIENTS[:8]))
+    parser = argparse.ArgumentParser(prog="routerctl")
+    add_command(parser.add_subparsers(dest="command"))
+
+    args = parser.parse_args(["simulate", str(log), "--config", str(new), "--out", str(tmp_path / "o")])
+    assert run(args) == 0
+    assert capsys.readouterr().out.startswith("mqtt: 8 keys, ")
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["keys"] == 8
+
+    bad = _config(tmp_path, "bad", key_type="SNI_HOST")
+    args = parser.parse_args(["simulate", str(log), "--config", str(bad), "--out", str(tmp_path / "p")])
+    assert run(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("routerctl: error: simulate: router 'mqtt': the new key type SNI_HOST")
+
+    args = parser.parse_args(["simulate", str(log), "--config", str(new), "--router", "amqp", "--out", "x"])
+    assert run(args) == 2
+    assert "no connection router 'amqp'" in capsys.readouterr().err
