@@ -17,6 +17,7 @@ import dataclasses
 import enum
 import functools
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
 from keys import KeyType
 from router.core.engine import DecisionReason
 from router.core.events import Closed, Decided
+from router.core.records import quick_init
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -99,6 +101,7 @@ class EventRecord:
     acceptor: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecisionRecord(EventRecord):
     """A routing decision: which target a connection got, how, and what the router did with it."""
@@ -130,6 +133,7 @@ class DecisionRecord(EventRecord):
     """From the complete opening to the decision (a quorum wait included)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CloseRecord(EventRecord):
     """The end of a proxied connection."""
@@ -264,22 +268,66 @@ def record_of(
     )
 
 
-_NAMES: Final[dict[type[EventRecord], tuple[str, ...]]] = {
-    kind: tuple(f.name for f in dataclasses.fields(kind)) for kind in KINDS
+_CHARS: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+"""JSON's string encoder in C: quotes, escapes every control and non-ASCII character."""
+
+
+def _string_or_null(value: str | None) -> str:
+    return "null" if value is None else _CHARS(value)
+
+
+def _number(value: float) -> str:
+    if not math.isfinite(value):
+        raise ValueError(f"a record field must be a finite number, got {value!r}")
+    return float.__repr__(value)
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+_FORMATS: Final[dict[str, str]] = {
+    "str": "_CHARS(r.{name})",
+    "Timestamp": "_CHARS(r.{name})",
+    "str | None": "_string_or_null(r.{name})",
+    "int": "int.__repr__(r.{name})",
+    "float": "_number(r.{name})",
+    "bool": "_bool(r.{name})",
 }
-_encode: Final[Callable[[object], str]] = json.JSONEncoder(
-    ensure_ascii=True, separators=(",", ":"), allow_nan=False
-).encode
+"""How a field of each annotation is written: the JSON text of its value."""
+
+
+def _line_writer(kind: type[EventRecord]) -> Callable[[Record], str]:
+    """A function that writes one kind's line in one expression, made from its field list (as
+    `quick_init` makes `__init__`): `kind` first, then the fields in order."""
+    parts = [repr('{"kind":' + json.dumps(kind.KIND))]
+    for field in dataclasses.fields(kind):
+        parts.append(repr(f',"{field.name}":'))
+        parts.append(_FORMATS[str(field.type)].format(name=field.name))
+    parts.append(repr("}\n"))
+    source = f"def line(r):\n    return ''.join(({', '.join(parts)}))\n"
+    namespace: dict[str, object] = {
+        "_CHARS": _CHARS,
+        "_string_or_null": _string_or_null,
+        "_number": _number,
+        "_bool": _bool,
+    }
+    exec(source, namespace)
+    return namespace["line"]  # type: ignore[return-value]
+
+
+_LINES: Final[dict[type[EventRecord], Callable[[Record], str]]] = {kind: _line_writer(kind) for kind in KINDS}
 
 
 def json_line(record: Record) -> str:
-    """One line of an event file: a JSON object, `kind` first, then the fields; ends in a newline.
-    Keys come from clients: every control and non-ASCII character is escaped (a lone surrogate
-    too), so a line is always one event and always valid UTF-8."""
-    values: dict[str, object] = {"kind": record.KIND}
-    for name in _NAMES[type(record)]:
-        values[name] = getattr(record, name)
-    return _encode(values) + "\n"
+    """One line of an event file: a JSON object, `kind` first, then the fields in declaration
+    order; ends in a newline. Keys come from clients: every control and non-ASCII character is
+    escaped (a lone surrogate too), so a line is always one event and always valid UTF-8.
+
+    Raises:
+        ValueError: a number field is NaN or infinite (JSON has no such numbers).
+    """
+    return _LINES[type(record)](record)
 
 
 class Sequence:

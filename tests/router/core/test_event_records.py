@@ -157,3 +157,19 @@ def test_sequence_is_unique_across_boots():
     assert first.of(42) == 1000 * BOOT_SPAN + 42
     with pytest.raises(ValueError, match="epoch milliseconds"):
         Sequence(-1)
+
+
+def test_lines_are_what_the_json_module_writes_for_the_same_values():
+    for event in (decision(), decision(key="ключ 😀", facts=None, node_id=None, protocol=None)):
+        record = record_of(event, router_id="h/é", seq=3, conn=4, ts=TS, key_type=KeyType.CLIENT_ID)
+        values = {"kind": record.KIND} | {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        assert json_line(record) == json.dumps(values, separators=(",", ":")) + "\n"
+
+
+def test_a_number_that_is_not_finite_is_refused():
+    closed = Closed(
+        conn=CONN, node_id="n", bytes_in=0, bytes_out=0, duration_s=float("nan"), reason=CloseReason.CLOSED
+    )
+    record = record_of(closed, router_id="h", seq=1, conn=1, ts=TS, key_type=KeyType.CLIENT_ID)
+    with pytest.raises(ValueError, match="finite number, got nan"):
+        json_line(record)
