@@ -268,7 +268,7 @@ def record_of(
     )
 
 
-_CHARS: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_CHARS: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii
 """JSON's string encoder in C: quotes, escapes every control and non-ASCII character."""
 
 
