@@ -563,7 +563,8 @@ def simulate(
     """
     from pyspark.sql import functions as F
 
-    plans = plan_routers(config, logged_key_types(events), router=router, ready=ready)
+    logged = logged_key_types(events)
+    plans = plan_routers(config, logged, router=router, ready=ready)
     keys_path = _join(out, "keys")
     replay(key_table(events, plans), config, plans).write.mode("overwrite").parquet(keys_path)
     replayed = spark.read.parquet(keys_path)
@@ -579,6 +580,7 @@ def simulate(
     summary = summarize(transitions, plans)
     _write_moves(spark, transitions, _join(out, "moves"))
     _write_balance(spark, summary, _join(out, "balance"))
+    summary["routers_not_simulated"] = sorted(set(logged) - {p.name for p in plans})
     summary["config"] = config.source
     summary["out"] = out
     _write_text(spark, _join(out, "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False) + "\n")

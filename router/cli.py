@@ -7,6 +7,7 @@
                     [--source-ip IP] [--role R]...
     routerctl target --admin URL ROUTER KEY
     routerctl status --admin URL [ROUTER]
+    routerctl event-log --admin URL [--ring-size N]
     routerctl register --zookeeper HOST:PORT[,…] --path P --node-id ID --connector tcp://…
                        [--backup tcp://…] [--weight N] [--session-timeout MS]
 
@@ -340,6 +341,17 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     status.add_argument("--admin", default="http://127.0.0.1:9180")
     status.add_argument("router", nargs="?")
 
+    event_log = sub.add_parser(
+        "event-log", help="show a running router's event log (ring, counts), or resize its ring"
+    )
+    event_log.add_argument("--admin", default="http://127.0.0.1:9180")
+    event_log.add_argument(
+        "--ring-size",
+        type=_integer(1, 2**31 - 1),
+        metavar="N",
+        help="set the ring size (takes effect as the ring drains; nothing in it is lost)",
+    )
+
     register = sub.add_parser(
         "register",
         help="register a broker in a ZooKeeper discovery group until stopped",
@@ -470,10 +482,14 @@ async def _run_register(zookeeper: ZooKeeperConfig, member: Member, connect_time
         await serve_registration(zookeeper, member, connect_timeout_s=connect_timeout_s)
 
 
-def _get(admin: str, path: str) -> object:
+def _get(admin: str, path: str, *, put: object = None) -> object:
+    """GET a resource of the admin API (PUT `put` as JSON when given); one error line otherwise."""
     url = admin.rstrip("/") + path
+    request = urllib.request.Request(url)
+    if put is not None:
+        request = urllib.request.Request(url, data=json.dumps(put).encode(), method="PUT")
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -498,6 +514,10 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
         return _dry_run(args)
     if args.command == "register":
         return _register(args)
+    if args.command == "event-log":
+        change = None if args.ring_size is None else {"ring_size": args.ring_size}
+        print(json.dumps(_get(args.admin, "/api/v1/event-log", put=change), indent=2))
+        return 0
     if args.command == "target":
         path = f"/api/v1/routers/{urllib.parse.quote(args.router, safe='')}/target?" + urllib.parse.urlencode(
             {"key": args.key}

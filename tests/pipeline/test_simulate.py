@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from keys import ConnectionFacts, KeyType
+from keys import ConnectionFacts
 from pipeline.simulate import (
     SimulateError,
     add_command,
@@ -104,29 +104,27 @@ def _write_log(
     clients: list[Client],
     *,
     router: str = "mqtt",
-    key_type: KeyType = KeyType.CLIENT_ID,
+    refused_last: frozenset[str] = frozenset(),
 ) -> dict[str, str | None]:
-    """The event lines of `clients` routed by the old configuration's engine: per connection a
-    decision line and a close line (bytes: 100 in and 10 out per connection). Returns raw -> target."""
-    engine = _engine(old, router)
+    """Append the event lines of `clients` routed by the old configuration's engine: per connection
+    a decision line and, when OK, a close line (bytes: 100 in, 10 out). Clients in `refused_last`
+    get one more connection at the end, refused (nothing ready). Returns raw -> last target."""
+    engines = [_engine(old, router), _engine(old, router, ready=set())]
     lines: list[str] = []
     targets: dict[str, str | None] = {}
     seq = 0
     for client in clients:
-        facts = ConnectionFacts(
-            client_id=client.raw if key_type is KeyType.CLIENT_ID else None,
-            user_name=client.raw if key_type is KeyType.USER_NAME else None,
-            source_ip=client.source,
-        )
-        for _ in range(client.connections):
+        facts = ConnectionFacts(client_id=client.raw, source_ip=client.source)
+        refused = [engines[1]] if client.raw in refused_last else []
+        for engine in [engines[0]] * client.connections + refused:
             decision = engine.route(facts, 0.0)
             node = None if decision.target is None else decision.target.node_id
-            targets[client.raw] = node
+            targets[client.raw] = node or targets.get(client.raw)
             seq += 1
             lines.append(
                 json_line(
                     DecisionRecord(
-                        router_id="r1",
+                        router_id=f"r-{router}",
                         conn=seq,
                         router=router,
                         acceptor="in",
@@ -134,13 +132,13 @@ def _write_log(
                         ts=timestamp(1_800_000_000 + seq),
                         source=client.source,
                         protocol="mqtt",
-                        key_type=key_type.value,
+                        key_type="CLIENT_ID",
                         raw_key=client.raw[:RAW_KEY_CAP],
                         raw_key_length=len(client.raw),
                         key=decision.key,
                         status=decision.status.value,
                         reason=decision.reason.value,
-                        mode="proxy",
+                        mode="proxy" if node else "refuse",
                         node_id=node,
                         local=False,
                         cache_hit=False,
@@ -148,16 +146,18 @@ def _write_log(
                     )
                 )
             )
+            if node is None:
+                continue
             lines.append(
                 json_line(
                     CloseRecord(
-                        router_id="r1",
+                        router_id=f"r-{router}",
                         conn=seq,
                         router=router,
                         acceptor="in",
                         seq=seq * 2 + 1,
                         ts=timestamp(1_800_000_000 + seq + 0.5),
-                        node_id=node or "none",
+                        node_id=node,
                         duration_s=1.0,
                         bytes_in=100,
                         bytes_out=10,
@@ -165,7 +165,8 @@ def _write_log(
                     )
                 )
             )
-    path.write_text("".join(lines))
+    with path.open("a") as file:
+        file.write("".join(lines))
     return targets
 
 
@@ -251,11 +252,19 @@ def test_simulate_adding_a_node_moves_exactly_the_keys_routerctl_moves(spark, tm
 
 
 def test_simulate_removing_a_node_moves_exactly_its_keys(spark, tmp_path):
+    """Scenario: mq1 leaves; the log has a second router the new configuration lacks, and two
+    clients whose last connection was refused (their target before is the last one they got)."""
     old, new = _config(tmp_path, "old", nodes=NODES), _config(tmp_path, "new", nodes=("mq0", "mq2", "mq3"))
     log = tmp_path / "events.jsonl"
-    before = _write_log(log, old, _clients(CLIENTS))
+    before = _write_log(log, old, _clients(CLIENTS), refused_last=frozenset(CLIENTS[:2]))
+    _write_log(log, _config(tmp_path, "other", router="other"), _clients(CLIENTS[:3]), router="other")
 
     summary, out = _run(spark, tmp_path, new, log)
+
+    assert summary["routers_not_simulated"] == ["other"]
+    assert list(summary["routers"]) == ["mqtt"]
+    assert summary["keys"] == 40
+    assert summary["connections"] == sum(c.connections for c in _clients(CLIENTS)) + 2
 
     keys = _keys(spark, out)
     on_mq1 = {raw for raw, node in before.items() if node == "mq1"}
@@ -300,8 +309,11 @@ def test_simulate_switching_to_first_element_moves_every_key_off_the_other_nodes
     assert summary["balance_after"] == {"targets": 3, "max_over_mean": 3.0, "cv": pytest.approx(2**0.5)}
 
 
-def test_simulate_round_robin_is_reported_unpredictable(spark, tmp_path):
-    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", policy="ROUND_ROBIN")
+@pytest.mark.parametrize("policy", ["ROUND_ROBIN", "LEAST_CONNECTIONS"])
+def test_simulate_stateful_policy_is_reported_unpredictable(spark, tmp_path, policy):
+    """Scenario: a fresh engine's round-robin position (or unknown counts) says nothing about
+    where a key would go: no target after, no move, out of the balance."""
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", policy=policy)
     log = tmp_path / "events.jsonl"
     clients = _clients(CLIENTS[:6])
     _write_log(log, old, clients)

@@ -14,6 +14,7 @@ import trio
 from cache import CacheConfig
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
+from router.cli import main_routerctl
 from router.config.settings import AcceptorConfig, Config, EventLogConfig, RouterConfig
 from router.server import ServerInfo, serve_router
 from router.services.admin import ADMIN_MAX_CONNECTIONS
@@ -246,7 +247,7 @@ async def test_admin_event_log_is_404_when_off(base: tuple[ServerInfo, str]) -> 
     assert "the event log is off" in json.loads(body)["error"]
 
 
-async def test_admin_event_log_status_and_ring_resize(nursery: trio.Nursery, tmp_path) -> None:
+async def test_admin_event_log_status_and_ring_resize(nursery: trio.Nursery, tmp_path, capsys) -> None:
     config = dataclasses.replace(
         _config(), event_log=EventLogConfig(directory=str(tmp_path), router_id="edge-1", ring_size=100)
     )
@@ -271,4 +272,10 @@ async def test_admin_event_log_status_and_ring_resize(nursery: trio.Nursery, tmp
     assert json.loads((await _call(url))[1])["ring_size"] == 7
     status, _ = await _call(url, "POST", b"{}")
     assert status == 405
+    admin = f"http://{info.admin[0]}:{info.admin[1]}"
+    assert (
+        await trio.to_thread.run_sync(main_routerctl, ["event-log", "--admin", admin, "--ring-size", "9"])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["ring_size"] == 9  # routerctl event-log
     shutdown.set()
