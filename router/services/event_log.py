@@ -133,6 +133,8 @@ class EventLog:
         self._boot = 0
         self._index = 0
         self._part: _Part | None = None
+        self._unfinished: list[Path] = []
+        """Files in progress that could not be finished yet (tried again at each rotation)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._counted_drops = 0
@@ -326,7 +328,9 @@ class EventLog:
             part.file.close()
         except OSError as exc:
             self._lose(0, exc)
-        self._finish(part.path)
+        self._unfinished.append(part.path)
+        # Files that could not be finished before (disk full) are tried again with each new one.
+        self._unfinished = [path for path in self._unfinished if not self._finish(path)]
 
     def _final_path(self, part: Path) -> Path:
         name = part.name.removeprefix(".").removesuffix(".part")

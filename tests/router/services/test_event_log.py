@@ -243,3 +243,24 @@ def test_router_ids_and_file_names():
     assert file_name_part("edge-1.eu_west") == "edge-1.eu_west"
     assert file_name_part("host/a+b").startswith("host_a_b_")
     assert file_name_part("host/a+b") != file_name_part("host_a_b")
+
+
+def test_a_file_that_cannot_be_finished_is_tried_again_at_the_next_rotation(tmp_path, monkeypatch):
+    event_log = _log(tmp_path, rotate_interval_ms=1)
+    failing = [True]
+    finish = EventLog._finish
+
+    def flaky(self: EventLog, part: Path) -> bool:
+        if failing[0]:
+            failing[0] = False
+            return False  # as when compressing hits a full disk
+        return finish(self, part)
+
+    monkeypatch.setattr(EventLog, "_finish", flaky)
+    event_log.start()
+    event_log.report(_decided(1))
+    _wait_until(lambda: not failing[0])
+    event_log.report(_decided(2))
+    _wait_until(lambda: len(_finished(tmp_path)) == 2)
+    assert event_log.stop(5)
+    assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-1", "dev-2"]
