@@ -22,8 +22,10 @@ import pytest
 
 from keys import ConnectionFacts
 from pipeline.simulate import (
+    Replay,
     SimulateError,
     add_command,
+    plan_routers,
     read_events,
     run,
     simulate,
@@ -427,3 +429,56 @@ def test_simulate_command_line(spark, tmp_path, capsys):
     args = parser.parse_args(["simulate", str(log), "--config", str(new), "--router", "amqp", "--out", "x"])
     assert run(args) == 2
     assert "no connection router 'amqp'" in capsys.readouterr().err
+
+
+# -- planning (driver only, no Spark) ------------------------------------------------------------
+
+
+def test_plan_routers_takes_the_routers_in_both_and_reads_ready_like_routerctl(tmp_path):
+    config = load_config(_config(tmp_path, "new", nodes=NODES))
+    (plan,) = plan_routers(config, {"mqtt": ["CLIENT_ID"], "gone": ["CLIENT_ID"]}, ready="mq1, mq3")
+    assert (plan.name, plan.replay, plan.ready, plan.targets) == (
+        "mqtt",
+        Replay.RAW_KEY,
+        frozenset({"mq1", "mq3"}),
+        NODES,
+    )
+    assert plan.deterministic
+
+
+@pytest.mark.parametrize(
+    ("logged", "options", "message"),
+    [
+        ({"mqtt": ["CLIENT_ID"]}, {"ready": "mq1,mq9"}, r"--ready names unknown node ids \['mq9'\]"),
+        (
+            {"mqtt": ["CLIENT_ID"]},
+            {"router": "amqp"},
+            r"no connection router 'amqp' in .*new\.xml \(has: mqtt\)",
+        ),
+        (
+            {"amqp": ["CLIENT_ID"]},
+            {"router": "mqtt"},
+            r"the event log has no decisions of router 'mqtt' \(has: amqp\)",
+        ),
+        (
+            {"amqp": ["CLIENT_ID"]},
+            {},
+            r"no connection router of .* \(mqtt\) is in the event log \(has: amqp\)",
+        ),
+        (
+            {"mqtt": ["CLIENT_ID", "USER_NAME"]},
+            {},
+            "cannot be replayed from a log of CLIENT_ID/USER_NAME keys",
+        ),
+    ],
+)
+def test_plan_routers_errors_say_what_is_wrong(tmp_path, logged, options, message):
+    config = load_config(_config(tmp_path, "new"))
+    with pytest.raises(SimulateError, match=message):
+        plan_routers(config, logged, **options)
+
+
+def test_plan_routers_source_ip_replays_any_logged_key_type(tmp_path):
+    config = load_config(_config(tmp_path, "new", key_type="SOURCE_IP", policy="ROUND_ROBIN"))
+    (plan,) = plan_routers(config, {"mqtt": ["CLIENT_ID", "USER_NAME"]}, ready="none")
+    assert (plan.replay, plan.ready, plan.deterministic) == (Replay.SOURCE, frozenset(), False)
