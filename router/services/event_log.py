@@ -19,8 +19,10 @@ A file is finished when it holds `rotate-size` bytes of lines or has been open `
 and at shutdown. Lines reach the operating system at least every `flush-interval`; a kill -9 loses
 what was in the ring and the buffer then. At the next start, a file left in progress is cut after
 its last complete line and finished. Finished files beyond `max-size` are deleted, oldest first
-(counted, logged). A write error (disk full) counts the batch as lost, logs it, and the writer
-starts a new file with the next batch: the router goes on routing.
+(counted, logged). Lines are collected and written with one system call per flush interval (or
+per `PENDING_MAX` bytes); they count as written when that call succeeded. A write error (disk
+full) cuts the file back to its last whole line, counts the lines not written as lost, logs it,
+and the writer starts a new file with the next batch: the router goes on routing.
 
 `seq` and `conn` are `boot * BOOT_SPAN + n` (`router.core.event_records.Sequence`); the boot time
 is kept in `.boot-ID` and a new process starts above the last one, so a clock set back between two
@@ -36,9 +38,9 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Final
+from typing import TYPE_CHECKING, Final
 
 import zstandard
 
@@ -62,6 +64,8 @@ TAKE_BATCH: Final = 4096
 """Events the writer takes from the ring at a time."""
 IDLE_WAIT_S: Final = 0.05
 """How long the writer sleeps when the ring is empty."""
+PENDING_MAX: Final = 1024 * 1024
+"""Bytes of lines collected before they are written, at the latest (else every flush interval)."""
 ZSTD_LEVEL: Final = 3
 """zstd's default level: about 9x smaller than the lines, hundreds of MB/s."""
 
@@ -94,10 +98,16 @@ class _Part:
     """The file in progress."""
 
     path: Path
-    file: BinaryIO
+    fd: int
     opened: float
     """Monotonic time it was opened."""
     size: int = 0
+    """Bytes written to it (whole lines only)."""
+    pending: list[bytes] = field(default_factory=list)
+    """Lines not handed to the operating system yet (at most `PENDING_MAX` bytes, one flush
+    interval): counted as written once they are."""
+    pending_bytes: int = 0
+    pending_events: int = 0
 
 
 class EventLog:
@@ -239,7 +249,7 @@ class EventLog:
                 now = time.monotonic()
                 part = self._part
                 if part is not None and (
-                    part.size >= self.config.rotate_size or now - part.opened >= rotate_s
+                    part.size + part.pending_bytes >= self.config.rotate_size or now - part.opened >= rotate_s
                 ):
                     self._finish_part()
                 if now - last_flush >= flush_s:
@@ -275,33 +285,61 @@ class EventLog:
             )
             lines.append(json_line(record))
         data = "".join(lines).encode("ascii")  # json_line escapes everything else
+        part = self._part
+        if part is None:
+            try:
+                part = self._open_part()
+            except OSError as exc:
+                self._lose(len(batch), exc)
+                return
+        part.pending.append(data)
+        part.pending_bytes += len(data)
+        part.pending_events += len(batch)
+        if part.pending_bytes >= PENDING_MAX:
+            self._hand_over(part)
+
+    def _hand_over(self, part: _Part) -> bool:
+        """Write what the file in progress has pending to the operating system; on a failure
+        (disk full) cut the file back to its last whole line, count the events lost and close
+        it (it is finished with the next rotation). False when it failed."""
+        if not part.pending:
+            return True
+        data = b"".join(part.pending)
+        events = part.pending_events
+        part.pending.clear()
+        part.pending_bytes = part.pending_events = 0
         try:
-            part = self._part if self._part is not None else self._open_part()
-            part.file.write(data)
-            part.size += len(data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(part.fd, view) :]
         except OSError as exc:
-            self._lose(len(batch), exc)
-            return
-        self.written += len(batch)
-        self._metrics.event_log_events.inc(("written",), len(batch))
+            with contextlib.suppress(OSError):
+                os.ftruncate(part.fd, part.size)  # a partial line would corrupt the file
+            self._lose(events, exc)
+            self._part = None
+            self._close(part)
+            self._unfinished.append(part.path)
+            return False
+        part.size += len(data)
+        self.written += events
+        self._metrics.event_log_events.inc(("written",), events)
+        return True
 
     def _lose(self, count: int, exc: OSError) -> None:
-        """A batch could not be written: count it, say so, and start afresh with the next one."""
+        """Events could not be written: count them and say so."""
         self.lost += count
         self._metrics.event_log_events.inc(("lost",), count)
         log.warning("event log: %d event(s) lost: %s", count, exc.strerror or exc)
-        part, self._part = self._part, None
-        if part is not None:
-            with contextlib.suppress(OSError):
-                part.file.close()  # what it holds is finished at the next start
+
+    @staticmethod
+    def _close(part: _Part) -> None:
+        with contextlib.suppress(OSError):
+            os.close(part.fd)
 
     def _flush(self) -> None:
         part = self._part
         if part is not None:
-            try:
-                part.file.flush()
-            except OSError as exc:
-                self._lose(0, exc)
+            self._hand_over(part)
         dropped = self._ring.dropped
         if dropped > self._counted_drops:
             new = dropped - self._counted_drops
@@ -316,19 +354,19 @@ class EventLog:
     def _open_part(self) -> _Part:
         self._index += 1
         path = self._directory / f".events-{self._name}-{self._boot}-{self._index:06d}.jsonl.part"
-        file = path.open("xb")
-        self._part = _Part(path=path, file=file, opened=time.monotonic())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self._part = _Part(path=path, fd=fd, opened=time.monotonic())
         return self._part
 
     def _finish_part(self) -> None:
-        part, self._part = self._part, None
+        part = self._part
         if part is None:
             return
-        try:
-            part.file.close()
-        except OSError as exc:
-            self._lose(0, exc)
-        self._unfinished.append(part.path)
+        handed = self._hand_over(part)
+        if handed:  # else it is closed and queued already
+            self._part = None
+            self._close(part)
+            self._unfinished.append(part.path)
         # Files that could not be finished before (disk full) are tried again with each new one.
         self._unfinished = [path for path in self._unfinished if not self._finish(path)]
 

@@ -1,0 +1,109 @@
+"""routerd's event log against a full disk: a real routerd whose event directory is a 48 KiB
+tmpfs (mounted in a user and mount namespace of its own, so no root is needed; the test reads it
+through /proc/PID/root), real mosquitto and paho clients. Every client is routed; the events that
+did not fit are counted as lost; the files that were finished are whole."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import zstandard
+
+from tests.router.conftest import Routerd, acceptors_xml, mqtt_round_trip, static_connectors
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tests.router.conftest import Mosquitto
+
+NODE_IDS = ["node4", "node9", "node20"]
+
+_IN_A_SMALL_TMPFS = (
+    'mount -t tmpfs -o size=48k tmpfs "$0" && exec "$@"'  # sh -c: $0 is the directory, "$@" routerd's command
+)
+
+
+class RouterdOnASmallDisk(Routerd):
+    """routerd with its event directory on a 48 KiB tmpfs of its own mount namespace."""
+
+    def __init__(self, workdir: Path, make_config: Callable[[int], str], events: Path) -> None:
+        super().__init__(workdir, make_config)
+        self.events = events
+
+    def program(self) -> list[str]:
+        unshare = shutil.which("unshare")
+        assert unshare is not None, "util-linux's unshare is part of Debian's base system"
+        return [
+            unshare,
+            "-rm",
+            "sh",
+            "-c",
+            _IN_A_SMALL_TMPFS,
+            str(self.events),
+            sys.executable,
+            "-m",
+            "router",
+        ]
+
+
+def _config(brokers: list[Mosquitto], port: int, events: Path) -> str:
+    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
+    return f"""<core>
+  <connectors>{connectors}</connectors>
+  <acceptors>{acceptors_xml({"mqtt": "router=ids;protocols=MQTT"}, {"mqtt": port})}</acceptors>
+  <connection-routers>
+   <connection-router name="ids">
+    <key-type>CLIENT_ID</key-type>
+    <policy name="CONSISTENT_HASH"/>
+    <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
+   </connection-router>
+  </connection-routers>
+  <event-log><directory>{events}</directory><router-id>small-disk</router-id>
+   <rotate-size>8192</rotate-size><flush-interval>50</flush-interval></event-log>
+ </core>
+"""
+
+
+def _counter(metrics: str, outcome: str) -> float:
+    found = re.search(rf'^router_event_log_events_total{{outcome="{outcome}"}} (\S+)$', metrics, re.M)
+    return 0.0 if found is None else float(found[1])
+
+
+@pytest.mark.integration
+def test_a_full_disk_loses_events_counted_and_never_a_client(
+    mosquitto_fleet: list[Mosquitto], tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    events, port = tmp_path / "events", free_port()
+    events.mkdir()
+    router = RouterdOnASmallDisk(tmp_path, lambda _admin: _config(mosquitto_fleet, port, events), events)
+    router.start()
+    try:
+        for _ in NODE_IDS:
+            router.wait_for_log(r"target=node\d+ is ready")
+        for n in range(400):  # about 240 KB of lines: five times the disk
+            assert mqtt_round_trip(port, client_id=f"dev-{n}", topic=f"full/{n}", timeout=10)
+        router.wait_for_log(r"event log: \d+ event\(s\) lost: No space left on device", consume=False)
+        deadline = time.monotonic() + 10
+        while True:  # until the writer has taken every event: a decision and a close each
+            metrics = router.metrics()
+            if _counter(metrics, "lost") + _counter(metrics, "written") == 2 * 400:
+                break
+            assert time.monotonic() < deadline, metrics
+            time.sleep(0.1)
+        assert _counter(metrics, "lost") > 0
+        assert _counter(metrics, "written") > 0
+        assert router.proc is not None  # its mount namespace's view of the directory:
+        seen = Path(f"/proc/{router.proc.pid}/root") / events.relative_to("/")
+        files = sorted(seen.glob("events-*.jsonl.zst"))
+        assert files, "the files finished before the disk filled are there"
+        for path in files:  # whole: every one decompresses to complete lines
+            data = zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes())
+            assert data.endswith(b"\n")
+    finally:
+        assert router.stop() == 0
