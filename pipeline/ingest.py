@@ -1,0 +1,264 @@
+"""Reading event files: malformed records set aside with a reason, duplicate events removed.
+
+Input is any Spark path (local, `file:`, `hdfs://`, `s3a://`, ...): files, directories (read
+recursively; names starting with `.` or `_` are skipped, so a file the router is still writing is
+never read) or globs. In a directory, `*.jsonl`, `*.jsonl.zst`, `*.jsonl.gz` are JSON lines and
+`*.parquet` is Parquet; anything else there (a `truth.json`) is ignored. A file named directly is
+Parquet when it ends in `.parquet`, else JSON lines.
+
+Malformed records never fail the job: each gets the first rule it breaks (`REASONS`) and goes to
+the quarantine table with its raw line. Duplicates (the same `router_id` and `seq`: a file shipped
+twice, a log replayed after a failover) are removed the way an audit does it, remembering ids and
+not rows (docs/pipeline.md, research §2.3): the keys that occur more than once are found on two
+columns, every other row passes through a broadcast anti-join untouched, and only the repeated rows
+are deduplicated. Nothing large comes to the driver: only the counts per reason and of duplicates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from pyspark.sql import functions as F
+
+from pipeline.schema import CORRUPT_COLUMN, EVENT_SCHEMA, READ_SCHEMA
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = [
+    "BROADCAST_DUP_KEYS",
+    "EVENT_COLUMNS",
+    "REASONS",
+    "Ingested",
+    "InputError",
+    "event_files",
+    "ingest",
+    "read_raw",
+    "write_text",
+]
+
+EVENT_COLUMNS: Final = tuple(f.name for f in EVENT_SCHEMA.fields)
+REASONS: Final = ("unparseable", "missing router_id", "missing seq", "missing ts", "bad kind", "bad status")
+"""Quarantine reasons, in the order the rules are checked: a JSON line Spark cannot read into the
+schema (not JSON, truncated, a value of the wrong type, a time it cannot parse, not an object), a
+line without `router_id`, `seq` or `ts`, a `kind` other than decision/close, a decision whose
+`status` is none of OK, REFUSED_USE_ANOTHER, REFUSED_UNAVAILABLE."""
+KINDS: Final = ("decision", "close")
+STATUSES: Final = ("OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE")
+BROADCAST_DUP_KEYS: Final = 2_000_000
+"""Up to this many repeated (router_id, seq) keys are broadcast (≈100 MB of JVM memory at ~50 B a
+key); beyond it the repeated keys are joined by a shuffle."""
+JSON_SUFFIXES: Final = (".jsonl", ".jsonl.zst", ".jsonl.gz", ".jsonl.bz2")
+PARQUET_SUFFIX: Final = ".parquet"
+REASON: Final = "_reason"
+RAW: Final = "_raw"
+
+
+class InputError(ValueError):
+    """The input paths name no event file (missing, empty, or only other files)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ingested:
+    """The ingested log: deduplicated events, the quarantine, and their counts."""
+
+    events: DataFrame
+    """Valid events, each (router_id, seq) once; the columns of `EVENT_SCHEMA`."""
+    quarantine: DataFrame
+    """Malformed records: `reason` (one of `REASONS`), `raw` (the line as read, or the parsed record
+    as JSON when the line parsed), `file`."""
+    dup_keys: DataFrame
+    """(router_id, seq, copies) of every event seen more than once."""
+    malformed_by_reason: Mapping[str, int]
+    """Quarantined records per reason (every reason present, 0 when none)."""
+    duplicates: int
+    """Extra copies removed."""
+
+    @property
+    def malformed(self) -> int:
+        """Quarantined records."""
+        return sum(self.malformed_by_reason.values())
+
+
+def _jvm_path(spark: SparkSession, uri: str) -> tuple[object, object]:
+    """A Hadoop `Path` and its `FileSystem` (through the JVM gateway, so any scheme works)."""
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    assert jvm is not None, "a classic (JVM) Spark session"
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    return path, path.getFileSystem(sc._jsc.hadoopConfiguration())
+
+
+def write_text(spark: SparkSession, uri: str, text: str) -> None:
+    """Write a small file (summary.json, report.html) to any Spark path, replacing it: through the
+    Hadoop FileSystem API, so `s3a://`, `hdfs://` and local paths all work."""
+    path, fs = _jvm_path(spark, uri)
+    stream = fs.create(path, True)  # type: ignore[attr-defined]  # py4j proxy
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+def event_files(spark: SparkSession, paths: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The JSON-lines files and the Parquet files the input paths name (module docstring).
+
+    Raises:
+        InputError: a path that does not exist, or no event file at all.
+    """
+    json_files: list[str] = []
+    parquet_files: list[str] = []
+    given = list(paths)
+    for uri in given:
+        path, fs = _jvm_path(spark, uri)
+        statuses = fs.globStatus(path)  # type: ignore[attr-defined]  # py4j proxy
+        if statuses is None or len(statuses) == 0:
+            raise InputError(f"no such file or directory: {uri!r}")
+        for status in statuses:
+            if not status.isDirectory():
+                name = str(status.getPath().toString())
+                (parquet_files if name.endswith(PARQUET_SUFFIX) else json_files).append(name)
+                continue
+            root = str(status.getPath().toString()).rstrip("/") + "/"
+            found = fs.listFiles(status.getPath(), True)  # type: ignore[attr-defined]  # py4j proxy
+            while found.hasNext():
+                name = str(found.next().getPath().toString())
+                if any(_hidden(part) for part in name.removeprefix(root).split("/")):
+                    continue
+                if name.endswith(JSON_SUFFIXES):
+                    json_files.append(name)
+                elif name.endswith(PARQUET_SUFFIX):
+                    parquet_files.append(name)
+    if not json_files and not parquet_files:
+        raise InputError(f"no event files (*.jsonl, *.jsonl.zst, *.parquet) in {given!r}")
+    return sorted(json_files), sorted(parquet_files)
+
+
+def read_raw(spark: SparkSession, paths: Iterable[str]) -> DataFrame:
+    """Every record of the input as read: the `READ_SCHEMA` columns plus `_file`.
+
+    JSON is read PERMISSIVE with the schema (a line it cannot read has only `_corrupt_record`);
+    Parquet columns are cast to the schema's types (a missing column is null).
+    """
+    json_files, parquet_files = event_files(spark, paths)
+    frames: list[DataFrame] = []
+    if json_files:
+        frames.append(
+            spark.read.schema(READ_SCHEMA)
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+            .json(json_files)
+            .withColumn("_file", F.col("_metadata.file_path"))
+        )
+    if parquet_files:
+        table = spark.read.parquet(*parquet_files)
+        columns = [
+            (F.col(f.name) if f.name in table.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in EVENT_SCHEMA.fields
+        ]
+        frames.append(
+            table.select(
+                *columns,
+                F.lit(None).cast("string").alias(CORRUPT_COLUMN),
+                F.col("_metadata.file_path").alias("_file"),
+            )
+        )
+    raw = frames[0]
+    for frame in frames[1:]:
+        raw = raw.unionByName(frame)
+    return raw
+
+
+def _reason() -> Column:
+    """The first rule a record breaks (`REASONS`), or null."""
+    rules = (
+        F.col(CORRUPT_COLUMN).isNotNull(),
+        F.col("router_id").isNull(),
+        F.col("seq").isNull(),
+        F.col("ts").isNull(),
+        F.col("kind").isNull() | ~F.col("kind").isin(*KINDS),
+        (F.col("kind") == "decision") & (F.col("status").isNull() | ~F.col("status").isin(*STATUSES)),
+    )
+    reason = F.lit(None).cast("string")
+    for rule, name in reversed(list(zip(rules, REASONS, strict=True))):
+        reason = F.when(rule, F.lit(name)).otherwise(reason)
+    return reason
+
+
+def flag(raw: DataFrame) -> DataFrame:
+    """`raw` with `_reason` (null for a valid record) and `_raw` (the line of a malformed one)."""
+    reason = _reason()
+    line = F.coalesce(F.col(CORRUPT_COLUMN), F.to_json(F.struct(*EVENT_COLUMNS)))
+    return raw.select(
+        *EVENT_COLUMNS,
+        reason.alias(REASON),
+        F.when(reason.isNotNull(), line).alias(RAW),
+        F.col("_file"),
+    )
+
+
+def ingest(spark: SparkSession, paths: Iterable[str], *, staging: str | None = None) -> Ingested:
+    """Read, quarantine and deduplicate event files.
+
+    Args:
+        spark: the session.
+        paths: Spark paths (module docstring).
+        staging: a Spark path for intermediate Parquet (parsed records, repeated keys, their kept
+            copies): JSON is then parsed once, and each later step reads only the columns it needs.
+            None: nothing is written and the small tables are cached (tests, small logs).
+
+    Returns:
+        The events (a view over the input or the staged copy), the quarantine and the counts.
+
+    Raises:
+        InputError: no event file in `paths`.
+    """
+    flagged = flag(read_raw(spark, paths))
+    if staging is not None:
+        staged = f"{staging.rstrip('/')}/parsed"
+        flagged.write.mode("overwrite").option("compression", "zstd").parquet(staged)
+        flagged = spark.read.parquet(staged)
+    quarantine = flagged.where(F.col(REASON).isNotNull()).select(
+        F.col(REASON).alias("reason"), F.col(RAW).alias("raw"), F.col("_file").alias("file")
+    )
+    counted = {
+        row["reason"]: int(row["n"])
+        for row in quarantine.groupBy("reason").agg(F.count("*").alias("n")).collect()
+    }
+    valid = flagged.where(F.col(REASON).isNull()).select(*EVENT_COLUMNS)
+    dup_keys = valid.groupBy("router_id", "seq").agg(F.count("*").alias("copies")).where(F.col("copies") > 1)
+    if staging is not None:
+        path = f"{staging.rstrip('/')}/dup_keys"
+        dup_keys.write.mode("overwrite").parquet(path)
+        dup_keys = spark.read.parquet(path)
+    else:
+        dup_keys = dup_keys.cache()
+    stats = dup_keys.agg(F.count("*").alias("keys"), F.sum(F.col("copies") - 1).alias("extra")).first()
+    assert stats is not None
+    keys, extra = int(stats["keys"]), int(stats["extra"] or 0)
+    if keys == 0:
+        events = valid
+    else:
+        ids = dup_keys.select("router_id", "seq")
+        if keys <= BROADCAST_DUP_KEYS:
+            ids = F.broadcast(ids)
+        kept = valid.join(ids, ["router_id", "seq"], "left_semi").dropDuplicates(["router_id", "seq"])
+        if staging is not None:
+            path = f"{staging.rstrip('/')}/kept_copies"
+            kept.write.mode("overwrite").parquet(path)
+            kept = spark.read.parquet(path)
+        events = valid.join(ids, ["router_id", "seq"], "left_anti").unionByName(kept.select(*EVENT_COLUMNS))
+    return Ingested(
+        events=events,
+        quarantine=quarantine,
+        dup_keys=dup_keys,
+        malformed_by_reason={reason: counted.get(reason, 0) for reason in REASONS},
+        duplicates=extra,
+    )

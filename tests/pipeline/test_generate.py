@@ -1,0 +1,100 @@
+"""The synthetic event files: byte-compatible with the router's writer, exact truth, reproducible."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import zstandard
+
+from pipeline.generate import MALFORMED_KINDS, _router_id, generate, load_truth
+from router.core.event_records import CloseRecord, DecisionRecord, json_line
+
+
+def _valid(line: str) -> dict[str, object] | None:
+    """The record of a line the ingest step keeps, else None (the generator's malformed kinds)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("kind") not in ("decision", "close"):
+        return None
+    if not isinstance(record.get("seq"), int) or "router_id" not in record or record.get("ts") == "yesterday":
+        return None
+    if record["kind"] == "decision" and record.get("status") == "MAYBE":
+        return None
+    return record
+
+
+def test_generate_lines_are_json_line_bytes_and_truth_counts_them(tmp_path):
+    truth = generate(
+        tmp_path,
+        6000,
+        routers=2,
+        keys=300,
+        duplicate_rate=0.02,
+        malformed_rate=0.01,
+        files=2,
+        compress=False,
+        span_s=600,
+    )
+    lines = [
+        line + "\n"  # lines end in \n only (garbage may hold bytes str.splitlines would split at)
+        for name in truth.files
+        for line in (tmp_path / name).read_bytes().decode("latin-1").split("\n")[:-1]
+    ]
+    assert len(lines) == truth.lines == 6000
+    valid = Counter[str]()
+    malformed = 0
+    for line in lines:
+        record = _valid(line)
+        if record is None:
+            malformed += 1
+            continue
+        valid[line] += 1
+        kind = DecisionRecord if record.pop("kind") == "decision" else CloseRecord
+        assert json_line(kind(**record)) == line  # type: ignore[arg-type]
+    assert malformed == truth.malformed == 60
+    assert sum(valid.values()) - len(valid) == truth.duplicates == 120
+    assert len(valid) == truth.events == truth.decisions + truth.closes
+    assert sum(truth.malformed_by_reason.values()) == truth.malformed
+    assert set(truth.malformed_by_reason) == {k.reason for k in MALFORMED_KINDS}
+    assert sum(truth.decisions_by_status.values()) == truth.decisions
+    assert sum(truth.decisions_by_target.values()) == truth.decisions_by_status["OK"]
+    assert load_truth(tmp_path / "truth.json") == truth
+
+
+def test_generate_moves_keys_off_a_target_that_goes_down(tmp_path):
+    """Scenario: the busiest target of each pool dies, is redispatched from, and its connections close."""
+    truth = generate(tmp_path, 30_000, routers=2, keys=2000, span_s=600)
+    assert truth.decisions_by_reason["redispatch"] > 0
+    assert truth.closes_by_reason["target_not_ready"] > 0
+    assert truth.closes_by_reason["shutdown"] > 0  # rtr-a restarts
+    assert truth.cache_hits > 0
+    assert truth.null_keys > 0
+    assert set(truth.down) == set(truth.down) & set(truth.decisions_by_target)
+    assert {"REFUSED_UNAVAILABLE", "REFUSED_USE_ANOTHER"} <= set(truth.decisions_by_status)
+
+
+def test_generate_is_deterministic_per_seed(tmp_path):
+    first = generate(tmp_path / "a", 2000, routers=2, keys=100, seed=7)
+    again = generate(tmp_path / "b", 2000, routers=2, keys=100, seed=7)
+    other = generate(tmp_path / "c", 2000, routers=2, keys=100, seed=8)
+    data = [(tmp_path / d / first.files[0]).read_bytes() for d in "abc"]
+    assert data[0] == data[1] != data[2]
+    assert first == again
+    assert other.files == first.files
+    text = zstandard.ZstdDecompressor().decompressobj().decompress(data[0])
+    assert text.startswith(b'{"kind":"decision","router_id":"rtr-a","seq":')
+
+
+def test_generate_rejects_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="rates"):
+        generate(tmp_path, 100, duplicate_rate=0.4, malformed_rate=0.2)
+    with pytest.raises(ValueError, match=">= 1"):
+        generate(tmp_path, 0)
+
+
+def test__router_id():
+    assert [_router_id(i) for i in (0, 1, 25, 26, 27)] == ["rtr-a", "rtr-b", "rtr-z", "rtr-aa", "rtr-ab"]

@@ -1,0 +1,43 @@
+"""Ingest: exact quarantine and duplicate counts, JSON and Parquet input, user errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.generate import generate
+from pipeline.ingest import REASONS, InputError, event_files, ingest, write_text
+
+
+def test_ingest_generated_files_gives_the_known_counts(spark, tmp_path):
+    """Scenario: a generated log with known duplicates and malformed lines, staged as Parquet."""
+    truth = generate(tmp_path / "log", 4000, routers=2, keys=200, duplicate_rate=0.03, malformed_rate=0.01)
+    (tmp_path / "log" / ".events-rtr-z-0000.jsonl.zst.tmp").write_bytes(b"still being written")
+    result = ingest(spark, [str(tmp_path / "log")], staging=str(tmp_path / "staging"))
+    assert dict(result.malformed_by_reason) == {r: truth.malformed_by_reason.get(r, 0) for r in REASONS}
+    assert result.malformed == truth.malformed == 40
+    assert result.duplicates == truth.duplicates == 120
+    assert result.events.count() == truth.events
+
+
+def test_ingest_mixes_json_and_parquet_and_keeps_one_copy(spark, tmp_path):
+    line = (
+        '{"kind":"close","router_id":"r1","seq":%d,"ts":"2026-11-18T11:00:00.000000Z","conn":1,'
+        '"router":"cr","acceptor":"a","node_id":"n1","duration_s":1.0,"bytes_in":1,"bytes_out":2,'
+        '"reason":"closed"}\n'
+    )
+    (tmp_path / "a.jsonl").write_text(line % 1 + line % 2 + line % 2 + '{"kind":"close","seq":3}\n')
+    parquet = str(tmp_path / "p.parquet")
+    spark.read.json(str(tmp_path / "a.jsonl")).where("seq = 1").write.parquet(parquet)
+    result = ingest(spark, [str(tmp_path / "a.jsonl"), parquet])
+    assert result.duplicates == 2  # seq 1 in both files, seq 2 twice in the JSON
+    assert result.malformed_by_reason["missing router_id"] == 1
+    assert sorted(r.seq for r in result.events.select("seq").collect()) == [1, 2]
+
+
+def test_event_files_user_errors(spark, tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        event_files(spark, [str(tmp_path / "missing")])
+    write_text(spark, str(tmp_path / "only" / "truth.json"), "{}")
+    with pytest.raises(InputError, match="no event files"):
+        event_files(spark, [str(tmp_path / "only")])
+    assert (tmp_path / "only" / "truth.json").read_text() == "{}"
