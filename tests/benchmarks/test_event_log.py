@@ -1,0 +1,23 @@
+"""The event log's cost in process: a tiny run of the real EventLog."""
+
+from __future__ import annotations
+
+from benchmarks.event_log import make_events, time_event_log
+from router.core.events import Closed, Decided
+
+
+def test_make_events_alternates_decision_and_close() -> None:
+    events = make_events(4)
+    assert [type(e) for e in events] == [Decided, Closed, Decided, Closed]
+    assert events[0].conn.id == events[1].conn.id != events[2].conn.id
+
+
+def test_time_event_log_gives_positive_figures() -> None:
+    cost = time_event_log(2_000, decision_keys=300)
+    assert cost.events == 2_000
+    assert 0 < cost.report_p50_us <= cost.report_p99_us
+    assert cost.writer_us > 0
+    assert cost.format_us > 0
+    assert 0 < cost.compressed_bytes_per_event < cost.bytes_per_event
+    assert cost.decision_miss_p50_us > 0
+    assert cost.per_connection_us > 0
