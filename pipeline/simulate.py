@@ -212,24 +212,11 @@ def _plan(config: Config, router: RouterConfig, logged_types: Sequence[str], rea
 
 
 def read_events(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
-    """The valid, deduplicated events of the event files (each (router_id, seq) once).
+    """The valid, deduplicated events of the event files (`pipeline.ingest`, nothing staged): each
+    (router_id, seq) once, malformed lines left out."""
+    from pipeline.ingest import ingest
 
-    A stand-in for the ingest step until `pipeline/ingest.py` offers it: lines Spark cannot read or
-    that miss `router_id`, `seq`, `ts` or a known `kind` are left out here (ingest quarantines them).
-    """
-    from pyspark.sql import functions as F
-
-    from pipeline.schema import CORRUPT_COLUMN, READ_SCHEMA
-
-    raw = spark.read.schema(READ_SCHEMA).json(list(paths))
-    valid = raw.where(
-        F.col(CORRUPT_COLUMN).isNull()
-        & F.col("router_id").isNotNull()
-        & F.col("seq").isNotNull()
-        & F.col("ts").isNotNull()
-        & F.col("kind").isin("decision", "close")
-    ).drop(CORRUPT_COLUMN)
-    return valid.dropDuplicates(["router_id", "seq"])
+    return ingest(spark, paths).events
 
 
 def logged_key_types(events: DataFrame) -> dict[str, list[str]]:
@@ -563,6 +550,8 @@ def simulate(
     """
     from pyspark.sql import functions as F
 
+    from pipeline.ingest import write_text
+
     logged = logged_key_types(events)
     plans = plan_routers(config, logged, router=router, ready=ready)
     keys_path = _join(out, "keys")
@@ -583,7 +572,7 @@ def simulate(
     summary["routers_not_simulated"] = sorted(set(logged) - {p.name for p in plans})
     summary["config"] = config.source
     summary["out"] = out
-    _write_text(spark, _join(out, "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    write_text(spark, _join(out, "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
 
@@ -621,64 +610,87 @@ def _write_balance(spark: SparkSession, summary: Mapping[str, object], path: str
     spark.createDataFrame(rows, schema).coalesce(1).write.mode("overwrite").parquet(path)
 
 
-def _write_text(spark: SparkSession, path: str, text: str) -> None:
-    """A small file at any Hadoop path, through the JVM's FileSystem API (the driver's own
-    filesystem would be wrong on a cluster)."""
+def _delete(spark: SparkSession, path: str) -> None:
+    """Remove a directory at any Hadoop path, if it is there."""
     jvm = spark.sparkContext._jvm  # py4j gateway: PySpark's way to the Hadoop API
-    assert jvm is not None
+    assert jvm is not None, "a classic (JVM) Spark session"
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    stream = fs.create(hadoop_path, True)
-    try:
-        stream.write(bytearray(text.encode("utf-8")))
-    finally:
-        stream.close()
+    hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(hadoop_path, True)
 
 
 # -- command line -------------------------------------------------------------------------------
 
+HELP: Final = "replay an event log's keys through a new configuration: which would move, where to"
+DESCRIPTION: Final = (
+    "Replay the distinct keys of the event log through the connection router of the new "
+    "configuration with the router's own engine, in Spark, and report the keys and connections "
+    "that would move and the new balance: Parquet tables and summary.json under --out "
+    "(docs/pipeline.md)."
+)
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `routerctl simulate` (Spark's `--master`/`--conf` come from the caller)."""
+    parser.add_argument(
+        "events", nargs="+", metavar="EVENTS", help="event files or directories (any Spark path)"
+    )
+    parser.add_argument("--config", required=True, metavar="NEW.xml", help="the new configuration")
+    parser.add_argument(
+        "--router", metavar="NAME", help="only this connection router (default: every one in both)"
+    )
+    parser.add_argument(
+        "--ready",
+        default="all",
+        help="targets counted as ready, as routerctl route: all, none, or NODE,NODE,... (default all)",
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory (any Spark path)")
+
 
 def add_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `simulate` to a `routerctl` subcommand set."""
-    parser = subparsers.add_parser(
-        "simulate",
-        help="replay an event log's keys through a new configuration: who would move, where to",
-        description="Replay the distinct keys of the event log through the connection router of the "
-        "new configuration with the router's own engine, in Spark, and report the keys and "
-        "connections that would move and the new balance (Parquet tables and summary.json in --out).",
-    )
-    parser.add_argument("events", nargs="+", metavar="EVENTS", help="event files or directories")
-    parser.add_argument("--config", required=True, help="the NEW configuration (broker.xml-style)")
-    parser.add_argument("--router", help="simulate only this connection router (default: all in both)")
-    parser.add_argument("--out", required=True, help="output directory (any Spark path)")
+    """Add `simulate` (with `--master`) to a subcommand set, for a parser without the pipeline's
+    other commands."""
+    parser = subparsers.add_parser("simulate", help=HELP, description=DESCRIPTION)
+    arguments(parser)
     parser.add_argument(
-        "--ready", default="all", help="targets counted as ready: all, none, or NODE,NODE,... (default all)"
+        "--master", metavar="URL", help="Spark master (default: spark-submit's, else local[*])"
     )
-    parser.add_argument("--master", help="Spark master URL (default: spark-submit's, else local[*])")
 
 
 def run(args: argparse.Namespace) -> int:
-    """`routerctl simulate`: 0 on success, 2 with one line on stderr for a fixable error."""
+    """`routerctl simulate`: 0 done; 2 with one line on stderr for a bad configuration or a
+    simulation that cannot be run as asked (router, key type, --ready); 1 for unreadable input."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import SparkSession
+
+    from pipeline.ingest import InputError, ingest
     from pipeline.session import spark_session
 
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        print(f"routerctl: error: {exc}", file=sys.stderr)
+        print(f"routerctl simulate: {exc}", file=sys.stderr)
         return 2
-    spark = spark_session(args.master, app="routerctl simulate")
+    owned = SparkSession.getActiveSession() is None
+    spark = spark_session(args.master, app="routerctl simulate", conf=dict(getattr(args, "conf", [])))
+    staging = _join(args.out, "_staging")
     try:
-        summary = simulate(
-            spark, read_events(spark, args.events), config, args.out, router=args.router, ready=args.ready
-        )
+        events = ingest(spark, args.events, staging=staging).events
+        summary = simulate(spark, events, config, args.out, router=args.router, ready=args.ready)
     except SimulateError as exc:
-        print(f"routerctl: error: simulate: {exc}", file=sys.stderr)
+        print(f"routerctl simulate: {exc}", file=sys.stderr)
         return 2
+    except (InputError, AnalysisException) as exc:
+        print(f"routerctl simulate: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
+    finally:
+        _delete(spark, staging)
+        if owned:
+            spark.stop()
     routers = summary["routers"]
     assert isinstance(routers, dict)
     for name, router in routers.items():
         print(_line(name, router))
-    print(f"results in {args.out} (summary.json, keys/, moves/, balance/)")
+    print(f"results in {args.out}: summary.json, keys/, moves/, balance/")
     return 0
 
 

@@ -414,21 +414,27 @@ def test_simulate_command_line(spark, tmp_path, capsys):
     parser = argparse.ArgumentParser(prog="routerctl")
     add_command(parser.add_subparsers(dest="command"))
 
-    args = parser.parse_args(["simulate", str(log), "--config", str(new), "--out", str(tmp_path / "o")])
-    assert run(args) == 0
+    def simulate_status(config: Path, out: str, *more: str) -> int:
+        args = parser.parse_args(["simulate", str(log), "--config", str(config), "--out", out, *more])
+        return run(args)
+
+    assert simulate_status(new, str(tmp_path / "o")) == 0
     assert capsys.readouterr().out.startswith("mqtt: 8 keys, ")
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["keys"] == 8
+    written = sorted(p.name for p in (tmp_path / "o").iterdir() if not p.name.startswith("."))
+    assert written == ["balance", "keys", "moves", "summary.json"]  # the staged copy is gone
 
-    bad = _config(tmp_path, "bad", key_type="SNI_HOST")
-    args = parser.parse_args(["simulate", str(log), "--config", str(bad), "--out", str(tmp_path / "p")])
-    assert run(args) == 2
+    assert simulate_status(_config(tmp_path, "bad", key_type="SNI_HOST"), str(tmp_path / "p")) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith("routerctl: error: simulate: router 'mqtt': the new key type SNI_HOST")
+    assert err.startswith("routerctl simulate: router 'mqtt': the new key type SNI_HOST cannot be replayed")
 
-    args = parser.parse_args(["simulate", str(log), "--config", str(new), "--router", "amqp", "--out", "x"])
-    assert run(args) == 2
-    assert "no connection router 'amqp'" in capsys.readouterr().err
+    assert simulate_status(new, str(tmp_path / "q"), "--router", "amqp") == 2
+    assert capsys.readouterr().err.startswith("routerctl simulate: no connection router 'amqp' in ")
+
+    (tmp_path / "broken.xml").write_text("<configuration>")
+    assert simulate_status(tmp_path / "broken.xml", str(tmp_path / "r")) == 2
+    assert capsys.readouterr().err.startswith("routerctl simulate: ")
 
 
 # -- planning (driver only, no Spark) ------------------------------------------------------------
