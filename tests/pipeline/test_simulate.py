@@ -23,10 +23,12 @@ import pytest
 from keys import ConnectionFacts
 from pipeline.simulate import (
     Replay,
+    RouterPlan,
     SimulateError,
     add_command,
     plan_routers,
     read_events,
+    replay_one,
     run,
     simulate,
 )
@@ -488,3 +490,33 @@ def test_plan_routers_source_ip_replays_any_logged_key_type(tmp_path):
     config = load_config(_config(tmp_path, "new", key_type="SOURCE_IP", policy="ROUND_ROBIN"))
     (plan,) = plan_routers(config, {"mqtt": ["CLIENT_ID", "USER_NAME"]}, ready="none")
     assert (plan.replay, plan.ready, plan.deterministic) == (Replay.SOURCE, frozenset(), False)
+
+
+# -- one key (driver only, no Spark) ------------------------------------------------------------
+
+
+def _plan_and_engine(config_path: Path, logged: str = "CLIENT_ID") -> tuple[RouterPlan, RoutingEngine]:
+    (plan,) = plan_routers(load_config(config_path), {"mqtt": [logged]})
+    return plan, _engine(config_path)
+
+
+def test_replay_one_role_name_takes_the_roles_apart_like_routerctl(tmp_path):
+    new = _config(tmp_path, "new", key_type="ROLE_NAME", key_filter="^ops")
+    plan, engine = _plan_and_engine(new, "ROLE_NAME")
+    decision = replay_one(engine, plan, "admin,ops-eu", fallback=False, raw_length=12)
+    assert decision.key == "ops"
+    (by_routerctl,) = _routerctl(new, "--role", "admin", "--role", "ops-eu")
+    assert decision.to_json() == by_routerctl
+
+
+def test_replay_one_cut_key_longer_than_the_new_limit_is_null(tmp_path):
+    plan, engine = _plan_and_engine(_config(tmp_path, "new"))
+    assert replay_one(engine, plan, "x" * 300, fallback=True, raw_length=2000).key == "NULL"
+    assert replay_one(engine, plan, "x" * 300, fallback=True, raw_length=1000).key == "x" * 300
+
+
+def test_replay_one_internal_client_id_goes_to_the_local_target(tmp_path):
+    plan, engine = _plan_and_engine(_config(tmp_path, "new"))
+    decision = replay_one(engine, plan, "$.artemis.internal.router.client.r2", fallback=False, raw_length=35)
+    assert decision.target is not None
+    assert decision.target.local
