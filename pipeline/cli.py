@@ -1,0 +1,208 @@
+"""The pipeline's `routerctl` subcommands: `analyze` and `generate-events`.
+
+`router/cli.py` calls `add_commands(subparsers)` when it builds the parser and `run(args)` for a
+command in `COMMANDS`. This module imports neither PySpark nor numpy at import time: `routerctl`
+works without the `pipeline` extra, and a pipeline command without it says how to install it (one
+line, exit status 1). A new command is one more `Command` in `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["COMMANDS", "INSTALL_HINT", "Command", "add_commands", "run"]
+
+INSTALL_HINT: Final = "install the pipeline extra: pip install 'connection-router[pipeline]'"
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Command:
+    """One subcommand: its help, its arguments and what it runs."""
+
+    help: str
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    main: Callable[[argparse.Namespace], int]
+
+
+def _conf(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return name, value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < 0.5:
+        raise argparse.ArgumentTypeError(f"must be in [0, 0.5), got {value}")
+    return value
+
+
+def spark_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--master` and `--conf`, shared by every Spark command."""
+    parser.add_argument(
+        "--master",
+        default=None,
+        metavar="URL",
+        help="Spark master (local[2], spark://HOST:7077, k8s://...); default: spark-submit's, else local[*]",
+    )
+    parser.add_argument(
+        "--conf", type=_conf, action="append", default=[], metavar="K=V", help="a Spark setting (repeatable)"
+    )
+
+
+def _analyze_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "events", nargs="+", metavar="EVENTS", help="event files or directories (any Spark path)"
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory (any Spark path)")
+    spark_arguments(parser)
+    parser.add_argument("--window-minutes", type=_positive, default=1, help="balance window (default 1)")
+    parser.add_argument("--top", type=_positive, default=20, help="rows of top_keys (default 20)")
+    parser.add_argument("--no-staging", action="store_true", help="do not stage parsed JSON as Parquet")
+    parser.add_argument("--no-report", action="store_true", help="do not write report.html")
+
+
+def _generate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", metavar="DIR", help="output directory (local)")
+    parser.add_argument("--events", type=_positive, required=True, metavar="N", help="lines to write in all")
+    parser.add_argument("--routers", type=_positive, default=4, help="routing processes (default 4)")
+    parser.add_argument("--keys", type=_positive, default=10_000, help="distinct keys (default 10000)")
+    parser.add_argument("--duplicate-rate", type=_rate, default=0.01, help="default 0.01")
+    parser.add_argument("--malformed-rate", type=_rate, default=0.001, help="default 0.001")
+    parser.add_argument("--files", type=_positive, default=1, help="files per routing process (default 1)")
+    parser.add_argument("--plain", action="store_true", help="write .jsonl, not .jsonl.zst")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import SparkSession
+
+    from pipeline.analyze import analyze
+    from pipeline.ingest import InputError
+    from pipeline.session import spark_session
+
+    owned = SparkSession.getActiveSession() is None
+    spark = spark_session(args.master, app="routerctl analyze", conf=dict(args.conf))
+    try:
+        summary = analyze(
+            spark,
+            args.events,
+            args.out,
+            window_minutes=args.window_minutes,
+            top=args.top,
+            stage=not args.no_staging,
+            report=not args.no_report,
+        )
+    except (InputError, AnalysisException) as exc:
+        print(f"routerctl analyze: {_first_line(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        if owned:
+            spark.stop()
+    print(
+        json.dumps(
+            {k: summary[k] for k in ("events", "duplicates_removed", "malformed", "keys", "moved_keys")}
+        )
+    )
+    return EXIT_OK
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from pipeline.generate import generate
+
+    try:
+        truth = generate(
+            args.dir,
+            args.events,
+            routers=args.routers,
+            keys=args.keys,
+            duplicate_rate=args.duplicate_rate,
+            malformed_rate=args.malformed_rate,
+            files=args.files,
+            compress=not args.plain,
+            seed=args.seed,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"routerctl generate-events: {_first_line(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(
+        json.dumps(
+            {
+                "lines": truth.lines,
+                "events": truth.events,
+                "duplicates": truth.duplicates,
+                "malformed": truth.malformed,
+            }
+        )
+    )
+    return EXIT_OK
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+COMMANDS: Final[dict[str, Command]] = {
+    "analyze": Command(
+        help="analyze event files with Spark: balance, stickiness, refusals, latency",
+        description="Remove duplicate events, set malformed records aside, and write Parquet tables, "
+        "summary.json and report.html under --out (docs/pipeline.md).",
+        arguments=_analyze_arguments,
+        main=_analyze,
+    ),
+    "generate-events": Command(
+        help="write synthetic event files (and truth.json) for tests and benchmarks",
+        description="Zipf keys, several routing processes, a target down for a while, duplicates "
+        "and malformed lines at the given rates; deterministic with --seed.",
+        arguments=_generate_arguments,
+        main=_generate,
+    ),
+}
+"""The pipeline's subcommands by name."""
+
+
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add every pipeline subcommand to `routerctl`'s subparsers."""
+    for name, command in COMMANDS.items():
+        parser = subparsers.add_parser(name, help=command.help, description=command.description)
+        command.arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a pipeline subcommand (`args.command` in `COMMANDS`); the exit status.
+
+    A missing pipeline dependency is one line on stderr and status 1, not a traceback."""
+    command = COMMANDS[args.command]
+    try:
+        import numpy  # noqa: F401  # the generator's
+        import pyspark  # noqa: F401
+    except ImportError:
+        print(f"routerctl {args.command}: {INSTALL_HINT}", file=sys.stderr)
+        return EXIT_FAILURE
+    return command.main(args)

@@ -1,0 +1,140 @@
+"""The analysis on hand-written events: moves and their causes, balance, latency percentiles."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pipeline.analyze import tables
+from pipeline.schema import EVENT_SCHEMA
+
+T0 = datetime(2026, 11, 18, 11, 0, tzinfo=UTC)
+
+
+def _decision(
+    seq: int,
+    minute: int,
+    second: int,
+    key: str,
+    node: str | None,
+    reason: str = "policy",
+    *,
+    status: str = "OK",
+    cache: bool = False,
+    latency: float = 100.0,
+) -> dict[str, object]:
+    return {
+        "kind": "decision",
+        "router_id": "r1",
+        "seq": seq,
+        "ts": T0 + timedelta(minutes=minute, seconds=second),
+        "conn": seq,
+        "router": "cr",
+        "acceptor": "a",
+        "source": "10.0.0.1",
+        "protocol": "mqtt",
+        "key_type": "CLIENT_ID",
+        "raw_key": key,
+        "raw_key_length": len(key),
+        "key": key,
+        "status": status,
+        "reason": reason,
+        "mode": "proxy" if status == "OK" else "refuse",
+        "node_id": node,
+        "local": False,
+        "cache_hit": cache,
+        "latency_us": latency,
+    }
+
+
+def _close(seq: int, minute: int, second: int, conn: int, node: str, reason: str) -> dict[str, object]:
+    return {
+        "kind": "close",
+        "router_id": "r1",
+        "seq": seq,
+        "ts": T0 + timedelta(minutes=minute, seconds=second),
+        "conn": conn,
+        "router": "cr",
+        "acceptor": "a",
+        "node_id": node,
+        "duration_s": 1.5,
+        "bytes_in": 10,
+        "bytes_out": 20,
+        "reason": reason,
+    }
+
+
+EVENTS = [
+    # a: policy n1, a cache hit, a refusal, then the policy again on n2 (n1 still serving): cache expiry
+    _decision(1, 0, 1, "a", "n1"),
+    _decision(2, 0, 2, "a", "n1", "cache", cache=True),
+    _decision(15, 1, 0, "a", None, "no ready target", status="REFUSED_UNAVAILABLE"),
+    _decision(3, 2, 1, "a", "n2"),
+    # b: the connect to n1 failed, redispatched to n2: target down
+    _decision(4, 0, 3, "b", "n1"),
+    _decision(5, 0, 4, "b", "n2", "redispatch"),
+    # c: its connection on n2 was closed with target_not_ready, then n1: target down
+    _decision(6, 0, 5, "c", "n2"),
+    _close(7, 0, 30, 6, "n2", "target_not_ready"),
+    _decision(8, 0, 40, "c", "n1"),
+    # d: n3, then n1 in a minute when n3 got nothing: target down
+    _decision(9, 0, 6, "d", "n3", latency=1000.0),
+    _decision(10, 3, 0, "d", "n1"),
+    # e: n1 then n3 by the policy, no cache hits, n1 serving: policy
+    _decision(11, 2, 0, "e", "n1"),
+    _decision(12, 2, 30, "e", "n3"),
+    # f: refused only; and a NULL key (not a key)
+    _decision(13, 0, 7, "f", None, "no ready target", status="REFUSED_UNAVAILABLE", latency=0.5),
+    _decision(14, 0, 8, "NULL", "n1"),
+]
+
+
+@pytest.fixture(scope="module")
+def results(spark):
+    rows = [tuple(event.get(name) for name in EVENT_SCHEMA.fieldNames()) for event in EVENTS]
+    events = spark.createDataFrame(rows, EVENT_SCHEMA)
+    out = tables(events)
+    yield out
+    spark.catalog.clearCache()
+
+
+def test_moves_and_their_causes(results):
+    moves = {(r.key, r.from_target, r.to_target, r.cause) for r in results["moves"].collect()}
+    assert moves == {
+        ("a", "n1", "n2", "cache_expiry"),
+        ("b", "n1", "n2", "target_down"),
+        ("c", "n2", "n1", "target_down"),
+        ("d", "n3", "n1", "target_down"),
+        ("e", "n1", "n3", "policy"),
+    }
+    per_key = {r.key: r for r in results["per_key"].collect()}
+    assert sorted(per_key) == ["a", "b", "c", "d", "e", "f"]
+    a = per_key["a"]
+    assert (a.decisions, a.ok, a.refused, a.cache_hits, a.targets, a.moves, a.last_target) == (
+        4,
+        3,
+        1,
+        1,
+        2,
+        1,
+        "n2",
+    )
+    assert (per_key["f"].ok, per_key["f"].moves, per_key["f"].last_target) == (0, 0, None)
+
+
+def test_counts_balance_and_latency(results):
+    (router,) = results["per_router"].collect()
+    assert (router.decisions, router.ok, router.refused, router.connections) == (14, 12, 2, 1)
+    assert (router.cache_hits, router.null_keys) == (1, 1)
+    assert router.max_mean == pytest.approx(7 / 4)  # n1 7, n2 3, n3 2
+    assert router.cv == pytest.approx((14 / 3) ** 0.5 / 4)
+    balance = {r.window_start.minute: r for r in results["balance"].collect()}
+    assert (balance[0].targets, balance[0].max, balance[0].max_mean) == (3, 5, pytest.approx(5 / (8 / 3)))
+    assert (balance[3].max_mean, balance[3].cv) == (pytest.approx(3.0), pytest.approx(2**0.5))
+    latency = {r.router: r for r in results["latency"].collect()}
+    # 0.5 µs (bucket 0), twelve at 100 µs (bucket 26, up to 2^(27/4)), 1000 µs (bucket 39)
+    assert latency["*"].decisions == 14
+    assert (latency["*"].p50_us, latency["*"].p90_us, latency["*"].p99_us) == (107.6, 107.6, 1024.0)
+    refusals = [(r.status, r.reason, r.decisions) for r in results["refusals"].collect()]
+    assert refusals == [("REFUSED_UNAVAILABLE", "no ready target", 2)]
