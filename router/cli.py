@@ -8,6 +8,9 @@
     routerctl target --admin URL ROUTER KEY
     routerctl status --admin URL [ROUTER]
     routerctl event-log --admin URL [--ring-size N]
+    routerctl analyze EVENTS... --out DIR [--master URL] [--conf K=V]...
+    routerctl simulate EVENTS... --config NEW.xml [--router NAME] --out DIR [--master URL]
+    routerctl generate-events DIR --events N [...]
     routerctl register --zookeeper HOST:PORT[,…] --path P --node-id ID --connector tcp://…
                        [--backup tcp://…] [--weight N] [--session-timeout MS]
 
@@ -38,6 +41,9 @@ from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 import trio
 
 from keys import ConnectionFacts
+from pipeline.cli import COMMANDS as PIPELINE_COMMANDS
+from pipeline.cli import add_commands as add_pipeline_commands
+from pipeline.cli import run as run_pipeline_command
 from pools import Member
 from pools.members import MAX_SESSION_TIMEOUT_MS
 from router.config import ConfigError, load_config
@@ -341,6 +347,8 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     status.add_argument("--admin", default="http://127.0.0.1:9180")
     status.add_argument("router", nargs="?")
 
+    add_pipeline_commands(sub)  # analyze, simulate, generate-events (pipeline/, docs/pipeline.md)
+
     event_log = sub.add_parser(
         "event-log", help="show a running router's event log (ring, counts), or resize its ring"
     )
@@ -510,6 +518,8 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="routerctl: %(levelname)s: %(message)s",
     )
+    if args.command in PIPELINE_COMMANDS:
+        return run_pipeline_command(args)
     if args.command == "route":
         return _dry_run(args)
     if args.command == "register":
