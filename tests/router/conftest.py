@@ -215,6 +215,7 @@ class Routerd:
         )
         assert self.proc.stderr is not None
         self._log = LineLog(self.proc.stderr, "routerd")
+        self._cursor = 0  # a restarted routerd: its new log from the start
         self.wait_for_log(r"ready: \d+ acceptor\(s\) listening", consume=False)
 
     def wait_for_log(self, pattern: str, timeout: float = 15.0, *, consume: bool = True) -> str:

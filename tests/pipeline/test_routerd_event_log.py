@@ -1,0 +1,136 @@
+"""The event log end to end: routerd in front of real mosquitto brokers with `--event-log`, real
+paho clients, a kill -9 and a restart, one file shipped twice; `routerctl analyze` then reports
+each client's decision once, on the broker the client actually reached (seen by subscribers on
+every broker)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+import zstandard
+
+from router.cli import main_routerctl
+from tests.router.conftest import (
+    MqttObserver,
+    acceptors_xml,
+    free_port_fixture,
+    mosquitto_fleet,
+    mqtt_round_trip,
+    start_routerd,
+    static_connectors,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from tests.router.conftest import Mosquitto, Routerd
+
+__all__ = ["free_port_fixture", "mosquitto_fleet", "start_routerd"]  # fixtures used here
+
+NODE_IDS = ["node4", "node9", "node20"]
+TIMEOUT_S = 10.0
+
+
+def _config(brokers: list[Mosquitto], port: int, events: Path) -> str:
+    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
+    return f"""<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <connectors>{connectors}</connectors>
+  <acceptors>{acceptors_xml({"mqtt": "router=ids;protocols=MQTT"}, {"mqtt": port})}</acceptors>
+  <connection-routers>
+   <connection-router name="ids">
+    <key-type>CLIENT_ID</key-type>
+    <policy name="CONSISTENT_HASH"/>
+    <pool><check-period>200</check-period><quorum-timeout>0</quorum-timeout>
+     <static-connectors>{refs}</static-connectors></pool>
+   </connection-router>
+  </connection-routers>
+  <event-log><directory>{events}</directory><router-id>edge-1</router-id>
+   <flush-interval>100</flush-interval></event-log>
+ </core></configuration>
+"""
+
+
+def _drive(brokers: list[Mosquitto], port: int, client_ids: list[str]) -> dict[str, str]:
+    """A round trip through the router for each client id: where each landed."""
+    with MqttObserver(
+        "log/#", {n: b.port for n, b in zip(NODE_IDS, brokers, strict=True)}, TIMEOUT_S
+    ) as seen:
+        for client_id in client_ids:
+            assert mqtt_round_trip(port, client_id=client_id, topic=f"log/{client_id}", timeout=TIMEOUT_S)
+        landed = seen.wait_for([f"log/{c}" for c in client_ids])
+    return {topic.removeprefix("log/"): node for topic, node in landed.items()}
+
+
+def _lines_in_progress(events: Path) -> int:
+    return sum(p.read_bytes().count(b"\n") for p in events.glob(".events-*.part"))
+
+
+def _wait_until(predicate: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.integration
+def test_analyze_reports_each_clients_decision_once_where_it_landed_across_a_kill_and_a_shipped_copy(
+    mosquitto_fleet: list[Mosquitto],
+    start_routerd: Callable[..., Routerd],
+    free_port: Callable[[], int],
+    tmp_path: Path,
+    spark: object,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    events, port = tmp_path / "events", free_port()
+    first = [f"dev-{n}" for n in range(12)]
+    second = [f"dev-{n}" for n in range(12, 20)]
+    router = start_routerd(lambda _admin: _config(mosquitto_fleet, port, events))
+    for _ in NODE_IDS:
+        router.wait_for_log(r"target=node\d+ is ready")
+    landed = _drive(mosquitto_fleet, port, first)
+    _wait_until(lambda: _lines_in_progress(events) == 2 * len(first))  # flushed: a decision and a close each
+    assert router.proc is not None
+    router.proc.send_signal(signal.SIGKILL)  # no chance to finish its file
+    router.stop()
+
+    router.start()  # the file left in progress is finished at start
+    for _ in NODE_IDS:
+        router.wait_for_log(r"target=node\d+ is ready")
+    landed |= _drive(mosquitto_fleet, port, second)
+    assert router.stop() == 0
+    files = sorted(events.glob("events-*.jsonl.zst"))
+    assert len(files) == 2
+    assert not list(events.glob(".events-*"))
+
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    shutil.copy(files[0], shipped / "copy-of-the-first.jsonl.zst")  # shipped twice
+    copied = zstandard.ZstdDecompressor().decompressobj().decompress(files[0].read_bytes()).count(b"\n")
+
+    out = tmp_path / "report"
+    assert main_routerctl(["analyze", str(events), str(shipped), "--out", str(out)]) == 0
+    capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["duplicates_removed"] == copied
+    assert summary["malformed"] == 0
+    assert summary["events"] == 2 * len(landed)  # one decision and one close per client
+    assert summary["decisions_by_status"] == {"OK": len(landed)}
+    expected_by_target: dict[str, int] = {}
+    for node in landed.values():
+        expected_by_target[node] = expected_by_target.get(node, 0) + 1
+    assert summary["decisions_by_target"] == expected_by_target
+    assert summary["keys"] == len(landed)
+    assert summary["moved_keys"] == 0
+    per_key = {
+        row["key"]: row
+        for row in spark.read.parquet(str(out / "per_key")).collect()  # type: ignore[attr-defined]
+    }
+    assert {key: row["last_target"] for key, row in per_key.items()} == landed
+    assert all(row["decisions"] == 1 for row in per_key.values())
+    assert (out / "report.html").stat().st_size > 10_000
