@@ -90,6 +90,8 @@ MASTER: Final = "local[2]"
 SPARK_CONF: Final[Mapping[str, str]] = {"spark.driver.memory": "6g"}
 """On top of `pipeline.session.DEFAULT_CONF`: the driver (which is the executor in local mode) gets
 6 GiB, as in research §1 (the 1 GiB default: +13 % on Parquet, §2.3). `--conf` adds more."""
+QUICK_SPARK_CONF: Final[Mapping[str, str]] = {"spark.sql.shuffle.partitions": "2"}
+"""`--quick` also: tiny data, so fewer tasks per shuffle (the pipeline tests' setting)."""
 DUCKDB_THREADS: Final = 2
 FULL_EVENTS: Final = 10_000_000
 QUICK_EVENTS: Final = 20_000
@@ -565,7 +567,11 @@ def duckdb_analyze(
 
     for name in _TEMP_TABLES:
         x(f"DROP TABLE IF EXISTS {name}")
-    x(f"CREATE TEMP TABLE flagged AS SELECT *, {_REASON_SQL} AS _reason FROM ({parse})")
+    x(
+        "CREATE TEMP TABLE flagged AS SELECT * EXCLUDE (raw), "
+        "CASE WHEN _reason IS NOT NULL THEN raw END AS raw "
+        f"FROM (SELECT *, {_REASON_SQL} AS _reason FROM ({parse}))"
+    )  # the raw line is kept for quarantined records only, as ingest's staged copy does
     rejects = (
         "SELECT 'unparseable' AS reason, e.csv_line AS raw, s.file_path AS file "
         "FROM reject_errors e JOIN reject_scans s USING (scan_id, file_id) "
@@ -1078,7 +1084,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if not groups or any(g not in GROUPS for g in groups):
         parser.error(f"--only takes names from {','.join(GROUPS)}, got {args.only!r}")
     args.groups = groups
-    conf = dict(SPARK_CONF)
+    conf = dict(SPARK_CONF) | (dict(QUICK_SPARK_CONF) if args.quick else {})
     for item in args.conf:
         key, sep, value = str(item).partition("=")
         if not sep or not key:
