@@ -1,4 +1,4 @@
-"""The pipeline's `routerctl` subcommands: `analyze` and `generate-events`.
+"""The pipeline's `routerctl` subcommands: `analyze`, `simulate` and `generate-events`.
 
 `router/cli.py` calls `add_commands(subparsers)` when it builds the parser and `run(args)` for a
 command in `COMMANDS`. This module imports neither PySpark nor numpy at import time: `routerctl`
@@ -163,6 +163,19 @@ def _generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _simulate_arguments(parser: argparse.ArgumentParser) -> None:
+    from pipeline.simulate import arguments
+
+    arguments(parser)
+    spark_arguments(parser)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from pipeline.simulate import run as simulate
+
+    return simulate(args)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -175,6 +188,15 @@ COMMANDS: Final[dict[str, Command]] = {
         "summary.json and report.html under --out (docs/pipeline.md).",
         arguments=_analyze_arguments,
         main=_analyze,
+    ),
+    "simulate": Command(
+        help="replay an event log's keys through a new configuration: which would move, where to",
+        description="Replay the distinct keys of the event log through the connection router of the "
+        "new configuration with the router's own engine, in Spark, and write which keys and "
+        "connections would move, the moves matrix and the new balance (Parquet tables and "
+        "summary.json under --out, docs/pipeline.md).",
+        arguments=_simulate_arguments,
+        main=_simulate,
     ),
     "generate-events": Command(
         help="write synthetic event files (and truth.json) for tests and benchmarks",

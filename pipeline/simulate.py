@@ -58,7 +58,7 @@ __all__ = [
     "Replay",
     "RouterPlan",
     "SimulateError",
-    "add_command",
+    "arguments",
     "key_table",
     "plan_routers",
     "read_events",
@@ -620,14 +620,6 @@ def _delete(spark: SparkSession, path: str) -> None:
 
 # -- command line -------------------------------------------------------------------------------
 
-HELP: Final = "replay an event log's keys through a new configuration: which would move, where to"
-DESCRIPTION: Final = (
-    "Replay the distinct keys of the event log through the connection router of the new "
-    "configuration with the router's own engine, in Spark, and report the keys and connections "
-    "that would move and the new balance: Parquet tables and summary.json under --out "
-    "(docs/pipeline.md)."
-)
-
 
 def arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of `routerctl simulate` (Spark's `--master`/`--conf` come from the caller)."""
@@ -644,16 +636,6 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="targets counted as ready, as routerctl route: all, none, or NODE,NODE,... (default all)",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (any Spark path)")
-
-
-def add_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `simulate` (with `--master`) to a subcommand set, for a parser without the pipeline's
-    other commands."""
-    parser = subparsers.add_parser("simulate", help=HELP, description=DESCRIPTION)
-    arguments(parser)
-    parser.add_argument(
-        "--master", metavar="URL", help="Spark master (default: spark-submit's, else local[*])"
-    )
 
 
 def run(args: argparse.Namespace) -> int:

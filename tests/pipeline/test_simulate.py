@@ -21,15 +21,14 @@ from typing import Any
 import pytest
 
 from keys import ConnectionFacts
+from pipeline.cli import add_commands, run
 from pipeline.simulate import (
     Replay,
     RouterPlan,
     SimulateError,
-    add_command,
     plan_routers,
     read_events,
     replay_one,
-    run,
     simulate,
 )
 from router.cli import main_routerctl
@@ -414,7 +413,7 @@ def test_simulate_command_line(spark, tmp_path, capsys):
     log = tmp_path / "events.jsonl"
     _write_log(log, old, _clients(CLIENTS[:8]))
     parser = argparse.ArgumentParser(prog="routerctl")
-    add_command(parser.add_subparsers(dest="command"))
+    add_commands(parser.add_subparsers(dest="command"))
 
     def simulate_status(config: Path, out: str, *more: str) -> int:
         args = parser.parse_args(["simulate", str(log), "--config", str(config), "--out", out, *more])
