@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from router.config.settings import Config, RouterConfig
 
 __all__ = [
+    "AFTER_COLUMNS",
     "DETERMINISTIC_POLICIES",
     "KEY_SCHEMA_FIELDS",
     "Replay",
@@ -60,10 +61,12 @@ __all__ = [
     "SimulateError",
     "arguments",
     "key_table",
+    "logged_key_types",
     "plan_routers",
     "read_events",
     "ready_node_ids",
     "replay",
+    "replay_one",
     "run",
     "simulate",
     "summarize",
@@ -240,7 +243,7 @@ KEY_SCHEMA_FIELDS: Final = (
     "bytes_in",
     "bytes_out",
 )
-"""The columns of `key_table`, in order."""
+"""The columns of `key_table`, in order (`replay` adds `AFTER_COLUMNS` and `moved`)."""
 
 
 def key_table(events: DataFrame, plans: Sequence[RouterPlan]) -> DataFrame:
@@ -281,7 +284,7 @@ def key_table(events: DataFrame, plans: Sequence[RouterPlan]) -> DataFrame:
     )
     order = F.struct("ts", "router_id", "seq")
     joined = decisions.join(closes, ["router_id", "conn"], "left")
-    return joined.groupBy("router", "input", "fallback").agg(
+    keys = joined.groupBy("router", "input", "fallback").agg(
         F.coalesce(F.max("raw_length"), F.lit(0)).cast("long").alias("raw_length"),
         F.max_by("key", order).alias("key_before"),
         F.max_by("node_id", F.when(F.col("node_id").isNotNull(), order)).alias("target_before"),
@@ -289,30 +292,32 @@ def key_table(events: DataFrame, plans: Sequence[RouterPlan]) -> DataFrame:
         F.coalesce(F.sum("close_in"), F.lit(0)).cast("long").alias("bytes_in"),
         F.coalesce(F.sum("close_out"), F.lit(0)).cast("long").alias("bytes_out"),
     )
+    return keys.select(*KEY_SCHEMA_FIELDS)
 
 
-_AFTER_COLUMNS: Final = (
+AFTER_COLUMNS: Final = (
     ("key_after", "string"),
     ("status_after", "string"),
     ("reason_after", "string"),
     ("target_after", "string"),
     ("predictable", "boolean"),
 )
+"""The columns `replay` adds (name, Spark type), in order."""
 
 
 def replay(keys: DataFrame, config: Config, plans: Sequence[RouterPlan]) -> DataFrame:
     """Each key through the new configuration's engine, in the executors (`mapInPandas`).
 
-    Adds `key_after`, `status_after`, `reason_after`, `target_after` (None unless OK, and for an
-    unpredictable pick), `predictable`, and `moved`: the key had a target and gets another one or
-    none (None when unpredictable).
+    Adds `key_after`, `status_after`, `reason_after`, `target_after` (None when not OK or
+    unpredictable), `predictable`, and `moved`: the key had a target and gets another one or none
+    (None when unpredictable).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
     kinds = {"string": StringType(), "boolean": BooleanType()}
     schema = StructType(
-        [*keys.schema.fields, *(StructField(name, kinds[kind], True) for name, kind in _AFTER_COLUMNS)]
+        [*keys.schema.fields, *(StructField(name, kinds[kind], True) for name, kind in AFTER_COLUMNS)]
     )
     replayed = keys.mapInPandas(_Replayer(config, tuple(plans)), schema)
     moved = F.col("target_before").isNotNull() & ~F.col("target_before").eqNullSafe(F.col("target_after"))
@@ -346,9 +351,9 @@ class _Replayer:
             after = [self.one(engines[r], self.plans[r], v, bool(f), int(n)) for r, v, f, n in rows]
             columns: list[tuple[object, ...]] = list(zip(*after, strict=True))
             if not after:
-                columns = [() for _ in _AFTER_COLUMNS]
+                columns = [() for _ in AFTER_COLUMNS]
             yield frame.assign(
-                **{name: list(values) for (name, _), values in zip(_AFTER_COLUMNS, columns, strict=True)}
+                **{name: list(values) for (name, _), values in zip(AFTER_COLUMNS, columns, strict=True)}
             )
 
     @staticmethod

@@ -23,6 +23,8 @@ import pytest
 from keys import ConnectionFacts
 from pipeline.cli import add_commands, run
 from pipeline.simulate import (
+    AFTER_COLUMNS,
+    KEY_SCHEMA_FIELDS,
     Replay,
     RouterPlan,
     SimulateError,
@@ -424,6 +426,8 @@ def test_simulate_command_line(spark, tmp_path, capsys):
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["keys"] == 8
     written = sorted(p.name for p in (tmp_path / "o").iterdir() if not p.name.startswith("."))
     assert written == ["balance", "keys", "moves", "summary.json"]  # the staged copy is gone
+    columns = spark.read.parquet(str(tmp_path / "o" / "keys")).columns
+    assert columns == [*KEY_SCHEMA_FIELDS, *(name for name, _ in AFTER_COLUMNS), "moved"]
 
     assert simulate_status(_config(tmp_path, "bad", key_type="SNI_HOST"), str(tmp_path / "p")) == 2
     err = capsys.readouterr().err
