@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from keys import NULL_KEY, ConnectionFacts, KeyType
+from pools import ready_node_ids
 from router.config import ConfigError, load_config
 from router.core.engine import DecisionReason, RouteDecision, RoutingEngine, build_pool
 
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped]  # no pandas-stubs in the pipeline extra
     from pyspark.sql import DataFrame, Row, SparkSession
 
-    from pools import Pool
     from router.config.settings import Config, RouterConfig
 
 __all__ = [
@@ -64,7 +64,6 @@ __all__ = [
     "logged_key_types",
     "plan_routers",
     "read_events",
-    "ready_node_ids",
     "replay",
     "replay_one",
     "run",
@@ -116,25 +115,6 @@ class RouterPlan:
     def deterministic(self) -> bool:
         """Whether the new policy's pick depends on the key and the ready targets alone."""
         return self.policy is None or self.policy in DETERMINISTIC_POLICIES
-
-
-def ready_node_ids(pool: Pool, spec: str) -> frozenset[str]:
-    """The node ids `--ready` counts as ready, as `routerctl route --ready` reads it.
-
-    Args:
-        pool: the router's pool.
-        spec: `all` (every target with a connector: a local target without one never is),
-            `none`, or `NODE,NODE,...` (names not in this pool are left out).
-
-    Returns:
-        The ready node ids of this pool.
-    """
-    if spec == "all":
-        return frozenset(t.node_id for t in pool.targets if t.connector is not None)
-    if spec == "none":
-        return frozenset()
-    named = {n.strip() for n in spec.split(",") if n.strip()}
-    return frozenset(t.node_id for t in pool.targets if t.node_id in named)
 
 
 def plan_routers(

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from pools.target import Connector, Target
 
-__all__ = ["Pool", "PoolConfig", "PoolEvent", "PoolEventKind", "PoolKind", "TargetState"]
+__all__ = ["Pool", "PoolConfig", "PoolEvent", "PoolEventKind", "PoolKind", "TargetState", "ready_node_ids"]
 
 
 class PoolKind(enum.Enum):
@@ -342,3 +342,20 @@ class Pool:
         """The target with this node id if it is in the pool and ready (no quorum check: SPEC A1 6)."""
         slot = self._slots.get(node_id)
         return None if slot is None or slot.active is None else slot.target
+
+
+def ready_node_ids(pool: Pool, spec: str) -> frozenset[str]:
+    """The node ids a dry run counts as ready (`routerctl route --ready`, `routerctl simulate`).
+
+    Args:
+        pool: the router's pool.
+        spec: `all` (every target with a connector: a local target without one can never be
+            ready, as in routerd), `none`, or `NODE,NODE,...` (names not in this pool are left
+            out; `routerctl route` refuses them first).
+    """
+    if spec == "all":
+        return frozenset(t.node_id for t in pool.targets if t.connector is not None)
+    if spec == "none":
+        return frozenset()
+    named = {n.strip() for n in spec.split(",") if n.strip()}
+    return frozenset(t.node_id for t in pool.targets if t.node_id in named)

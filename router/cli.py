@@ -44,7 +44,7 @@ from keys import ConnectionFacts
 from pipeline.cli import COMMANDS as PIPELINE_COMMANDS
 from pipeline.cli import add_commands as add_pipeline_commands
 from pipeline.cli import run as run_pipeline_command
-from pools import Member
+from pools import Member, ready_node_ids
 from pools.members import MAX_SESSION_TIMEOUT_MS
 from router.config import ConfigError, load_config
 from router.config.settings import EventLogConfig, ZooKeeperConfig
@@ -417,20 +417,15 @@ def _dry_run(args: argparse.Namespace) -> int:
     pool, local = build_pool(config, router)
     if pool is not None:
         node_ids = [t.node_id for t in pool.targets]
-        if args.ready == "all":
-            # As in routerd: a local target without a local connector can never be ready.
-            ready = {t.node_id for t in pool.targets if t.connector is not None}
-        elif args.ready == "none":
-            ready = set()
-        else:
-            ready = {n.strip() for n in args.ready.split(",") if n.strip()}
-            unknown = sorted(ready - set(node_ids))
+        if args.ready not in ("all", "none"):
+            unknown = sorted({n.strip() for n in args.ready.split(",") if n.strip()} - set(node_ids))
             if unknown:
                 _fail(
                     "routerctl",
                     f"--ready names unknown node ids {unknown} (pool of {router.name!r} has {node_ids})",
                     EXIT_USAGE,
                 )
+        ready = ready_node_ids(pool, args.ready)
         for node_id in node_ids:
             pool.record_check(node_id, node_id in ready)
     engine = RoutingEngine(router, pool, local, round_robin_start=args.round_robin_start)

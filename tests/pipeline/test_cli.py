@@ -25,7 +25,7 @@ def test_run_without_pyspark_prints_the_install_hint(monkeypatch, capsys):
 
 
 def test_add_commands_adds_every_command():
-    assert set(COMMANDS) == {"analyze", "generate-events"}
+    assert set(COMMANDS) == {"analyze", "generate-events", "simulate"}
     args = _args("analyze", "a", "b", "--out", "o", "--master", "local[1]", "--conf", "k=v=w")
     assert (args.events, args.master, args.conf) == (["a", "b"], "local[1]", [("k", "v=w")])
     with pytest.raises(SystemExit):

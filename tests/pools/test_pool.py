@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from pools.pool import Pool, PoolConfig, PoolEvent, PoolEventKind, PoolKind, TargetState
+from pools.pool import Pool, PoolConfig, PoolEvent, PoolEventKind, PoolKind, TargetState, ready_node_ids
 from pools.target import Connector, Target
 
 
@@ -418,3 +418,11 @@ class TestPoolMembership:
         assert pool.remove_target("a")[-1] == inactive("r", "0/1 ready")
         pool.add_target(B)
         assert pool.record_check("b", True) == [ready("r", "b"), active("r", "1/1 ready")]
+
+
+def test_ready_node_ids_of_a_dry_run():
+    remote = [Target.remote(Connector.from_url(f"c{i}", f"tcp://10.0.0.{i}:1?nodeId=n{i}")) for i in (1, 2)]
+    pool = Pool("r", 1, [Target.local_target(None), *remote])
+    assert ready_node_ids(pool, "all") == {"n1", "n2"}  # a local target without connector never is
+    assert ready_node_ids(pool, "none") == frozenset()
+    assert ready_node_ids(pool, " n2 , elsewhere,") == {"n2"}
