@@ -25,6 +25,7 @@ __all__ = [
     "ConnectionFacts",
     "KeyType",
     "is_internal_client_id",
+    "raw_value",
     "resolve_key",
 ]
 
@@ -105,7 +106,10 @@ def is_internal_client_id(client_id: str | None) -> bool:
     return client_id is not None and client_id.startswith(INTERNAL_CLIENT_ID_PREFIX)
 
 
-def _raw_value(key_type: KeyType, facts: ConnectionFacts, key_filter: KeyFilter | None) -> str | None:
+def raw_value(key_type: KeyType, facts: ConnectionFacts) -> str | tuple[str, ...] | None:
+    """What a connection has for a key type, before any filter: the value, or for ROLE_NAME all
+    the user's roles in store order (the key filter chooses among them: `resolve_key`); None or
+    () when it has nothing."""
     match key_type:
         case KeyType.CLIENT_ID:
             return facts.client_id
@@ -116,15 +120,22 @@ def _raw_value(key_type: KeyType, facts: ConnectionFacts, key_filter: KeyFilter 
         case KeyType.USER_NAME:
             return facts.user_name
         case KeyType.ROLE_NAME:
-            # SPEC A2: with a filter, the first role (store order) the filter finds; else the first.
-            if not facts.roles:
-                return None
-            if key_filter is None:
-                return facts.roles[0]
-            for role in facts.roles:
-                if key_filter.find(role) is not None:
-                    return role
-            return None
+            return facts.roles
+
+
+def _raw_value(key_type: KeyType, facts: ConnectionFacts, key_filter: KeyFilter | None) -> str | None:
+    value = raw_value(key_type, facts)
+    if not isinstance(value, tuple):
+        return value
+    # SPEC A2: with a filter, the first role (store order) the filter finds; else the first.
+    if not value:
+        return None
+    if key_filter is None:
+        return value[0]
+    for role in value:
+        if key_filter.find(role) is not None:
+            return role
+    return None
 
 
 def resolve_key(

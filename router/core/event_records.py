@@ -22,13 +22,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
 
-from keys import KeyType
+from keys.resolve import raw_value
 from router.core.engine import DecisionReason
 from router.core.events import Closed, Decided
 from router.core.records import quick_init
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from keys import KeyType
 
 __all__ = [
     "BOOT_SPAN",
@@ -207,21 +209,14 @@ def _second(seconds: int) -> str:
 
 
 def raw_key(key_type: KeyType, decided: Decided) -> str | None:
-    """The value a decision's key came from, before filter and transform (ROLE_NAME: the roles)."""
-    facts = decided.facts
-    if facts is None:
+    """The value a decision's key came from, before filter and transform (ROLE_NAME: the roles,
+    comma-separated)."""
+    if decided.facts is None:
         return None
-    match key_type:
-        case KeyType.CLIENT_ID:
-            return facts.client_id
-        case KeyType.SNI_HOST:
-            return facts.sni_host
-        case KeyType.SOURCE_IP:
-            return facts.source_ip
-        case KeyType.USER_NAME:
-            return facts.user_name
-        case KeyType.ROLE_NAME:
-            return ",".join(facts.roles) if facts.roles else None
+    value = raw_value(key_type, decided.facts)
+    if isinstance(value, tuple):
+        return ",".join(value) if value else None
+    return value
 
 
 def record_of(

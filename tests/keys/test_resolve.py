@@ -16,6 +16,7 @@ from keys.resolve import (
     ConnectionFacts,
     KeyType,
     is_internal_client_id,
+    raw_value,
     resolve_key,
 )
 
@@ -239,3 +240,11 @@ class TestConnectionFactsSourceIp:
         facts = ConnectionFacts(client_id="c")
         with pytest.raises(AttributeError):
             facts.client_id = "d"  # type: ignore[misc]  # the assignment itself is what is tested
+
+
+def test_raw_value_is_the_fact_before_any_filter():
+    facts = ConnectionFacts(source_ip="10.0.0.1", client_id="c", roles=("a", "b"))
+    assert raw_value(KeyType.CLIENT_ID, facts) == "c"
+    assert raw_value(KeyType.SOURCE_IP, facts) == "10.0.0.1"
+    assert raw_value(KeyType.USER_NAME, facts) is None
+    assert raw_value(KeyType.ROLE_NAME, facts) == ("a", "b")
