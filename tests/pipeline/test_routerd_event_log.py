@@ -17,13 +17,12 @@ import zstandard
 from router.cli import main_routerctl
 from tests.router.conftest import (
     MqttObserver,
-    acceptors_xml,
     free_port_fixture,
     mosquitto_fleet,
     mqtt_round_trip,
     start_routerd,
-    static_connectors,
 )
+from tests.router.test_routerd_event_log import NODE_IDS, event_log_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,27 +32,15 @@ if TYPE_CHECKING:
 
 __all__ = ["free_port_fixture", "mosquitto_fleet", "start_routerd"]  # fixtures used here
 
-NODE_IDS = ["node4", "node9", "node20"]
 TIMEOUT_S = 10.0
 
 
 def _config(brokers: list[Mosquitto], port: int, events: Path) -> str:
-    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
-    return f"""<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors_xml({"mqtt": "router=ids;protocols=MQTT"}, {"mqtt": port})}</acceptors>
-  <connection-routers>
-   <connection-router name="ids">
-    <key-type>CLIENT_ID</key-type>
-    <policy name="CONSISTENT_HASH"/>
-    <pool><check-period>200</check-period><quorum-timeout>0</quorum-timeout>
-     <static-connectors>{refs}</static-connectors></pool>
-   </connection-router>
-  </connection-routers>
-  <event-log><directory>{events}</directory><router-id>edge-1</router-id>
-   <flush-interval>100</flush-interval></event-log>
- </core></configuration>
-"""
+    return event_log_config(
+        brokers,
+        port,
+        f"<directory>{events}</directory><router-id>edge-1</router-id><flush-interval>100</flush-interval>",
+    )
 
 
 def _drive(brokers: list[Mosquitto], port: int, client_ids: list[str]) -> dict[str, str]:

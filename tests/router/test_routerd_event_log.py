@@ -52,7 +52,9 @@ class RouterdOnASmallDisk(Routerd):
         ]
 
 
-def _config(brokers: list[Mosquitto], port: int, events: Path) -> str:
+def event_log_config(brokers: list[Mosquitto], port: int, event_log: str) -> str:
+    """routerd in front of `brokers` (NODE_IDS): an MQTT acceptor on `port`, CLIENT_ID keys,
+    CONSISTENT_HASH, and the `<event-log>` children `event_log`."""
     connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
     return f"""<core>
   <connectors>{connectors}</connectors>
@@ -61,13 +63,22 @@ def _config(brokers: list[Mosquitto], port: int, events: Path) -> str:
    <connection-router name="ids">
     <key-type>CLIENT_ID</key-type>
     <policy name="CONSISTENT_HASH"/>
-    <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
+    <pool><check-period>200</check-period><quorum-timeout>0</quorum-timeout>
+     <static-connectors>{refs}</static-connectors></pool>
    </connection-router>
   </connection-routers>
-  <event-log><directory>{events}</directory><router-id>small-disk</router-id>
-   <rotate-size>8192</rotate-size><flush-interval>50</flush-interval></event-log>
+  <event-log>{event_log}</event-log>
  </core>
 """
+
+
+def _config(brokers: list[Mosquitto], port: int, events: Path) -> str:
+    return event_log_config(
+        brokers,
+        port,
+        f"<directory>{events}</directory><router-id>small-disk</router-id>"
+        "<rotate-size>8192</rotate-size><flush-interval>50</flush-interval>",
+    )
 
 
 def _counter(metrics: str, outcome: str) -> float:
