@@ -4,7 +4,7 @@ rotating, compressed files that the PySpark pipeline reads (docs/pipeline.md).
 Routing never waits for it. The subscriber (`EventLog.report`, one more `RouterRuntime` subscriber
 beside the log lines and the metrics) stamps the time and puts the event into the bounded ring
 (`router.core.ring`): a lock and a deque append in the reporting thread. A writer thread takes
-events from the ring in batches, turns each into its record (`router.core.event_records`), and
+events from the ring in batches, turns each into its line (`router.core.event_records`), and
 appends the lines to the file in progress. When the ring is full the oldest event is dropped,
 counted (`router_event_log_events_total{outcome="dropped"}`) and logged (rate-limited); its `seq`
 is missing from the files.
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Final
 import zstandard
 
 from keys import KeyType
-from router.core.event_records import Sequence, json_line, record_of, timestamp
+from router.core.event_records import Sequence, event_line, timestamp
 from router.core.events import Closed, Decided
 from router.core.ring import Ring
 
@@ -283,15 +283,16 @@ class EventLog:
         sequence, key_types, router_id = self._sequence, self._key_types, self.router_id
         lines = []
         for number, (when, event) in batch:
-            record = record_of(
-                event,
-                router_id=router_id,
-                seq=sequence.of(number),
-                conn=sequence.of(event.conn.id),
-                ts=timestamp(when),
-                key_type=key_types.get(event.conn.router, KeyType.SOURCE_IP),
+            lines.append(
+                event_line(
+                    event,
+                    router_id=router_id,
+                    seq=sequence.of(number),
+                    conn=sequence.of(event.conn.id),
+                    ts=timestamp(when),
+                    key_type=key_types.get(event.conn.router, KeyType.SOURCE_IP),
+                )
             )
-            lines.append(json_line(record))
         data = "".join(lines).encode("ascii")  # json_line escapes everything else
         part = self._part
         if part is None:

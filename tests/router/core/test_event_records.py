@@ -20,6 +20,7 @@ from router.core.event_records import (
     DecisionRecord,
     FieldType,
     Sequence,
+    event_line,
     json_line,
     raw_key,
     record_of,
@@ -173,3 +174,21 @@ def test_a_number_that_is_not_finite_is_refused():
     record = record_of(closed, router_id="h", seq=1, conn=1, ts=TS, key_type=KeyType.CLIENT_ID)
     with pytest.raises(ValueError, match="finite number, got nan"):
         json_line(record)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        decision(),
+        decision(key="ключ 😀\n", facts=None, node_id=None, protocol=None, source=None, local=True),
+        decision(reason=DecisionReason.CACHE, status=RouteStatus.OK, mode=Mode.REDIRECT),
+        decision(facts=ConnectionFacts(client_id="x" * 300)),
+        Closed(
+            conn=CONN, node_id="n", bytes_in=0, bytes_out=2**40, duration_s=1 / 3, reason=CloseReason.SHUTDOWN
+        ),
+    ],
+)
+@pytest.mark.parametrize("key_type", list(KeyType))
+def test_the_writers_line_is_the_records_line(event, key_type):
+    arguments: dict[str, Any] = {"router_id": "h/é", "seq": 3, "conn": 4, "ts": TS, "key_type": key_type}
+    assert event_line(event, **arguments) == json_line(record_of(event, **arguments))
