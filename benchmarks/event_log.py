@@ -7,21 +7,22 @@ event, what the writer thread pays per event, next to the routing decision itsel
 * **report**: `EventLog.report(event)` for every event (a wall-clock read and a ring put under
   its lock), each call timed with `time.perf_counter_ns` (whose own ~0.1 µs is included), in the
   calling thread as routing calls it. The writer is not running meanwhile, so the lock is
-  uncontended (in routerd it is almost always: the writer takes 4,096 at a time).
+  uncontended (in routerd it is almost always: the writer takes `TAKE_BATCH` at a time).
 * **writer**: the writer thread started over the full ring and stopped when it has drained it:
-  `record_of` + `json_line` + the file write per batch, then at stop the finishing of the file
+  `timestamp` + `event_line` + the file write per batch, then at stop the finishing of the file
   (zstd level 3, fsync, rename) — wall time from `start()` to `stop()` returning, per event. The
-  writer's format and compress steps are also timed alone on the same events (`record_of` +
-  `timestamp` + `json_line`; `ZstdCompressor.compress` of the lines), as a breakdown.
+  writer's format and compress steps are also timed alone on the same events (`timestamp` +
+  `event_line`, as the writer formats; `ZstdCompressor.compress` of the lines), as a breakdown.
 * **decision**: `benchmarks.decision.time_decisions` on the benchmark's routerd configuration
   (`echo`: SOURCE_IP, CONSISTENT_HASH over 2 targets, cache), cache miss and hit.
 
 The events are what a short proxied MQTT connection produces: a `Decided` (CLIENT_ID key, OK by
 policy, proxy) and a `Closed`, alternating, with distinct client ids and connection ids.
 
-Routing pays `report` on its own thread; the writer runs on its own thread but under the same GIL,
-so its CPU is the process's too. Neither is the router's connection rate: the lead measures that
-with `benchmarks/bench --runs 3 [--event-log]` (benchmarks/README.md).
+Routing pays `report` on its own thread; the writer runs on its own thread (at niceness
+`WRITER_NICE`) but under the same GIL, so its CPU is the process's too. Neither is the router's
+connection rate: the lead measures that with `benchmarks/bench --runs 3 [--event-log]`
+(benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from keys import ConnectionFacts, KeyType, WireProtocol
 from router.config.settings import EventLogConfig
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import Sequence, json_line, record_of, timestamp
+from router.core.event_records import Sequence, event_line, timestamp
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
 from router.services.event_log import TAKE_BATCH, ZSTD_LEVEL, EventLog
@@ -69,7 +70,7 @@ class EventLogCost:
     writer_us: float
     """The writer thread's wall time per event: record, line, write, and the file's finishing."""
     format_us: float
-    """Of which `record_of` + `timestamp` + `json_line`, timed alone."""
+    """Of which `timestamp` + `event_line` (the writer's formatting), timed alone."""
     compress_us: float
     """Of which zstd (level 3) of the lines, timed alone."""
     bytes_per_event: float
@@ -135,15 +136,13 @@ def _format_and_compress(events: list[Decided | Closed]) -> tuple[float, float, 
     clock = time.perf_counter
     started = clock()
     lines = [
-        json_line(
-            record_of(
-                event,
-                router_id="bench",
-                seq=sequence.of(n),
-                conn=sequence.of(event.conn.id),
-                ts=timestamp(now + n * 1e-4),
-                key_type=key_types.get(event.conn.router, KeyType.SOURCE_IP),
-            )
+        event_line(
+            event,
+            router_id="bench",
+            seq=sequence.of(n),
+            conn=sequence.of(event.conn.id),
+            ts=timestamp(now + n * 1e-4),
+            key_type=key_types.get(event.conn.router, KeyType.SOURCE_IP),
         )
         for n, event in enumerate(events)
     ]
