@@ -1020,7 +1020,7 @@ def format_event_log(cost: EventLogCost) -> str:
             f"event log, in process ({cost.events:,} events, half decisions, half closes):",
             f"  report (reporting thread: clock + ring put)  p50 {cost.report_p50_us:.2f} µs, "
             f"p99 {cost.report_p99_us:.2f} µs, mean {cost.report_mean_us:.2f} µs per event",
-            f"  writer thread (record, line, write, zstd, fsync)  {cost.writer_us:.2f} µs per event "
+            f"  writer thread (line, write, zstd, fsync)  {cost.writer_us:.2f} µs per event "
             f"(format alone {cost.format_us:.2f}, zstd alone {cost.compress_us:.2f})",
             f"  lines {cost.bytes_per_event:.0f} B per event, "
             f"{cost.compressed_bytes_per_event:.1f} B compressed",
@@ -1143,6 +1143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started_at = datetime.datetime.now(datetime.UTC)
     started = time.monotonic()
     load_start = [round(x, 2) for x in os.getloadavg()]
+    versions = _versions()  # the commit the run started from
     status = 0
     handlers = {
         signal.SIGTERM: signal.signal(signal.SIGTERM, _on_sigterm),
@@ -1184,7 +1185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "loadavg_start": load_start,
             "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         },
-        "versions": _versions(),
+        "versions": versions,
         "spark": {"master": MASTER, "conf": dict(args.spark_conf), "session_start_s": run.spark_start_s},
         "duckdb": {"threads": DUCKDB_THREADS},
         "data": None
