@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from benchmarks.fleet import pid_alive
@@ -33,9 +34,7 @@ def events(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def _duckdb():
-    import duckdb
-
+def _duckdb() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET threads = 2")
     con.execute("SET TimeZone = 'UTC'")
