@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import zstandard
 
-from pipeline.generate import MALFORMED_KINDS, _router_id, generate, load_truth
+from pipeline.generate import FLEET, MALFORMED_KINDS, _router_id, generate, load_truth
+from router.config import load_config
 from router.core.event_records import CloseRecord, DecisionRecord, json_line
 
 
@@ -98,3 +100,20 @@ def test_generate_rejects_bad_arguments(tmp_path):
 
 def test__router_id():
     assert [_router_id(i) for i in (0, 1, 25, 26, 27)] == ["rtr-a", "rtr-b", "rtr-z", "rtr-aa", "rtr-ab"]
+
+
+def test_the_example_fleet_configuration_is_the_generators_fleet():
+    """docs/examples/fleet.xml (the README's simulate recipe) has the generator's routers, key
+    types and pools; fleet-plus-one.xml adds mq8 to mqtt-cr and nothing else."""
+    root = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    fleet, plus = load_config(root / "fleet.xml"), load_config(root / "fleet-plus-one.xml")
+    for spec in FLEET:
+        router = fleet.router(spec.name)
+        assert router.key_type is spec.key_type
+        assert router.pool is not None
+        assert router.pool.static_connectors == spec.targets
+        extra = ("mq8",) if spec.name == "mqtt-cr" else ()
+        plus_pool = plus.router(spec.name).pool
+        assert plus_pool is not None
+        assert plus_pool.static_connectors == (*spec.targets, *extra)
+    assert {r.name for r in fleet.routers} == {spec.name for spec in FLEET}
