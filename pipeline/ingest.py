@@ -16,6 +16,7 @@ are deduplicated. Nothing large comes to the driver: only the counts per reason 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -24,7 +25,7 @@ from pyspark.sql import functions as F
 from pipeline.schema import CORRUPT_COLUMN, EVENT_SCHEMA, READ_SCHEMA
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -51,6 +52,10 @@ STATUSES: Final = ("OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE")
 BROADCAST_DUP_KEYS: Final = 2_000_000
 """Up to this many repeated (router_id, seq) keys are broadcast (≈100 MB of JVM memory at ~50 B a
 key); beyond it the repeated keys are joined by a shuffle."""
+JSON_SPLIT_BYTES: Final = 16 * 1024 * 1024
+"""`spark.sql.files.maxPartitionBytes` while JSON is parsed and staged. A compressed file cannot be
+split, and Spark's default (128 MiB, plus 4 MiB of open cost per file) packed the router's 60 files
+of 10 M events (≈7 MB of zstd each) into 5 tasks on 2 cores; at 16 MiB each file is one task."""
 JSON_SUFFIXES: Final = (".jsonl", ".jsonl.zst", ".jsonl.gz", ".jsonl.bz2")
 PARQUET_SUFFIX: Final = ".parquet"
 REASON: Final = "_reason"
@@ -148,32 +153,53 @@ def read_raw(spark: SparkSession, paths: Iterable[str]) -> DataFrame:
     Parquet columns are cast to the schema's types (a missing column is null).
     """
     json_files, parquet_files = event_files(spark, paths)
-    frames: list[DataFrame] = []
-    if json_files:
-        frames.append(
-            spark.read.schema(READ_SCHEMA)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-            .json(json_files)
-            .withColumn("_file", F.col("_metadata.file_path"))
-        )
+    frames = [_read_json(spark, json_files)] if json_files else []
     if parquet_files:
-        table = spark.read.parquet(*parquet_files)
-        columns = [
-            (F.col(f.name) if f.name in table.columns else F.lit(None)).cast(f.dataType).alias(f.name)
-            for f in EVENT_SCHEMA.fields
-        ]
-        frames.append(
-            table.select(
-                *columns,
-                F.lit(None).cast("string").alias(CORRUPT_COLUMN),
-                F.col("_metadata.file_path").alias("_file"),
-            )
-        )
-    raw = frames[0]
+        frames.append(_read_parquet(spark, parquet_files))
+    return _union(frames)
+
+
+def _read_json(spark: SparkSession, files: list[str]) -> DataFrame:
+    return (
+        spark.read.schema(READ_SCHEMA)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+        .json(files)
+        .withColumn("_file", F.col("_metadata.file_path"))
+    )
+
+
+def _read_parquet(spark: SparkSession, files: list[str], *, file: bool = True) -> DataFrame:
+    """The Parquet files in the `READ_SCHEMA` columns, plus `_file` unless `file` is false (Spark
+    then reads no file metadata: it does not prune an unused `_metadata` column by itself)."""
+    table = spark.read.parquet(*files)
+    columns = [
+        (F.col(f.name) if f.name in table.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+        for f in EVENT_SCHEMA.fields
+    ]
+    path = F.col("_metadata.file_path") if file else F.lit(None).cast("string")
+    return table.select(*columns, F.lit(None).cast("string").alias(CORRUPT_COLUMN), path.alias("_file"))
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    union = frames[0]
     for frame in frames[1:]:
-        raw = raw.unionByName(frame)
-    return raw
+        union = union.unionByName(frame)
+    return union
+
+
+@contextmanager
+def _conf(spark: SparkSession, name: str, value: str) -> Iterator[None]:
+    """A runtime SQL setting for the actions inside the block, then the session's own again."""
+    before = spark.conf.get(name)
+    spark.conf.set(name, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(name)
+        else:
+            spark.conf.set(name, before)
 
 
 def _reason() -> Column:
@@ -220,11 +246,22 @@ def ingest(spark: SparkSession, paths: Iterable[str], *, staging: str | None = N
     Raises:
         InputError: no event file in `paths`.
     """
-    flagged = flag(read_raw(spark, paths))
-    if staging is not None:
-        staged = f"{staging.rstrip('/')}/parsed"
-        flagged.write.mode("overwrite").option("compression", "zstd").parquet(staged)
-        flagged = spark.read.parquet(staged)
+    json_files, parquet_files = event_files(spark, paths)
+    parts: list[DataFrame] = []
+    checked: list[DataFrame] = []  # the same records, for the valid ones: no file name
+    if json_files:
+        parsed = flag(_read_json(spark, json_files))
+        if staging is not None:
+            staged = f"{staging.rstrip('/')}/parsed"
+            with _conf(spark, "spark.sql.files.maxPartitionBytes", str(JSON_SPLIT_BYTES)):
+                parsed.write.mode("overwrite").option("compression", "zstd").parquet(staged)
+            parsed = spark.read.parquet(staged)
+        parts.append(parsed)
+        checked.append(parsed)
+    if parquet_files:  # already columnar: read as it is, never staged
+        parts.append(flag(_read_parquet(spark, parquet_files)))
+        checked.append(flag(_read_parquet(spark, parquet_files, file=False)))
+    flagged = _union(parts)
     quarantine = flagged.where(F.col(REASON).isNotNull()).select(
         F.col(REASON).alias("reason"), F.col(RAW).alias("raw"), F.col("_file").alias("file")
     )
@@ -232,7 +269,7 @@ def ingest(spark: SparkSession, paths: Iterable[str], *, staging: str | None = N
         row["reason"]: int(row["n"])
         for row in quarantine.groupBy("reason").agg(F.count("*").alias("n")).collect()
     }
-    valid = flagged.where(F.col(REASON).isNull()).select(*EVENT_COLUMNS)
+    valid = _union(checked).where(F.col(REASON).isNull()).select(*EVENT_COLUMNS)
     dup_keys = valid.groupBy("router_id", "seq").agg(F.count("*").alias("copies")).where(F.col("copies") > 1)
     if staging is not None:
         path = f"{staging.rstrip('/')}/dup_keys"
