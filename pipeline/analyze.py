@@ -42,7 +42,9 @@ __all__ = [
     "latency_bucket",
     "minute_rollup",
     "move_cause",
+    "moves_table",
     "per_key_flags",
+    "per_key_table",
     "percentiles",
     "rollup",
     "tables",
@@ -204,60 +206,115 @@ def move_cause(
     )
 
 
-def per_key_flags(events: DataFrame, active: DataFrame) -> DataFrame:
-    """Every decision with a key, in (router, key) order of `ts, router_id, seq`, with what the
-    previous OK decision of that key said: `prev_target`, `prev_closed_by_target` (its connection
-    was closed with a `TARGET_DOWN_CLOSES` reason), `hits_before` (the key had cache hits before),
-    `is_move` (an OK decision on another target than `prev_target`), `cause` (`move_cause`, null
-    unless a move).
+def per_key_flags(events: DataFrame) -> DataFrame:
+    """Every decision with a key, narrow, with what the key's previous OK decision (in (router,
+    key) order of `ts, router_id, seq`) said: `prev_target`, `prev_conn` (its `router_id` and
+    `conn`, to look up how its connection was closed), `hits_before` (the key had cache hits
+    before), `is_move` (an OK decision on another target than `prev_target`); `ok` and `ok_node`
+    (the target of an OK decision, else null). One ordered window, no join.
 
     Args:
         events: deduplicated events.
-        active: `[router, minute, node_id]` with an OK decision (from `minute_rollup`).
     """
-    closed_by_target = (
-        events.where((F.col("kind") == "close") & F.col("reason").isin(*TARGET_DOWN_CLOSES))
-        .select("router_id", "conn")
-        .distinct()
-        .withColumn("closed_by_target", F.lit(True))
-    )
     ok = F.col("status") == "OK"
-    decisions = (
-        events.where((F.col("kind") == "decision") & (F.col("key") != NULL_KEY))
-        .select("router", "key", "ts", "router_id", "seq", "conn", "status", "reason", "node_id", "cache_hit")
-        .join(closed_by_target, ["router_id", "conn"], "left")
+    decisions = events.where((F.col("kind") == "decision") & (F.col("key") != NULL_KEY)).select(
+        "router", "key", "ts", "router_id", "seq", "conn", ok.alias("ok"), "reason", "node_id", "cache_hit"
     )
     before = (
         Window.partitionBy("router", "key")
         .orderBy("ts", "router_id", "seq")
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    flagged = decisions.select(
-        "*",
+    ok = F.col("ok")
+    return decisions.select(
+        "router",
+        "key",
+        "ts",
+        "router_id",
+        "seq",
+        "ok",
+        "reason",
+        "node_id",
+        "cache_hit",
         F.when(ok, F.col("node_id")).alias("ok_node"),
         F.last(F.when(ok, F.col("node_id")), ignorenulls=True).over(before).alias("prev_target"),
-        F.last(F.when(ok, F.coalesce(F.col("closed_by_target"), F.lit(False))), ignorenulls=True)
-        .over(before)
-        .alias("prev_closed_by_target"),
+        F.last(F.when(ok, F.struct("router_id", "conn")), ignorenulls=True).over(before).alias("prev_conn"),
         F.coalesce(F.max(ok & F.col("cache_hit")).over(before), F.lit(False)).alias("hits_before"),
-        F.date_trunc("minute", "ts").alias("minute"),
     ).withColumn(
         "is_move", ok & F.col("prev_target").isNotNull() & (F.col("node_id") != F.col("prev_target"))
     )
-    seen = active.select(
-        "router", "minute", F.col("node_id").alias("prev_target"), F.lit(True).alias("prev_active")
+
+
+def per_key_table(flags: DataFrame) -> DataFrame:
+    """One row per (router, key) from `per_key_flags`: the `per_key` table's columns plus `_moves`,
+    the key's moves (`ts, router_id, seq, from_target, to_target, reason, hits_before,
+    prev_conn`), so that the window runs once for both tables."""
+    ok = F.col("ok")
+    order = F.when(ok, F.struct("ts", "router_id", "seq"))
+    move = F.struct(
+        "ts",
+        "router_id",
+        "seq",
+        F.col("prev_target").alias("from_target"),
+        F.col("node_id").alias("to_target"),
+        "reason",
+        "hits_before",
+        "prev_conn",
     )
-    return flagged.join(seen, ["router", "minute", "prev_target"], "left").withColumn(
-        "cause",
-        F.when(
-            F.col("is_move"),
-            move_cause(
-                F.col("reason"),
-                F.col("prev_closed_by_target"),
-                F.coalesce(F.col("prev_active"), F.lit(False)),
-                F.col("hits_before"),
-            ),
-        ),
+    return flags.groupBy("router", "key").agg(
+        F.count("*").alias("decisions"),
+        _count_if(ok).alias("ok"),
+        _count_if(~ok).alias("refused"),
+        _count_if(ok & F.col("cache_hit")).alias("cache_hits"),
+        F.size(F.collect_set("ok_node")).cast("long").alias("targets"),
+        _count_if(F.col("is_move")).alias("moves"),
+        F.max_by("ok_node", order).alias("last_target"),
+        F.min("ts").alias("first_ts"),
+        F.max("ts").alias("last_ts"),
+        F.collect_list(F.when(F.col("is_move"), move)).alias("_moves"),
+    )
+
+
+def moves_table(keyed: DataFrame, events: DataFrame, active: DataFrame) -> DataFrame:
+    """The `moves` table: every move of `per_key`'s `_moves` with its `cause` (`move_cause`).
+
+    Args:
+        keyed: `per_key` with `_moves`.
+        events: deduplicated events (for the connections closed with a `TARGET_DOWN_CLOSES`
+            reason).
+        active: `[router, minute, node_id]` with an OK decision (from `minute_rollup`).
+    """
+    closed = (
+        events.where((F.col("kind") == "close") & F.col("reason").isin(*TARGET_DOWN_CLOSES))
+        .select(F.struct("router_id", "conn").alias("prev_conn"))
+        .distinct()
+        .withColumn("prev_closed_by_target", F.lit(True))
+    )
+    seen = active.select(
+        "router", "minute", F.col("node_id").alias("from_target"), F.lit(True).alias("prev_active")
+    )
+    found = (
+        keyed.select("router", "key", F.explode("_moves").alias("m"))
+        .select("router", "key", "m.*")
+        .withColumn("minute", F.date_trunc("minute", "ts"))
+        .join(closed, "prev_conn", "left")
+        .join(seen, ["router", "minute", "from_target"], "left")
+    )
+    return found.select(
+        "router",
+        "key",
+        "ts",
+        "router_id",
+        "seq",
+        "from_target",
+        "to_target",
+        "reason",
+        move_cause(
+            F.col("reason"),
+            F.col("prev_closed_by_target"),
+            F.coalesce(F.col("prev_active"), F.lit(False)),
+            F.col("hits_before"),
+        ).alias("cause"),
     )
 
 
@@ -349,35 +406,12 @@ def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame
     )
 
     active = minutes.where(is_ok).select("router", "minute", "node_id").distinct()
-    flags = per_key_flags(events, active).persist(StorageLevel.MEMORY_AND_DISK)
-    ok_flag = F.col("status") == "OK"
-    order = F.when(ok_flag, F.struct("ts", "router_id", "seq"))
-    out["per_key"] = flags.groupBy("router", "key").agg(
-        F.count("*").alias("decisions"),
-        _count_if(ok_flag).alias("ok"),
-        _count_if(~ok_flag).alias("refused"),
-        _count_if(ok_flag & F.col("cache_hit")).alias("cache_hits"),
-        F.countDistinct("ok_node").alias("targets"),
-        _count_if(F.col("is_move")).alias("moves"),
-        F.max_by("ok_node", order).alias("last_target"),
-        F.min("ts").alias("first_ts"),
-        F.max("ts").alias("last_ts"),
-    )
-    out["moves"] = flags.where(F.col("is_move")).select(
-        "router",
-        "key",
-        "ts",
-        "router_id",
-        "seq",
-        F.col("prev_target").alias("from_target"),
-        F.col("node_id").alias("to_target"),
-        "reason",
-        "cause",
-    )
-    out["moves_by_cause"] = (
-        flags.where(F.col("is_move"))
-        .groupBy("router", "cause")
-        .agg(F.count("*").alias("moves"), F.countDistinct("key").alias("keys"))
+    keyed = per_key_table(per_key_flags(events)).persist(StorageLevel.MEMORY_AND_DISK)
+    out["per_key"] = keyed.drop("_moves")
+    found = moves_table(keyed, events, active).persist(StorageLevel.MEMORY_AND_DISK)
+    out["moves"] = found
+    out["moves_by_cause"] = found.groupBy("router", "cause").agg(
+        F.count("*").alias("moves"), F.countDistinct("key").alias("keys")
     )
     return out
 
