@@ -3,11 +3,14 @@ from __future__ import annotations
 import os
 import sys
 
+from pipeline.session import driver_memory
+
 
 def test_session_runs_locally_on_loopback_without_ui(spark):
     assert spark.sparkContext.master == "local[2]"
     assert spark.conf.get("spark.driver.host") == "127.0.0.1"
     assert spark.conf.get("spark.ui.enabled") == "false"
+    assert spark.conf.get("spark.driver.memory") == driver_memory()  # this Python started the JVM
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
 
 
