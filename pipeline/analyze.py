@@ -6,8 +6,10 @@ with pure DataFrame functions a test can feed hand-written events:
 * two small roll-ups, scanned once each: `rollup` (per kind, router, process, target, status,
   reason, mode, cache hit, NULL key) and `minute_rollup` (per minute, router, target, status and
   log2 latency bucket); every count table below is derived from them;
-* `per_key_flags`: one ordered window per (router, key) that finds the moves and their cause
-  (`move_cause`); `per_key` and `moves` come from it.
+* `per_key_flags`: one ordered window per (router, key), over the few columns it needs, that
+  finds the moves; `per_key_table` aggregates it per key and keeps each key's moves as a list, so
+  the window runs once; `moves_table` gives those moves their cause (`move_cause`) with small
+  joins on the moves only.
 
 Keys are per connection router: (router, key); `NULL` is not a key. It writes Parquet tables under
 `--out` (`TABLES`), `summary.json` and `report.html` (`pipeline.report`), and brings to the driver
@@ -321,8 +323,9 @@ def moves_table(keyed: DataFrame, events: DataFrame, active: DataFrame) -> DataF
 def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame]:
     """Every analysis table (lazy) over deduplicated events (quarantine tables excepted).
 
-    `rollup` and `minute_rollup` are cached (small); `per_key_flags` is persisted, since `per_key`
-    and `moves` both read it; `analyze` unpersists them when the tables are written."""
+    `rollup` and `minute_rollup` are cached (small); the per-key table (one row per key, with its
+    moves) and the moves are persisted (small), since `per_key`, `moves` and `moves_by_cause` read
+    them; `analyze` unpersists them when the tables are written."""
     roll = rollup(events).cache()
     minutes = minute_rollup(events).cache()
     is_decision = F.col("kind") == "decision"
