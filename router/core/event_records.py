@@ -2,8 +2,9 @@
 kind, and the one field list both the router's writer and the PySpark pipeline's schema come from.
 
 Pure: no I/O, no clock (the time is a field), no logging. The writer (`router/services/event_log.py`)
-builds a record from a connection's event (`record_of`) and writes `json_line(record)`; the
-pipeline (`pipeline/schema.py`) derives its Spark schema from `FIELDS`, so a field is declared once.
+writes a connection's event as `event_line(event, ...)`, which is `json_line(record_of(event, ...))`
+without the record in between; the pipeline (`pipeline/schema.py`) derives its Spark schema from
+`FIELDS`, so a field is declared once.
 
 Every line carries `kind`, `router_id`, `seq` and `ts`. (`router_id`, `seq`) identifies an event:
 `seq` is unique per router id across restarts (`Sequence`), so the same line shipped twice, or a

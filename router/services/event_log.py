@@ -153,9 +153,6 @@ class EventLog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._counted_drops = 0
-        self.written = 0
-        self.lost = 0
-        self.files = 0
         self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
         metrics.sample_when_scraped(self._sample)
 
@@ -231,6 +228,21 @@ class EventLog:
             "current_file": None if part is None else part.path.name,
         }
 
+    @property
+    def written(self) -> int:
+        """Events written so far (the metric's count: one place keeps it)."""
+        return int(self._metrics.event_log_events.value(("written",)) or 0)
+
+    @property
+    def lost(self) -> int:
+        """Events lost to write errors so far."""
+        return int(self._metrics.event_log_events.value(("lost",)) or 0)
+
+    @property
+    def files(self) -> int:
+        """Files finished so far."""
+        return int(self._metrics.event_log_files.value(("finished",)) or 0)
+
     def _sample(self) -> None:
         metrics = self._metrics
         metrics.event_log_ring_size.set((), self._ring.size)
@@ -293,7 +305,7 @@ class EventLog:
                     key_type=key_types.get(event.conn.router, KeyType.SOURCE_IP),
                 )
             )
-        data = "".join(lines).encode("ascii")  # json_line escapes everything else
+        data = "".join(lines).encode("ascii")  # event_line escapes everything else
         part = self._part
         if part is None:
             try:
@@ -330,13 +342,11 @@ class EventLog:
             self._unfinished.append(part.path)
             return False
         part.size += len(data)
-        self.written += events
         self._metrics.event_log_events.inc(("written",), events)
         return True
 
     def _lose(self, count: int, exc: OSError) -> None:
         """Events could not be written: count them and say so."""
-        self.lost += count
         self._metrics.event_log_events.inc(("lost",), count)
         log.warning("event log: %d event(s) lost: %s", count, exc.strerror or exc)
 
@@ -408,7 +418,6 @@ class EventLog:
         except OSError as exc:
             log.warning("event log: cannot finish %s: %s", part.name, exc.strerror or exc)
             return False
-        self.files += 1
         self._metrics.event_log_files.inc(("finished",))
         self._keep_within_max_size()
         return True
