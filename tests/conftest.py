@@ -20,10 +20,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 settings.register_profile("fast", max_examples=100)
 settings.register_profile("deep", max_examples=2000)
@@ -89,6 +92,17 @@ def read_until_closed(sock: socket.socket) -> bytes:
         while chunk := sock.recv(4096):
             got += chunk
     return bytes(got)
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll `condition` (state of another thread or process: nothing to wait on) until it holds
+    or `timeout` seconds pass; whether it held."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def closed_within(sock: socket.socket, seconds: float) -> bool:

@@ -8,18 +8,19 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import time
 from typing import TYPE_CHECKING
 
 import pytest
 import zstandard
 
 from router.cli import main_routerctl
+from tests.conftest import eventually
 from tests.router.conftest import (
     MqttObserver,
     free_port_fixture,
     mosquitto_fleet,
     mqtt_round_trip,
+    run_routerd,
     start_routerd,
 )
 from tests.router.test_routerd_event_log import NODE_IDS, event_log_config
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
     from tests.router.conftest import Mosquitto, Routerd
 
-__all__ = ["free_port_fixture", "mosquitto_fleet", "start_routerd"]  # fixtures used here
+__all__ = ["free_port_fixture", "mosquitto_fleet", "run_routerd", "start_routerd"]  # fixtures used here
 
 TIMEOUT_S = 10.0
 
@@ -58,13 +59,6 @@ def _lines_in_progress(events: Path) -> int:
     return sum(p.read_bytes().count(b"\n") for p in events.glob(".events-*.part"))
 
 
-def _wait_until(predicate: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 @pytest.mark.integration
 def test_analyze_reports_each_clients_decision_once_where_it_landed_across_a_kill_and_a_shipped_copy(
     mosquitto_fleet: list[Mosquitto],
@@ -81,7 +75,9 @@ def test_analyze_reports_each_clients_decision_once_where_it_landed_across_a_kil
     for _ in NODE_IDS:
         router.wait_for_log(r"target=node\d+ is ready")
     landed = _drive(mosquitto_fleet, port, first)
-    _wait_until(lambda: _lines_in_progress(events) == 2 * len(first))  # flushed: a decision and a close each
+    assert eventually(
+        lambda: _lines_in_progress(events) == 2 * len(first)
+    )  # flushed: a decision and a close each
     assert router.proc is not None
     router.proc.send_signal(signal.SIGKILL)  # no chance to finish its file
     router.stop()

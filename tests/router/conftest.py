@@ -286,20 +286,29 @@ def mosquitto_fleet(tmp_path: Path) -> Iterator[list[Mosquitto]]:
 
 
 @pytest.fixture
-def start_routerd(tmp_path: Path) -> Iterator[Callable[..., Routerd]]:
+def start_routerd(tmp_path: Path, run_routerd: Callable[[Routerd], Routerd]) -> Callable[..., Routerd]:
     """Start a routerd: pass a function from its admin port to the config XML, and more options;
     stopped afterwards."""
-    started: list[Routerd] = []
 
     def start(make_config: Callable[[int], str], *args: str) -> Routerd:
-        router = Routerd(tmp_path, make_config, args)
+        return run_routerd(Routerd(tmp_path, make_config, args))
+
+    return start
+
+
+@pytest.fixture
+def run_routerd() -> Iterator[Callable[[Routerd], Routerd]]:
+    """Start a `Routerd` (or one of its kinds) the test made; every one is stopped afterwards."""
+    started: list[Routerd] = []
+
+    def run(router: Routerd) -> Routerd:
         started.append(router)
         router.start()
         return router
 
-    yield start
-    for proc in started:
-        proc.stop()
+    yield run
+    for router in started:
+        router.stop()
 
 
 @pytest.fixture(name="free_port")

@@ -50,7 +50,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from router.logs import LOG_BURST, LOG_INTERVAL_S
 from router.services.admin import ADMIN_MAX_CONNECTIONS
-from tests.conftest import closed_within, free_port, read_until_closed, recv_exactly
+from tests.conftest import closed_within, eventually, free_port, read_until_closed, recv_exactly
 from tests.router.conftest import (
     Mosquitto,
     MqttObserver,
@@ -234,16 +234,6 @@ def _healthz(router: Routerd) -> bool:
         return False
 
 
-def _wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT_S) -> bool:
-    """Poll `condition` (another process's state: nothing to wait on) until true or `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _peer_line(router: Routerd, peer: tuple[str, int], router_name: str) -> str:
     """The `outcome=` line routerd wrote for the connection from `peer`."""
     return router.wait_for_log(
@@ -424,19 +414,16 @@ def shared(
 
 
 @pytest.fixture
-def start_limited(tmp_path: Path) -> Iterator[Callable[[Callable[[int], str], tuple[int, int]], Routerd]]:
+def start_limited(
+    tmp_path: Path, run_routerd: Callable[[Routerd], Routerd]
+) -> Callable[[Callable[[int], str], tuple[int, int]], Routerd]:
     """Start a routerd with a descriptor limit (soft, hard) of the test's choice; stopped afterwards."""
-    started: list[Routerd] = []
+    count = iter(range(1_000_000))
 
     def start(make_config: Callable[[int], str], nofile: tuple[int, int]) -> Routerd:
-        router = LimitedRouterd(tmp_path / f"routerd-{len(started)}", make_config, nofile)
-        started.append(router)
-        router.start()
-        return router
+        return run_routerd(LimitedRouterd(tmp_path / f"routerd-{next(count)}", make_config, nofile))
 
-    yield start
-    for router in started:
-        router.stop()
+    return start
 
 
 # --- 1. descriptor exhaustion -------------------------------------------------------------------
@@ -537,7 +524,7 @@ def test_descriptor_budget_refuses_attacker_at_accept_and_victims_keep_their_ses
     finally:
         for sock in attackers:
             sock.close()
-    assert _wait_until(lambda: abs(_fd_count(pid) - fds_before) <= 3), (fds_before, _fd_count(pid))
+    assert eventually(lambda: abs(_fd_count(pid) - fds_before) <= 3), (fds_before, _fd_count(pid))
     fds_after, rss_after = _fd_count(pid), _rss_mib(pid)
     latency_b = _connect_latency(ports["B"], "good-after-attack")
     latency_a = _connect_latency(ports["A"], "good-on-a", "127.0.0.3")
@@ -601,7 +588,7 @@ def test_connections_allowed_per_source_refuses_sixth_from_one_source(shared: Sh
                 return False
             return True
 
-        assert _wait_until(fifth_again)
+        assert eventually(fifth_again)
         assert all(_answers_ping(s) for s in sessions)
     finally:
         for sock in sessions:
@@ -717,7 +704,7 @@ def test_accept_at_emfile_pauses_instead_of_spinning_on_both_paths(
         for sock in pending:
             sock.close()
         pending.clear()
-        assert _wait_until(lambda: abs(_fd_count(pid) - fds_before) <= 3), (fds_before, _fd_count(pid))
+        assert eventually(lambda: abs(_fd_count(pid) - fds_before) <= 3), (fds_before, _fd_count(pid))
 
         # Fill the budget with silent connections on F, then flood each acceptor in turn.
         found = re.search(
@@ -741,7 +728,7 @@ def test_accept_at_emfile_pauses_instead_of_spinning_on_both_paths(
     finally:
         for sock in [*pending, *holders]:
             sock.close()
-    assert _wait_until(lambda: abs(_fd_count(pid) - fds_before) <= 3), (fds_before, _fd_count(pid))
+    assert eventually(lambda: abs(_fd_count(pid) - fds_before) <= 3), (fds_before, _fd_count(pid))
     fds_after = _fd_count(pid)
     latency = {name: _connect_latency(ports[name], f"good-{name}", "127.0.0.9") for name in ("F", "T")}
     assert max(latency.values()) < 1.0
@@ -852,7 +839,7 @@ def test_cache_max_entries_bounds_memory_under_distinct_long_client_ids(shared: 
     assert entries == status["cache_entries"] == 1000
     assert evictions >= KEYS - 1000
     assert rss_after - rss_before < 60
-    assert _wait_until(lambda: abs(_fd_count(pid) - fds_before) <= 3), (fds_before, _fd_count(pid))
+    assert eventually(lambda: abs(_fd_count(pid) - fds_before) <= 3), (fds_before, _fd_count(pid))
 
     with _open(port, "127.0.0.70") as sock:
         peer = sock.getsockname()
@@ -1072,7 +1059,7 @@ def test_admin_api_closes_the_seventeenth_connection_and_recovers(shared: Shared
     fds = _fd_count(pid)
     silent = [_open(router.admin_port) for _ in range(ADMIN_MAX_CONNECTIONS)]
     try:
-        assert _wait_until(lambda: _fd_count(pid) >= fds + ADMIN_MAX_CONNECTIONS, 5.0)
+        assert eventually(lambda: _fd_count(pid) >= fds + ADMIN_MAX_CONNECTIONS, 5.0)
         with _open(router.admin_port) as seventeenth:
             assert closed_within(seventeenth, 1.0)
         assert not _refused_among(silent, 1, 0.2)  # the sixteen are still served
@@ -1083,6 +1070,6 @@ def test_admin_api_closes_the_seventeenth_connection_and_recovers(shared: Shared
     finally:
         for sock in silent:
             sock.close()
-    assert _wait_until(lambda: _healthz(router), 5.0)
-    assert _wait_until(lambda: abs(_fd_count(pid) - fds) <= 3, 5.0), (fds, _fd_count(pid))
+    assert eventually(lambda: _healthz(router), 5.0)
+    assert eventually(lambda: abs(_fd_count(pid) - fds) <= 3, 5.0), (fds, _fd_count(pid))
     assert shared.bystanders_answer()

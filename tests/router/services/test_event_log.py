@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -19,6 +18,7 @@ from router.core.event_records import BOOT_SPAN
 from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
 from router.services.event_log import EventLog, EventLogError, default_router_id, file_name_part
+from tests.conftest import eventually
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -69,13 +69,6 @@ def _all_lines(directory: Path) -> list[dict[str, object]]:
     return [line for path in _finished(directory) for line in _lines(path)]
 
 
-def _wait_until(predicate, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_decisions_and_closes_become_lines_of_one_compressed_file_at_stop(tmp_path):
     metrics = Metrics()
     event_log = _log(tmp_path, metrics)
@@ -113,7 +106,7 @@ def test_files_rotate_by_size_and_none_is_lost(tmp_path):
     for n in range(100):
         event_log.report(_decided(n))
         if n % 10 == 9:
-            _wait_until(lambda: len(event_log._ring) == 0)
+            assert eventually(lambda: len(event_log._ring) == 0)
     assert event_log.stop(5)
     files = _finished(tmp_path)
     assert len(files) > 5
@@ -126,9 +119,9 @@ def test_files_rotate_by_time(tmp_path):
     event_log = _log(tmp_path, rotate_interval_ms=1)
     event_log.start()
     event_log.report(_decided(1))
-    _wait_until(lambda: len(_finished(tmp_path)) == 1)
+    assert eventually(lambda: len(_finished(tmp_path)) == 1)
     event_log.report(_decided(2))
-    _wait_until(lambda: len(_finished(tmp_path)) == 2)
+    assert eventually(lambda: len(_finished(tmp_path)) == 2)
     assert event_log.stop(5)
     assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-1", "dev-2"]
 
@@ -198,7 +191,7 @@ def test_a_write_error_loses_that_batch_only_and_the_writer_goes_on(tmp_path, ca
     boot = event_log._boot
     (tmp_path / f".events-{name}-{boot}-000001.jsonl.part").mkdir()  # the first file cannot be opened
     event_log.report(_decided(1))
-    _wait_until(lambda: event_log.lost == 1)
+    assert eventually(lambda: event_log.lost == 1)
     event_log.report(_decided(2))
     assert event_log.stop(5)
     assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-2"]
@@ -212,7 +205,7 @@ def test_finished_files_beyond_max_size_are_deleted_oldest_first(tmp_path, caplo
     event_log.start()
     for n in range(6):
         event_log.report(_decided(n))
-        _wait_until(lambda n=n: event_log.files == n + 1)
+        assert eventually(lambda: event_log.files == n + 1)  # noqa: B023  # called before n moves on
     assert event_log.stop(5)
     files = _finished(tmp_path)
     assert sum(p.stat().st_size for p in files) <= 1500
@@ -259,8 +252,8 @@ def test_a_file_that_cannot_be_finished_is_tried_again_at_the_next_rotation(tmp_
     monkeypatch.setattr(EventLog, "_finish", flaky)
     event_log.start()
     event_log.report(_decided(1))
-    _wait_until(lambda: not failing[0])
+    assert eventually(lambda: not failing[0])
     event_log.report(_decided(2))
-    _wait_until(lambda: len(_finished(tmp_path)) == 2)
+    assert eventually(lambda: len(_finished(tmp_path)) == 2)
     assert event_log.stop(5)
     assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-1", "dev-2"]
