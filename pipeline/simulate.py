@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from keys import NULL_KEY, ConnectionFacts, KeyType
+from policies import Policy
 from pools import ready_node_ids
 from router.config import ConfigError, load_config
 from router.core.engine import DecisionReason, RouteDecision, RoutingEngine, build_pool
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AFTER_COLUMNS",
-    "DETERMINISTIC_POLICIES",
     "KEY_SCHEMA_FIELDS",
     "Replay",
     "RouterPlan",
@@ -70,10 +70,6 @@ __all__ = [
     "simulate",
     "summarize",
 ]
-
-DETERMINISTIC_POLICIES: Final = frozenset({"FIRST_ELEMENT", "CONSISTENT_HASH", "CONSISTENT_HASH_MODULO"})
-"""Policies whose pick is a function of the key and the ready targets alone. Any other policy
-(ROUND_ROBIN, LEAST_CONNECTIONS, one registered later) makes its keys unpredictable."""
 
 NOW: Final = 0.0
 """The engine's clock in a replay, as in `routerctl route` (a fresh cache: nothing expires)."""
@@ -114,7 +110,7 @@ class RouterPlan:
     @property
     def deterministic(self) -> bool:
         """Whether the new policy's pick depends on the key and the ready targets alone."""
-        return self.policy is None or self.policy in DETERMINISTIC_POLICIES
+        return self.policy is None or Policy.registry[self.policy].KEYED
 
 
 def plan_routers(

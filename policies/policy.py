@@ -66,6 +66,9 @@ class Policy:
 
     NAME: ClassVar[str] = ""
     PROPERTIES: ClassVar[frozenset[str]] = frozenset()
+    KEYED: ClassVar[bool] = False
+    """Whether the pick is a function of the key and the ready targets alone (no state such as a
+    round-robin position or connection counts): `routerctl simulate` can predict it."""
     registry: ClassVar[dict[str, type[Policy]]] = {}
 
     def __init_subclass__(cls) -> None:
@@ -127,6 +130,7 @@ class FirstElementPolicy(Policy):
     """The first ready target in pool order: a priority list."""
 
     NAME = "FIRST_ELEMENT"
+    KEYED = True
 
     def select(self, targets: Sequence[Target], key: str) -> Target | None:
         return targets[0] if targets else None
@@ -170,6 +174,7 @@ class ConsistentHashPolicy(Policy):
     """
 
     NAME = "CONSISTENT_HASH"
+    KEYED = True
 
     def select(self, targets: Sequence[Target], key: str) -> Target | None:
         if not targets:
@@ -230,6 +235,7 @@ class ConsistentHashModuloPolicy(Policy):
     """A key transformer: key -> str((hash(key) & 0x7fffffff) % MODULO). Never selects a target."""
 
     NAME = "CONSISTENT_HASH_MODULO"
+    KEYED = True
     PROPERTIES = frozenset({"MODULO", "modulo"})
 
     def __init__(

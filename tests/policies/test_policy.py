@@ -437,3 +437,8 @@ class TestConsistentHashModulo:
         out = policy("CONSISTENT_HASH_MODULO", ("MODULO", str(modulo))).transform_key(key)
         assert out == str((artemis_hash(key) & 0x7FFFFFFF) % modulo)
         assert 0 <= int(out) < modulo
+
+
+def test_keyed_policies_pick_by_the_key_and_the_ready_targets_alone():
+    keyed = {name for name, policy in Policy.registry.items() if policy.KEYED}
+    assert keyed == {"FIRST_ELEMENT", "CONSISTENT_HASH", "CONSISTENT_HASH_MODULO"}
