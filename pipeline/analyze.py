@@ -3,9 +3,10 @@
 The job (`analyze`) ingests the event files (`pipeline.ingest`: quarantine, dedup), then computes,
 with pure DataFrame functions a test can feed hand-written events:
 
-* two small roll-ups, scanned once each: `rollup` (per kind, router, process, target, status,
-  reason, mode, cache hit, NULL key) and `minute_rollup` (per minute, router, target, status and
-  log2 latency bucket); every count table below is derived from them;
+* two small roll-ups from one scan (`rollups`, grouping sets): over the whole log per kind,
+  router, process, target, status, reason, mode, cache hit and NULL key, and per minute, router,
+  target, status, cache hit, NULL key and log2 latency bucket; every count table is derived from
+  them;
 * `per_key_flags`: one ordered window per (router, key), over the few columns it needs, that
   finds the moves; `per_key_table` aggregates it per key and keeps each key's moves as a list, so
   the window runs once; `moves_table` gives those moves their cause (`move_cause`) with small
@@ -36,19 +37,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUCKETS_PER_OCTAVE",
+    "COLUMNS",
     "PERCENTILES",
+    "PER_MINUTE",
     "TABLES",
+    "WHOLE_LOG",
     "analyze",
     "balance",
     "bucket_upper_us",
     "latency_bucket",
-    "minute_rollup",
     "move_cause",
     "moves_table",
     "per_key_flags",
     "per_key_table",
     "percentiles",
-    "rollup",
+    "rollups",
     "tables",
 ]
 
@@ -78,6 +81,26 @@ TABLES: Final = (
     "quarantine_counts",
 )
 """The Parquet tables `analyze` writes under `--out` (each a directory)."""
+COLUMNS: Final = (
+    "kind",
+    "router_id",
+    "seq",
+    "ts",
+    "conn",
+    "router",
+    "key",
+    "status",
+    "reason",
+    "mode",
+    "node_id",
+    "cache_hit",
+    "latency_us",
+    "duration_s",
+    "bytes_in",
+    "bytes_out",
+)
+"""The event columns the tables read: only these are staged (the source, protocol, acceptor and
+raw key are `simulate`'s)."""
 SMALL: Final = frozenset(TABLES) - {"per_key", "moves", "quarantine"}
 """Aggregate tables: written as one file each, read by the report."""
 
@@ -96,40 +119,47 @@ def _count_if(condition: Column, weight: Column | None = None) -> Column:
     return F.sum(F.when(condition, weight if weight is not None else F.lit(1)).otherwise(0))
 
 
-def rollup(events: DataFrame) -> DataFrame:
-    """One scan: `n` events per kind, router, router_id, node_id, status, reason, mode, cache_hit
-    and null_key, with bytes and durations summed (closes)."""
-    return events.groupBy(
-        "kind",
-        "router",
-        "router_id",
-        "node_id",
-        "status",
-        "reason",
-        "mode",
-        "cache_hit",
+WHOLE_LOG: Final = (
+    "kind",
+    "router",
+    "router_id",
+    "node_id",
+    "status",
+    "reason",
+    "mode",
+    "cache_hit",
+    "null_key",
+)
+"""The whole-log roll-up's grouping (with bytes and durations summed)."""
+PER_MINUTE: Final = ("minute", "kind", "router", "node_id", "status", "cache_hit", "null_key", "bucket")
+"""The per-minute roll-up's grouping (`bucket`: the latency bucket, null for closes)."""
+
+
+def rollups(events: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Two small roll-ups from one scan (grouping sets), kept: `n` events per `WHOLE_LOG`
+    (with `bytes_in`, `bytes_out` and `duration_s` summed) and per `PER_MINUTE`."""
+    dims = events.select(
+        *(name for name in WHOLE_LOG if name != "null_key"),
         (F.col("key") == NULL_KEY).alias("null_key"),
-    ).agg(
-        F.count("*").alias("n"),
-        F.sum("bytes_in").alias("bytes_in"),
-        F.sum("bytes_out").alias("bytes_out"),
-        F.sum("duration_s").alias("duration_s"),
-    )
-
-
-def minute_rollup(events: DataFrame) -> DataFrame:
-    """One scan: `n` events per minute, kind, router, node_id, status, cache_hit, null_key and
-    latency bucket (null for closes)."""
-    return events.groupBy(
         F.date_trunc("minute", "ts").alias("minute"),
-        "kind",
-        "router",
-        "node_id",
-        "status",
-        "cache_hit",
-        (F.col("key") == NULL_KEY).alias("null_key"),
         latency_bucket(F.col("latency_us")).alias("bucket"),
-    ).agg(F.count("*").alias("n"))
+        "bytes_in",
+        "bytes_out",
+        "duration_s",
+    )
+    both = (
+        dims.groupingSets([list(WHOLE_LOG), list(PER_MINUTE)], *dict.fromkeys(WHOLE_LOG + PER_MINUTE))
+        .agg(
+            F.count("*").alias("n"),
+            F.sum("bytes_in").alias("bytes_in"),
+            F.sum("bytes_out").alias("bytes_out"),
+            F.sum("duration_s").alias("duration_s"),
+            F.grouping("minute").alias("_whole"),
+        )
+        .localCheckpoint()  # computed now, and a plain relation: a cached Expand is not matched in self-joins
+    )
+    whole = both.where(F.col("_whole") == 1).select(*WHOLE_LOG, "n", "bytes_in", "bytes_out", "duration_s")
+    return whole, both.where(F.col("_whole") == 0).select(*PER_MINUTE, "n")
 
 
 def percentiles(hist: DataFrame, group: list[str]) -> DataFrame:
@@ -284,7 +314,7 @@ def moves_table(keyed: DataFrame, events: DataFrame, active: DataFrame) -> DataF
         keyed: `per_key` with `_moves`.
         events: deduplicated events (for the connections closed with a `TARGET_DOWN_CLOSES`
             reason).
-        active: `[router, minute, node_id]` with an OK decision (from `minute_rollup`).
+        active: `[router, minute, node_id]` with an OK decision (from `rollups`).
     """
     closed = (
         events.where((F.col("kind") == "close") & F.col("reason").isin(*TARGET_DOWN_CLOSES))
@@ -323,11 +353,10 @@ def moves_table(keyed: DataFrame, events: DataFrame, active: DataFrame) -> DataF
 def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame]:
     """Every analysis table (lazy) over deduplicated events (quarantine tables excepted).
 
-    `rollup` and `minute_rollup` are cached (small); the per-key table (one row per key, with its
-    moves) and the moves are persisted (small), since `per_key`, `moves` and `moves_by_cause` read
-    them; `analyze` unpersists them when the tables are written."""
-    roll = rollup(events).cache()
-    minutes = minute_rollup(events).cache()
+    `rollups` are cached (small: one scan of the events for every count table); the per-key table
+    (one row per key, with its moves) and the moves are persisted (small), since `per_key`, `moves`
+    and `moves_by_cause` read them; `analyze` unpersists them when the tables are written."""
+    roll, minutes = rollups(events)
     is_decision = F.col("kind") == "decision"
     is_ok = is_decision & (F.col("status") == "OK")
     is_close = F.col("kind") == "close"
@@ -453,7 +482,7 @@ def analyze(
     """
     base = out.rstrip("/")
     given = list(paths)
-    ingested = ingest(spark, given, staging=f"{base}/_staging" if stage else None)
+    ingested = ingest(spark, given, staging=f"{base}/_staging" if stage else None, columns=COLUMNS)
     results = tables(ingested.events, window_minutes=window_minutes)
     results["quarantine"] = ingested.quarantine
     results["quarantine_counts"] = spark.createDataFrame(

@@ -9,9 +9,10 @@ Parquet when it ends in `.parquet`, else JSON lines.
 Malformed records never fail the job: each gets the first rule it breaks (`REASONS`) and goes to
 the quarantine table with its raw line. Duplicates (the same `router_id` and `seq`: a file shipped
 twice, a log replayed after a failover) are removed the way an audit does it, remembering ids and
-not rows (docs/pipeline.md, research §2.3): the keys that occur more than once are found on two
-columns, every other row passes through a broadcast anti-join untouched, and only the repeated rows
-are deduplicated. Nothing large comes to the driver: only the counts per reason and of duplicates.
+not rows (docs/pipeline.md, research §2.3): one aggregation over three narrow columns finds the
+keys that occur more than once and names the copy of each to keep (`ROW`); every other row passes
+a broadcast lookup untouched. Nothing large comes to the driver: only the counts per reason and of
+duplicates.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pyspark.sql import functions as F
 from pipeline.schema import CORRUPT_COLUMN, EVENT_SCHEMA, READ_SCHEMA
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -60,6 +61,11 @@ JSON_SUFFIXES: Final = (".jsonl", ".jsonl.zst", ".jsonl.gz", ".jsonl.bz2")
 PARQUET_SUFFIX: Final = ".parquet"
 REASON: Final = "_reason"
 RAW: Final = "_raw"
+ROW: Final = "_row"
+"""A row's identity: the xxhash64 of its Parquet file's path and its index in the file. The copy of
+a repeated event with the smallest one is kept; two copies would both be kept only if they had
+the same hash (a chance of 2^-64 per pair), never both dropped."""
+KEEP: Final = "_keep"
 
 
 class InputError(ValueError):
@@ -71,7 +77,7 @@ class Ingested:
     """The ingested log: deduplicated events, the quarantine, and their counts."""
 
     events: DataFrame
-    """Valid events, each (router_id, seq) once; the columns of `EVENT_SCHEMA`."""
+    """Valid events, each (router_id, seq) once; the columns asked for (`ingest`)."""
     quarantine: DataFrame
     """Malformed records: `reason` (one of `REASONS`), `raw` (the line as read, or the parsed record
     as JSON when the line parsed), `file`."""
@@ -155,7 +161,7 @@ def read_raw(spark: SparkSession, paths: Iterable[str]) -> DataFrame:
     json_files, parquet_files = event_files(spark, paths)
     frames = [_read_json(spark, json_files)] if json_files else []
     if parquet_files:
-        frames.append(_read_parquet(spark, parquet_files))
+        frames.append(_read_parquet(spark, parquet_files).drop(ROW))
     return _union(frames)
 
 
@@ -169,16 +175,24 @@ def _read_json(spark: SparkSession, files: list[str]) -> DataFrame:
     )
 
 
-def _read_parquet(spark: SparkSession, files: list[str], *, file: bool = True) -> DataFrame:
-    """The Parquet files in the `READ_SCHEMA` columns, plus `_file` unless `file` is false (Spark
-    then reads no file metadata: it does not prune an unused `_metadata` column by itself)."""
+def _row_id() -> Column:
+    """A row's identity in the Parquet file it is read from (`ROW`)."""
+    return F.xxhash64(F.col("_metadata.file_path"), F.col("_metadata.row_index"))
+
+
+def _read_parquet(spark: SparkSession, files: list[str]) -> DataFrame:
+    """The Parquet files in the `READ_SCHEMA` columns, plus `_file` and `ROW`."""
     table = spark.read.parquet(*files)
     columns = [
         (F.col(f.name) if f.name in table.columns else F.lit(None)).cast(f.dataType).alias(f.name)
         for f in EVENT_SCHEMA.fields
     ]
-    path = F.col("_metadata.file_path") if file else F.lit(None).cast("string")
-    return table.select(*columns, F.lit(None).cast("string").alias(CORRUPT_COLUMN), path.alias("_file"))
+    return table.select(
+        *columns,
+        F.lit(None).cast("string").alias(CORRUPT_COLUMN),
+        F.col("_metadata.file_path").alias("_file"),
+        _row_id().alias(ROW),
+    )
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:
@@ -218,27 +232,48 @@ def _reason() -> Column:
     return reason
 
 
-def flag(raw: DataFrame) -> DataFrame:
-    """`raw` with `_reason` (null for a valid record) and `_raw` (the line of a malformed one)."""
+def flag(raw: DataFrame, columns: Sequence[str] = EVENT_COLUMNS) -> DataFrame:
+    """`raw` narrowed to `columns` (and the identity, router_id and seq), with `_reason` (null for
+    a valid record), and `_raw` (the line, or the parsed record's columns as JSON) and `_file` of a
+    malformed one only. Only these columns are parsed and checked (`ingest`)."""
     reason = _reason()
-    line = F.coalesce(F.col(CORRUPT_COLUMN), F.to_json(F.struct(*EVENT_COLUMNS)))
+    kept = list(dict.fromkeys([*columns, "router_id", "seq"]))
+    line = F.coalesce(F.col(CORRUPT_COLUMN), F.to_json(F.struct(*kept)))
+    row = F.col(ROW) if ROW in raw.columns else F.lit(None).cast("long")
     return raw.select(
-        *EVENT_COLUMNS,
+        *kept,
         reason.alias(REASON),
         F.when(reason.isNotNull(), line).alias(RAW),
-        F.col("_file"),
+        F.when(reason.isNotNull(), F.col("_file")).alias("_file"),
+        row.alias(ROW),
     )
 
 
-def ingest(spark: SparkSession, paths: Iterable[str], *, staging: str | None = None) -> Ingested:
+def ingest(
+    spark: SparkSession,
+    paths: Iterable[str],
+    *,
+    staging: str | None = None,
+    columns: Sequence[str] = EVENT_COLUMNS,
+) -> Ingested:
     """Read, quarantine and deduplicate event files.
+
+    One aggregation on (`_reason`, router_id, seq) finds both the quarantine's counts and the
+    repeated events, with the copy of each to keep (the smallest `ROW`); every later scan of the
+    events keeps a repeated event's copy by a broadcast lookup, so the repeated rows are never
+    written apart. Without staging (small logs) the repeated events are dropped by a shuffle.
 
     Args:
         spark: the session.
         paths: Spark paths (module docstring).
-        staging: a Spark path for intermediate Parquet (parsed records, repeated keys, their kept
-            copies): JSON is then parsed once, and each later step reads only the columns it needs.
-            None: nothing is written and the small tables are cached (tests, small logs).
+        staging: a Spark path for intermediate Parquet (the parsed JSON, narrowed to `columns`,
+            and the repeated keys): JSON is then parsed once, and each later step reads only the
+            columns it needs. None: nothing is written and the repeated keys are cached (tests,
+            small logs).
+        columns: the event columns the job reads (`EVENT_COLUMNS` by default). Only these are
+            parsed and checked: a value of the wrong type in a column the job does not read does
+            not set the record aside (Spark's JSON reader skips what is not asked for, which
+            saves a fifth of the parse).
 
     Returns:
         The events (a view over the input or the staged copy), the quarantine and the counts.
@@ -248,54 +283,58 @@ def ingest(spark: SparkSession, paths: Iterable[str], *, staging: str | None = N
     """
     json_files, parquet_files = event_files(spark, paths)
     parts: list[DataFrame] = []
-    checked: list[DataFrame] = []  # the same records, for the valid ones: no file name
     if json_files:
-        parsed = flag(_read_json(spark, json_files))
+        parsed = flag(_read_json(spark, json_files), columns)
         if staging is not None:
             staged = f"{staging.rstrip('/')}/parsed"
             with _conf(spark, "spark.sql.files.maxPartitionBytes", str(JSON_SPLIT_BYTES)):
-                parsed.write.mode("overwrite").option("compression", "zstd").parquet(staged)
-            parsed = spark.read.parquet(staged)
+                parsed.drop(ROW).write.mode("overwrite").option("compression", "zstd").parquet(staged)
+            parsed = spark.read.parquet(staged).withColumn(ROW, _row_id())
         parts.append(parsed)
-        checked.append(parsed)
     if parquet_files:  # already columnar: read as it is, never staged
-        parts.append(flag(_read_parquet(spark, parquet_files)))
-        checked.append(flag(_read_parquet(spark, parquet_files, file=False)))
+        parts.append(flag(_read_parquet(spark, parquet_files), columns))
     flagged = _union(parts)
     quarantine = flagged.where(F.col(REASON).isNotNull()).select(
         F.col(REASON).alias("reason"), F.col(RAW).alias("raw"), F.col("_file").alias("file")
     )
-    counted = {
-        row["reason"]: int(row["n"])
-        for row in quarantine.groupBy("reason").agg(F.count("*").alias("n")).collect()
-    }
-    valid = _union(checked).where(F.col(REASON).isNull()).select(*EVENT_COLUMNS)
-    dup_keys = valid.groupBy("router_id", "seq").agg(F.count("*").alias("copies")).where(F.col("copies") > 1)
+    groups = (
+        flagged.groupBy(REASON, "router_id", "seq")
+        .agg(F.count("*").alias("copies"), F.min(ROW).alias(KEEP))
+        .where(F.col(REASON).isNotNull() | (F.col("copies") > 1))
+    )
     if staging is not None:
-        path = f"{staging.rstrip('/')}/dup_keys"
-        dup_keys.write.mode("overwrite").parquet(path)
-        dup_keys = spark.read.parquet(path)
+        path = f"{staging.rstrip('/')}/groups"
+        with _conf(spark, "spark.sql.execution.bypassPartialAggregation", "true"):  # ~every key is unique
+            groups.write.mode("overwrite").parquet(path)
+        groups = spark.read.parquet(path)
     else:
-        dup_keys = dup_keys.cache()
+        groups = groups.cache()
+    counted = {
+        row[REASON]: int(row["n"])
+        for row in groups.where(F.col(REASON).isNotNull())
+        .groupBy(REASON)
+        .agg(F.sum("copies").alias("n"))
+        .collect()
+    }
+    dup_keys = groups.where(F.col(REASON).isNull()).select("router_id", "seq", "copies", KEEP)
     stats = dup_keys.agg(F.count("*").alias("keys"), F.sum(F.col("copies") - 1).alias("extra")).first()
     assert stats is not None
     keys, extra = int(stats["keys"]), int(stats["extra"] or 0)
+    valid = flagged.where(F.col(REASON).isNull())
     if keys == 0:
         events = valid
+    elif staging is None:
+        events = valid.dropDuplicates(["router_id", "seq"])
     else:
-        ids = dup_keys.select("router_id", "seq")
+        ids = dup_keys.select("router_id", "seq", KEEP)
         if keys <= BROADCAST_DUP_KEYS:
             ids = F.broadcast(ids)
-        kept = valid.join(ids, ["router_id", "seq"], "left_semi").dropDuplicates(["router_id", "seq"])
-        if staging is not None:
-            path = f"{staging.rstrip('/')}/kept_copies"
-            kept.write.mode("overwrite").parquet(path)
-            kept = spark.read.parquet(path)
-        events = valid.join(ids, ["router_id", "seq"], "left_anti").unionByName(kept.select(*EVENT_COLUMNS))
+        kept = F.col(KEEP).isNull() | (F.col(ROW) == F.col(KEEP))
+        events = valid.join(ids, ["router_id", "seq"], "left").where(kept)
     return Ingested(
-        events=events,
+        events=events.select(*columns),
         quarantine=quarantine,
-        dup_keys=dup_keys,
+        dup_keys=dup_keys.select("router_id", "seq", "copies"),
         malformed_by_reason={reason: counted.get(reason, 0) for reason in REASONS},
         duplicates=extra,
     )

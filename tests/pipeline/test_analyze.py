@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipeline.analyze import tables
+from pipeline.analyze import COLUMNS, tables
 from pipeline.schema import EVENT_SCHEMA
 
 T0 = datetime(2026, 11, 18, 11, 0, tzinfo=UTC)
@@ -93,7 +93,7 @@ EVENTS = [
 @pytest.fixture(scope="module")
 def results(spark):
     rows = [tuple(event.get(name) for name in EVENT_SCHEMA.fieldNames()) for event in EVENTS]
-    events = spark.createDataFrame(rows, EVENT_SCHEMA)
+    events = spark.createDataFrame(rows, EVENT_SCHEMA).select(*COLUMNS)  # all the tables read
     out = tables(events)
     yield out
     spark.catalog.clearCache()
