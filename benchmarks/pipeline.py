@@ -20,10 +20,12 @@ the same work on the same files, in the same run, plus the event log's cost insi
    report is left out (≈1 s of matplotlib; DuckDB draws none).
 4. **DuckDB** (`threads=2`) does the same work on the same files (`duckdb_analyze`): every line
    read as text (`read_csv`, one column; lines that are not UTF-8 come back as its rejects, with
-   the line), a line is unparseable unless it is a JSON object whose typed fields convert (as
-   Spark's PERMISSIVE reader with the schema), the same quarantine rules in the same order, the
-   same audit dedup on (router_id, seq), and the same tables written as Parquet, from the same two
-   roll-ups and the same ordered per-key window.
+   the line), a line is unparseable unless it is a JSON object whose typed fields among the
+   columns analyze reads (`pipeline.analyze.COLUMNS`) convert (as Spark's PERMISSIVE reader with
+   that schema), the same quarantine rules in the same order, the same audit dedup on (router_id,
+   seq), and the same tables written as Parquet, from the same two roll-ups and the same ordered
+   per-key window. (Each engine plans the work its own way: Spark's roll-ups are one scan with
+   grouping sets, and it keeps one copy of a repeated event by row id.)
 5. **Checks.** Both engines' counts (events after dedup, duplicates, malformed by reason,
    decisions by status and by target, keys, moved keys, moves by cause, cache hits, NULL keys)
    must agree with each other and with `truth.json` (for the Parquet copy: without the
@@ -460,7 +462,17 @@ _DUCK_TYPES: Final = {
     FieldType.BOOLEAN: "BOOLEAN",
     FieldType.TIMESTAMP: "TIMESTAMP",
 }
-_COLUMNS: Final = tuple(f.name for f in FIELDS)
+_FIELD_TYPES: Final = {f.name: f.type for f in FIELDS}
+
+
+def _columns() -> tuple[str, ...]:
+    """The event columns `pipeline.analyze` reads, parses and checks (`pipeline.analyze.COLUMNS`);
+    the rest of a line is neither parsed nor checked, in either engine."""
+    from pipeline.analyze import COLUMNS  # imports pyspark: only when the pipeline is measured
+
+    return COLUMNS
+
+
 _KINDS: Final = ("decision", "close")
 _STATUSES: Final = ("OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE")
 _TARGET_DOWN_CLOSES: Final = ("target_not_ready", "failover")
@@ -498,9 +510,10 @@ REASONS: Final = ("unparseable", "missing router_id", "missing seq", "missing ts
 
 def _parse_json_sql(files: Sequence[Path]) -> str:
     """Every line of the files as text, parsed into the event columns plus `corrupt`, `raw`, `file`."""
-    struct = "{" + ", ".join(f'"{name}": "VARCHAR"' for name in _COLUMNS) + "}"
-    typed = [_typed(f.name, f.type) for f in FIELDS]
-    columns = ",\n      ".join(f"{t} AS {name}" for (t, _), name in zip(typed, _COLUMNS, strict=True))
+    names = _columns()
+    struct = "{" + ", ".join(f'"{name}": "VARCHAR"' for name in names) + "}"
+    typed = [_typed(name, _FIELD_TYPES[name]) for name in names]
+    columns = ",\n      ".join(f"{t} AS {name}" for (t, _), name in zip(typed, names, strict=True))
     broken = " OR ".join(test for _, test in typed if test != "false")
     paths = ", ".join(f"'{p}'" for p in files)
     return f"""
@@ -522,8 +535,8 @@ def _parse_json_sql(files: Sequence[Path]) -> str:
 
 
 def _parse_parquet_sql(directory: Path) -> str:
-    columns = ", ".join(_COLUMNS)
-    pack = ", ".join(f"{c} := {c}" for c in _COLUMNS)
+    columns = ", ".join(_columns())
+    pack = ", ".join(f"{c} := {c}" for c in _columns())
     return f"""
     SELECT {columns}, false AS corrupt, to_json(struct_pack({pack})) AS raw, filename AS file
     FROM read_parquet('{directory}/*.parquet', filename = true)"""
@@ -559,7 +572,7 @@ def duckdb_analyze(
         parse = _parse_parquet_sql(parquet_dir)
     else:
         raise ValueError("json_files or parquet_dir")
-    cols = ", ".join(_COLUMNS)
+    cols = ", ".join(_columns())
     x = con.execute
 
     def copy(name: str, query: str) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import sys
 
-from pipeline.session import driver_memory
+from pipeline.session import SPLITS_PER_CORE, driver_memory
 
 
 def test_session_runs_locally_on_loopback_without_ui(spark):
@@ -12,6 +12,11 @@ def test_session_runs_locally_on_loopback_without_ui(spark):
     assert spark.conf.get("spark.ui.enabled") == "false"
     assert spark.conf.get("spark.driver.memory") == driver_memory()  # this Python started the JVM
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_files_are_read_in_several_splits_per_core(spark):
+    for name in ("spark.sql.files.minPartitionNum", "spark.sql.adaptive.coalescePartitions.minPartitionNum"):
+        assert spark.conf.get(name) == str(SPLITS_PER_CORE * 2)  # local[2]
 
 
 def test_python_workers_have_pandas(spark):
