@@ -22,10 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_CONF", "SPLITS_PER_CORE", "driver_memory", "spark_session"]
 
-MIN_SPLITS: Final = (
-    "spark.sql.files.minPartitionNum",
-    "spark.sql.adaptive.coalescePartitions.minPartitionNum",
-)
+MIN_SPLITS: Final = "spark.sql.files.minPartitionNum"
 DEFAULT_CONF: Final[Mapping[str, str]] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -38,9 +35,9 @@ DRIVER_MEMORY_SHARE: Final = 4
 research's setting), within `DRIVER_MEMORY_MIB`."""
 DRIVER_MEMORY_MIB: Final = (1024, 8192)
 SPLITS_PER_CORE: Final = 4
-"""Input files are read, and a shuffle's output is coalesced, in at least this many parts per core
-(`MIN_SPLITS`, unless given): with Spark's default, one per core, the 150 MB of staged Parquet of
-10 M events were read in 3 tasks on 2 cores, so one core idled through a third of every scan."""
+"""Input files are read in at least this many splits per core (`MIN_SPLITS`, unless given): with
+Spark's default, one per core, the 150 MB of staged Parquet of 10 M events were read in 3 tasks on
+2 cores, so one core idled through a third of every scan."""
 
 
 def driver_memory() -> str:
@@ -94,7 +91,6 @@ def spark_session(
     for name, value in settings.items():
         builder = builder.config(name, value)
     spark = builder.getOrCreate()
-    for name in MIN_SPLITS:
-        if spark.conf.get(name, None) is None:
-            spark.conf.set(name, str(SPLITS_PER_CORE * spark.sparkContext.defaultParallelism))
+    if spark.conf.get(MIN_SPLITS, None) is None:
+        spark.conf.set(MIN_SPLITS, str(SPLITS_PER_CORE * spark.sparkContext.defaultParallelism))
     return spark

@@ -15,8 +15,7 @@ def test_session_runs_locally_on_loopback_without_ui(spark):
 
 
 def test_files_are_read_in_several_splits_per_core(spark):
-    for name in ("spark.sql.files.minPartitionNum", "spark.sql.adaptive.coalescePartitions.minPartitionNum"):
-        assert spark.conf.get(name) == str(SPLITS_PER_CORE * 2)  # local[2]
+    assert spark.conf.get("spark.sql.files.minPartitionNum") == str(SPLITS_PER_CORE * 2)  # local[2]
 
 
 def test_python_workers_have_pandas(spark):
