@@ -19,7 +19,11 @@ def test_ingest_generated_files_gives_the_known_counts(spark, tmp_path):
     assert result.events.count() == truth.events
 
 
-def test_ingest_mixes_json_and_parquet_and_keeps_one_copy(spark, tmp_path):
+@pytest.mark.parametrize("staged", [False, True], ids=["in-place", "staged"])
+def test_ingest_mixes_json_and_parquet_and_keeps_one_copy(spark, tmp_path, staged):
+    """Scenario: seq 1 in a JSON file and a Parquet file, seq 2 twice in the JSON file: in place
+    the copies are dropped by a shuffle, staged each repeated key keeps its row with the smallest
+    row id (one copy, from whichever file)."""
     line = (
         '{"kind":"close","router_id":"r1","seq":%d,"ts":"2026-11-18T11:00:00.000000Z","conn":1,'
         '"router":"cr","acceptor":"a","node_id":"n1","duration_s":1.0,"bytes_in":1,"bytes_out":2,'
@@ -28,10 +32,12 @@ def test_ingest_mixes_json_and_parquet_and_keeps_one_copy(spark, tmp_path):
     (tmp_path / "a.jsonl").write_text(line % 1 + line % 2 + line % 2 + '{"kind":"close","seq":3}\n')
     parquet = str(tmp_path / "p.parquet")
     spark.read.json(str(tmp_path / "a.jsonl")).where("seq = 1").write.parquet(parquet)
-    result = ingest(spark, [str(tmp_path / "a.jsonl"), parquet])
+    staging = str(tmp_path / "staging") if staged else None
+    result = ingest(spark, [str(tmp_path / "a.jsonl"), parquet], staging=staging)
     assert result.duplicates == 2  # seq 1 in both files, seq 2 twice in the JSON
     assert result.malformed_by_reason["missing router_id"] == 1
     assert sorted(r.seq for r in result.events.select("seq").collect()) == [1, 2]
+    assert result.quarantine.count() == 1
 
 
 def test_event_files_user_errors(spark, tmp_path):
