@@ -353,7 +353,7 @@ def moves_table(keyed: DataFrame, events: DataFrame, active: DataFrame) -> DataF
 def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame]:
     """Every analysis table (lazy) over deduplicated events (quarantine tables excepted).
 
-    `rollups` are cached (small: one scan of the events for every count table); the per-key table
+    `rollups` are checkpointed (small: one scan of the events for every count table); the per-key table
     (one row per key, with its moves) and the moves are persisted (small), since `per_key`, `moves`
     and `moves_by_cause` read them; `analyze` unpersists them when the tables are written."""
     roll, minutes = rollups(events)
@@ -493,7 +493,7 @@ def analyze(
             continue
         frame = results[name]
         (frame.coalesce(1) if name in SMALL else frame).write.mode("overwrite").parquet(f"{base}/{name}")
-    spark.catalog.clearCache()  # the roll-ups and the per-key flags
+    spark.catalog.clearCache()  # the per-key table and the moves (and ingest's repeated keys unstaged)
     per_key = spark.read.parquet(f"{base}/per_key")
     _top_keys(per_key, top).coalesce(1).write.mode("overwrite").parquet(f"{base}/top_keys")
     from pipeline.report import REPORT_TABLES, render

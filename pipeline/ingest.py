@@ -38,16 +38,15 @@ __all__ = [
     "InputError",
     "event_files",
     "ingest",
-    "read_raw",
     "write_text",
 ]
 
 EVENT_COLUMNS: Final = tuple(f.name for f in EVENT_SCHEMA.fields)
 REASONS: Final = ("unparseable", "missing router_id", "missing seq", "missing ts", "bad kind", "bad status")
 """Quarantine reasons, in the order the rules are checked: a JSON line Spark cannot read into the
-schema (not JSON, truncated, a value of the wrong type, a time it cannot parse, not an object), a
-line without `router_id`, `seq` or `ts`, a `kind` other than decision/close, a decision whose
-`status` is none of OK, REFUSED_USE_ANOTHER, REFUSED_UNAVAILABLE."""
+schema (not JSON, truncated, not an object, a value of the wrong type or a time it cannot parse in
+a column the job reads), a line without `router_id`, `seq` or `ts`, a `kind` other than
+decision/close, a decision whose `status` is none of OK, REFUSED_USE_ANOTHER, REFUSED_UNAVAILABLE."""
 KINDS: Final = ("decision", "close")
 STATUSES: Final = ("OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE")
 BROADCAST_DUP_KEYS: Final = 2_000_000
@@ -79,10 +78,8 @@ class Ingested:
     events: DataFrame
     """Valid events, each (router_id, seq) once; the columns asked for (`ingest`)."""
     quarantine: DataFrame
-    """Malformed records: `reason` (one of `REASONS`), `raw` (the line as read, or the parsed record
-    as JSON when the line parsed), `file`."""
-    dup_keys: DataFrame
-    """(router_id, seq, copies) of every event seen more than once."""
+    """Malformed records: `reason` (one of `REASONS`), `raw` (the line as read, or the parsed
+    record's columns the job reads as JSON when the line parsed), `file`."""
     malformed_by_reason: Mapping[str, int]
     """Quarantined records per reason (every reason present, 0 when none)."""
     duplicates: int
@@ -152,19 +149,6 @@ def event_files(spark: SparkSession, paths: Iterable[str]) -> tuple[list[str], l
     return sorted(json_files), sorted(parquet_files)
 
 
-def read_raw(spark: SparkSession, paths: Iterable[str]) -> DataFrame:
-    """Every record of the input as read: the `READ_SCHEMA` columns plus `_file`.
-
-    JSON is read PERMISSIVE with the schema (a line it cannot read has only `_corrupt_record`);
-    Parquet columns are cast to the schema's types (a missing column is null).
-    """
-    json_files, parquet_files = event_files(spark, paths)
-    frames = [_read_json(spark, json_files)] if json_files else []
-    if parquet_files:
-        frames.append(_read_parquet(spark, parquet_files).drop(ROW))
-    return _union(frames)
-
-
 def _read_json(spark: SparkSession, files: list[str]) -> DataFrame:
     return (
         spark.read.schema(READ_SCHEMA)
@@ -232,7 +216,7 @@ def _reason() -> Column:
     return reason
 
 
-def flag(raw: DataFrame, columns: Sequence[str] = EVENT_COLUMNS) -> DataFrame:
+def flag(raw: DataFrame, columns: Sequence[str]) -> DataFrame:
     """`raw` narrowed to `columns` (and the identity, router_id and seq), with `_reason` (null for
     a valid record), and `_raw` (the line, or the parsed record's columns as JSON) and `_file` of a
     malformed one only. Only these columns are parsed and checked (`ingest`)."""
@@ -334,7 +318,6 @@ def ingest(
     return Ingested(
         events=events.select(*columns),
         quarantine=quarantine,
-        dup_keys=dup_keys.select("router_id", "seq", "copies"),
         malformed_by_reason={reason: counted.get(reason, 0) for reason in REASONS},
         duplicates=extra,
     )
