@@ -165,6 +165,14 @@ class LineLog:
                 raise RuntimeError(f"{self.name} exited; log:\n" + "\n".join(self.lines[-30:]))
             self.lines.append(line_or_eof)
 
+    def take_in(self) -> int:
+        """Move the lines the reader has so far into `lines`, without waiting: their count."""
+        with contextlib.suppress(queue.Empty):
+            while (line := self._queue.get_nowait()) is not None:
+                self.lines.append(line)
+            self._queue.put(None)  # the end of the pipe stays for the next search to see
+        return len(self.lines)
+
     def close(self, timeout: float) -> None:
         """Once the process has ended: take in its last lines, then close the pipe."""
         self._reader.join(timeout)  # it ends at the pipe's EOF, right after the process

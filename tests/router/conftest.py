@@ -230,6 +230,14 @@ class Routerd:
             self._cursor = after
         return match.string
 
+    def mark(self) -> int:
+        """Consume every line routerd has logged so far, so that later waits and `lines[mark:]` see
+        only what comes after (an ephemeral port reused from an earlier test's client must not
+        match): the number of lines so far."""
+        assert self._log is not None, "routerd was not started"
+        self._cursor = self._log.take_in()
+        return self._cursor
+
     def route(self, router: str, *args: str) -> list[dict[str, Any]]:
         """`routerctl route --config <this routerd's config> --router ROUTER ARGS…`: the decisions."""
         return self.predict_many(router, [list(args)])[0]
