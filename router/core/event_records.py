@@ -1,10 +1,11 @@
 """The routing event log's records: what one line of an event file says, one frozen dataclass per
 kind, and the one field list both the router's writer and the PySpark pipeline's schema come from.
 
-Pure: no I/O, no clock (the time is a field), no logging. The writer (`router/services/event_log.py`)
-writes a connection's event as `event_line(event, ...)`, which is `json_line(record_of(event, ...))`
-without the record in between; the pipeline (`pipeline/schema.py`) derives its Spark schema from
-`FIELDS`, so a field is declared once.
+Pure: no I/O, no clock (the time is a field), no logging. The event log
+(`router/services/event_log.py`) takes a connection's event's values at once (`event_values`), and
+its writer process writes the line from them (`values_line`): `json_line(record_of(event, ...))`
+without the record in between, and with the formatting out of the routing process. The pipeline
+(`pipeline/schema.py`) derives its Spark schema from `FIELDS`, so a field is declared once.
 
 Every line carries `kind`, `router_id`, `seq` and `ts`. (`router_id`, `seq`) identifies an event:
 `seq` is unique per router id across restarts (`Sequence`), so the same line shipped twice, or a
@@ -21,7 +22,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias
 
 from keys.resolve import raw_value
 from router.core.engine import DecisionReason
@@ -41,15 +42,17 @@ __all__ = [
     "CloseRecord",
     "DecisionRecord",
     "EventRecord",
+    "EventValues",
     "Field",
     "FieldType",
     "Record",
     "Sequence",
-    "event_line",
+    "event_values",
     "json_line",
     "raw_key",
     "record_of",
     "timestamp",
+    "values_line",
 ]
 
 RAW_KEY_CAP: Final = 256
@@ -61,6 +64,12 @@ BOOT_SPAN: Final = 10**6
 milliseconds: unique per router id across restarts as long as a process writes fewer than a
 million events per millisecond it ran, and the clock does not go back across a restart (the writer
 also keeps the last boot in its directory and starts above it)."""
+
+EventValues: TypeAlias = tuple[Any, ...]
+"""An event's values (`event_values`): the kind's index in `KINDS`, the epoch time, the connection's
+process-local number, then the kind's fields in declaration order without the writer's own
+(`router_id`, `seq`, `ts`, `conn`)."""
+_VALUES_HEAD: Final = 3
 
 Timestamp: TypeAlias = str
 """ISO-8601 UTC with microseconds, `2026-11-23T10:00:00.123456Z`; a timestamp column in Spark."""
@@ -225,12 +234,13 @@ def raw_key(key_type: KeyType, decided: Decided) -> str | None:
 
 # -- where each field's value comes from, once per kind ----------------------------------------
 #
-# A record is made from a connection's event (`record_of`), and the writer writes the same line
-# straight from the event (`event_line`, without the record in between: half the cost). Both
-# are generated, as `quick_init` generates `__init__`, from one table per kind: field -> a Python
-# expression over the event `e`, its reference `ref`, the decision's raw key `raw`, and the
-# arguments `router_id`, `seq`, `conn`, `ts`, `key_type`. Enum values are read as `_value_`
-# (the `value` property is a Python-level call). A test checks both agree on every kind.
+# A record is made from a connection's event (`record_of`); the event log takes the same values
+# from the event as a flat tuple (`event_values`) and its writer process writes the line from the
+# tuple (`values_line`), without the record in between. All three are generated, as `quick_init`
+# generates `__init__`, from one table per kind: field -> a Python expression over the event `e`,
+# its reference `ref`, the decision's raw key `raw`, and the arguments `router_id`, `seq`, `conn`,
+# `ts`, `key_type`. Enum values are read as `_value_` (the `value` property is a Python-level
+# call). A test checks the line from the values is the record's line on every kind.
 
 _PRELUDE: Final[dict[str, str]] = {
     "decision": "ref = e.conn\n    raw = raw_key(key_type, e)",
@@ -333,12 +343,27 @@ def _record_maker(kind: type[EventRecord]) -> Callable[..., Record]:
     return _generated("make", source, Kind=kind)  # type: ignore[return-value]
 
 
-def _event_writer(kind: type[EventRecord]) -> Callable[..., str]:
+_WRITER_FIELDS: Final = ("router_id", "seq", "ts", "conn")
+"""What the writer process adds to an event's values: the router id, the numbers, the time."""
+
+
+def _value_names(kind: type[EventRecord]) -> list[str]:
+    return [f.name for f in dataclasses.fields(kind) if f.name not in _WRITER_FIELDS]
+
+
+def _values_maker(kind: type[EventRecord]) -> Callable[..., EventValues]:
     values = _VALUES[kind.KIND]
-    names = [f.name for f in dataclasses.fields(kind)]
-    assigned = "\n    ".join(f"v_{name} = {values[name]}" for name in names)
-    line = _line_source(kind, lambda name: f"v_{name}")
-    source = f"def write({_ARGUMENTS}):\n    {_PRELUDE[kind.KIND]}\n    {assigned}\n    return {line}\n"
+    items = "".join(f", {values[name]}" for name in _value_names(kind))
+    code = KINDS.index(kind)
+    body = f"{_PRELUDE[kind.KIND]}\n    return ({code}, when, ref.id{items})"
+    source = f"def values(e, key_type, when):\n    {body}\n"
+    return _generated("values", source)  # type: ignore[return-value]
+
+
+def _values_writer(kind: type[EventRecord]) -> Callable[..., str]:
+    position = {name: index for index, name in enumerate(_value_names(kind), start=_VALUES_HEAD)}
+    line = _line_source(kind, lambda name: name if name in _WRITER_FIELDS else f"v[{position[name]}]")
+    source = f"def write(v, router_id, seq, conn, ts):\n    return {line}\n"
     return _generated("write", source)  # type: ignore[return-value]
 
 
@@ -349,7 +374,8 @@ def _record_writer(kind: type[EventRecord]) -> Callable[[Record], str]:
 
 _EVENT_KINDS: Final[dict[type, type[EventRecord]]] = {Decided: DecisionRecord, Closed: CloseRecord}
 _MAKERS: Final = {event: _record_maker(kind) for event, kind in _EVENT_KINDS.items()}
-_EVENT_LINES: Final = {event: _event_writer(kind) for event, kind in _EVENT_KINDS.items()}
+_VALUE_MAKERS: Final = {event: _values_maker(kind) for event, kind in _EVENT_KINDS.items()}
+_VALUE_LINES: Final = tuple(_values_writer(kind) for kind in KINDS)
 _RECORD_LINES: Final = {kind: _record_writer(kind) for kind in KINDS}
 
 
@@ -360,16 +386,22 @@ def record_of(
     return _MAKERS[type(event)](event, router_id, seq, conn, ts, key_type)
 
 
-def event_line(
-    event: Decided | Closed, *, router_id: str, seq: int, conn: int, ts: Timestamp, key_type: KeyType
-) -> str:
-    """`json_line(record_of(event, ...))`, written straight from the event (what the writer
-    thread does for every event).
+def event_values(event: Decided | Closed, key_type: KeyType, when: float) -> EventValues:
+    """What the line of a connection's event will say, taken at once in the reporting thread: a
+    flat tuple of strings, numbers, booleans and None (`marshal` sends it to the writer process);
+    `when` is the epoch time of the line's `ts`."""
+    return _VALUE_MAKERS[type(event)](event, key_type, when)
+
+
+def values_line(values: EventValues, *, router_id: str, sequence: Sequence, number: int) -> str:
+    """`json_line(record_of(event, ...))` from `event_values(event, ...)`: the line the writer
+    process writes for the event the ring numbered `number`.
 
     Raises:
         ValueError: a number field is NaN or infinite.
     """
-    return _EVENT_LINES[type(event)](event, router_id, seq, conn, ts, key_type)
+    write = _VALUE_LINES[values[0]]
+    return write(values, router_id, sequence.of(number), sequence.of(values[2]), timestamp(values[1]))
 
 
 def json_line(record: Record) -> str:

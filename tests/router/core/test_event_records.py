@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import marshal
 from typing import Any
 
 import pytest
@@ -20,11 +21,12 @@ from router.core.event_records import (
     DecisionRecord,
     FieldType,
     Sequence,
-    event_line,
+    event_values,
     json_line,
     raw_key,
     record_of,
     timestamp,
+    values_line,
 )
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
 
@@ -190,5 +192,25 @@ def test_a_number_that_is_not_finite_is_refused():
 )
 @pytest.mark.parametrize("key_type", list(KeyType))
 def test_the_writers_line_is_the_records_line(event, key_type):
-    arguments: dict[str, Any] = {"router_id": "h/é", "seq": 3, "conn": 4, "ts": TS, "key_type": key_type}
-    assert event_line(event, **arguments) == json_line(record_of(event, **arguments))
+    """The line the writer process writes from the values routerd took is the record's line."""
+    sequence, number, when = Sequence(1000), 3, 1795435200.25
+    values = event_values(event, key_type, when)
+    assert marshal.loads(marshal.dumps(values)) == values  # what the pipe carries
+    record = record_of(
+        event,
+        router_id="h/é",
+        seq=sequence.of(number),
+        conn=sequence.of(event.conn.id),
+        ts=timestamp(when),
+        key_type=key_type,
+    )
+    assert values_line(values, router_id="h/é", sequence=sequence, number=number) == json_line(record)
+
+
+def test_the_writers_line_refuses_a_number_that_is_not_finite():
+    closed = Closed(
+        conn=CONN, node_id="n", bytes_in=0, bytes_out=0, duration_s=float("inf"), reason=CloseReason.CLOSED
+    )
+    values = event_values(closed, KeyType.CLIENT_ID, 0.0)
+    with pytest.raises(ValueError, match="finite number, got inf"):
+        values_line(values, router_id="h", sequence=Sequence(1), number=1)

@@ -17,6 +17,7 @@ from router.core.engine import DecisionReason, RouteStatus
 from router.core.event_records import BOOT_SPAN
 from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
+from router.services import event_log as event_log_module
 from router.services.event_log import EventLog, EventLogError, default_router_id, file_name_part
 from tests.conftest import eventually
 
@@ -238,22 +239,42 @@ def test_router_ids_and_file_names():
     assert file_name_part("host/a+b") != file_name_part("host_a_b")
 
 
-def test_a_file_that_cannot_be_finished_is_tried_again_at_the_next_rotation(tmp_path, monkeypatch):
-    event_log = _log(tmp_path, rotate_interval_ms=1)
-    failing = [True]
-    finish = EventLog._finish
-
-    def flaky(self: EventLog, part: Path) -> bool:
-        if failing[0]:
-            failing[0] = False
-            return False  # as when compressing hits a full disk
-        return finish(self, part)
-
-    monkeypatch.setattr(EventLog, "_finish", flaky)
+def test_a_writer_process_that_dies_is_started_again_and_what_it_missed_is_counted_lost(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(event_log_module, "WRITER_RESTART_S", 0.0)
+    metrics = Metrics()
+    event_log = _log(tmp_path, metrics, flush_interval_ms=60_000)
     event_log.start()
+    first = event_log._writer
+    assert first is not None
     event_log.report(_decided(1))
-    assert eventually(lambda: not failing[0])
-    event_log.report(_decided(2))
-    assert eventually(lambda: len(_finished(tmp_path)) == 2)
+    assert eventually(lambda: event_log.status()["current_file"] is not None)  # the first has it
+    first.kill()  # the process this test started, by its PID, before it wrote the line
+    first.wait()
+    event_log.report(_decided(2))  # sent into the dead one's pipe
+    assert eventually(lambda: event_log.lost == 2)  # that one, and the one the first held
+    assert "2 event(s) lost: the writer process ended (exit status -9)" in caplog.text
+    event_log.report(_decided(3))  # to a new writer (which finishes the first's empty file: deletes it)
     assert event_log.stop(5)
-    assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-1", "dev-2"]
+    assert event_log._writer is not first
+    assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-3"]
+    assert metrics.event_log_events.value(("lost",)) == 2
+    assert metrics.event_log_events.value(("written",)) == 1
+    assert metrics.event_log_files.value(("finished",)) == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".events")]
+
+
+def test_the_writers_log_lines_are_routerds(tmp_path, caplog):
+    name = file_name_part("edge-1")
+    (tmp_path / f"events-{name}-4-000001.jsonl").write_bytes(b"{}\n")
+    (tmp_path / f".events-{name}-5-000001.jsonl.part").write_bytes(b"{}\n")
+    event_log = _log(tmp_path, max_size=1, compress=False)
+    event_log.start()  # the writer finishes the leftover, then deletes the older file (max-size)
+    assert event_log.stop(5)
+    [record] = [r for r in caplog.records if "max-size" in r.getMessage()]
+    assert (record.name, record.levelname) == ("router.eventlog", "WARNING")
+    assert record.getMessage() == (
+        f"event log: deleted events-{name}-4-000001.jsonl (3 bytes): finished files over max-size=1"
+    )
+    assert [p.name for p in _finished(tmp_path)] == [f"events-{name}-5-000001.jsonl"]

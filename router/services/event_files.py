@@ -1,0 +1,341 @@
+"""The event log's files: the file in progress, rotation, finishing, retention and recovery. Run
+by the writer process (`router/services/event_writer.py`), never by routerd's routing threads.
+
+Files, in the configured directory, per router id:
+
+    .events-ID-BOOT-NNNNNN.jsonl.part     in progress (a dot file: Spark and Hadoop skip it)
+    events-ID-BOOT-NNNNNN.jsonl.zst       finished: complete or absent (compressed to a dot file,
+                                          synced, then renamed into place)
+
+A file is finished when it holds `rotate-size` bytes of lines or has been open `rotate-interval`,
+and at the end. Lines reach the operating system at least every `flush-interval` (or per
+`PENDING_MAX` bytes), with one system call; they count as written when that call succeeded. A
+write error (disk full) cuts the file back to its last whole line, counts the lines not written as
+lost, logs it, and the next lines start a new file. Finished files beyond `max-size` are deleted,
+oldest first (counted, logged).
+
+A file in progress is locked (`flock`) by the process that writes or finishes it. At start, a file
+left in progress by a process that is gone is cut after its last whole line and finished; one that
+is still locked belongs to a writer that outlives its routerd (killed) and is finishing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import zstandard
+
+if TYPE_CHECKING:
+    from router.config.settings import EventLogConfig
+
+__all__ = ["PENDING_MAX", "ZSTD_LEVEL", "EventFiles", "Tally"]
+
+log = logging.getLogger("router.eventlog")
+
+PENDING_MAX: Final = 1024 * 1024
+"""Bytes of lines collected before they are written, at the latest (else every flush interval)."""
+ZSTD_LEVEL: Final = 3
+"""zstd's default level: about 9x smaller than the lines, hundreds of MB/s."""
+
+_FINISHED: Final = re.compile(r"events-(?P<name>.+)-(?P<boot>\d+)-(?P<index>\d{6})\.jsonl(?:\.zst)?")
+
+
+@dataclass(slots=True)
+class Tally:
+    """What happened since the last report: events written and lost, files finished and
+    deleted, and the file in progress now."""
+
+    written: int = 0
+    lost: int = 0
+    finished: int = 0
+    deleted: int = 0
+    current_file: str | None = None
+
+    def take(self) -> dict[str, int]:
+        """The counts that are not zero, and zero them."""
+        counts = {
+            name: value
+            for name, value in (
+                ("written", self.written),
+                ("lost", self.lost),
+                ("finished", self.finished),
+                ("deleted", self.deleted),
+            )
+            if value
+        }
+        self.written = self.lost = self.finished = self.deleted = 0
+        return counts
+
+
+@dataclass(slots=True)
+class _Part:
+    """The file in progress."""
+
+    path: Path
+    fd: int
+    opened: float
+    """Monotonic time it was opened."""
+    size: int = 0
+    """Bytes written to it (whole lines only)."""
+    pending: list[bytes] = field(default_factory=list)
+    """Lines not handed to the operating system yet (at most `PENDING_MAX` bytes, one flush
+    interval): counted as written once they are."""
+    pending_bytes: int = 0
+    pending_events: int = 0
+
+
+class EventFiles:
+    """One router id's files in one directory, written by one process."""
+
+    def __init__(self, config: EventLogConfig, name: str, boot: int) -> None:
+        """Files named `events-NAME-BOOT-…` (nothing is opened until lines come).
+
+        Args:
+            config: `<event-log>`.
+            name: the router id as it appears in file names (`file_name_part`).
+            boot: the routing process's boot time (epoch ms), in its file names.
+        """
+        self.config = config
+        self.tally = Tally()
+        self._directory = Path(config.directory)
+        self._name = name
+        self._boot = boot
+        self._index = 0
+        self._part: _Part | None = None
+        self._unfinished: list[Path] = []
+        """Files in progress that could not be finished yet (tried again at each rotation)."""
+        self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+
+    def add(self, data: bytes, events: int) -> None:
+        """Whole lines of `events` events, to the file in progress (written by `PENDING_MAX`
+        bytes or at the next `flush`)."""
+        part = self._part
+        if part is None:
+            try:
+                part = self._open_part()
+            except OSError as exc:
+                self.lose(events, exc)
+                return
+        part.pending.append(data)
+        part.pending_bytes += len(data)
+        part.pending_events += events
+        if part.pending_bytes >= PENDING_MAX:
+            self._hand_over(part)
+        if part.size + part.pending_bytes >= self.config.rotate_size:
+            self.finish_part()
+
+    def lose(self, count: int, why: OSError | str) -> None:
+        """Events could not be written: count them and say so."""
+        self.tally.lost += count
+        reason = why if isinstance(why, str) else why.strerror or str(why)
+        log.warning("event log: %d event(s) lost: %s", count, reason)
+
+    def tick(self, now: float, *, flush: bool) -> None:
+        """Finish the file in progress if it has been open `rotate-interval`, else, with `flush`,
+        hand what is pending to the operating system (`now`: monotonic time)."""
+        part = self._part
+        if part is None:
+            return
+        if now - part.opened >= self.config.rotate_interval_ms / 1000:
+            self.finish_part()
+        elif flush:
+            self._hand_over(part)
+
+    def rotation_due(self) -> float | None:
+        """When the file in progress is due to be finished (monotonic time); None: no file."""
+        part = self._part
+        return None if part is None else part.opened + self.config.rotate_interval_ms / 1000
+
+    def finish_part(self) -> None:
+        """Finish the file in progress (and any that could not be finished before)."""
+        part = self._part
+        if part is not None:
+            handed = self._hand_over(part)
+            if handed:  # else it is closed and queued already
+                self._part = None
+                self.tally.current_file = None
+                _close(part.fd)  # `_finish` takes the lock again: a writer in between finishes it
+                self._unfinished.append(part.path)
+        # Files that could not be finished before (disk full) are tried again with each new one.
+        self._unfinished = [path for path in self._unfinished if not self._finish(path)]
+
+    def recover(self) -> int:
+        """Finish the files of this router id left in progress by a process that is gone; how many.
+
+        Raises:
+            OSError: the directory cannot be read.
+        """
+        before = self.tally.finished
+        prefix = f".events-{self._name}-"
+        with os.scandir(self._directory) as entries:  # raises for a directory that is not one
+            parts = sorted(
+                e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(".jsonl.part")
+            )
+        for name in parts:
+            self._finish(self._directory / name, recovering=True)
+        return self.tally.finished - before
+
+    # -- the file in progress --
+
+    def _open_part(self) -> _Part:
+        self._index += 1
+        path = self._directory / f".events-{self._name}-{self._boot}-{self._index:06d}.jsonl.part"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new: nobody else holds it
+        self._part = _Part(path=path, fd=fd, opened=time.monotonic())
+        self.tally.current_file = path.name
+        return self._part
+
+    def _hand_over(self, part: _Part) -> bool:
+        """Write what the file in progress has pending to the operating system; on a failure
+        (disk full) cut the file back to its last whole line, count the events lost and close
+        it (it is finished with the next rotation). False when it failed."""
+        if not part.pending:
+            return True
+        data = b"".join(part.pending)
+        events = part.pending_events
+        part.pending.clear()
+        part.pending_bytes = part.pending_events = 0
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(part.fd, view) :]
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(part.fd, part.size)  # a partial line would corrupt the file
+            self.lose(events, exc)
+            self._part = None
+            self.tally.current_file = None
+            _close(part.fd)
+            self._unfinished.append(part.path)
+            return False
+        part.size += len(data)
+        self.tally.written += events
+        return True
+
+    # -- finished files --
+
+    def _final_path(self, part: Path) -> Path:
+        name = part.name.removeprefix(".").removesuffix(".part")
+        return part.with_name(name + ".zst" if self.config.compress else name)
+
+    def _finish(self, part: Path, *, recovering: bool = False) -> bool:
+        """Make a file in progress a finished one, atomically, under its lock; False when it
+        failed (left in progress: finished at the next start). A file another process holds is
+        that process's to finish (True, not counted here)."""
+        try:
+            fd = os.open(part, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return not recovering  # finished meanwhile by another writer
+        except OSError as exc:
+            log.warning("event log: cannot finish %s: %s", part.name, exc.strerror or exc)
+            return False
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return not recovering
+            made = self._finish_locked(part, fd, recovering=recovering)
+        except OSError as exc:
+            log.warning("event log: cannot finish %s: %s", part.name, exc.strerror or exc)
+            return False
+        finally:
+            _close(fd)
+        if made:
+            self.tally.finished += 1
+            self._keep_within_max_size()
+        return True
+
+    def _finish_locked(self, part: Path, fd: int, *, recovering: bool) -> bool:
+        """Whether a finished file was made (not when the part was empty or finished before)."""
+        final = self._final_path(part)
+        temporary = part.with_name(f".{final.name}.tmp")
+        if recovering:
+            temporary.unlink(missing_ok=True)  # a compression cut short; its part is still here
+            _cut_after_last_line(fd)
+        if os.fstat(fd).st_size == 0 or final.exists():  # empty, or finished before a crash
+            part.unlink()
+            return False
+        if self.config.compress:
+            with os.fdopen(os.dup(fd), "rb") as source, temporary.open("wb") as target:
+                source.seek(0)
+                self._compressor.copy_stream(source, target)
+                target.flush()
+                os.fsync(target.fileno())
+            temporary.replace(final)
+            _sync_directory(final.parent)
+            part.unlink()
+        else:
+            os.fsync(fd)
+            part.replace(final)
+            _sync_directory(final.parent)
+        return True
+
+    def _keep_within_max_size(self) -> None:
+        """Delete the oldest finished files of this router id beyond `max-size` (never the newest)."""
+        files = sorted(self._finished_files())
+        total = sum(size for _, size, _ in files)
+        for _, size, path in files[:-1]:
+            if total <= self.config.max_size:
+                break
+            try:
+                path.unlink()
+            except OSError as exc:
+                log.warning("event log: cannot delete %s: %s", path.name, exc.strerror or exc)
+                continue
+            total -= size
+            self.tally.deleted += 1
+            log.warning(
+                "event log: deleted %s (%d bytes): finished files over max-size=%d",
+                path.name,
+                size,
+                self.config.max_size,
+            )
+
+    def _finished_files(self) -> list[tuple[tuple[int, int], int, Path]]:
+        found = []
+        for path in self._directory.iterdir():
+            match = _FINISHED.fullmatch(path.name)
+            if match is not None and match["name"] == self._name:
+                with contextlib.suppress(OSError):
+                    found.append(((int(match["boot"]), int(match["index"])), path.stat().st_size, path))
+        return found
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _cut_after_last_line(fd: int) -> None:
+    """Drop a partial last line (a write cut short by a crash)."""
+    end = os.lseek(fd, 0, os.SEEK_END)
+    position = end
+    while position > 0:
+        start = max(0, position - 65536)
+        chunk = os.pread(fd, position - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            if keep != end:
+                os.ftruncate(fd, keep)
+            return
+        position = start
+    os.ftruncate(fd, 0)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

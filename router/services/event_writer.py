@@ -1,0 +1,196 @@
+"""The event log's writer process: it turns the events routerd sends into lines and files, so that
+neither the formatting nor the files cost the routing process's interpreter (measured: formatting
+in a thread of routerd cost a sixth of its short-connection rate; docs/event-log.md).
+
+    python -m router.services.event_writer SETTINGS_JSON
+
+routerd (`router/services/event_log.py`) starts it and talks to it over two pipes:
+
+* **stdin**: frames of events, each a 4-byte little-endian length and a `marshal`-ed list of
+  `(number, values)`: the ring's number of the event and its `event_values`. EOF means routerd
+  stopped, or died: the writer finishes its file and exits either way, so a kill -9 of routerd
+  loses only what its ring held.
+* **stdout**: one JSON object per line: `{"ready": N}` once the files a previous run left in
+  progress are finished (N of them), or `{"failed": MESSAGE}` and exit 1; then
+  `{"counts": {"written": n, "lost": n, "finished": n, "deleted": n}, "file": NAME}` (what
+  happened since the last one, and the file in progress) and `{"log": [LEVEL, MESSAGE]}` (routerd
+  logs it as its own line).
+
+It ignores SIGINT and SIGTERM (a Ctrl-C or a service stop reaches the whole process group: routerd
+stops it by closing the pipe, after the ring is written) and runs at niceness `WRITER_NICE`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import marshal
+import os
+import select
+import signal
+import struct
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+from router.config.settings import EventLogConfig
+from router.core.event_records import Sequence, values_line
+from router.services.event_files import EventFiles
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence as Seq
+
+    from router.core.event_records import EventValues
+
+__all__ = ["FRAME_MAX", "WRITER_NICE", "encode_frame", "main", "settings_argument"]
+
+WRITER_NICE: Final = 10
+"""The writer's scheduling niceness: when the CPUs are busy the kernel runs routing first; the
+ring absorbs the writer's delay."""
+FRAME_MAX: Final = 64 * 1024 * 1024
+"""The largest frame the writer accepts (a batch is far smaller); a larger length is a broken
+stream and ends the writer."""
+_HEAD: Final = struct.Struct("<I")
+_READ_SIZE: Final = 1024 * 1024
+
+log = logging.getLogger("router.eventlog")
+
+
+def settings_argument(config: EventLogConfig, router_id: str, name: str, boot: int) -> str:
+    """The writer's one argument: its settings as JSON."""
+    fields = {field: getattr(config, field) for field in EventLogConfig.__dataclass_fields__}
+    return json.dumps({"config": fields, "router_id": router_id, "name": name, "boot": boot})
+
+
+def encode_frame(batch: Seq[tuple[int, EventValues]]) -> bytes:
+    """A frame of numbered events for the writer's stdin."""
+    data = marshal.dumps(list(batch))
+    return _HEAD.pack(len(data)) + data
+
+
+class _Reports(logging.Handler):
+    """Sends the writer's log records to routerd, which logs them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _send({"log": [record.levelno, record.getMessage()]})
+
+
+def _send(message: dict[str, Any]) -> None:
+    data = (json.dumps(message) + "\n").encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view) :]
+
+
+class _Writer:
+    """Frames in, lines to the files, reports out."""
+
+    def __init__(self, files: EventFiles, router_id: str, boot: int) -> None:
+        self.files = files
+        self.router_id = router_id
+        self.sequence = Sequence(boot)
+        self._buffer = bytearray()
+        self._reported_file: str | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        """Bytes from stdin: write every complete frame.
+
+        Raises:
+            ValueError: a frame longer than `FRAME_MAX` (the stream is broken).
+        """
+        buffer = self._buffer
+        buffer += chunk
+        start = 0
+        while len(buffer) - start >= _HEAD.size:
+            (size,) = _HEAD.unpack_from(buffer, start)
+            if size > FRAME_MAX:
+                raise ValueError(f"a frame of {size} bytes (at most {FRAME_MAX})")
+            end = start + _HEAD.size + size
+            if len(buffer) < end:
+                break
+            self._write(marshal.loads(buffer[start + _HEAD.size : end]))
+            start = end
+        del buffer[:start]
+
+    def _write(self, batch: list[tuple[int, EventValues]]) -> None:
+        router_id, sequence = self.router_id, self.sequence
+        lines = []
+        failed: Exception | None = None
+        for number, values in batch:
+            try:
+                lines.append(values_line(values, router_id=router_id, sequence=sequence, number=number))
+            except (ValueError, TypeError, IndexError) as exc:  # a bug's event: lose it, not the rest
+                failed = exc
+        if lines:
+            self.files.add("".join(lines).encode("ascii"), len(lines))  # the lines escape the rest
+        if failed is not None:
+            self.files.lose(len(batch) - len(lines), f"an event has no line: {failed}")
+
+    def report(self) -> None:
+        """Send what happened since the last report, if anything did."""
+        tally = self.files.tally
+        counts = tally.take()
+        if counts or tally.current_file != self._reported_file:
+            self._reported_file = tally.current_file
+            _send({"counts": counts, "file": tally.current_file})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the writer until stdin ends; the exit status (0, or 1 when it could not start)."""
+    arguments = sys.argv[1:] if argv is None else argv
+    settings = json.loads(arguments[0])
+    config = EventLogConfig(**settings["config"])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.nice(WRITER_NICE)
+    log.addHandler(_Reports())
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    files = EventFiles(config, settings["name"], settings["boot"])
+    try:
+        recovered = files.recover()
+    except OSError as exc:
+        _send({"failed": f"event log directory {config.directory!r}: {exc.strerror or exc}"})
+        return 1
+    writer = _Writer(files, settings["router_id"], settings["boot"])
+    _send({"ready": recovered})
+    writer.report()
+    _run(writer, config)
+    files.finish_part()
+    writer.report()
+    return 0
+
+
+def _run(writer: _Writer, config: EventLogConfig) -> None:
+    files = writer.files
+    flush_s = config.flush_interval_ms / 1000
+    last_flush = time.monotonic()
+    stdin = sys.stdin.fileno()
+    while True:
+        now = time.monotonic()
+        wake = last_flush + flush_s
+        due = files.rotation_due()
+        if due is not None:
+            wake = min(wake, due)
+        readable, _, _ = select.select([stdin], [], [], max(0.0, wake - now))
+        if readable:
+            chunk = os.read(stdin, _READ_SIZE)
+            if not chunk:
+                return  # routerd closed the pipe, or ended
+            try:
+                writer.feed(chunk)
+            except ValueError as exc:
+                log.error("event log: the writer's input is broken (%s); it stops", exc)
+                return
+        now = time.monotonic()
+        flush = now - last_flush >= flush_s
+        if flush:
+            last_flush = now
+        files.tick(now, flush=flush)
+        writer.report()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""router/services/event_writer.py: the writer process's frames, lines and reports; in process, and
+as the real process routerd starts."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from keys import ConnectionFacts, KeyType
+from router.config.settings import EventLogConfig
+from router.core.address import Address
+from router.core.engine import DecisionReason, RouteStatus
+from router.core.event_records import BOOT_SPAN, event_values
+from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
+from router.services import event_writer
+from router.services.event_files import EventFiles
+from router.services.event_writer import FRAME_MAX, encode_frame, settings_argument
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+NOW = 1_795_435_200.0
+
+
+def _decided(n: int) -> Decided:
+    return Decided(
+        conn=ConnectionRef(id=n, router="r1", acceptor="mqtt", peer=Address("10.0.0.1", 4000 + n)),
+        key=f"dev-{n}",
+        status=RouteStatus.OK,
+        reason=DecisionReason.POLICY,
+        mode=Mode.PROXY,
+        node_id="node4",
+        facts=ConnectionFacts(client_id=f"dev-{n}"),
+        latency_s=2e-6,
+    )
+
+
+def _values(n: int) -> tuple[object, ...]:
+    return event_values(_decided(n), KeyType.CLIENT_ID, NOW)
+
+
+def _writer(directory: Path) -> event_writer._Writer:
+    config = EventLogConfig(directory=str(directory), compress=False)
+    return event_writer._Writer(EventFiles(config, "edge-1", 1000), "edge-1", 1000)
+
+
+def _lines(directory: Path) -> list[dict[str, object]]:
+    return [
+        json.loads(line)
+        for path in sorted(directory.glob("events-*"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def test_frames_cut_anywhere_become_whole_lines(tmp_path):
+    writer = _writer(tmp_path)
+    data = encode_frame([(0, _values(0)), (1, _values(1))]) + encode_frame([(2, _values(2))])
+    for i in range(len(data)):  # one byte at a time: the worst a pipe can do
+        writer.feed(data[i : i + 1])
+    writer.files.finish_part()
+    lines = _lines(tmp_path)
+    assert [line["key"] for line in lines] == ["dev-0", "dev-1", "dev-2"]
+    assert [line["seq"] for line in lines] == [1000 * BOOT_SPAN + n for n in range(3)]
+    assert writer.files.tally.take() == {"written": 3, "finished": 1}
+
+
+def test_an_event_without_a_line_is_lost_counted_and_the_rest_written(tmp_path, caplog):
+    writer = _writer(tmp_path)
+    closed = Closed(
+        conn=ConnectionRef(id=9, router="r1", acceptor="mqtt", peer=Address("10.0.0.1", 1)),
+        node_id="node4",
+        bytes_in=1,
+        bytes_out=1,
+        duration_s=float("nan"),
+        reason=CloseReason.CLOSED,
+    )
+    bad = event_values(closed, KeyType.CLIENT_ID, NOW)
+    writer.feed(encode_frame([(0, _values(0)), (1, bad), (2, _values(2))]))
+    writer.files.finish_part()
+    assert [line["key"] for line in _lines(tmp_path)] == ["dev-0", "dev-2"]
+    assert writer.files.tally.take() == {"written": 2, "lost": 1, "finished": 1}
+    assert "1 event(s) lost: an event has no line: a record field must be a finite number" in caplog.text
+
+
+def test_a_frame_longer_than_the_bound_is_a_broken_stream(tmp_path):
+    writer = _writer(tmp_path)
+    with pytest.raises(ValueError, match=f"a frame of {FRAME_MAX + 1} bytes"):
+        writer.feed((FRAME_MAX + 1).to_bytes(4, "little"))
+
+
+def test_the_process_finishes_its_file_when_its_input_ends_and_ignores_sigterm(tmp_path):
+    config = EventLogConfig(directory=str(tmp_path))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "router.services.event_writer", settings_argument(config, "e/1", "e_1", 7)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    try:
+        assert json.loads(process.stdout.readline()) == {"ready": 0}
+        process.stdin.write(encode_frame([(0, _values(0)), (1, _values(1))]))
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline()) == {
+            "counts": {},
+            "file": ".events-e_1-7-000001.jsonl.part",
+        }
+        process.send_signal(signal.SIGTERM)  # a service stop: routerd, not the signal, ends it
+        process.stdin.close()  # as when routerd ends, even by kill -9
+        reports = [json.loads(line) for line in process.stdout]
+        assert process.wait(10) == 0
+    finally:
+        process.stdout.close()
+        if process.poll() is None:
+            process.kill()  # ours, by its PID
+            process.wait()
+    assert reports == [{"counts": {"written": 2, "finished": 1}, "file": None}]
+    [path] = tmp_path.glob("events-e_1-7-000001.jsonl.zst")
+    assert path.stat().st_size > 0
+
+
+def test_a_directory_it_cannot_read_is_one_clear_failure(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    config = EventLogConfig(directory=str(blocker))
+    done = subprocess.run(
+        [sys.executable, "-m", "router.services.event_writer", settings_argument(config, "e", "e", 1)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert json.loads(done.stdout) == {"failed": f"event log directory {str(blocker)!r}: Not a directory"}
