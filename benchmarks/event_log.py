@@ -1,28 +1,29 @@
-"""The routing event log's cost inside the router, in process: what the reporting thread pays per
-event, what the writer thread pays per event, next to the routing decision itself.
+"""The routing event log's cost, in process: what the reporting thread pays per event, what the
+sender thread pays per event, what the writer process takes per event, next to the routing decision
+itself.
 
 `EventLog` (router/services/event_log.py) is built as routerd builds it, on a directory under
 `/tmp`, with a ring large enough that nothing is dropped. Then:
 
-* **report**: `EventLog.report(event)` for every event (a wall-clock read and a ring put under
-  its lock), each call timed with `time.perf_counter_ns` (whose own ~0.1 µs is included), in the
-  calling thread as routing calls it. The writer is not running meanwhile, so the lock is
-  uncontended (in routerd it is almost always: the writer takes `TAKE_BATCH` at a time).
-* **writer**: the writer thread started over the full ring and stopped when it has drained it:
-  `timestamp` + `event_line` + the file write per batch, then at stop the finishing of the file
-  (zstd level 3, fsync, rename) — wall time from `start()` to `stop()` returning, per event. The
-  writer's format and compress steps are also timed alone on the same events (`timestamp` +
-  `event_line`, as the writer formats; `ZstdCompressor.compress` of the lines), as a breakdown.
+* **report**: `EventLog.report(event)` for every event (the event's values, a wall-clock read and a
+  ring put under its lock), each call timed with `time.perf_counter_ns` (whose own ~0.1 µs is
+  included), in the calling thread as routing calls it. The sender is not running meanwhile, so
+  the lock is uncontended (in routerd it is almost always: the sender takes `TAKE_BATCH` at a time).
+* **sender**: what the sender thread does in routerd's interpreter per event: `encode_frame` of
+  `TAKE_BATCH` events (`marshal`), timed alone; the pipe write after it releases the interpreter.
+* **writer**: the writer process over the full ring: started, then the ring sent to it, and stopped
+  when it has written, compressed (zstd level 3), synced and renamed its file — wall time from
+  `start()` returning to `stop()` returning, per event. Its formatting (`values_line`, as the
+  writer formats) and zstd are also timed alone on the same events, as a breakdown.
 * **decision**: `benchmarks.decision.time_decisions` on the benchmark's routerd configuration
   (`echo`: SOURCE_IP, CONSISTENT_HASH over 2 targets, cache), cache miss and hit.
 
 The events are what a short proxied MQTT connection produces: a `Decided` (CLIENT_ID key, OK by
 policy, proxy) and a `Closed`, alternating, with distinct client ids and connection ids.
 
-Routing pays `report` on its own thread; the writer runs on its own thread (at niceness
-`WRITER_NICE`) but under the same GIL, so its CPU is the process's too. Neither is the router's
-connection rate: the lead measures that with `benchmarks/bench --runs 3 [--event-log]`
-(benchmarks/README.md).
+Routing pays `report`, and the sender shares its interpreter; the writer process runs beside it
+(another CPU when there is one). Neither is the router's connection rate: the lead measures that
+with `benchmarks/bench --runs 3 [--event-log]` (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ from keys import ConnectionFacts, KeyType, WireProtocol
 from router.config.settings import EventLogConfig
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import Sequence, event_line, timestamp
+from router.core.event_records import Sequence, event_values, values_line
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
-from router.services.event_log import TAKE_BATCH, ZSTD_LEVEL, EventLog
+from router.services.event_files import ZSTD_LEVEL
+from router.services.event_log import TAKE_BATCH, EventLog
+from router.services.event_writer import encode_frame
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -66,11 +69,13 @@ class EventLogCost:
     report_p50_us: float
     report_p99_us: float
     report_mean_us: float
-    """`EventLog.report`: the reporting thread's cost (clock read + ring put)."""
+    """`EventLog.report`: the reporting thread's cost (values, clock read, ring put)."""
+    sender_us: float
+    """The sender thread's `encode_frame` per event (routerd's interpreter)."""
     writer_us: float
-    """The writer thread's wall time per event: record, line, write, and the file's finishing."""
+    """The writer process's wall time per event: line, write, and the file's finishing."""
     format_us: float
-    """Of which `timestamp` + `event_line` (the writer's formatting), timed alone."""
+    """Of which `values_line` (the writer's formatting), timed alone."""
     compress_us: float
     """Of which zstd (level 3) of the lines, timed alone."""
     bytes_per_event: float
@@ -83,9 +88,9 @@ class EventLogCost:
 
     @property
     def per_connection_us(self) -> float:
-        """What a short proxied connection (one decision, one close) costs the process in all:
-        two reports and two lines written."""
-        return 2 * (self.report_mean_us + self.writer_us)
+        """What a short proxied connection (one decision, one close) costs routerd's interpreter:
+        two reports and two events sent (the writer process's work is beside it)."""
+        return 2 * (self.report_mean_us + self.sender_us)
 
 
 def make_events(count: int) -> list[Decided | Closed]:
@@ -127,40 +132,35 @@ def make_events(count: int) -> list[Decided | Closed]:
     return events
 
 
-def _format_and_compress(events: list[Decided | Closed]) -> tuple[float, float, int, int]:
-    """Seconds to format every event as the writer does, seconds to compress the lines, and the
-    bytes before and after."""
+def _format_and_compress(events: list[Decided | Closed]) -> tuple[float, float, float, int, int]:
+    """Seconds to encode every event's values into frames as the sender does, seconds to format
+    them as the writer does, seconds to compress the lines, and the bytes before and after."""
     sequence = Sequence(int(time.time() * 1000))
-    key_types = {_ROUTER: KeyType.CLIENT_ID}
     now = time.time()
+    values = [event_values(event, KeyType.CLIENT_ID, now + n * 1e-4) for n, event in enumerate(events)]
+    numbered = list(enumerate(values))
     clock = time.perf_counter
     started = clock()
-    lines = [
-        event_line(
-            event,
-            router_id="bench",
-            seq=sequence.of(n),
-            conn=sequence.of(event.conn.id),
-            ts=timestamp(now + n * 1e-4),
-            key_type=key_types.get(event.conn.router, KeyType.SOURCE_IP),
-        )
-        for n, event in enumerate(events)
-    ]
+    for begin in range(0, len(numbered), TAKE_BATCH):
+        encode_frame(numbered[begin : begin + TAKE_BATCH])
+    encoded = clock() - started
+    started = clock()
+    lines = [values_line(v, router_id="bench", sequence=sequence, number=n) for n, v in numbered]
     formatted = clock() - started
     data = "".join(lines).encode("ascii")
     started = clock()
     compressed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
-    return formatted, clock() - started, len(data), len(compressed)
+    return encoded, formatted, clock() - started, len(data), len(compressed)
 
 
 def _time_reports(log: EventLog, items: list[Decided | Closed]) -> list[float]:
-    """Each `report` call's time (µs), in batches of the writer's `TAKE_BATCH`, the ring drained
-    between batches as the writer drains it, so it stays as short as in a router that keeps up."""
+    """Each `report` call's time (µs), in batches of the sender's `TAKE_BATCH`, the ring drained
+    between batches as the sender drains it, so it stays as short as in a router that keeps up."""
     report: Callable[[Decided | Closed], None] = log.report
     clock = time.perf_counter_ns
     for event in items[:200]:  # the first calls pay for lazy work; not in the figures
         report(event)
-    ring = log._ring  # private: the writer's side of the ring, taken here without a writer
+    ring = log._ring  # private: the sender's side of the ring, taken here without a sender
     ring.take(len(items))
     samples: list[float] = [0.0] * len(items)
     for begin in range(0, len(items), TAKE_BATCH):
@@ -201,15 +201,15 @@ def time_event_log(events: int = 200_000, *, decision_keys: int = 20_000) -> Eve
 
 def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
     events = len(items)
-    formatted_s, compressed_s, raw_bytes, _ = _format_and_compress(items)
+    encoded_s, formatted_s, compressed_s, raw_bytes, _ = _format_and_compress(items)
     with tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as directory:
         config = EventLogConfig(directory=directory, router_id="bench", ring_size=events + 1)
         samples = _time_reports(EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics()), items)
         log = EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics())
         for event in items:
             log.report(event)
-        started = time.perf_counter()
         log.start()
+        started = time.perf_counter()
         if not log.stop(120):
             raise RuntimeError("the event log's writer did not finish within 120 s")
         writer_s = time.perf_counter() - started
@@ -232,6 +232,7 @@ def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
         report_p50_us=percentile(samples, 0.50),
         report_p99_us=percentile(samples, 0.99),
         report_mean_us=statistics.fmean(samples),
+        sender_us=encoded_s * 1e6 / events,
         writer_us=writer_s * 1e6 / events,
         format_us=formatted_s * 1e6 / events,
         compress_us=compressed_s * 1e6 / events,
