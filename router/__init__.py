@@ -56,8 +56,10 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
                 connections share), `reading`, `relay`, `net` and `tls`.
 7. `services/`  beside the data paths: health probes (`health`, `probes`), ZooKeeper discovery
-                (`discovery`), the admin API (`admin`), connection-TTL checks (`ttl_checks`). They
-                may use the data paths' I/O helpers (`net`, `reading`).
+                (`discovery`), the admin API (`admin`), connection-TTL checks (`ttl_checks`), the
+                event log (`event_log`: ring and sender in routerd; `event_writer`, its writer
+                process, with `event_files`). They may use the data paths' I/O helpers (`net`,
+                `reading`).
 8. `server`     the process: listeners, the nursery tree, shutdown.
 9. `cli`        the entry points `routerd` and `routerctl` (and `__main__`).
 

@@ -55,8 +55,9 @@ log = logging.getLogger("router.eventlog")
 
 TAKE_BATCH: Final = 1024
 """Events the sender takes from the ring and sends at a time (one `marshal` and one write)."""
-IDLE_WAIT_S: Final = 0.05
-"""How long the sender sleeps when the ring is empty."""
+SEND_INTERVAL_S: Final = 0.05
+"""How long the sender sleeps once it has caught up with the ring: each wake-up takes the
+interpreter from routing and wakes the writer process, so events go in batches, not one by one."""
 WRITER_START_S: Final = 30.0
 """How long the writer process may take to start and finish the files a previous run left."""
 WRITER_RESTART_S: Final = 5.0
@@ -257,8 +258,8 @@ class EventLog:
                     self._send(batch)
                 elif self._stop.is_set():
                     break
-                else:
-                    self._stop.wait(IDLE_WAIT_S)
+                if len(batch) < TAKE_BATCH:  # caught up: wait for more rather than send a few at a time
+                    self._stop.wait(SEND_INTERVAL_S)
                 self._count_drops()
             except Exception:  # the sender must outlive a bug; routing goes on regardless
                 log.exception("event log: sender error")

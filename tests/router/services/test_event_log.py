@@ -1,4 +1,4 @@
-"""router/services/event_log.py: the writer thread, its files, rotation, recovery and bounds, on
+"""router/services/event_log.py with its writer process: the files, rotation, recovery and bounds, on
 real files (no sockets: events are made by hand and reported as the data paths report them)."""
 
 from __future__ import annotations
