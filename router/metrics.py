@@ -264,7 +264,7 @@ class Metrics:
             "router_event_log_events_total",
             "Routing events (decisions and closed connections) of the event log, by outcome: written "
             "(handed to the file in progress), dropped (the ring was full: the oldest went) or lost "
-            "(a write failed).",
+            "(a write failed, or the writer process died).",
             ("outcome",),
         )
         self.event_log_files = Family(
