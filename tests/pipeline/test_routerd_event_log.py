@@ -82,7 +82,7 @@ def test_analyze_reports_each_clients_decision_once_where_it_landed_across_a_kil
     router.proc.send_signal(signal.SIGKILL)  # no chance to finish its file
     router.stop()
 
-    router.start()  # the file left in progress is finished at start
+    router.start()  # the killed routerd's writer finished its file, or this start does
     for _ in NODE_IDS:
         router.wait_for_log(r"target=node\d+ is ready")
     landed |= _drive(mosquitto_fleet, port, second)

@@ -31,7 +31,8 @@ def _conn(n: int) -> ConnectionRef:
     return ConnectionRef(id=n, router="r1", acceptor="mqtt", peer=Address("10.0.0.1", 4000 + n))
 
 
-def _decided(n: int) -> Decided:
+def decided(n: int) -> Decided:
+    """A decision of connection `n` (also the writer's tests' event)."""
     return Decided(
         conn=_conn(n),
         key=f"dev-{n}",
@@ -75,7 +76,7 @@ def test_decisions_and_closes_become_lines_of_one_compressed_file_at_stop(tmp_pa
     event_log = _log(tmp_path, metrics)
     event_log.start()
     event_log.report(Accepted(conn=_conn(1)))  # not logged
-    event_log.report(_decided(1))
+    event_log.report(decided(1))
     event_log.report(_closed(1))
     assert event_log.stop(5)
     [path] = _finished(tmp_path)
@@ -105,7 +106,7 @@ def test_files_rotate_by_size_and_none_is_lost(tmp_path):
     event_log = _log(tmp_path, rotate_size=2000, compress=False)
     event_log.start()
     for n in range(100):
-        event_log.report(_decided(n))
+        event_log.report(decided(n))
         if n % 10 == 9:
             assert eventually(lambda: len(event_log._ring) == 0)
     assert event_log.stop(5)
@@ -119,9 +120,9 @@ def test_files_rotate_by_size_and_none_is_lost(tmp_path):
 def test_files_rotate_by_time(tmp_path):
     event_log = _log(tmp_path, rotate_interval_ms=1)
     event_log.start()
-    event_log.report(_decided(1))
+    event_log.report(decided(1))
     assert eventually(lambda: len(_finished(tmp_path)) == 1)
-    event_log.report(_decided(2))
+    event_log.report(decided(2))
     assert eventually(lambda: len(_finished(tmp_path)) == 2)
     assert event_log.stop(5)
     assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-1", "dev-2"]
@@ -150,7 +151,7 @@ def test_boot_is_above_the_last_one_kept_so_seq_never_repeats(tmp_path):
     (tmp_path / f".boot-{name}").write_text(f"{future}\n")
     event_log = _log(tmp_path)
     event_log.start()
-    event_log.report(_decided(1))
+    event_log.report(decided(1))
     assert event_log.stop(5)
     [line] = _all_lines(tmp_path)
     assert line["seq"] == (future + 1) * BOOT_SPAN
@@ -161,7 +162,7 @@ def test_a_full_ring_drops_the_oldest_counts_it_and_leaves_a_gap(tmp_path, caplo
     metrics = Metrics()
     event_log = _log(tmp_path, metrics, ring_size=3)
     for n in range(5):  # before start: nothing drains the ring
-        event_log.report(_decided(n))
+        event_log.report(decided(n))
     event_log.start()
     assert event_log.stop(5)
     lines = _all_lines(tmp_path)
@@ -174,7 +175,7 @@ def test_a_full_ring_drops_the_oldest_counts_it_and_leaves_a_gap(tmp_path, caplo
 def test_resize_at_run_time_keeps_what_the_ring_holds(tmp_path):
     event_log = _log(tmp_path, ring_size=10)
     for n in range(8):
-        event_log.report(_decided(n))
+        event_log.report(decided(n))
     event_log.resize(2)
     event_log.start()
     assert event_log.stop(5)
@@ -191,9 +192,9 @@ def test_a_write_error_loses_that_batch_only_and_the_writer_goes_on(tmp_path, ca
     name = file_name_part("edge-1")
     boot = event_log._boot
     (tmp_path / f".events-{name}-{boot}-000001.jsonl.part").mkdir()  # the first file cannot be opened
-    event_log.report(_decided(1))
+    event_log.report(decided(1))
     assert eventually(lambda: event_log.lost == 1)
-    event_log.report(_decided(2))
+    event_log.report(decided(2))
     assert event_log.stop(5)
     assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-2"]
     assert metrics.event_log_events.value(("lost",)) == 1
@@ -205,7 +206,7 @@ def test_finished_files_beyond_max_size_are_deleted_oldest_first(tmp_path, caplo
     event_log = _log(tmp_path, metrics, rotate_size=1, max_size=1500, compress=False)
     event_log.start()
     for n in range(6):
-        event_log.report(_decided(n))
+        event_log.report(decided(n))
         assert eventually(lambda: event_log.files == n + 1)  # noqa: B023  # called before n moves on
     assert event_log.stop(5)
     files = _finished(tmp_path)
@@ -225,7 +226,7 @@ def test_an_unusable_directory_is_one_clear_error(tmp_path):
 
 def test_status_says_where_and_how_much():
     event_log = EventLog(EventLogConfig(directory="/nonexistent"), "edge-1", {}, Metrics(), clock=lambda: NOW)
-    event_log.report(_decided(1))
+    event_log.report(decided(1))
     status = event_log.status()
     assert status["events"] == 1
     assert status["ring_used"] == 1
@@ -248,14 +249,14 @@ def test_a_writer_process_that_dies_is_started_again_and_what_it_missed_is_count
     event_log.start()
     first = event_log._writer
     assert first is not None
-    event_log.report(_decided(1))
+    event_log.report(decided(1))
     assert eventually(lambda: event_log.status()["current_file"] is not None)  # the first has it
     first.kill()  # the process this test started, by its PID, before it wrote the line
     first.wait()
-    event_log.report(_decided(2))  # sent into the dead one's pipe
+    event_log.report(decided(2))  # sent into the dead one's pipe
     assert eventually(lambda: event_log.lost == 2)  # that one, and the one the first held
     assert "2 event(s) lost: the writer process ended (exit status -9)" in caplog.text
-    event_log.report(_decided(3))  # to a new writer (which finishes the first's empty file: deletes it)
+    event_log.report(decided(3))  # to a new writer (which finishes the first's empty file: deletes it)
     assert event_log.stop(5)
     assert event_log._writer is not first
     assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-3"]

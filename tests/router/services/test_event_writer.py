@@ -11,33 +11,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from keys import ConnectionFacts, KeyType
+from keys import KeyType
 from router.config.settings import EventLogConfig
 from router.core.address import Address
-from router.core.engine import DecisionReason, RouteStatus
 from router.core.event_records import BOOT_SPAN, event_values
-from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
+from router.core.events import Closed, CloseReason, ConnectionRef
 from router.services import event_writer
 from router.services.event_files import EventFiles
 from router.services.event_writer import FRAME_MAX, encode_frame, settings_argument
+from tests.router.services.test_event_log import decided as _decided
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 NOW = 1_795_435_200.0
-
-
-def _decided(n: int) -> Decided:
-    return Decided(
-        conn=ConnectionRef(id=n, router="r1", acceptor="mqtt", peer=Address("10.0.0.1", 4000 + n)),
-        key=f"dev-{n}",
-        status=RouteStatus.OK,
-        reason=DecisionReason.POLICY,
-        mode=Mode.PROXY,
-        node_id="node4",
-        facts=ConnectionFacts(client_id=f"dev-{n}"),
-        latency_s=2e-6,
-    )
 
 
 def _values(n: int) -> tuple[object, ...]:
