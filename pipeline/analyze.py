@@ -40,6 +40,7 @@ __all__ = [
     "COLUMNS",
     "PERCENTILES",
     "PER_MINUTE",
+    "SUMMED",
     "TABLES",
     "WHOLE_LOG",
     "analyze",
@@ -131,34 +132,32 @@ WHOLE_LOG: Final = (
     "null_key",
 )
 """The whole-log roll-up's grouping (with bytes and durations summed)."""
+SUMMED: Final = ("bytes_in", "bytes_out", "duration_s")
+"""What the whole-log roll-up sums (closes)."""
 PER_MINUTE: Final = ("minute", "kind", "router", "node_id", "status", "cache_hit", "null_key", "bucket")
 """The per-minute roll-up's grouping (`bucket`: the latency bucket, null for closes)."""
 
 
 def rollups(events: DataFrame) -> tuple[DataFrame, DataFrame]:
     """Two small roll-ups from one scan (grouping sets), kept: `n` events per `WHOLE_LOG`
-    (with `bytes_in`, `bytes_out` and `duration_s` summed) and per `PER_MINUTE`."""
+    (with the `SUMMED` columns summed) and per `PER_MINUTE`."""
     dims = events.select(
         *(name for name in WHOLE_LOG if name != "null_key"),
         (F.col("key") == NULL_KEY).alias("null_key"),
         F.date_trunc("minute", "ts").alias("minute"),
         latency_bucket(F.col("latency_us")).alias("bucket"),
-        "bytes_in",
-        "bytes_out",
-        "duration_s",
+        *SUMMED,
     )
     both = (
         dims.groupingSets([list(WHOLE_LOG), list(PER_MINUTE)], *dict.fromkeys(WHOLE_LOG + PER_MINUTE))
         .agg(
             F.count("*").alias("n"),
-            F.sum("bytes_in").alias("bytes_in"),
-            F.sum("bytes_out").alias("bytes_out"),
-            F.sum("duration_s").alias("duration_s"),
+            *(F.sum(name).alias(name) for name in SUMMED),
             F.grouping("minute").alias("_whole"),
         )
         .localCheckpoint()  # computed now, and a plain relation: a cached Expand is not matched in self-joins
     )
-    whole = both.where(F.col("_whole") == 1).select(*WHOLE_LOG, "n", "bytes_in", "bytes_out", "duration_s")
+    whole = both.where(F.col("_whole") == 1).select(*WHOLE_LOG, "n", *SUMMED)
     return whole, both.where(F.col("_whole") == 0).select(*PER_MINUTE, "n")
 
 

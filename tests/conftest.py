@@ -176,9 +176,7 @@ class LineLog:
     def close(self, timeout: float) -> None:
         """Once the process has ended: take in its last lines, then close the pipe."""
         self._reader.join(timeout)  # it ends at the pipe's EOF, right after the process
-        with contextlib.suppress(queue.Empty):
-            while (line := self._queue.get_nowait()) is not None:
-                self.lines.append(line)
+        self.take_in()
         self._stream.close()
 
 

@@ -36,7 +36,7 @@ import zstandard
 if TYPE_CHECKING:
     from router.config.settings import EventLogConfig
 
-__all__ = ["PENDING_MAX", "ZSTD_LEVEL", "EventFiles", "Tally"]
+__all__ = ["PENDING_MAX", "ZSTD_LEVEL", "EventFiles", "Tally", "directory_error"]
 
 log = logging.getLogger("router.eventlog")
 
@@ -51,13 +51,12 @@ _FINISHED: Final = re.compile(r"events-(?P<name>.+)-(?P<boot>\d+)-(?P<index>\d{6
 @dataclass(slots=True)
 class Tally:
     """What happened since the last report: events written and lost, files finished and
-    deleted, and the file in progress now."""
+    deleted."""
 
     written: int = 0
     lost: int = 0
     finished: int = 0
     deleted: int = 0
-    current_file: str | None = None
 
     def take(self) -> dict[str, int]:
         """The counts that are not zero, and zero them."""
@@ -114,9 +113,14 @@ class EventFiles:
         """Files in progress that could not be finished yet (tried again at each rotation)."""
         self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
 
+    @property
+    def current_file(self) -> str | None:
+        """The name of the file in progress, if one is open."""
+        return None if self._part is None else self._part.path.name
+
     def add(self, data: bytes, events: int) -> None:
         """Whole lines of `events` events, to the file in progress (written by `PENDING_MAX`
-        bytes or at the next `flush`)."""
+        bytes or at the next `tick` that flushes)."""
         part = self._part
         if part is None:
             try:
@@ -141,13 +145,13 @@ class EventFiles:
     def tick(self, now: float, *, flush: bool) -> None:
         """Finish the file in progress if it has been open `rotate-interval`, else, with `flush`,
         hand what is pending to the operating system (`now`: monotonic time)."""
-        part = self._part
-        if part is None:
+        due = self.rotation_due()
+        if due is None:
             return
-        if now - part.opened >= self.config.rotate_interval_ms / 1000:
+        if now >= due:
             self.finish_part()
-        elif flush:
-            self._hand_over(part)
+        elif flush and self._part is not None:
+            self._hand_over(self._part)
 
     def rotation_due(self) -> float | None:
         """When the file in progress is due to be finished (monotonic time); None: no file."""
@@ -161,7 +165,6 @@ class EventFiles:
             handed = self._hand_over(part)
             if handed:  # else it is closed and queued already
                 self._part = None
-                self.tally.current_file = None
                 _close(part.fd)  # `_finish` takes the lock again: a writer in between finishes it
                 self._unfinished.append(part.path)
         # Files that could not be finished before (disk full) are tried again with each new one.
@@ -191,13 +194,13 @@ class EventFiles:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new: nobody else holds it
         self._part = _Part(path=path, fd=fd, opened=time.monotonic())
-        self.tally.current_file = path.name
         return self._part
 
     def _hand_over(self, part: _Part) -> bool:
         """Write what the file in progress has pending to the operating system; on a failure
         (disk full) cut the file back to its last whole line, count the events lost and close
-        it (it is finished with the next rotation). False when it failed."""
+        it (it is finished with the next rotation, or deleted if it holds nothing). False when it
+        failed."""
         if not part.pending:
             return True
         data = b"".join(part.pending)
@@ -213,9 +216,12 @@ class EventFiles:
                 os.ftruncate(part.fd, part.size)  # a partial line would corrupt the file
             self.lose(events, exc)
             self._part = None
-            self.tally.current_file = None
+            if part.size == 0:  # nothing to finish: while the disk stays full, files do not pile up
+                with contextlib.suppress(OSError):
+                    part.path.unlink()
+            else:
+                self._unfinished.append(part.path)
             _close(part.fd)
-            self._unfinished.append(part.path)
             return False
         part.size += len(data)
         self.tally.written += events
@@ -308,6 +314,11 @@ class EventFiles:
                 with contextlib.suppress(OSError):
                     found.append(((int(match["boot"]), int(match["index"])), path.stat().st_size, path))
         return found
+
+
+def directory_error(directory: str, exc: OSError) -> str:
+    """The one line that says the event log's directory cannot be used."""
+    return f"event log directory {directory!r}: {exc.strerror or exc}"
 
 
 def _close(fd: int) -> None:

@@ -39,6 +39,7 @@ from keys import KeyType
 from router.core.event_records import event_values
 from router.core.events import Closed, Decided
 from router.core.ring import Ring
+from router.services.event_files import directory_error
 from router.services.event_writer import encode_frame, settings_argument
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ class EventLog:
         self._current_file: str | None = None
         self._counted_drops = 0
         self._drops_logged_at = 0.0
-        self._unloggable = 0
+        self._unloggable_logged = False
         self._sent = 0
         """Events sent to the writer process now running."""
         self._accounted = 0
@@ -150,8 +151,8 @@ class EventLog:
 
     def _not_loggable(self, event: Event) -> None:
         self._metrics.event_log_events.inc(("lost",))
-        self._unloggable += 1
-        if self._unloggable == 1:
+        if not self._unloggable_logged:
+            self._unloggable_logged = True
             log.exception("event log: cannot log %r (counted as lost; later ones are not logged)", event)
 
     # -- control (the trio thread) --
@@ -167,9 +168,7 @@ class EventLog:
             self._directory.mkdir(parents=True, exist_ok=True)
             self._boot = self._take_boot()
         except OSError as exc:
-            raise EventLogError(
-                f"event log directory {str(self._directory)!r}: {exc.strerror or exc}"
-            ) from exc
+            raise EventLogError(directory_error(str(self._directory), exc)) from exc
         recovered = self._start_writer()
         log.info(
             "event log: router_id=%s directory=%s ring-size=%d%s",
@@ -202,7 +201,11 @@ class EventLog:
         except subprocess.TimeoutExpired:
             return False  # it goes on finishing its file, and ends
         reader.join(_left(deadline))
-        return not reader.is_alive()
+        if reader.is_alive():
+            return False
+        if missing := self._missed():
+            self._lose(missing, f"the writer process ended (exit status {writer.returncode}) without them")
+        return True
 
     def resize(self, ring_size: int) -> None:
         """Change the ring size at run time (it takes effect as the ring drains).
@@ -293,14 +296,18 @@ class EventLog:
                 writer.wait(WRITER_START_S)
             if self._reader is not None:
                 self._reader.join(WRITER_START_S)  # its last reports, then EOF
-            missing = self._sent - self._accounted  # sent, but neither written nor counted lost
             self._lose(
-                len(batch) + missing,
+                len(batch) + self._missed(),
                 f"the writer process ended (exit status {writer.returncode}); another one starts "
                 f"within {WRITER_RESTART_S:g} s",
             )
             return
         self._sent += len(batch)
+
+    def _missed(self) -> int:
+        """Of the events sent to the writer that ended, those it neither wrote nor counted lost
+        (once its reports are all read)."""
+        return self._sent - self._accounted
 
     def _lose(self, count: int, why: str) -> None:
         self._metrics.event_log_events.inc(("lost",), count)

@@ -23,6 +23,7 @@ stops it by closing the pipe, after the ring is written) and runs at niceness `W
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import marshal
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from router.config.settings import EventLogConfig
 from router.core.event_records import Sequence, values_line
-from router.services.event_files import EventFiles
+from router.services.event_files import EventFiles, directory_error
 
 if TYPE_CHECKING:
     from collections.abc import Sequence as Seq
@@ -59,8 +60,9 @@ log = logging.getLogger("router.eventlog")
 
 def settings_argument(config: EventLogConfig, router_id: str, name: str, boot: int) -> str:
     """The writer's one argument: its settings as JSON."""
-    fields = {field: getattr(config, field) for field in EventLogConfig.__dataclass_fields__}
-    return json.dumps({"config": fields, "router_id": router_id, "name": name, "boot": boot})
+    return json.dumps(
+        {"config": dataclasses.asdict(config), "router_id": router_id, "name": name, "boot": boot}
+    )
 
 
 def encode_frame(batch: Seq[tuple[int, EventValues]]) -> bytes:
@@ -129,11 +131,11 @@ class _Writer:
 
     def report(self) -> None:
         """Send what happened since the last report, if anything did."""
-        tally = self.files.tally
-        counts = tally.take()
-        if counts or tally.current_file != self._reported_file:
-            self._reported_file = tally.current_file
-            _send({"counts": counts, "file": tally.current_file})
+        counts = self.files.tally.take()
+        current = self.files.current_file
+        if counts or current != self._reported_file:
+            self._reported_file = current
+            _send({"counts": counts, "file": current})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recovered = files.recover()
     except OSError as exc:
-        _send({"failed": f"event log directory {config.directory!r}: {exc.strerror or exc}"})
+        _send({"failed": directory_error(config.directory, exc)})
         return 1
     writer = _Writer(files, settings["router_id"], settings["boot"])
     _send({"ready": recovered})

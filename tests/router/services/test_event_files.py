@@ -64,12 +64,12 @@ def test_recovery_leaves_a_file_another_writer_holds_and_finishes_it_once_releas
 def test_size_rotation_and_flush_by_time(tmp_path):
     files = _files(tmp_path, rotate_size=20, rotate_interval_ms=60_000)
     files.add(b'{"n":1}\n', 1)
-    assert files.tally.current_file == ".events-edge-1-1000-000001.jsonl.part"
+    assert files.current_file == ".events-edge-1-1000-000001.jsonl.part"
     files.tick(0.0, flush=True)  # long before its rotation: written, not finished
     assert (tmp_path / ".events-edge-1-1000-000001.jsonl.part").read_bytes() == b'{"n":1}\n'
     files.add(b'{"n":2}\n{"n":3}\n', 2)  # 24 bytes >= rotate-size
     assert _finished(tmp_path) == ["events-edge-1-1000-000001.jsonl"]
-    assert [files.tally.current_file] == [None]  # (a list: mypy keeps the narrowing above)
+    assert [files.current_file] == [None]  # (a list: mypy keeps the narrowing above)
     assert files.rotation_due() is None
     files.add(b'{"n":4}\n', 1)
     due = files.rotation_due()
