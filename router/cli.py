@@ -1,12 +1,16 @@
 """Entry points: `routerd` runs the router; `routerctl` dry-runs the engine or talks to a router.
 
     routerd --config FILE [--admin HOST:PORT | --no-admin] [--grace-period S] [--max-connections N]
-                    [--event-log DIR] [--log-level L]
-    routerctl route --config FILE --router NAME [--ready all|none|NODE,...] KEY...
+                    [--event-log DIR] [--discard-unreadable-cache] [--log-level L]
+    routerctl route --config FILE --router NAME [--ready all|none|NODE,...] [--cache FILE] KEY...
     routerctl route --config FILE --router NAME [--client-id X] [--user U] [--sni H]
                     [--source-ip IP] [--role R]...
     routerctl target --admin URL ROUTER KEY
     routerctl status --admin URL [ROUTER]
+    routerctl cache --admin URL list ROUTER [--prefix P] [--node-id N] [--after K] [--limit N] [--all]
+    routerctl cache --admin URL get ROUTER KEY
+    routerctl cache --admin URL evict ROUTER (--key K | --node-id N | --all)
+    routerctl cache --admin URL pin ROUTER KEY NODE_ID [--for SECONDS]
     routerctl event-log --admin URL [--ring-size N]
     routerctl analyze EVENTS... --out DIR [--master URL] [--conf K=V]...
     routerctl simulate EVENTS... --config NEW.xml [--router NAME] --out DIR [--master URL]
@@ -33,6 +37,7 @@ import os
 import resource
 import signal
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -53,6 +58,7 @@ from router.core.engine import RoutingEngine, build_pool
 from router.datapath.net import describe_oserror
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
 from router.server import StartupError, serve_router
+from router.services.cache_store import CacheStore, CacheStoreError
 from router.services.discovery import RegistrationError, serve_registration
 
 if TYPE_CHECKING:
@@ -159,6 +165,12 @@ def _routerd_parser() -> argparse.ArgumentParser:
         "DIR; the configuration's <event-log> settings apply, with this directory (docs/pipeline.md)",
     )
     parser.add_argument(
+        "--discard-unreadable-cache",
+        action="store_true",
+        help="start with an empty cache when a persisted cache's file cannot be read (damaged, not "
+        "a database); the file is renamed to FILE.unreadable-TIME, not deleted",
+    )
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO"
     )
     return parser
@@ -214,6 +226,7 @@ async def _run_routerd(config: Config, args: argparse.Namespace) -> None:
             grace_s=args.grace_period,
             shutdown=shutdown,
             max_connections=args.max_connections,
+            discard_unreadable_cache=args.discard_unreadable_cache,
         )
         nursery.cancel_scope.cancel()
 
@@ -331,6 +344,12 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         default=None,
         help="first round-robin position (default random, as Artemis)",
     )
+    route.add_argument(
+        "--cache",
+        metavar="FILE",
+        help="a persisted cache's file (read, never written): cached keys go where the router "
+        "would send them now (its entries' targets when those are ready)",
+    )
     route.add_argument("--client-id")
     route.add_argument("--user")
     route.add_argument("--sni")
@@ -342,6 +361,43 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     target.add_argument("--admin", default="http://127.0.0.1:9180")
     target.add_argument("router")
     target.add_argument("key")
+
+    cache = sub.add_parser(
+        "cache",
+        help="list, show, evict or pin a running router's cache entries",
+        description="The sticky cache of a running router, through its admin API. Output: JSON.",
+    )
+    cache.add_argument("--admin", default="http://127.0.0.1:9180")
+    actions = cache.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="entries in key order, a page at a time")
+    listing.add_argument("router")
+    listing.add_argument("--prefix", default="", help="only keys that start with this")
+    listing.add_argument("--node-id", help="only entries of this target")
+    listing.add_argument(
+        "--after", default="", metavar="KEY", help="start after this key (the previous page's next)"
+    )
+    listing.add_argument(
+        "--limit", type=_integer(1, 10_000), default=100, help="entries per page (default 100)"
+    )
+    listing.add_argument("--all", action="store_true", help="every page, not just the first")
+    show = actions.add_parser("get", help="one key's entry (exit 1 when it has none)")
+    show.add_argument("router")
+    show.add_argument("key")
+    evict = actions.add_parser("evict", help="evict one key, every entry of a target, or everything")
+    evict.add_argument("router")
+    what = evict.add_mutually_exclusive_group(required=True)
+    what.add_argument("--key")
+    what.add_argument("--node-id")
+    what.add_argument("--all", action="store_true")
+    pin = actions.add_parser(
+        "pin", help="send a key to a target whatever the policy says (while that target is ready)"
+    )
+    pin.add_argument("router")
+    pin.add_argument("key")
+    pin.add_argument("node_id", metavar="NODE_ID")
+    pin.add_argument(
+        "--for", dest="duration", type=_seconds(zero=False), metavar="SECONDS", help="default: until evicted"
+    )
 
     status = sub.add_parser("status", help="show a running router's routers and pool states")
     status.add_argument("--admin", default="http://127.0.0.1:9180")
@@ -429,6 +485,9 @@ def _dry_run(args: argparse.Namespace) -> int:
         for node_id in node_ids:
             pool.record_check(node_id, node_id in ready)
     engine = RoutingEngine(router, pool, local, round_robin_start=args.round_robin_start)
+    now = time.time()  # the persisted cache's times are wall-clock times
+    if args.cache is not None:
+        _load_cache(engine, args.cache, now)
     if has_facts:
         try:
             facts = ConnectionFacts(
@@ -440,12 +499,60 @@ def _dry_run(args: argparse.Namespace) -> int:
             )
         except ValueError as exc:
             _fail("routerctl", f"--source-ip: {exc}", EXIT_USAGE)
-        decisions = [engine.route(facts, 0.0)]
+        decisions = [engine.route(facts, now)]
     else:
-        decisions = [engine.lookup(key, 0.0) for key in args.keys]
+        decisions = [engine.lookup(key, now) for key in args.keys]
     for decision in decisions:
         print(json.dumps(decision.to_json()))
     return 0
+
+
+def _cache_command(args: argparse.Namespace) -> int:
+    base = f"/api/v1/routers/{urllib.parse.quote(args.router, safe='')}/cache"
+    if args.action == "get":
+        print(json.dumps(_get(args.admin, base + "?" + urllib.parse.urlencode({"key": args.key}))))
+        return 0
+    if args.action == "evict":
+        what = (
+            {"key": args.key} if args.key is not None else {"node_id": args.node_id} if args.node_id else {}
+        )
+        selector = urllib.parse.urlencode(what or {"all": "true"})
+        print(json.dumps(_get(args.admin, f"{base}?{selector}", method="DELETE")))
+        return 0
+    if args.action == "pin":
+        pin = {"key": args.key, "node_id": args.node_id, "duration_s": args.duration}
+        print(json.dumps(_get(args.admin, base, put=pin)))
+        return 0
+    after = args.after
+    while True:
+        query: dict[str, str | int] = {"prefix": args.prefix, "after": after, "limit": args.limit}
+        if args.node_id is not None:
+            query["node_id"] = args.node_id
+        page = _get(args.admin, f"{base}?{urllib.parse.urlencode(query)}")
+        assert isinstance(page, dict)
+        if not args.all:
+            print(json.dumps(page, indent=2))
+            return 0
+        for entry in page["entries"]:
+            print(json.dumps(entry))
+        if page["next"] is None:
+            return 0
+        after = page["next"]
+
+
+def _load_cache(engine: RoutingEngine, path: str, now: float) -> None:
+    """`route --cache FILE`: the engine's cache holds the file's live entries (read-only)."""
+    if engine.cache is None:
+        _fail("routerctl", f"--cache: connection router {engine.name!r} has no <cache>", EXIT_USAGE)
+    try:
+        store = CacheStore.open(path, read_only=True)
+        try:
+            rows = store.load(now, engine.cache.config.timeout_ms)
+        finally:
+            store.close()
+    except CacheStoreError as exc:
+        _fail("routerctl", f"--cache: {exc}")
+    engine.cache.restore(rows, now)
 
 
 def _register(args: argparse.Namespace) -> int:
@@ -485,10 +592,11 @@ async def _run_register(zookeeper: ZooKeeperConfig, member: Member, connect_time
         await serve_registration(zookeeper, member, connect_timeout_s=connect_timeout_s)
 
 
-def _get(admin: str, path: str, *, put: object = None) -> object:
-    """GET a resource of the admin API (PUT `put` as JSON when given); one error line otherwise."""
+def _get(admin: str, path: str, *, put: object = None, method: str = "GET") -> object:
+    """GET a resource of the admin API (PUT `put` as JSON when given, or another method); one error
+    line otherwise."""
     url = admin.rstrip("/") + path
-    request = urllib.request.Request(url)
+    request = urllib.request.Request(url, method=method)
     if put is not None:
         request = urllib.request.Request(url, data=json.dumps(put).encode(), method="PUT")
     try:
@@ -519,6 +627,8 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
         return _dry_run(args)
     if args.command == "register":
         return _register(args)
+    if args.command == "cache":
+        return _cache_command(args)
     if args.command == "event-log":
         change = None if args.ring_size is None else {"ring_size": args.ring_size}
         print(json.dumps(_get(args.admin, "/api/v1/event-log", put=change), indent=2))

@@ -259,6 +259,25 @@ class Metrics:
             "Cache entries evicted, least recently used first, to stay within <max-entries>.",
             ("router",),
         )
+        self.cache_lookups = Family(
+            MetricKind.COUNTER,
+            "router_cache_lookups_total",
+            "Cache lookups of routing decisions and management lookups, by result: hit (an entry or "
+            "a pin, used when its target is ready) or miss (read when scraped).",
+            ("router", "result"),
+        )
+        self.cache_store_rows = Family(
+            MetricKind.COUNTER,
+            "router_cache_store_rows_total",
+            "Rows a persisted cache wrote to its file (entries changed or deleted).",
+            ("router",),
+        )
+        self.cache_store_errors = Family(
+            MetricKind.COUNTER,
+            "router_cache_store_errors_total",
+            "Writes of a persisted cache's changes that failed (the next write is the whole cache).",
+            ("router",),
+        )
         self.event_log_events = Family(
             MetricKind.COUNTER,
             "router_event_log_events_total",

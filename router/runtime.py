@@ -16,11 +16,13 @@ closers their data path registered (router/core/live.py), so this module knows n
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from typing import TYPE_CHECKING, Final
 
 import trio
 
+from cache.cache import Changes
 from router.core.engine import DecisionReason, RouteDecision, RouteStatus, RoutingEngine, build_pool
 from router.core.events import Accepted, CloseReason, ConnectionRef, ConnectionsClosed, LookedUp
 from router.core.live import LiveConnections, closed_by_pool_change
@@ -31,6 +33,7 @@ from router.reports import MetricUpdates, log_event
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from cache.cache import CacheEntry, Row, TargetCache
     from keys import ConnectionFacts
     from pools import Connector, PoolEvent, Target, TargetState
     from router.config.settings import AcceptorConfig, Config, RouterConfig
@@ -92,20 +95,27 @@ class RouterRuntime:
         updates = MetricUpdates(metrics)
         updates.router_started(self.name, None if pool is None else [t.node_id for t in pool.targets])
         self._subscribers: tuple[Subscriber, ...] = (log_event, updates)
-        self._evictions_reported = 0
+        self._cache_reported = (0, 0, 0)
+        """The cache's evictions, hits and misses at the last scrape."""
         if self._engine.cache is not None:
             metrics.sample_when_scraped(self._sample_cache)
 
     def _sample_cache(self) -> None:
-        """The cache's size and evictions, for a scrape (the metrics' thread)."""
+        """The cache's size, evictions, hits and misses, for a scrape (the metrics' thread)."""
         cache = self._engine.cache
         assert cache is not None
         with self._lock:
-            entries, evictions = len(cache), cache.evictions
+            entries, counts = len(cache), (cache.evictions, cache.hits, cache.misses)
         labels = (self.name,)
-        self.metrics.cache_entries.set(labels, entries)
-        self.metrics.cache_evictions.inc(labels, evictions - self._evictions_reported)
-        self._evictions_reported = evictions
+        metrics = self.metrics
+        metrics.cache_entries.set(labels, entries)
+        evictions, hits, misses = (
+            now - before for now, before in zip(counts, self._cache_reported, strict=True)
+        )
+        metrics.cache_evictions.inc(labels, evictions)
+        metrics.cache_lookups.inc((self.name, "hit"), hits)
+        metrics.cache_lookups.inc((self.name, "miss"), misses)
+        self._cache_reported = counts
 
     # -- reports --
 
@@ -193,6 +203,87 @@ class RouterRuntime:
         with self._lock:
             cache = self._engine.cache
             return {} if cache is None else cache.entries(trio.current_time())
+
+    # -- the sticky cache (trio thread) --
+
+    def _cache(self) -> TargetCache:
+        cache = self._engine.cache
+        if cache is None:
+            raise LookupError(f"connection router {self.name!r} has no <cache>")
+        return cache
+
+    def cache_listing(
+        self, *, prefix: str = "", node_id: str | None = None, after: str = "", limit: int = 100
+    ) -> list[CacheEntry]:
+        """A page of the live cache entries in key order (`TargetCache.listing`).
+
+        Raises:
+            LookupError: the router has no cache.
+        """
+        with self._lock:
+            return self._cache().listing(
+                trio.current_time(), prefix=prefix, node_id=node_id, after=after, limit=limit
+            )
+
+    def cache_entry(self, key: str) -> CacheEntry | None:
+        """One live entry, as it is (no refresh); None when absent.
+
+        Raises:
+            LookupError: the router has no cache.
+        """
+        with self._lock:
+            return self._cache().entry(key, trio.current_time())
+
+    def cache_evict(self, *, key: str | None = None, node_id: str | None = None) -> int:
+        """Evict one key, every entry of one target, or (neither given) everything; how many.
+
+        Raises:
+            LookupError: the router has no cache.
+        """
+        with self._lock:
+            cache = self._cache()
+            if key is not None:
+                return int(cache.evict(key))
+            if node_id is not None:
+                return cache.evict_target(node_id)
+            return cache.clear()
+
+    def cache_pin(self, key: str, node_id: str, duration_s: float | None = None) -> CacheEntry:
+        """Pin a key to a target of the pool (for `duration_s`, or until evicted); the new entry.
+
+        Raises:
+            LookupError: the router has no cache.
+            ValueError: no target with this node id, or a duration that is not > 0.
+        """
+        with self._lock:
+            cache = self._cache()
+            if self._pool is None or self._pool.target(node_id) is None:
+                known = [] if self._pool is None else [t.node_id for t in self._pool.targets]
+                raise ValueError(f"no target with node id {node_id!r} in the pool (has {known})")
+            if duration_s is not None and not duration_s > 0:
+                raise ValueError(f"a pin's duration must be > 0 seconds, got {duration_s!r}")
+            now = trio.current_time()
+            cache.pin(key, node_id, now, math.inf if duration_s is None else now + duration_s)
+            entry = cache.entry(key, now)
+        assert entry is not None
+        return entry
+
+    def take_cache_changes(self, now: float) -> Changes:
+        """What changed in a persisted cache since the last call (`TargetCache.take_changes`)."""
+        with self._lock:
+            cache = self._engine.cache
+            return Changes() if cache is None else cache.take_changes(now)
+
+    def cache_store_failed(self) -> None:
+        """A write of the cache's changes failed: the next one is the whole cache."""
+        with self._lock:
+            if self._engine.cache is not None:
+                self._engine.cache.resync()
+
+    def restore_cache(self, rows: Iterable[tuple[str, Row]], now: float) -> int:
+        """Load a persisted cache's entries (in the trio clock) before the router serves; how many."""
+        with self._lock:
+            return self._cache().restore(rows, now)
 
     def set_filters(
         self, *, key_filter: str | _Keep | None = KEEP, local_target_filter: str | _Keep | None = KEEP

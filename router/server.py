@@ -25,6 +25,7 @@ import logging
 import os
 import resource
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -45,6 +46,13 @@ from router.datapath.trio_path import handle_connection, resume_connection
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
 from router.services.admin import serve_admin
+from router.services.cache_store import (
+    CacheStore,
+    CacheStoreError,
+    serve_cache_store,
+    set_aside,
+    write_cache_changes,
+)
 from router.services.discovery import serve_discovery
 from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
@@ -345,6 +353,7 @@ async def serve_router(
     limits: ConnectionLimits | None = None,
     round_robin_start: int | None = None,
     max_connections: int | None = None,
+    discard_unreadable_cache: bool = False,
     task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router until `shutdown` is set (or forever), then drain and return.
@@ -358,11 +367,15 @@ async def serve_router(
         round_robin_start: first round-robin position of every router (tests).
         max_connections: client connections served at once at most (`--max-connections`); None:
             what the descriptor limit allows.
+        discard_unreadable_cache: a persisted cache file that cannot be read is renamed aside and
+            the router starts with an empty cache (`--discard-unreadable-cache`); else that is a
+            `StartupError`.
         task_status: receives a `ServerInfo` once every listener is open.
 
     Raises:
         OSError: a listener could not be opened (address in use, permission).
-        StartupError: an acceptor's key, trust or user store cannot be loaded.
+        StartupError: an acceptor's key, trust or user store cannot be loaded, or a persisted
+            cache's file cannot be opened.
     """
     shutdown = shutdown if shutdown is not None else trio.Event()
     limits = limits if limits is not None else ConnectionLimits()
@@ -377,17 +390,90 @@ async def serve_router(
     served = [
         _serve_acceptor(a, runtimes[a.router], ttl.ttl_ms(a), limits, admission) for a in config.acceptors
     ]
-    event_log = _start_event_log(config, runtimes.values(), metrics)
+    stores = _open_cache_stores(runtimes.values(), discard_unreadable_cache)
+    try:
+        event_log = _start_event_log(config, runtimes.values(), metrics)
+    except StartupError:
+        _close_cache_stores(stores)
+        raise
     try:
         await _serve(
-            config, runtimes, served, metrics, admin, grace_s, shutdown, limits, event_log, task_status
+            config,
+            runtimes,
+            served,
+            metrics,
+            admin,
+            grace_s,
+            shutdown,
+            limits,
+            event_log,
+            stores,
+            task_status,
         )
     finally:
+        with trio.CancelScope(shield=True):  # the last decisions' changes reach the file
+            for runtime, store in stores:
+                await write_cache_changes(runtime, store)
+        _close_cache_stores(stores)
         if event_log is not None:
             with trio.CancelScope(shield=True):  # what the ring holds is written, the file finished
                 if not await trio.to_thread.run_sync(event_log.stop, EVENT_LOG_STOP_S):
                     log.warning("event log: the writer did not finish within %g s", EVENT_LOG_STOP_S)
     log.info("stopped")
+
+
+def _open_cache_stores(
+    runtimes: Iterable[RouterRuntime], discard_unreadable: bool
+) -> list[tuple[RouterRuntime, CacheStore]]:
+    """Open each persisted cache's file and load its entries into the router's cache.
+
+    Raises:
+        StartupError: a file cannot be opened or read (unless `discard_unreadable`: then it is
+            renamed aside, logged, and the cache starts empty), or another routerd holds it.
+    """
+    stores: list[tuple[RouterRuntime, CacheStore]] = []
+    try:
+        for runtime in runtimes:
+            cache = runtime.config.cache
+            if cache is None or not cache.persisted:
+                continue
+            assert cache.file is not None, "the loader gives a persisted cache its file"
+            store = _open_cache_store(runtime.name, cache.file, discard_unreadable)
+            stores.append((runtime, store))
+            try:
+                now = trio.current_time()
+                rows = store.load(time.time(), cache.timeout_ms)
+            except CacheStoreError as exc:
+                raise StartupError(f"router {runtime.name!r}: {exc}") from exc
+            offset = time.time() - now
+            loaded = runtime.restore_cache(
+                ((key, (node, access - offset, until - offset)) for key, (node, access, until) in rows), now
+            )
+            log.info("router=%s persisted cache %s: %d entries loaded", runtime.name, cache.file, loaded)
+    except StartupError:
+        _close_cache_stores(stores)
+        raise
+    return stores
+
+
+def _open_cache_store(router: str, path: str, discard_unreadable: bool) -> CacheStore:
+    try:
+        return CacheStore.open(path)
+    except CacheStoreError as exc:
+        if not (exc.damaged and discard_unreadable):
+            hint = "; move it away, or start routerd with --discard-unreadable-cache" if exc.damaged else ""
+            raise StartupError(f"router {router!r}: {exc}{hint}") from exc
+        aside = set_aside(path)
+        log.warning("router=%s %s: renamed to %s; the cache starts empty", router, exc, aside)
+    try:
+        return CacheStore.open(path)
+    except CacheStoreError as exc:
+        raise StartupError(f"router {router!r}: {exc}") from exc
+
+
+def _close_cache_stores(stores: Iterable[tuple[RouterRuntime, CacheStore]]) -> None:
+    for _, store in stores:
+        store.close()
 
 
 def _start_event_log(config: Config, runtimes: Iterable[RouterRuntime], metrics: Metrics) -> EventLog | None:
@@ -421,10 +507,13 @@ async def _serve(
     shutdown: trio.Event,
     limits: ConnectionLimits,
     event_log: EventLog | None,
+    stores: Iterable[tuple[RouterRuntime, CacheStore]],
     task_status: trio.TaskStatus[ServerInfo],
 ) -> None:
     async with trio.open_nursery() as services:
         admin_bound = await _start_services(config, runtimes, metrics, services, admin, event_log)
+        for runtime, store in stores:
+            services.start_soon(serve_cache_store, runtime, store)
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()
         fast = FastPath(clock.current_time, token.run_sync_soon, limits.connect_timeout_s)
         listeners: list[tuple[ServedAcceptor, trio.SocketListener]] = []

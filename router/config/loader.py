@@ -156,6 +156,7 @@ _FIELDS: Final[Mapping[str, str]] = {
     "flush-interval": "flush_interval_ms",
     "max-size": "max_size",
     "compress": "compress",
+    "file": "file",
 }
 """Simple element or attribute -> the field it sets on its section's dataclass (`PoolConfig`,
 `CacheConfig`, `DiscoveryGroupConfig`, `ZooKeeperConfig`, `RouterConfig`, `ConnectionTtlConfig`,
@@ -791,14 +792,8 @@ class _Loader:
     def _cache(self, element: etree._Element, router: str) -> CacheConfig:
         children = self._unique_children(element)
         fields: dict[str, Any] = dict(_given(_texts(children)))  # Any: see _given
-        if fields.get("persisted"):
-            logger.warning(
-                "%s:%s: connection-router %r: persisted caches are kept in memory only for now "
-                "(persistence arrives in a later release)",
-                self.source,
-                element.sourceline,
-                router,
-            )
+        if fields.get("persisted") and "file" not in fields:
+            fields["file"] = default_cache_file(self.source, router)
         try:
             return CacheConfig(**fields)
         except ValueError as exc:
@@ -941,6 +936,13 @@ class _Loader:
                 where = "" if os.path.isabs(path) else f" (relative to the working directory {os.getcwd()!r})"
                 raise self.error(element, f"acceptor {name!r}: {param} {path!r}{where} cannot be read: {why}")
         return acceptor
+
+
+def default_cache_file(source: str, router: str) -> str:
+    """Where a persisted cache without `<file>` is kept: beside the configuration file, named after
+    it and the router (`broker.xml`, router `r1` -> `broker-cache-r1.sqlite`)."""
+    path = Path(source)
+    return str(path.with_name(f"{path.stem}-cache-{urllib.parse.quote(router, safe='')}.sqlite"))
 
 
 def _is_routed(url: str) -> bool:

@@ -9,6 +9,16 @@ Endpoints:
   GET  /api/v1/routers/{name}/target?key=K    the management lookup (SPEC A7), as `routerctl route`
   PUT  /api/v1/routers/{name}/filters         JSON {"key_filter": …, "local_target_filter": …};
                                               blank disables, an absent field is left as it is
+  GET  /api/v1/routers/{name}/cache?key=K     one cache entry (404 when absent)
+  GET  /api/v1/routers/{name}/cache[?prefix=P&node_id=N&after=K&limit=L]
+                                              a page of entries in key order: {"entries": […],
+                                              "next": the `after` of the next page, or null}
+  DELETE /api/v1/routers/{name}/cache?key=K | ?node_id=N | ?all=true
+                                              evict one key, a target's entries, or everything:
+                                              {"evicted": n}
+  PUT  /api/v1/routers/{name}/cache           JSON {"key": K, "node_id": N, "duration_s": S}: pin
+                                              K to N (for S seconds; null or absent: until
+                                              evicted); the entry
   GET  /api/v1/event-log                      the event log: router id, ring size and use, counts
   PUT  /api/v1/event-log                      JSON {"ring_size": N}: resize the ring (takes effect
                                               as it drains; nothing in it is lost)
@@ -27,6 +37,7 @@ import h11
 import trio
 
 from router.datapath.net import open_listeners
+from router.logs import shown
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -48,6 +59,10 @@ ADMIN_MAX_CONNECTIONS: Final = 16
 """Admin connections served at once; more are closed at once. Part of the descriptors the process
 keeps back from clients (`router.core.admission.DESCRIPTOR_RESERVE`), so the admin API still
 answers when client connections have used their whole budget."""
+CACHE_PAGE: Final = 100
+"""Cache entries in a page when the request says no `limit`."""
+CACHE_PAGE_MAX: Final = 10_000
+"""The largest `limit` of a cache page (a page is built and sent in the trio thread)."""
 REQUEST_TIMEOUT_S: Final = 10.0
 """A client must send its whole request within this time."""
 
@@ -97,9 +112,82 @@ def _route(
         return _json(200, runtime.lookup(keys[0]).to_json())
     if rest == ["filters"] and method == "PUT":
         return _json(200, _set_filters(runtime, body))
+    if rest == ["cache"] and method in ("GET", "DELETE", "PUT"):
+        try:
+            return _json(200, _cache(runtime, method, query, body))
+        except LookupError as exc:
+            raise _HttpError(404, str(exc)) from None
     raise _HttpError(
-        405 if rest in ([], ["target"], ["filters"]) else 404, f"{method} {url.path} is not supported"
+        405 if rest in ([], ["target"], ["filters"], ["cache"]) else 404,
+        f"{method} {url.path} is not supported",
     )
+
+
+def _one(query: Mapping[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    if values is not None and len(values) != 1:
+        raise _HttpError(400, f"query parameter {name!r} given {len(values)} times")
+    return None if values is None else values[0]
+
+
+def _cache(
+    runtime: RouterRuntime, method: str, query: Mapping[str, list[str]], body: bytes
+) -> dict[str, object]:
+    """The cache resource (see the module docstring).
+
+    Raises:
+        LookupError: the router has no cache, or no entry for the key asked.
+    """
+    key, node_id = _one(query, "key"), _one(query, "node_id")
+    if method == "PUT":
+        return _pin(runtime, body)
+    if method == "DELETE":
+        every = _one(query, "all")
+        if [key, node_id, every].count(None) != 2 or every not in (None, "true"):
+            raise _HttpError(400, "DELETE needs exactly one of ?key=K, ?node_id=N, ?all=true")
+        evicted = runtime.cache_evict(key=key, node_id=node_id)
+        what = f"key={shown(key)}" if key is not None else f"node_id={shown(node_id)}" if node_id else "all"
+        log.info("router=%s cache evicted %s: %d entries", runtime.name, what, evicted)
+        return {"evicted": evicted}
+    if key is not None:
+        entry = runtime.cache_entry(key)
+        if entry is None:
+            raise LookupError(f"no cache entry for key {key!r}")
+        return entry.to_json()
+    limit_text = _one(query, "limit") or str(CACHE_PAGE)
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= CACHE_PAGE_MAX:
+        raise _HttpError(400, f"limit must be an integer 1-{CACHE_PAGE_MAX}, got {limit_text!r}")
+    limit = int(limit_text)
+    page = runtime.cache_listing(
+        prefix=_one(query, "prefix") or "", node_id=node_id, after=_one(query, "after") or "", limit=limit + 1
+    )
+    more = len(page) > limit
+    page = page[:limit]
+    return {"entries": [e.to_json() for e in page], "next": page[-1].key if more else None}
+
+
+def _pin(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
+    document = _json_object(body)
+    key, node_id, duration = document.get("key"), document.get("node_id"), document.get("duration_s")
+    if (
+        not set(document) <= {"key", "node_id", "duration_s"}
+        or not isinstance(key, str)
+        or not key
+        or not isinstance(node_id, str)
+        or not (duration is None or (isinstance(duration, (int, float)) and not isinstance(duration, bool)))
+    ):
+        raise _HttpError(
+            400, f'body must be {{"key": K, "node_id": N, "duration_s": seconds or null}}, got {document!r}'
+        )
+    try:
+        entry = runtime.cache_pin(key, node_id, None if duration is None else float(duration))
+    except ValueError as exc:
+        raise _HttpError(400, str(exc)) from None
+    until = "until evicted" if duration is None else f"for {float(duration):g} s"
+    log.info(
+        "router=%s cache key=%s pinned to node_id=%s %s", runtime.name, shown(key), shown(node_id), until
+    )
+    return entry.to_json()
 
 
 def _event_log(method: str, body: bytes, event_log: EventLog | None) -> tuple[int, str, bytes]:

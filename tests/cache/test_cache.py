@@ -8,10 +8,12 @@ tolerance.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import trio
 
-from cache.cache import CacheConfig, TargetCache
+from cache.cache import NO_PIN, CacheConfig, CacheEntry, Changes, TargetCache
 
 
 def make_cache(timeout_ms: int = 0) -> TargetCache:
@@ -213,3 +215,148 @@ class TestCacheOnVirtualClock:
                 purged_at.append(trio.current_time() - t0)
         assert purged_at == [1.0]
         assert len(cache) == 0
+
+
+def persisted(timeout_ms: int = 0, max_entries: int = 100) -> TargetCache:
+    return TargetCache(CacheConfig(persisted=True, timeout_ms=timeout_ms, max_entries=max_entries))
+
+
+class TestPins:
+    def test_a_pin_wins_over_the_entry_and_is_not_overwritten_by_a_policy_choice(self):
+        cache = make_cache()
+        cache.put("k", "b1", 0.0)
+        cache.pin("k", "b2", 0.0)
+        cache.put("k", "b3", 1.0)  # the policy's choice while the pin's target was bypassed
+        assert cache.get("k", 2.0) == "b2"
+        assert cache.entry("k", 2.0) == CacheEntry(
+            key="k", node_id="b2", idle_s=0.0, expires_in_s=None, pinned=True
+        )
+
+    def test_a_pin_ends_at_its_time_and_ignores_the_timeout(self):
+        cache = make_cache(timeout_ms=1000)
+        cache.pin("k", "b2", 0.0, until=5.0)
+        assert cache.get("k", 4.5) == "b2"  # past the timeout, before the pin's end
+        assert cache.entry("k", 4.5) is not None
+        assert cache.entry("k", 4.5).expires_in_s == 0.5
+        assert cache.get("k", 5.0) is None
+        assert len(cache) == 0
+
+    def test_a_pin_is_not_evicted_to_make_room(self):
+        cache = TargetCache(CacheConfig(max_entries=1))
+        cache.pin("p", "b1", 0.0)
+        cache.put("a", "b2", 1.0)
+        cache.put("b", "b2", 2.0)
+        assert cache.entries(3.0) == {"p": "b1", "b": "b2"}
+
+    def test_a_pin_must_end_after_now(self):
+        with pytest.raises(ValueError, match="a pin must end after now, got 0 s from now"):
+            make_cache().pin("k", "b", 1.0, until=1.0)
+
+    def test_purge_drops_ended_pins(self):
+        cache = make_cache()
+        cache.pin("k", "b", 0.0, until=1.0)
+        assert cache.purge_expired(1.0) == 1
+        assert len(cache) == 0
+
+
+class TestOperations:
+    def test_evict_target_and_clear(self):
+        cache = make_cache()
+        for i, node in enumerate(["b1", "b2", "b1"]):
+            cache.put(f"k{i}", node, 0.0)
+        cache.pin("p", "b1", 0.0)
+        assert cache.evict_target("b1") == 3
+        assert cache.entries(0.0) == {"k1": "b2"}
+        assert cache.clear() == 1
+        assert len(cache) == 0
+
+    def test_listing_pages_in_key_order_with_filters(self):
+        cache = make_cache(timeout_ms=1000)
+        for key, node in [("c", "b1"), ("a", "b1"), ("ab", "b2"), ("b", "b1"), ("old", "b1")]:
+            cache.put(key, node, 0.0 if key == "old" else 0.5)
+        cache.pin("ap", "b2", 0.5)
+        page = [e.key for e in cache.listing(1.25, limit=2)]
+        assert page == ["a", "ab"]
+        assert [e.key for e in cache.listing(1.25, after="ab", limit=10)] == ["ap", "b", "c"]  # "old" expired
+        assert [e.key for e in cache.listing(1.25, prefix="a")] == ["a", "ab", "ap"]
+        assert [e.key for e in cache.listing(1.25, node_id="b2")] == ["ab", "ap"]
+        [entry] = cache.listing(1.25, prefix="c")
+        assert entry == CacheEntry(key="c", node_id="b1", idle_s=0.75, expires_in_s=0.25)
+
+    def test_hits_and_misses_are_counted(self):
+        cache = make_cache(timeout_ms=1000)
+        cache.put("k", "b", 0.0)
+        cache.get("k", 0.5)
+        cache.get("k", 2.0)  # expired
+        cache.get("x", 2.0)
+        assert (cache.hits, cache.misses) == (1, 2)
+
+
+class TestJournal:
+    def test_not_persisted_journals_nothing(self):
+        cache = make_cache()
+        cache.put("k", "b", 0.0)
+        assert cache.take_changes(0.0) == Changes()
+
+    def test_journal_holds_the_last_change_of_each_key(self):
+        cache = persisted()
+        cache.put("k", "b1", 0.0)
+        cache.get("k", 0.5)
+        cache.put("gone", "b1", 0.5)
+        cache.evict("gone")
+        cache.pin("p", "b2", 0.5, until=9.0)
+        assert cache.take_changes(1.0) == Changes(
+            {"k": ("b1", 0.5, NO_PIN), "gone": None, "p": ("b2", 0.5, 9.0)}
+        )
+        assert cache.take_changes(1.0) == Changes()
+
+    def test_replacing_an_entry_keeps_it_persisted(self):
+        """SPEC A5: Artemis's bug was to drop a replaced entry from its journal."""
+        cache = persisted()
+        cache.put("k", "b1", 0.0)
+        cache.take_changes(0.0)
+        cache.put("k", "b2", 1.0)
+        assert cache.take_changes(1.0) == Changes({"k": ("b2", 1.0, NO_PIN)})
+
+    def test_expiry_eviction_and_lru_are_journaled_as_gone(self):
+        cache = persisted(timeout_ms=1000, max_entries=1)
+        cache.put("a", "b1", 0.0)
+        cache.put("b", "b1", 0.25)  # evicts a
+        cache.take_changes(0.25)
+        assert cache.purge_expired(2.0) == 1
+        assert cache.take_changes(2.0) == Changes({"b": None})
+
+    def test_an_overflowing_journal_becomes_the_whole_cache(self):
+        cache = persisted(max_entries=2)
+        for i in range(5):  # 5 keys changed, journal_max = 4
+            cache.put(f"k{i}", "b", float(i))
+        cache.pin("p", "b2", 4.0)
+        assert cache.take_changes(9.0) == Changes(
+            {"k3": ("b", 3.0, NO_PIN), "k4": ("b", 4.0, NO_PIN), "p": ("b2", 9.0, math.inf)}, full=True
+        )
+        cache.put("k5", "b", 10.0)
+        assert cache.take_changes(10.0).full is False
+
+    def test_resync_makes_the_next_take_whole(self):
+        cache = persisted()
+        cache.put("k", "b", 0.0)
+        cache.take_changes(0.0)
+        cache.resync()
+        cache.get("k", 1.0)
+        assert cache.take_changes(1.0) == Changes({"k": ("b", 1.0, NO_PIN)}, full=True)
+
+    def test_restore_leaves_out_expired_entries_ended_pins_and_the_oldest_beyond_the_bound(self):
+        cache = persisted(timeout_ms=1000, max_entries=2)
+        rows = [
+            ("stale", ("b1", 0.0, NO_PIN)),
+            ("ended", ("b1", 0.5, 1.0)),
+            ("a", ("b1", 9.25, NO_PIN)),
+            ("b", ("b2", 9.5, NO_PIN)),
+            ("pin", ("b2", 9.5, math.inf)),
+            ("c", ("b2", 9.75, NO_PIN)),
+        ]
+        assert cache.restore(rows, 10.0) == 3
+        assert cache.entries(10.0) == {"b": "b2", "c": "b2", "pin": "b2"}
+        assert cache.take_changes(10.0) == Changes({"stale": None, "ended": None, "a": None})
+        cache.put("d", "b1", 10.0)  # the least recently used restored entry goes first
+        assert cache.entries(10.0) == {"c": "b2", "d": "b1", "pin": "b2"}

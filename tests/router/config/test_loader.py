@@ -1020,16 +1020,29 @@ def test_load_config_reads_cache_settings(tmp_path, caplog):
     assert caplog.records == []
 
 
-def test_load_config_warns_that_persisted_caches_stay_in_memory(tmp_path, caplog):
-    text = routers(_router("r", "\n<cache><persisted>true</persisted></cache>"))
+def test_load_config_keeps_a_persisted_cache_beside_the_configuration_by_default(tmp_path, caplog):
+    text = routers(_router("r 1", "\n<cache><persisted>true</persisted></cache>"))
     with caplog.at_level(logging.WARNING, logger="router.config"):
         [router] = load(tmp_path, text).routers
-    assert router.cache == CacheConfig(persisted=True, timeout_ms=0)
-    path = tmp_path / "router.xml"
-    assert [r.getMessage() for r in caplog.records] == [
-        f"{path}:{line_of(text, '<cache>')}: connection-router 'r': persisted caches are kept in memory only "
-        "for now (persistence arrives in a later release)"
-    ]
+    assert router.cache == CacheConfig(persisted=True, file=str(tmp_path / "router-cache-r%201.sqlite"))
+    assert caplog.records == []
+
+
+def test_load_config_reads_a_persisted_cache_file(tmp_path):
+    text = routers(_router("r", "<cache><persisted>true</persisted><file>/var/lib/c.sqlite</file></cache>"))
+    [router] = load(tmp_path, text).routers
+    assert router.cache == CacheConfig(persisted=True, file="/var/lib/c.sqlite")
+
+
+def test_load_config_rejects_a_cache_file_without_persistence(tmp_path):
+    text = routers(_router("r", "\n<cache><file>c.sqlite</file></cache>"))
+    assert_error(
+        tmp_path,
+        text,
+        "<cache>",
+        "cache",
+        "file 'c.sqlite' is only for a persisted cache (<persisted>true</persisted>)",
+    )
 
 
 @pytest.mark.parametrize(
@@ -1431,12 +1444,12 @@ def test_load_config_masks_the_pool_password_in_errors(tmp_path):
 
 
 def test_load_config_logs_no_password(tmp_path, caplog):
-    """Scenario: a repeated pool and a persisted cache are logged; the pool's password is not."""
+    """Scenario: a repeated pool is logged; the pool's password is not."""
     pool = f"<pool><username>u</username><password>hunter2</password>{CLUSTER_POOL_KIND}</pool>"
-    text = routers(_router("r", f"\n{pool}\n{pool}\n<cache><persisted>true</persisted></cache>"))
+    text = routers(_router("r", f"\n{pool}\n{pool}"))
     with caplog.at_level(logging.DEBUG):
         config = load(tmp_path, text)
-    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
     assert "hunter2" not in caplog.text
     assert "hunter2" not in repr(config)
 

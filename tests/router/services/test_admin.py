@@ -133,6 +133,85 @@ class TestAdmin:
         got_status, body = await _call(base + path)
         assert (got_status, json.loads(body)) == (status, {"error": error})
 
+    @pytest.mark.parametrize(
+        ("method", "path", "body", "status", "error"),
+        [
+            ("GET", "/cache?key=absent", None, 404, "no cache entry for key 'absent'"),
+            ("GET", "/cache?limit=0", None, 400, "limit must be an integer 1-10000, got '0'"),
+            ("GET", "/cache?limit=x", None, 400, "limit must be an integer 1-10000, got 'x'"),
+            ("GET", "/cache?key=a&key=b", None, 400, "query parameter 'key' given 2 times"),
+            ("DELETE", "/cache", None, 400, "DELETE needs exactly one of ?key=K, ?node_id=N, ?all=true"),
+            (
+                "DELETE",
+                "/cache?key=a&all=true",
+                None,
+                400,
+                "DELETE needs exactly one of ?key=K, ?node_id=N, ?all=true",
+            ),
+            (
+                "DELETE",
+                "/cache?all=yes",
+                None,
+                400,
+                "DELETE needs exactly one of ?key=K, ?node_id=N, ?all=true",
+            ),
+            (
+                "PUT",
+                "/cache",
+                b'{"key": "k"}',
+                400,
+                """body must be {"key": K, "node_id": N, "duration_s": seconds or null}, got {'key': 'k'}""",
+            ),
+            (
+                "PUT",
+                "/cache",
+                b'{"key": "k", "node_id": "broker1", "duration_s": -1}',
+                400,
+                "a pin's duration must be > 0 seconds, got -1.0",
+            ),
+            ("POST", "/cache", None, 405, "POST /api/v1/routers/hash/cache is not supported"),
+        ],
+    )
+    async def test_admin_cache_errors(
+        self,
+        server: tuple[ServerInfo, str],
+        method: str,
+        path: str,
+        body: bytes | None,
+        status: int,
+        error: str,
+    ) -> None:
+        _, base = server
+        got_status, answer = await _call(f"{base}/api/v1/routers/hash{path}", method, body)
+        assert (got_status, json.loads(answer)) == (status, {"error": error})
+
+    async def test_admin_cache_of_a_router_without_one_is_404(self, server: tuple[ServerInfo, str]) -> None:
+        _, base = server
+        got_status, answer = await _call(f"{base}/api/v1/routers/bare/cache")
+        assert (got_status, json.loads(answer)) == (404, {"error": "connection router 'bare' has no <cache>"})
+
+    async def test_admin_cache_pin_overrides_the_policy_until_evicted(
+        self, server: tuple[ServerInfo, str]
+    ) -> None:
+        _, base = server
+        await _call(f"{base}/api/v1/routers/hash/target?key=client-42")  # broker1 by the hash
+        pin = b'{"key": "client-42", "node_id": "broker3"}'
+        got_status, answer = await _call(f"{base}/api/v1/routers/hash/cache", "PUT", pin)
+        assert got_status == 200
+        assert json.loads(answer) == {
+            "key": "client-42",
+            "node_id": "broker3",
+            "idle_s": 0.0,
+            "expires_in_s": None,
+            "pinned": True,
+        }
+        _, looked_up = await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
+        assert json.loads(looked_up)["node_id"] == "broker3"
+        _, evicted = await _call(f"{base}/api/v1/routers/hash/cache?key=client-42", "DELETE")
+        assert json.loads(evicted) == {"evicted": 1}
+        _, looked_up = await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
+        assert json.loads(looked_up)["node_id"] == "broker1"
+
     async def test_admin_status_lists_pool(self, server: tuple[ServerInfo, str]) -> None:
         _, base = server
         status, body = await _call(f"{base}/api/v1/routers/hash")

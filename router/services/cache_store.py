@@ -1,0 +1,280 @@
+"""A persisted sticky cache's file (SPEC A5, `<persisted>true</persisted>`): SQLite, written off the
+data path.
+
+Why SQLite in WAL mode: it is in Python's standard library; a transaction is all or nothing, so a
+crash (`kill -9`, a panic) at any moment leaves the file as of its last commit, never half
+written; with `synchronous=NORMAL` a commit is a write to the WAL without an fsync, which is safe
+against a crash of the process (the data is in the operating system's cache) and, on a power
+loss, loses at most the last commits, never the file's consistency; readers (`routerctl route
+--cache`) read while routerd writes. One table, keyed by the key (WITHOUT ROWID):
+
+    cache_entries(key TEXT PRIMARY KEY, node_id TEXT, last_access REAL, pinned_until REAL)
+
+Times in the file are wall-clock seconds (Unix time), so an entry's expiry runs on while routerd is
+stopped; the cache itself keeps the trio clock's time, and `serve_cache_store` converts. A pin's
+`pinned_until` is NULL for an entry that is not pinned, `inf` for a pin without end.
+
+Decisions never wait for the disk: the cache journals what changed (cache/cache.py) and
+`serve_cache_store` writes the journal every `WRITE_INTERVAL_S` in a worker thread. A `kill -9`
+loses at most the changes of the last interval. A write that fails (disk full) is logged and
+counted, and the next write is the whole cache, so nothing is lost that the cache still holds.
+
+A routerd holds an `flock` on the file while it runs: a second one configured with the same file
+is refused at start, not left to interleave its entries with the first one's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import logging
+import math
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from cache.cache import NO_PIN
+
+if TYPE_CHECKING:
+    from cache.cache import Changes, Row
+    from router.runtime import RouterRuntime
+
+__all__ = [
+    "WRITE_INTERVAL_S",
+    "CacheStore",
+    "CacheStoreError",
+    "serve_cache_store",
+    "set_aside",
+    "write_cache_changes",
+]
+
+log = logging.getLogger("router.cache")
+
+WRITE_INTERVAL_S: Final = 0.2
+"""How often a persisted cache's changes are written: what a `kill -9` of routerd may lose."""
+APPLICATION_ID: Final = 0x43525443
+"""SQLite's `application_id` of our files ("CRTC"): a file of anything else is not ours."""
+SCHEMA_VERSION: Final = 1
+"""`user_version` of the layout above."""
+BUSY_TIMEOUT_MS: Final = 5000
+"""How long a statement waits for a reader's or writer's lock before it fails."""
+
+_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS cache_entries (key TEXT PRIMARY KEY, node_id TEXT NOT NULL, "
+    "last_access REAL NOT NULL, pinned_until REAL) WITHOUT ROWID"
+)
+_UPSERT: Final = (
+    "INSERT INTO cache_entries (key, node_id, last_access, pinned_until) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET node_id = excluded.node_id, last_access = excluded.last_access, "
+    "pinned_until = excluded.pinned_until"
+)
+
+
+class CacheStoreError(Exception):
+    """A persisted cache's file cannot be opened, read or written; the message names the file."""
+
+    def __init__(self, message: str, *, damaged: bool = False) -> None:
+        super().__init__(message)
+        self.damaged = damaged
+        """The file is there but its content cannot be read (not a database, damaged): starting
+        with an empty cache instead is an option (`routerd --discard-unreadable-cache`)."""
+
+
+class CacheStore:
+    """One persisted cache's SQLite file (see the module docstring). Not thread-safe: one thread
+    at a time (the writer's worker thread, or the caller at start and stop)."""
+
+    def __init__(self, path: str, connection: sqlite3.Connection, lock: int | None) -> None:
+        self.path = path
+        self._db = connection
+        self._lock = lock
+        """The descriptor holding the `flock` (None: opened read-only)."""
+
+    @classmethod
+    def open(cls, path: str, *, read_only: bool = False) -> CacheStore:
+        """Open (or create, unless read-only) the file and check that it is ours and readable.
+
+        Raises:
+            CacheStoreError: it cannot be opened, is not a cache file, is damaged, or another
+                routerd holds it.
+        """
+        where = f"persisted cache {path!r}"
+        lock = None
+        try:
+            if read_only:
+                if not os.path.exists(path):
+                    raise CacheStoreError(f"{where}: no such file")
+                db = sqlite3.connect(
+                    f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, isolation_level=None
+                )
+            else:
+                lock = _lock(path, where)
+                db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            if lock is not None:
+                os.close(lock)
+            raise CacheStoreError(f"{where} cannot be opened: {_why(exc)}") from exc
+        try:
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            _check(db, where, read_only=read_only)
+            if not read_only:
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = NORMAL")
+                db.execute(_SCHEMA)
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except (sqlite3.Error, CacheStoreError) as exc:
+            db.close()
+            if lock is not None:
+                os.close(lock)
+            if isinstance(exc, CacheStoreError):
+                raise
+            damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
+            raise CacheStoreError(f"{where} cannot be read: {_why(exc)}", damaged=damaged) from exc
+        return cls(path, db, lock)
+
+    def load(self, now: float, timeout_ms: int) -> list[tuple[str, Row]]:
+        """The stored entries, least recently accessed first, times in wall-clock seconds; the
+        expired entries and ended pins are deleted first (unless read-only).
+
+        Args:
+            now: the wall clock now.
+            timeout_ms: the cache's timeout (0: entries never expire).
+
+        Raises:
+            CacheStoreError: the file cannot be read.
+        """
+        try:
+            if self._lock is not None:
+                with self._db:
+                    self._db.execute("BEGIN")
+                    self._db.execute("DELETE FROM cache_entries WHERE pinned_until <= ?", (now,))
+                    if timeout_ms > 0:
+                        self._db.execute(
+                            "DELETE FROM cache_entries WHERE pinned_until IS NULL AND last_access <= ?",
+                            (now - timeout_ms / 1000,),
+                        )
+            rows = self._db.execute(
+                "SELECT key, node_id, last_access, pinned_until FROM cache_entries ORDER BY last_access"
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise CacheStoreError(f"persisted cache {self.path!r} cannot be read: {_why(exc)}") from exc
+        return [
+            (key, (node_id, access, NO_PIN if until is None else until))
+            for key, node_id, access, until in rows
+        ]
+
+    def write(self, changes: Changes, offset: float) -> int:
+        """Write a journal (times in the cache's clock; wall = cache time + `offset`) in one
+        transaction; how many rows it changed.
+
+        Raises:
+            CacheStoreError: the write failed (nothing of it is in the file).
+        """
+        upserts = []
+        deletes = []
+        for key, row in changes.rows.items():
+            if row is None:
+                deletes.append((key,))
+            else:
+                node_id, access, until = row
+                upserts.append(
+                    (key, node_id, access + offset, None if math.isnan(until) else _wall(until, offset))
+                )
+        db = self._db
+        try:
+            with db:
+                db.execute("BEGIN")
+                if changes.full:
+                    db.execute("DELETE FROM cache_entries")
+                db.executemany("DELETE FROM cache_entries WHERE key = ?", deletes)
+                db.executemany(_UPSERT, upserts)
+        except sqlite3.Error as exc:
+            raise CacheStoreError(f"persisted cache {self.path!r} cannot be written: {_why(exc)}") from exc
+        return len(upserts) + len(deletes)
+
+    def close(self) -> None:
+        """Close the file (checkpointing the WAL into it) and release the lock."""
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+def _wall(until: float, offset: float) -> float:
+    return until if until == math.inf else until + offset
+
+
+def _lock(path: str, where: str) -> int:
+    """Create the file if needed and `flock` it; the descriptor."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise CacheStoreError(f"{where} is in use by another routerd (it holds the file's lock)") from None
+    return fd
+
+
+def _check(db: sqlite3.Connection, where: str, *, read_only: bool) -> None:
+    """Raise CacheStoreError unless the file is empty or one of ours, readable throughout."""
+    application_id = db.execute("PRAGMA application_id").fetchone()[0]
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    if application_id != APPLICATION_ID and (tables or application_id != 0):
+        raise CacheStoreError(f"{where} is not a connection-router cache file (it holds {sorted(tables)})")
+    if read_only and "cache_entries" not in tables:
+        raise CacheStoreError(f"{where} holds no cache yet")
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if tables and version != SCHEMA_VERSION:
+        raise CacheStoreError(f"{where} has layout version {version}; this release reads {SCHEMA_VERSION}")
+    problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        raise CacheStoreError(f"{where} is damaged: {'; '.join(problems[:3])}", damaged=True)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc)
+
+
+def set_aside(path: str) -> str:
+    """Rename an unreadable cache file (and its WAL) out of the way; the new name."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    aside = f"{path}.unreadable-{stamp}"
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.replace(path + suffix, aside + suffix)
+    return aside
+
+
+async def serve_cache_store(runtime: RouterRuntime, store: CacheStore) -> None:
+    """Write the router's cache journal every `WRITE_INTERVAL_S` until cancelled; the caller
+    writes the last changes (`write_cache_changes`) and closes the store."""
+    while True:
+        await trio.sleep(WRITE_INTERVAL_S)
+        await write_cache_changes(runtime, store)
+
+
+async def write_cache_changes(runtime: RouterRuntime, store: CacheStore) -> None:
+    """Write what changed in the router's cache since the last write, in a worker thread; a failed
+    write is logged and counted, and the next one writes the whole cache."""
+    now = trio.current_time()
+    changes = runtime.take_cache_changes(now)
+    if not changes.rows and not changes.full:
+        return
+    offset = time.time() - now
+    try:
+        written = await trio.to_thread.run_sync(store.write, changes, offset)
+    except CacheStoreError as exc:
+        runtime.cache_store_failed()
+        runtime.metrics.cache_store_errors.inc((runtime.name,))
+        log.error("router=%s %s; the next write is the whole cache", runtime.name, exc)
+        return
+    runtime.metrics.cache_store_rows.inc((runtime.name,), written)
