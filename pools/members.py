@@ -25,7 +25,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from pools.target import Connector, Target
+from pools.target import MAX_WEIGHT, Connector, Target
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -51,9 +51,6 @@ its `jute.maxbuffer` default, which is far more than a pool member should ever h
 MAX_SESSION_TIMEOUT_MS: Final = 2**31 - 1
 """A ZooKeeper session timeout is a Java int of milliseconds; kazoo fails with a traceback above."""
 
-MAX_WEIGHT: Final = 1_000_000
-"""Largest `weight`; a bound so that a typo (an extra few zeros) is an error, not a silent skew."""
-
 MAX_NODE_ID_LENGTH: Final = 255
 """Longest node id: a znode name is a path segment, and node ids label log lines and metrics."""
 
@@ -63,6 +60,14 @@ _FIELDS: Final = frozenset({"node_id", "connector", "backup", "weight"})
 def _has_control(text: str) -> bool:
     # C0, DEL and C1: they would break a log line or a znode name (ZooKeeper rejects most of them).
     return any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in text)
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _tcp_connector(name: str, url: str, what: str) -> Connector:
@@ -85,8 +90,8 @@ class Member:
     backup: Connector | None = None
     """The backup of the broker's HA pair (a single address, no parameters), if any."""
     weight: int = 1
-    """Relative weight, 1-MAX_WEIGHT (kept for weighted policies; the policies of this release
-    treat every target alike)."""
+    """Relative weight, 1-MAX_WEIGHT: the target's weight (CONSISTENT_HASH with RING=KETAMA gives it
+    a share of the keys in proportion; the other policies ignore it)."""
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id) > MAX_NODE_ID_LENGTH:
@@ -95,6 +100,10 @@ class Member:
             raise ValueError(
                 f"node_id must not be '.', '..' or hold control characters, got {self.node_id!r}"
             )
+        if not self.node_id.isascii() and _has_lone_surrogate(self.node_id):
+            # JSON's "\ud800" escape decodes to one; a znode name, a metric label and the ketama
+            # ring's md5 all need the node id as UTF-8, which cannot hold it.
+            raise ValueError(f"node_id must not hold a lone surrogate, got {self.node_id!r}")
         if self.connector.node_id != self.node_id:
             raise ValueError(
                 f"connector names node id {self.connector.node_id!r} (nodeId=…), "
@@ -102,6 +111,10 @@ class Member:
             )
         if self.connector.backups:
             raise ValueError("connector must be a single tcp://host:port; give the backup as backup")
+        if "weight" in self.connector.param_map:
+            raise ValueError(
+                f"connector has a weight= parameter, give the weight as weight: {self.connector.url!r}"
+            )
         if self.backup is not None and (self.backup.params or self.backup.backups):
             raise ValueError(
                 f"backup takes no parameters (put them on the connector), got {self.backup.url!r}"
@@ -129,7 +142,7 @@ class Member:
         connector = self.connector
         if self.backup is not None:
             connector = dataclasses.replace(connector, backups=((self.backup.host, self.backup.port),))
-        return Target(node_id=self.node_id, connector=connector)
+        return Target(node_id=self.node_id, connector=connector, weight=self.weight)
 
     def to_document(self) -> bytes:
         """The znode data of this member (what `parse_member` reads back)."""

@@ -12,7 +12,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["LOCAL_NODE_ID", "PROBE_KINDS", "Connector", "Target", "parse_url_params"]
+__all__ = ["LOCAL_NODE_ID", "MAX_WEIGHT", "PROBE_KINDS", "Connector", "Target", "parse_url_params"]
 
 PROBE_KINDS: Final = ("tcp", "mqtt", "stomp", "amqp", "openwire")
 """Values of a connector's `probe=` URL parameter: how its broker is health-checked (default tcp)."""
@@ -23,6 +23,15 @@ but strict: anything else is an error instead of false)."""
 
 LOCAL_NODE_ID: Final = "local"
 """Node id of the local target when the router has no local connector configured."""
+
+MAX_WEIGHT: Final = 1_000_000
+"""Largest target weight (a connector's `weight=`, a discovery member's `weight`); a bound so that a
+typo (an extra few zeros) is an error, not a silent skew."""
+
+
+def _check_weight(weight: object) -> None:
+    if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= MAX_WEIGHT:
+        raise ValueError(f"weight must be an integer 1-{MAX_WEIGHT}, got {weight!r}")
 
 
 def parse_url_params(query: str) -> dict[str, str]:
@@ -102,6 +111,10 @@ class Connector:
             raise ValueError(f"probeConnectionCount must be true or false, got {count!r}")
         if self.probe_connection_count and probe != "mqtt":
             raise ValueError(f"probeConnectionCount=true needs probe=mqtt, got probe={probe!r}")
+        weight = self.param_map.get("weight", "1")
+        digits = weight.isascii() and weight.isdigit() and len(weight) <= len(str(MAX_WEIGHT))
+        if not (digits and 1 <= int(weight) <= MAX_WEIGHT):
+            raise ValueError(f"weight must be an integer 1-{MAX_WEIGHT}, got {weight!r}")
         if self.backups:
             primary = dataclasses.replace(self, backups=())
             pair = (primary, *(dataclasses.replace(primary, host=h, port=p) for h, p in self.backups))
@@ -165,6 +178,12 @@ class Connector:
         return _BOOLEANS.get(self.param_map.get("probeConnectionCount", "false").lower(), False)
 
     @property
+    def weight(self) -> int:
+        """URL parameter `weight` (default 1): the target's relative weight on a weighted ring
+        (CONSISTENT_HASH with RING=KETAMA); 1-MAX_WEIGHT."""
+        return int(self.param_map.get("weight", "1"))
+
+    @property
     def node_id(self) -> str:
         """The target's node id: URL parameter `nodeId`, else the connector's name."""
         return self.param_map.get("nodeId", self.name)
@@ -186,20 +205,25 @@ class Target:
     """How to reach the broker; None only for a local target without a local connector."""
     local: bool = False
     """Whether this is the router's local target."""
+    weight: int = 1
+    """Relative weight, 1-MAX_WEIGHT: a weighted ring (CONSISTENT_HASH with RING=KETAMA) gives the
+    target a share of the keys in proportion; the other policies, and Artemis's ring, ignore it."""
 
     def __post_init__(self) -> None:
         if not self.node_id:
             raise ValueError("target node id must not be empty")
         if self.connector is None and not self.local:
             raise ValueError(f"remote target {self.node_id!r} needs a connector")
+        _check_weight(self.weight)
 
     @classmethod
     def remote(cls, connector: Connector) -> Target:
-        """The target behind a configured connector."""
-        return cls(node_id=connector.node_id, connector=connector)
+        """The target behind a configured connector (its weight is the connector's `weight=`)."""
+        return cls(node_id=connector.node_id, connector=connector, weight=connector.weight)
 
     @classmethod
     def local_target(cls, connector: Connector | None) -> Target:
         """The router's local target, reached through `connector` when one is configured."""
         node_id = connector.node_id if connector is not None else LOCAL_NODE_ID
-        return cls(node_id=node_id, connector=connector, local=True)
+        weight = connector.weight if connector is not None else 1
+        return cls(node_id=node_id, connector=connector, local=True, weight=weight)

@@ -76,6 +76,16 @@ class TestParseMember:
         assert target.connector is not None
         assert target.connector.backups == ()
         assert target.local is False
+        assert target.weight == 1
+
+    def test_parse_member_target_carries_the_weight(self):
+        """Scenario: the member's weight reaches the pool target (CONSISTENT_HASH RING=KETAMA)."""
+        target = parse_member(doc(node_id="b1", connector="tcp://10.0.0.1:1883", weight=7)).target()
+        assert target.weight == 7
+        paired = parse_member(
+            doc(node_id="b1", connector="tcp://10.0.0.1:1883", backup="tcp://10.0.0.2:1883", weight=3)
+        ).target()
+        assert paired.weight == 3
 
     @pytest.mark.parametrize(
         ("data", "message"),
@@ -114,6 +124,11 @@ class TestParseMember:
                 doc(node_id="b1", connector="tcp://a:1", weight=True),
                 "weight must be an integer 1-1000000, got True",
             ),
+            (
+                doc(node_id="b1", connector="tcp://a:1?weight=5"),
+                "connector has a weight= parameter, give the weight as weight: 'tcp://a:1'",
+            ),
+            (doc(node_id="b\ud800", connector="tcp://a:1"), "node_id must not hold a lone surrogate"),
             (doc(node_id="b1", connector="tcp://a:1", host="x"), "unknown key(s) 'host'"),
             (b"[" * 8000 + b"]" * 8000, "nests too deeply"),
             (b" " * (MAX_MEMBER_BYTES + 1), f"more than {MAX_MEMBER_BYTES}"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pools.target import LOCAL_NODE_ID, Connector, Target, parse_url_params
@@ -145,6 +147,37 @@ class TestTarget:
     def test_target_remote_needs_connector(self):
         with pytest.raises(ValueError, match="needs a connector"):
             Target(node_id="n", connector=None)
+
+    def test_target_weight_defaults_to_one(self):
+        assert Target(node_id="n", connector=Connector(name="c", host="h", port=1)).weight == 1
+        assert Target.remote(Connector.from_url("c", "tcp://h:1")).weight == 1
+        assert Target.local_target(None).weight == 1
+
+    def test_target_remote_and_local_take_the_connector_weight(self):
+        connector = Connector.from_url("c", "tcp://h:1?nodeId=n;weight=25")
+        assert connector.weight == 25
+        assert Target.remote(connector).weight == 25
+        assert Target.local_target(connector).weight == 25
+
+    def test_target_ha_pair_members_share_the_weight(self):
+        connector = Connector.from_url("c", "(tcp://a:1,tcp://b:1)?weight=3")
+        assert [m.weight for m in connector.members] == [3, 3]
+        assert Target.remote(connector).weight == 3
+
+    @pytest.mark.parametrize("weight", [0, -1, 1_000_001, True, 1.5])
+    def test_target_rejects_bad_weight(self, weight):
+        with pytest.raises(ValueError, match=f"weight must be an integer 1-1000000, got {weight!r}"):
+            Target(node_id="n", connector=Connector(name="c", host="h", port=1), weight=weight)
+
+    @pytest.mark.parametrize("weight", ["1", "1000000", "0001000"])
+    def test_connector_weight_parameter_accepted(self, weight):
+        assert Connector.from_url("c", f"tcp://h:1?weight={weight}").weight == int(weight)
+
+    @pytest.mark.parametrize("weight", ["0", "", "x", "-1", "1.5", "1000001", "00000001", "\u0661", " 1"])
+    def test_connector_weight_parameter_rejected(self, weight):
+        message = f"weight must be an integer 1-1000000, got {weight!r}"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            Connector.from_url("c", f"tcp://h:1?weight={weight}")
 
     def test_target_empty_node_id_param_rejected(self):
         """Scenario: `nodeId=` gives an empty node id, which no target may have."""
