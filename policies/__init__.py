@@ -4,6 +4,11 @@ Pure decision code: no clock, no I/O.
 """
 
 from policies.hashing import artemis_hash as artemis_hash
+from policies.ketama import KETAMA_VNODES as KETAMA_VNODES
+from policies.ketama import KetamaRing as KetamaRing
+from policies.ketama import ketama_hash as ketama_hash
+from policies.policy import MAX_LOAD_FACTOR as MAX_LOAD_FACTOR
+from policies.policy import RING_TYPES as RING_TYPES
 from policies.policy import ConnectionCountSource as ConnectionCountSource
 from policies.policy import ConsistentHashModuloPolicy as ConsistentHashModuloPolicy
 from policies.policy import ConsistentHashPolicy as ConsistentHashPolicy

@@ -1,7 +1,8 @@
 """Policies: how a router picks one target from the ready targets of its pool (SPEC A3).
 
 Pure decision code: no clock, no I/O. A policy may hold state that Artemis's policies hold too
-(the round-robin position). Policies register themselves by their Artemis name through
+(the round-robin position), and what it derives from its targets (CONSISTENT_HASH's ketama rings,
+`policies/ketama.py`). Policies register themselves by their Artemis name through
 `__init_subclass__`, so the configuration loader and `make_policy` find them by name.
 """
 
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 import bisect
 import random
+import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from fractions import Fraction
+from typing import TYPE_CHECKING, ClassVar, Final, Protocol
 
 from policies.hashing import artemis_hash
+from policies.ketama import KetamaRing
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -20,6 +24,8 @@ if TYPE_CHECKING:
     from pools.target import Target
 
 __all__ = [
+    "MAX_LOAD_FACTOR",
+    "RING_TYPES",
     "ConnectionCountSource",
     "ConsistentHashModuloPolicy",
     "ConsistentHashPolicy",
@@ -52,9 +58,16 @@ class PolicyConfig:
                 raise ValueError(f"policy {self.name} has no property {key!r} (accepted: {allowed})")
         cls.validate_properties(dict(self.properties))
 
+    @property
+    def keyed(self) -> bool:
+        """Whether this policy, with these properties, picks by the key and the ready targets alone
+        (`Policy.is_keyed`)."""
+        return Policy.registry[self.name].is_keyed(dict(self.properties))
+
 
 class ConnectionCountSource(Protocol):
-    """Where LEAST_CONNECTIONS reads connection counts (router-counted plus broker-reported)."""
+    """Where LEAST_CONNECTIONS and bounded-load CONSISTENT_HASH read connection counts (router-counted
+    plus broker-reported)."""
 
     def connection_count(self, node_id: str) -> int | None:
         """The current count for a target, or None when it is unknown."""
@@ -92,6 +105,13 @@ class Policy:
         """Reject bad property values (raise ValueError naming the property and value)."""
         del properties
 
+    @classmethod
+    def is_keyed(cls, properties: Mapping[str, str]) -> bool:
+        """`KEYED` for these (valid) properties: a property may make a keyed policy stateful
+        (CONSISTENT_HASH with LOAD_FACTOR reads connection counts)."""
+        del properties
+        return cls.KEYED
+
     def transform_key(self, key: str) -> str:
         """Transform a non-NULL key before the local filter and cache (SPEC A1 step 3)."""
         return key
@@ -117,7 +137,8 @@ def make_policy(
     Args:
         config: the validated policy element.
         round_robin_start: first round-robin position (tests); random when None, as in Artemis.
-        counts: connection counts for LEAST_CONNECTIONS; every count unknown when None.
+        counts: connection counts for LEAST_CONNECTIONS and CONSISTENT_HASH with LOAD_FACTOR;
+            every count unknown when None.
 
     Returns:
         A fresh policy instance with its own state.
@@ -166,27 +187,146 @@ class RoundRobinPolicy(Policy):
         return target
 
 
-class ConsistentHashPolicy(Policy):
-    """The same key always picks the same target while the ready set is unchanged (Artemis-exact).
+RING_TYPES: Final = ("ARTEMIS", "KETAMA")
+"""Values of CONSISTENT_HASH's `RING` property (default ARTEMIS)."""
 
-    Each target is one point on a ring at `artemis_hash(node_id)`; on equal hashes the later target
-    wins. The pick is the greatest point <= hash(key) (signed), else the smallest point.
+MAX_LOAD_FACTOR: Final = 10
+"""Largest `LOAD_FACTOR`. HAProxy's `hash-balance-factor` is a percentage (125 means 1.25 here),
+so a value copied from it is an error, not a bound that never binds; with a factor c a target may
+take c times its share, so above 10 nothing is bounded below 10 targets anyway."""
+
+_DECIMAL: Final = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6})?")
+
+_RINGS_KEPT: Final = 4
+"""Ketama rings a CONSISTENT_HASH policy keeps, one per (node id, weight) list it met last: a
+target that flaps alternates two lists, and each ring is some 160 points per target (a ring of
+100 targets takes about 50 ms to build and 1 MB to keep)."""
+
+
+def _ring_settings(properties: Mapping[str, str]) -> tuple[str, Fraction | None]:
+    """CONSISTENT_HASH's (RING, LOAD_FACTOR), validated; LOAD_FACTOR None when not given."""
+    ring = properties.get("RING", "ARTEMIS")
+    if ring not in RING_TYPES:
+        raise ValueError(f"RING must be one of {', '.join(RING_TYPES)}, got {ring!r}")
+    value = properties.get("LOAD_FACTOR")
+    if value is None:
+        return ring, None
+    factor = Fraction(value) if _DECIMAL.fullmatch(value) else Fraction(0)
+    if not 1 < factor <= MAX_LOAD_FACTOR:
+        raise ValueError(
+            f"LOAD_FACTOR must be a decimal number > 1 and <= {MAX_LOAD_FACTOR} (1.25: a target "
+            f"takes at most 25 % more than its share), got {value!r}"
+        )
+    if ring != "KETAMA":
+        raise ValueError(f"LOAD_FACTOR needs RING=KETAMA (got RING={ring!r}): LOAD_FACTOR={value!r}")
+    return ring, factor
+
+
+class _PlacedRing:
+    """A ketama ring for one list of targets, with each node id's index in that list."""
+
+    __slots__ = ("index", "ring")
+
+    def __init__(self, nodes: Sequence[tuple[str, int]]) -> None:
+        self.ring = KetamaRing(nodes)
+        self.index = {node_id: i for i, (node_id, _) in enumerate(nodes)}
+
+
+class ConsistentHashPolicy(Policy):
+    """The same key always picks the same target while the ready set is unchanged.
+
+    `RING=ARTEMIS` (the default, Artemis-exact): each target is one point on a ring at
+    `artemis_hash(node_id)`; on equal hashes the later target wins. The pick is the greatest
+    point <= hash(key) (signed), else the smallest point. Weights are ignored, as in Artemis.
+
+    `RING=KETAMA`: libketama's weighted continuum (`policies/ketama.py`). With `LOAD_FACTOR` c,
+    bounded-load consistent hashing (Mirrokni, Thorup, Zadimoghaddam, "Consistent Hashing with
+    Bounded Loads", 2018; HAProxy's `hash-balance-factor`): a target of weight w may hold at most
+    `ceil(c * (L + 1) * w / W)` connections, L being the connections of all ready targets and W
+    their total weight; the pick is the first target clockwise from the key's point that holds
+    fewer. Counts come from `counts`; a target whose count is unknown is passed over, and when
+    no target has room (or no count is known) the key's own target is taken.
     """
 
     NAME = "CONSISTENT_HASH"
     KEYED = True
+    PROPERTIES = frozenset({"RING", "LOAD_FACTOR"})
+
+    def __init__(
+        self,
+        properties: Mapping[str, str],
+        *,
+        round_robin_start: int | None = None,
+        counts: ConnectionCountSource | None = None,
+    ) -> None:
+        super().__init__(properties, round_robin_start=round_robin_start, counts=counts)
+        self.ring_type, self.load_factor = _ring_settings(properties)
+        self.counts = counts
+        self._rings: dict[tuple[tuple[str, int], ...], _PlacedRing] = {}
+
+    @classmethod
+    def validate_properties(cls, properties: Mapping[str, str]) -> None:
+        _ring_settings(properties)
+
+    @classmethod
+    def is_keyed(cls, properties: Mapping[str, str]) -> bool:
+        return "LOAD_FACTOR" not in properties
 
     def select(self, targets: Sequence[Target], key: str) -> Target | None:
         if not targets:
             return None
         if len(targets) == 1:
             return targets[0]
-        ring: dict[int, Target] = {}
-        for target in targets:
-            ring[artemis_hash(target.node_id)] = target  # later target wins, as Java's TreeMap.put
-        points = sorted(ring)
-        index = bisect.bisect_right(points, artemis_hash(key)) - 1
-        return ring[points[index]] if index >= 0 else ring[points[0]]
+        if self.ring_type == "ARTEMIS":
+            return _select_artemis(targets, key)
+        placed = self._placed(targets)
+        if self.load_factor is None:
+            return targets[placed.index[placed.ring.node(key)]]
+        return self._select_bounded(targets, key, placed, self.load_factor)
+
+    def ring(self, targets: Sequence[Target]) -> KetamaRing:
+        """The ketama ring of these targets: built once per list of (node id, weight) and kept
+        while it is among the last few lists met.
+
+        Raises:
+            ValueError: no targets, or a node id twice.
+        """
+        return self._placed(targets).ring
+
+    def _placed(self, targets: Sequence[Target]) -> _PlacedRing:
+        nodes = tuple([(t.node_id, t.weight) for t in targets])
+        placed = self._rings.get(nodes)
+        if placed is None:
+            placed = _PlacedRing(nodes)
+            if len(self._rings) >= _RINGS_KEPT:
+                del self._rings[next(iter(self._rings))]  # the oldest
+            self._rings[nodes] = placed
+        return placed
+
+    def _select_bounded(
+        self, targets: Sequence[Target], key: str, placed: _PlacedRing, factor: Fraction
+    ) -> Target:
+        counts = self.counts
+        loads = [None if counts is None else counts.connection_count(t.node_id) for t in targets]
+        total = sum(load for load in loads if load is not None)
+        # capacity = ceil(c * (L + 1) * w / W), in integers: c = num / den exactly.
+        num = factor.numerator * (total + 1)
+        den = factor.denominator * placed.ring.total_weight
+        for node_id in placed.ring.walk(key):
+            i = placed.index[node_id]
+            load = loads[i]
+            if load is not None and load < -(-num * targets[i].weight // den):
+                return targets[i]
+        return targets[placed.index[placed.ring.node(key)]]
+
+
+def _select_artemis(targets: Sequence[Target], key: str) -> Target:
+    ring: dict[int, Target] = {}
+    for target in targets:
+        ring[artemis_hash(target.node_id)] = target  # later target wins, as Java's TreeMap.put
+    points = sorted(ring)
+    index = bisect.bisect_right(points, artemis_hash(key)) - 1
+    return ring[points[index]] if index >= 0 else ring[points[0]]
 
 
 class LeastConnectionsPolicy(RoundRobinPolicy):

@@ -1,12 +1,18 @@
-"""Tests for policies/policy.py: PolicyConfig, make_policy and the five Artemis policies (SPEC A3)."""
+"""Tests for policies/policy.py: PolicyConfig, make_policy, the five Artemis policies (SPEC A3), and
+CONSISTENT_HASH's ketama ring and bounded load (RING, LOAD_FACTOR)."""
 
 from __future__ import annotations
+
+import math
+from collections import Counter
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.hashing import artemis_hash
+from policies.ketama import KetamaRing
 from policies.policy import (
     ConsistentHashModuloPolicy,
     ConsistentHashPolicy,
@@ -321,6 +327,303 @@ class TestConsistentHash:
         points = {artemis_hash(t.node_id): t for t in [B1, B2, B3]}
         below = [p for p in points if p <= h]
         assert chosen is points[max(below) if below else min(points)]
+
+
+# -- CONSISTENT_HASH with RING=KETAMA and LOAD_FACTOR --
+
+KETAMA = ("RING", "KETAMA")
+KEYS = [f"client-{i}" for i in range(3000)]
+
+
+def weighted(node_id: str, weight: int) -> Target:
+    connector = Connector(name=f"c-{node_id}", host="10.0.0.1", port=61616)
+    return Target(node_id=node_id, connector=connector, weight=weight)
+
+
+class LiveCounts:
+    """A ConnectionCountSource that counts the picks made so far (every count known)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def connection_count(self, node_id: str) -> int | None:
+        return self.counts[node_id]
+
+
+def capacity(factor: Fraction, targets: list[Target], counts: Counter[str], target: Target) -> int:
+    """ceil(c * (L + 1) * w / W), written out apart from the policy's integer form."""
+    total_load = sum(counts[t.node_id] for t in targets)
+    total_weight = sum(t.weight for t in targets)
+    return math.ceil(factor * (total_load + 1) * target.weight / total_weight)
+
+
+class TestConsistentHashRingProperties:
+    @pytest.mark.parametrize(
+        ("properties", "message"),
+        [
+            ((("RING", "ketama"),), "RING must be one of ARTEMIS, KETAMA, got 'ketama'"),
+            ((("RING", ""),), "RING must be one of ARTEMIS, KETAMA, got ''"),
+            ((KETAMA, ("LOAD_FACTOR", "1")), "LOAD_FACTOR must be a decimal number > 1 and <= 10"),
+            ((KETAMA, ("LOAD_FACTOR", "0.5")), "got '0.5'"),
+            ((KETAMA, ("LOAD_FACTOR", "125")), "got '125'"),  # HAProxy's percentage
+            ((KETAMA, ("LOAD_FACTOR", "10.01")), "got '10.01'"),
+            ((KETAMA, ("LOAD_FACTOR", "1e1")), "got '1e1'"),
+            ((KETAMA, ("LOAD_FACTOR", "nan")), "got 'nan'"),
+            ((KETAMA, ("LOAD_FACTOR", "3/2")), "got '3/2'"),
+            ((KETAMA, ("LOAD_FACTOR", " 1.5")), "got ' 1.5'"),
+            ((("LOAD_FACTOR", "1.25"),), "LOAD_FACTOR needs RING=KETAMA \\(got RING='ARTEMIS'\\)"),
+            ((("RING", "ARTEMIS"), ("LOAD_FACTOR", "1.25")), "LOAD_FACTOR needs RING=KETAMA"),
+        ],
+    )
+    def test_policy_config_consistent_hash_bad_ring_properties_raise(self, properties, message):
+        with pytest.raises(ValueError, match=message):
+            PolicyConfig(name="CONSISTENT_HASH", properties=properties)
+
+    @pytest.mark.parametrize("value", ["1.25", "2", "10", "1.000001", "01.5"])
+    def test_policy_config_consistent_hash_accepts_load_factors(self, value):
+        config = PolicyConfig(name="CONSISTENT_HASH", properties=(KETAMA, ("LOAD_FACTOR", value)))
+        assert config.keyed is False
+
+    @pytest.mark.parametrize(
+        ("properties", "keyed"),
+        [
+            ((), True),
+            ((("RING", "ARTEMIS"),), True),
+            ((KETAMA,), True),
+            ((KETAMA, ("LOAD_FACTOR", "1.25")), False),
+        ],
+    )
+    def test_policy_config_keyed_consistent_hash_stateful_only_with_a_load_factor(self, properties, keyed):
+        config = PolicyConfig(name="CONSISTENT_HASH", properties=properties)
+        assert config.keyed is keyed
+        assert ConsistentHashPolicy.is_keyed(dict(properties)) is keyed
+
+    @pytest.mark.parametrize(("name", "keyed"), [("FIRST_ELEMENT", True), ("ROUND_ROBIN", False)])
+    def test_policy_config_keyed_is_the_class_flag_for_other_policies(self, name, keyed):
+        assert PolicyConfig(name=name).keyed is keyed
+
+    def test_select_consistent_hash_default_ring_is_artemis_and_ignores_weights(self):
+        """Scenario: weights, and RING=ARTEMIS given explicitly, change no Artemis pick."""
+        plain = [B1, B2, B3]
+        heavy = [weighted("broker1", 1), weighted("broker2", 1000), weighted("broker3", 7)]
+        default = policy("CONSISTENT_HASH")
+        explicit = policy("CONSISTENT_HASH", ("RING", "ARTEMIS"))
+        for key in KEYS[:500]:
+            chosen = default.select(plain, key)
+            assert chosen is not None
+            assert explicit.select(plain, key) is chosen
+            other = default.select(heavy, key)
+            assert other is not None
+            assert other.node_id == chosen.node_id
+
+
+class TestConsistentHashKetama:
+    def test_select_ketama_picks_the_rings_node(self):
+        """Scenario: the policy's pick is the ketama ring's (tests/policies/test_ketama.py checks
+        the ring against a libketama reference)."""
+        targets = [A, B, C, D]
+        ch = policy("CONSISTENT_HASH", KETAMA)
+        ring = KetamaRing([(t.node_id, 1) for t in targets])
+        for key in KEYS:
+            chosen = ch.select(targets, key)
+            assert chosen is not None
+            assert chosen.node_id == ring.node(key)
+
+    def test_select_ketama_differs_from_artemis(self):
+        targets = [B1, B2, B3]
+        ketama, artemis = policy("CONSISTENT_HASH", KETAMA), policy("CONSISTENT_HASH")
+        assert any(ketama.select(targets, k) is not artemis.select(targets, k) for k in KEYS[:100])
+
+    def test_select_ketama_ignores_pool_order(self):
+        ch = policy("CONSISTENT_HASH", KETAMA)
+        for key in KEYS[:500]:
+            assert ch.select([C, A, D, B], key) is ch.select([A, B, C, D], key)
+
+    def test_select_ketama_removing_a_target_moves_only_its_keys(self):
+        ch = policy("CONSISTENT_HASH", KETAMA)
+        before = {k: ch.select([A, B, C, D], k) for k in KEYS}
+        after = {k: ch.select([A, B, D], k) for k in KEYS}
+        moved = {k for k in KEYS if after[k] is not before[k]}
+        assert moved == {k for k in KEYS if before[k] is C}
+
+    def test_select_ketama_weights_skew_shares_proportionally(self):
+        targets = [weighted("a", 1), weighted("b", 2), weighted("c", 5)]
+        ch = policy("CONSISTENT_HASH", KETAMA)
+        keys = [f"key-{i}" for i in range(20000)]
+        shares = Counter(t.node_id for t in (ch.select(targets, k) for k in keys) if t is not None)
+        for target in targets:
+            assert shares[target.node_id] / len(keys) == pytest.approx(target.weight / 8, rel=0.2)
+
+    def test_select_ketama_uses_node_id_not_address(self):
+        ch = policy("CONSISTENT_HASH", KETAMA)
+        moved = [target("a", "10.9.9.9", 1), target("b", "10.9.9.8", 2), C]
+        for key in KEYS[:200]:
+            chosen, other = ch.select([A, B, C], key), ch.select(moved, key)
+            assert chosen is not None
+            assert other is not None
+            assert other.node_id == chosen.node_id
+
+    def test_select_ketama_keeps_the_ring_while_the_targets_stay(self):
+        ch = policy("CONSISTENT_HASH", KETAMA)
+        assert isinstance(ch, ConsistentHashPolicy)
+        ring = ch.ring([A, B, C])
+        for key in KEYS[:50]:
+            ch.select([A, B, C], key)
+        assert ch.ring([A, B, C]) is ring
+        assert ch.ring([target("a", "10.9.9.9"), B, C]) is ring  # same node ids and weights
+
+    @pytest.mark.parametrize(
+        "changed",
+        [
+            [A, B],  # a target left
+            [A, B, C, D],  # a target joined
+            [A, B, weighted("c", 2)],  # a weight changed
+        ],
+    )
+    def test_select_ketama_rebuilds_the_ring_when_targets_change(self, changed):
+        ch = policy("CONSISTENT_HASH", KETAMA)
+        assert isinstance(ch, ConsistentHashPolicy)
+        ring = ch.ring([A, B, C])
+        other = ch.ring(changed)
+        assert other is not ring
+        assert other.node_ids == {t.node_id for t in changed}
+        assert other.total_weight == sum(t.weight for t in changed)
+        assert ch.ring([A, B, C]) is ring  # the previous list's ring is still kept
+
+    def test_select_ketama_keeps_only_the_last_rings(self):
+        """Scenario: after four other target lists, the first list's ring is built anew."""
+        ch = policy("CONSISTENT_HASH", KETAMA)
+        assert isinstance(ch, ConsistentHashPolicy)
+        first = ch.ring([A, B])
+        for others in ([A, C], [A, D], [B, C], [B, D]):
+            ch.ring(others)
+        assert ch.ring([A, B]) is not first
+        assert len(ch._rings) == 4  # the bound itself is the scenario
+
+    def test_select_ketama_one_target_needs_no_ring(self):
+        ch = policy("CONSISTENT_HASH", KETAMA, ("LOAD_FACTOR", "1.25"), counts=FakeCounts({}))
+        only = weighted("a", 3)
+        assert ch.select([only], "k") is only
+
+
+class TestConsistentHashBoundedLoad:
+    FACTOR = Fraction("1.25")
+
+    def bounded(self, counts: object, factor: str = "1.25") -> Policy:
+        return policy("CONSISTENT_HASH", KETAMA, ("LOAD_FACTOR", factor), counts=counts)
+
+    @pytest.mark.parametrize(
+        "targets",
+        [
+            [A, B, C],
+            [A, B, C, D],
+            [weighted("a", 1), weighted("b", 2), weighted("c", 3)],
+            [weighted("a", 10), weighted("b", 1)],
+        ],
+    )
+    def test_select_bounded_load_never_exceeds_capacity(self, targets):
+        """Scenario: each key adds one connection to its pick; no target ever holds more than
+        ceil(1.25 * (L + 1) * w / W) at the moment it is picked."""
+        live = LiveCounts()
+        ch = self.bounded(live)
+        for key in KEYS:
+            chosen = ch.select(targets, key)
+            assert chosen is not None
+            assert live.counts[chosen.node_id] < capacity(self.FACTOR, targets, live.counts, chosen)
+            live.counts[chosen.node_id] += 1
+        total_weight = sum(t.weight for t in targets)
+        for t in targets:
+            assert live.counts[t.node_id] <= math.ceil(self.FACTOR * len(KEYS) * t.weight / total_weight)
+
+    def test_select_bounded_load_balances_better_than_plain_ketama(self):
+        targets = [A, B, C]
+        live = LiveCounts()
+        ch, plain = self.bounded(live), policy("CONSISTENT_HASH", KETAMA)
+        for key in KEYS:
+            chosen = ch.select(targets, key)
+            assert chosen is not None
+            live.counts[chosen.node_id] += 1
+        plain_counts = Counter(t.node_id for t in (plain.select(targets, k) for k in KEYS) if t)
+        assert max(live.counts.values()) <= max(plain_counts.values())
+        assert max(live.counts.values()) <= math.ceil(1.25 * len(KEYS) / 3)
+
+    def test_select_bounded_load_idle_targets_pick_as_plain_ketama(self):
+        ch = self.bounded(FakeCounts({"a": 0, "b": 0, "c": 0}))
+        plain = policy("CONSISTENT_HASH", KETAMA)
+        for key in KEYS[:500]:
+            assert ch.select([A, B, C], key) is plain.select([A, B, C], key)
+
+    @pytest.mark.parametrize("counts", [None, FakeCounts({})])
+    def test_select_bounded_load_without_counts_picks_as_plain_ketama(self, counts):
+        """Scenario: no count is known (no source, as in `routerctl route`, or all unknown)."""
+        ch = self.bounded(counts)
+        plain = policy("CONSISTENT_HASH", KETAMA)
+        for key in KEYS[:500]:
+            assert ch.select([A, B, C], key) is plain.select([A, B, C], key)
+
+    def test_select_bounded_load_full_owner_passes_the_key_clockwise(self):
+        """Scenario: the key's own target holds 10 of 10 connections, so capacity is
+        ceil(1.25 * 11 / 3) = 5: the key goes to the next target clockwise."""
+        targets = [A, B, C]
+        plain = policy("CONSISTENT_HASH", KETAMA)
+        assert isinstance(plain, ConsistentHashPolicy)
+        ring = plain.ring(targets)
+        for key in KEYS[:200]:
+            owner, following = list(ring.walk(key))[:2]
+            loads: dict[str, int | None] = {"a": 0, "b": 0, "c": 0, owner: 10}
+            ch = self.bounded(FakeCounts(loads))
+            chosen = ch.select(targets, key)
+            assert chosen is not None
+            assert chosen.node_id == following
+
+    def test_select_bounded_load_passes_over_unknown_counts(self):
+        targets = [A, B, C]
+        plain = policy("CONSISTENT_HASH", KETAMA)
+        assert isinstance(plain, ConsistentHashPolicy)
+        ring = plain.ring(targets)
+        for key in KEYS[:200]:
+            owner, following, last = ring.walk(key)
+            ch = self.bounded(FakeCounts({owner: None, following: 0, last: 0}))
+            chosen = ch.select(targets, key)
+            assert chosen is not None
+            assert chosen.node_id == following
+
+    def test_select_bounded_load_every_target_full_takes_the_owner(self):
+        """Scenario: only an unknown-count target has room (no known count below capacity)."""
+        targets = [A, B, C]
+        plain = policy("CONSISTENT_HASH", KETAMA)
+        for key in KEYS[:200]:
+            owner = plain.select(targets, key)
+            assert owner is not None
+            counts = FakeCounts({t.node_id: None for t in targets})
+            assert self.bounded(counts).select(targets, key) is owner
+
+    def test_select_bounded_load_reads_counts_at_each_call(self):
+        counts = FakeCounts({"a": 0, "b": 0, "c": 0})
+        ch = self.bounded(counts)
+        key = KEYS[0]
+        first = ch.select([A, B, C], key)
+        assert first is not None
+        counts.counts[first.node_id] = 100
+        second = ch.select([A, B, C], key)
+        assert second is not None
+        assert second is not first
+        counts.counts[first.node_id] = 0
+        assert ch.select([A, B, C], key) is first
+
+    def test_select_bounded_load_exact_capacity_boundary(self):
+        """Scenario: factor 1.5 and 2 connections, L + 1 = 3: a weight-1 target of 3 may hold
+        ceil(1.5 * 3 / 3) = 2, so an owner holding both is full, one holding one of them is not."""
+        targets = [A, B, C]
+        plain = policy("CONSISTENT_HASH", KETAMA)
+        for key in KEYS[:100]:
+            owner = plain.select(targets, key)
+            assert owner is not None
+            second, third = (t.node_id for t in targets if t is not owner)
+            full = self.bounded(FakeCounts({owner.node_id: 2, second: 0, third: 0}), "1.5")
+            assert full.select(targets, key) is not owner
+            room = self.bounded(FakeCounts({owner.node_id: 1, second: 1, third: 0}), "1.5")
+            assert room.select(targets, key) is owner
 
 
 # -- LEAST_CONNECTIONS --
