@@ -6,10 +6,17 @@ around each decision in `RouterRuntime.decide_now`), its targets are marked read
 probe would, and each call is timed with `time.perf_counter_ns` (whose own cost, some 0.1 µs, is
 included). A miss is the first decision for a key (cache lookup, CONSISTENT_HASH, cache put); a
 hit is the second one for the same key.
+
+`python -m benchmarks.decision` prints the percentiles of the same router with its cache as
+configured (in memory) and persisted (`<persisted>true</persisted>`: the decision also notes the
+change in the cache's journal; the file is written by another task, off the decision, so it is not
+in these figures), side by side.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -55,13 +62,16 @@ def _source_ips(count: int) -> list[str]:
     return [f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}" for i in range(count)]
 
 
-def time_decisions(config_text: str, router_name: str, *, keys: int) -> DecisionTimes:
+def time_decisions(
+    config_text: str, router_name: str, *, keys: int, persisted: bool = False
+) -> DecisionTimes:
     """Time `keys` cache misses, then `keys` cache hits, of one SOURCE_IP router.
 
     Args:
         config_text: a routerd configuration (the benchmark's).
         router_name: a router with a pool, a policy and a cache, keyed on SOURCE_IP.
         keys: distinct source addresses to route.
+        persisted: persist the router's cache (its journal on; the file is not written here).
 
     Returns:
         The percentiles.
@@ -71,6 +81,10 @@ def time_decisions(config_text: str, router_name: str, *, keys: int) -> Decision
     """
     config = load_config_text(config_text, "benchmark.xml")
     router = next(r for r in config.routers if r.name == router_name)
+    if persisted and router.cache is not None:
+        router = dataclasses.replace(
+            router, cache=dataclasses.replace(router.cache, persisted=True, file="-")
+        )
     pool, local = build_pool(config, router)
     if pool is None:
         raise RuntimeError(f"router {router_name!r} has no pool")
@@ -103,3 +117,27 @@ def time_decisions(config_text: str, router_name: str, *, keys: int) -> Decision
         hit_p50_us=percentile(results["hit"], 0.50),
         hit_p99_us=percentile(results["hit"], 0.99),
     )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Print the decision percentiles with the cache in memory and persisted."""
+    from benchmarks.configs import Ports, routerd_config
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.decision", description=__doc__)
+    parser.add_argument("--keys", type=int, default=20_000, help="distinct keys (default 20000)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each variant, interleaved (default 3)")
+    args = parser.parse_args(argv)
+    config = routerd_config(Ports.from_numbers(range(20001, 20001 + Ports.COUNT)))
+    print(f"{'cache':<10} {'run':>3} {'miss p50':>9} {'miss p99':>9} {'hit p50':>8} {'hit p99':>8}  (µs)")
+    for run in range(1, args.runs + 1):
+        for persisted in (False, True):
+            t = time_decisions(config, "echo", keys=args.keys, persisted=persisted)
+            name = "persisted" if persisted else "memory"
+            print(
+                f"{name:<10} {run:>3} {t.miss_p50_us:>9.2f} {t.miss_p99_us:>9.2f} {t.hit_p50_us:>8.2f} "
+                f"{t.hit_p99_us:>8.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
