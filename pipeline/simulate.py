@@ -17,12 +17,13 @@ A raw key the log cut at `RAW_KEY_CAP` characters cannot be filtered again: such
 its logged key from the transform on (`RoutingEngine.lookup`, as `routerctl route KEY`), counted
 as `fallback_keys`; a raw key longer than the new `<key-max-length>` is NULL all the same.
 
-Policies whose pick depends on engine state (ROUND_ROBIN, LEAST_CONNECTIONS: a position, live
-counts) give a fresh engine's arbitrary pick, meaningless for moves: a key that reaches such a
-policy (or a cache filled by one) is reported *unpredictable*, with no target after, and left out
-of the moved fractions and the balance after (`unpredictable_keys`, `unpredictable_connections`).
-FIRST_ELEMENT, CONSISTENT_HASH and CONSISTENT_HASH_MODULO (a key transform that picks nothing),
-the local-target filter and refusals are simulated exactly.
+Policies whose pick depends on engine state (ROUND_ROBIN, LEAST_CONNECTIONS, CONSISTENT_HASH with
+LOAD_FACTOR: a position, live counts) give a fresh engine's arbitrary pick, meaningless for moves:
+a key that reaches such a policy (or a cache filled by one) is reported *unpredictable*, with no
+target after, and left out of the moved fractions and the balance after (`unpredictable_keys`,
+`unpredictable_connections`). FIRST_ELEMENT, CONSISTENT_HASH (either ring) and
+CONSISTENT_HASH_MODULO (a key transform that picks nothing), the local-target filter and refusals
+are simulated exactly.
 
 Driver side only small tables: the logged key types per router, and the transitions aggregate
 (routers x targets before x targets after); the per-key table goes from executor to `--out`.
@@ -39,7 +40,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from keys import NULL_KEY, ConnectionFacts, KeyType
-from policies import Policy
 from pools import ready_node_ids
 from router.config import ConfigError, load_config
 from router.core.engine import DecisionReason, RouteDecision, RoutingEngine, build_pool
@@ -106,11 +106,9 @@ class RouterPlan:
     """Node ids of the pool, in pool order (the balance after lists the ready ones, even idle)."""
     policy: str | None
     """The new policy's name."""
-
-    @property
-    def deterministic(self) -> bool:
-        """Whether the new policy's pick depends on the key and the ready targets alone."""
-        return self.policy is None or Policy.registry[self.policy].KEYED
+    deterministic: bool
+    """Whether the new policy, with its properties, picks by the key and the ready targets alone
+    (`PolicyConfig.keyed`; no policy: True)."""
 
 
 def plan_routers(
@@ -184,6 +182,7 @@ def _plan(config: Config, router: RouterConfig, logged_types: Sequence[str], rea
         ready=frozenset() if pool is None else ready_node_ids(pool, ready),
         targets=targets,
         policy=None if router.policy is None else router.policy.name,
+        deterministic=router.policy is None or router.policy.keyed,
     )
 
 

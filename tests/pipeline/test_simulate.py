@@ -43,6 +43,7 @@ ROUTERCTL = Path(sys.executable).with_name("routerctl")
 NODES = ("mq0", "mq1", "mq2", "mq3")
 CLIENTS = [f"app{i % 5}-dev{i}" for i in range(40)]
 """40 client ids in 5 families (`app0-...` to `app4-...`), so a prefix filter merges them."""
+KETAMA = ("RING", "KETAMA")
 
 
 def _config(
@@ -54,8 +55,10 @@ def _config(
     key_type: str = "CLIENT_ID",
     key_filter: str | None = None,
     router: str = "mqtt",
+    properties: tuple[tuple[str, str], ...] = (),
 ) -> Path:
     """A broker.xml with one connection router over `nodes` (one connector each, port 21000+i)."""
+    policy_properties = "".join(f'<property key="{k}" value="{v}"/>' for k, v in properties)
     connectors = "\n".join(
         f'<connector name="c-{n}">tcp://127.0.0.1:{21000 + i}?nodeId={n}</connector>'
         for i, n in enumerate(NODES)
@@ -70,7 +73,7 @@ def _config(
 <connection-routers>
   <connection-router name="{router}">
     <key-type>{key_type}</key-type>{filter_element}
-    <policy name="{policy}"/>
+    <policy name="{policy}">{policy_properties}</policy>
     <pool><static-connectors>{refs}</static-connectors></pool>
   </connection-router>
 </connection-routers>
@@ -256,6 +259,25 @@ def test_simulate_adding_a_node_moves_exactly_the_keys_routerctl_moves(spark, tm
     assert written["routers"]["mqtt"]["decisions_by_target_after"] == by_target
 
 
+def test_simulate_ketama_ring_moves_exactly_the_keys_routerctl_moves(spark, tmp_path):
+    """Scenario: the pool of 3 goes from Artemis's ring to the ketama ring and mq3 joins."""
+    old = _config(tmp_path, "old")
+    new = _config(tmp_path, "new", nodes=NODES, properties=(KETAMA,))
+    clients = _clients(CLIENTS)
+    log = tmp_path / "events.jsonl"
+    before = _write_log(log, old, clients)
+
+    summary, out = _run(spark, tmp_path, new, log)
+
+    after = {c.raw: _route_client(new, c.raw) for c in clients}
+    moved = {raw for raw in after if after[raw] != before[raw]}
+    assert moved
+    assert _keys(spark, out) == {raw: (before[raw], after[raw], raw in moved) for raw in after}
+    assert summary["moved_keys"] == len(moved)
+    assert summary["unpredictable_keys"] == 0
+    assert summary["routers"]["mqtt"]["deterministic"] is True
+
+
 def test_simulate_removing_a_node_moves_exactly_its_keys(spark, tmp_path):
     """Scenario: mq1 leaves; the log has a second router the new configuration lacks, and two
     clients whose last connection was refused (their target before is the last one they got)."""
@@ -314,11 +336,19 @@ def test_simulate_switching_to_first_element_moves_every_key_off_the_other_nodes
     assert summary["balance_after"] == {"targets": 3, "max_over_mean": 3.0, "cv": pytest.approx(2**0.5)}
 
 
-@pytest.mark.parametrize("policy", ["ROUND_ROBIN", "LEAST_CONNECTIONS"])
-def test_simulate_stateful_policy_is_reported_unpredictable(spark, tmp_path, policy):
+@pytest.mark.parametrize(
+    ("policy", "properties"),
+    [
+        ("ROUND_ROBIN", ()),
+        ("LEAST_CONNECTIONS", ()),
+        ("CONSISTENT_HASH", (KETAMA, ("LOAD_FACTOR", "1.25"))),
+    ],
+)
+def test_simulate_stateful_policy_is_reported_unpredictable(spark, tmp_path, policy, properties):
     """Scenario: a fresh engine's round-robin position (or unknown counts) says nothing about
     where a key would go: no target after, no move, out of the balance."""
-    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", policy=policy)
+    old = _config(tmp_path, "old")
+    new = _config(tmp_path, "new", policy=policy, properties=properties)
     log = tmp_path / "events.jsonl"
     clients = _clients(CLIENTS[:6])
     _write_log(log, old, clients)
@@ -487,6 +517,18 @@ def test_plan_routers_errors_say_what_is_wrong(tmp_path, logged, options, messag
     config = load_config(_config(tmp_path, "new"))
     with pytest.raises(SimulateError, match=message):
         plan_routers(config, logged, **options)
+
+
+@pytest.mark.parametrize(
+    ("properties", "deterministic"),
+    [((), True), ((KETAMA,), True), ((KETAMA, ("LOAD_FACTOR", "1.25")), False)],
+)
+def test_plan_routers_consistent_hash_is_deterministic_without_a_load_factor(
+    tmp_path, properties, deterministic
+):
+    config = load_config(_config(tmp_path, "new", properties=properties))
+    (plan,) = plan_routers(config, {"mqtt": ["CLIENT_ID"]})
+    assert plan.deterministic is deterministic
 
 
 def test_plan_routers_source_ip_replays_any_logged_key_type(tmp_path):
