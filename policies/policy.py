@@ -13,7 +13,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, ClassVar, Final, Protocol
+from typing import TYPE_CHECKING, ClassVar, Final, Protocol, TypeVar
 
 from policies.hashing import artemis_hash
 from policies.ketama import KetamaRing
@@ -195,12 +195,16 @@ MAX_LOAD_FACTOR: Final = 10
 so a value copied from it is an error, not a bound that never binds; with a factor c a target may
 take c times its share, so above 10 nothing is bounded below 10 targets anyway."""
 
+_K = TypeVar("_K")
+_R = TypeVar("_R")
+
 _DECIMAL: Final = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6})?")
 
 _RINGS_KEPT: Final = 4
-"""Ketama rings a CONSISTENT_HASH policy keeps, one per (node id, weight) list it met last: a
-target that flaps alternates two lists, and each ring is some 160 points per target (a ring of
-100 targets takes about 50 ms to build and 1 MB to keep)."""
+"""Rings a CONSISTENT_HASH policy keeps, one per list of targets it met last (node ids, and
+weights for ketama): a target that flaps alternates two lists. A ketama ring is some 160 points
+per target (one of 100 targets takes about 50 ms to build and 1 MB to keep); Artemis's ring is
+one point per target, kept so that a pick hashes the key alone, not every node id."""
 
 
 def _ring_settings(properties: Mapping[str, str]) -> tuple[str, Fraction | None]:
@@ -220,6 +224,26 @@ def _ring_settings(properties: Mapping[str, str]) -> tuple[str, Fraction | None]
     if ring != "KETAMA":
         raise ValueError(f"LOAD_FACTOR needs RING=KETAMA (got RING={ring!r}): LOAD_FACTOR={value!r}")
     return ring, factor
+
+
+class _ArtemisRing:
+    """Artemis's ring for one list of targets: one point per target at `artemis_hash(node_id)`,
+    with the index in that list of the target that owns each point."""
+
+    __slots__ = ("owners", "points")
+
+    def __init__(self, node_ids: Sequence[str]) -> None:
+        ring: dict[int, int] = {}
+        for i, node_id in enumerate(node_ids):
+            ring[artemis_hash(node_id)] = i  # later target wins, as Java's TreeMap.put
+        self.points = sorted(ring)
+        self.owners = [ring[p] for p in self.points]
+
+    def owner(self, key: str) -> int:
+        """The index of the target with the greatest point <= hash(key), else the smallest point
+        (Artemis: `floorEntry(hash) ?? firstEntry()`)."""
+        index = bisect.bisect_right(self.points, artemis_hash(key)) - 1
+        return self.owners[index] if index >= 0 else self.owners[0]
 
 
 class _PlacedRing:
@@ -263,6 +287,7 @@ class ConsistentHashPolicy(Policy):
         self.ring_type, self.load_factor = _ring_settings(properties)
         self.counts = counts
         self._rings: dict[tuple[tuple[str, int], ...], _PlacedRing] = {}
+        self._artemis_rings: dict[tuple[str, ...], _ArtemisRing] = {}
 
     @classmethod
     def validate_properties(cls, properties: Mapping[str, str]) -> None:
@@ -278,7 +303,11 @@ class ConsistentHashPolicy(Policy):
         if len(targets) == 1:
             return targets[0]
         if self.ring_type == "ARTEMIS":
-            return _select_artemis(targets, key)
+            node_ids = tuple([t.node_id for t in targets])
+            artemis = self._artemis_rings.get(node_ids)
+            if artemis is None:
+                artemis = _keep(self._artemis_rings, node_ids, _ArtemisRing(node_ids))
+            return targets[artemis.owner(key)]
         placed = self._placed(targets)
         if self.load_factor is None:
             return targets[placed.index[placed.ring.node(key)]]
@@ -296,12 +325,7 @@ class ConsistentHashPolicy(Policy):
     def _placed(self, targets: Sequence[Target]) -> _PlacedRing:
         nodes = tuple([(t.node_id, t.weight) for t in targets])
         placed = self._rings.get(nodes)
-        if placed is None:
-            placed = _PlacedRing(nodes)
-            if len(self._rings) >= _RINGS_KEPT:
-                del self._rings[next(iter(self._rings))]  # the oldest
-            self._rings[nodes] = placed
-        return placed
+        return _keep(self._rings, nodes, _PlacedRing(nodes)) if placed is None else placed
 
     def _select_bounded(
         self, targets: Sequence[Target], key: str, placed: _PlacedRing, factor: Fraction
@@ -320,13 +344,12 @@ class ConsistentHashPolicy(Policy):
         return targets[placed.index[placed.ring.node(key)]]
 
 
-def _select_artemis(targets: Sequence[Target], key: str) -> Target:
-    ring: dict[int, Target] = {}
-    for target in targets:
-        ring[artemis_hash(target.node_id)] = target  # later target wins, as Java's TreeMap.put
-    points = sorted(ring)
-    index = bisect.bisect_right(points, artemis_hash(key)) - 1
-    return ring[points[index]] if index >= 0 else ring[points[0]]
+def _keep(rings: dict[_K, _R], key: _K, ring: _R) -> _R:
+    """Keep a new ring, dropping the oldest kept one when `_RINGS_KEPT` are kept already."""
+    if len(rings) >= _RINGS_KEPT:
+        del rings[next(iter(rings))]
+    rings[key] = ring
+    return ring
 
 
 class LeastConnectionsPolicy(RoundRobinPolicy):

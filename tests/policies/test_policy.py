@@ -329,6 +329,29 @@ class TestConsistentHash:
         assert chosen is points[max(below) if below else min(points)]
 
 
+TARGET_LISTS = ((B1, B2, B3), (B3, B1), (A, B1, C, B2), (B2,), (D, A), (B1, B2, B3), (C, B, A, D))
+
+
+class TestConsistentHashKeptRings:
+    """One policy instance keeps the rings of the target lists it met last (either ring type)."""
+
+    @pytest.mark.parametrize("properties", [(), (("RING", "KETAMA"),)])
+    @given(order=st.lists(st.integers(0, 6), max_size=30), key=st.text(max_size=12))
+    def test_select_consistent_hash_kept_rings_pick_as_a_fresh_policy(self, properties, order, key):
+        kept = policy("CONSISTENT_HASH", *properties)
+        for i in order:
+            targets = TARGET_LISTS[i]
+            assert kept.select(targets, key) is policy("CONSISTENT_HASH", *properties).select(targets, key)
+
+    def test_select_consistent_hash_keeps_at_most_four_artemis_rings(self):
+        ch = policy("CONSISTENT_HASH")
+        assert isinstance(ch, ConsistentHashPolicy)
+        for targets in TARGET_LISTS:
+            ch.select(targets, "key-0")
+        assert len(ch._artemis_rings) == 4
+        assert ch._rings == {}
+
+
 # -- CONSISTENT_HASH with RING=KETAMA and LOAD_FACTOR --
 
 KETAMA = ("RING", "KETAMA")
