@@ -589,6 +589,7 @@ def test_load_config_rejects_duplicate_connector_names(tmp_path):
         ("tcp://h", "connector URL must name host and port, got 'tcp://h'"),
         ("tcp://h:99999", "connector URL has an invalid port: 'tcp://h:99999'"),
         ("tcp://h:1?nodeId", "url parameter 'nodeId' has no '=value'"),
+        ("tcp://h:1?weight=0", "weight must be an integer 1-1000000, got '0'"),
     ],
 )
 def test_load_config_rejects_bad_connector_urls(tmp_path, url, reason):
@@ -1090,6 +1091,18 @@ def test_load_config_reads_policy_properties(tmp_path):
     )
 
 
+def test_load_config_reads_the_ketama_ring_and_load_factor(tmp_path):
+    body = (
+        '<policy name="CONSISTENT_HASH"><property key="RING" value="KETAMA"/>'
+        '<property key="LOAD_FACTOR" value="1.25"/></policy>'
+    )
+    [router] = load(tmp_path, routers(_router("r", body))).routers
+    assert router.policy == PolicyConfig(
+        name="CONSISTENT_HASH", properties=(("RING", "KETAMA"), ("LOAD_FACTOR", "1.25"))
+    )
+    assert router.policy.keyed is False
+
+
 def test_load_config_accepts_the_manuals_lower_case_modulo(tmp_path):
     body = '<policy name="CONSISTENT_HASH_MODULO"><property key="modulo" value="3"/></policy>'
     [router] = load(tmp_path, routers(_router("r", body))).routers
@@ -1119,6 +1132,23 @@ def test_load_config_accepts_the_manuals_lower_case_modulo(tmp_path):
             '<policy name="ROUND_ROBIN"><property key="SEED" value="1"/></policy>',
             "policy ROUND_ROBIN has no property 'SEED' (accepted: none)",
             id="unknown-property",
+        ),
+        pytest.param(
+            '<policy name="CONSISTENT_HASH"><property key="RING" value="MAGLEV"/></policy>',
+            "RING must be one of ARTEMIS, KETAMA, got 'MAGLEV'",
+            id="ring-unknown",
+        ),
+        pytest.param(
+            '<policy name="CONSISTENT_HASH"><property key="LOAD_FACTOR" value="1.25"/></policy>',
+            "LOAD_FACTOR needs RING=KETAMA (got RING='ARTEMIS'): LOAD_FACTOR='1.25'",
+            id="load-factor-without-ketama",
+        ),
+        pytest.param(
+            '<policy name="CONSISTENT_HASH"><property key="RING" value="KETAMA"/>'
+            '<property key="LOAD_FACTOR" value="125"/></policy>',
+            "LOAD_FACTOR must be a decimal number > 1 and <= 10 (1.25: a target takes at most 25 % "
+            "more than its share), got '125'",
+            id="load-factor-as-a-percentage",
         ),
     ],
 )
