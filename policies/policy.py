@@ -81,7 +81,9 @@ class Policy:
     PROPERTIES: ClassVar[frozenset[str]] = frozenset()
     KEYED: ClassVar[bool] = False
     """Whether the pick is a function of the key and the ready targets alone (no state such as a
-    round-robin position or connection counts): `routerctl simulate` can predict it."""
+    round-robin position or connection counts): `routerctl simulate` can predict it. This is the
+    policy with its default properties; `is_keyed` (and `PolicyConfig.keyed`) says it for the
+    properties given (CONSISTENT_HASH with LOAD_FACTOR is not)."""
     registry: ClassVar[dict[str, type[Policy]]] = {}
 
     def __init_subclass__(cls) -> None:
