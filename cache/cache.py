@@ -123,6 +123,7 @@ class TargetCache:
         "_last_access",
         "_node_ids",
         "_pins",
+        "_used",
         "config",
         "evictions",
         "hits",
@@ -130,7 +131,14 @@ class TargetCache:
         "misses",
     )
 
-    def __init__(self, config: CacheConfig) -> None:
+    def __init__(self, config: CacheConfig, *, track_use: bool = False) -> None:
+        """An empty cache.
+
+        Args:
+            config: the `<cache>` element.
+            track_use: note the keys read or written (`take_used`), for a cache shared with other
+                routers, which extends their entries' expiry there.
+        """
         self.config = config
         self._node_ids: dict[str, str] = {}
         """key -> the node id chosen for it."""
@@ -143,6 +151,8 @@ class TargetCache:
         self._journal: dict[str, Row | None] | None = {} if config.persisted else None
         """A persisted cache's changes since `take_changes`; None when not persisted, or when it
         overflowed (then the next take is the whole cache)."""
+        self._used: set[str] | None = set() if track_use else None
+        """Keys read or written since `take_used` (a shared cache's); None when not tracked."""
         self.journal_max = JOURNAL_FACTOR * config.max_entries
         self.evictions = 0
         """Entries evicted to stay within `max_entries` so far."""
@@ -181,6 +191,8 @@ class TargetCache:
         last_access[key] = now
         if self._journal is not None:
             self._note(key, (node_id, now, NO_PIN))
+        if self._used is not None:
+            self._used.add(key)
         self.hits += 1
         return node_id
 
@@ -199,6 +211,8 @@ class TargetCache:
         last_access[key] = now
         if self._journal is not None:
             self._note(key, (node_id, now, NO_PIN))
+        if self._used is not None:
+            self._used.add(key)
 
     def evict(self, key: str) -> bool:
         """Remove one entry (or pin); whether it was there."""
@@ -208,20 +222,20 @@ class TargetCache:
             self._note(key, None)
         return gone
 
-    def evict_target(self, node_id: str) -> int:
-        """Remove every entry and pin of one node id; how many."""
+    def evict_target(self, node_id: str) -> list[str]:
+        """Remove every entry and pin of one node id; their keys."""
         keys = [k for k, n in self._node_ids.items() if n == node_id]
         keys += [k for k, (n, _) in self._pins.items() if n == node_id]
         for key in keys:
             self.evict(key)
-        return len(keys)
+        return keys
 
-    def clear(self) -> int:
-        """Remove every entry and pin; how many."""
+    def clear(self) -> list[str]:
+        """Remove every entry and pin; their keys."""
         keys = [*self._node_ids, *self._pins]
         for key in keys:
             self.evict(key)
-        return len(keys)
+        return keys
 
     def pin(self, key: str, node_id: str, now: float, until: float = math.inf) -> None:
         """Send `key` to `node_id` whatever the policy says until `until` (the caller's clock;
@@ -312,6 +326,19 @@ class TargetCache:
         }
         rows.update((k, (n, now, until)) for k, (n, until) in self._pins.items())
         return Changes(rows, full=True)
+
+    def take_used(self) -> set[str]:
+        """The keys read or written since the last call (empty unless tracked)."""
+        used = self._used
+        if not used:
+            return set()
+        self._used = set()
+        return used
+
+    def node_of(self, key: str) -> str | None:
+        """The node id of a key's entry or pin, as it is (no refresh, expired or not)."""
+        pin = self._pins.get(key)
+        return pin[0] if pin is not None else self._node_ids.get(key)
 
     def resync(self) -> None:
         """Make the next `take_changes` the whole cache (the store lost a write)."""

@@ -18,15 +18,23 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
 
 from cache.cache import Changes
-from router.core.engine import DecisionReason, RouteDecision, RouteStatus, RoutingEngine, build_pool
+from router.core.engine import (
+    DecisionReason,
+    QuorumWait,
+    RouteDecision,
+    RouteStatus,
+    RoutingEngine,
+    build_pool,
+)
 from router.core.events import Accepted, CloseReason, ConnectionRef, ConnectionsClosed, LookedUp
 from router.core.live import LiveConnections, closed_by_pool_change
 from router.core.plan import after_connect_failed
+from router.core.shared_cache import SharedEntry
 from router.core.status import snapshot
 from router.reports import MetricUpdates, log_event
 
@@ -38,20 +46,36 @@ if TYPE_CHECKING:
     from pools import Connector, PoolEvent, Target, TargetState
     from router.config.settings import AcceptorConfig, Config, RouterConfig
     from router.core.address import Address
-    from router.core.engine import QuorumWait
+    from router.core.engine import Wait
     from router.core.events import Event, Subscriber
     from router.core.live import LiveConnection
     from router.core.plan import Opening, Proxy, Refuse
     from router.core.status import RouterStatus
     from router.metrics import Metrics
 
-__all__ = ["RouterRuntime"]
+__all__ = ["RouterRuntime", "SharedCacheClient"]
 
 CACHE_PURGE_MIN_PERIOD_S: Final = 1.0
 """Sweep expired cache entries at most this often (a tiny timeout would otherwise spin)."""
 
 _connection_ids = itertools.count(1)
 """Connection ids, unique in the process (`next` on a count is atomic under the GIL)."""
+
+
+class SharedCacheClient(Protocol):
+    """What a router asks of its cache shared through ZooKeeper (router/services/shared_cache.py)."""
+
+    async def lookup(self, key: str) -> SharedEntry | object | None:
+        """The key's entry (None: there is none), or something else when ZooKeeper did not answer."""
+        ...
+
+    def missed(self, key: str) -> None:
+        """A decision for `key` was made without ZooKeeper: claim it when ZooKeeper answers."""
+
+    async def claim(self, key: str, node_id: str) -> SharedEntry | None:
+        """Make `node_id` the key's entry unless another router's is there first: the entry in
+        force (None: ZooKeeper did not answer)."""
+        ...
 
 
 class _Keep:
@@ -95,6 +119,10 @@ class RouterRuntime:
         updates = MetricUpdates(metrics)
         updates.router_started(self.name, None if pool is None else [t.node_id for t in pool.targets])
         self._subscribers: tuple[Subscriber, ...] = (log_event, updates)
+        self._shared: SharedCacheClient | None = None
+        """The cache shared through ZooKeeper (router/services/shared_cache.py), once attached."""
+        self._shared_evicted: set[str] = set()
+        """Keys operators evicted, for a shared cache to delete in ZooKeeper."""
         self._cache_reported = (0, 0, 0)
         """The cache's evictions, hits and misses at the last scrape."""
         if self._engine.cache is not None:
@@ -136,7 +164,7 @@ class RouterRuntime:
 
     # -- decisions (either thread) --
 
-    def decide_now(self, facts: ConnectionFacts, now: float) -> RouteDecision | QuorumWait:
+    def decide_now(self, facts: ConnectionFacts, now: float) -> RouteDecision | Wait:
         """The SPEC A1 workflow for a connection as far as it goes without waiting (`RoutingEngine.begin`).
 
         Args:
@@ -165,6 +193,40 @@ class RouterRuntime:
             )
         return after_connect_failed(acceptor, self.name, opening, decision)
 
+    def attach_shared(self, shared: SharedCacheClient) -> None:
+        """Use `shared` for the misses of a cache shared through ZooKeeper (before serving)."""
+        self._shared = shared
+
+    async def resolve(self, wait: Wait) -> RouteDecision:
+        """Finish a decision that had to wait (trio thread): ask the shared cache, and/or wait
+        for the quorum; a new choice is claimed in the shared cache, and another router's choice
+        that won the claim is adopted when its target is ready."""
+        if isinstance(wait, QuorumWait):
+            return await self.wait_for_quorum(wait)
+        shared = self._shared
+        assert shared is not None, "a router whose engine asks for its shared cache has one"
+        found = await shared.lookup(wait.key)
+        entry = found if isinstance(found, SharedEntry) else None
+        with self._lock:
+            step = self._engine.after_shared(
+                wait, None if entry is None else entry.node_id, trio.current_time()
+            )
+        decision = step if isinstance(step, RouteDecision) else await self.wait_for_quorum(step)
+        if decision.reason is not DecisionReason.POLICY or decision.target is None:
+            return decision
+        if not isinstance(found, SharedEntry) and found is not None:  # ZooKeeper did not answer
+            shared.missed(wait.key)
+            return decision
+        winner = await shared.claim(wait.key, decision.target.node_id)
+        if winner is None or winner.node_id == decision.target.node_id:
+            return decision
+        with self._lock:
+            adopted = self._engine.adopt(wait.key, winner.node_id, trio.current_time())
+        if adopted is None:
+            return decision
+        self.metrics.cache_shared_conflicts.inc((self.name,))
+        return adopted
+
     async def wait_for_quorum(self, wait: QuorumWait) -> RouteDecision:
         """Wait up to the quorum timeout for the pool to have routing targets, then decide (trio
         thread). The caller's cancel scope bounds the wait as well."""
@@ -174,11 +236,11 @@ class RouterRuntime:
             return self._engine.finish(wait, trio.current_time())
 
     async def decide(self, facts: ConnectionFacts) -> RouteDecision:
-        """The whole workflow, waiting for the quorum when it must (trio thread)."""
+        """The whole workflow, waiting (for the shared cache, the quorum) when it must (trio thread)."""
         decision = self.decide_now(facts, trio.current_time())
         if isinstance(decision, RouteDecision):
             return decision
-        return await self.wait_for_quorum(decision)
+        return await self.resolve(decision)
 
     def lookup(self, key: str) -> RouteDecision:
         """The management lookup (SPEC A7): from step 3, no quorum wait; reported `LookedUp`."""
@@ -235,7 +297,8 @@ class RouterRuntime:
             return self._cache().entry(key, trio.current_time())
 
     def cache_evict(self, *, key: str | None = None, node_id: str | None = None) -> int:
-        """Evict one key, every entry of one target, or (neither given) everything; how many.
+        """Evict one key, every entry of one target, or (neither given) everything; how many. A
+        shared cache deletes their entries in ZooKeeper too (`take_cache_use`).
 
         Raises:
             LookupError: the router has no cache.
@@ -243,10 +306,41 @@ class RouterRuntime:
         with self._lock:
             cache = self._cache()
             if key is not None:
-                return int(cache.evict(key))
-            if node_id is not None:
-                return cache.evict_target(node_id)
-            return cache.clear()
+                keys = [key] if cache.evict(key) else []
+            elif node_id is not None:
+                keys = cache.evict_target(node_id)
+            else:
+                keys = cache.clear()
+            if self._engine.shared:
+                self._shared_evicted.update(keys if key is None else [key])
+            return len(keys)
+
+    def take_cache_use(self) -> tuple[set[str], set[str]]:
+        """A shared cache's work since the last call: the keys used (read or written), and the
+        keys operators evicted."""
+        with self._lock:
+            cache = self._engine.cache
+            used = set() if cache is None else cache.take_used()
+            evicted, self._shared_evicted = self._shared_evicted, set()
+        return used, evicted
+
+    def cached_node(self, key: str) -> str | None:
+        """The node id the router's own cache holds for a key (expired or not), if any."""
+        with self._lock:
+            cache = self._engine.cache
+            return None if cache is None else cache.node_of(key)
+
+    def follow_shared(self, key: str, node_id: str | None) -> None:
+        """Another router changed a key's shared entry: hold its node id from now on (None: it
+        was deleted, so the router's own entry goes too)."""
+        with self._lock:
+            cache = self._engine.cache
+            if cache is None:
+                return
+            if node_id is None:
+                cache.evict(key)
+            else:
+                cache.put(key, node_id, trio.current_time())
 
     def cache_pin(self, key: str, node_id: str, duration_s: float | None = None) -> CacheEntry:
         """Pin a key to a target of the pool (for `duration_s`, or until evicted); the new entry.
@@ -386,6 +480,11 @@ class RouterRuntime:
         with self._lock:
             assert self._pool is not None, "only a router with a pool has targets"
             return self._pool.state(node_id)
+
+    def target_ready(self, node_id: str) -> bool:
+        """Whether the pool has a ready target with this node id now."""
+        with self._lock:
+            return self._pool is not None and self._pool.ready_target(node_id) is not None
 
     def ready_count(self) -> int:
         """How many of the pool's targets are ready now."""

@@ -56,6 +56,7 @@ from router.services.cache_store import (
 from router.services.discovery import serve_discovery
 from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
+from router.services.shared_cache import SharedCache
 from router.services.ttl_checks import serve_connection_ttl_checks
 
 if TYPE_CHECKING:
@@ -317,6 +318,10 @@ async def _start_services(
         group = config.pool_discovery_group(runtime.config)
         if group is not None and group.zookeeper is not None:
             await services.start(serve_discovery, runtime, group.zookeeper)
+        if runtime.config.cache_zookeeper is not None:
+            shared = SharedCache(runtime, runtime.config.cache_zookeeper)
+            runtime.attach_shared(shared)
+            await services.start(shared.serve)
         if runtime.name in with_ttl:
             services.start_soon(serve_connection_ttl_checks, runtime, ttl.check_interval_ms / 1000)
     if admin is None:

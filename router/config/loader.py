@@ -732,9 +732,11 @@ class _Loader:
         if (ref := children.get("local-target-connector-ref")) is not None:
             local_connector = self._ref(ref)
             self._connector_ref(ref, local_connector, tcp_only=True)
-        cache = None
+        cache = cache_zookeeper = None
         if (cache_element := children.get("cache")) is not None:
             cache = self._cache(cache_element, name)
+            if (shared := self._unique_children(cache_element).get("zookeeper")) is not None:
+                cache_zookeeper = self._zookeeper(shared)
         pool = None
         if (pool_element := children.get("pool")) is not None:
             pool = self._pool(pool_element)
@@ -749,6 +751,7 @@ class _Loader:
                 local_target_filter=local_target_filter,
                 local_connector=local_connector,
                 cache=cache,
+                cache_zookeeper=cache_zookeeper,
                 policy=policy,
                 pool=pool,
                 **fields,

@@ -282,11 +282,16 @@ class RouterConfig:
     key_max_length: int = DEFAULT_KEY_MAX_LENGTH
     """Our extension `<key-max-length>`: a longer raw key (characters) counts as missing (NULL)."""
     cache: CacheConfig | None = None
+    cache_zookeeper: ZooKeeperConfig | None = None
+    """Our `<zookeeper>` inside `<cache>`: the cache is shared with the other routers whose cache
+    names the same ensemble and path (router/services/shared_cache.py)."""
     policy: PolicyConfig | None = None
     pool: PoolConfig | None = None
 
     def __post_init__(self) -> None:
         check(ValueKind.NAME, "connection-router name", self.name)
+        if self.cache_zookeeper is not None and self.cache is None:
+            raise ValueError("a shared cache (<zookeeper>) needs a <cache>")
         check(ValueKind.POSITIVE, "key-max-length", self.key_max_length)
         compile_filter(self.key_filter, "key-filter")
         compile_filter(self.local_target_filter, "local-target-filter")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from cache import TargetCache
 from keys import NULL_KEY, is_internal_client_id, resolve_key
@@ -39,7 +39,16 @@ if TYPE_CHECKING:
     from pools import Connector
     from router.config.settings import Config, RouterConfig
 
-__all__ = ["DecisionReason", "QuorumWait", "RouteDecision", "RouteStatus", "RoutingEngine", "build_pool"]
+__all__ = [
+    "DecisionReason",
+    "QuorumWait",
+    "RouteDecision",
+    "RouteStatus",
+    "RoutingEngine",
+    "SharedCacheWait",
+    "Wait",
+    "build_pool",
+]
 
 
 class RouteStatus(enum.Enum):
@@ -91,6 +100,20 @@ class QuorumWait:
     """The key after filter and transform."""
     timeout_s: float
     """`quorum-timeout` in seconds (> 0)."""
+
+
+@quick_init
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SharedCacheWait:
+    """Step 6 of a router whose cache is shared through ZooKeeper found no usable entry in its own
+    copy: ask the shared cache for the key (the runtime's), then `RoutingEngine.after_shared`."""
+
+    key: str
+    """The key after filter and transform."""
+
+
+Wait: TypeAlias = QuorumWait | SharedCacheWait
+"""What `RoutingEngine.begin` returns when the decision needs to wait (the runtime waits)."""
 
 
 @quick_init
@@ -184,7 +207,13 @@ class RoutingEngine:
             if config.policy is not None
             else None
         )
-        self.cache = TargetCache(config.cache) if config.cache is not None else None
+        self.cache = (
+            TargetCache(config.cache, track_use=config.cache_zookeeper is not None)
+            if config.cache is not None
+            else None
+        )
+        self.shared = config.cache_zookeeper is not None
+        """Whether the cache is shared through ZooKeeper: `begin` asks for it on a miss."""
         self._key_filter = compile_filter(config.key_filter, "key-filter")
         self._local_filter = compile_filter(config.local_target_filter, "local-target-filter")
 
@@ -312,16 +341,23 @@ class RoutingEngine:
             return self.local_decision(self.connection_key(facts), DecisionReason.INTERNAL_CLIENT_ID)
         return self.decide(self.connection_key(facts), now)
 
-    def begin(self, facts: ConnectionFacts, now: float) -> RouteDecision | QuorumWait:
-        """The workflow for a connection as far as it goes without waiting: the decision, or
-        `QuorumWait` when step 7 must wait for the quorum (then `select` once it holds or the wait
-        is over). Nothing is cached and no round-robin position moves before the final `select`."""
+    def begin(self, facts: ConnectionFacts, now: float) -> RouteDecision | Wait:
+        """The workflow for a connection as far as it goes without waiting: the decision,
+        `SharedCacheWait` when a shared cache must be asked (then `after_shared`), or `QuorumWait`
+        when step 7 must wait for the quorum (then `finish` once it holds or the wait is over).
+        Nothing is cached and no round-robin position moves before the final `select`."""
         key = self.connection_key(facts)
         if self.is_internal(facts):
             return self.local_decision(key, DecisionReason.INTERNAL_CLIENT_ID)
         decision = self.early(key, now)
         if decision is not None:
             return decision
+        if self.shared:
+            return SharedCacheWait(key=key)
+        return self._from_pool(key, now)
+
+    def _from_pool(self, key: str, now: float) -> RouteDecision | QuorumWait:
+        """Steps 7-9: the policy's pick, or `QuorumWait` when the quorum must be waited for."""
         pool = self.pool
         assert pool is not None, "early() refuses when there is no pool"
         timeout_ms = 0 if self.config.pool is None else self.config.pool.quorum_timeout_ms
@@ -329,6 +365,29 @@ class RoutingEngine:
         if not targets and timeout_ms > 0 and pool.ready_count() < pool.quorum_size:
             return QuorumWait(key=key, timeout_s=timeout_ms / 1000)
         return self.select(key, targets, now)
+
+    def after_shared(
+        self, wait: SharedCacheWait, node_id: str | None, now: float
+    ) -> RouteDecision | QuorumWait:
+        """Step 6 with the shared cache's answer (`node_id`, None: no entry, or ZooKeeper did not
+        answer): its target when that is ready (copied into the router's own cache), else steps
+        7-9 as without a shared cache."""
+        if node_id is not None:
+            decision = self.adopt(wait.key, node_id, now)
+            if decision is not None:
+                return decision
+        return self._from_pool(wait.key, now)
+
+    def adopt(self, key: str, node_id: str, now: float) -> RouteDecision | None:
+        """Take another router's choice for a key from the shared cache: cached here too and
+        decided (reason `cache`) when its target is ready; None when it is not."""
+        assert self.cache is not None, "only a shared cache adopts"
+        assert self.pool is not None, "early() refuses when there is no pool"
+        target = self.pool.ready_target(node_id)
+        if target is None:
+            return None
+        self.cache.put(key, node_id, now)
+        return self._ok(key, target, DecisionReason.CACHE)
 
     def finish(self, wait: QuorumWait, now: float) -> RouteDecision:
         """Steps 8-9 after a quorum wait (whether or not the quorum came)."""

@@ -30,7 +30,7 @@ from keys import ConnectionFacts, KeyType
 from keys.proxy_protocol import encode_v1, encode_v2
 from router.config.settings import AcceptorMode
 from router.core import answers
-from router.core.engine import DecisionReason, QuorumWait, RouteStatus
+from router.core.engine import DecisionReason, QuorumWait, RouteStatus, SharedCacheWait, Wait
 from router.core.events import Decided, Mode
 from router.core.records import quick_init
 
@@ -140,6 +140,8 @@ class HandOverReason(enum.Enum):
 
     QUORUM_WAIT = "quorum wait"
     """The pool is below its quorum: the decision waits (up to quorum-timeout)."""
+    SHARED_CACHE = "shared cache"
+    """The key's entry must be read from the cache shared through ZooKeeper."""
     TARGET_OPENING = "the target's opening must be read"
     """Proxying a server-first opening the router answered: the target's answer must be read first."""
     NAME_LOOKUP = "the connector is a host name"
@@ -152,8 +154,9 @@ class HandOver:
     """The fast path cannot carry this out without waiting: the trio side continues."""
 
     reason: HandOverReason
-    then: Proxy | QuorumWait
-    """What the trio side does: carry out this Proxy, or wait for the quorum and decide."""
+    then: Proxy | Wait
+    """What the trio side does: carry out this Proxy, or wait (for the shared cache, the quorum) and
+    decide."""
 
 
 Action: TypeAlias = Refuse | Redirect | Proxy | HandOver
@@ -342,10 +345,12 @@ def not_authorized_answer(router: str, opening: Opening) -> bytes:
     return _with_owed(opening, answers.not_authorized(opening.sniffed, router))
 
 
-def for_fast_path(action: Refuse | Redirect | Proxy | QuorumWait) -> Action:
+def for_fast_path(action: Refuse | Redirect | Proxy | Wait) -> Action:
     """The action as the fast path carries it out: what needs waiting becomes `HandOver`."""
     if isinstance(action, QuorumWait):
         return HandOver(reason=HandOverReason.QUORUM_WAIT, then=action)
+    if isinstance(action, SharedCacheWait):
+        return HandOver(reason=HandOverReason.SHARED_CACHE, then=action)
     if isinstance(action, Proxy):
         if action.preamble is not None:
             return HandOver(reason=HandOverReason.TARGET_OPENING, then=action)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never, cast
 
 from keys import SniffError
 from router.core.address import Address, endpoint
-from router.core.engine import QuorumWait
+from router.core.engine import QuorumWait, SharedCacheWait
 from router.core.events import Closed, CloseReason, Connected, ConnectFailed, OpeningFailed, OpeningFailure
 from router.core.live import LiveConnection
 from router.core.opening import SniffBuffer
@@ -100,7 +100,7 @@ class HandedOver:
     """Its reference (reported Accepted already)."""
     opening: Opening
     """What its opening phase read."""
-    then: Proxy | QuorumWait
+    then: Proxy | QuorumWait | SharedCacheWait
     """A Proxy to carry out (decided, planned and reported here), or the quorum to wait for."""
     retry: bool = True
     """Whether a failed connect of the Proxy may still go to another target (False for a
@@ -550,7 +550,7 @@ class FastPath:
         try:
             facts = routing_facts(opening)
             decision = runtime.decide_now(facts, now)
-            if isinstance(decision, QuorumWait):
+            if isinstance(decision, (QuorumWait, SharedCacheWait)):
                 action = for_fast_path(decision)
             else:
                 planned = plan(acceptor.config, runtime.name, opening, decision)

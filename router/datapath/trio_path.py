@@ -30,7 +30,7 @@ from keys import SniffError
 from keys.detect import detect_tls
 from router.core.address import Address, endpoint
 from router.core.auth import authenticate
-from router.core.engine import DecisionReason, QuorumWait, RouteDecision, RouteStatus
+from router.core.engine import DecisionReason, RouteDecision, RouteStatus, Wait
 from router.core.events import (
     Closed,
     CloseReason,
@@ -202,7 +202,7 @@ async def _serve(
     conn: ConnectionRef,
     opened: _Opened,
     *,
-    then: Proxy | QuorumWait | None = None,
+    then: Proxy | Wait | None = None,
     retry: bool = True,
 ) -> None:
     """Decide (unless `then` says how far the fast path got), plan, and carry the plan out. The
@@ -214,17 +214,17 @@ async def _serve(
             await _proxy_or_refuse(client, acceptor, conn, opening, then, retry=retry)
             return
         started = trio.current_time()
-        decision: RouteDecision | QuorumWait
+        decision: RouteDecision | Wait
         if then is None:
             outcome = _decide_now(acceptor, conn, opened)
             if outcome is None:  # refused by the router's own authentication
                 await _answer(client, not_authorized_answer(runtime.name, opening))
                 return
             facts, decision = outcome
-        else:  # a quorum wait handed over by the fast path, which serves no TLS or authentication
+        else:  # a wait handed over by the fast path, which serves no TLS or authentication
             facts, decision = routing_facts(opening), then
-        if isinstance(decision, QuorumWait):
-            decision = await _wait_for_quorum(acceptor, decision)
+        if not isinstance(decision, RouteDecision):
+            decision = await _wait(acceptor, decision)
         action = plan(acceptor.config, runtime.name, opening, decision)
         latency_s = trio.current_time() - started
         runtime.report(decided(conn, opening, action, facts=facts, latency_s=latency_s))
@@ -239,7 +239,7 @@ async def _serve(
 
 def _decide_now(
     acceptor: ServedAcceptor, conn: ConnectionRef, opened: _Opened
-) -> tuple[ConnectionFacts, RouteDecision | QuorumWait] | None:
+) -> tuple[ConnectionFacts, RouteDecision | Wait] | None:
     """Authenticate (the router's own store), gather the facts and decide as far as possible
     without waiting; None when authentication refused the client (reported)."""
     runtime, opening = acceptor.runtime, opened.opening
@@ -259,11 +259,11 @@ def _decide_now(
     return facts, runtime.decide_now(facts, trio.current_time())
 
 
-async def _wait_for_quorum(acceptor: ServedAcceptor, wait: QuorumWait) -> RouteDecision:
-    """The quorum wait, bounded by the routing deadline as well."""
+async def _wait(acceptor: ServedAcceptor, wait: Wait) -> RouteDecision:
+    """The shared cache's answer or the quorum wait, bounded by the routing deadline as well."""
     try:
         with trio.fail_after(acceptor.limits.route_timeout_s):
-            return await acceptor.runtime.wait_for_quorum(wait)
+            return await acceptor.runtime.resolve(wait)
     except trio.TooSlowError:
         return RouteDecision(
             key=wait.key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=DecisionReason.ROUTING_TIMED_OUT

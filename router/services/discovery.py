@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final, Protocol, assert_never
 
 import trio
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError as _KazooBadVersion
 from kazoo.exceptions import KazooException
 from kazoo.exceptions import NodeExistsError as _KazooNodeExists
 from kazoo.exceptions import NoNodeError as _KazooNoNode
@@ -58,9 +59,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DiscoveryClient",
+    "NoNodeError",
     "NodeExistsError",
     "RegistrationError",
     "Session",
+    "VersionMismatchError",
     "ZooKeeper",
     "ZooKeeperError",
     "serve_discovery",
@@ -101,8 +104,12 @@ class NodeExistsError(ZooKeeperError):
     """The znode to create exists already."""
 
 
-class _NoNodeError(ZooKeeperError):
+class NoNodeError(ZooKeeperError):
     """The znode is not there."""
+
+
+class VersionMismatchError(ZooKeeperError):
+    """The znode's version is not the one given (another client changed it meanwhile)."""
 
 
 class RegistrationError(Exception):
@@ -127,7 +134,9 @@ def _translate(what: str) -> Iterator[None]:
     except _KazooNodeExists as exc:
         raise NodeExistsError(f"{what}: znode exists") from exc
     except _KazooNoNode as exc:
-        raise _NoNodeError(f"{what}: no such znode") from exc
+        raise NoNodeError(f"{what}: no such znode") from exc
+    except _KazooBadVersion as exc:
+        raise VersionMismatchError(f"{what}: version changed") from exc
     except (KazooException, KazooTimeoutError) as exc:
         raise ZooKeeperError(f"{what}: {type(exc).__name__} {exc}".rstrip()) from exc
 
@@ -271,6 +280,74 @@ class ZooKeeper:
                 return False
         return True
 
+    # -- plain znodes (the shared cache) --
+
+    def read(self, path: str, watch: Callable[[str], None] | None = None) -> tuple[bytes, int] | None:
+        """A znode's data and version, setting a data watch when `watch` is given (called, in a
+        kazoo thread, with the path when the znode changes or goes); None when it is not there
+        (then the watch fires when it is created).
+
+        Raises:
+            ZooKeeperError: the connection or the session failed.
+        """
+        watcher = None if watch is None else _path_watcher(watch)
+        with _translate(f"read {path}"):
+            try:
+                data, stat = self._client.get(path, watch=watcher)
+            except _KazooNoNode:
+                if self._client.exists(path, watch=watcher) is None:
+                    return None
+                data, stat = self._client.get(path, watch=watcher)  # created meanwhile
+        return bytes(data or b""), int(stat.version)
+
+    def create(self, path: str, data: bytes) -> None:
+        """Create a persistent znode (and its missing parents).
+
+        Raises:
+            NodeExistsError: it exists.
+            ZooKeeperError: anything else failed.
+        """
+        with _translate(f"create {path}"):
+            self._client.create(path, data, makepath=True)
+
+    def update(self, path: str, data: bytes, version: int) -> int:
+        """Set a znode's data if its version is still `version` (-1: whatever it is); the new version.
+
+        Raises:
+            VersionMismatchError: another client changed it since.
+            NoNodeError: it is not there.
+            ZooKeeperError: anything else failed.
+        """
+        with _translate(f"update {path}"):
+            return int(self._client.set(path, data, version=version).version)
+
+    def delete(self, path: str, version: int = -1) -> bool:
+        """Delete a znode if its version is still `version` (-1: whatever it is); False when it
+        was not there.
+
+        Raises:
+            VersionMismatchError: another client changed it since.
+            ZooKeeperError: anything else failed.
+        """
+        with _translate(f"delete {path}"):
+            try:
+                self._client.delete(path, version=version)
+            except _KazooNoNode:
+                return False
+        return True
+
+    def children(self, path: str) -> list[str]:
+        """The names of a znode's children (none when it is not there).
+
+        Raises:
+            ZooKeeperError: the connection or the session failed.
+        """
+        with _translate(f"list {path}"):
+            try:
+                return [str(name) for name in self._client.get_children(path)]
+            except _KazooNoNode:
+                return []
+
     def close(self) -> None:
         """End the session (its ephemeral znodes go at once) and stop kazoo's threads."""
         self._client.stop()
@@ -280,6 +357,22 @@ class ZooKeeper:
         """`close` in a worker thread, abandoned if cancelled (bound it: an unreachable ZooKeeper
         can hold it)."""
         await trio.to_thread.run_sync(self.close, abandon_on_cancel=True)
+
+
+_WATCHERS: dict[Callable[[str], None], Callable[[object], None]] = {}
+"""One kazoo watcher per callback: kazoo keeps watchers in a set, so setting the same watch again
+does not pile up copies."""
+
+
+def _path_watcher(callback: Callable[[str], None]) -> Callable[[object], None]:
+    watcher = _WATCHERS.get(callback)
+    if watcher is None:
+
+        def watcher(event: object) -> None:
+            callback(str(getattr(event, "path", "")))
+
+        _WATCHERS[callback] = watcher
+    return watcher
 
 
 class _Inbox:

@@ -1035,6 +1035,23 @@ def test_load_config_reads_a_persisted_cache_file(tmp_path):
     assert router.cache == CacheConfig(persisted=True, file="/var/lib/c.sqlite")
 
 
+def test_load_config_reads_a_shared_cache(tmp_path):
+    shared = '<zookeeper connect="127.0.0.1:2181,127.0.0.2:2181" path="/cr/cache" session-timeout="4000"/>'
+    text = routers(_router("r", f"<cache><timeout>1000</timeout>{shared}</cache>"))
+    [router] = load(tmp_path, text).routers
+    assert router.cache == CacheConfig(timeout_ms=1000)
+    assert router.cache_zookeeper == ZooKeeperConfig(
+        connect="127.0.0.1:2181,127.0.0.2:2181", path="/cr/cache", session_timeout_ms=4000
+    )
+
+
+def test_load_config_rejects_a_bad_shared_cache_path(tmp_path):
+    text = routers(_router("r", '\n<cache><zookeeper connect="127.0.0.1:2181" path="cache"/></cache>'))
+    assert_error(
+        tmp_path, text, "<zookeeper", "zookeeper", "path must be an absolute znode path below /, got 'cache'"
+    )
+
+
 def test_load_config_rejects_a_cache_file_without_persistence(tmp_path):
     text = routers(_router("r", "\n<cache><file>c.sqlite</file></cache>"))
     assert_error(

@@ -10,6 +10,7 @@ computed with Java 17 (see tests/policies/test_hashing.py):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
@@ -19,13 +20,20 @@ from keys.resolve import NULL_KEY, ConnectionFacts, KeyType
 from policies.policy import FirstElementPolicy, Policy, PolicyConfig
 from pools.pool import Pool, PoolConfig, PoolKind
 from pools.target import Connector, Target
-from router.config.settings import ClusterConnectionConfig, Config, DiscoveryGroupConfig, RouterConfig
+from router.config.settings import (
+    ClusterConnectionConfig,
+    Config,
+    DiscoveryGroupConfig,
+    RouterConfig,
+    ZooKeeperConfig,
+)
 from router.core.engine import (
     DecisionReason,
     QuorumWait,
     RouteDecision,
     RouteStatus,
     RoutingEngine,
+    SharedCacheWait,
     build_pool,
 )
 from tests.policies.test_policy import FakeCounts
@@ -909,3 +917,58 @@ class TestHaPairTargets:
     def test_plain_decision_connector_defaults_to_the_target_connector(self):
         decision = RouteDecision(key="k", status=RouteStatus.OK, reason=DecisionReason.POLICY, target=B1)
         assert decision.connector == B1.connector
+
+
+# -- a cache shared through ZooKeeper --
+
+
+def shared_engine(ready: Sequence[str] | None = None) -> RoutingEngine:
+    engine = make_engine(cache_timeout_ms=0, ready=ready)
+    config = dataclasses.replace(
+        engine.config, cache_zookeeper=ZooKeeperConfig(connect="127.0.0.1:2181", path="/cache")
+    )
+    return RoutingEngine(config, engine.pool, LOCAL)
+
+
+class TestSharedCache:
+    def test_a_miss_asks_the_shared_cache_and_a_hit_does_not(self):
+        engine = shared_engine()
+        assert engine.begin(client("k"), 0.0) == SharedCacheWait(key="k")
+        decision = engine.after_shared(SharedCacheWait(key="k"), None, 0.0)
+        assert isinstance(decision, RouteDecision)
+        assert (node(decision), decision.reason) == ("broker1", DecisionReason.POLICY)
+        hit = engine.begin(client("k"), 1.0)
+        assert isinstance(hit, RouteDecision)
+        assert hit.reason is DecisionReason.CACHE
+
+    def test_another_routers_ready_choice_is_adopted_and_cached(self):
+        engine = shared_engine()
+        decision = engine.after_shared(SharedCacheWait(key="k"), "broker3", 0.0)
+        assert isinstance(decision, RouteDecision)
+        assert (node(decision), decision.reason) == ("broker3", DecisionReason.CACHE)
+        assert engine.cache is not None
+        assert engine.cache.entries(0.0) == {"k": "broker3"}
+
+    def test_a_choice_on_a_target_not_ready_here_is_bypassed(self):
+        engine = shared_engine(ready=["broker1", "broker2"])
+        decision = engine.after_shared(SharedCacheWait(key="k"), "broker3", 0.0)
+        assert isinstance(decision, RouteDecision)
+        assert (node(decision), decision.reason) == ("broker1", DecisionReason.POLICY)
+        assert engine.adopt("k", "broker3", 0.0) is None
+
+    def test_a_local_entry_on_a_target_gone_down_asks_the_shared_cache_again(self):
+        engine = shared_engine()
+        assert engine.cache is not None
+        engine.cache.put("k", "broker2", 0.0)
+        assert engine.pool is not None
+        engine.pool.record_check("broker2", False)
+        assert engine.begin(client("k"), 1.0) == SharedCacheWait(key="k")
+
+    def test_used_keys_are_tracked_for_the_shared_cache(self):
+        engine = shared_engine()
+        assert engine.cache is not None
+        engine.cache.put("a", "broker1", 0.0)
+        engine.cache.get("a", 1.0)
+        engine.cache.put("b", "broker1", 1.0)
+        assert engine.cache.take_used() == {"a", "b"}
+        assert engine.cache.take_used() == set()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cache.cache import NO_PIN, Changes
+from cache.cache import NO_PIN, Changes, Row
 from router.services.cache_store import CacheStore, CacheStoreError, set_aside
 
 
@@ -45,7 +45,11 @@ def test_store_round_trips_entries_and_pins_in_wall_clock_time(tmp_path):
 def test_store_load_deletes_expired_entries_and_ended_pins(tmp_path):
     path = str(tmp_path / "c.sqlite")
     store = CacheStore.open(path)
-    rows = {"old": ("b", 0.0, NO_PIN), "fresh": ("b", 9.0, NO_PIN), "ended": ("b", 9.0, 9.5)}
+    rows: dict[str, Row | None] = {
+        "old": ("b", 0.0, NO_PIN),
+        "fresh": ("b", 9.0, NO_PIN),
+        "ended": ("b", 9.0, 9.5),
+    }
     store.write(Changes(rows), 0.0)
     assert [k for k, _ in store.load(now=10.0, timeout_ms=5000)] == ["fresh"]
     store.close()

@@ -1,0 +1,163 @@
+"""Tests for router/services/shared_cache.py against a real ZooKeeper (one per test session, a path
+per test): claims that race, another router's change followed through a watch, expiry extended by
+use and swept, an operator's eviction deleted, and a reconcile after decisions made alone.
+
+Two `SharedCache`s over two `RouterRuntime`s stand for two routers (each with its own kazoo
+session); their targets are marked ready by hand, as the first probe would.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from cache import CacheConfig
+from keys import ConnectionFacts, KeyType
+from policies import PolicyConfig
+from pools import Connector, PoolConfig, PoolKind
+from router.config.settings import Config, RouterConfig, ZooKeeperConfig
+from router.core.shared_cache import SharedEntry, znode_of
+from router.metrics import Metrics
+from router.runtime import RouterRuntime
+from router.services.shared_cache import UNAVAILABLE, SharedCache
+
+NODES = ("b1", "b2", "b3")
+
+
+def _runtime(timeout_ms: int, zookeeper: ZooKeeperConfig) -> RouterRuntime:
+    connectors = tuple(
+        Connector.from_url(n, f"tcp://127.0.0.1:{21100 + i}?nodeId={n}") for i, n in enumerate(NODES)
+    )
+    router = RouterConfig(
+        name="r",
+        key_type=KeyType.CLIENT_ID,
+        cache=CacheConfig(timeout_ms=timeout_ms),
+        cache_zookeeper=zookeeper,
+        policy=PolicyConfig(name="ROUND_ROBIN"),
+        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=NODES),
+    )
+    runtime = RouterRuntime(
+        Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics()
+    )
+    for node in NODES:
+        runtime.record_check(node, True)
+    return runtime
+
+
+async def _routers(
+    nursery: trio.Nursery, connect: str, timeout_ms: int = 600_000
+) -> tuple[SharedCache, SharedCache]:
+    zookeeper = ZooKeeperConfig(
+        connect=connect, path=f"/test-{uuid.uuid4().hex[:8]}", session_timeout_ms=4000
+    )
+    shared = []
+    for _ in range(2):
+        runtime = _runtime(timeout_ms, zookeeper)
+        cache = SharedCache(runtime, zookeeper)
+        runtime.attach_shared(cache)
+        await nursery.start(cache.serve)
+        shared.append(cache)
+    await _eventually(lambda: all(s.connected for s in shared))
+    return shared[0], shared[1]
+
+
+async def _eventually(done: Callable[[], object]) -> None:
+    """Poll `done` (state that kazoo's threads and other tasks change) until true, or fail after
+    10 s."""
+    with trio.fail_after(10):
+        while True:
+            result = done()
+            if isinstance(result, Awaitable):
+                result = await result
+            if result:
+                return
+            await trio.sleep(0.02)
+
+
+async def test_the_first_claim_wins_and_the_second_router_adopts_it(nursery, zookeeper):
+    a, b = await _routers(nursery, zookeeper.connect)
+    assert await a.lookup("k") is None
+    won = await a.claim("k", "b2")
+    assert won is not None
+    assert won.node_id == "b2"
+    assert await b.lookup("k") == SharedEntry(node_id="b2", until=won.until, version=0)
+    assert b.known["k"].node_id == "b2"
+    # b, deciding "k" without having read it (a race), claims b3: it finds a's entry and adopts it.
+    del b.known["k"]
+    lost = await b.claim("k", "b3")
+    assert lost is not None
+    assert lost.node_id == "b2"
+
+
+async def test_a_decision_through_the_runtime_adopts_the_winner_and_counts_it(nursery, zookeeper):
+    a, b = await _routers(nursery, zookeeper.connect)
+    await a.claim("k", "b3")
+    # b's own cache holds nothing for "k": its decision reads the shared entry and follows it.
+    decision = await b.runtime.decide(ConnectionFacts(client_id="k"))
+    assert decision.target is not None
+    assert decision.target.node_id == "b3"
+    assert b.runtime.cache_entries() == {"k": "b3"}
+
+
+async def test_another_routers_overwrite_reaches_the_holder_through_its_watch(nursery, zookeeper):
+    a, b = await _routers(nursery, zookeeper.connect)
+    await a.claim("k", "b1")
+    await b.runtime.decide(ConnectionFacts(client_id="k"))
+    assert b.runtime.cache_entries() == {"k": "b1"}
+    # a's b1 went down for a: it overwrites the entry with b2 (version-checked).
+    assert await a.claim("k", "b2") is not None
+    await _eventually(lambda: b.runtime.cache_entries() == {"k": "b2"})
+
+
+async def test_use_extends_the_entry_and_the_sweep_deletes_it_once_expired(nursery, zookeeper):
+    a, _b = await _routers(nursery, zookeeper.connect, timeout_ms=2000)
+    await a.runtime.decide(ConnectionFacts(client_id="k"))  # a miss: the policy's pick, claimed
+    first = a.known["k"]
+    assert first.until is not None
+    await trio.sleep(1.2)  # less than half of the 2 s left
+    await a.runtime.decide(ConnectionFacts(client_id="k"))  # a hit: the key is used
+    await _eventually(lambda: a.known["k"].until != first.until)
+    extended = a.known["k"]
+    assert extended.until is not None
+    assert extended.until > first.until
+    path = znode_of(a.path, "k")
+    bucket = int(path.split("/")[-2], 16)
+    await a.sweep(bucket)  # not expired: stays
+    assert await trio.to_thread.run_sync(a.client.read, path) is not None
+    await trio.sleep(extended.until - time.time() + 0.1)  # not used any more: expired
+    await a.sweep(bucket)
+    assert await trio.to_thread.run_sync(a.client.read, path) is None
+
+
+async def test_an_operators_eviction_is_deleted_in_zookeeper(nursery, zookeeper):
+    a, b = await _routers(nursery, zookeeper.connect)
+    await a.claim("k", "b1")
+    await a.runtime.decide(ConnectionFacts(client_id="k"))
+    assert a.runtime.cache_evict(key="k") == 1
+
+    async def gone() -> bool:
+        return await b.lookup("k") is None
+
+    await _eventually(gone)
+
+
+async def test_keys_decided_alone_are_claimed_when_zookeeper_answers(nursery, zookeeper):
+    a, b = await _routers(nursery, zookeeper.connect)
+    await a.claim("k", "b1")
+    b.connected = False  # as while the session is suspended
+    assert await b.lookup("k") is UNAVAILABLE
+    decision = await b.runtime.decide(ConnectionFacts(client_id="k"))
+    assert decision.target is not None
+    assert b.unsynced == {"k"}
+    b.connected = True
+    await b.reconcile()
+    assert b.runtime.cache_entries() == {"k": "b1"}
+    assert b.unsynced == set()
+
+
+def test_wall_clock_is_what_entries_expire_by():
+    entry = SharedEntry(node_id="b", until=time.time() - 1)
+    assert entry.expired(time.time())
