@@ -8,9 +8,12 @@ included). A miss is the first decision for a key (cache lookup, CONSISTENT_HASH
 hit is the second one for the same key.
 
 `python -m benchmarks.decision` prints the percentiles of the same router with its cache as
-configured (in memory) and persisted (`<persisted>true</persisted>`: the decision also notes the
+configured (in memory), persisted (`<persisted>true</persisted>`: the decision also notes the
 change in the cache's journal; the file is written by another task, off the decision, so it is not
-in these figures), side by side.
+in these figures) and shared through ZooKeeper (`<zookeeper>` in `<cache>`: `RoutingEngine.begin`,
+as routerd decides; a hit also notes the key as used; a miss is the engine's part of it,
+`SharedCacheWait` then `after_shared` with no entry found: ZooKeeper's read and the claim are
+measured apart, by `benchmarks/shared_cache.py`), side by side.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from typing import TYPE_CHECKING
 
 from keys import ConnectionFacts
 from router.config import load_config_text
-from router.core.engine import DecisionReason, RouteStatus, RoutingEngine, build_pool
+from router.config.settings import ZooKeeperConfig
+from router.core.engine import (
+    DecisionReason,
+    RouteDecision,
+    RouteStatus,
+    RoutingEngine,
+    SharedCacheWait,
+    build_pool,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,7 +74,7 @@ def _source_ips(count: int) -> list[str]:
 
 
 def time_decisions(
-    config_text: str, router_name: str, *, keys: int, persisted: bool = False
+    config_text: str, router_name: str, *, keys: int, persisted: bool = False, shared: bool = False
 ) -> DecisionTimes:
     """Time `keys` cache misses, then `keys` cache hits, of one SOURCE_IP router.
 
@@ -72,6 +83,7 @@ def time_decisions(
         router_name: a router with a pool, a policy and a cache, keyed on SOURCE_IP.
         keys: distinct source addresses to route.
         persisted: persist the router's cache (its journal on; the file is not written here).
+        shared: share the router's cache (ZooKeeper is not asked: a miss finds no entry there).
 
     Returns:
         The percentiles.
@@ -85,6 +97,9 @@ def time_decisions(
         router = dataclasses.replace(
             router, cache=dataclasses.replace(router.cache, persisted=True, file="-")
         )
+    if shared:
+        zookeeper = ZooKeeperConfig(connect="127.0.0.1:2181", path="/b")
+        router = dataclasses.replace(router, cache_zookeeper=zookeeper)
     pool, local = build_pool(config, router)
     if pool is None:
         raise RuntimeError(f"router {router_name!r} has no pool")
@@ -95,6 +110,15 @@ def time_decisions(
     now = time.monotonic()
     clock = time.perf_counter_ns
     route = engine.route
+    if shared:
+
+        def route(facts: ConnectionFacts, now: float) -> RouteDecision:
+            decision = engine.begin(facts, now)
+            if isinstance(decision, SharedCacheWait):
+                decision = engine.after_shared(decision, None, now)
+            assert isinstance(decision, RouteDecision)
+            return decision
+
     for i in range(200):  # the first calls pay for lazy imports and the caches of re
         route(ConnectionFacts(source_ip=f"192.0.2.{i}"), now)
     results: dict[str, list[float]] = {}
@@ -120,7 +144,7 @@ def time_decisions(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Print the decision percentiles with the cache in memory and persisted."""
+    """Print the decision percentiles with the cache in memory, persisted and shared."""
     from benchmarks.configs import Ports, routerd_config
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.decision", description=__doc__)
@@ -130,9 +154,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     config = routerd_config(Ports.from_numbers(range(20001, 20001 + Ports.COUNT)))
     print(f"{'cache':<10} {'run':>3} {'miss p50':>9} {'miss p99':>9} {'hit p50':>8} {'hit p99':>8}  (µs)")
     for run in range(1, args.runs + 1):
-        for persisted in (False, True):
-            t = time_decisions(config, "echo", keys=args.keys, persisted=persisted)
-            name = "persisted" if persisted else "memory"
+        for name in ("memory", "persisted", "shared"):
+            t = time_decisions(
+                config, "echo", keys=args.keys, persisted=name == "persisted", shared=name == "shared"
+            )
             print(
                 f"{name:<10} {run:>3} {t.miss_p50_us:>9.2f} {t.miss_p99_us:>9.2f} {t.hit_p50_us:>8.2f} "
                 f"{t.hit_p99_us:>8.2f}"

@@ -10,7 +10,8 @@ Packages of the project, by folder (the import direction runs down this list; no
 - `policies/` pure policies picking a target for a key (the five Artemis policies).
 - `pools/`    connectors, targets (HA pairs), discovery members, pool configuration, readiness and
               quorum state.
-- `cache/`    the sticky key -> node id cache with expire-after-access.
+- `cache/`    the sticky key -> node id cache with expire-after-access, pins, and the journal a
+              persisted cache's file is written from.
 - `router/`   the router itself, in layers (below).
 - `pipeline/` the PySpark jobs over the router's event log (`analyze`, `simulate`, the synthetic
               event generator); it replays keys through the router's own engine. The `pipeline`
@@ -47,6 +48,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `event_records`  the routing event log's lines: one record per kind, the one
                                  field list the pipeline's schema comes from
                   `ring`         the bounded ring between routing and the event log's writer
+                  `shared_cache` a cache shared through ZooKeeper: znode names, entry data, when
+                                 to extend an entry
 4. `metrics`, `reports`: the Prometheus families, and the subscribers that turn events into log
                 lines and metric updates (one more consumer is one more subscriber).
 5. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in
@@ -56,10 +59,11 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
                 connections share), `reading`, `relay`, `net` and `tls`.
 7. `services/`  beside the data paths: health probes (`health`, `probes`), ZooKeeper discovery
-                (`discovery`), the admin API (`admin`), connection-TTL checks (`ttl_checks`), the
-                event log (`event_log`: ring and sender in routerd; `event_writer`, its writer
-                process, with `event_files`). They may use the data paths' I/O helpers (`net`,
-                `reading`).
+                (`discovery`), the admin API (`admin`), connection-TTL checks (`ttl_checks`), a
+                persisted cache's file (`cache_store`), the cache shared through ZooKeeper
+                (`shared_cache`), the event log (`event_log`: ring and sender in routerd;
+                `event_writer`, its writer process, with `event_files`). They may use the data
+                paths' I/O helpers (`net`, `reading`).
 8. `server`     the process: listeners, the nursery tree, shutdown.
 9. `cli`        the entry points `routerd` and `routerctl` (and `__main__`).
 

@@ -285,7 +285,7 @@ class ZooKeeper:
     def read(self, path: str, watch: Callable[[str], None] | None = None) -> tuple[bytes, int] | None:
         """A znode's data and version, setting a data watch when `watch` is given (called, in a
         kazoo thread, with the path when the znode changes or goes); None when it is not there
-        (then the watch fires when it is created).
+        (then no watch is set: `watch_for` does that).
 
         Raises:
             ZooKeeperError: the connection or the session failed.
@@ -295,10 +295,18 @@ class ZooKeeper:
             try:
                 data, stat = self._client.get(path, watch=watcher)
             except _KazooNoNode:
-                if self._client.exists(path, watch=watcher) is None:
-                    return None
-                data, stat = self._client.get(path, watch=watcher)  # created meanwhile
+                return None
         return bytes(data or b""), int(stat.version)
+
+    def watch_for(self, path: str, watch: Callable[[str], None]) -> bool:
+        """Set a watch on a znode, whether it is there (then it fires when it changes or goes) or
+        not (then when it is created); whether it is there.
+
+        Raises:
+            ZooKeeperError: the connection or the session failed.
+        """
+        with _translate(f"watch {path}"):
+            return self._client.exists(path, watch=_path_watcher(watch)) is not None
 
     def create(self, path: str, data: bytes) -> None:
         """Create a persistent znode (and its missing parents).

@@ -97,11 +97,13 @@ class SharedCache:
         self.client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
         self.connected = False
         self.known: dict[str, SharedEntry] = {}
-        """What this router last read or wrote of each key it holds (with the znode's version)."""
+        """What this router last read or wrote of each key it holds (with the znode's version);
+        pruned to the keys it still holds when it outgrows `max-entries`."""
         self.unsynced: set[str] = set()
         """Keys decided while ZooKeeper did not answer: claimed when it does."""
-        self.resync_all = False
-        """The unsynced keys overflowed, or the session expired: reconcile every key held."""
+        self.resync_all = cache.persisted
+        """The unsynced keys overflowed, the session expired, or the cache was loaded from its
+        file at start: reconcile every key held."""
         token = trio.lowlevel.current_trio_token()
         self._send, self._receive = trio.open_memory_channel[Session | str](math.inf)
 
@@ -115,6 +117,8 @@ class SharedCache:
 
         self._post = post
         self.client.on_session(post)
+        self._nursery: trio.Nursery
+        """Where background reads run (`serve`'s)."""
 
     def _watch(self, path: str) -> None:
         self._post(path)
@@ -181,8 +185,8 @@ class SharedCache:
                     )
                     self._count("update", "ok")
                     entry = SharedEntry(node_id=node_id, until=entry.until, version=version)
-                await trio.to_thread.run_sync(self.client.read, path, self._watch, abandon_on_cancel=True)
                 self.known[key] = entry
+                self._nursery.start_soon(self._watch_entry, path)  # not in the decision's time
                 return entry
             except (NodeExistsError, VersionMismatchError, NoNodeError):
                 self._count("claim", "raced")
@@ -200,6 +204,10 @@ class SharedCache:
         self.missed(key)
         return None
 
+    async def _watch_entry(self, path: str) -> None:
+        with contextlib.suppress(ZooKeeperError):
+            await trio.to_thread.run_sync(self.client.watch_for, path, self._watch, abandon_on_cancel=True)
+
     def _until(self) -> float | None:
         return None if self.timeout_s == 0 else time.time() + self.timeout_s
 
@@ -216,6 +224,7 @@ class SharedCache:
         task_status.started()
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 nursery.start_soon(self._touch_loop)
                 if self.timeout_s > 0:
                     nursery.start_soon(self._sweep_loop)
@@ -328,6 +337,9 @@ class SharedCache:
         while True:
             await trio.sleep(self._touch_interval())
             used, evicted = self.runtime.take_cache_use()
+            if len(self.known) > self.max_unsynced:  # keys this router no longer holds
+                held = self.runtime.cache_entries()
+                self.known = {k: e for k, e in self.known.items() if k in held}
             if not self.connected:
                 continue
             for key in evicted:

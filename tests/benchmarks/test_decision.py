@@ -30,3 +30,13 @@ def test_time_decisions_gives_positive_percentiles() -> None:
     assert times.keys == 300
     assert 0 < times.miss_p50_us <= times.miss_p99_us
     assert 0 < times.hit_p50_us <= times.hit_p99_us
+
+
+@pytest.mark.parametrize("variant", ["persisted", "shared"])
+def test_time_decisions_of_a_persisted_or_shared_cache(variant: str) -> None:
+    ports = Ports.from_numbers(range(21000, 21000 + Ports.COUNT))
+    times = time_decisions(
+        routerd_config(ports), "echo", keys=300, persisted=variant == "persisted", shared=variant == "shared"
+    )
+    assert 0 < times.miss_p50_us <= times.miss_p99_us
+    assert 0 < times.hit_p50_us <= times.hit_p99_us
