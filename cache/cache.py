@@ -336,9 +336,26 @@ class TargetCache:
         return used
 
     def node_of(self, key: str) -> str | None:
-        """The node id of a key's entry or pin, as it is (no refresh, expired or not)."""
-        pin = self._pins.get(key)
-        return pin[0] if pin is not None else self._node_ids.get(key)
+        """The node id of a key's entry, as it is (no refresh, expired or not); None for a key
+        without one, and for a pinned key."""
+        return self._node_ids.get(key)
+
+    def entry_keys(self) -> list[str]:
+        """The keys of the entries (not the pins), expired or not."""
+        return list(self._node_ids)
+
+    def is_pinned(self, key: str) -> bool:
+        """Whether an operator pinned the key (ended or not)."""
+        return key in self._pins
+
+    def copy(self) -> TargetCache:
+        """A copy of the entries and pins (no journal, no counts), to read outside a lock."""
+        twin = TargetCache(self.config)
+        twin._journal = None
+        twin._node_ids = self._node_ids.copy()
+        twin._last_access = self._last_access.copy()
+        twin._pins = self._pins.copy()
+        return twin
 
     def resync(self) -> None:
         """Make the next `take_changes` the whole cache (the store lost a write)."""

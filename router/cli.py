@@ -513,10 +513,10 @@ def _cache_command(args: argparse.Namespace) -> int:
         print(json.dumps(_get(args.admin, base + "?" + urllib.parse.urlencode({"key": args.key}))))
         return 0
     if args.action == "evict":
-        what = (
-            {"key": args.key} if args.key is not None else {"node_id": args.node_id} if args.node_id else {}
-        )
-        selector = urllib.parse.urlencode(what or {"all": "true"})
+        if args.node_id is not None and not args.node_id:
+            _fail("routerctl", "cache evict: --node-id must not be empty", EXIT_USAGE)
+        what = {"all": "true"} if args.all else {"key": args.key} if args.key is not None else {}
+        selector = urllib.parse.urlencode(what or {"node_id": args.node_id})
         print(json.dumps(_get(args.admin, f"{base}?{selector}", method="DELETE")))
         return 0
     if args.action == "pin":

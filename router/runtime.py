@@ -34,7 +34,7 @@ from router.core.engine import (
 from router.core.events import Accepted, CloseReason, ConnectionRef, ConnectionsClosed, LookedUp
 from router.core.live import LiveConnections, closed_by_pool_change
 from router.core.plan import after_connect_failed
-from router.core.shared_cache import SharedEntry
+from router.core.shared_cache import UNANSWERED, SharedEntry
 from router.core.status import snapshot
 from router.reports import MetricUpdates, log_event
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from router.core.events import Event, Subscriber
     from router.core.live import LiveConnection
     from router.core.plan import Opening, Proxy, Refuse
+    from router.core.shared_cache import Answer
     from router.core.status import RouterStatus
     from router.metrics import Metrics
 
@@ -65,8 +66,8 @@ _connection_ids = itertools.count(1)
 class SharedCacheClient(Protocol):
     """What a router asks of its cache shared through ZooKeeper (router/services/shared_cache.py)."""
 
-    async def lookup(self, key: str) -> SharedEntry | object | None:
-        """The key's entry (None: there is none), or something else when ZooKeeper did not answer."""
+    async def lookup(self, key: str) -> Answer:
+        """The key's entry, None when there is none, UNANSWERED when ZooKeeper did not answer."""
         ...
 
     def missed(self, key: str) -> None:
@@ -206,7 +207,7 @@ class RouterRuntime:
         shared = self._shared
         assert shared is not None, "a router whose engine asks for its shared cache has one"
         found = await shared.lookup(wait.key)
-        entry = found if isinstance(found, SharedEntry) else None
+        entry = found if isinstance(found, SharedEntry) else None  # bypassed unless ready here
         with self._lock:
             step = self._engine.after_shared(
                 wait, None if entry is None else entry.node_id, trio.current_time()
@@ -214,7 +215,7 @@ class RouterRuntime:
         decision = step if isinstance(step, RouteDecision) else await self.wait_for_quorum(step)
         if decision.reason is not DecisionReason.POLICY or decision.target is None:
             return decision
-        if not isinstance(found, SharedEntry) and found is not None:  # ZooKeeper did not answer
+        if found is UNANSWERED:
             shared.missed(wait.key)
             return decision
         winner = await shared.claim(wait.key, decision.target.node_id)
@@ -282,10 +283,9 @@ class RouterRuntime:
         Raises:
             LookupError: the router has no cache.
         """
-        with self._lock:
-            return self._cache().listing(
-                trio.current_time(), prefix=prefix, node_id=node_id, after=after, limit=limit
-            )
+        with self._lock:  # a copy: sorting 100,000 keys would hold decisions for tens of ms
+            copy = self._cache().copy()
+        return copy.listing(trio.current_time(), prefix=prefix, node_id=node_id, after=after, limit=limit)
 
     def cache_entry(self, key: str) -> CacheEntry | None:
         """One live entry, as it is (no refresh); None when absent.
@@ -325,17 +325,32 @@ class RouterRuntime:
         return used, evicted
 
     def cached_node(self, key: str) -> str | None:
-        """The node id the router's own cache holds for a key (expired or not), if any."""
+        """The node id of the router's own cache entry for a key (expired or not; not a pin)."""
         with self._lock:
             cache = self._engine.cache
             return None if cache is None else cache.node_of(key)
 
-    def follow_shared(self, key: str, node_id: str | None) -> None:
-        """Another router changed a key's shared entry: hold its node id from now on (None: it
-        was deleted, so the router's own entry goes too)."""
+    def cached_nodes(self, keys: Iterable[str]) -> dict[str, str]:
+        """`cached_node` of several keys at once (one lock): the keys that have an entry."""
         with self._lock:
             cache = self._engine.cache
             if cache is None:
+                return {}
+            found = ((key, cache.node_of(key)) for key in keys)
+            return {key: node_id for key, node_id in found if node_id is not None}
+
+    def shared_keys(self) -> list[str]:
+        """The keys of the router's own cache entries (not pins): what a shared cache shares."""
+        with self._lock:
+            cache = self._engine.cache
+            return [] if cache is None else cache.entry_keys()
+
+    def follow_shared(self, key: str, node_id: str | None) -> None:
+        """Another router changed a key's shared entry: hold its node id from now on (None: it
+        was deleted, so the router's own entry goes too). A pinned key is left as it is."""
+        with self._lock:
+            cache = self._engine.cache
+            if cache is None or cache.is_pinned(key):
                 return
             if node_id is None:
                 cache.evict(key)

@@ -445,12 +445,12 @@ def _open_cache_stores(
             assert cache.file is not None, "the loader gives a persisted cache its file"
             store = _open_cache_store(runtime.name, cache.file, discard_unreadable)
             stores.append((runtime, store))
+            now, wall = trio.current_time(), time.time()  # read together: the offset between them
             try:
-                now = trio.current_time()
-                rows = store.load(time.time(), cache.timeout_ms)
+                rows = store.load(wall, cache.timeout_ms)
             except CacheStoreError as exc:
                 raise StartupError(f"router {runtime.name!r}: {exc}") from exc
-            offset = time.time() - now
+            offset = wall - now
             loaded = runtime.restore_cache(
                 ((key, (node, access - offset, until - offset)) for key, (node, access, until) in rows), now
             )

@@ -290,8 +290,11 @@ class RouterConfig:
 
     def __post_init__(self) -> None:
         check(ValueKind.NAME, "connection-router name", self.name)
-        if self.cache_zookeeper is not None and self.cache is None:
-            raise ValueError("a shared cache (<zookeeper>) needs a <cache>")
+        if self.cache_zookeeper is not None and (self.cache is None or self.cache.timeout_ms == 0):
+            raise ValueError(
+                "a shared cache (<zookeeper> in <cache>) needs a <timeout> > 0: its entries in "
+                "ZooKeeper must expire, or every key a client invents stays there for good"
+            )
         check(ValueKind.POSITIVE, "key-max-length", self.key_max_length)
         compile_filter(self.key_filter, "key-filter")
         compile_filter(self.local_target_filter, "local-target-filter")

@@ -370,8 +370,13 @@ class RoutingEngine:
         self, wait: SharedCacheWait, node_id: str | None, now: float
     ) -> RouteDecision | QuorumWait:
         """Step 6 with the shared cache's answer (`node_id`, None: no entry, or ZooKeeper did not
-        answer): its target when that is ready (copied into the router's own cache), else steps
-        7-9 as without a shared cache."""
+        answer): the router's own entry when a decision for the key meanwhile made one, else the
+        answer's target when that is ready (copied into the router's own cache), else steps 7-9 as
+        without a shared cache."""
+        assert self.cache is not None, "only a cache is shared"
+        own = self.cache.get(wait.key, now)
+        if own is not None and (decision := self.adopt(wait.key, own, now)) is not None:
+            return decision
         if node_id is not None:
             decision = self.adopt(wait.key, node_id, now)
             if decision is not None:

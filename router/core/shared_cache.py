@@ -19,13 +19,25 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 import json
 import math
 import zlib
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
-__all__ = ["BUCKETS", "DATA_MAX", "SharedEntry", "bucket_path", "key_of", "touch_due", "znode_of"]
+__all__ = [
+    "BUCKETS",
+    "DATA_MAX",
+    "UNANSWERED",
+    "Answer",
+    "SharedEntry",
+    "Unanswered",
+    "bucket_path",
+    "key_of",
+    "touch_due",
+    "znode_of",
+]
 
 BUCKETS: Final = 256
 """Buckets (parent znodes) the keys are spread over."""
@@ -94,6 +106,18 @@ class SharedEntry:
     def expired(self, now: float) -> bool:
         """Whether it has expired at wall-clock time `now`."""
         return self.until is not None and self.until <= now
+
+
+class Unanswered(enum.Enum):
+    """ZooKeeper did not answer a decision's question (not connected, an error, too slow)."""
+
+    UNANSWERED = "unanswered"
+
+
+UNANSWERED: Final = Unanswered.UNANSWERED
+
+Answer: TypeAlias = "SharedEntry | Literal[Unanswered.UNANSWERED] | None"
+"""What the shared cache says of a key: its entry, UNANSWERED, or None (there is none)."""
 
 
 def touch_due(entry: SharedEntry, now: float, timeout_s: float) -> bool:

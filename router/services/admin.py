@@ -143,10 +143,10 @@ def _cache(
         return _pin(runtime, body)
     if method == "DELETE":
         every = _one(query, "all")
-        if [key, node_id, every].count(None) != 2 or every not in (None, "true"):
+        if [key, node_id, every].count(None) != 2 or every not in (None, "true") or node_id == "":
             raise _HttpError(400, "DELETE needs exactly one of ?key=K, ?node_id=N, ?all=true")
         evicted = runtime.cache_evict(key=key, node_id=node_id)
-        what = f"key={shown(key)}" if key is not None else f"node_id={shown(node_id)}" if node_id else "all"
+        what = "all" if every else f"key={shown(key)}" if key is not None else f"node_id={shown(node_id)}"
         log.info("router=%s cache evicted %s: %d entries", runtime.name, what, evicted)
         return {"evicted": evicted}
     if key is not None:

@@ -183,6 +183,7 @@ class ZooKeeper:
             hosts=connect, timeout=session_timeout_ms / 1000, connection_retry=retry, logger=_KAZOO_LOG
         )
         self._watch: Callable[[object], None] | None = None
+        self._watchers: dict[Callable[[str], None], Callable[[object], None]] = {}
 
     def on_session(self, callback: Callable[[Session], None]) -> None:
         """Call `callback` (in a kazoo thread) on every session state change."""
@@ -290,7 +291,7 @@ class ZooKeeper:
         Raises:
             ZooKeeperError: the connection or the session failed.
         """
-        watcher = None if watch is None else _path_watcher(watch)
+        watcher = None if watch is None else self._path_watcher(watch)
         with _translate(f"read {path}"):
             try:
                 data, stat = self._client.get(path, watch=watcher)
@@ -298,15 +299,28 @@ class ZooKeeper:
                 return None
         return bytes(data or b""), int(stat.version)
 
-    def watch_for(self, path: str, watch: Callable[[str], None]) -> bool:
+    def watch_for(self, path: str, watch: Callable[[str], None]) -> int | None:
         """Set a watch on a znode, whether it is there (then it fires when it changes or goes) or
-        not (then when it is created); whether it is there.
+        not (then when it is created); its data version, None when it is not there.
 
         Raises:
             ZooKeeperError: the connection or the session failed.
         """
         with _translate(f"watch {path}"):
-            return self._client.exists(path, watch=_path_watcher(watch)) is not None
+            stat = self._client.exists(path, watch=self._path_watcher(watch))
+        return None if stat is None else int(stat.version)
+
+    def _path_watcher(self, callback: Callable[[str], None]) -> Callable[[object], None]:
+        """kazoo's watcher calling `callback` with the path: one per callback, since kazoo keeps
+        watchers in a set (setting the same watch again does not pile up copies)."""
+        watcher = self._watchers.get(callback)
+        if watcher is None:
+
+            def watcher(event: object) -> None:
+                callback(str(getattr(event, "path", "")))
+
+            self._watchers[callback] = watcher
+        return watcher
 
     def create(self, path: str, data: bytes) -> None:
         """Create a persistent znode (and its missing parents).
@@ -365,22 +379,6 @@ class ZooKeeper:
         """`close` in a worker thread, abandoned if cancelled (bound it: an unreachable ZooKeeper
         can hold it)."""
         await trio.to_thread.run_sync(self.close, abandon_on_cancel=True)
-
-
-_WATCHERS: dict[Callable[[str], None], Callable[[object], None]] = {}
-"""One kazoo watcher per callback: kazoo keeps watchers in a set, so setting the same watch again
-does not pile up copies."""
-
-
-def _path_watcher(callback: Callable[[str], None]) -> Callable[[object], None]:
-    watcher = _WATCHERS.get(callback)
-    if watcher is None:
-
-        def watcher(event: object) -> None:
-            callback(str(getattr(event, "path", "")))
-
-        _WATCHERS[callback] = watcher
-    return watcher
 
 
 class _Inbox:

@@ -1045,8 +1045,19 @@ def test_load_config_reads_a_shared_cache(tmp_path):
     )
 
 
+def test_load_config_rejects_a_shared_cache_without_timeout(tmp_path):
+    text = routers(_router("r", '\n<cache><zookeeper connect="127.0.0.1:2181" path="/c"/></cache>'))
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=r"a shared cache \(<zookeeper> in <cache>\) needs a <timeout> > 0"):
+        load_config(path)
+
+
 def test_load_config_rejects_a_bad_shared_cache_path(tmp_path):
-    text = routers(_router("r", '\n<cache><zookeeper connect="127.0.0.1:2181" path="cache"/></cache>'))
+    text = routers(
+        _router(
+            "r", '\n<cache><timeout>1</timeout><zookeeper connect="127.0.0.1:2181" path="cache"/></cache>'
+        )
+    )
     assert_error(
         tmp_path, text, "<zookeeper", "zookeeper", "path must be an absolute znode path below /, got 'cache'"
     )

@@ -923,7 +923,7 @@ class TestHaPairTargets:
 
 
 def shared_engine(ready: Sequence[str] | None = None) -> RoutingEngine:
-    engine = make_engine(cache_timeout_ms=0, ready=ready)
+    engine = make_engine(cache_timeout_ms=60_000, ready=ready)
     config = dataclasses.replace(
         engine.config, cache_zookeeper=ZooKeeperConfig(connect="127.0.0.1:2181", path="/cache")
     )
@@ -963,6 +963,16 @@ class TestSharedCache:
         assert engine.pool is not None
         engine.pool.record_check("broker2", False)
         assert engine.begin(client("k"), 1.0) == SharedCacheWait(key="k")
+
+    def test_an_entry_a_concurrent_decision_made_meanwhile_wins_over_the_answer(self):
+        engine = shared_engine()
+        wait = engine.begin(client("k"), 0.0)
+        assert isinstance(wait, SharedCacheWait)
+        assert engine.cache is not None
+        engine.cache.put("k", "broker2", 0.0)  # another connection's decision for "k", meanwhile
+        decision = engine.after_shared(wait, "broker3", 0.0)
+        assert isinstance(decision, RouteDecision)
+        assert (node(decision), decision.reason) == ("broker2", DecisionReason.CACHE)
 
     def test_used_keys_are_tracked_for_the_shared_cache(self):
         engine = shared_engine()

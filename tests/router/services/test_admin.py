@@ -156,6 +156,13 @@ class TestAdmin:
                 "DELETE needs exactly one of ?key=K, ?node_id=N, ?all=true",
             ),
             (
+                "DELETE",
+                "/cache?node_id=",
+                None,
+                400,
+                "DELETE needs exactly one of ?key=K, ?node_id=N, ?all=true",
+            ),
+            (
                 "PUT",
                 "/cache",
                 b'{"key": "k"}',

@@ -19,10 +19,10 @@ from keys import ConnectionFacts, KeyType
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.config.settings import Config, RouterConfig, ZooKeeperConfig
-from router.core.shared_cache import SharedEntry, znode_of
+from router.core.shared_cache import UNANSWERED, SharedEntry, znode_of
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
-from router.services.shared_cache import UNAVAILABLE, SharedCache
+from router.services.shared_cache import SharedCache
 
 NODES = ("b1", "b2", "b3")
 
@@ -107,8 +107,15 @@ async def test_another_routers_overwrite_reaches_the_holder_through_its_watch(nu
     await a.claim("k", "b1")
     await b.runtime.decide(ConnectionFacts(client_id="k"))
     assert b.runtime.cache_entries() == {"k": "b1"}
-    # a's b1 went down for a: it overwrites the entry with b2 (version-checked).
-    assert await a.claim("k", "b2") is not None
+    # A live entry on a ready target is never overwritten...
+    kept = await a.claim("k", "b2")
+    assert kept is not None
+    assert kept.node_id == "b1"
+    # ...but once b1 is not ready for a, a overwrites it with b2 (version-checked).
+    a.runtime.record_check("b1", False)
+    taken = await a.claim("k", "b2")
+    assert taken is not None
+    assert taken.node_id == "b2"
     await _eventually(lambda: b.runtime.cache_entries() == {"k": "b2"})
 
 
@@ -148,14 +155,14 @@ async def test_keys_decided_alone_are_claimed_when_zookeeper_answers(nursery, zo
     a, b = await _routers(nursery, zookeeper.connect)
     await a.claim("k", "b1")
     b.connected = False  # as while the session is suspended
-    assert await b.lookup("k") is UNAVAILABLE
+    assert await b.lookup("k") is UNANSWERED
     decision = await b.runtime.decide(ConnectionFacts(client_id="k"))
     assert decision.target is not None
     assert b.unsynced == {"k"}
-    b.connected = True
-    await b.reconcile()
-    assert b.runtime.cache_entries() == {"k": "b1"}
+    b.connected = True  # ZooKeeper answers again; the session never changed
+    await _eventually(lambda: b.runtime.cache_entries() == {"k": "b1"})  # the touch loop reconciled
     assert b.unsynced == set()
+    assert 'router_cache_shared_conflicts_total{router="r"} 1.0' in b.runtime.metrics.exposition().decode()
 
 
 def test_wall_clock_is_what_entries_expire_by():
