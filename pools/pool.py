@@ -21,6 +21,13 @@ NOT_READY once all probed members failed, UNKNOWN before any probe.
 And per pool: ACTIVE while at least `quorum_size` targets are READY, else INACTIVE (initial).
 Every change of either state is reported once as a `PoolEvent`, so logs show each change once.
 
+Administrative state, per target, set by operators (HAProxy's `set server state`): READY (the
+default), DRAIN (no new connections, cached keys included; probed; counts for the quorum while
+ready) or MAINT (as DRAIN, and not probed: it does not count for the quorum; leaving MAINT it is
+UNKNOWN until its next probe). Connections already open stay in every state. A state set for a
+node id not in the pool (a discovered member that left, or has not arrived) is kept and applies
+when it joins. Each change is reported as TARGET_ADMIN_STATE.
+
 Membership: static pools keep their targets; discovery pools gain targets (`add_target`, state
 UNKNOWN, TARGET_ADDED) and lose them (`remove_target`, TARGET_REMOVED, then POOL_INACTIVE when a
 ready target leaves and the quorum no longer holds) while the router runs.
@@ -37,7 +44,16 @@ if TYPE_CHECKING:
 
     from pools.target import Connector, Target
 
-__all__ = ["Pool", "PoolConfig", "PoolEvent", "PoolEventKind", "PoolKind", "TargetState", "ready_node_ids"]
+__all__ = [
+    "AdminState",
+    "Pool",
+    "PoolConfig",
+    "PoolEvent",
+    "PoolEventKind",
+    "PoolKind",
+    "TargetState",
+    "ready_node_ids",
+]
 
 
 class PoolKind(enum.Enum):
@@ -100,6 +116,14 @@ class TargetState(enum.Enum):
     NOT_READY = "not-ready"
 
 
+class AdminState(enum.Enum):
+    """What an operator allows a target (see the module docstring)."""
+
+    READY = "ready"
+    DRAIN = "drain"
+    MAINT = "maint"
+
+
 class PoolEventKind(enum.Enum):
     """A change worth one log line and one metric update."""
 
@@ -111,6 +135,8 @@ class PoolEventKind(enum.Enum):
     """A discovered target left the pool; detail is the state it had."""
     TARGET_FAILOVER = "target-failover"
     """The active member of an HA-pair target changed (failover or fail-back); the target stayed ready."""
+    TARGET_ADMIN_STATE = "target-admin-state"
+    """An operator changed the target's administrative state; detail is `new (was old)`."""
     POOL_ACTIVE = "pool-active"
     POOL_INACTIVE = "pool-inactive"
 
@@ -126,6 +152,8 @@ class PoolEvent:
     """The target concerned, for target events."""
     former: tuple[str, int] | None = None
     """(host, port) of the member that stopped being the active one (TARGET_FAILOVER)."""
+    admin_state: AdminState | None = None
+    """The new administrative state (TARGET_ADMIN_STATE)."""
     detail: str = ""
     """Why: the probe's error for TARGET_NOT_READY, the active member of an HA pair for TARGET_READY
     and TARGET_FAILOVER, the ready count for pool events."""
@@ -150,6 +178,18 @@ class _Slot:
     """Each member's state by `_NEXT_STATE`, primary first (one entry for a plain target)."""
     active: int | None = None
     """Index of the active member; not None exactly when the target is READY."""
+    admin: AdminState = AdminState.READY
+    """What operators allow it."""
+
+    @property
+    def routable(self) -> bool:
+        """Ready, and open to new connections."""
+        return self.active is not None and self.admin is AdminState.READY
+
+    @property
+    def counted(self) -> bool:
+        """Counts for the quorum: ready and probed (not in maintenance)."""
+        return self.active is not None and self.admin is not AdminState.MAINT
 
     @property
     def state(self) -> TargetState:
@@ -172,13 +212,16 @@ class Pool:
     then discovered members in arrival order (SPEC A3 FIRST_ELEMENT).
     """
 
-    __slots__ = ("_active", "_slots", "name", "quorum_size")
+    __slots__ = ("_active", "_admin", "_slots", "name", "quorum_size")
 
     def __init__(self, name: str, quorum_size: int, targets: Iterable[Target] = ()) -> None:
         self.name = name
         self.quorum_size = quorum_size
         # By node id, in pool order: a dict keeps insertion order, and targets are only appended.
         self._slots: dict[str, _Slot] = {}
+        self._admin: dict[str, AdminState] = {}
+        """Node id -> the administrative state operators set, other than READY (also for node ids
+        not in the pool now)."""
         self._active = False
         for target in targets:
             self.add_target(target)
@@ -213,7 +256,11 @@ class Pool:
         if target.node_id in self._slots:
             raise ValueError(f"pool {self.name!r}: duplicate node id {target.node_id!r}")
         members = 1 if target.connector is None else len(target.connector.members)
-        self._slots[target.node_id] = _Slot(target=target, members=[TargetState.UNKNOWN] * members)
+        self._slots[target.node_id] = _Slot(
+            target=target,
+            members=[TargetState.UNKNOWN] * members,
+            admin=self._admin.get(target.node_id, AdminState.READY),
+        )
         detail = "" if target.connector is None else target.connector.display_url
         return [
             PoolEvent(kind=PoolEventKind.TARGET_ADDED, pool=self.name, node_id=target.node_id, detail=detail)
@@ -263,6 +310,8 @@ class Pool:
             IndexError: no such member.
         """
         slot = self._slots[node_id]
+        if slot.admin is AdminState.MAINT:
+            return []  # a probe that ran when maintenance began: not probed means not recorded
         members = slot.members
         before, was_active = slot.state, slot.active
         first_probe = members[member] is TargetState.UNKNOWN
@@ -299,6 +348,46 @@ class Pool:
         events.extend(self._update_active())
         return events
 
+    def admin_state(self, node_id: str) -> AdminState:
+        """What operators allow a node id (READY unless set), in the pool or not."""
+        return self._admin.get(node_id, AdminState.READY)
+
+    def admin_states(self) -> dict[str, AdminState]:
+        """Every node id whose administrative state is not READY (in the pool or not)."""
+        return dict(self._admin)
+
+    def set_admin_state(self, node_id: str, state: AdminState) -> list[PoolEvent]:
+        """Set what operators allow a node id (see the module docstring).
+
+        Returns:
+            TARGET_ADMIN_STATE (empty when nothing changed), then a pool event when the quorum
+            changed (MAINT does not count).
+        """
+        before = self.admin_state(node_id)
+        if state is before:
+            return []
+        if state is AdminState.READY:
+            del self._admin[node_id]
+        else:
+            self._admin[node_id] = state
+        slot = self._slots.get(node_id)
+        if slot is not None:
+            slot.admin = state
+            if before is AdminState.MAINT:  # not probed meanwhile: unknown until its next probe
+                slot.members = [TargetState.UNKNOWN] * len(slot.members)
+                slot.active = None
+        events = [
+            PoolEvent(
+                kind=PoolEventKind.TARGET_ADMIN_STATE,
+                pool=self.name,
+                node_id=node_id,
+                admin_state=state,
+                detail=f"{state.value} (was {before.value})",
+            )
+        ]
+        events.extend(self._update_active())
+        return events
+
     def active_member(self, node_id: str) -> int | None:
         """Index of the active member of a target's HA pair (0 for a plain ready target), None when
         the target is not ready.
@@ -326,22 +415,29 @@ class Pool:
         return [PoolEvent(kind=kind, pool=self.name, detail=f"{ready}/{self.quorum_size} ready")]
 
     def ready_count(self) -> int:
-        """How many targets are ready now."""
-        return sum(1 for slot in self._slots.values() if slot.active is not None)
+        """How many targets count for the quorum now: ready, and not in maintenance."""
+        return sum(1 for slot in self._slots.values() if slot.counted)
 
     def ready_targets(self) -> list[Target]:
-        """The ready targets in pool order, whether or not quorum holds."""
-        return [slot.target for slot in self._slots.values() if slot.active is not None]
+        """The targets open to new connections (ready, administrative state READY) in pool order,
+        whether or not quorum holds."""
+        return [slot.target for slot in self._slots.values() if slot.routable]
 
     def routing_targets(self) -> list[Target]:
-        """What the pool hands to a policy: the ready targets while quorum holds, else nothing."""
-        ready = self.ready_targets()
-        return ready if len(ready) >= self.quorum_size else []
+        """What the pool hands to a policy: the targets open to new connections while quorum
+        holds, else nothing."""
+        return self.ready_targets() if self.ready_count() >= self.quorum_size else []
 
     def ready_target(self, node_id: str) -> Target | None:
-        """The target with this node id if it is in the pool and ready (no quorum check: SPEC A1 6)."""
+        """The target with this node id if it is in the pool, ready and open to new connections (no
+        quorum check: SPEC A1 6; a drained target's cached keys go elsewhere)."""
         slot = self._slots.get(node_id)
-        return None if slot is None or slot.active is None else slot.target
+        return None if slot is None or not slot.routable else slot.target
+
+    def probed(self, node_id: str) -> bool:
+        """Whether a target of the pool is probed (it is not in maintenance)."""
+        slot = self._slots.get(node_id)
+        return slot is not None and slot.admin is not AdminState.MAINT
 
 
 def ready_node_ids(pool: Pool, spec: str) -> frozenset[str]:

@@ -1,12 +1,13 @@
 """Entry points: `routerd` runs the router; `routerctl` dry-runs the engine or talks to a router.
 
     routerd --config FILE [--admin HOST:PORT | --no-admin] [--grace-period S] [--max-connections N]
-                    [--event-log DIR] [--discard-unreadable-cache] [--log-level L]
+                    [--event-log DIR] [--state-file FILE] [--discard-unreadable-cache] [--log-level L]
     routerctl route --config FILE --router NAME [--ready all|none|NODE,...] [--cache FILE] KEY...
     routerctl route --config FILE --router NAME [--client-id X] [--user U] [--sni H]
                     [--source-ip IP] [--role R]...
     routerctl target --admin URL ROUTER KEY
     routerctl status --admin URL [ROUTER]
+    routerctl state --admin URL ROUTER NODE_ID [ready|drain|maint]
     routerctl cache --admin URL list ROUTER [--prefix P] [--node-id N] [--after K] [--limit N] [--all]
     routerctl cache --admin URL get ROUTER KEY
     routerctl cache --admin URL evict ROUTER (--key K | --node-id N | --all)
@@ -60,6 +61,7 @@ from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
 from router.server import StartupError, serve_router
 from router.services.cache_store import CacheStore, CacheStoreError
 from router.services.discovery import RegistrationError, serve_registration
+from router.services.state_file import default_state_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -165,6 +167,12 @@ def _routerd_parser() -> argparse.ArgumentParser:
         "DIR; the configuration's <event-log> settings apply, with this directory (docs/pipeline.md)",
     )
     parser.add_argument(
+        "--state-file",
+        metavar="FILE",
+        help="where targets' administrative states (drain, maint) are kept across restarts "
+        "(default: beside the configuration file, NAME-state.json for NAME.xml)",
+    )
+    parser.add_argument(
         "--discard-unreadable-cache",
         action="store_true",
         help="start with an empty cache when a persisted cache's file cannot be read (damaged, not "
@@ -227,6 +235,7 @@ async def _run_routerd(config: Config, args: argparse.Namespace) -> None:
             shutdown=shutdown,
             max_connections=args.max_connections,
             discard_unreadable_cache=args.discard_unreadable_cache,
+            state_file=args.state_file or default_state_file(config.source),
         )
         nursery.cancel_scope.cancel()
 
@@ -398,6 +407,18 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     pin.add_argument(
         "--for", dest="duration", type=_seconds(zero=False), metavar="SECONDS", help="default: until evicted"
     )
+
+    state = sub.add_parser(
+        "state",
+        help="show or set a target's administrative state (ready, drain, maint)",
+        description="ready: takes new connections. drain: no new connections (cached keys "
+        "included), probed; open connections stay. maint: as drain, and not probed. The state is "
+        "kept across restarts (routerd's --state-file). Output: the target's status, JSON.",
+    )
+    state.add_argument("--admin", default="http://127.0.0.1:9180")
+    state.add_argument("router")
+    state.add_argument("node_id", metavar="NODE_ID")
+    state.add_argument("state", nargs="?", choices=["ready", "drain", "maint"])
 
     status = sub.add_parser("status", help="show a running router's routers and pool states")
     status.add_argument("--admin", default="http://127.0.0.1:9180")
@@ -629,6 +650,12 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
         return _register(args)
     if args.command == "cache":
         return _cache_command(args)
+    if args.command == "state":
+        path = f"/api/v1/routers/{urllib.parse.quote(args.router, safe='')}/targets/"
+        path += urllib.parse.quote(args.node_id, safe="")
+        change = None if args.state is None else {"admin_state": args.state}
+        print(json.dumps(_get(args.admin, path, put=change)))
+        return 0
     if args.command == "event-log":
         change = None if args.ring_size is None else {"ring_size": args.ring_size}
         print(json.dumps(_get(args.admin, "/api/v1/event-log", put=change), indent=2))

@@ -177,6 +177,13 @@ class Metrics:
             "1 while a pool target is ready (its last probe succeeded), else 0.",
             ("router", "node_id"),
         )
+        self.target_admin_state = Family(
+            MetricKind.GAUGE,
+            "router_target_admin_state",
+            "1 for a target's administrative state (ready, drain or maint: what operators allow it), "
+            "0 for the others; set once an operator changed it.",
+            ("router", "node_id", "state"),
+        )
         self.pool_active = Family(
             MetricKind.GAUGE,
             "router_pool_active",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final, assert_never
 
-from pools import PoolEvent, PoolEventKind
+from pools import AdminState, PoolEvent, PoolEventKind
 from router.core.engine import DecisionReason
 from router.core.events import (
     Accepted,
@@ -224,6 +224,8 @@ def _log_pool_event(event: PoolEvent) -> None:
             pool_log.info("router=%s target=%s joined the pool (%s)", router, node_id, detail)
         case PoolEventKind.TARGET_REMOVED:
             pool_log.warning("router=%s target=%s left the pool (it was %s)", router, node_id, detail)
+        case PoolEventKind.TARGET_ADMIN_STATE:
+            pool_log.warning("router=%s target=%s admin state %s", router, node_id, detail)
         case PoolEventKind.POOL_ACTIVE:
             pool_log.info("router=%s pool is active (%s)", router, detail)
         case PoolEventKind.POOL_INACTIVE:
@@ -345,6 +347,9 @@ class MetricUpdates:
                 m.pool_active.set((event.pool,), 1)
             case PoolEventKind.POOL_INACTIVE:
                 m.pool_active.set((event.pool,), 0)
+            case PoolEventKind.TARGET_ADMIN_STATE:
+                for admin in AdminState:
+                    m.target_admin_state.set((*labels, admin.value), int(admin is event.admin_state))
             case PoolEventKind.TARGET_FAILOVER:
                 pass
             case _:

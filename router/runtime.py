@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 import trio
 
 from cache.cache import Changes
+from pools import PoolKind
 from router.core.engine import (
     DecisionReason,
     QuorumWait,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
     from cache.cache import CacheEntry, Row, TargetCache
     from keys import ConnectionFacts
-    from pools import Connector, PoolEvent, Target, TargetState
+    from pools import AdminState, Connector, PoolEvent, Target, TargetState
     from router.config.settings import AcceptorConfig, Config, RouterConfig
     from router.core.address import Address
     from router.core.engine import Wait
@@ -470,6 +471,39 @@ class RouterRuntime:
                 return
             events = pool.record_check(target.node_id, False, detail, member=member)
         self._apply(events)
+
+    def set_admin_state(self, node_id: str, state: AdminState) -> bool:
+        """Set what operators allow a target: `ready`, `drain` (no new connections, cached keys
+        included) or `maint` (as drain, and not probed); open connections stay. A discovery pool
+        takes node ids that are not (yet) members: the state applies when one joins. Whether it
+        changed anything.
+
+        Raises:
+            LookupError: the router has no pool.
+            ValueError: a static or cluster pool has no target with this node id.
+        """
+        with self._lock:
+            pool = self._pool
+            if pool is None or self.config.pool is None:
+                raise LookupError(f"connection router {self.name!r} has no pool")
+            if pool.target(node_id) is None and self.config.pool.kind is not PoolKind.DISCOVERY:
+                known = [t.node_id for t in pool.targets]
+                raise ValueError(
+                    f"no target with node id {node_id!r} in the pool of {self.name!r} (has {known})"
+                )
+            events = pool.set_admin_state(node_id, state)
+        self._apply(events)
+        return bool(events)
+
+    def admin_states(self) -> dict[str, AdminState]:
+        """Every node id whose administrative state is not `ready`."""
+        with self._lock:
+            return {} if self._pool is None else self._pool.admin_states()
+
+    def is_probed(self, node_id: str) -> bool:
+        """Whether a target of the pool is probed now (it is not in maintenance)."""
+        with self._lock:
+            return self._pool is not None and self._pool.probed(node_id)
 
     def report_broker_count(self, node_id: str, broker_count: int | None) -> None:
         """Record the connection count a broker reported to its probe (None: it could not be read)."""

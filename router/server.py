@@ -57,6 +57,7 @@ from router.services.discovery import serve_discovery
 from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
 from router.services.shared_cache import SharedCache
+from router.services.state_file import StateFile, StateFileError
 from router.services.ttl_checks import serve_connection_ttl_checks
 
 if TYPE_CHECKING:
@@ -308,6 +309,7 @@ async def _start_services(
     services: trio.Nursery,
     admin: tuple[str, int] | None,
     event_log: EventLog | None,
+    states: StateFile | None,
 ) -> tuple[str, int] | None:
     """Probes, cache sweeps, discovery, TTL checks and the admin API; the admin's bound address."""
     ttl = config.connection_ttl
@@ -327,7 +329,11 @@ async def _start_services(
     if admin is None:
         return None
     bound: tuple[str, int] = await services.start(
-        functools.partial(serve_admin, event_log=event_log), admin[0], admin[1], runtimes, metrics
+        functools.partial(serve_admin, event_log=event_log, states=states),
+        admin[0],
+        admin[1],
+        runtimes,
+        metrics,
     )
     return bound
 
@@ -359,6 +365,7 @@ async def serve_router(
     round_robin_start: int | None = None,
     max_connections: int | None = None,
     discard_unreadable_cache: bool = False,
+    state_file: str | None = None,
     task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router until `shutdown` is set (or forever), then drain and return.
@@ -375,6 +382,8 @@ async def serve_router(
         discard_unreadable_cache: a persisted cache file that cannot be read is renamed aside and
             the router starts with an empty cache (`--discard-unreadable-cache`); else that is a
             `StartupError`.
+        state_file: where targets' administrative states are kept across restarts (read at
+            start, written on each change); None: in memory only.
         task_status: receives a `ServerInfo` once every listener is open.
 
     Raises:
@@ -395,6 +404,7 @@ async def serve_router(
     served = [
         _serve_acceptor(a, runtimes[a.router], ttl.ttl_ms(a), limits, admission) for a in config.acceptors
     ]
+    states = None if state_file is None else _restore_admin_states(StateFile(state_file), runtimes)
     stores = _open_cache_stores(runtimes.values(), discard_unreadable_cache)
     try:
         event_log = _start_event_log(config, runtimes.values(), metrics)
@@ -413,6 +423,7 @@ async def serve_router(
             limits,
             event_log,
             stores,
+            states,
             task_status,
         )
     finally:
@@ -425,6 +436,34 @@ async def serve_router(
                 if not await trio.to_thread.run_sync(event_log.stop, EVENT_LOG_STOP_S):
                     log.warning("event log: the writer did not finish within %g s", EVENT_LOG_STOP_S)
     log.info("stopped")
+
+
+def _restore_admin_states(states: StateFile, runtimes: Mapping[str, RouterRuntime]) -> StateFile:
+    """Apply the administrative states a state file keeps (each change is logged).
+
+    Raises:
+        StartupError: the file cannot be read.
+    """
+    try:
+        kept = states.load()
+    except StateFileError as exc:
+        raise StartupError(f"{exc}; fix or delete it (it holds only targets' drain/maint states)") from exc
+    restored = 0
+    for router, targets in kept.items():
+        runtime = runtimes.get(router)
+        if runtime is None:
+            log.warning("state file %s: no connection router %r: its states are dropped", states.path, router)
+            continue
+        for node_id, state in targets.items():
+            try:
+                runtime.set_admin_state(node_id, state)
+            except (LookupError, ValueError) as exc:
+                log.warning("state file %s: %s: dropped", states.path, exc)
+                continue
+            restored += 1
+    if restored:
+        log.info("state file %s: %d administrative state(s) restored", states.path, restored)
+    return states
 
 
 def _open_cache_stores(
@@ -513,10 +552,11 @@ async def _serve(
     limits: ConnectionLimits,
     event_log: EventLog | None,
     stores: Iterable[tuple[RouterRuntime, CacheStore]],
+    states: StateFile | None,
     task_status: trio.TaskStatus[ServerInfo],
 ) -> None:
     async with trio.open_nursery() as services:
-        admin_bound = await _start_services(config, runtimes, metrics, services, admin, event_log)
+        admin_bound = await _start_services(config, runtimes, metrics, services, admin, event_log, states)
         for runtime, store in stores:
             services.start_soon(serve_cache_store, runtime, store)
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pools import TargetState
+from pools import AdminState, TargetState
 
 if TYPE_CHECKING:
     from pools import Pool, Target
@@ -39,6 +39,8 @@ class TargetStatus:
     connector: str | None
     """The connector's display URL; None for a local target without one."""
     state: TargetState
+    admin_state: AdminState = AdminState.READY
+    """What operators allow it: ready, drain or maint."""
     connections: int | None
     """What LEAST_CONNECTIONS counts for it (our live connections, or the broker's report plus
     our change since)."""
@@ -51,6 +53,7 @@ class TargetStatus:
             "local": self.local,
             "connector": self.connector,
             "state": self.state.value,
+            "admin_state": self.admin_state.value,
         }
         if self.members:
             document["members"] = [
@@ -148,6 +151,7 @@ def _target(pool: Pool, target: Target, connections: LiveConnections) -> TargetS
         local=target.local,
         connector=None if connector is None else connector.display_url,
         state=pool.state(target.node_id),
+        admin_state=pool.admin_state(target.node_id),
         connections=connections.connection_count(target.node_id),
         members=members,
     )

@@ -19,6 +19,11 @@ Endpoints:
   PUT  /api/v1/routers/{name}/cache           JSON {"key": K, "node_id": N, "duration_s": S}: pin
                                               K to N (for S seconds; null or absent: until
                                               evicted); the entry
+  GET  /api/v1/routers/{name}/targets/{node_id}
+                                              one target's status (state, admin state, ...)
+  PUT  /api/v1/routers/{name}/targets/{node_id}
+                                              JSON {"admin_state": "ready" | "drain" | "maint"};
+                                              kept in the state file; the target's status
   GET  /api/v1/event-log                      the event log: router id, ring size and use, counts
   PUT  /api/v1/event-log                      JSON {"ring_size": N}: resize the ring (takes effect
                                               as it drains; nothing in it is lost)
@@ -36,8 +41,10 @@ from typing import TYPE_CHECKING, Final
 import h11
 import trio
 
+from pools import AdminState
 from router.datapath.net import open_listeners
 from router.logs import shown
+from router.services.state_file import StateFileError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -48,6 +55,7 @@ if TYPE_CHECKING:
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
     from router.services.event_log import EventLog
+    from router.services.state_file import StateFile
 
 __all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "serve_admin"]
 
@@ -81,6 +89,7 @@ def _route(
     runtimes: Mapping[str, RouterRuntime],
     metrics: Metrics,
     event_log: EventLog | None = None,
+    states: StateFile | None = None,
 ) -> tuple[int, str, bytes]:
     url = urllib.parse.urlsplit(target)
     query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
@@ -112,15 +121,63 @@ def _route(
         return _json(200, runtime.lookup(keys[0]).to_json())
     if rest == ["filters"] and method == "PUT":
         return _json(200, _set_filters(runtime, body))
+    if len(rest) == 2 and rest[0] == "targets" and method in ("GET", "PUT"):
+        return _json(200, _target(runtime, rest[1], method, body, runtimes, states))
     if rest == ["cache"] and method in ("GET", "DELETE", "PUT"):
         try:
             return _json(200, _cache(runtime, method, query, body))
         except LookupError as exc:
             raise _HttpError(404, str(exc)) from None
     raise _HttpError(
-        405 if rest in ([], ["target"], ["filters"], ["cache"]) else 404,
+        405 if rest in ([], ["target"], ["filters"], ["cache"]) or rest[:1] == ["targets"] else 404,
         f"{method} {url.path} is not supported",
     )
+
+
+def _target(
+    runtime: RouterRuntime,
+    node_id: str,
+    method: str,
+    body: bytes,
+    runtimes: Mapping[str, RouterRuntime],
+    states: StateFile | None,
+) -> dict[str, object]:
+    """A target's status document (GET), after setting its administrative state (PUT
+    `{"admin_state": "ready" | "drain" | "maint"}`), kept in the state file."""
+    if method == "PUT":
+        document = _json_object(body)
+        values = [s.value for s in AdminState]
+        state = document.get("admin_state")
+        if set(document) != {"admin_state"} or state not in values:
+            raise _HttpError(400, f'body must be {{"admin_state": one of {values}}}, got {document!r}')
+        try:
+            changed = runtime.set_admin_state(node_id, AdminState(state))
+        except LookupError as exc:
+            raise _HttpError(404, str(exc)) from None
+        except ValueError as exc:
+            raise _HttpError(404, str(exc)) from None
+        if changed and states is not None:
+            try:
+                states.save({r.name: r.admin_states() for r in runtimes.values()})
+            except StateFileError as exc:
+                log.error(
+                    "router=%s target=%s admin state %s is in force but not kept: %s",
+                    runtime.name,
+                    shown(node_id),
+                    state,
+                    exc,
+                )
+                raise _HttpError(
+                    500, f"admin state {state} is in force, but not kept across a restart: {exc}"
+                ) from None
+    status = runtime.status().pool
+    for target in () if status is None else status.targets:
+        if target.node_id == node_id:
+            return target.to_json()
+    admin_state = runtime.admin_states().get(node_id)
+    if admin_state is None:
+        raise _HttpError(404, f"no target with node id {node_id!r} in the pool of {runtime.name!r}")
+    return {"node_id": node_id, "admin_state": admin_state.value, "in_pool": False}
 
 
 def _one(query: Mapping[str, list[str]], name: str) -> str | None:
@@ -276,6 +333,7 @@ async def _serve_one(
     runtimes: Mapping[str, RouterRuntime],
     metrics: Metrics,
     event_log: EventLog | None = None,
+    states: StateFile | None = None,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     try:
@@ -293,7 +351,13 @@ async def _serve_one(
             head = method == "HEAD"
             try:
                 status, ctype, payload = _route(
-                    "GET" if head else method, request.target.decode(), body, runtimes, metrics, event_log
+                    "GET" if head else method,
+                    request.target.decode(),
+                    body,
+                    runtimes,
+                    metrics,
+                    event_log,
+                    states,
                 )
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
@@ -314,6 +378,7 @@ async def serve_admin(
     metrics: Metrics,
     *,
     event_log: EventLog | None = None,
+    states: StateFile | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the admin API until cancelled; `task_status.started((host, port))` once listening."""
@@ -336,7 +401,7 @@ async def serve_admin(
             return
         open_now += 1
         try:
-            await _serve_one(stream, runtimes, metrics, event_log)
+            await _serve_one(stream, runtimes, metrics, event_log, states)
         finally:
             open_now -= 1
 

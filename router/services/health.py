@@ -153,7 +153,10 @@ async def serve_health_checks(
 
 
 def _probed_targets(runtime: RouterRuntime) -> dict[str, Target]:
-    return {t.node_id: t for t in runtime.targets() if t.connector is not None}
+    """The targets to probe: those with a connector, not in maintenance."""
+    return {
+        t.node_id: t for t in runtime.targets() if t.connector is not None and runtime.is_probed(t.node_id)
+    }
 
 
 def _membership_changed(runtime: RouterRuntime, loops: dict[str, tuple[Target, trio.CancelScope]]) -> bool:

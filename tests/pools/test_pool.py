@@ -6,7 +6,16 @@ import dataclasses
 
 import pytest
 
-from pools.pool import Pool, PoolConfig, PoolEvent, PoolEventKind, PoolKind, TargetState, ready_node_ids
+from pools.pool import (
+    AdminState,
+    Pool,
+    PoolConfig,
+    PoolEvent,
+    PoolEventKind,
+    PoolKind,
+    TargetState,
+    ready_node_ids,
+)
 from pools.target import Connector, Target
 
 
@@ -426,3 +435,67 @@ def test_ready_node_ids_of_a_dry_run():
     assert ready_node_ids(pool, "all") == {"n1", "n2"}  # a local target without connector never is
     assert ready_node_ids(pool, "none") == frozenset()
     assert ready_node_ids(pool, " n2 , elsewhere,") == {"n2"}
+
+
+class TestAdminState:
+    def pool(self) -> Pool:
+        pool = Pool("r", 1, [target("a"), target("b")])
+        for node in ("a", "b"):
+            pool.record_check(node, True)
+        return pool
+
+    def test_drain_takes_no_new_connections_cached_keys_included_and_counts_for_the_quorum(self):
+        pool = Pool("r", 2, [target("a"), target("b")])
+        pool.record_check("a", True)
+        pool.record_check("b", True)
+        events = pool.set_admin_state("a", AdminState.DRAIN)
+        assert events == [
+            PoolEvent(
+                kind=PoolEventKind.TARGET_ADMIN_STATE,
+                pool="r",
+                node_id="a",
+                admin_state=AdminState.DRAIN,
+                detail="drain (was ready)",
+            )
+        ]
+        assert [t.node_id for t in pool.routing_targets()] == ["b"]
+        assert pool.ready_target("a") is None
+        assert pool.state("a") is TargetState.READY  # still probed
+        assert pool.ready_count() == 2
+        assert pool.active
+
+    def test_maint_is_not_probed_nor_counted_and_is_unknown_after(self):
+        pool = self.pool()
+        pool.set_admin_state("a", AdminState.MAINT)
+        assert not pool.probed("a")
+        assert pool.ready_count() == 1
+        assert pool.record_check("a", False, "late probe") == []  # a probe begun before: ignored
+        events = pool.set_admin_state("a", AdminState.READY)
+        assert [e.kind for e in events] == [PoolEventKind.TARGET_ADMIN_STATE]
+        assert pool.state("a") is TargetState.UNKNOWN  # until its next probe
+        assert pool.ready_target("a") is None
+        assert [e.kind for e in pool.record_check("a", True)] == [PoolEventKind.TARGET_READY]
+        assert pool.ready_target("a") is not None
+
+    def test_maint_of_the_last_ready_target_makes_the_pool_inactive(self):
+        pool = Pool("r", 1, [target("a")])
+        pool.record_check("a", True)
+        events = pool.set_admin_state("a", AdminState.MAINT)
+        assert [e.kind for e in events] == [PoolEventKind.TARGET_ADMIN_STATE, PoolEventKind.POOL_INACTIVE]
+
+    def test_setting_the_same_state_changes_nothing(self):
+        pool = self.pool()
+        assert pool.set_admin_state("a", AdminState.READY) == []
+        pool.set_admin_state("a", AdminState.DRAIN)
+        assert pool.set_admin_state("a", AdminState.DRAIN) == []
+
+    def test_a_state_for_a_node_id_not_in_the_pool_applies_when_it_joins(self):
+        pool = self.pool()
+        pool.set_admin_state("c", AdminState.DRAIN)
+        assert pool.admin_states() == {"c": AdminState.DRAIN}
+        pool.add_target(target("c"))
+        pool.record_check("c", True)
+        assert pool.ready_target("c") is None
+        assert pool.admin_state("c") is AdminState.DRAIN
+        pool.remove_target("c")
+        assert pool.admin_state("c") is AdminState.DRAIN  # kept for its return

@@ -45,6 +45,7 @@ def test_snapshot_of_an_ha_pair_shows_its_members_and_the_active_one() -> None:
                     "local": False,
                     "connector": "(tcp://127.0.0.1:20001,tcp://127.0.0.1:20002)",
                     "state": "ready",
+                    "admin_state": "ready",
                     "members": [
                         {"connector": "tcp://127.0.0.1:20001", "state": "not-ready", "active": False},
                         {"connector": "tcp://127.0.0.1:20002", "state": "ready", "active": True},
@@ -56,6 +57,7 @@ def test_snapshot_of_an_ha_pair_shows_its_members_and_the_active_one() -> None:
                     "local": False,
                     "connector": "tcp://127.0.0.1:20003",
                     "state": "unknown",
+                    "admin_state": "ready",
                     "connections": 0,
                 },
             ],

@@ -13,7 +13,7 @@ import trio
 
 from cache import CacheConfig
 from policies import PolicyConfig
-from pools import Connector, PoolConfig, PoolKind, TargetState
+from pools import AdminState, Connector, PoolConfig, PoolKind, TargetState
 from router.cli import main_routerctl
 from router.config.settings import AcceptorConfig, Config, EventLogConfig, RouterConfig
 from router.server import ServerInfo, serve_router
@@ -218,6 +218,63 @@ class TestAdmin:
         assert json.loads(evicted) == {"evicted": 1}
         _, looked_up = await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
         assert json.loads(looked_up)["node_id"] == "broker1"
+
+    async def test_admin_target_admin_state_is_set_and_kept(
+        self, server: tuple[ServerInfo, str], tmp_path
+    ) -> None:
+        info, base = server
+        got_status, answer = await _call(
+            f"{base}/api/v1/routers/hash/targets/broker1", "PUT", b'{"admin_state": "drain"}'
+        )
+        assert got_status == 200
+        assert json.loads(answer)["admin_state"] == "drain"
+        _, looked_up = await _call(f"{base}/api/v1/routers/hash/target?key=client-42")  # broker1 by the hash
+        assert json.loads(looked_up)["node_id"] != "broker1"
+        _, one = await _call(f"{base}/api/v1/routers/hash/targets/broker1")
+        assert (json.loads(one)["state"], json.loads(one)["admin_state"]) == ("ready", "drain")
+        assert info.runtimes["hash"].admin_states() == {"broker1": AdminState.DRAIN}
+
+    @pytest.mark.parametrize(
+        ("method", "path", "body", "status", "error"),
+        [
+            ("GET", "/targets/nobody", None, 404, "no target with node id 'nobody' in the pool of 'hash'"),
+            (
+                "PUT",
+                "/targets/nobody",
+                b'{"admin_state": "drain"}',
+                404,
+                "no target with node id 'nobody' in the pool of 'hash' "
+                "(has ['broker1', 'broker2', 'broker3'])",
+            ),
+            (
+                "PUT",
+                "/targets/broker1",
+                b'{"admin_state": "off"}',
+                400,
+                'body must be {"admin_state": one of '
+                "['ready', 'drain', 'maint']}, got {'admin_state': 'off'}",
+            ),
+            (
+                "DELETE",
+                "/targets/broker1",
+                None,
+                405,
+                "DELETE /api/v1/routers/hash/targets/broker1 is not supported",
+            ),
+        ],
+    )
+    async def test_admin_target_errors(
+        self,
+        server: tuple[ServerInfo, str],
+        method: str,
+        path: str,
+        body: bytes | None,
+        status: int,
+        error: str,
+    ) -> None:
+        _, base = server
+        got_status, answer = await _call(f"{base}/api/v1/routers/hash{path}", method, body)
+        assert (got_status, json.loads(answer)) == (status, {"error": error})
 
     async def test_admin_status_lists_pool(self, server: tuple[ServerInfo, str]) -> None:
         _, base = server

@@ -153,14 +153,15 @@ async def test_an_operators_eviction_is_deleted_in_zookeeper(nursery, zookeeper)
 
 async def test_keys_decided_alone_are_claimed_when_zookeeper_answers(nursery, zookeeper):
     a, b = await _routers(nursery, zookeeper.connect)
-    await a.claim("k", "b1")
     b.connected = False  # as while the session is suspended
     assert await b.lookup("k") is UNANSWERED
-    decision = await b.runtime.decide(ConnectionFacts(client_id="k"))
+    decision = await b.runtime.decide(ConnectionFacts(client_id="k"))  # b decides alone
     assert decision.target is not None
     assert b.unsynced == {"k"}
+    elsewhere = next(n for n in NODES if n != decision.target.node_id)
+    assert await a.claim("k", elsewhere) is not None  # a decided differently meanwhile
     b.connected = True  # ZooKeeper answers again; the session never changed
-    await _eventually(lambda: b.runtime.cache_entries() == {"k": "b1"})  # the touch loop reconciled
+    await _eventually(lambda: b.runtime.cache_entries() == {"k": elsewhere})  # the touch loop reconciled
     assert b.unsynced == set()
     assert 'router_cache_shared_conflicts_total{router="r"} 1.0' in b.runtime.metrics.exposition().decode()
 

@@ -1,0 +1,162 @@
+"""Targets' administrative states end to end: real mosquitto brokers, real paho clients, routerd
+and `routerctl state`.
+
+drain: no new connection lands on the target, not even a client whose key the cache sends there,
+while a client connected before keeps working. maint: as drain, and the target is not probed (a
+broker stopped meanwhile is not noticed). Both survive a restart of routerd (its state file), and
+`ready` opens the target again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from tests.router.conftest import ROUTERCTL, MqttObserver, acceptors_xml, mqtt_round_trip, static_connectors
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+    from tests.router.conftest import Mosquitto, Routerd
+
+NODE_IDS = ["b0", "b1", "b2"]
+TIMEOUT_S = 10.0
+
+
+def _config(brokers: Sequence[Mosquitto], port: int) -> Callable[[int], str]:
+    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
+    acceptors = acceptors_xml({"rr": "router=rr;mode=proxy"}, {"rr": port})
+
+    def make(_admin_port: int) -> str:
+        return f"""<?xml version="1.0"?>
+<configuration xmlns="urn:activemq">
+ <core xmlns="urn:activemq:core">
+  <connectors>{connectors}</connectors>
+  <acceptors>{acceptors}</acceptors>
+  <connection-routers>
+   <connection-router name="rr">
+    <key-type>CLIENT_ID</key-type>
+    <cache><timeout>600000</timeout></cache>
+    <policy name="ROUND_ROBIN"/>
+    <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
+   </connection-router>
+  </connection-routers>
+ </core>
+</configuration>
+"""
+
+    return make
+
+
+def _landings(brokers: Sequence[Mosquitto], port: int, keys: Sequence[str]) -> dict[str, str]:
+    run = uuid.uuid4().hex[:8]
+    ports = {n: b.port for n, b in zip(NODE_IDS, brokers, strict=True) if b.proc is not None}
+    with MqttObserver(f"state-{run}/#", ports, TIMEOUT_S) as seen:
+        for key in keys:
+            assert mqtt_round_trip(port, client_id=key, topic=f"state-{run}/{key}", timeout=TIMEOUT_S), key
+        topics = seen.wait_for([f"state-{run}/{key}" for key in keys])
+    return {topic.split("/", 1)[1]: node for topic, node in topics.items()}
+
+
+def _state(router: Routerd, node_id: str, state: str | None = None) -> dict[str, object]:
+    command = [*ROUTERCTL, "state", "--admin", router.admin, "rr", node_id, *([state] if state else [])]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert isinstance(document, dict)
+    return document
+
+
+class _Session:
+    """A paho client that stays connected through the router and echoes to itself."""
+
+    def __init__(self, port: int, client_id: str) -> None:
+        self.topic = f"session/{uuid.uuid4().hex[:8]}"
+        self.got = threading.Event()
+        subscribed = threading.Event()
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
+        self.client.on_message = lambda *_a: self.got.set()
+        self.client.on_subscribe = lambda *_a: subscribed.set()
+        self.client.connect("127.0.0.1", port, keepalive=30)
+        self.client.loop_start()
+        self.client.subscribe(self.topic, qos=1)
+        assert subscribed.wait(TIMEOUT_S)
+
+    def round_trip(self) -> bool:
+        self.got.clear()
+        self.client.publish(self.topic, b"still here", qos=1)
+        return self.got.wait(TIMEOUT_S)
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def test_drain_and_maint_keep_new_connections_away_and_survive_a_restart(
+    tmp_path: Path, mosquitto_fleet, start_routerd, free_port
+):
+    port = free_port()
+    router: Routerd = start_routerd(_config(mosquitto_fleet, port))
+    [drained] = _landings(mosquitto_fleet, port, ["long"]).values()
+    session = _Session(port, "long")  # cached: reconnects go to `drained` while it is ready
+    try:
+        assert _landings(mosquitto_fleet, port, ["long-again"]) != {}  # (round robin moved on)
+        document = _state(router, drained, "drain")
+        assert (document["admin_state"], document["state"]) == ("drain", "ready")
+        router.wait_for_log(rf"router=rr target={drained} admin state drain \(was ready\)")
+
+        fresh = _landings(mosquitto_fleet, port, [f"new-{i}" for i in range(12)])
+        assert drained not in fresh.values()
+        assert len(set(fresh.values())) == 2
+        # A key cached on the drained target goes elsewhere; the session opened before stays.
+        assert _landings(mosquitto_fleet, port, ["long"])["long"] != drained
+        assert session.round_trip()
+    finally:
+        session.close()
+
+    # maint on another target: not probed, so its broker stopping goes unnoticed.
+    maintained = next(n for n in NODE_IDS if n != drained)
+    assert _state(router, maintained, "maint")["admin_state"] == "maint"
+    router.wait_for_log(rf"router=rr target={maintained} admin state maint \(was ready\)")
+    mosquitto_fleet[NODE_IDS.index(maintained)].stop()
+    deadline = time.monotonic() + 1.5  # more than seven check periods
+    while time.monotonic() < deadline:
+        assert not any(f"target={maintained} is not ready" in line for line in router.lines)
+        time.sleep(0.1)
+    open_one = next(n for n in NODE_IDS if n not in (drained, maintained))
+    assert set(_landings(mosquitto_fleet, port, [f"m-{i}" for i in range(4)]).values()) == {open_one}
+
+    # Both states are kept across a restart.
+    assert router.stop() == 0
+    router.start()
+    router.wait_for_log(r"state file .*: 2 administrative state\(s\) restored")
+    status = router.get("/api/v1/routers/rr")
+    assert isinstance(status, dict)
+    states = {t["node_id"]: t["admin_state"] for t in status["pool"]["targets"]}
+    assert states == {drained: "drain", maintained: "maint", open_one: "ready"}
+    assert (
+        f'router_target_admin_state{{node_id="{drained}",router="rr",state="drain"}} 1.0' in router.metrics()
+    )
+
+    # ready again: the drained target takes new connections (after its probe).
+    assert _state(router, drained, "ready")["admin_state"] == "ready"
+    again = _landings(mosquitto_fleet, port, [f"back-{i}" for i in range(6)])
+    assert set(again.values()) == {drained, open_one}
+
+
+def test_state_errors_are_one_line(tmp_path: Path, mosquitto_fleet, start_routerd, free_port):
+    router: Routerd = start_routerd(_config(mosquitto_fleet, free_port()))
+    command = [*ROUTERCTL, "state", "--admin", router.admin, "rr", "nobody", "drain"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith(
+        "404 no target with node id 'nobody' in the pool of 'rr' (has ['b0', 'b1', 'b2'])"
+    )
