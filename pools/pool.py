@@ -425,14 +425,20 @@ class Pool:
 
     def routing_targets(self) -> list[Target]:
         """What the pool hands to a policy: the targets open to new connections while quorum
-        holds, else nothing."""
+        holds, else nothing. (Called per decision: without administrative states, one pass over
+        plain attributes.)"""
+        if not self._admin:
+            ready = [slot.target for slot in self._slots.values() if slot.active is not None]
+            return ready if len(ready) >= self.quorum_size else []
         return self.ready_targets() if self.ready_count() >= self.quorum_size else []
 
     def ready_target(self, node_id: str) -> Target | None:
         """The target with this node id if it is in the pool, ready and open to new connections (no
         quorum check: SPEC A1 6; a drained target's cached keys go elsewhere)."""
         slot = self._slots.get(node_id)
-        return None if slot is None or not slot.routable else slot.target
+        if slot is None or slot.active is None or slot.admin is not AdminState.READY:
+            return None
+        return slot.target
 
     def probed(self, node_id: str) -> bool:
         """Whether a target of the pool is probed (it is not in maintenance)."""
