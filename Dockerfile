@@ -1,7 +1,12 @@
 # connection-router: runs `routerd` as a non-root user with the configuration mounted.
 #   docker build -t connection-router .
-#   docker run -v $PWD/broker.xml:/etc/connection-router/broker.xml:ro -p 61616:61616 -p 9180:9180 connection-router
-# The admin API (lookup, /metrics) has no authentication: publish its port only where that is safe.
+#   docker run -v $PWD/broker.xml:/etc/connection-router/broker.xml:ro -p 61616:61616 connection-router
+# The admin API (lookup, drain, cache, /metrics) listens on the container's loopback only. To reach
+# it from outside, give it tokens (lines NAME LEVEL TOKEN, docs/operations.md) and bind it wider:
+#   docker run … -v $PWD/admin-tokens:/etc/connection-router/admin-tokens:ro -p 9180:9180 connection-router \
+#     --config /etc/connection-router/broker.xml --admin 0.0.0.0:9180 \
+#     --admin-tokens /etc/connection-router/admin-tokens
+# (routerd refuses a non-loopback --admin without --admin-tokens.)
 FROM python:3.11-slim
 
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin router
@@ -17,7 +22,6 @@ COPY tls_sni ./tls_sni
 RUN pip install --no-cache-dir . && rm -rf /root/.cache
 
 USER router
-EXPOSE 9180
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["routerd"]
-CMD ["--config", "/etc/connection-router/broker.xml", "--admin", "0.0.0.0:9180"]
+CMD ["--config", "/etc/connection-router/broker.xml", "--admin", "127.0.0.1:9180"]

@@ -1,7 +1,8 @@
 """Entry points: `routerd` runs the router; `routerctl` dry-runs the engine or talks to a router.
 
     routerd --config FILE [--admin HOST:PORT | --no-admin] [--grace-period S] [--max-connections N]
-                    [--event-log DIR] [--state-file FILE] [--discard-unreadable-cache] [--log-level L]
+                    [--admin-tokens FILE] [--admin-host NAME]... [--event-log DIR]
+                    [--state-file FILE] [--discard-unreadable-cache] [--log-level L]
     routerctl route --config FILE --router NAME [--ready all|none|NODE,...] [--cache FILE] KEY...
     routerctl route --config FILE --router NAME [--client-id X] [--user U] [--sni H]
                     [--source-ip IP] [--role R]...
@@ -54,6 +55,7 @@ from pools import Member, ready_node_ids
 from pools.members import MAX_SESSION_TIMEOUT_MS
 from router.config import ConfigError, load_config
 from router.config.settings import EventLogConfig, ZooKeeperConfig
+from router.core.admin_access import AdminAccess, Token, hosts_of, is_loopback, parse_tokens
 from router.core.admission import descriptors_for
 from router.core.engine import RoutingEngine, build_pool
 from router.datapath.net import describe_oserror
@@ -145,6 +147,21 @@ def _routerd_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-admin", action="store_true", help="do not open the admin listener")
     parser.add_argument(
+        "--admin-tokens",
+        metavar="FILE",
+        help="the admin API's tokens, lines NAME LEVEL TOKEN (LEVEL user, operator or admin): every "
+        "request but GET /healthz then needs 'Authorization: Bearer TOKEN'; required when --admin "
+        "is not a loopback address",
+    )
+    parser.add_argument(
+        "--admin-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients use for the admin API (its Host header); IP literals and "
+        "localhost are always accepted (repeatable)",
+    )
+    parser.add_argument(
         "--grace-period",
         type=_seconds(zero=True),
         default=10.0,
@@ -202,7 +219,7 @@ _SIGHUP_IGNORED: Final = (
 """routerd's log line for SIGHUP, which would otherwise end the process at once."""
 
 
-async def _run_routerd(config: Config, args: argparse.Namespace) -> None:
+async def _run_routerd(config: Config, args: argparse.Namespace, access: AdminAccess) -> None:
     shutdown = trio.Event()
     log = logging.getLogger("routerd")
     async with trio.open_nursery() as nursery:
@@ -236,6 +253,7 @@ async def _run_routerd(config: Config, args: argparse.Namespace) -> None:
             max_connections=args.max_connections,
             discard_unreadable_cache=args.discard_unreadable_cache,
             state_file=args.state_file or default_state_file(config.source),
+            admin_access=access,
         )
         nursery.cancel_scope.cancel()
 
@@ -256,13 +274,14 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
             f"{config.source}: no <acceptor> names a router (URL parameter router=NAME)",
             EXIT_USAGE,
         )
+    access = _admin_access(args)
     _raise_descriptor_limit(args.max_connections)
     # What exists now (modules, the configuration) lives as long as the process: keep it out of
     # the garbage collector's full passes, which otherwise walk all of it again and again while
     # connections come and go (measured: ~12k instructions less per short fast-path connection).
     gc.freeze()
     try:
-        trio.run(_run_routerd, config, args)
+        trio.run(_run_routerd, config, args, access)
     except (OSError, StartupError, BaseExceptionGroup) as exc:
         error = _only_error(exc, (OSError, StartupError))
         if error is None:
@@ -271,6 +290,44 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
             _fail("routerd", error.strerror or describe_oserror(error))
         _fail("routerd", str(error), EXIT_USAGE)
     return 0
+
+
+def _admin_access(args: argparse.Namespace) -> AdminAccess:
+    """The admin API's rules from `--admin-tokens` and `--admin-host` (exit 2 on a bad file, or
+    on a non-loopback `--admin` without tokens)."""
+    tokens: tuple[Token, ...] = ()
+    if args.admin_tokens is not None:
+        try:
+            with open(args.admin_tokens, encoding="utf-8") as file:
+                tokens = parse_tokens(file.read(MAX_TOKENS_BYTES), args.admin_tokens)
+            mode = os.stat(args.admin_tokens).st_mode
+        except OSError as exc:
+            _fail("routerd", f"--admin-tokens {args.admin_tokens!r}: {exc.strerror}", EXIT_USAGE)
+        except (ValueError, UnicodeDecodeError) as exc:
+            _fail("routerd", f"--admin-tokens: {exc}", EXIT_USAGE)
+        if mode & 0o077:
+            logging.getLogger("routerd").warning(
+                "--admin-tokens %s can be read by other users (mode %o): chmod 600 it",
+                args.admin_tokens,
+                mode & 0o777,
+            )
+    if not args.no_admin and not is_loopback(args.admin[0]):
+        if not tokens:
+            _fail(
+                "routerd",
+                f"--admin {args.admin[0]}:{args.admin[1]} is reachable from other hosts: give "
+                "--admin-tokens FILE (anyone reaching it could drain brokers and read the cache), "
+                "or listen on loopback",
+                EXIT_USAGE,
+            )
+        logging.getLogger("routerd").warning(
+            "the admin API on %s:%d is reachable from other hosts; every request but GET /healthz "
+            "needs one of the %d token(s)",
+            args.admin[0],
+            args.admin[1],
+            len(tokens),
+        )
+    return AdminAccess(tokens=tokens, hosts=hosts_of(args.admin_host))
 
 
 def _raise_descriptor_limit(max_connections: int | None) -> None:
@@ -613,6 +670,22 @@ async def _run_register(zookeeper: ZooKeeperConfig, member: Member, connect_time
         await serve_registration(zookeeper, member, connect_timeout_s=connect_timeout_s)
 
 
+MAX_TOKENS_BYTES: Final = 1024 * 1024
+"""Largest tokens file read (routerd's `--admin-tokens`, routerctl's ROUTERCTL_TOKEN_FILE)."""
+
+
+def _token() -> str | None:
+    """The admin API token for routerctl: the file ROUTERCTL_TOKEN_FILE names, or ROUTERCTL_TOKEN."""
+    path = os.environ.get("ROUTERCTL_TOKEN_FILE")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read(MAX_TOKENS_BYTES).strip() or None
+        except OSError as exc:
+            _fail("routerctl", f"ROUTERCTL_TOKEN_FILE {path!r}: {exc.strerror}", EXIT_USAGE)
+    return os.environ.get("ROUTERCTL_TOKEN") or None
+
+
 def _get(admin: str, path: str, *, put: object = None, method: str = "GET") -> object:
     """GET a resource of the admin API (PUT `put` as JSON when given, or another method); one error
     line otherwise."""
@@ -620,6 +693,9 @@ def _get(admin: str, path: str, *, put: object = None, method: str = "GET") -> o
     request = urllib.request.Request(url, method=method)
     if put is not None:
         request = urllib.request.Request(url, data=json.dumps(put).encode(), method="PUT")
+    token = _token()
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())

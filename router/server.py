@@ -35,6 +35,7 @@ from keys import KeyType
 from keys.detect import make_detector
 from keys.users import UserStore
 from router.core.address import Address
+from router.core.admin_access import AdminAccess
 from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission, descriptor_budget
 from router.core.events import CloseReason
 from router.core.plan import fast_path_serves
@@ -310,6 +311,7 @@ async def _start_services(
     admin: tuple[str, int] | None,
     event_log: EventLog | None,
     states: StateFile | None,
+    access: AdminAccess,
 ) -> tuple[str, int] | None:
     """Probes, cache sweeps, discovery, TTL checks and the admin API; the admin's bound address."""
     ttl = config.connection_ttl
@@ -329,7 +331,7 @@ async def _start_services(
     if admin is None:
         return None
     bound: tuple[str, int] = await services.start(
-        functools.partial(serve_admin, event_log=event_log, states=states),
+        functools.partial(serve_admin, event_log=event_log, states=states, access=access),
         admin[0],
         admin[1],
         runtimes,
@@ -366,6 +368,7 @@ async def serve_router(
     max_connections: int | None = None,
     discard_unreadable_cache: bool = False,
     state_file: str | None = None,
+    admin_access: AdminAccess | None = None,
     task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router until `shutdown` is set (or forever), then drain and return.
@@ -384,6 +387,8 @@ async def serve_router(
             `StartupError`.
         state_file: where targets' administrative states are kept across restarts (read at
             start, written on each change); None: in memory only.
+        admin_access: the admin API's tokens and accepted Host names; None: no tokens, Host an
+            IP literal or localhost.
         task_status: receives a `ServerInfo` once every listener is open.
 
     Raises:
@@ -424,6 +429,7 @@ async def serve_router(
             event_log,
             stores,
             states,
+            admin_access or AdminAccess(),
             task_status,
         )
     finally:
@@ -553,10 +559,13 @@ async def _serve(
     event_log: EventLog | None,
     stores: Iterable[tuple[RouterRuntime, CacheStore]],
     states: StateFile | None,
+    admin_access: AdminAccess,
     task_status: trio.TaskStatus[ServerInfo],
 ) -> None:
     async with trio.open_nursery() as services:
-        admin_bound = await _start_services(config, runtimes, metrics, services, admin, event_log, states)
+        admin_bound = await _start_services(
+            config, runtimes, metrics, services, admin, event_log, states, admin_access
+        )
         for runtime, store in stores:
             services.start_soon(serve_cache_store, runtime, store)
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()

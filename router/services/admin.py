@@ -1,7 +1,9 @@
 """The admin HTTP listener: management lookup API, router status, and Prometheus /metrics.
 
 A small HTTP/1.1 server on h11 (one request per connection, then close). It binds to loopback by
-default; it has no authentication, so bind it to a public address only behind something that has.
+default; who may call what (the Host rule, tokens and their levels) is router/core/admin_access.py,
+checked before any resource is touched, and every state-changing or refused request is logged
+with the caller.
 
 Endpoints:
   GET  /api/v1/routers                        every router with its filters and pool state
@@ -42,6 +44,7 @@ import h11
 import trio
 
 from pools import AdminState
+from router.core.admin_access import READ_METHODS, AdminAccess, Allowed, Refused
 from router.datapath.net import open_listeners
 from router.logs import shown
 from router.services.state_file import StateFileError
@@ -73,6 +76,18 @@ CACHE_PAGE_MAX: Final = 10_000
 """The largest `limit` of a cache page (a page is built and sent in the trio thread)."""
 REQUEST_TIMEOUT_S: Final = 10.0
 """A client must send its whole request within this time."""
+
+
+_OPEN: Final = AdminAccess()
+"""No tokens, IP literals and localhost as Host: what a loopback listener without tokens checks."""
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
 
 
 class _HttpError(Exception):
@@ -334,6 +349,7 @@ async def _serve_one(
     metrics: Metrics,
     event_log: EventLog | None = None,
     states: StateFile | None = None,
+    access: AdminAccess = _OPEN,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     try:
@@ -349,18 +365,21 @@ async def _serve_one(
                 return
             method = request.method.decode()
             head = method == "HEAD"
+            target = request.target.decode()
+            headers = {name.decode().lower(): value.decode("latin-1") for name, value in request.headers}
+            path = urllib.parse.urlsplit(target).path
+            verdict = access.check(method, path, headers.get("host"), headers.get("authorization"))
             try:
+                if isinstance(verdict, Refused):
+                    raise _HttpError(verdict.status, verdict.message)
                 status, ctype, payload = _route(
-                    "GET" if head else method,
-                    request.target.decode(),
-                    body,
-                    runtimes,
-                    metrics,
-                    event_log,
-                    states,
+                    "GET" if head else method, target, body, runtimes, metrics, event_log, states
                 )
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
+            if method not in READ_METHODS or isinstance(verdict, Refused):
+                who = verdict.who if isinstance(verdict, Allowed) else "refused"
+                log.info("admin %s from %s: %s %s -> %d", who, _peer(stream), method, shown(target), status)
             await _respond(conn, stream, status, ctype, payload, head=head)
     except (h11.ProtocolError, trio.TooSlowError, trio.BrokenResourceError) as exc:
         log.info("admin request failed: %s", exc)
@@ -379,6 +398,7 @@ async def serve_admin(
     *,
     event_log: EventLog | None = None,
     states: StateFile | None = None,
+    access: AdminAccess = _OPEN,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the admin API until cancelled; `task_status.started((host, port))` once listening."""
@@ -401,7 +421,7 @@ async def serve_admin(
             return
         open_now += 1
         try:
-            await _serve_one(stream, runtimes, metrics, event_log, states)
+            await _serve_one(stream, runtimes, metrics, event_log, states, access)
         finally:
             open_now -= 1
 

@@ -10,9 +10,13 @@ broker stopped meanwhile is not noticed). Both survive a restart of routerd (its
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from typing import TYPE_CHECKING
 
@@ -159,4 +163,72 @@ def test_state_errors_are_one_line(tmp_path: Path, mosquitto_fleet, start_router
     assert result.returncode == 1
     assert result.stderr.strip().endswith(
         "404 no target with node id 'nobody' in the pool of 'rr' (has ['b0', 'b1', 'b2'])"
+    )
+
+
+def _request(
+    router: Routerd, method: str, path: str, body: bytes | None = None, **headers: str
+) -> tuple[int, str]:
+    request = urllib.request.Request(router.admin + path, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_admin_tokens_guard_state_changes_and_say_who_made_them(
+    tmp_path: Path, mosquitto_fleet, start_routerd, free_port
+):
+    reader, operator = "r" * 32, "o" * 32
+    tokens = tmp_path / "admin-tokens"
+    tokens.write_text(f"dashboards user {reader}\noncall operator {operator}\n")
+    tokens.chmod(0o600)
+    router: Routerd = start_routerd(_config(mosquitto_fleet, free_port()), "--admin-tokens", str(tokens))
+    drain = b'{"admin_state": "drain"}'
+    path = "/api/v1/routers/rr/targets/b0"
+    assert _request(router, "GET", "/healthz") == (200, "ok\n")  # load balancers' checks need none
+    status, body = _request(router, "PUT", path, drain)
+    assert (status, json.loads(body)) == (
+        401,
+        {"error": "a valid token is needed: Authorization: Bearer TOKEN"},
+    )
+    status, body = _request(router, "PUT", path, drain, Authorization=f"Bearer {reader}")
+    assert (status, json.loads(body)) == (
+        403,
+        {"error": "token 'dashboards' has level user; PUT needs operator"},
+    )
+    assert _request(router, "GET", path, Authorization=f"Bearer {reader}")[0] == 200
+    status, body = _request(router, "PUT", path, drain, Authorization=f"Bearer {operator}")
+    assert (status, json.loads(body)["admin_state"]) == (200, "drain")
+    router.wait_for_log(
+        r"admin oncall \(operator\) from 127\.0\.0\.1:\d+: PUT /api/v1/routers/rr/targets/b0 -> 200"
+    )
+    status, body = _request(router, "GET", path, Authorization=f"Bearer {operator}", Host="evil.example:80")
+    assert status == 421
+    assert "does not name this router" in json.loads(body)["error"]
+
+    # routerctl sends the token of ROUTERCTL_TOKEN_FILE.
+    token_file = tmp_path / "token"
+    token_file.write_text(operator + "\n")
+    command = [*ROUTERCTL, "state", "--admin", router.admin, "rr", "b0", "ready"]
+    env = {**os.environ, "ROUTERCTL_TOKEN_FILE": str(token_file)}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["admin_state"] == "ready"
+    plain = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert plain.returncode == 1
+    assert plain.stderr.strip().endswith("401 a valid token is needed: Authorization: Bearer TOKEN")
+
+
+def test_an_admin_api_beyond_loopback_needs_tokens(tmp_path: Path, mosquitto_fleet, free_port):
+    config = tmp_path / "router.xml"
+    config.write_text(_config(mosquitto_fleet, free_port())(0))
+    port = free_port()
+    command = [sys.executable, "-m", "router", "--config", str(config), "--admin", f"0.0.0.0:{port}"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"routerd: error: --admin 0.0.0.0:{port} is reachable from other hosts: give --admin-tokens FILE "
+        "(anyone reaching it could drain brokers and read the cache), or listen on loopback"
     )
