@@ -664,3 +664,58 @@ def mqtt_round_trip(
     finally:
         client.disconnect()
         client.loop_stop()
+
+
+# --- one ROUND_ROBIN router over mosquitto brokers, keyed on the client id ----------------------
+
+ROUND_ROBIN_NODE_IDS = ("b0", "b1", "b2")
+"""Node ids of the brokers of `round_robin_config`, in pool order."""
+
+
+def round_robin_config(brokers: Sequence[Mosquitto], port: int, cache: str) -> Callable[[int], str]:
+    """A routerd configuration (a function of the admin port, as `Routerd` takes it): router `rr`,
+    CLIENT_ID, ROUND_ROBIN over `brokers` (node ids `ROUND_ROBIN_NODE_IDS`, probed every 200 ms),
+    proxy mode on `port`, with the `<cache>` element `cache`."""
+    connectors, refs = static_connectors(zip(ROUND_ROBIN_NODE_IDS, (b.port for b in brokers), strict=True))
+    acceptors = acceptors_xml({"rr": "router=rr;mode=proxy"}, {"rr": port})
+
+    def make(_admin_port: int) -> str:
+        return f"""<?xml version="1.0"?>
+<configuration xmlns="urn:activemq">
+ <core xmlns="urn:activemq:core">
+  <connectors>{connectors}</connectors>
+  <acceptors>{acceptors}</acceptors>
+  <connection-routers>
+   <connection-router name="rr">
+    <key-type>CLIENT_ID</key-type>
+    {cache}
+    <policy name="ROUND_ROBIN"/>
+    <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
+   </connection-router>
+  </connection-routers>
+ </core>
+</configuration>
+"""
+
+    return make
+
+
+def client_id_landings(
+    brokers: Sequence[Mosquitto], visits: Sequence[tuple[int, str]], timeout: float = 10.0
+) -> list[str | None]:
+    """For each (router port, client id) in order, the node id (of `ROUND_ROBIN_NODE_IDS`) of the
+    running broker its MQTT round trip reached, seen by direct subscribers; None: not seen."""
+    run = uuid.uuid4().hex[:8]
+    running = {n: b.port for n, b in zip(ROUND_ROBIN_NODE_IDS, brokers, strict=True) if b.proc is not None}
+    topics = [f"landing-{run}/{i}" for i in range(len(visits))]
+    with MqttObserver(f"landing-{run}/#", running, timeout) as seen:
+        for (port, key), topic in zip(visits, topics, strict=True):
+            assert mqtt_round_trip(port, client_id=key, topic=topic, timeout=timeout), key
+        found = seen.wait_for(topics)
+    return [found.get(topic) for topic in topics]
+
+
+def landings_by_key(brokers: Sequence[Mosquitto], port: int, keys: Sequence[str]) -> dict[str, str]:
+    """Client id -> the node id its round trip through the router on `port` reached."""
+    landed = client_id_landings(brokers, [(port, key) for key in keys])
+    return {key: node for key, node in zip(keys, landed, strict=True) if node is not None}

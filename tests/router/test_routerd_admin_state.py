@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from tests.router.conftest import ROUTERCTL, MqttObserver, acceptors_xml, mqtt_round_trip, static_connectors
+from tests.router.conftest import ROUND_ROBIN_NODE_IDS, ROUTERCTL, landings_by_key, round_robin_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -31,43 +31,15 @@ if TYPE_CHECKING:
 
     from tests.router.conftest import Mosquitto, Routerd
 
-NODE_IDS = ["b0", "b1", "b2"]
+NODE_IDS = ROUND_ROBIN_NODE_IDS
 TIMEOUT_S = 10.0
 
 
 def _config(brokers: Sequence[Mosquitto], port: int) -> Callable[[int], str]:
-    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
-    acceptors = acceptors_xml({"rr": "router=rr;mode=proxy"}, {"rr": port})
-
-    def make(_admin_port: int) -> str:
-        return f"""<?xml version="1.0"?>
-<configuration xmlns="urn:activemq">
- <core xmlns="urn:activemq:core">
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers>
-   <connection-router name="rr">
-    <key-type>CLIENT_ID</key-type>
-    <cache><timeout>600000</timeout></cache>
-    <policy name="ROUND_ROBIN"/>
-    <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
-   </connection-router>
-  </connection-routers>
- </core>
-</configuration>
-"""
-
-    return make
+    return round_robin_config(brokers, port, "<cache><timeout>600000</timeout></cache>")
 
 
-def _landings(brokers: Sequence[Mosquitto], port: int, keys: Sequence[str]) -> dict[str, str]:
-    run = uuid.uuid4().hex[:8]
-    ports = {n: b.port for n, b in zip(NODE_IDS, brokers, strict=True) if b.proc is not None}
-    with MqttObserver(f"state-{run}/#", ports, TIMEOUT_S) as seen:
-        for key in keys:
-            assert mqtt_round_trip(port, client_id=key, topic=f"state-{run}/{key}", timeout=TIMEOUT_S), key
-        topics = seen.wait_for([f"state-{run}/{key}" for key in keys])
-    return {topic.split("/", 1)[1]: node for topic, node in topics.items()}
+_landings = landings_by_key
 
 
 def _state(router: Routerd, node_id: str, state: str | None = None) -> dict[str, object]:

@@ -12,16 +12,14 @@ import json
 import sqlite3
 import subprocess
 import time
-import uuid
 from typing import TYPE_CHECKING
 
 from tests.router.conftest import (
+    ROUND_ROBIN_NODE_IDS,
     ROUTERCTL,
-    MqttObserver,
     Routerd,
-    acceptors_xml,
-    mqtt_round_trip,
-    static_connectors,
+    landings_by_key,
+    round_robin_config,
 )
 
 if TYPE_CHECKING:
@@ -30,44 +28,16 @@ if TYPE_CHECKING:
 
     from tests.router.conftest import Mosquitto
 
-NODE_IDS = ["b0", "b1", "b2"]
+NODE_IDS = ROUND_ROBIN_NODE_IDS
 TIMEOUT_S = 10.0
 
 
 def _config(brokers: Sequence[Mosquitto], port: int, cache_file: Path) -> Callable[[int], str]:
-    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
-    acceptors = acceptors_xml({"rr": "router=rr;mode=proxy"}, {"rr": port})
-
-    def make(_admin_port: int) -> str:
-        return f"""<?xml version="1.0"?>
-<configuration xmlns="urn:activemq">
- <core xmlns="urn:activemq:core">
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers>
-   <connection-router name="rr">
-    <key-type>CLIENT_ID</key-type>
-    <cache><persisted>true</persisted><timeout>600000</timeout><file>{cache_file}</file></cache>
-    <policy name="ROUND_ROBIN"/>
-    <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
-   </connection-router>
-  </connection-routers>
- </core>
-</configuration>
-"""
-
-    return make
+    cache = f"<cache><persisted>true</persisted><timeout>600000</timeout><file>{cache_file}</file></cache>"
+    return round_robin_config(brokers, port, cache)
 
 
-def _landings(brokers: Sequence[Mosquitto], port: int, keys: Sequence[str]) -> dict[str, str]:
-    """Client id -> the broker a round trip with that client id reached through the router."""
-    run = uuid.uuid4().hex[:8]
-    ports = dict(zip(NODE_IDS, (b.port for b in brokers), strict=True))
-    with MqttObserver(f"cache-{run}/#", ports, TIMEOUT_S) as seen:
-        for key in keys:
-            assert mqtt_round_trip(port, client_id=key, topic=f"cache-{run}/{key}", timeout=TIMEOUT_S), key
-        topics = seen.wait_for([f"cache-{run}/{key}" for key in keys])
-    return {topic.split("/", 1)[1]: node for topic, node in topics.items()}
+_landings = landings_by_key
 
 
 def _stored(cache_file: Path) -> dict[str, str]:

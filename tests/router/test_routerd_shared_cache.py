@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from tests.router.conftest import MqttObserver, Routerd, acceptors_xml, mqtt_round_trip, static_connectors
+from tests.router.conftest import ROUND_ROBIN_NODE_IDS, Routerd, client_id_landings, round_robin_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -21,34 +21,15 @@ if TYPE_CHECKING:
 
     from tests.router.conftest import Mosquitto, ZooKeeperServer
 
-NODE_IDS = ["b0", "b1", "b2"]
-TIMEOUT_S = 10.0
+NODE_IDS = ROUND_ROBIN_NODE_IDS
 
 
 def _config(brokers: Sequence[Mosquitto], port: int, connect: str, path: str) -> Callable[[int], str]:
-    connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
-    acceptors = acceptors_xml({"rr": "router=rr;mode=proxy"}, {"rr": port})
-
-    def make(_admin_port: int) -> str:
-        return f"""<?xml version="1.0"?>
-<configuration xmlns="urn:activemq">
- <core xmlns="urn:activemq:core">
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers>
-   <connection-router name="rr">
-    <key-type>CLIENT_ID</key-type>
-    <cache><timeout>600000</timeout>
-     <zookeeper connect="{connect}" path="{path}" session-timeout="4000"/></cache>
-    <policy name="ROUND_ROBIN"/>
-    <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
-   </connection-router>
-  </connection-routers>
- </core>
-</configuration>
-"""
-
-    return make
+    cache = (
+        f'<cache><timeout>600000</timeout><zookeeper connect="{connect}" path="{path}" '
+        'session-timeout="4000"/></cache>'
+    )
+    return round_robin_config(brokers, port, cache)
 
 
 class Pair:
@@ -76,14 +57,7 @@ class Pair:
 
     def landings(self, visits: Sequence[tuple[int, str]]) -> list[str | None]:
         """For each (router index, client id) in order, the broker its round trip reached."""
-        run = uuid.uuid4().hex[:8]
-        running = {n: b.port for n, b in zip(NODE_IDS, self.brokers, strict=True) if b.proc is not None}
-        topics = [f"shared-{run}/{i}" for i in range(len(visits))]
-        with MqttObserver(f"shared-{run}/#", running, TIMEOUT_S) as seen:
-            for (router, key), topic in zip(visits, topics, strict=True):
-                assert mqtt_round_trip(self.ports[router], client_id=key, topic=topic, timeout=TIMEOUT_S), key
-            found = seen.wait_for(topics)
-        return [found.get(topic) for topic in topics]
+        return client_id_landings(self.brokers, [(self.ports[router], key) for router, key in visits])
 
 
 def _counter(router: Routerd, operation: str, outcome: str) -> float:
