@@ -6,7 +6,7 @@
     routerctl route --config FILE --router NAME [--ready all|none|NODE,...] [--cache FILE] KEY...
     routerctl route --config FILE --router NAME [--client-id X] [--user U] [--sni H]
                     [--source-ip IP] [--role R]...
-    routerctl target --admin URL ROUTER KEY
+    routerctl target --admin URL [--dry-run] ROUTER KEY
     routerctl status --admin URL [ROUTER]
     routerctl state --admin URL ROUTER NODE_ID [ready|drain|maint]
     routerctl cache --admin URL list ROUTER [--prefix P] [--node-id N] [--after K] [--limit N] [--all]
@@ -425,6 +425,11 @@ def _routerctl_parser() -> argparse.ArgumentParser:
 
     target = sub.add_parser("target", help="ask a running router's management API for a target")
     target.add_argument("--admin", default="http://127.0.0.1:9180")
+    target.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="change nothing: no cache write, no round-robin move (the plain lookup does both, as Artemis's)",
+    )
     target.add_argument("router")
     target.add_argument("key")
 
@@ -737,8 +742,9 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(_get(args.admin, "/api/v1/event-log", put=change), indent=2))
         return 0
     if args.command == "target":
+        query = {"key": args.key, **({"dry-run": "true"} if args.dry_run else {})}
         path = f"/api/v1/routers/{urllib.parse.quote(args.router, safe='')}/target?" + urllib.parse.urlencode(
-            {"key": args.key}
+            query
         )
         print(json.dumps(_get(args.admin, path)))
         return 0

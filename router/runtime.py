@@ -244,10 +244,12 @@ class RouterRuntime:
             return decision
         return await self.resolve(decision)
 
-    def lookup(self, key: str) -> RouteDecision:
-        """The management lookup (SPEC A7): from step 3, no quorum wait; reported `LookedUp`."""
+    def lookup(self, key: str, *, dry_run: bool = False) -> RouteDecision:
+        """The management lookup (SPEC A7): from step 3, no quorum wait; reported `LookedUp`. A
+        dry run changes nothing (no cache write, no round-robin move)."""
         with self._lock:
-            decision = self._engine.lookup(key, trio.current_time())
+            engine, now = self._engine, trio.current_time()
+            decision = engine.peek(key, now) if dry_run else engine.lookup(key, now)
         self.report(LookedUp(router=self.name, key=decision.key, status=decision.status))
         return decision
 

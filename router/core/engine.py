@@ -19,6 +19,7 @@ Workflow of one decision (SPEC A1):
 
 from __future__ import annotations
 
+import copy
 import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
@@ -334,6 +335,26 @@ class RoutingEngine:
     def lookup(self, key: str, now: float) -> RouteDecision:
         """The management lookup (SPEC A7): the workflow from step 3, without waiting for quorum."""
         return self.decide(self.transform(key), now)
+
+    def peek(self, key: str, now: float) -> RouteDecision:
+        """The management lookup as a dry run: what `lookup` would answer now, changing nothing (no
+        cache write or refresh, no round-robin move)."""
+        key = self.transform(key)
+        if self._local_filter is not None and self._local_filter.matches_whole(key):
+            return self.local_decision(key, DecisionReason.LOCAL_TARGET_FILTER)
+        if self.pool is None or self.policy is None:
+            return RouteDecision(
+                key=key, status=RouteStatus.REFUSED_USE_ANOTHER, reason=DecisionReason.NO_POOL_OR_POLICY
+            )
+        entry = None if self.cache is None else self.cache.entry(key, now)
+        if entry is not None and (target := self.pool.ready_target(entry.node_id)) is not None:
+            return self._ok(key, target, DecisionReason.CACHE)
+        targets = self.pool.routing_targets()
+        target = copy.copy(self.policy).select(targets, key)  # a copy moves no round-robin position
+        if target is None:
+            reason = DecisionReason.NO_READY_TARGET if not targets else DecisionReason.POLICY_SELECTS_NONE
+            return RouteDecision(key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=reason)
+        return self._ok(key, target, DecisionReason.POLICY)
 
     def route(self, facts: ConnectionFacts, now: float) -> RouteDecision:
         """The whole workflow for a connection (steps 0-9), without waiting for quorum."""

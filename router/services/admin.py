@@ -8,7 +8,9 @@ with the caller.
 Endpoints:
   GET  /api/v1/routers                        every router with its filters and pool state
   GET  /api/v1/routers/{name}                 one router
-  GET  /api/v1/routers/{name}/target?key=K    the management lookup (SPEC A7), as `routerctl route`
+  GET  /api/v1/routers/{name}/target?key=K    the management lookup (SPEC A7), as `routerctl route`;
+                                              with &dry-run=true it changes nothing (no cache
+                                              write, no round-robin move)
   PUT  /api/v1/routers/{name}/filters         JSON {"key_filter": …, "local_target_filter": …};
                                               blank disables, an absent field is left as it is
   GET  /api/v1/routers/{name}/cache?key=K     one cache entry (404 when absent)
@@ -133,7 +135,10 @@ def _route(
         keys = query.get("key")
         if not keys:
             raise _HttpError(400, "query parameter 'key' is required")
-        return _json(200, runtime.lookup(keys[0]).to_json())
+        dry_run = _one(query, "dry-run")
+        if dry_run not in (None, "true", "false"):
+            raise _HttpError(400, f"dry-run must be true or false, got {dry_run!r}")
+        return _json(200, runtime.lookup(keys[0], dry_run=dry_run == "true").to_json())
     if rest == ["filters"] and method == "PUT":
         return _json(200, _set_filters(runtime, body))
     if len(rest) == 2 and rest[0] == "targets" and method in ("GET", "PUT"):

@@ -982,3 +982,26 @@ class TestSharedCache:
         engine.cache.put("b", "broker1", 1.0)
         assert engine.cache.take_used() == {"a", "b"}
         assert engine.cache.take_used() == set()
+
+
+class TestDryRunLookup:
+    def test_a_dry_run_changes_no_cache_and_no_round_robin_position(self):
+        engine = make_engine(policy="ROUND_ROBIN", cache_timeout_ms=1000)
+        assert engine.cache is not None
+        first = engine.peek("k", 0.0)
+        assert (node(first), first.reason) == ("broker1", DecisionReason.POLICY)
+        assert node(engine.peek("k", 0.0)) == "broker1"  # the position did not move
+        assert engine.cache.entries(0.0) == {}
+        assert node(engine.lookup("k", 0.0)) == "broker1"  # the real lookup moves and caches
+        assert node(engine.peek("other", 0.0)) == "broker2"
+        engine.cache.put("c", "broker3", 0.0)
+        cached = engine.peek("c", 0.75)
+        assert (node(cached), cached.reason) == ("broker3", DecisionReason.CACHE)
+        assert engine.cache.entry("c", 0.75) is not None
+        assert engine.cache.get("c", 1.0) is None  # the peek at 0.75 did not refresh it
+
+    def test_a_dry_run_follows_the_same_rules(self):
+        engine = make_engine(local_filter="admin", targets=None)
+        assert engine.peek("admin", 0.0).reason is DecisionReason.LOCAL_TARGET_FILTER
+        assert engine.peek("x", 0.0).status is RouteStatus.REFUSED_USE_ANOTHER
+        assert make_engine(ready=[]).peek("x", 0.0).reason is DecisionReason.NO_READY_TARGET

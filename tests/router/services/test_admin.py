@@ -113,6 +113,14 @@ class TestAdmin:
         assert status == 200
         assert json.loads(body)["status"] == "REFUSED_USE_ANOTHER"
 
+    async def test_admin_target_dry_run_changes_nothing(self, server: tuple[ServerInfo, str]) -> None:
+        info, base = server
+        status, body = await _call(f"{base}/api/v1/routers/hash/target?key=client-42&dry-run=true")
+        assert (status, json.loads(body)["node_id"]) == (200, "broker1")
+        assert info.runtimes["hash"].cache_entries() == {}
+        status, body = await _call(f"{base}/api/v1/routers/hash/target?key=k&dry-run=yes")
+        assert (status, json.loads(body)) == (400, {"error": "dry-run must be true or false, got 'yes'"})
+
     async def test_admin_target_updates_cache(self, server: tuple[ServerInfo, str]) -> None:
         info, base = server
         await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
