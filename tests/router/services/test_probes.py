@@ -291,7 +291,9 @@ class TestMqttConnectionCount:
             assert elapsed < 0.5
             with contextlib.ExitStack() as stack:
                 _mqtt_clients(broker.port, 3, stack)
-                assert await _count_reaches(connector, 3) < 2.5  # within a sys_interval or two
+                # Within a few sys_intervals (1 s): 3.3 s was seen once on a loaded CI machine, so
+                # the bound says "refreshed, not stuck at 0" rather than timing it.
+                assert await _count_reaches(connector, 3) < 5.0
         finally:
             broker.stop()
 
