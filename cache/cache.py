@@ -12,7 +12,7 @@ memory without bound, whatever the timeout. The access order is the insertion or
 that is still fresh.
 
 Pins are an operator's overrides (`pin`): a pinned key goes to its node id whatever the policy
-says, until the pin ends (`until`, or `unpin`); a pin is neither refreshed nor expired by the
+says, until the pin ends (`until`) or is evicted; a pin is neither refreshed nor expired by the
 timeout, nor evicted to make room, and a policy's choice never overwrites it. While the pinned
 target is not ready, routing bypasses the pin as it bypasses any entry.
 
@@ -119,6 +119,7 @@ class TargetCache:
     """key -> node id with expire-after-access and a bound on entries (mutable state, clock passed in)."""
 
     __slots__ = (
+        "_dropped",
         "_journal",
         "_last_access",
         "_node_ids",
@@ -153,6 +154,9 @@ class TargetCache:
         overflowed (then the next take is the whole cache)."""
         self._used: set[str] | None = set() if track_use else None
         """Keys read or written since `take_used` (a shared cache's); None when not tracked."""
+        self._dropped: set[str] = set()
+        """Keys evicted to make room since `take_dropped`, when use is tracked (at most
+        `max_entries`): a shared cache deletes their entries unless another router uses them."""
         self.journal_max = JOURNAL_FACTOR * config.max_entries
         self.evictions = 0
         """Entries evicted to stay within `max_entries` so far."""
@@ -205,8 +209,11 @@ class TargetCache:
         if key in last_access:
             del last_access[key]
         elif len(last_access) >= self.config.max_entries:
-            self.evict(next(iter(last_access)))
+            oldest = next(iter(last_access))
+            self.evict(oldest)
             self.evictions += 1
+            if self._used is not None and len(self._dropped) < self.config.max_entries:
+                self._dropped.add(oldest)
         self._node_ids[key] = node_id
         last_access[key] = now
         if self._journal is not None:
@@ -239,7 +246,7 @@ class TargetCache:
 
     def pin(self, key: str, node_id: str, now: float, until: float = math.inf) -> None:
         """Send `key` to `node_id` whatever the policy says until `until` (the caller's clock;
-        inf: until unpinned or evicted). Replaces the key's entry or pin."""
+        inf: until evicted). Replaces the key's entry or pin."""
         if until <= now:
             raise ValueError(f"a pin must end after now, got {until - now:g} s from now")
         self._last_access.pop(key, None)
@@ -334,6 +341,11 @@ class TargetCache:
             return set()
         self._used = set()
         return used
+
+    def take_dropped(self) -> set[str]:
+        """The keys evicted to make room since the last call (empty unless use is tracked)."""
+        dropped, self._dropped = self._dropped, set()
+        return dropped
 
     def node_of(self, key: str) -> str | None:
         """The node id of a key's entry, as it is (no refresh, expired or not); None for a key

@@ -178,18 +178,6 @@ class _Slot:
     """Each member's state by `_NEXT_STATE`, primary first (one entry for a plain target)."""
     active: int | None = None
     """Index of the active member; not None exactly when the target is READY."""
-    admin: AdminState = AdminState.READY
-    """What operators allow it."""
-
-    @property
-    def routable(self) -> bool:
-        """Ready, and open to new connections."""
-        return self.active is not None and self.admin is AdminState.READY
-
-    @property
-    def counted(self) -> bool:
-        """Counts for the quorum: ready and probed (not in maintenance)."""
-        return self.active is not None and self.admin is not AdminState.MAINT
 
     @property
     def state(self) -> TargetState:
@@ -221,7 +209,8 @@ class Pool:
         self._slots: dict[str, _Slot] = {}
         self._admin: dict[str, AdminState] = {}
         """Node id -> the administrative state operators set, other than READY (also for node ids
-        not in the pool now)."""
+        not in the pool now): a target is open to new connections when ready and not in it, and
+        counts for the quorum when ready and not in MAINT."""
         self._active = False
         for target in targets:
             self.add_target(target)
@@ -256,11 +245,7 @@ class Pool:
         if target.node_id in self._slots:
             raise ValueError(f"pool {self.name!r}: duplicate node id {target.node_id!r}")
         members = 1 if target.connector is None else len(target.connector.members)
-        self._slots[target.node_id] = _Slot(
-            target=target,
-            members=[TargetState.UNKNOWN] * members,
-            admin=self._admin.get(target.node_id, AdminState.READY),
-        )
+        self._slots[target.node_id] = _Slot(target=target, members=[TargetState.UNKNOWN] * members)
         detail = "" if target.connector is None else target.connector.display_url
         return [
             PoolEvent(kind=PoolEventKind.TARGET_ADDED, pool=self.name, node_id=target.node_id, detail=detail)
@@ -310,7 +295,7 @@ class Pool:
             IndexError: no such member.
         """
         slot = self._slots[node_id]
-        if slot.admin is AdminState.MAINT:
+        if self._admin.get(node_id) is AdminState.MAINT:
             return []  # a probe that ran when maintenance began: not probed means not recorded
         members = slot.members
         before, was_active = slot.state, slot.active
@@ -371,11 +356,9 @@ class Pool:
         else:
             self._admin[node_id] = state
         slot = self._slots.get(node_id)
-        if slot is not None:
-            slot.admin = state
-            if before is AdminState.MAINT:  # not probed meanwhile: unknown until its next probe
-                slot.members = [TargetState.UNKNOWN] * len(slot.members)
-                slot.active = None
+        if slot is not None and before is AdminState.MAINT:  # not probed: unknown until probed
+            slot.members = [TargetState.UNKNOWN] * len(slot.members)
+            slot.active = None
         events = [
             PoolEvent(
                 kind=PoolEventKind.TARGET_ADMIN_STATE,
@@ -416,34 +399,34 @@ class Pool:
 
     def ready_count(self) -> int:
         """How many targets count for the quorum now: ready, and not in maintenance."""
-        return sum(1 for slot in self._slots.values() if slot.counted)
+        maint = AdminState.MAINT
+        admin = self._admin
+        return sum(
+            1 for n, slot in self._slots.items() if slot.active is not None and admin.get(n) is not maint
+        )
 
     def ready_targets(self) -> list[Target]:
         """The targets open to new connections (ready, administrative state READY) in pool order,
         whether or not quorum holds."""
-        return [slot.target for slot in self._slots.values() if slot.routable]
+        admin = self._admin
+        return [slot.target for n, slot in self._slots.items() if slot.active is not None and n not in admin]
 
     def routing_targets(self) -> list[Target]:
         """What the pool hands to a policy: the targets open to new connections while quorum
-        holds, else nothing. (Called per decision: without administrative states, one pass over
-        plain attributes.)"""
-        if not self._admin:
-            ready = [slot.target for slot in self._slots.values() if slot.active is not None]
-            return ready if len(ready) >= self.quorum_size else []
-        return self.ready_targets() if self.ready_count() >= self.quorum_size else []
+        holds, else nothing."""
+        ready = self.ready_targets()
+        counted = len(ready) if not self._admin else self.ready_count()  # the same without states
+        return ready if counted >= self.quorum_size else []
 
     def ready_target(self, node_id: str) -> Target | None:
         """The target with this node id if it is in the pool, ready and open to new connections (no
         quorum check: SPEC A1 6; a drained target's cached keys go elsewhere)."""
         slot = self._slots.get(node_id)
-        if slot is None or slot.active is None or slot.admin is not AdminState.READY:
-            return None
-        return slot.target
+        return None if slot is None or slot.active is None or node_id in self._admin else slot.target
 
     def probed(self, node_id: str) -> bool:
         """Whether a target of the pool is probed (it is not in maintenance)."""
-        slot = self._slots.get(node_id)
-        return slot is not None and slot.admin is not AdminState.MAINT
+        return node_id in self._slots and self._admin.get(node_id) is not AdminState.MAINT
 
 
 def ready_node_ids(pool: Pool, spec: str) -> frozenset[str]:

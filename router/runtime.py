@@ -318,14 +318,14 @@ class RouterRuntime:
                 self._shared_evicted.update(keys if key is None else [key])
             return len(keys)
 
-    def take_cache_use(self) -> tuple[set[str], set[str]]:
-        """A shared cache's work since the last call: the keys used (read or written), and the
-        keys operators evicted."""
+    def take_cache_use(self) -> tuple[set[str], set[str], set[str]]:
+        """A shared cache's work since the last call: the keys used (read or written), the keys
+        operators evicted, and those evicted to make room (`TargetCache.take_dropped`)."""
         with self._lock:
             cache = self._engine.cache
-            used = set() if cache is None else cache.take_used()
+            used, dropped = (set(), set()) if cache is None else (cache.take_used(), cache.take_dropped())
             evicted, self._shared_evicted = self._shared_evicted, set()
-        return used, evicted
+        return used, evicted, dropped
 
     def cached_node(self, key: str) -> str | None:
         """The node id of the router's own cache entry for a key (expired or not; not a pin)."""

@@ -492,13 +492,10 @@ def _open_cache_stores(
             stores.append((runtime, store))
             now, wall = trio.current_time(), time.time()  # read together: the offset between them
             try:
-                rows = store.load(wall, cache.timeout_ms)
+                rows = store.load(wall, cache.timeout_ms, wall - now)
             except CacheStoreError as exc:
                 raise StartupError(f"router {runtime.name!r}: {exc}") from exc
-            offset = wall - now
-            loaded = runtime.restore_cache(
-                ((key, (node, access - offset, until - offset)) for key, (node, access, until) in rows), now
-            )
+            loaded = runtime.restore_cache(rows, now)
             log.info("router=%s persisted cache %s: %d entries loaded", runtime.name, cache.file, loaded)
     except StartupError:
         _close_cache_stores(stores)

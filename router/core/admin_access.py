@@ -36,6 +36,7 @@ __all__ = [
     "Refused",
     "Token",
     "Verdict",
+    "hosts_of",
     "is_loopback",
     "parse_tokens",
 ]

@@ -277,8 +277,9 @@ class RoutingEngine:
             return key
         return self.policy.transform_key(key)
 
-    def early(self, key: str, now: float) -> RouteDecision | None:
-        """Steps 4-6: local filter, missing pool/policy, cache hit; None means ask the pool."""
+    def early(self, key: str, now: float, *, dry_run: bool = False) -> RouteDecision | None:
+        """Steps 4-6: local filter, missing pool/policy, cache hit; None means ask the pool. A dry
+        run reads the cache without refreshing the entry."""
         if self._local_filter is not None and self._local_filter.matches_whole(key):
             return self.local_decision(key, DecisionReason.LOCAL_TARGET_FILTER)
         if self.pool is None or self.policy is None:
@@ -286,31 +287,39 @@ class RoutingEngine:
                 key=key, status=RouteStatus.REFUSED_USE_ANOTHER, reason=DecisionReason.NO_POOL_OR_POLICY
             )
         if self.cache is not None:
-            node_id = self.cache.get(key, now)
+            if dry_run:
+                entry = self.cache.entry(key, now)
+                node_id = None if entry is None else entry.node_id
+            else:
+                node_id = self.cache.get(key, now)
             if node_id is not None:
                 target = self.pool.ready_target(node_id)
                 if target is not None:
                     return self._ok(key, target, DecisionReason.CACHE)
         return None
 
-    def select(self, key: str, targets: Sequence[Target], now: float) -> RouteDecision:
-        """Steps 8-9: the policy's pick among the ready targets (empty below quorum)."""
+    def select(
+        self, key: str, targets: Sequence[Target], now: float, *, dry_run: bool = False
+    ) -> RouteDecision:
+        """Steps 8-9: the policy's pick among the ready targets (empty below quorum). A dry run
+        picks on a copy of the policy (no round-robin move) and caches nothing."""
         assert self.policy is not None, "select() follows early(), which refuses without a policy"
-        target = self.policy.select(targets, key)
+        target = (copy.copy(self.policy) if dry_run else self.policy).select(targets, key)
         if target is None:
             reason = DecisionReason.NO_READY_TARGET if not targets else DecisionReason.POLICY_SELECTS_NONE
             return RouteDecision(key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=reason)
-        if self.cache is not None:
+        if self.cache is not None and not dry_run:
             self.cache.put(key, target.node_id, now)
         return self._ok(key, target, DecisionReason.POLICY)
 
-    def decide(self, key: str, now: float) -> RouteDecision:
-        """Steps 4-9 for a transformed key, taking the pool's targets as they are (no quorum wait)."""
-        decision = self.early(key, now)
+    def decide(self, key: str, now: float, *, dry_run: bool = False) -> RouteDecision:
+        """Steps 4-9 for a transformed key, taking the pool's targets as they are (no quorum wait);
+        a dry run changes nothing (see `early` and `select`)."""
+        decision = self.early(key, now, dry_run=dry_run)
         if decision is not None:
             return decision
         assert self.pool is not None, "early() refuses when there is no pool"
-        return self.select(key, self.pool.routing_targets(), now)
+        return self.select(key, self.pool.routing_targets(), now, dry_run=dry_run)
 
     def redispatch(self, key: str, reason: DecisionReason, failed: str, now: float) -> RouteDecision:
         """After the connect to target `failed` failed (it died between two probes): the policy's
@@ -339,22 +348,7 @@ class RoutingEngine:
     def peek(self, key: str, now: float) -> RouteDecision:
         """The management lookup as a dry run: what `lookup` would answer now, changing nothing (no
         cache write or refresh, no round-robin move)."""
-        key = self.transform(key)
-        if self._local_filter is not None and self._local_filter.matches_whole(key):
-            return self.local_decision(key, DecisionReason.LOCAL_TARGET_FILTER)
-        if self.pool is None or self.policy is None:
-            return RouteDecision(
-                key=key, status=RouteStatus.REFUSED_USE_ANOTHER, reason=DecisionReason.NO_POOL_OR_POLICY
-            )
-        entry = None if self.cache is None else self.cache.entry(key, now)
-        if entry is not None and (target := self.pool.ready_target(entry.node_id)) is not None:
-            return self._ok(key, target, DecisionReason.CACHE)
-        targets = self.pool.routing_targets()
-        target = copy.copy(self.policy).select(targets, key)  # a copy moves no round-robin position
-        if target is None:
-            reason = DecisionReason.NO_READY_TARGET if not targets else DecisionReason.POLICY_SELECTS_NONE
-            return RouteDecision(key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=reason)
-        return self._ok(key, target, DecisionReason.POLICY)
+        return self.decide(self.transform(key), now, dry_run=True)
 
     def route(self, facts: ConnectionFacts, now: float) -> RouteDecision:
         """The whole workflow for a connection (steps 0-9), without waiting for quorum."""

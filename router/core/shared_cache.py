@@ -78,6 +78,9 @@ class SharedEntry:
     """When it expires, wall clock; None: never (a cache without timeout)."""
     version: int = -1
     """The znode's data version when read; -1: not known."""
+    ours: bool = False
+    """This router wrote this version (a claim or an extension), as far as it knows: no other
+    router has changed it since."""
 
     def to_data(self) -> bytes:
         """The znode's data."""

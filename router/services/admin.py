@@ -46,7 +46,7 @@ import h11
 import trio
 
 from pools import AdminState
-from router.core.admin_access import READ_METHODS, AdminAccess, Allowed, Refused
+from router.core.admin_access import READ_METHODS, AdminAccess, Refused
 from router.datapath.net import open_listeners
 from router.logs import shown
 from router.services.state_file import StateFileError
@@ -382,9 +382,14 @@ async def _serve_one(
                 )
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
-            if method not in READ_METHODS or isinstance(verdict, Refused):
-                who = verdict.who if isinstance(verdict, Allowed) else "refused"
-                log.info("admin %s from %s: %s %s -> %d", who, _peer(stream), method, shown(target), status)
+            if isinstance(verdict, Refused):  # WARNING: rate-limited, whoever sends them
+                log.warning(
+                    "admin request refused from %s: %s %s -> %d", _peer(stream), method, shown(target), status
+                )
+            elif method not in READ_METHODS:
+                log.info(
+                    "admin %s from %s: %s %s -> %d", verdict.who, _peer(stream), method, shown(target), status
+                )
             await _respond(conn, stream, status, ctype, payload, head=head)
     except (h11.ProtocolError, trio.TooSlowError, trio.BrokenResourceError) as exc:
         log.info("admin request failed: %s", exc)

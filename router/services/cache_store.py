@@ -138,13 +138,14 @@ class CacheStore:
             raise CacheStoreError(f"{where} cannot be read: {_why(exc)}", damaged=damaged) from exc
         return cls(path, db, lock)
 
-    def load(self, now: float, timeout_ms: int) -> list[tuple[str, Row]]:
-        """The stored entries, least recently accessed first, times in wall-clock seconds; the
-        expired entries and ended pins are deleted first (unless read-only).
+    def load(self, now: float, timeout_ms: int, offset: float = 0.0) -> list[tuple[str, Row]]:
+        """The stored entries, least recently accessed first, times in the cache's clock (wall
+        clock - `offset`); the expired entries and ended pins are deleted first (unless read-only).
 
         Args:
             now: the wall clock now.
             timeout_ms: the cache's timeout (0: entries never expire).
+            offset: wall clock - the cache's clock (0: the cache keeps wall-clock times).
 
         Raises:
             CacheStoreError: the file cannot be read.
@@ -165,7 +166,7 @@ class CacheStore:
         except sqlite3.Error as exc:
             raise CacheStoreError(f"persisted cache {self.path!r} cannot be read: {_why(exc)}") from exc
         return [
-            (key, (node_id, access, NO_PIN if until is None else until))
+            (key, (node_id, access - offset, NO_PIN if until is None else until - offset))
             for key, node_id, access, until in rows
         ]
 
@@ -183,9 +184,7 @@ class CacheStore:
                 deletes.append((key,))
             else:
                 node_id, access, until = row
-                upserts.append(
-                    (key, node_id, access + offset, None if math.isnan(until) else _wall(until, offset))
-                )
+                upserts.append((key, node_id, access + offset, None if math.isnan(until) else until + offset))
         db = self._db
         try:
             with db:
@@ -205,10 +204,6 @@ class CacheStore:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
-
-
-def _wall(until: float, offset: float) -> float:
-    return until if until == math.inf else until + offset
 
 
 def _lock(path: str, where: str) -> int:

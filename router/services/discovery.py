@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import TYPE_CHECKING, Final, Protocol, assert_never
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar, assert_never
 
 import trio
 from kazoo.client import KazooClient, KazooState
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DiscoveryClient",
+    "Inbox",
     "NoNodeError",
     "NodeExistsError",
     "RegistrationError",
@@ -115,6 +116,8 @@ class VersionMismatchError(ZooKeeperError):
 class RegistrationError(Exception):
     """`routerctl register` cannot register, or lost its registration; the message is for people."""
 
+
+_T = TypeVar("_T")
 
 _Item = Session | Signal
 """What kazoo's threads hand to the trio task (a session change, or `Signal.WATCH_FIRED`)."""
@@ -183,7 +186,7 @@ class ZooKeeper:
             hosts=connect, timeout=session_timeout_ms / 1000, connection_retry=retry, logger=_KAZOO_LOG
         )
         self._watch: Callable[[object], None] | None = None
-        self._watchers: dict[Callable[[str], None], Callable[[object], None]] = {}
+        self._znode_watch: Callable[[object], None] | None = None
 
     def on_session(self, callback: Callable[[Session], None]) -> None:
         """Call `callback` (in a kazoo thread) on every session state change."""
@@ -283,15 +286,25 @@ class ZooKeeper:
 
     # -- plain znodes (the shared cache) --
 
-    def read(self, path: str, watch: Callable[[str], None] | None = None) -> tuple[bytes, int] | None:
-        """A znode's data and version, setting a data watch when `watch` is given (called, in a
-        kazoo thread, with the path when the znode changes or goes); None when it is not there
-        (then no watch is set: `watch_for` does that).
+    def on_znode_change(self, callback: Callable[[str], None]) -> None:
+        """Call `callback` (in a kazoo thread) with the path when a watch set by `read(watch=True)`
+        or `watch_for` fires."""
+
+        def watch(event: object) -> None:
+            callback(str(getattr(event, "path", "")))
+
+        # One callable for every watch: kazoo keeps watchers in a set, so setting the same watch
+        # again does not pile up copies.
+        self._znode_watch = watch
+
+    def read(self, path: str, *, watch: bool = False) -> tuple[bytes, int] | None:
+        """A znode's data and version, setting a data watch when `watch` (see `on_znode_change`);
+        None when it is not there (then no watch is set: `watch_for` does that).
 
         Raises:
             ZooKeeperError: the connection or the session failed.
         """
-        watcher = None if watch is None else self._path_watcher(watch)
+        watcher = self._znode_watch if watch else None
         with _translate(f"read {path}"):
             try:
                 data, stat = self._client.get(path, watch=watcher)
@@ -299,28 +312,17 @@ class ZooKeeper:
                 return None
         return bytes(data or b""), int(stat.version)
 
-    def watch_for(self, path: str, watch: Callable[[str], None]) -> int | None:
-        """Set a watch on a znode, whether it is there (then it fires when it changes or goes) or
-        not (then when it is created); its data version, None when it is not there.
+    def watch_for(self, path: str) -> int | None:
+        """Set a watch (see `on_znode_change`) on a znode, whether it is there (then it fires when
+        it changes or goes) or not (then when it is created); its data version, None when it is not
+        there.
 
         Raises:
             ZooKeeperError: the connection or the session failed.
         """
         with _translate(f"watch {path}"):
-            stat = self._client.exists(path, watch=self._path_watcher(watch))
+            stat = self._client.exists(path, watch=self._znode_watch)
         return None if stat is None else int(stat.version)
-
-    def _path_watcher(self, callback: Callable[[str], None]) -> Callable[[object], None]:
-        """kazoo's watcher calling `callback` with the path: one per callback, since kazoo keeps
-        watchers in a set (setting the same watch again does not pile up copies)."""
-        watcher = self._watchers.get(callback)
-        if watcher is None:
-
-            def watcher(event: object) -> None:
-                callback(str(getattr(event, "path", "")))
-
-            self._watchers[callback] = watcher
-        return watcher
 
     def create(self, path: str, data: bytes) -> None:
         """Create a persistent znode (and its missing parents).
@@ -381,15 +383,17 @@ class ZooKeeper:
         await trio.to_thread.run_sync(self.close, abandon_on_cancel=True)
 
 
-class _Inbox:
-    """Session changes and watch events from kazoo's threads, handed to one trio task."""
+class Inbox(Generic[_T]):
+    """What kazoo's threads report (session changes, watch events), handed to trio tasks: `post`
+    is called in a kazoo thread and never blocks; the tasks read `receive`. Make it in the trio
+    thread."""
 
     def __init__(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
-        self._send, self.receive = trio.open_memory_channel[_Item](math.inf)
+        self._send, self.receive = trio.open_memory_channel[_T](math.inf)
 
-    def post(self, item: _Item) -> None:
-        """Called in a kazoo thread: queue `item` for the trio task; never blocks."""
+    def post(self, item: _T) -> None:
+        """Called in a kazoo thread: queue `item` for the trio side; never blocks."""
 
         def deliver() -> None:
             with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
@@ -398,11 +402,7 @@ class _Inbox:
         with contextlib.suppress(trio.RunFinishedError):  # the router is stopping
             self._token.run_sync_soon(deliver)
 
-    def changed(self) -> None:
-        """A watch fired (kazoo thread)."""
-        self.post(Signal.WATCH_FIRED)
-
-    async def next_batch(self) -> list[_Item]:
+    async def next_batch(self) -> list[_T]:
         """Wait for at least one item; return it with every other item already queued."""
         batch = [await self.receive.receive()]
         while True:
@@ -463,10 +463,10 @@ async def serve_discovery(
             t.node_id: "the local target" if t.local else "a configured target" for t in runtime.targets()
         }
     )
-    inbox = _Inbox()
+    inbox = Inbox[_Item]()
     client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
     client.on_session(inbox.post)
-    client.on_change(inbox.changed)
+    client.on_change(lambda: inbox.post(Signal.WATCH_FIRED))
     try:
         client.start()
         log.info("router=%s discovering members at %s", runtime.name, where)
@@ -561,7 +561,7 @@ async def serve_registration(
     """
     client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
     registration = _Registration(client, zookeeper, member, connect_timeout_s)
-    inbox = _Inbox()
+    inbox = Inbox[_Item]()
     client.on_session(inbox.post)
     try:
         client.start()

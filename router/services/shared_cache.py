@@ -39,10 +39,11 @@ tasks consume.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar, TypeVarTuple, Unpack
 
 import trio
 
@@ -58,6 +59,7 @@ from router.core.shared_cache import (
 )
 from router.services.discovery import (
     CLOSE_TIMEOUT_S,
+    Inbox,
     NodeExistsError,
     NoNodeError,
     Session,
@@ -68,7 +70,6 @@ from router.services.discovery import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-    from typing import Any
 
     from router.config.settings import ZooKeeperConfig
     from router.runtime import RouterRuntime
@@ -78,6 +79,7 @@ __all__ = ["CLAIM_TIMEOUT_S", "READ_TIMEOUT_S", "SharedCache"]
 log = logging.getLogger("router.cache")
 
 _T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
 
 READ_TIMEOUT_S: Final = 0.5
 """How long a decision waits for ZooKeeper's answer about a key before it decides alone: ten
@@ -130,29 +132,25 @@ class SharedCache:
         extended, claimed again, or no longer held)."""
         self.evicted: set[str] = set()
         """Keys operators evicted whose znodes are still to be deleted."""
+        self.dropped: dict[str, SharedEntry] = {}
+        """Keys this router's cache evicted to make room (at most `max-entries`) whose entry it wrote
+        last: deleted unless another router changed (used) it since (version-checked), so keys a
+        client invents do not pile up in ZooKeeper until they expire."""
         self._background = trio.CapacityLimiter(BACKGROUND_THREADS)
         self._reconciling = False
-        token = trio.lowlevel.current_trio_token()
-        self._sessions_in, self._sessions = trio.open_memory_channel[Session](math.inf)
-        self._paths_in, self._paths = trio.open_memory_channel[str](math.inf)
-
-        def post(channel: trio.MemorySendChannel[Any], item: object) -> None:  # kazoo's threads
-            def deliver() -> None:
-                with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-                    channel.send_nowait(item)  # unbounded: never WouldBlock
-
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(deliver)
-
-        self._watch: Callable[[str], None] = lambda path: post(self._paths_in, path)
-        self.client.on_session(lambda session: post(self._sessions_in, session))
+        self._sessions = Inbox[Session]()
+        self._changes = Inbox[str]()
+        """Paths whose watch fired (at most one watch per znode and session: bounded by the keys
+        this router read or wrote)."""
+        self.client.on_session(self._sessions.post)
+        self.client.on_znode_change(self._changes.post)
         self._nursery: trio.Nursery | None = None
         """`serve`'s, where the background runs."""
 
     def _count(self, operation: str, outcome: str) -> None:
         self.runtime.metrics.cache_shared_operations.inc((self.name, operation, outcome))
 
-    async def _call(self, function: Callable[..., _T], *args: object) -> _T:
+    async def _call(self, function: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> _T:
         """A blocking kazoo call of the background, in a worker thread of its own limiter."""
         return await trio.to_thread.run_sync(
             function, *args, abandon_on_cancel=True, limiter=self._background
@@ -178,7 +176,9 @@ class SharedCache:
 
     async def _read(self, key: str, *, limiter: trio.CapacityLimiter | None) -> SharedEntry | None:
         found = await trio.to_thread.run_sync(
-            self.client.read, znode_of(self.path, key), self._watch, abandon_on_cancel=True, limiter=limiter
+            functools.partial(self.client.read, znode_of(self.path, key), watch=True),
+            abandon_on_cancel=True,
+            limiter=limiter,
         )
         if found is None:
             self.known.pop(key, None)
@@ -244,7 +244,7 @@ class SharedCache:
                 if current is not None and current.node_id == node_id:
                     return current
                 continue
-            entry = SharedEntry(node_id=node_id, until=entry.until, version=version)
+            entry = SharedEntry(node_id=node_id, until=entry.until, version=version, ours=True)
             self.known[key] = entry
             if self._nursery is not None:  # the watch is set after the decision, not in its time
                 self._nursery.start_soon(self._watch_entry, key, version)
@@ -257,7 +257,7 @@ class SharedCache:
     async def _watch_entry(self, key: str, version: int) -> None:
         """Watch a znode this router just wrote; read it again if it changed in between."""
         with contextlib.suppress(ZooKeeperError):
-            now = await self._call(self.client.watch_for, znode_of(self.path, key), self._watch)
+            now = await self._call(self.client.watch_for, znode_of(self.path, key))
             if now != version:
                 await self._changed(znode_of(self.path, key))
 
@@ -275,7 +275,7 @@ class SharedCache:
                 nursery.start_soon(self._sweep_loop)
                 for _ in range(BACKGROUND_TASKS):
                     nursery.start_soon(self._follow_watches)
-                async for session in self._sessions:
+                async for session in self._sessions.receive:
                     self._session(session)
         finally:
             self._nursery = None
@@ -370,7 +370,7 @@ class SharedCache:
         return adopted
 
     async def _follow_watches(self) -> None:
-        async for path in self._paths:
+        async for path in self._changes.receive:
             await self._changed(path)
 
     async def _changed(self, path: str) -> None:
@@ -401,9 +401,13 @@ class SharedCache:
         now sends them elsewhere), the operators' evictions, the keys decided alone."""
         while True:
             await trio.sleep(self._touch_interval())
-            used, evicted = self.runtime.take_cache_use()
+            used, evicted, dropped = self.runtime.take_cache_use()
             self.used |= used
             self.evicted |= evicted
+            for key in dropped:  # made room for others here: gone unless another router uses it
+                entry = self.known.pop(key, None)
+                if entry is not None and entry.ours and len(self.dropped) < self.max_keys:
+                    self.dropped[key] = entry
             if len(self.known) > self.max_keys:  # keys this router no longer holds
                 held_now = set(self.runtime.shared_keys())
                 self.known = {k: e for k, e in self.known.items() if k in held_now}
@@ -412,6 +416,8 @@ class SharedCache:
             self._start_reconcile()
             while self.evicted and self.connected:
                 await self._delete(self.evicted.pop())
+            while self.dropped and self.connected:
+                await self._delete_unused(*self.dropped.popitem())
             await self._look_at_used()
 
     async def _look_at_used(self) -> None:
@@ -446,7 +452,7 @@ class SharedCache:
             self.used.add(key)  # again next time
             return
         self._count("update", "ok")
-        self.known[key] = SharedEntry(node_id=entry.node_id, until=extended.until, version=version)
+        self.known[key] = SharedEntry(node_id=entry.node_id, until=extended.until, version=version, ours=True)
 
     async def _delete(self, key: str) -> None:
         self.known.pop(key, None)
@@ -456,6 +462,17 @@ class SharedCache:
         except ZooKeeperError:
             self._count("delete", "failed")
             self.evicted.add(key)  # again when ZooKeeper answers
+
+    async def _delete_unused(self, key: str, entry: SharedEntry) -> None:
+        if self.runtime.cached_node(key) is not None:  # decided here again meanwhile
+            return
+        try:
+            if await self._call(self.client.delete, znode_of(self.path, key), entry.version):
+                self._count("delete", "dropped")
+        except VersionMismatchError:  # extended or overwritten since: another router uses it
+            self._count("delete", "raced")
+        except ZooKeeperError:
+            self._count("delete", "failed")
 
     async def _sweep_loop(self) -> None:
         """Delete expired entries, one bucket at a time, every bucket once per timeout."""
@@ -481,7 +498,7 @@ class SharedCache:
         now = time.time()
         for name in names:
             path = f"{parent}/{name}"
-            found = await self._call(self.client.read, path, None)
+            found = await self._call(self.client.read, path)
             if found is None:
                 continue
             entry = SharedEntry.from_data(*found)

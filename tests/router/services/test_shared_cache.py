@@ -27,14 +27,14 @@ from router.services.shared_cache import SharedCache
 NODES = ("b1", "b2", "b3")
 
 
-def _runtime(timeout_ms: int, zookeeper: ZooKeeperConfig) -> RouterRuntime:
+def _runtime(timeout_ms: int, zookeeper: ZooKeeperConfig, max_entries: int = 100_000) -> RouterRuntime:
     connectors = tuple(
         Connector.from_url(n, f"tcp://127.0.0.1:{21100 + i}?nodeId={n}") for i, n in enumerate(NODES)
     )
     router = RouterConfig(
         name="r",
         key_type=KeyType.CLIENT_ID,
-        cache=CacheConfig(timeout_ms=timeout_ms),
+        cache=CacheConfig(timeout_ms=timeout_ms, max_entries=max_entries),
         cache_zookeeper=zookeeper,
         policy=PolicyConfig(name="ROUND_ROBIN"),
         pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=NODES),
@@ -169,3 +169,33 @@ async def test_keys_decided_alone_are_claimed_when_zookeeper_answers(nursery, zo
 def test_wall_clock_is_what_entries_expire_by():
     entry = SharedEntry(node_id="b", until=time.time() - 1)
     assert entry.expired(time.time())
+
+
+async def test_entries_evicted_here_to_make_room_leave_zookeeper_unless_used_elsewhere(nursery, zookeeper):
+    """Keys a client invents stay bounded in ZooKeeper too: an entry that this router's cache (of
+    one entry here) dropped for a new key is deleted, unless another router changed it since."""
+    a, _b = await _routers(nursery, zookeeper.connect)
+    config = ZooKeeperConfig(connect=zookeeper.connect, path=a.path, session_timeout_ms=4000)
+    small = _runtime(600_000, config, max_entries=1)
+    shared = SharedCache(small, config)
+    small.attach_shared(shared)
+    await nursery.start(shared.serve)
+    await _eventually(lambda: shared.connected)
+
+    def read(key: str) -> tuple[bytes, int] | None:
+        return a.client.read(znode_of(a.path, key))
+
+    await small.decide(ConnectionFacts(client_id="first"))
+    await small.decide(ConnectionFacts(client_id="kept"))  # drops "first"
+
+    async def first_gone() -> bool:
+        return await trio.to_thread.run_sync(read, "first") is None
+
+    await _eventually(first_gone)
+    found = await trio.to_thread.run_sync(read, "kept")
+    assert found is not None
+    path = znode_of(a.path, "kept")
+    await trio.to_thread.run_sync(a.client.update, path, found[0], -1)  # another router extends it
+    await small.decide(ConnectionFacts(client_id="second"))  # drops "kept"
+    await _eventually(lambda: "kept" not in shared.known)  # the touch loop took the drop
+    assert await trio.to_thread.run_sync(read, "kept") is not None
