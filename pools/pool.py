@@ -409,6 +409,8 @@ class Pool:
         """The targets open to new connections (ready, administrative state READY) in pool order,
         whether or not quorum holds."""
         admin = self._admin
+        if not admin:  # the usual case, once per decision that asks the pool: no lookups
+            return [slot.target for slot in self._slots.values() if slot.active is not None]
         return [slot.target for n, slot in self._slots.items() if slot.active is not None and n not in admin]
 
     def routing_targets(self) -> list[Target]:
