@@ -24,8 +24,9 @@ a cache index). The field layouts follow ActiveMQ's generated marshallers
 versions.
 
 The health probe (`probe=openwire`) is a client in loose encoding: its encoders
-(`encode_wire_format_info`, `encode_connection_info`, `encode_connection_close`) and the parsers
-of the broker's answers (`parse_probe_wire_format`, `parse_probe_response`) are at the end.
+(`encode_wire_format_info`, `encode_connection_info`, `encode_connection_close`,
+`encode_shutdown`) and the parsers of the broker's answers (`parse_probe_wire_format`,
+`parse_probe_response`) are at the end.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "encode_connection_close",
     "encode_connection_control",
     "encode_connection_info",
+    "encode_shutdown",
     "encode_wire_format_info",
     "parse_probe_response",
     "parse_probe_wire_format",
@@ -1046,16 +1048,18 @@ def encode_connection_info(
 
 
 def encode_connection_close(*, command_id: int, connection_id: str, version: int) -> bytes:
-    """`RemoveInfo` for the connection, then `ShutdownInfo`: how a Java client closes (no answers
-    requested; the broker then closes the socket).
+    """`RemoveInfo` for the connection, asking for a `Response`: how a Java client closes
+    (`ActiveMQConnection.close` sends it synchronously, then `ShutdownInfo`). Once the broker has
+    answered, the connection and its client id are gone from the broker, so the next connection
+    with the same client id is accepted.
 
     Args:
-        command_id: the id of the `RemoveInfo`; the `ShutdownInfo` gets the next one.
+        command_id: the id of the `RemoveInfo`; its `Response` carries it as correlationId.
         connection_id: the `ConnectionId` value sent in `ConnectionInfo`.
         version: the negotiated OpenWire version.
 
     Returns:
-        The two commands with their size prefixes.
+        The command with its size prefix.
 
     Raises:
         ValueError: a version outside 1 to `MAX_VERSION`.
@@ -1064,8 +1068,19 @@ def encode_connection_close(*, command_id: int, connection_id: str, version: int
     body = _loose_connection_id(connection_id)
     if version >= _LAST_DELIVERED_VERSION:
         body += struct.pack(">q", _LAST_DELIVERED_UNKNOWN)
-    remove = _loose_command(_REMOVE_INFO, command_id, False, body)
-    return remove + _loose_command(_SHUTDOWN_INFO, command_id + 1, False, b"")
+    return _loose_command(_REMOVE_INFO, command_id, True, body)
+
+
+def encode_shutdown(*, command_id: int) -> bytes:
+    """`ShutdownInfo`, which a client sends last (no answer; the broker then closes the socket).
+
+    Args:
+        command_id: the command's id.
+
+    Returns:
+        The command with its size prefix.
+    """
+    return _loose_command(_SHUTDOWN_INFO, command_id, False, b"")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1095,11 +1110,12 @@ def _read_throwable(r: _Reader, what: str) -> tuple[str, str | None]:
 
 
 def parse_probe_response(data: bytes, *, command_id: int) -> BrokerResponse | NeedMore:
-    """The broker's answer to the probe's `ConnectionInfo`, from the start of what it sent.
+    """The broker's answer to one of the probe's commands (`ConnectionInfo`, then the closing
+    `RemoveInfo`), from the start of what it sent.
 
     Args:
         data: every byte the broker sent so far, its `WireFormatInfo` first.
-        command_id: the commandId of the `ConnectionInfo`.
+        command_id: the commandId of the command answered.
 
     Returns:
         The `Response` or `ExceptionResponse` whose correlationId is `command_id`, or a

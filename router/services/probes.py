@@ -298,14 +298,22 @@ async def check_openwire(
             )
         )
         parse = functools.partial(openwire.parse_probe_response, command_id=command_id)
-        answer, _ = await _read_more(stream, seen, parse)
+        answer, seen = await _read_more(stream, seen, parse)
         if not answer.ok:
             return f"openwire {answer.exception_class} from {connector.url}: {answer.exception_message or ''}"
+        # Closed as the Java client closes: the broker answers the RemoveInfo once the client id
+        # is released, so a probe right after this one (same client id) is accepted.
         await stream.send_all(
             openwire.encode_connection_close(
                 command_id=command_id + 1, connection_id=connection_id, version=fmt.version
             )
         )
+        parse = functools.partial(openwire.parse_probe_response, command_id=command_id + 1)
+        closed, _ = await _read_more(stream, seen, parse)
+        if not closed.ok:
+            reason = closed.exception_message or ""
+            return f"openwire {closed.exception_class} on close from {connector.url}: {reason}"
+        await stream.send_all(openwire.encode_shutdown(command_id=command_id + 2))
         return ""
 
     # The encoders' ValueError (a too long field) too; SniffError is a ValueError.

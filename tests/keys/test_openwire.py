@@ -1086,9 +1086,13 @@ class TestProbeEncoders:
             "00000019",  # size prefix: 25 bytes follow
             "0c",  # data type 12: RemoveInfo
             "00000002",  # commandId 2
-            "00",  # responseRequired false
+            "01",  # responseRequired true: the broker answers once the client id is released
             "0178010006" + b"ID:p-1".hex(),  # objectId: the ConnectionId
             "fffffffffffffffe",  # lastDeliveredSequenceId -2, LAST_DELIVERED_UNKNOWN (v5+)
+        )
+
+    def test_encode_shutdown_annotated(self) -> None:
+        assert openwire.encode_shutdown(command_id=3) == _hex(
             "00000006",  # size prefix: 6 bytes follow
             "0b",  # data type 11: ShutdownInfo
             "00000003",  # commandId 3
