@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MQTT_DISCONNECT",
     "MQTT_V5_NOT_AUTHORIZED",
+    "MQTT_V5_SERVER_SHUTTING_DOWN",
     "MQTT_V5_SERVER_UNAVAILABLE",
     "MQTT_V5_USE_ANOTHER_SERVER",
     "PROTOCOL_LEVELS",
@@ -33,6 +34,7 @@ __all__ = [
     "encode_connack",
     "encode_connack_v3_as_artemis",
     "encode_connect",
+    "encode_disconnect_v5",
     "encode_subscribe",
     "parse_connack",
     "parse_subscribed_value",
@@ -398,17 +400,46 @@ def encode_connack(reason_code: int, *, protocol_level: int, server_reference: s
         raise ValueError(f"unknown mqtt protocol level {protocol_level!r}, expected 3, 4 or 5")
     if reason_code not in _CONNACK_V5_REASONS:
         raise ValueError(f"reason code 0x{reason_code:02x} is not an mqtt 5 connack reason code")
-    properties = b""
-    if server_reference is not None:
-        encoded = server_reference.encode("utf-8")
-        if len(encoded) > _MAX_TWO_BYTE_LENGTH:
-            raise ValueError(f"server reference of {len(encoded)} bytes exceeds {_MAX_TWO_BYTE_LENGTH}")
-        if "\x00" in server_reference:
-            raise ValueError(f"server reference contains U+0000: {server_reference[:32]!r}")
-        properties = bytes((_PROPERTY_SERVER_REFERENCE,)) + len(encoded).to_bytes(2, "big") + encoded
+    properties = _server_reference_property(server_reference)
     # MQTT 5 §3.2.2: acknowledge flags 0, reason code, properties with their length.
     variable_header = bytes((0, reason_code)) + _encode_varint(len(properties)) + properties
     return _packet(_CONNACK_FIRST_BYTE, variable_header)
+
+
+def _server_reference_property(server_reference: str | None) -> bytes:
+    """The Server Reference property (0x1C, MQTT 5 §3.2.2.3.16), or nothing for None."""
+    if server_reference is None:
+        return b""
+    encoded = server_reference.encode("utf-8")
+    if len(encoded) > _MAX_TWO_BYTE_LENGTH:
+        raise ValueError(f"server reference of {len(encoded)} bytes exceeds {_MAX_TWO_BYTE_LENGTH}")
+    if "\x00" in server_reference:
+        raise ValueError(f"server reference contains U+0000: {server_reference[:32]!r}")
+    return bytes((_PROPERTY_SERVER_REFERENCE,)) + len(encoded).to_bytes(2, "big") + encoded
+
+
+MQTT_V5_SERVER_SHUTTING_DOWN: Final = 0x8B
+"""DISCONNECT reason code "Server shutting down" (MQTT 5 §3.14.2.1)."""
+
+_SERVER_DISCONNECT_REASONS: Final = frozenset({MQTT_V5_USE_ANOTHER_SERVER, MQTT_V5_SERVER_SHUTTING_DOWN})
+_DISCONNECT_FIRST_BYTE: Final = 0xE0
+
+
+def encode_disconnect_v5(reason_code: int, *, server_reference: str | None = None) -> bytes:
+    """An MQTT 5 DISCONNECT sent by the server (MQTT 5 §3.14): how a broker, or the router on its
+    behalf, asks a connected client to go elsewhere (0x9C Use another server, with the Server
+    Reference property `host:port` when given, §4.11) or says it is shutting down (0x8B).
+    MQTT 3.1.1 has no DISCONNECT from the server: closing is all it can be told.
+
+    Raises:
+        ValueError: another reason code, or a bad server reference (see `encode_connack`).
+    """
+    if reason_code not in _SERVER_DISCONNECT_REASONS:
+        raise ValueError(f"reason code 0x{reason_code:02x} is not a disconnect reason the router sends")
+    properties = _server_reference_property(server_reference)
+    return _packet(
+        _DISCONNECT_FIRST_BYTE, bytes((reason_code,)) + _encode_varint(len(properties)) + properties
+    )
 
 
 def _utf8_field(text: str) -> bytes:

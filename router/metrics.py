@@ -335,6 +335,18 @@ class Metrics:
             "Events waiting in the event log's ring for the writer (read when scraped).",
             (),
         )
+        self.evacuation_moved = Family(
+            MetricKind.COUNTER,
+            "router_evacuation_moved_total",
+            "Connections an evacuation moved off a target (told to go in their protocol, or closed).",
+            ("router", "node_id"),
+        )
+        self.evacuation_remaining = Family(
+            MetricKind.GAUGE,
+            "router_evacuation_remaining",
+            "Connections a running evacuation still has to move off a target (read when scraped).",
+            ("router", "node_id"),
+        )
         self._families = tuple(value for value in vars(self).values() if isinstance(value, Family))
         self._samplers: list[Callable[[], None]] = []
         self.registry = CollectorRegistry(auto_describe=True)

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from router.core.address import Address
     from router.core.engine import Wait
     from router.core.events import Event, Subscriber
+    from router.core.framing import Farewell
     from router.core.live import LiveConnection
     from router.core.plan import Opening, Proxy, Refuse
     from router.core.shared_cache import Answer
@@ -626,6 +627,30 @@ class RouterRuntime:
             if node_id is None:
                 return len(self._connections)
             return len(self._connections.to(node_id))
+
+    def movable(self, node_id: str | None = None) -> list[LiveConnection]:
+        """The proxied connections the router has not closed or moved yet (to one target, or all)."""
+        with self._lock:
+            return self._connections.open_all() if node_id is None else self._connections.open_to(node_id)
+
+    def open_counts(self) -> dict[str, int]:
+        """Connections not yet closed or moved, per target open to new connections (a rebalance's
+        view; targets without connections count 0)."""
+        with self._lock:
+            if self._pool is None:
+                return {}
+            return {t.node_id: len(self._connections.open_to(t.node_id)) for t in self._pool.ready_targets()}
+
+    def relocate(self, key: str, leaving: str | None, *, to: str | None = None) -> RouteDecision:
+        """Route a moved connection's key again (`RoutingEngine.relocate`), caching the result."""
+        with self._lock:
+            return self._engine.relocate(key, leaving, trio.current_time(), to=to)
+
+    def move(self, conn: LiveConnection, farewell: Farewell, reason: CloseReason) -> bool:
+        """Have a connection's data path tell its client `farewell` and end it (`LiveConnection.move`);
+        False when the router had closed or moved it already."""
+        with self._lock:
+            return conn.move(farewell, reason)
 
     def close_idle(self, now: float) -> list[tuple[LiveConnection, float]]:
         """Close the connections whose client was silent for their TTL; each with its idle time."""

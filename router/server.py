@@ -37,16 +37,17 @@ from keys.users import UserStore
 from router.core.address import Address
 from router.core.admin_access import AdminAccess
 from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission, descriptor_budget
+from router.core.evacuation import MoveKind, MoveOrder, MoveRequest, shutdown_rate
 from router.core.events import CloseReason
 from router.core.plan import fast_path_serves
 from router.datapath.acceptor import ConnectionLimits, ServedAcceptor
-from router.datapath.fast_path import FastPath
+from router.datapath.fast_path import Departing, FastPath
 from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, open_listeners
 from router.datapath.tls import server_context
-from router.datapath.trio_path import handle_connection, resume_connection
+from router.datapath.trio_path import depart, handle_connection, resume_connection
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
-from router.services.admin import serve_admin
+from router.services.admin import Operations, serve_admin
 from router.services.cache_store import (
     CacheStore,
     CacheStoreError,
@@ -55,6 +56,7 @@ from router.services.cache_store import (
     write_cache_changes,
 )
 from router.services.discovery import serve_discovery
+from router.services.evacuation import Moves
 from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
 from router.services.shared_cache import SharedCache
@@ -99,6 +101,8 @@ class ServerInfo:
     """Router name -> its run-time state."""
     fast_path: FastPath | None = None
     """The fast path's epoll thread, when it serves any acceptor (`FastPath.acceptors`)."""
+    moves: Moves | None = None
+    """The paced moves (evacuations, rebalances, the paced shutdown)."""
 
 
 class StartupError(Exception):
@@ -237,20 +241,30 @@ def _handoff(handlers: trio.Nursery, acceptor: ServedAcceptor) -> Handoff:
     """How the fast-path thread passes a connection it cannot finish at once to the trio side."""
     token = trio.lowlevel.current_trio_token()
 
-    def start(handed: HandedOver) -> None:  # in the trio thread
+    def start(handed: HandedOver | Departing) -> None:  # in the trio thread
         try:
-            stream = trio.SocketStream(trio.socket.from_stdlib_socket(handed.sock))
-            handlers.start_soon(resume_connection, stream, acceptor, handed)
+            if isinstance(handed, Departing):
+                handlers.start_soon(depart, acceptor, handed)
+            else:
+                stream = trio.SocketStream(trio.socket.from_stdlib_socket(handed.sock))
+                handlers.start_soon(resume_connection, stream, acceptor, handed)
         except RuntimeError:  # shutting down: the handlers nursery is closed
-            handed.sock.close()
-            acceptor.release(handed.conn.peer)
+            drop(handed)
 
-    def handoff(handed: HandedOver) -> None:  # in the fast-path thread
+    def drop(handed: HandedOver | Departing) -> None:
+        if isinstance(handed, Departing):
+            handed.client.close()
+            handed.upstream.close()
+            acceptor.runtime.unregister(handed.conn)
+        else:
+            handed.sock.close()
+        acceptor.release(handed.conn.conn.peer if isinstance(handed, Departing) else handed.conn.peer)
+
+    def handoff(handed: HandedOver | Departing) -> None:  # in the fast-path thread
         try:
             token.run_sync_soon(start, handed)
         except trio.RunFinishedError:
-            handed.sock.close()
-            acceptor.release(handed.conn.peer)
+            drop(handed)
 
     return handoff
 
@@ -312,8 +326,10 @@ async def _start_services(
     event_log: EventLog | None,
     states: StateFile | None,
     access: AdminAccess,
+    operations: Operations,
 ) -> tuple[str, int] | None:
-    """Probes, cache sweeps, discovery, TTL checks and the admin API; the admin's bound address."""
+    """Probes, cache sweeps, discovery, TTL checks, paced moves and the admin API; the admin's
+    bound address."""
     ttl = config.connection_ttl
     with_ttl = {a.router for a in config.acceptors if ttl.ttl_ms(a) > 0}
     for runtime in runtimes.values():
@@ -328,16 +344,34 @@ async def _start_services(
             await services.start(shared.serve)
         if runtime.name in with_ttl:
             services.start_soon(serve_connection_ttl_checks, runtime, ttl.check_interval_ms / 1000)
+    if operations.moves is not None:
+        await services.start(operations.moves.serve)
     if admin is None:
         return None
     bound: tuple[str, int] = await services.start(
-        functools.partial(serve_admin, event_log=event_log, states=states, access=access),
+        functools.partial(
+            serve_admin, event_log=event_log, states=states, access=access, operations=operations
+        ),
         admin[0],
         admin[1],
         runtimes,
         metrics,
     )
     return bound
+
+
+def _pace_shutdown(moves: Moves, runtimes: Iterable[RouterRuntime], grace_s: float) -> None:
+    """Move every router's connections over the grace period (router/core/evacuation.py), instead
+    of closing them all at its end: a client told "shutting down" in its protocol reconnects
+    (elsewhere, through another router) while the others go on."""
+    for runtime in runtimes:
+        open_now = len(runtime.movable())
+        if not open_now or grace_s <= 0:
+            continue
+        rate = shutdown_rate(open_now, grace_s)
+        moves.start(
+            MoveRequest(kind=MoveKind.SHUTDOWN, router=runtime.name, rate=rate, order=MoveOrder.RANDOM)
+        )
 
 
 async def _end_of_grace(
@@ -559,9 +593,11 @@ async def _serve(
     admin_access: AdminAccess,
     task_status: trio.TaskStatus[ServerInfo],
 ) -> None:
+    moves = Moves(config, runtimes, metrics)
+    operations = Operations(moves=moves, stop=shutdown.set)
     async with trio.open_nursery() as services:
         admin_bound = await _start_services(
-            config, runtimes, metrics, services, admin, event_log, states, admin_access
+            config, runtimes, metrics, services, admin, event_log, states, admin_access, operations
         )
         for runtime, store in stores:
             services.start_soon(serve_cache_store, runtime, store)
@@ -579,14 +615,19 @@ async def _serve(
                         admin=admin_bound,
                         runtimes=runtimes,
                         fast_path=fast if fast_serves else None,
+                        moves=moves,
                     )
                     task_status.started(info)
                     await shutdown.wait()
-                    log.info("shutting down: no new connections; open ones get %g s", grace_s)
+                    log.info(
+                        "shutting down: no new connections; open ones are moved over %g s, then closed",
+                        grace_s,
+                    )
                     accepting.cancel_scope.cancel(reason="shutdown")
                     fast.stop_accepting()
                 for _, listener in listeners:
                     await listener.aclose()
+                _pace_shutdown(moves, runtimes.values(), grace_s)
                 deadline = trio.current_time() + grace_s
                 services.start_soon(_end_of_grace, deadline, runtimes.values(), fast, handlers.cancel_scope)
                 if fast_serves:

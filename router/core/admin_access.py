@@ -9,9 +9,9 @@ Two rules, in this order:
    (`--admin-host NAME`). Anything else is 421.
 2. **Tokens** (when routerd has `--admin-tokens FILE`): every request but `GET /healthz` needs
    `Authorization: Bearer TOKEN`. A token has a level, as HAProxy's stats socket: `user` reads
-   (GET, HEAD), `operator` also changes state (PUT, POST, DELETE: drain, cache, filters, ring
-   size), `admin` all of it (for what comes: reload). No token or an unknown one: 401; a level
-   too low: 403.
+   (GET, HEAD), `operator` also changes state (PUT, POST, DELETE: drain, evacuate, rebalance,
+   cache, filters, ring size), `admin` all of it, and alone may stop the process
+   (`POST /api/v1/shutdown`). No token or an unknown one: 401; a level too low: 403.
 
 Without tokens the admin API must listen on loopback only (routerd refuses anything else), and
 every local caller may do everything, as before tokens existed.
@@ -46,6 +46,8 @@ MIN_TOKEN_LENGTH: Final = 16
 READ_METHODS: Final = frozenset({"GET", "HEAD"})
 OPEN_PATHS: Final = frozenset({"/healthz"})
 """Paths served without a token (load balancers' and orchestrators' health checks)."""
+ADMIN_PATHS: Final = frozenset({"/api/v1/shutdown"})
+"""Paths whose state-changing calls need the admin level (HAProxy's `shutdown` commands do)."""
 
 
 class Level(enum.IntEnum):
@@ -166,7 +168,10 @@ class AdminAccess:
         token = self._token(authorization)
         if token is None:
             return Refused(401, "a valid token is needed: Authorization: Bearer TOKEN")
-        needed = Level.USER if method in READ_METHODS else Level.OPERATOR
+        if method in READ_METHODS:
+            needed = Level.USER
+        else:
+            needed = Level.ADMIN if path.rstrip("/") in ADMIN_PATHS else Level.OPERATOR
         if token.level < needed:
             return Refused(
                 403,

@@ -341,6 +341,29 @@ class RoutingEngine:
             key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=DecisionReason.CONNECT_FAILED
         )
 
+    def relocate(self, key: str, leaving: str | None, now: float, *, to: str | None = None) -> RouteDecision:
+        """Where the key of a connection the router moves goes now (router/core/evacuation.py):
+        `to` when it is given and open to new connections, else the policy's pick among the
+        targets open to new connections other than `leaving`; cached in place of the entry it
+        had, so the client that comes back through the router lands there.
+
+        Args:
+            key: the connection's key (transformed, as routed).
+            leaving: the node id the connection is moved off (None: any target will do).
+            now: the current time (cache expiry).
+            to: the node id a rebalance chose, if any.
+        """
+        if self.pool is None or self.policy is None:
+            return RouteDecision(
+                key=key, status=RouteStatus.REFUSED_USE_ANOTHER, reason=DecisionReason.NO_POOL_OR_POLICY
+            )
+        if to is not None and (target := self.pool.ready_target(to)) is not None:
+            if self.cache is not None:
+                self.cache.put(key, target.node_id, now)
+            return self._ok(key, target, DecisionReason.POLICY)
+        targets = [t for t in self.pool.routing_targets() if t.node_id != leaving]
+        return self.select(key, targets, now)
+
     def lookup(self, key: str, now: float) -> RouteDecision:
         """The management lookup (SPEC A7): the workflow from step 3, without waiting for quorum."""
         return self.decide(self.transform(key), now)

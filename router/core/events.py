@@ -73,7 +73,10 @@ class CloseReason(enum.Enum):
     FAILOVER = "failover"
     """The router closed it: the HA-pair member it went to is no longer the active one."""
     SHUTDOWN = "shutdown"
-    """The router closed it: the grace period of a shutdown ended."""
+    """The router closed it: a shutdown (paced over the grace period, or at its end)."""
+    EVACUATED = "evacuated"
+    """The router moved its client elsewhere (an evacuation or a rebalance), in the client's
+    protocol where it has the words (router/core/framing.py)."""
     INTERNAL_ERROR = "internal_error"
     """A bug in the router; logged with its traceback."""
 
@@ -90,7 +93,7 @@ class CloseReason(enum.Enum):
         return f"closed by the router: {self.value}"
 
 
-_BY_ROUTER = frozenset({"connection_ttl", "target_not_ready", "failover", "shutdown"})
+_BY_ROUTER = frozenset({"connection_ttl", "target_not_ready", "failover", "shutdown", "evacuated"})
 
 
 class OpeningFailure(enum.Enum):

@@ -26,9 +26,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from keys import WireProtocol
 from pools import PoolEventKind
 from router.core.address import Address
 from router.core.events import CloseReason
+from router.core.framing import frame_cursor
 from router.core.ttl import connection_ttl_s, sniff_mqtt_connect
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from keys import Sniffed
     from pools import PoolEvent
     from router.core.events import ConnectionRef
+    from router.core.framing import Farewell
 
 __all__ = ["LiveConnection", "LiveConnections", "closed_by_pool_change"]
 
@@ -69,11 +72,18 @@ class LiveConnection:
         "address",
         "closed_by",
         "conn",
+        "cursor",
+        "farewell",
+        "key",
         "last_read_at",
         "node_id",
+        "on_depart",
+        "opened_at",
         "peek_first_bytes",
+        "sniffed",
         "ttl_ms",
         "ttl_s",
+        "wire_opening",
     )
 
     def __init__(
@@ -87,6 +97,7 @@ class LiveConnection:
         ttl_ms: int = -1,
         sniffed: Sniffed | None = None,
         opening: bytes = b"",
+        key: str = "",
     ) -> None:
         """Describe a connection about to be proxied; register it with `LiveConnections.add`.
 
@@ -99,9 +110,28 @@ class LiveConnection:
             now: the current time; the TTL counts from here until the client's first bytes.
             ttl_ms: the TTL in force on the acceptor; -1 = none.
             sniffed: the client's opening, when the router read it.
-            opening: client bytes already read when nothing was sniffed (behind a PROXY header).
+            opening: the client bytes the router read: its sniffed opening, or what came behind a
+                PROXY header when nothing was sniffed.
+            key: the key it was routed by (an evacuation routes it again).
         """
         self.conn = conn
+        self.key = key
+        self.opened_at = now
+        """When it was registered (an evacuation moves the oldest first)."""
+        self.sniffed = sniffed
+        """The client's opening, when the router read it: the protocol an evacuation speaks."""
+        self.cursor = frame_cursor(sniffed, opening)
+        """Where the broker's frames end, for saying something to the client mid-stream (the
+        relay feeds it what goes to the client); None: the router can only close it."""
+        openwire = (
+            self.cursor is not None and sniffed is not None and sniffed.protocol is WireProtocol.OPENWIRE
+        )
+        self.wire_opening = opening if openwire else b""
+        """The opening bytes a farewell needs (OpenWire's options); b"" for other protocols."""
+        self.farewell: Farewell | None = None
+        """What the client is told before its connection ends, once `move` was called."""
+        self.on_depart: Callable[[], None] | None = None
+        """Set by a relay that can stop at a frame boundary (`depart` calls it); None: not yet."""
         self.node_id = node_id
         self.address = address
         self._closer = closer
@@ -145,6 +175,32 @@ class LiveConnection:
         self.closed_by = reason
         self.end(reason)
         return True
+
+    def move(self, farewell: Farewell, reason: CloseReason) -> bool:
+        """Have the data path tell the client `farewell` at the next frame boundary from the broker,
+        then end the connection; a plain close when the farewell has no words or the router cannot
+        find the boundaries (`cursor` is None or lost).
+
+        Returns:
+            False when the router had closed or moved it already.
+        """
+        if self.closed_by is not None:
+            return False
+        cursor = self.cursor
+        if cursor is None or cursor.lost or not farewell.after_first_frame:
+            return self.close(reason)
+        self.closed_by = reason
+        self.farewell = farewell
+        self.depart(reason)
+        return True
+
+    def depart(self, reason: CloseReason) -> None:
+        """Carry out `move` on the data path: the relay's hook when it has one, else a close."""
+        hook = self.on_depart
+        if hook is None:
+            self.end(reason)
+        else:
+            hook()
 
     def end(self, reason: CloseReason) -> None:
         """End the connection on its data path (`close` calls it at most once): calls the closer."""

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from router.core.events import ConnectionRef
     from router.datapath.acceptor import ServedAcceptor
 
-__all__ = ["FastPath", "HandedOver", "Handoff"]
+__all__ = ["Departing", "FastPath", "HandedOver", "Handoff"]
 
 log = logging.getLogger("router.conn")
 
@@ -107,8 +107,26 @@ class HandedOver:
     redispatch, which has had its one retry)."""
 
 
-Handoff: TypeAlias = "Callable[[HandedOver], None]"
-"""Continues a connection on the trio side (`trio_path.resume_connection`); called in this thread."""
+@dataclass(frozen=True, slots=True, eq=False)
+class Departing:
+    """A relayed connection the router moves (`LiveConnection.move`): the trio side finishes it
+    with `relay.leave`, reports its end and releases its acceptor slot."""
+
+    client: socket.socket
+    upstream: socket.socket
+    conn: LiveConnection
+    """The connection (its cursor and farewell; registered until the trio side is done)."""
+    pending: bytes
+    """The broker's bytes read but not yet written to the client."""
+    counts: list[int]
+    """Bytes client->target, target->client so far (the trio side adds the rest of the frame)."""
+    connected_at: float
+    """When the connect to the target completed (the Closed's duration counts from it)."""
+
+
+Handoff: TypeAlias = "Callable[[HandedOver | Departing], None]"
+"""Continues a connection on the trio side (`trio_path.resume_connection`, `trio_path.depart`);
+called in this thread."""
 
 
 @dataclass(slots=True, eq=False, weakref_slot=True)
@@ -164,7 +182,6 @@ class _Conn(LiveConnection):
         "eof",
         "fds",
         "handoff",
-        "key",
         "masks",
         "opening",
         "pending",
@@ -189,7 +206,13 @@ class _Conn(LiveConnection):
     ) -> None:
         target, connector = action.target, action.connector
         super().__init__(
-            conn=conn, node_id=target.node_id, address=endpoint(connector.host, connector.port), now=started
+            conn=conn,
+            node_id=target.node_id,
+            address=endpoint(connector.host, connector.port),
+            now=started,
+            sniffed=opening.sniffed,
+            opening=opening.raw,
+            key=action.key,
         )
         self.socks = socks
         self.fds = (socks[0].fileno(), socks[1].fileno())
@@ -203,7 +226,6 @@ class _Conn(LiveConnection):
         """Whether a failed connect may go to another target (once per connection)."""
         self.handoff = handoff
         """Its listener's way to the trio side (a redispatch to a host-named connector goes there)."""
-        self.key = action.key
         self.target = target
         self.connector = connector
         self.request = request
@@ -224,6 +246,10 @@ class _Conn(LiveConnection):
         """Have the fast path's thread close this connection (called from any thread)."""
         self.request(_CloseConnection(self, reason))
 
+    def depart(self, reason: CloseReason) -> None:
+        """Have the fast path's thread hand this connection to the trio side's `leave` (any thread)."""
+        self.request(_MoveConnection(self))
+
 
 @dataclass(frozen=True, slots=True)
 class _StopAccepting:
@@ -243,7 +269,14 @@ class _CloseConnection:
     reason: CloseReason
 
 
-_Request: TypeAlias = _StopAccepting | _CloseAll | _CloseConnection
+@dataclass(frozen=True, slots=True)
+class _MoveConnection:
+    """The router moves one relayed connection (`LiveConnection.move`): to the trio side's `leave`."""
+
+    conn: _Conn
+
+
+_Request: TypeAlias = _StopAccepting | _CloseAll | _CloseConnection | _MoveConnection
 
 
 class FastPath:
@@ -401,6 +434,8 @@ class FastPath:
                     self._stopping = True
                 case _CloseConnection(conn=conn, reason=reason):
                     self._close(conn, reason)
+                case _MoveConnection(conn=conn):
+                    self._depart(conn)
                 case request:
                     assert_never(request)
 
@@ -836,6 +871,8 @@ class FastPath:
             self._pass_eof(relayed, side)  # nothing of this side is pending: we were reading it
             return
         relayed.counts[side] += n
+        if side and relayed.cursor is not None:  # the broker's frames, for moving the client
+            relayed.cursor.feed(self._view[:n])
         try:
             sent = relayed.socks[other].send(self._view[:n])
         except BlockingIOError:
@@ -869,6 +906,36 @@ class FastPath:
             relayed.socks[1 - side].shutdown(socket.SHUT_WR)
         except OSError:
             self._close(relayed, CloseReason.RESET)
+
+    # -- moved --
+
+    def _depart(self, relayed: _Conn) -> None:
+        """Hand a moved connection to the trio side's `leave`: its sockets leave the epoll set and
+        this thread's tables open; the trio side reports its end and releases its slot. The
+        client's bytes not yet written to the broker are dropped with the broker's side."""
+        if relayed.closed:
+            return
+        reason = relayed.closed_by or CloseReason.EVACUATED
+        if not relayed.connected:
+            self._close(relayed, reason)
+            return
+        relayed.closed = True
+        for side in (0, 1):
+            if relayed.masks[side]:
+                self._epoll.unregister(relayed.fds[side])
+                relayed.masks[side] = 0
+            self._conns.pop(relayed.fds[side], None)
+        client, upstream = relayed.socks
+        relayed.handoff(
+            Departing(
+                _stdlib(client),
+                _stdlib(upstream),
+                relayed,
+                relayed.pending[1],
+                relayed.counts,
+                relayed.connected_at,
+            )
+        )
 
     # -- closed --
 

@@ -3,6 +3,12 @@
 EOF in one direction becomes `send_eof()` on the other (half-close), and the connection is closed
 only when both directions are done; a reset in either direction closes both at once. A stream
 that cannot half-close (TLS terminated by the router) ends the whole connection at its peer's EOF.
+
+A connection the router can speak in (its `LiveConnection.cursor`) is relayed with the broker's
+frame boundaries followed, and can be moved (`LiveConnection.move`): `leave` finishes the frame
+under way, closes the broker's side, tells the client the farewell, and waits a little for the
+client to close its side, so its last reads are not lost to a reset. The fast path hands its
+connections that move over to `leave` too.
 """
 
 from __future__ import annotations
@@ -17,13 +23,110 @@ from router.core.events import CloseReason
 if TYPE_CHECKING:
     from router.core.live import LiveConnection
 
-__all__ = ["RELAY_CHUNK_BYTES", "relay"]
+__all__ = ["FAREWELL_LINGER_S", "FRAME_END_WAIT_S", "RELAY_CHUNK_BYTES", "leave", "relay"]
 
 RELAY_CHUNK_BYTES: Final = 256 * 1024
 """Bytes asked per read while relaying. Large reads cut syscalls per byte: with 64 KiB a trio relay
 moved 3.4 Gbit/s on loopback, with 1 MiB 8.7 (ENVIRONMENT.md §6a); 256 KiB keeps most of that."""
 
+FRAME_END_WAIT_S: Final = 5.0
+"""How long a moved connection waits for the broker to finish the frame under way; then the
+client is closed without words (a broker that stalls mid-frame cannot be waited for)."""
+FAREWELL_LINGER_S: Final = 5.0
+"""How long the client of a moved connection has to take its farewell and close its side. Closing
+before it read everything would reset the connection, and a reset can discard the farewell."""
+
 _BROKEN: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class _Receiving:
+    """Whether a framed pump waits in a receive: only then may a move interrupt it (a cancelled
+    send would leave part of a frame unsent)."""
+
+    __slots__ = ("now", "scope")
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.now = False
+        self.scope = scope
+
+    def interrupt(self) -> None:
+        if self.now:
+            self.scope.cancel(reason="the connection is moved")
+
+
+async def _pump_framed(
+    source: trio.abc.ReceiveStream, sink: trio.abc.SendStream, counter: list[int], live: LiveConnection
+) -> bool | None:
+    """`_pump` from the broker to the client of a connection that can be moved: each read is fed
+    to its cursor. Returns None when it is to be moved (then `leave`), else as `_pump`."""
+    cursor = live.cursor
+    assert cursor is not None, "only connections with a cursor are relayed framed"
+    receiving = _Receiving(trio.CancelScope())
+    live.on_depart = receiving.interrupt
+    with receiving.scope:
+        while live.farewell is None:
+            receiving.now = True
+            data = await source.receive_some(RELAY_CHUNK_BYTES)
+            receiving.now = False
+            if not data:
+                break
+            cursor.feed(data)
+            counter[0] += len(data)
+            await sink.send_all(data)
+        else:
+            return None
+    if receiving.scope.cancelled_caught:
+        return None
+    if not isinstance(sink, trio.abc.HalfCloseableStream):
+        return False
+    with contextlib.suppress(*_BROKEN):
+        await sink.send_eof()
+    return True
+
+
+async def leave(
+    client: trio.abc.Stream,
+    upstream: trio.abc.Stream,
+    live: LiveConnection,
+    counter: list[int],
+    pending: bytes = b"",
+) -> None:
+    """Move a connection's client: finish the broker's frame under way (at most `FRAME_END_WAIT_S`),
+    close the broker's side, send what is pending for the client and the farewell (none when the
+    frame did not end), half-close, and read the client until it closes (at most
+    `FAREWELL_LINGER_S`). Closes neither stream: the caller does.
+
+    Args:
+        client: the client's stream.
+        upstream: the broker's stream.
+        live: the connection, moved (`farewell` set, `cursor` fed with every byte sent so far).
+        counter: the broker-to-client byte count, to which the frame's rest is added.
+        pending: bytes for the client read (and fed to the cursor) before, not yet sent.
+    """
+    cursor, farewell = live.cursor, live.farewell
+    assert cursor is not None, "only a connection with a cursor is moved by leave()"
+    assert farewell is not None, "leave() follows LiveConnection.move"
+    said = cursor.at_boundary
+    with contextlib.suppress(*_BROKEN):
+        if not said:
+            with trio.move_on_after(FRAME_END_WAIT_S):
+                while data := await upstream.receive_some(RELAY_CHUNK_BYTES):
+                    cut = cursor.cut(data)
+                    rest = data if cut is None else data[:cut]
+                    counter[0] += len(rest)
+                    pending += rest
+                    if cut is not None:
+                        said = True
+                        break
+    with trio.CancelScope(shield=True):
+        await upstream.aclose()
+    words = farewell.words(cursor.frames) if said else b""
+    with contextlib.suppress(*_BROKEN), trio.move_on_after(FAREWELL_LINGER_S):
+        await client.send_all(pending + words)
+        if isinstance(client, trio.abc.HalfCloseableStream):
+            await client.send_eof()
+        while await client.receive_some(RELAY_CHUNK_BYTES):
+            pass
 
 
 async def _pump(
@@ -61,6 +164,7 @@ async def relay(
     counts: list[int],
     *,
     activity: LiveConnection | None = None,
+    live: LiveConnection | None = None,
 ) -> CloseReason:
     """Relay bytes both ways until both directions ended or one broke, then close both streams.
 
@@ -71,12 +175,14 @@ async def relay(
             are added (also when the relay is cancelled).
         activity: a connection under a connection TTL: the time of every read from the client is
             stored in its `last_read_at`. None when there is no TTL (nothing done per read).
+        live: the connection, when it can be moved (it has a `cursor`): relayed framed, and
+            moved by `leave` when `LiveConnection.move` asks.
 
     Returns:
         CLOSED when both directions ended (or a stream without half-close did), RESET when one broke.
     """
     up, down = [0], [0]
-    broke = False
+    broke = moving = False
     try:
         async with trio.open_nursery() as nursery:
 
@@ -96,8 +202,28 @@ async def relay(
                     broke = True
                     nursery.cancel_scope.cancel(reason="the other direction broke")
 
+            async def framed(moved: LiveConnection) -> None:
+                nonlocal broke, moving
+                try:
+                    done = await _pump_framed(upstream, client, down, moved)
+                except _BROKEN:
+                    broke = True
+                    nursery.cancel_scope.cancel(reason="the other direction broke")
+                    return
+                if done is None:
+                    moving = True
+                    nursery.cancel_scope.cancel(reason="the connection is moved")
+                elif not done:
+                    nursery.cancel_scope.cancel(reason="EOF towards a stream without half-close")
+
             nursery.start_soon(guarded, client, upstream, up, activity)
-            nursery.start_soon(guarded, upstream, client, down)
+            if live is not None and live.cursor is not None:
+                nursery.start_soon(framed, live)
+            else:
+                nursery.start_soon(guarded, upstream, client, down)
+        if moving:
+            assert live is not None
+            await leave(client, upstream, live, down)
     finally:
         with trio.CancelScope(shield=True):  # closing must finish even when we are cancelled
             await upstream.aclose()

@@ -54,16 +54,16 @@ from router.core.plan import (
 )
 from router.datapath.net import describe_oserror, open_connection
 from router.datapath.reading import SniffProgress, read_past_preamble, read_proxy_header, read_until_sniffed
-from router.datapath.relay import relay
+from router.datapath.relay import leave, relay
 from router.datapath.tls import PrefixedStream, certificate_user
 
 if TYPE_CHECKING:
     from keys import ConnectionFacts
     from router.core.events import ConnectionRef
     from router.datapath.acceptor import ServedAcceptor
-    from router.datapath.fast_path import HandedOver
+    from router.datapath.fast_path import Departing, HandedOver
 
-__all__ = ["handle_connection", "resume_connection"]
+__all__ = ["depart", "handle_connection", "resume_connection"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +107,32 @@ async def resume_connection(client: trio.SocketStream, acceptor: ServedAcceptor,
             await _serve(acceptor, handed.conn, opened, then=handed.then, retry=handed.retry)
     finally:
         acceptor.release(handed.conn.peer)
+
+
+async def depart(acceptor: ServedAcceptor, departing: Departing) -> None:
+    """Finish a connection the fast path moves (`relay.leave`), then report its end and release its
+    acceptor slot, as the fast path would have."""
+    live, counts, rest = departing.conn, departing.counts, [0]
+    client = trio.SocketStream(trio.socket.from_stdlib_socket(departing.client))
+    upstream = trio.SocketStream(trio.socket.from_stdlib_socket(departing.upstream))
+    try:
+        async with client, upstream:
+            await leave(client, upstream, live, rest, departing.pending)
+    finally:
+        acceptor.runtime.unregister(live)
+        try:
+            acceptor.runtime.report(
+                Closed(
+                    conn=live.conn,
+                    node_id=live.node_id,
+                    bytes_in=counts[0],
+                    bytes_out=counts[1] + rest[0],
+                    duration_s=trio.current_time() - departing.connected_at,
+                    reason=live.closed_by or CloseReason.EVACUATED,
+                )
+            )
+        finally:
+            acceptor.release(live.conn.peer)
 
 
 async def _open(
@@ -337,7 +363,8 @@ async def _proxy(
         now=trio.current_time(),
         ttl_ms=acceptor.connection_ttl_ms,
         sniffed=opening.sniffed,
-        opening=opening.raw if opening.sniffed is None else b"",
+        opening=opening.raw,
+        key=action.key,
     )
     state = _Proxied()
     runtime.register(live)
@@ -380,7 +407,8 @@ async def _connect_and_relay(
             state.reason = CloseReason.REPLAY_FAILED
             return
         activity = None if live.ttl_s == math.inf else live
-        state.reason = await relay(client, upstream, state.counts, activity=activity)
+        movable = None if live.cursor is None else live
+        state.reason = await relay(client, upstream, state.counts, activity=activity, live=movable)
 
 
 def _report_end(

@@ -28,6 +28,22 @@ Endpoints:
   PUT  /api/v1/routers/{name}/targets/{node_id}
                                               JSON {"admin_state": "ready" | "drain" | "maint"};
                                               kept in the state file; the target's status
+  POST /api/v1/routers/{name}/targets/{node_id}/evacuation
+                                              JSON {"rate": conns/s, "order": "oldest" | "random"}
+                                              (both optional): drain the target and move its
+                                              clients elsewhere, paced; 202 and the status
+  GET  /api/v1/routers/{name}/targets/{node_id}/evacuation
+                                              its status: state, moved, left, rate, ETA
+  DELETE /api/v1/routers/{name}/targets/{node_id}/evacuation
+                                              abort it (what moved stays moved; still drained)
+  POST /api/v1/routers/{name}/rebalance       JSON {"rate": …, "band": 0.1, "order": …}: move
+                                              just enough clients off targets above the band
+  GET | DELETE /api/v1/routers/{name}/rebalance
+                                              its status | abort it
+  POST /api/v1/shutdown                       (admin level) stop as on SIGTERM: no new
+                                              connections, clients moved paced over the grace
+                                              period, then exit; 202
+  GET  /api/v1/moves                          every evacuation, rebalance and shutdown so far
   GET  /api/v1/event-log                      the event log: router id, ring size and use, counts
   PUT  /api/v1/event-log                      JSON {"ring_size": N}: resize the ring (takes effect
                                               as it drains; nothing in it is lost)
@@ -40,6 +56,7 @@ from __future__ import annotations
 import json
 import logging
 import urllib.parse
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import h11
@@ -47,18 +64,21 @@ import trio
 
 from pools import AdminState
 from router.core.admin_access import READ_METHODS, AdminAccess, Refused
+from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveKind, MoveOrder, MoveRequest
 from router.datapath.net import open_listeners
 from router.logs import shown
+from router.services.evacuation import MoveConflict
 from router.services.state_file import StateFileError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import TypeAlias
 
     _JsonBody: TypeAlias = Mapping[str, object] | Sequence[object]
 
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
+    from router.services.evacuation import Moves
     from router.services.event_log import EventLog
     from router.services.state_file import StateFile
 
@@ -99,6 +119,65 @@ class _HttpError(Exception):
         self.message = message
 
 
+@dataclass(frozen=True, slots=True)
+class Operations:
+    """What the admin API can set in motion besides the runtimes' own state."""
+
+    moves: Moves | None = None
+    """The paced moves (evacuation, rebalance); None: not served (tests of other endpoints)."""
+    stop: Callable[[], None] | None = None
+    """Starts the graceful shutdown, as SIGTERM does."""
+
+
+_NO_OPERATIONS: Final = Operations()
+
+
+def _move_request(kind: MoveKind, router: str, node_id: str | None, body: bytes) -> MoveRequest:
+    fields = _json_object(body) if body.strip() else {}
+    unknown = set(fields) - {"rate", "order", "band"}
+    if unknown:
+        raise _HttpError(400, f"unknown field(s) {sorted(unknown)}; expected rate, order, band")
+    rate, band, order = (
+        fields.get("rate", DEFAULT_RATE),
+        fields.get("band", DEFAULT_BAND),
+        fields.get("order", "oldest"),
+    )
+    if isinstance(rate, bool) or not isinstance(rate, int | float):
+        raise _HttpError(400, f"rate must be a number of connections per second, got {rate!r}")
+    if isinstance(band, bool) or not isinstance(band, int | float):
+        raise _HttpError(400, f"band must be a number (0.1 = 10 % above the mean), got {band!r}")
+    try:
+        move_order = MoveOrder(order)
+    except ValueError:
+        raise _HttpError(400, f"order must be oldest or random, got {order!r}") from None
+    try:
+        return MoveRequest(
+            kind=kind, router=router, node_id=node_id, rate=float(rate), band=float(band), order=move_order
+        )
+    except ValueError as exc:
+        raise _HttpError(400, str(exc)) from None
+
+
+def _moves(
+    method: str, kind: MoveKind, router: str, node_id: str | None, body: bytes, moves: Moves | None
+) -> tuple[int, str, bytes]:
+    """An evacuation's or a rebalance's resource: POST starts, GET shows, DELETE aborts."""
+    if moves is None:
+        raise _HttpError(404, "paced moves are not served by this process")
+    try:
+        if method == "POST":
+            return _json(202, moves.start(_move_request(kind, router, node_id, body)).to_json())
+        if method == "GET":
+            return _json(200, moves.status(kind, router, node_id).to_json())
+        if method == "DELETE":
+            return _json(200, moves.abort(kind, router, node_id).to_json())
+    except LookupError as exc:
+        raise _HttpError(404, str(exc).strip("'\"")) from None
+    except MoveConflict as exc:
+        raise _HttpError(409, str(exc)) from None
+    raise _HttpError(405, f"{method} is not supported on a {kind.value}")
+
+
 def _route(
     method: str,
     target: str,
@@ -107,6 +186,7 @@ def _route(
     metrics: Metrics,
     event_log: EventLog | None = None,
     states: StateFile | None = None,
+    operations: Operations = _NO_OPERATIONS,
 ) -> tuple[int, str, bytes]:
     url = urllib.parse.urlsplit(target)
     query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
@@ -119,6 +199,25 @@ def _route(
         return 200, "text/plain; charset=utf-8", b"ok\n"
     if parts == ["api", "v1", "event-log"]:
         return _event_log(method, body, event_log)
+    if parts == ["api", "v1", "shutdown"]:
+        if method != "POST" or operations.stop is None:
+            raise _HttpError(405, f"{method} {url.path} is not supported")
+        operations.stop()
+        return _json(202, {"shutdown": "started"})
+    if parts == ["api", "v1", "moves"]:
+        if method != "GET":
+            raise _HttpError(405, f"{method} {url.path} is not supported")
+        statuses = [] if operations.moves is None else operations.moves.all_statuses()
+        return _json(200, [status.to_json() for status in statuses])
+    if (
+        len(parts) == 7
+        and parts[:3] == ["api", "v1", "routers"]
+        and parts[4] == "targets"
+        and parts[6] == "evacuation"
+    ):
+        return _moves(method, MoveKind.EVACUATE, parts[3], parts[5], body, operations.moves)
+    if len(parts) == 5 and parts[:3] == ["api", "v1", "routers"] and parts[4] == "rebalance":
+        return _moves(method, MoveKind.REBALANCE, parts[3], None, body, operations.moves)
     if parts[:3] != ["api", "v1", "routers"]:
         raise _HttpError(404, f"no such resource {url.path!r}")
     if len(parts) == 3:
@@ -355,6 +454,7 @@ async def _serve_one(
     event_log: EventLog | None = None,
     states: StateFile | None = None,
     access: AdminAccess = _OPEN,
+    operations: Operations | None = None,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     try:
@@ -378,7 +478,14 @@ async def _serve_one(
                 if isinstance(verdict, Refused):
                     raise _HttpError(verdict.status, verdict.message)
                 status, ctype, payload = _route(
-                    "GET" if head else method, target, body, runtimes, metrics, event_log, states
+                    "GET" if head else method,
+                    target,
+                    body,
+                    runtimes,
+                    metrics,
+                    event_log,
+                    states,
+                    operations or _NO_OPERATIONS,
                 )
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
@@ -409,6 +516,7 @@ async def serve_admin(
     event_log: EventLog | None = None,
     states: StateFile | None = None,
     access: AdminAccess = _OPEN,
+    operations: Operations | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the admin API until cancelled; `task_status.started((host, port))` once listening."""
@@ -431,7 +539,7 @@ async def serve_admin(
             return
         open_now += 1
         try:
-            await _serve_one(stream, runtimes, metrics, event_log, states, access)
+            await _serve_one(stream, runtimes, metrics, event_log, states, access, operations)
         finally:
             open_now -= 1
 
