@@ -14,6 +14,9 @@
     routerctl cache --admin URL evict ROUTER (--key K | --node-id N | --all)
     routerctl cache --admin URL pin ROUTER KEY NODE_ID [--for SECONDS]
     routerctl event-log --admin URL [--ring-size N]
+    routerctl evacuate --admin URL ROUTER NODE_ID [--rate R] [--order oldest|random] [--wait]
+    routerctl rebalance --admin URL ROUTER [--rate R] [--band B] [--wait]
+    routerctl shutdown --admin URL [--wait]
     routerctl analyze EVENTS... --out DIR [--master URL] [--conf K=V]...
     routerctl simulate EVENTS... --config NEW.xml [--router NAME] --out DIR [--master URL]
     routerctl generate-events DIR --events N [...]
@@ -58,6 +61,9 @@ from router.config.settings import EventLogConfig, ZooKeeperConfig
 from router.core.admin_access import AdminAccess, Token, hosts_of, is_loopback, parse_tokens
 from router.core.admission import descriptors_for
 from router.core.engine import RoutingEngine, build_pool
+from router.ctl_moves import COMMANDS as MOVE_COMMANDS
+from router.ctl_moves import add_commands as add_move_commands
+from router.ctl_moves import run_command as run_move_command
 from router.datapath.net import describe_oserror
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
 from router.server import StartupError, serve_router
@@ -487,6 +493,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     status.add_argument("router", nargs="?")
 
     add_pipeline_commands(sub)  # analyze, simulate, generate-events (pipeline/, docs/pipeline.md)
+    add_move_commands(sub, "http://127.0.0.1:9180")  # evacuate, rebalance, shutdown
 
     event_log = sub.add_parser(
         "event-log", help="show a running router's event log (ring, counts), or resize its ring"
@@ -696,8 +703,9 @@ def _get(admin: str, path: str, *, put: object = None, method: str = "GET") -> o
     line otherwise."""
     url = admin.rstrip("/") + path
     request = urllib.request.Request(url, method=method)
-    if put is not None:
-        request = urllib.request.Request(url, data=json.dumps(put).encode(), method="PUT")
+    if put is not None:  # a body: PUT unless another method was asked (POST)
+        body_method = "PUT" if method == "GET" else method
+        request = urllib.request.Request(url, data=json.dumps(put).encode(), method=body_method)
     token = _token()
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
@@ -725,6 +733,8 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
     )
     if args.command in PIPELINE_COMMANDS:
         return run_pipeline_command(args)
+    if args.command in MOVE_COMMANDS:
+        return run_move_command(args, _get)
     if args.command == "route":
         return _dry_run(args)
     if args.command == "register":

@@ -93,6 +93,10 @@ class MoveRequest:
     order: MoveOrder = MoveOrder.OLDEST
     band: float = DEFAULT_BAND
     """A rebalance's tolerance above the mean (0.1 = 10 %)."""
+    refer: bool | None = None
+    """Whether clients are told the address of the target their key routes to now (MQTT 5 Server
+    Reference, AMQP redirect, OpenWire reconnectTo): None = as their acceptor's mode says
+    (`framing.farewell`); True when the brokers are reachable by the clients of a proxy acceptor."""
 
     def __post_init__(self) -> None:
         if not (self.rate > 0 and math.isfinite(self.rate)):
@@ -110,6 +114,7 @@ class MoveRequest:
             "rate": self.rate,
             "order": self.order.value,
             "band": self.band,
+            "refer": self.refer,
         }
 
 

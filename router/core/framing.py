@@ -282,6 +282,7 @@ def farewell(
     router: str,
     *,
     shutting_down: bool = False,
+    refer: bool | None = None,
 ) -> Farewell:
     """What to tell a client that is moved off its broker.
 
@@ -299,10 +300,13 @@ def farewell(
         destination: where the client's key routes now; None when nowhere is ready.
         router: the router's name (AMQP container id and descriptions).
         shutting_down: the router is stopping rather than moving one broker's clients.
+        refer: name `destination` (True) or not (False) whatever the mode; None: by the mode.
     """
     if sniffed is None:
         return PLAIN_CLOSE
-    refer = destination is not None and mode is not AcceptorMode.PROXY and not shutting_down
+    if refer is None:
+        refer = mode is not AcceptorMode.PROXY
+    refer = refer and destination is not None and not shutting_down
     match sniffed.protocol:
         case WireProtocol.MQTT:
             if sniffed.protocol_version != "5":

@@ -134,9 +134,12 @@ _NO_OPERATIONS: Final = Operations()
 
 def _move_request(kind: MoveKind, router: str, node_id: str | None, body: bytes) -> MoveRequest:
     fields = _json_object(body) if body.strip() else {}
-    unknown = set(fields) - {"rate", "order", "band"}
+    unknown = set(fields) - {"rate", "order", "band", "refer"}
     if unknown:
-        raise _HttpError(400, f"unknown field(s) {sorted(unknown)}; expected rate, order, band")
+        raise _HttpError(400, f"unknown field(s) {sorted(unknown)}; expected rate, order, band, refer")
+    refer = fields.get("refer")
+    if refer is not None and not isinstance(refer, bool):
+        raise _HttpError(400, f"refer must be true, false or null, got {refer!r}")
     rate, band, order = (
         fields.get("rate", DEFAULT_RATE),
         fields.get("band", DEFAULT_BAND),
@@ -152,7 +155,13 @@ def _move_request(kind: MoveKind, router: str, node_id: str | None, body: bytes)
         raise _HttpError(400, f"order must be oldest or random, got {order!r}") from None
     try:
         return MoveRequest(
-            kind=kind, router=router, node_id=node_id, rate=float(rate), band=float(band), order=move_order
+            kind=kind,
+            router=router,
+            node_id=node_id,
+            rate=float(rate),
+            band=float(band),
+            order=move_order,
+            refer=refer,
         )
     except ValueError as exc:
         raise _HttpError(400, str(exc)) from None
@@ -172,7 +181,7 @@ def _moves(
         if method == "DELETE":
             return _json(200, moves.abort(kind, router, node_id).to_json())
     except LookupError as exc:
-        raise _HttpError(404, str(exc).strip("'\"")) from None
+        raise _HttpError(404, str(exc.args[0]) if exc.args else str(exc)) from None
     except MoveConflict as exc:
         raise _HttpError(409, str(exc)) from None
     raise _HttpError(405, f"{method} is not supported on a {kind.value}")

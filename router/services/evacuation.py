@@ -72,6 +72,11 @@ class _Move:
         self.paced_from = self.started
         """Pacing counts from here: reset after a wait, so a wait is not followed by a burst."""
         self.moved_since = 0
+        self.quota: dict[str, int] = {}
+        """A rebalance's plan, made at its start: connections still to move off each target."""
+        self.planned: dict[str, int] = {}
+        """A rebalance's view of each ready target's connections: at its start, plus those sent
+        there since (a moved client takes a while to come back and be counted)."""
 
     def status(self) -> MoveStatus:
         elapsed = trio.current_time() - self.started
@@ -147,12 +152,16 @@ class Moves:
             left = len(runtime.movable(request.node_id))
         elif request.kind is MoveKind.REBALANCE:
             _check_rebalance(runtime)
-            left = sum(rebalance_excess(runtime.open_counts(), request.band).values())
+            counts = runtime.open_counts()
+            quota = rebalance_excess(counts, request.band)
+            left = sum(quota.values())
         else:
             left = len(runtime.movable())
         if self._nursery is None:
             raise MoveConflict("the router is not serving moves (it is starting or stopping)")
         move = self._moves[key] = _Move(request, left)
+        if request.kind is MoveKind.REBALANCE:
+            move.quota, move.planned = quota, counts
         self._nursery.start_soon(self._run, move, runtime)
         log.info(
             "router=%s %s of %s started: %d connection(s) at %g/s, %s first",
@@ -189,6 +198,8 @@ class Moves:
             raise LookupError(f"no {kind.value} of {router}{'' if node_id is None else '/' + node_id} so far")
         if move.state in (MoveState.RUNNING, MoveState.WAITING):
             move.scope.cancel(reason="aborted")
+            candidates, excess = self._candidates(move, self._runtime(router))
+            move.left = len(candidates) if excess is None else sum(excess.values())
             self._finish(move, MoveState.ABORTED)
         return move.status()
 
@@ -268,8 +279,11 @@ class Moves:
             return runtime.movable(request.node_id), None
         if request.kind is MoveKind.SHUTDOWN:
             return runtime.movable(), None
-        excess = rebalance_excess(runtime.open_counts(), request.band)
-        return [c for node_id in excess for c in runtime.movable(node_id)], excess
+        excess = {node_id: n for node_id, n in move.quota.items() if n > 0}
+        candidates = [c for node_id in excess for c in runtime.movable(node_id)]
+        if not candidates:  # the connections to move ended by themselves meanwhile
+            return [], {}
+        return candidates, excess
 
     def _step(
         self,
@@ -281,7 +295,7 @@ class Moves:
     ) -> None:
         request = move.request
         if excess is not None:  # a rebalance: only the excess of each target, each to the emptiest
-            counts = runtime.open_counts()
+            counts = move.planned
             chosen: list[LiveConnection] = []
             for node_id, n in excess.items():
                 own = [c for c in candidates if c.node_id == node_id]
@@ -317,8 +331,14 @@ class Moves:
                 if excess is not None:
                     counts[decision.target.node_id] = counts.get(decision.target.node_id, 0) + 1
                     counts[conn.node_id] = counts.get(conn.node_id, 1) - 1
+                    move.quota[conn.node_id] -= 1
                 words = farewell(
-                    conn.sniffed, conn.wire_opening, self._mode(conn), decision.connector, request.router
+                    conn.sniffed,
+                    conn.wire_opening,
+                    self._mode(conn),
+                    decision.connector,
+                    request.router,
+                    refer=request.refer,
                 )
                 reason = CloseReason.EVACUATED
             if runtime.move(conn, words, reason):

@@ -160,3 +160,47 @@ def _ttl_connection(now: float, scope: trio.CancelScope) -> LiveConnection:
     closer = Closer()
     closer.then = scope.cancel
     return live_connection(ttl_ms=1500, now=now, closer=closer)
+
+
+async def test_a_moved_connection_ends_the_brokers_frame_then_says_its_farewell() -> None:
+    """Scenario: the broker is mid-PUBLISH when the router moves the client: the client gets the
+    rest of that PUBLISH, then the farewell (not the broker's next packet), then EOF; the router
+    waits for the client to close before it closes its side."""
+    from keys import Sniffed, WireProtocol
+    from router.core.framing import Farewell
+
+    client, router_client_side = _pair()
+    router_upstream_side, broker = _pair()
+    sniffed = Sniffed(protocol=WireProtocol.MQTT, client_id="c", protocol_version="5")
+    live = live_connection(sniffed=sniffed, ttl_ms=-1)
+    counts = [0, 0]
+    ended: list[CloseReason] = []
+    publish = b"\x30\x0a" + b"0123456789"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_relay_moved, ended, router_client_side, router_upstream_side, counts, live)
+        await broker.send_all(b"\x20\x03\x00\x00\x00" + publish[:5])  # CONNACK, half a PUBLISH
+        got = b""
+        while len(got) < 10:
+            got += await client.receive_some(100)
+        await trio.testing.wait_all_tasks_blocked()
+        assert live.move(Farewell(b"C", b"BYE", "test"), CloseReason.EVACUATED)
+        await broker.send_all(publish[5:] + b"\xd0\x00")  # the rest, then a PINGRESP not to be passed on
+        while not got.endswith(b"BYE"):
+            got += await client.receive_some(100)
+        assert got == b"\x20\x03\x00\x00\x00" + publish + b"BYE"
+        assert await client.receive_some(100) == b""  # the router half-closed
+        assert await broker.receive_some(100) == b""  # the broker's side is closed
+        await client.aclose()  # the client leaves: the router's linger ends
+    await broker.aclose()
+    assert ended == [CloseReason.CLOSED]
+    assert counts == [0, len(got) - 3]
+
+
+async def _relay_moved(
+    ended: list[CloseReason],
+    client: trio.SocketStream,
+    upstream: trio.SocketStream,
+    counts: list[int],
+    live: LiveConnection,
+) -> None:
+    ended.append(await relay(client, upstream, counts, live=live))

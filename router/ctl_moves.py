@@ -1,0 +1,190 @@
+"""routerctl's paced moves: `evacuate`, `rebalance` and `shutdown` (router/core/evacuation.py).
+
+    routerctl evacuate --admin URL ROUTER NODE_ID [--rate R] [--order oldest|random]
+                       [--refer | --no-refer] [--wait [--timeout S]] | --status | --abort
+    routerctl rebalance --admin URL ROUTER [--rate R] [--band B] [--order …] [--wait …]
+                        | --status | --abort
+    routerctl shutdown --admin URL [--wait [--timeout S]]
+
+Each prints the move's status as JSON (with --wait, the last one). Exit status: 0 when it started
+(with --wait: when it is done), was shown or aborted; 1 when, with --wait, it was aborted or did
+not finish within --timeout, or when the admin API answered an error; 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import TYPE_CHECKING, Final
+
+from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveOrder
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+
+__all__ = ["COMMANDS", "add_commands", "run_command"]
+
+COMMANDS: Final = frozenset({"evacuate", "rebalance", "shutdown"})
+POLL_S: Final = 0.5
+"""How often --wait asks for the status."""
+DEFAULT_WAIT_S: Final = 600.0
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"must be more than 0, got {text!r}")
+    return value
+
+
+def _wait_options(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--wait", action="store_true", help=f"wait until the {what} is done, then print its status"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=DEFAULT_WAIT_S,
+        metavar="SECONDS",
+        help=f"with --wait: give up after this long, exit 1 (default {DEFAULT_WAIT_S:g})",
+    )
+
+
+def _pace_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rate",
+        type=_positive,
+        default=DEFAULT_RATE,
+        metavar="CONNS_PER_S",
+        help=f"connections moved per second (default {DEFAULT_RATE:g})",
+    )
+    parser.add_argument(
+        "--order",
+        choices=[o.value for o in MoveOrder],
+        default=MoveOrder.OLDEST.value,
+        help="which connections go first (default oldest)",
+    )
+
+
+def _control_options(parser: argparse.ArgumentParser, what: str) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--status", action="store_true", help=f"show the last {what}'s status instead")
+    group.add_argument(
+        "--abort", action="store_true", help=f"stop the running {what} (what moved stays moved)"
+    )
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], admin_default: str) -> None:
+    """Add `evacuate`, `rebalance` and `shutdown` to routerctl's sub-commands."""
+    evacuate = sub.add_parser(
+        "evacuate",
+        help="move a target's clients elsewhere, paced, in their protocol",
+        description="Drain the target (no new connections), then tell its clients to go, RATE a "
+        "second: MQTT 5 DISCONNECT 0x9C, AMQP Close (redirect or forced), OpenWire "
+        "ConnectionControl; other clients are closed. Each client's key is routed again (and "
+        "cached), so it lands elsewhere when it comes back. Output: the evacuation's status, JSON.",
+    )
+    evacuate.add_argument("--admin", default=admin_default, help="the router's admin API URL")
+    evacuate.add_argument("router", help="the connection router's name")
+    evacuate.add_argument("node_id", metavar="NODE_ID", help="the target to evacuate")
+    _pace_options(evacuate)
+    refer = evacuate.add_mutually_exclusive_group()
+    refer.add_argument(
+        "--refer",
+        dest="refer",
+        action="store_true",
+        default=None,
+        help="tell clients the new target's address (MQTT 5 Server Reference, AMQP redirect) even "
+        "on a proxy acceptor (default: only on redirect and auto acceptors)",
+    )
+    refer.add_argument(
+        "--no-refer",
+        dest="refer",
+        action="store_false",
+        help="never tell clients an address: they come back to us",
+    )
+    _wait_options(evacuate, "evacuation")
+    _control_options(evacuate, "evacuation")
+
+    rebalance = sub.add_parser(
+        "rebalance",
+        help="move just enough clients to bring every target within a band of the mean",
+        description="From each ready target with more than BAND above the mean of the ready "
+        "targets, move just enough clients, each to the target with the fewest connections. Needs "
+        "a <cache> (or LEAST_CONNECTIONS). Output: the rebalance's status, JSON.",
+    )
+    rebalance.add_argument("--admin", default=admin_default, help="the router's admin API URL")
+    rebalance.add_argument("router", help="the connection router's name")
+    _pace_options(rebalance)
+    rebalance.add_argument(
+        "--band",
+        type=float,
+        default=DEFAULT_BAND,
+        metavar="FRACTION",
+        help=f"tolerance above the mean, 0.1 = 10 %% (default {DEFAULT_BAND:g})",
+    )
+    _wait_options(rebalance, "rebalance")
+    _control_options(rebalance, "rebalance")
+
+    shutdown = sub.add_parser(
+        "shutdown",
+        help="stop the router as SIGTERM does (admin level)",
+        description="No new connections; open ones are moved paced over routerd's grace period, "
+        "then routerd exits. With --wait, returns once the admin API no longer answers.",
+    )
+    shutdown.add_argument("--admin", default=admin_default, help="the router's admin API URL")
+    _wait_options(shutdown, "shutdown")
+
+
+def run_command(args: argparse.Namespace, request: Callable[..., object]) -> int:
+    """Run one of `COMMANDS`; `request(admin, path, put=…, method=…)` calls the admin API (routerctl's
+    `_get`: prints one error line and exits 1 on an error)."""
+    if args.command == "shutdown":
+        print(json.dumps(request(args.admin, "/api/v1/shutdown", put={}, method="POST")))
+        return _wait_gone(args.admin, args.timeout) if args.wait else 0
+    router = urllib.parse.quote(args.router, safe="")
+    if args.command == "evacuate":
+        path = f"/api/v1/routers/{router}/targets/{urllib.parse.quote(args.node_id, safe='')}/evacuation"
+        body: dict[str, object] = {"rate": args.rate, "order": args.order, "refer": args.refer}
+    else:
+        path = f"/api/v1/routers/{router}/rebalance"
+        body = {"rate": args.rate, "order": args.order, "band": args.band}
+    if args.status:
+        status = request(args.admin, path)
+    elif args.abort:
+        status = request(args.admin, path, method="DELETE")
+    else:
+        status = request(args.admin, path, put=body, method="POST")
+        if args.wait:
+            deadline = time.monotonic() + args.timeout
+            while _state(status) in ("running", "waiting") and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+                status = request(args.admin, path)
+    print(json.dumps(status))
+    if args.wait and not (args.status or args.abort):
+        return 0 if _state(status) == "done" else 1
+    return 0
+
+
+def _state(status: object) -> str:
+    return str(status.get("state", "")) if isinstance(status, dict) else ""
+
+
+def _wait_gone(admin: str, timeout_s: float) -> int:
+    """Wait until the admin API stops answering (the process ended): 0, or 1 after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(admin.rstrip("/") + "/healthz", timeout=2):
+                pass
+        except (urllib.error.URLError, OSError):
+            return 0
+        time.sleep(POLL_S)
+    return 1
