@@ -172,7 +172,8 @@ def _routerd_parser() -> argparse.ArgumentParser:
         type=_seconds(zero=True),
         default=10.0,
         metavar="SECONDS",
-        help="how long open connections may finish after SIGTERM (default 10)",
+        help="seconds over which open connections are moved (clients told to go in their "
+        "protocol) after SIGTERM, then the rest closed (default 10)",
     )
     parser.add_argument(
         "--max-connections",
