@@ -13,7 +13,8 @@ Nursery tree of `serve_router`:
 Acceptors that `plan.fast_path_serves` allows are served by the fast path's epoll thread
 (router/datapath/fast_path.py) instead of an accept loop.
 
-Shutdown (SIGTERM in `routerd`, or the `shutdown` event in tests): stop accepting and close the
+Shutdown (SIGTERM in `routerd`, or the `shutdown` event in tests): the admin API's /readyz answers
+503 from this moment (it reads the same event, `Lifecycle`), stop accepting and close the
 listening sockets, give open connections `grace_s` to finish, then close what is left on both paths
 through the live-connection registry (reason `shutdown`), and stop the services.
 """
@@ -46,7 +47,7 @@ from router.datapath.tls import server_context
 from router.datapath.trio_path import handle_connection, resume_connection
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
-from router.services.admin import serve_admin
+from router.services.admin import Lifecycle, serve_admin
 from router.services.cache_store import (
     CacheStore,
     CacheStoreError,
@@ -312,6 +313,7 @@ async def _start_services(
     event_log: EventLog | None,
     states: StateFile | None,
     access: AdminAccess,
+    lifecycle: Lifecycle,
 ) -> tuple[str, int] | None:
     """Probes, cache sweeps, discovery, TTL checks and the admin API; the admin's bound address."""
     ttl = config.connection_ttl
@@ -331,7 +333,9 @@ async def _start_services(
     if admin is None:
         return None
     bound: tuple[str, int] = await services.start(
-        functools.partial(serve_admin, event_log=event_log, states=states, access=access),
+        functools.partial(
+            serve_admin, event_log=event_log, states=states, access=access, lifecycle=lifecycle
+        ),
         admin[0],
         admin[1],
         runtimes,
@@ -559,9 +563,10 @@ async def _serve(
     admin_access: AdminAccess,
     task_status: trio.TaskStatus[ServerInfo],
 ) -> None:
+    lifecycle = Lifecycle(shutdown=shutdown)  # /readyz: 503 from the moment shutdown is set
     async with trio.open_nursery() as services:
         admin_bound = await _start_services(
-            config, runtimes, metrics, services, admin, event_log, states, admin_access
+            config, runtimes, metrics, services, admin, event_log, states, admin_access, lifecycle
         )
         for runtime, store in stores:
             services.start_soon(serve_cache_store, runtime, store)
@@ -573,6 +578,7 @@ async def _serve(
             async with trio.open_nursery() as handlers:
                 async with trio.open_nursery() as accepting:
                     fast_serves = _start_accepting(listeners, fast, accepting, handlers)
+                    lifecycle.accepting.set()
                     log.info("ready: %d acceptor(s) listening", len(bound))
                     info = ServerInfo(
                         acceptors=bound,
