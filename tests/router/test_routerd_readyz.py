@@ -13,6 +13,8 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
 
+import pytest
+
 from tests.conftest import eventually, free_port
 from tests.router.conftest import acceptors_xml, static_connectors
 
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from tests.router.conftest import Mosquitto, Routerd
+
+pytestmark = pytest.mark.integration
 
 TIMEOUT_S = 10.0
 NODE_IDS = ("b0", "b1", "b2")
