@@ -19,6 +19,7 @@ COPY pools ./pools
 COPY policies ./policies
 COPY cache ./cache
 COPY tls_sni ./tls_sni
+COPY pipeline ./pipeline
 RUN pip install --no-cache-dir . && rm -rf /root/.cache
 
 USER router

@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev activemq libactivemq-java libmqtt-client-java openjdk-17-jdk-headless rabbitmq-server zookeeper)
+# systemd: systemd-analyze checks deploy/systemd's unit; procps: its ExecReload's /bin/kill.
+APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev activemq libactivemq-java libmqtt-client-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps)
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 

@@ -156,8 +156,8 @@ def _routerd_parser() -> argparse.ArgumentParser:
         "--admin-tokens",
         metavar="FILE",
         help="the admin API's tokens, lines NAME LEVEL TOKEN (LEVEL user, operator or admin): every "
-        "request but GET /healthz then needs 'Authorization: Bearer TOKEN'; required when --admin "
-        "is not a loopback address",
+        "request but GET /healthz and /readyz then needs 'Authorization: Bearer TOKEN'; required "
+        "when --admin is not a loopback address",
     )
     parser.add_argument(
         "--admin-host",
@@ -329,7 +329,7 @@ def _admin_access(args: argparse.Namespace) -> AdminAccess:
             )
         logging.getLogger("routerd").warning(
             "the admin API on %s:%d is reachable from other hosts; every request but GET /healthz "
-            "needs one of the %d token(s)",
+            "and /readyz needs one of the %d token(s)",
             args.admin[0],
             args.admin[1],
             len(tokens),

@@ -13,7 +13,8 @@ Nursery tree of `serve_router`:
 Acceptors that `plan.fast_path_serves` allows are served by the fast path's epoll thread
 (router/datapath/fast_path.py) instead of an accept loop.
 
-Shutdown (SIGTERM in `routerd`, or the `shutdown` event in tests): stop accepting and close the
+Shutdown (SIGTERM in `routerd`, or the `shutdown` event in tests): the admin API's /readyz answers
+503 from this moment (it reads the same event, `Lifecycle`), stop accepting and close the
 listening sockets, give open connections `grace_s` to finish, then close what is left on both paths
 through the live-connection registry (reason `shutdown`), and stop the services.
 """
@@ -47,7 +48,7 @@ from router.datapath.tls import server_context
 from router.datapath.trio_path import depart, handle_connection, resume_connection
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
-from router.services.admin import Operations, serve_admin
+from router.services.admin import Lifecycle, Operations, serve_admin
 from router.services.cache_store import (
     CacheStore,
     CacheStoreError,
@@ -327,6 +328,7 @@ async def _start_services(
     states: StateFile | None,
     access: AdminAccess,
     operations: Operations,
+    lifecycle: Lifecycle,
 ) -> tuple[str, int] | None:
     """Probes, cache sweeps, discovery, TTL checks, paced moves and the admin API; the admin's
     bound address."""
@@ -350,7 +352,12 @@ async def _start_services(
         return None
     bound: tuple[str, int] = await services.start(
         functools.partial(
-            serve_admin, event_log=event_log, states=states, access=access, operations=operations
+            serve_admin,
+            event_log=event_log,
+            states=states,
+            access=access,
+            operations=operations,
+            lifecycle=lifecycle,
         ),
         admin[0],
         admin[1],
@@ -595,9 +602,10 @@ async def _serve(
 ) -> None:
     moves = Moves(config, runtimes, metrics)
     operations = Operations(moves=moves, stop=shutdown.set)
+    lifecycle = Lifecycle(shutdown=shutdown)  # /readyz: 503 from the moment shutdown is set
     async with trio.open_nursery() as services:
         admin_bound = await _start_services(
-            config, runtimes, metrics, services, admin, event_log, states, admin_access, operations
+            config, runtimes, metrics, services, admin, event_log, states, admin_access, operations, lifecycle
         )
         for runtime, store in stores:
             services.start_soon(serve_cache_store, runtime, store)
@@ -609,6 +617,7 @@ async def _serve(
             async with trio.open_nursery() as handlers:
                 async with trio.open_nursery() as accepting:
                     fast_serves = _start_accepting(listeners, fast, accepting, handlers)
+                    lifecycle.accepting.set()
                     log.info("ready: %d acceptor(s) listening", len(bound))
                     info = ServerInfo(
                         acceptors=bound,

@@ -7,11 +7,12 @@ Two rules, in this order:
    operator's browser send requests to `http://evil.example:9180/`, which resolves to
    127.0.0.1). Accepted: an IP literal, `localhost`, and the names routerd was given
    (`--admin-host NAME`). Anything else is 421.
-2. **Tokens** (when routerd has `--admin-tokens FILE`): every request but `GET /healthz` needs
-   `Authorization: Bearer TOKEN`. A token has a level, as HAProxy's stats socket: `user` reads
-   (GET, HEAD), `operator` also changes state (PUT, POST, DELETE: drain, evacuate, rebalance,
-   cache, filters, ring size), `admin` all of it, and alone may stop the process
-   (`POST /api/v1/shutdown`). No token or an unknown one: 401; a level too low: 403.
+2. **Tokens** (when routerd has `--admin-tokens FILE`): every request but `GET /healthz` and
+   `GET /readyz` (`OPEN_PATHS`) needs `Authorization: Bearer TOKEN`. A token has a level, as
+   HAProxy's stats socket: `user` reads (GET, HEAD), `operator` also changes state (PUT, POST,
+   DELETE: drain, evacuate, rebalance, cache, filters, ring size), `admin` all of it, and alone
+   may stop the process (`POST /api/v1/shutdown`). No token or an unknown one: 401; a level too
+   low: 403.
 
 Without tokens the admin API must listen on loopback only (routerd refuses anything else), and
 every local caller may do everything, as before tokens existed.
@@ -44,7 +45,7 @@ __all__ = [
 MIN_TOKEN_LENGTH: Final = 16
 """Shortest token accepted (`openssl rand -hex 16` gives 32 characters)."""
 READ_METHODS: Final = frozenset({"GET", "HEAD"})
-OPEN_PATHS: Final = frozenset({"/healthz"})
+OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
 """Paths served without a token (load balancers' and orchestrators' health checks)."""
 ADMIN_PATHS: Final = frozenset({"/api/v1/shutdown"})
 """Paths whose state-changing calls need the admin level (HAProxy's `shutdown` commands do)."""

@@ -49,10 +49,15 @@ Endpoints:
                                               as it drains; nothing in it is lost)
   GET  /metrics                               Prometheus text exposition
   GET  /healthz                               200 "ok" while the process serves
+  GET  /readyz                                200 "ready" while every acceptor listens and every
+                                              router's pool has its quorum; else 503 and one
+                                              line saying why ("shutting down" from the moment a
+                                              graceful shutdown starts)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import urllib.parse
@@ -62,7 +67,7 @@ from typing import TYPE_CHECKING, Final
 import h11
 import trio
 
-from pools import AdminState
+from pools import AdminState, TargetState
 from router.core.admin_access import READ_METHODS, AdminAccess, Refused
 from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveKind, MoveOrder, MoveRequest
 from router.datapath.net import open_listeners
@@ -82,7 +87,7 @@ if TYPE_CHECKING:
     from router.services.event_log import EventLog
     from router.services.state_file import StateFile
 
-__all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "serve_admin"]
+__all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "Lifecycle", "serve_admin"]
 
 log = logging.getLogger("router.admin")
 
@@ -102,6 +107,39 @@ REQUEST_TIMEOUT_S: Final = 10.0
 
 _OPEN: Final = AdminAccess()
 """No tokens, IP literals and localhost as Host: what a loopback listener without tokens checks."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Lifecycle:
+    """Where the process is in its life, as `GET /readyz` reports it (router/server.py sets both)."""
+
+    accepting: trio.Event = dataclasses.field(default_factory=trio.Event)
+    """Set once every acceptor listens."""
+    shutdown: trio.Event = dataclasses.field(default_factory=trio.Event)
+    """Set when a graceful shutdown starts: from then on /readyz answers 503, so that a load
+    balancer or Kubernetes sends no new clients while the open ones drain."""
+
+
+def _not_ready(runtimes: Mapping[str, RouterRuntime], lifecycle: Lifecycle | None) -> str | None:
+    """Why the process is not ready for new clients (one line), or None when it is; without a
+    lifecycle only the pools count."""
+    if lifecycle is not None and lifecycle.shutdown.is_set():
+        return "shutting down"
+    if lifecycle is not None and not lifecycle.accepting.is_set():
+        return "starting: the acceptors are not listening yet"
+    reasons = []
+    for runtime in runtimes.values():
+        pool = runtime.status().pool
+        if pool is None or pool.active:
+            continue
+        counted = sum(
+            1 for t in pool.targets if t.state is TargetState.READY and t.admin_state is not AdminState.MAINT
+        )
+        reasons.append(
+            f"router {runtime.name!r}: pool below its quorum, {counted} of {len(pool.targets)} "
+            f"target(s) ready, quorum-size {pool.quorum_size}"
+        )
+    return "; ".join(reasons) or None
 
 
 def _peer(stream: trio.SocketStream) -> str:
@@ -196,16 +234,22 @@ def _route(
     event_log: EventLog | None = None,
     states: StateFile | None = None,
     operations: Operations = _NO_OPERATIONS,
+    lifecycle: Lifecycle | None = None,
 ) -> tuple[int, str, bytes]:
     url = urllib.parse.urlsplit(target)
     query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
     parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
-    if parts in (["metrics"], ["healthz"]) and method != "GET":
+    if parts in (["metrics"], ["healthz"], ["readyz"]) and method != "GET":
         raise _HttpError(405, f"{method} {url.path} is not supported")
     if parts == ["metrics"]:
         return 200, "text/plain; version=0.0.4; charset=utf-8", metrics.exposition()
     if parts == ["healthz"]:
         return 200, "text/plain; charset=utf-8", b"ok\n"
+    if parts == ["readyz"]:
+        why = _not_ready(runtimes, lifecycle)
+        if why is None:
+            return 200, "text/plain; charset=utf-8", b"ready\n"
+        return 503, "text/plain; charset=utf-8", f"not ready: {why}\n".encode()
     if parts == ["api", "v1", "event-log"]:
         return _event_log(method, body, event_log)
     if parts == ["api", "v1", "shutdown"]:
@@ -464,6 +508,7 @@ async def _serve_one(
     states: StateFile | None = None,
     access: AdminAccess = _OPEN,
     operations: Operations | None = None,
+    lifecycle: Lifecycle | None = None,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     try:
@@ -495,6 +540,7 @@ async def _serve_one(
                     event_log,
                     states,
                     operations or _NO_OPERATIONS,
+                    lifecycle,
                 )
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
@@ -526,9 +572,11 @@ async def serve_admin(
     states: StateFile | None = None,
     access: AdminAccess = _OPEN,
     operations: Operations | None = None,
+    lifecycle: Lifecycle | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the admin API until cancelled; `task_status.started((host, port))` once listening."""
+    """Serve the admin API until cancelled; `task_status.started((host, port))` once listening.
+    `lifecycle` tells /readyz whether the process accepts clients (None: only the pools count)."""
     listeners = await open_listeners(host, port, f"the admin API on {host}:{port}")
     sockname = listeners[0].socket.getsockname()
     bound = (str(sockname[0]), int(sockname[1]))
@@ -548,7 +596,7 @@ async def serve_admin(
             return
         open_now += 1
         try:
-            await _serve_one(stream, runtimes, metrics, event_log, states, access, operations)
+            await _serve_one(stream, runtimes, metrics, event_log, states, access, operations, lifecycle)
         finally:
             open_now -= 1
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from tests.conftest import eventually
 from tests.router.conftest import ROUND_ROBIN_NODE_IDS, ROUTERCTL, landings_by_key, round_robin_config
 
 if TYPE_CHECKING:
@@ -160,6 +161,8 @@ def test_admin_tokens_guard_state_changes_and_say_who_made_them(
     drain = b'{"admin_state": "drain"}'
     path = "/api/v1/routers/rr/targets/b0"
     assert _request(router, "GET", "/healthz") == (200, "ok\n")  # load balancers' checks need none
+    # nor Kubernetes' readiness probe (200 once the first probes made the quorum)
+    assert eventually(lambda: _request(router, "GET", "/readyz") == (200, "ready\n"), TIMEOUT_S)
     status, body = _request(router, "PUT", path, drain)
     assert (status, json.loads(body)) == (
         401,

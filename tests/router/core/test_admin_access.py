@@ -84,6 +84,8 @@ def test_without_tokens_every_local_caller_may_do_everything():
     ("method", "path", "authorization", "verdict"),
     [
         ("GET", "/healthz", None, Allowed("anyone (health check)")),
+        ("GET", "/readyz", None, Allowed("anyone (health check)")),
+        ("HEAD", "/readyz", None, Allowed("anyone (health check)")),
         ("GET", "/metrics", None, Refused(401, "a valid token is needed: Authorization: Bearer TOKEN")),
         (
             "GET",
@@ -108,6 +110,7 @@ def test_without_tokens_every_local_caller_may_do_everything():
         ("PUT", "/api/v1/routers/r/targets/b", f"Bearer {OPERATOR}", Allowed("oncall (operator)")),
         ("DELETE", "/api/v1/routers/r/cache", f"Bearer {OPERATOR}", Allowed("oncall (operator)")),
         ("POST", "/healthz", None, Refused(401, "a valid token is needed: Authorization: Bearer TOKEN")),
+        ("PUT", "/readyz", None, Refused(401, "a valid token is needed: Authorization: Bearer TOKEN")),
     ],
 )
 def test_tokens_and_levels(method, path, authorization, verdict):

@@ -326,6 +326,31 @@ class TestAdmin:
         _, base = server
         assert await _call(f"{base}/healthz") == (200, b"ok\n")
 
+    async def test_admin_readyz_once_the_pool_has_its_quorum(self, server: tuple[ServerInfo, str]) -> None:
+        """Scenario: the targets were marked ready (the fixture); router `bare` has no pool, which
+        needs no quorum."""
+        _, base = server
+        assert await _call(f"{base}/readyz") == (200, b"ready\n")
+        assert await _call(f"{base}/readyz", "HEAD") == (200, b"")
+
+
+async def test_admin_readyz_names_the_router_below_its_quorum(base: tuple[ServerInfo, str]) -> None:
+    info, url = base
+    runtime = info.runtimes["hash"]
+    nodes = ("broker1", "broker2", "broker3")  # nothing listens on their ports
+    await runtime.wait_until(lambda: all(runtime.target_state(n) is TargetState.NOT_READY for n in nodes))
+    assert await _call(url + "/readyz") == (
+        503,
+        b"not ready: router 'hash': pool below its quorum, 0 of 3 target(s) ready, quorum-size 1\n",
+    )
+    runtime.record_check("broker2", True)
+    assert await _call(url + "/readyz") == (200, b"ready\n")
+    runtime.set_admin_state("broker2", AdminState.MAINT)  # a target in maintenance counts for nothing
+    assert await _call(url + "/readyz") == (
+        503,
+        b"not ready: router 'hash': pool below its quorum, 0 of 3 target(s) ready, quorum-size 1\n",
+    )
+
 
 class TestAdminRobustness:
     """The admin API answers oddities and never takes routerd down (a HEAD once did)."""
@@ -341,6 +366,8 @@ class TestAdminRobustness:
         _, url = base
         status, body = await _call(url + "/metrics", "POST", b"x")
         assert (status, json.loads(body)) == (405, {"error": "POST /metrics is not supported"})
+        status, body = await _call(url + "/readyz", "POST", b"x")
+        assert (status, json.loads(body)) == (405, {"error": "POST /readyz is not supported"})
 
     async def test_admin_wrong_method_on_the_router_list_is_405(self, base: tuple[ServerInfo, str]) -> None:
         _, url = base

@@ -1,0 +1,159 @@
+"""What the tests of deploy/ share: the repository's paths, the Dockerfile's facts, the routerd and
+routerctl command lines the deployment files hold, and the real argument parsers to check them.
+
+Docker, Kubernetes and a running systemd are not on this machine: the files are checked by the
+tools that are (systemd-analyze, the JSON schemas of Kubernetes and of the compose
+specification), by routerd's own configuration loader and argument parsers, and against each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from router.cli import _routerctl_parser, _routerd_parser
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Iterator, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+DOCKERFILE = ROOT / "Dockerfile"
+SYSTEMD_UNIT = DEPLOY / "systemd" / "connection-router.service"
+KUBERNETES = DEPLOY / "kubernetes"
+COMPOSE = DEPLOY / "compose" / "compose.yaml"
+PROGRAMS = ("routerd", "routerctl")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dockerfile:
+    """The facts of the repository's Dockerfile the deployment files depend on."""
+
+    entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...]
+    uid: int
+    """The uid of the user it runs as (`useradd --uid`)."""
+    stop_signal: str
+    copied: frozenset[str]
+    """What its COPY instructions copy (sources, as written)."""
+
+
+def dockerfile() -> Dockerfile:
+    text = DOCKERFILE.read_text()
+    instructions = [line for line in text.splitlines() if line and not line.startswith("#")]
+
+    def exec_form(name: str) -> tuple[str, ...]:
+        (line,) = [i for i in instructions if i.startswith(f"{name} ")]
+        value = json.loads(line.removeprefix(f"{name} "))
+        assert isinstance(value, list), f"{name} must be in exec form (a JSON list): {line!r}"
+        return tuple(str(word) for word in value)
+
+    uid = re.search(r"useradd .*--uid (\d+)", text)
+    assert uid is not None, "the Dockerfile makes its user with useradd --uid"
+    (stop,) = [i.split()[1] for i in instructions if i.startswith("STOPSIGNAL ")]
+    copied = frozenset(word for i in instructions if i.startswith("COPY ") for word in i.split()[1:-1])
+    return Dockerfile(
+        entrypoint=exec_form("ENTRYPOINT"),
+        cmd=exec_form("CMD"),
+        uid=int(uid.group(1)),
+        stop_signal=stop,
+        copied=copied,
+    )
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """`argv` (routerd … or routerctl …) as the real program's argument parser reads it.
+
+    Raises:
+        AssertionError: the parser refuses it, with its own error message.
+    """
+    program = Path(argv[0]).name
+    assert program in PROGRAMS, f"not a routerd or routerctl command line: {argv!r}"
+    parser = _routerd_parser() if program == "routerd" else _routerctl_parser()
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            return parser.parse_args(list(argv[1:]))
+    except SystemExit:
+        raise AssertionError(f"{shlex.join(argv)}: {errors.getvalue().strip()}") from None
+
+
+def yaml_documents(path: Path) -> list[dict[str, Any]]:
+    """Every YAML document of a file (an empty one is an error)."""
+    documents = list(yaml.safe_load_all(path.read_text()))
+    assert documents, f"{path}: no YAML document"
+    for document in documents:
+        assert isinstance(document, dict), f"{path}: a document is not a mapping"
+    return documents
+
+
+def systemd_directives(path: Path) -> Iterator[tuple[str, str]]:
+    """(key, value) of every directive of a unit file, continuation lines joined."""
+    logical = re.sub(r"\\\n\s*", " ", path.read_text())
+    for line in logical.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            yield key.strip(), value.strip()
+
+
+def systemd_command_lines(path: Path) -> list[list[str]]:
+    """The Exec*= command lines of a unit that run routerd or routerctl."""
+    commands = [shlex.split(v) for k, v in systemd_directives(path) if k.startswith("Exec")]
+    return [c for c in commands if c and Path(c[0]).name in PROGRAMS]
+
+
+def kubernetes_containers() -> list[dict[str, Any]]:
+    """The containers of every pod template in deploy/kubernetes/."""
+    containers = []
+    for path in sorted(KUBERNETES.glob("*.yaml")):
+        for document in yaml_documents(path):
+            pod = document.get("spec", {}).get("template", {}).get("spec")
+            if pod is not None:
+                containers.extend(pod["containers"])
+    return containers
+
+
+def container_command_lines(container: dict[str, Any], image: Dockerfile) -> list[list[str]]:
+    """The routerd/routerctl command lines of a Kubernetes container of our image: what it runs
+    (its command, else the image's ENTRYPOINT; its args, else the image's CMD) and its exec hooks
+    and probes."""
+    main = [*(container.get("command") or image.entrypoint), *(container.get("args") or image.cmd)]
+    found = [main]
+    for hook in (container.get("lifecycle") or {}).values():
+        found.append(hook.get("exec", {}).get("command", []))
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        found.append((container.get(probe) or {}).get("exec", {}).get("command", []))
+    return [c for c in found if c and Path(c[0]).name in PROGRAMS]
+
+
+def compose_command_lines(image: Dockerfile) -> list[list[str]]:
+    """The routerd/routerctl command lines of the compose file's services built from our Dockerfile."""
+    (document,) = yaml_documents(COMPOSE)
+    found = []
+    for service in document["services"].values():
+        if "build" not in service:
+            continue
+        entrypoint = service.get("entrypoint") or list(image.entrypoint)
+        found.append([*entrypoint, *(service.get("command") or image.cmd)])
+    return [c for c in found if Path(c[0]).name in PROGRAMS]
+
+
+def option(argv: Sequence[str], name: str) -> str | None:
+    """The value of `--name VALUE` or `--name=VALUE` in a command line (the last one given)."""
+    value = None
+    for i, word in enumerate(argv):
+        if word == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif word.startswith(f"{name}="):
+            value = word.partition("=")[2]
+    return value
