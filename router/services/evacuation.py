@@ -51,6 +51,12 @@ LOG_EVERY_S: Final = 1.0
 
 _Key = tuple[MoveKind, str, str | None]
 
+_NOUNS: Final = {
+    MoveKind.EVACUATE: "an evacuation",
+    MoveKind.REBALANCE: "a rebalance",
+    MoveKind.SHUTDOWN: "a shutdown",
+}
+
 
 class MoveConflict(Exception):
     """A move cannot start: one of the same kind runs, or the router cannot do what it asks."""
@@ -144,7 +150,7 @@ class Moves:
         key = (request.kind, request.router, request.node_id)
         running = self._moves.get(key)
         if running is not None and running.state in (MoveState.RUNNING, MoveState.WAITING):
-            raise MoveConflict(f"a {request.kind.value} of {self._what(request)} is running already")
+            raise MoveConflict(f"{_NOUNS[request.kind]} of {self._what(request)} is running already")
         if request.kind is MoveKind.EVACUATE:
             assert request.node_id is not None
             if runtime.target(request.node_id) is None:

@@ -146,7 +146,7 @@ def test_readyz_is_503_from_sigterm_on_while_a_connection_drains(
         router.proc.send_signal(signal.SIGTERM)
         router.wait_for_log(r"SIGTERM received")
         assert _get(router, "/readyz") == (503, "not ready: shutting down\n")
-        router.wait_for_log(r"shutting down: no new connections; open ones get 30 s")
+        router.wait_for_log(r"shutting down: no new connections; open ones are moved over 30 s")
         assert _get(router, "/readyz") == (503, "not ready: shutting down\n")
         assert _get(router, "/healthz") == (200, "ok\n")
         client.sendall(b"\xc0\x00")  # PINGREQ: the proxied session is alive during the grace period

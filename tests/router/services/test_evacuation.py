@@ -1,0 +1,134 @@
+"""router/services/evacuation.py on trio's virtual clock: pacing, the drain an evacuation starts,
+abort, a rebalance's plan and its refusal without a cache, with a real `RouterRuntime` whose
+connections are registered as the data paths register them."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from cache import CacheConfig
+from policies import PolicyConfig
+from pools import AdminState, Connector, PoolConfig, PoolKind
+from router.config.settings import Config, RouterConfig
+from router.core.evacuation import MoveKind, MoveRequest, MoveState
+from router.core.events import CloseReason
+from router.metrics import Metrics
+from router.runtime import RouterRuntime
+from router.services.evacuation import MoveConflict, Moves
+from tests.router.core.test_live import live_connection
+
+NODES = ("b1", "b2", "b3")
+
+
+def _runtime(*, cache: bool = True) -> RouterRuntime:
+    connectors = tuple(Connector.from_url(n, f"tcp://127.0.0.1:{20000 + i}") for i, n in enumerate(NODES))
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="ROUND_ROBIN"),
+        cache=CacheConfig(timeout_ms=60_000, max_entries=100) if cache else None,
+        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=NODES),
+    )
+    runtime = RouterRuntime(
+        Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics()
+    )
+    for node in NODES:
+        runtime.record_check(node, True)
+    return runtime
+
+
+def _connect(
+    runtime: RouterRuntime, node_id: str, count: int, closes: list[tuple[float, str, CloseReason]]
+) -> None:
+    for i in range(count):
+        port = 30000 + len(runtime.movable()) + i
+        live = live_connection(f"127.0.0.2:{port}", node_id=node_id, ttl_ms=-1, now=trio.current_time())
+        live.key = f"key-{node_id}-{i}"
+        live.on_depart = None
+        live._closer = lambda reason, n=node_id: closes.append((trio.current_time(), n, reason))
+        runtime.register(live)
+
+
+async def _started(moves: Moves, nursery: trio.Nursery) -> None:
+    await nursery.start(moves.serve)
+
+
+async def test_evacuation_moves_at_the_rate_and_drains_the_target(autojump_clock: object) -> None:
+    runtime = _runtime()
+    closes: list[tuple[float, str, CloseReason]] = []
+    _connect(runtime, "b1", 5, closes)
+    _connect(runtime, "b2", 2, closes)
+    moves = Moves(Config(source="t.xml"), {"r": runtime})
+    async with trio.open_nursery() as nursery:
+        await _started(moves, nursery)
+        start = trio.current_time()
+        status = moves.start(MoveRequest(kind=MoveKind.EVACUATE, router="r", node_id="b1", rate=10))
+        assert (status.state, status.left) == (MoveState.RUNNING, 5)
+        await trio.sleep(1)
+        status = moves.status(MoveKind.EVACUATE, "r", "b1")
+        assert (status.state, status.moved, status.left) == (MoveState.DONE, 5, 0)
+        nursery.cancel_scope.cancel()
+    assert [(n, r) for _, n, r in closes] == [("b1", CloseReason.EVACUATED)] * 5
+    offsets = [round(t - start, 2) for t, _, _ in closes]
+    assert offsets == [0.0, 0.1, 0.2, 0.3, 0.4]  # one at once, then 10 a second
+    assert runtime.admin_states() == {"b1": AdminState.DRAIN}
+    cached = {runtime.cached_node(f"key-b1-{i}") for i in range(5)}
+    assert cached <= {"b2", "b3"}  # their keys now route elsewhere
+
+
+async def test_abort_keeps_what_moved(autojump_clock: object) -> None:
+    runtime = _runtime()
+    closes: list[tuple[float, str, CloseReason]] = []
+    _connect(runtime, "b3", 4, closes)
+    moves = Moves(Config(source="t.xml"), {"r": runtime})
+    async with trio.open_nursery() as nursery:
+        await _started(moves, nursery)
+        moves.start(MoveRequest(kind=MoveKind.EVACUATE, router="r", node_id="b3", rate=1))
+        await trio.sleep(1.15)  # moves at 0 and about 1 s (steps of 0.1 s)
+        status = moves.abort(MoveKind.EVACUATE, "r", "b3")
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert (status.state, status.moved, status.left) == (MoveState.ABORTED, 2, 2)
+    assert len(closes) == 2
+    with pytest.raises(LookupError, match="no evacuate of r/b1 so far"):
+        moves.status(MoveKind.EVACUATE, "r", "b1")
+
+
+async def test_a_second_evacuation_of_the_same_target_is_a_conflict(autojump_clock: object) -> None:
+    runtime = _runtime()
+    _connect(runtime, "b1", 3, [])
+    moves = Moves(Config(source="t.xml"), {"r": runtime})
+    async with trio.open_nursery() as nursery:
+        await _started(moves, nursery)
+        moves.start(MoveRequest(kind=MoveKind.EVACUATE, router="r", node_id="b1", rate=0.5))
+        with pytest.raises(MoveConflict, match="an evacuation of target=b1 is running already"):
+            moves.start(MoveRequest(kind=MoveKind.EVACUATE, router="r", node_id="b1"))
+        nursery.cancel_scope.cancel()
+
+
+async def test_rebalance_plans_once_and_sends_each_to_the_emptiest(autojump_clock: object) -> None:
+    runtime = _runtime()
+    closes: list[tuple[float, str, CloseReason]] = []
+    _connect(runtime, "b1", 6, closes)
+    _connect(runtime, "b2", 6, closes)
+    moves = Moves(Config(source="t.xml"), {"r": runtime})
+    async with trio.open_nursery() as nursery:
+        await _started(moves, nursery)
+        status = moves.start(MoveRequest(kind=MoveKind.REBALANCE, router="r", rate=100, band=0.1))
+        assert status.left == 4
+        await trio.sleep(2)  # the moved clients never come back here: the plan must not grow
+        status = moves.status(MoveKind.REBALANCE, "r")
+        nursery.cancel_scope.cancel()
+    assert (status.state, status.moved) == (MoveState.DONE, 4)
+    assert sorted(n for _, n, _ in closes) == ["b1", "b1", "b2", "b2"]
+    moved_keys = [
+        k for k in (f"key-{n}-{i}" for n in ("b1", "b2") for i in range(6)) if runtime.cached_node(k) == "b3"
+    ]
+    assert len(moved_keys) == 4
+
+
+def test_rebalance_without_a_cache_is_refused() -> None:
+    runtime = _runtime(cache=False)
+    moves = Moves(Config(source="t.xml"), {"r": runtime})
+    with pytest.raises(MoveConflict, match="cannot rebalance: without a <cache> its ROUND_ROBIN policy"):
+        moves.start(MoveRequest(kind=MoveKind.REBALANCE, router="r"))
