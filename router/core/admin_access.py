@@ -10,8 +10,8 @@ Two rules, in this order:
 2. **Tokens** (when routerd has `--admin-tokens FILE`): every request but `GET /healthz` needs
    `Authorization: Bearer TOKEN`. A token has a level, as HAProxy's stats socket: `user` reads
    (GET, HEAD), `operator` also changes state (PUT, POST, DELETE: drain, cache, filters, ring
-   size), `admin` all of it (for what comes: reload). No token or an unknown one: 401; a level
-   too low: 403.
+   size, configuration reload), `admin` all of it. No token or an unknown one: 401; a level too
+   low: 403.
 
 Without tokens the admin API must listen on loopback only (routerd refuses anything else), and
 every local caller may do everything, as before tokens existed.

@@ -74,6 +74,9 @@ class CloseReason(enum.Enum):
     """The router closed it: the HA-pair member it went to is no longer the active one."""
     SHUTDOWN = "shutdown"
     """The router closed it: the grace period of a shutdown ended."""
+    TARGET_REMOVED = "target_removed"
+    """The router closed it: a configuration reload removed its target (or the member address it
+    went to, or its router) from the configuration."""
     INTERNAL_ERROR = "internal_error"
     """A bug in the router; logged with its traceback."""
 
@@ -90,7 +93,7 @@ class CloseReason(enum.Enum):
         return f"closed by the router: {self.value}"
 
 
-_BY_ROUTER = frozenset({"connection_ttl", "target_not_ready", "failover", "shutdown"})
+_BY_ROUTER = frozenset({"connection_ttl", "target_not_ready", "failover", "shutdown", "target_removed"})
 
 
 class OpeningFailure(enum.Enum):

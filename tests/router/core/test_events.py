@@ -16,6 +16,7 @@ def test_close_reasons_by_the_router_are_the_ones_it_decides() -> None:
         CloseReason.TARGET_NOT_READY,
         CloseReason.FAILOVER,
         CloseReason.SHUTDOWN,
+        CloseReason.TARGET_REMOVED,
     }
     assert [r.value for r in CloseReason] == [
         "closed",
@@ -25,6 +26,7 @@ def test_close_reasons_by_the_router_are_the_ones_it_decides() -> None:
         "target_not_ready",
         "failover",
         "shutdown",
+        "target_removed",
         "internal_error",
     ]
 
