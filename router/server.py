@@ -864,7 +864,15 @@ class _Server:
                 continue
             current = self.acceptors.get(acceptor.name)
             address = (acceptor.host, acceptor.port)
-            if current is not None and (current.served.config.host, current.served.config.port) == address:
+            if (
+                current is not None
+                and acceptor.host == current.served.config.host
+                and acceptor.port
+                in (
+                    current.served.config.port,  # 0 too: the port the system chose stays
+                    self.bound[acceptor.name][1],
+                )
+            ):
                 prepared.listeners[acceptor.name] = (current.listeners, False)
             elif acceptor.name in diff.acceptors_added and address in freed:
                 prepared.listeners[acceptor.name] = (self.acceptors[freed.pop(address)].listeners, False)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from router.config import load_config_text
-from router.config.settings import Config
 from router.core.address import Address
 from router.core.reload import NOTHING_CHANGED, ConfigDiff, Departed, RouterChange, diff_configs
+
+if TYPE_CHECKING:
+    from router.config.settings import Config
 
 CONNECTORS = {
     "c0": "tcp://127.0.0.1:21001?nodeId=b0",
@@ -28,7 +32,8 @@ def config(
     """A configuration with router `r` (CLIENT_ID, ROUND_ROBIN over `refs`) and acceptor `a`."""
     connectors = CONNECTORS if connectors is None else connectors
     acceptors = {"a": "tcp://127.0.0.1:20001?router=r"} if acceptors is None else acceptors
-    pool = f"<static-connectors>{''.join(f'<connector-ref>{r}</connector-ref>' for r in refs)}</static-connectors>"
+    pool = "".join(f"<connector-ref>{r}</connector-ref>" for r in refs)
+    pool = f"<static-connectors>{pool}</static-connectors>"
     return load_config_text(
         f"""<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
   <connectors>{"".join(f'<connector name="{n}">{u}</connector>' for n, u in connectors.items())}</connectors>
