@@ -30,7 +30,8 @@ when it joins. Each change is reported as TARGET_ADMIN_STATE.
 
 Membership: static pools keep their targets; discovery pools gain targets (`add_target`, state
 UNKNOWN, TARGET_ADDED) and lose them (`remove_target`, TARGET_REMOVED, then POOL_INACTIVE when a
-ready target leaves and the quorum no longer holds) while the router runs.
+ready target leaves and the quorum no longer holds) while the router runs. A configuration reload
+(`reconfigure`) sets the targets and the quorum anew: unchanged targets keep their state.
 """
 
 from __future__ import annotations
@@ -264,6 +265,44 @@ class Pool:
         events = [
             PoolEvent(kind=PoolEventKind.TARGET_REMOVED, pool=self.name, node_id=node_id, detail=state.value)
         ]
+        events.extend(self._update_active())
+        return events
+
+    def reconfigure(self, quorum_size: int, targets: Sequence[Target]) -> list[PoolEvent]:
+        """A configuration reload: the pool's targets become `targets`, in this order, and its
+        quorum `quorum_size`. A target equal to one the pool has (same node id and connector) keeps
+        its state and its `Target` object; a new or changed one starts UNKNOWN. Administrative
+        states stay.
+
+        Returns:
+            TARGET_REMOVED for each target that left or changed, TARGET_ADDED for each that came or
+            changed, then the pool event when the quorum changed.
+
+        Raises:
+            ValueError: two targets with the same node id.
+        """
+        if len({t.node_id for t in targets}) != len(targets):
+            raise ValueError(f"pool {self.name!r}: duplicate node id in {[t.node_id for t in targets]}")
+        former = self._slots
+        events: list[PoolEvent] = []
+        kept = {t.node_id for t in targets if (s := former.get(t.node_id)) is not None and s.target == t}
+        for node_id, slot in former.items():
+            if node_id not in kept:
+                events.append(
+                    PoolEvent(
+                        kind=PoolEventKind.TARGET_REMOVED,
+                        pool=self.name,
+                        node_id=node_id,
+                        detail=slot.state.value,
+                    )
+                )
+        self._slots = {}
+        for target in targets:
+            if target.node_id in kept:
+                self._slots[target.node_id] = former[target.node_id]
+            else:
+                events.extend(self.add_target(target))
+        self.quorum_size = quorum_size
         events.extend(self._update_active())
         return events
 

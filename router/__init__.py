@@ -50,6 +50,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `ring`         the bounded ring between routing and the event log's writer
                   `shared_cache` a cache shared through ZooKeeper: znode names, entry data, when
                                  to extend an entry
+                  `reload`       what a configuration reload changes: old vs new configuration ->
+                                 routers, targets and acceptors added, removed, changed
 4. `metrics`, `reports`: the Prometheus families, and the subscribers that turn events into log
                 lines and metric updates (one more consumer is one more subscriber).
 5. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in
@@ -65,7 +67,7 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 (`state_file`), the event log (`event_log`: ring and sender in routerd;
                 `event_writer`, its writer process, with `event_files`). They may use the data
                 paths' I/O helpers (`net`, `reading`).
-8. `server`     the process: listeners, the nursery tree, shutdown.
+8. `server`     the process: listeners, the nursery tree, shutdown, carrying out a reload.
 9. `cli`        the entry points `routerd` and `routerctl` (and `__main__`); `ctl_moves` is
                 routerctl's evacuate, rebalance and shutdown.
 
@@ -73,5 +75,6 @@ Where a rule lives: what a decision becomes on the wire is `core/plan.py`; which
 to is `core/engine.py` with `policies/`; when a target is ready is `pools/pool.py`, probed by
 `services/health.py`; what is logged and counted for a connection is `reports.py`; how a client's
 value is printed in a log line, and how often one line may repeat, is `logs.py`; configuration
-defaults are the dataclasses' (`config/settings.py`, `pools/`, `cache/`, `policies/`).
+defaults are the dataclasses' (`config/settings.py`, `pools/`, `cache/`, `policies/`); what a
+configuration reload changes is `core/reload.py`, and how it is applied `server.py`.
 """

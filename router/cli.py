@@ -23,8 +23,10 @@
     routerctl register --zookeeper HOST:PORT[,…] --path P --node-id ID --connector tcp://…
                        [--backup tcp://…] [--weight N] [--session-timeout MS]
 
-routerd drains on SIGTERM or SIGINT; SIGHUP is logged and changes nothing (there is no
-configuration reload yet), rather than ending the process.
+    routerctl reload --admin URL
+
+routerd drains on SIGTERM or SIGINT; SIGHUP reloads the configuration file (as `routerctl reload`
+and `POST /api/v1/reload` do): what can change in place does, established connections stay.
 
 Errors a person can fix (bad configuration, a bad option value, a port in use, a router that is
 not running) are one line on stderr and a non-zero exit status, never a traceback.
@@ -33,7 +35,9 @@ not running) are one line on stderr and a non-zero exit status, never a tracebac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import gc
 import json
 import logging
@@ -139,12 +143,34 @@ def _load(prog: str, path: str) -> Config:
         _fail(prog, str(exc), EXIT_USAGE)
 
 
+def _load_routerd(path: str, event_log: str | None) -> Config:
+    """routerd's configuration: the file with `--event-log DIR` applied, and at least one acceptor
+    that names a router (at start and at each reload).
+
+    Raises:
+        ConfigError: a bad file, worded as the loader words it.
+    """
+    config = _with_event_log(load_config(path), event_log)
+    if not config.acceptors:
+        raise ConfigError(config.source, None, "", "no <acceptor> names a router (URL parameter router=NAME)")
+    return config
+
+
 # -- routerd ----------------------------------------------------------------------------------
 
 
 def _routerd_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="routerd", description="Run the connection router.")
-    parser.add_argument("--config", required=True, help="broker.xml-style configuration file")
+    parser = argparse.ArgumentParser(
+        prog="routerd",
+        description="Run the connection router. SIGTERM or SIGINT drains and stops it; SIGHUP (or "
+        "routerctl reload) reads the configuration file again and applies it in place: routers, "
+        "pools, filters, policies, caches, connectors and acceptors change, established "
+        "connections stay (only those whose target left the file are closed); a bad file changes "
+        "nothing and is logged in one line. The command-line options stay as they were.",
+    )
+    parser.add_argument(
+        "--config", required=True, help="broker.xml-style configuration file (read again on SIGHUP)"
+    )
     parser.add_argument(
         "--admin",
         type=_host_port,
@@ -219,16 +245,11 @@ def _with_event_log(config: Config, directory: str | None) -> Config:
     return dataclasses.replace(config, event_log=dataclasses.replace(config.event_log, directory=directory))
 
 
-_SIGHUP_IGNORED: Final = (
-    "SIGHUP received: configuration reload is not supported in this release; nothing changed "
-    "(restart routerd to apply a new configuration)"
-)
-"""routerd's log line for SIGHUP, which would otherwise end the process at once."""
-
-
 async def _run_routerd(config: Config, args: argparse.Namespace, access: AdminAccess) -> None:
     shutdown = trio.Event()
     log = logging.getLogger("routerd")
+    # SIGHUPs wait here while a reload runs; reloading once more covers any number of them.
+    request_reload, reloads = trio.open_memory_channel[None](1)
     async with trio.open_nursery() as nursery:
 
         async def watch_signals(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -236,7 +257,9 @@ async def _run_routerd(config: Config, args: argparse.Namespace, access: AdminAc
                 task_status.started()  # the handlers are in place before the listeners open
                 async for signum in signals:
                     if signum == signal.SIGHUP:
-                        log.warning(_SIGHUP_IGNORED)
+                        log.info("SIGHUP received: reloading %s", config.source)
+                        with contextlib.suppress(trio.WouldBlock):  # one is waiting already
+                            request_reload.send_nowait(None)
                         continue
                     if shutdown.is_set():
                         log.warning("second signal: stopping now")
@@ -261,6 +284,8 @@ async def _run_routerd(config: Config, args: argparse.Namespace, access: AdminAc
             discard_unreadable_cache=args.discard_unreadable_cache,
             state_file=args.state_file or default_state_file(config.source),
             admin_access=access,
+            load=functools.partial(_load_routerd, args.config, args.event_log),
+            reloads=reloads,
         )
         nursery.cancel_scope.cancel()
 
@@ -274,13 +299,10 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     install_log_limits()  # repeated WARNING-and-above lines are rate-limited (router/logs.py)
-    config = _with_event_log(_load("routerd", args.config), args.event_log)
-    if not config.acceptors:
-        _fail(
-            "routerd",
-            f"{config.source}: no <acceptor> names a router (URL parameter router=NAME)",
-            EXIT_USAGE,
-        )
+    try:
+        config = _load_routerd(args.config, args.event_log)
+    except ConfigError as exc:
+        _fail("routerd", str(exc), EXIT_USAGE)
     access = _admin_access(args)
     _raise_descriptor_limit(args.max_connections)
     # What exists now (modules, the configuration) lives as long as the process: keep it out of
@@ -488,6 +510,18 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     state.add_argument("router")
     state.add_argument("node_id", metavar="NODE_ID")
     state.add_argument("state", nargs="?", choices=["ready", "drain", "maint"])
+
+    reload = sub.add_parser(
+        "reload",
+        help="have a running routerd read its configuration file again and apply it",
+        description="Ask a running routerd (POST /api/v1/reload, as SIGHUP does) to read its "
+        "configuration file again and apply it in place; established connections stay, except "
+        "those whose target left the file. Prints what changed (--json: the answer as it is). "
+        "Exit status 1, with the reason on stderr, when nothing changed because the file is bad "
+        "(or a port cannot be bound); 0 otherwise, also when the file is the same.",
+    )
+    reload.add_argument("--admin", default="http://127.0.0.1:9180")
+    reload.add_argument("--json", action="store_true", help="print the JSON answer")
 
     status = sub.add_parser("status", help="show a running router's routers and pool states")
     status.add_argument("--admin", default="http://127.0.0.1:9180")
@@ -724,6 +758,17 @@ def _get(admin: str, path: str, *, put: object = None, method: str = "GET") -> o
         _fail("routerctl", f"cannot reach the router's admin API at {admin}: {reason}")
 
 
+def _reload(args: argparse.Namespace) -> int:
+    """`routerctl reload`: what changed, one line per part (the JSON answer with --json)."""
+    answer = _get(args.admin, "/api/v1/reload", method="POST")
+    assert isinstance(answer, dict)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    print(f"reloaded: {answer.get('summary', '')}")
+    return 0
+
+
 def main_routerctl(argv: Sequence[str] | None = None) -> int:
     """`routerctl`: see the module docstring."""
     args = _routerctl_parser().parse_args(argv)
@@ -748,6 +793,8 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
         change = None if args.state is None else {"admin_state": args.state}
         print(json.dumps(_get(args.admin, path, put=change)))
         return 0
+    if args.command == "reload":
+        return _reload(args)
     if args.command == "event-log":
         change = None if args.ring_size is None else {"ring_size": args.ring_size}
         print(json.dumps(_get(args.admin, "/api/v1/event-log", put=change), indent=2))

@@ -202,7 +202,8 @@ class Metrics:
             "Proxied connections the router closed itself, by router and reason: connection_ttl "
             "(no bytes from the client within the connection TTL), target_not_ready (the "
             "target's probe failed), failover (the HA-pair member it went to is no longer the "
-            "active one) or shutdown (still open when a shutdown's grace period ended).",
+            "active one), shutdown (still open when a shutdown's grace period ended) or "
+            "target_removed (a configuration reload removed their target).",
             ("router", "reason"),
         )
         self.connect_failures = Family(

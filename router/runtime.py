@@ -52,11 +52,12 @@ if TYPE_CHECKING:
     from router.core.framing import Farewell
     from router.core.live import LiveConnection
     from router.core.plan import Opening, Proxy, Refuse
+    from router.core.reload import Departed
     from router.core.shared_cache import Answer
     from router.core.status import RouterStatus
     from router.metrics import Metrics
 
-__all__ = ["RouterRuntime", "SharedCacheClient"]
+__all__ = ["RouterRuntime", "SharedCacheClient", "evacuate_removed"]
 
 CACHE_PURGE_MIN_PERIOD_S: Final = 1.0
 """Sweep expired cache entries at most this often (a tiny timeout would otherwise spin)."""
@@ -109,15 +110,18 @@ class RouterRuntime:
         """
         pool, local = build_pool(config, router)
         self.config = router
-        """The router's configuration (immutable)."""
+        """The router's configuration in force (replaced as a whole by `reconfigure`)."""
         self.name = router.name
         self.metrics = metrics
         self._pool = pool
         self._lock = threading.Lock()
         self._connections = LiveConnections()
+        self._round_robin_start = round_robin_start
         self._engine = RoutingEngine(
             router, pool, local, round_robin_start=round_robin_start, counts=self._connections
         )
+        self._retired = False
+        """Removed from the configuration by a reload: nothing of it is sampled any more."""
         self._changed = trio.Event()
         updates = MetricUpdates(metrics)
         updates.router_started(self.name, None if pool is None else [t.node_id for t in pool.targets])
@@ -128,13 +132,13 @@ class RouterRuntime:
         """Keys operators evicted, for a shared cache to delete in ZooKeeper."""
         self._cache_reported = (0, 0, 0)
         """The cache's evictions, hits and misses at the last scrape."""
-        if self._engine.cache is not None:
-            metrics.sample_when_scraped(self._sample_cache)
+        metrics.sample_when_scraped(self._sample_cache)
 
     def _sample_cache(self) -> None:
         """The cache's size, evictions, hits and misses, for a scrape (the metrics' thread)."""
         cache = self._engine.cache
-        assert cache is not None
+        if cache is None or self._retired:
+            return
         with self._lock:
             entries, counts = len(cache), (cache.evictions, cache.hits, cache.misses)
         labels = (self.name,)
@@ -419,6 +423,63 @@ class RouterRuntime:
                 raise
             return snapshot(self.config, engine, self._pool, self._connections)
 
+    # -- a configuration reload (trio thread) --
+
+    def reconfigure(self, config: Config, router: RouterConfig) -> None:
+        """Apply a reload's configuration of this router in place (router/core/reload.py): its
+        open connections and their registry stay; the pool keeps the state of unchanged targets and
+        the discovered members; the policy (its round-robin position) and the cache (its entries)
+        stay when their settings did not change; a filter the file did not change keeps the value
+        it has at run time (set through the admin API). Pool changes are reported as they happen
+        (targets joining and leaving); closing the connections of departed targets is the
+        caller's (`evacuate_removed`).
+
+        Args:
+            config: the whole configuration in force after the reload.
+            router: this router's configuration in it.
+        """
+        assert router.name == self.name, "a reload matches routers by name"
+        built, local = build_pool(config, router)
+        events: list[PoolEvent] = []
+        with self._lock:
+            old, engine = self.config, self._engine
+            pool = self._pool
+            if built is None or pool is None:
+                if pool is not None:  # the pool went: its targets leave
+                    events = pool.reconfigure(pool.quorum_size, [])
+                pool = built
+                if built is not None:
+                    MetricUpdates(self.metrics).router_started(self.name, [t.node_id for t in built.targets])
+            else:
+                assert router.pool is not None
+                targets = list(built.targets)
+                if config.pool_discovery_group(router) is not None:  # discovered members stay
+                    targets += [t for t in pool.targets if not t.local]
+                events = pool.reconfigure(router.pool.quorum_size, targets)
+            new = RoutingEngine(
+                router, pool, local, round_robin_start=self._round_robin_start, counts=self._connections
+            )
+            if old.policy == router.policy and engine.policy is not None:
+                new.policy = engine.policy
+            if (old.cache, old.cache_zookeeper) == (router.cache, router.cache_zookeeper):
+                new.cache = engine.cache
+            else:
+                self._cache_reported = (0, 0, 0)
+            if old.key_filter == router.key_filter:
+                new.key_filter = engine.key_filter
+            if old.local_target_filter == router.local_target_filter:
+                new.local_target_filter = engine.local_target_filter
+            self.config, self._engine, self._pool = router, new, pool
+        self._apply(events)
+
+    def retire(self) -> None:
+        """The router left the configuration: its targets leave (reported), its cache is no longer
+        sampled. Closing its connections is the caller's (`evacuate_removed`)."""
+        with self._lock:
+            events = [] if self._pool is None else self._pool.reconfigure(self._pool.quorum_size, [])
+            self._retired = True
+        self._apply(events)
+
     # -- the pool (trio thread) --
 
     def record_check(self, node_id: str, ok: bool, detail: str = "", *, member: int = 0) -> None:
@@ -657,6 +718,20 @@ class RouterRuntime:
         with self._lock:
             return self._connections.close_idle(now, CloseReason.CONNECTION_TTL)
 
+    def close_departed(self, departed: Departed, reason: CloseReason) -> int:
+        """Close the connections to a target (or to some of its member addresses) that left the
+        configuration, reported once per address with the count; how many."""
+        closed = 0
+        for address in departed.addresses or (None,):
+            with self._lock:
+                doomed = self._connections.open_to(departed.node_id, address)
+            closing = ConnectionsClosed(
+                router=self.name, node_id=departed.node_id, address=address, reason=reason, count=len(doomed)
+            )
+            self._close(doomed, closing)
+            closed += len(doomed)
+        return closed
+
     def close_all(self, reason: CloseReason) -> int:
         """Close every proxied connection (the end of a shutdown's grace period); how many."""
         with self._lock:
@@ -666,3 +741,17 @@ class RouterRuntime:
         )
         self._close(doomed, closing)
         return len(doomed)
+
+
+def evacuate_removed(runtime: RouterRuntime, departed: Iterable[Departed]) -> int:
+    """Close, at once, the connections whose target left the configuration in a reload where they
+    cannot be moved paced (router/server.py moves those of a router that goes on, as an evacuation
+    does): the connections of a router the reload removed, and those to a member address an HA
+    pair no longer has. Reason `target_removed`; their clients reconnect through the router and
+    get a target of the configuration in force. How many were closed.
+
+    Args:
+        runtime: the router (changed, or removed by the reload) whose connections these are.
+        departed: the targets (or member addresses) that left.
+    """
+    return sum(runtime.close_departed(gone, CloseReason.TARGET_REMOVED) for gone in departed)

@@ -13,14 +13,25 @@ Nursery tree of `serve_router`:
 Acceptors that `plan.fast_path_serves` allows are served by the fast path's epoll thread
 (router/datapath/fast_path.py) instead of an accept loop.
 
+Each router's services run in two cancel scopes of their own (`_RouterTasks`), and each acceptor's
+accept loops in one (`_Acceptor`), so that a reload can stop and start them one by one.
+
 Shutdown (SIGTERM in `routerd`, or the `shutdown` event in tests): the admin API's /readyz answers
 503 from this moment (it reads the same event, `Lifecycle`), stop accepting and close the
 listening sockets, give open connections `grace_s` to finish, then close what is left on both paths
 through the live-connection registry (reason `shutdown`), and stop the services.
+
+Reload (SIGHUP in `routerd`, `POST /api/v1/reload`, `ServerInfo.reload`): read the file again, diff
+it against the configuration in force (router/core/reload.py), read the files and bind the sockets
+the change needs (any failure: close them, change nothing, say why in one line), then apply it in
+one synchronous step: routers removed, added and changed in place (`RouterRuntime.reconfigure`),
+the connections whose target left the configuration through `evacuate_removed`, acceptors stopped,
+started, and a changed acceptor on the same address served on its same listening socket.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -35,19 +46,21 @@ import trio
 from keys import KeyType
 from keys.detect import make_detector
 from keys.users import UserStore
+from router.config import ConfigError, load_config
 from router.core.address import Address
 from router.core.admin_access import AdminAccess
 from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission, descriptor_budget
 from router.core.evacuation import MoveKind, MoveOrder, MoveRequest, shutdown_rate
 from router.core.events import CloseReason
 from router.core.plan import fast_path_serves
+from router.core.reload import ReloadError, diff_configs
 from router.datapath.acceptor import ConnectionLimits, ServedAcceptor
 from router.datapath.fast_path import Departing, FastPath
-from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, open_listeners
+from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, describe_oserror, open_listeners
 from router.datapath.tls import server_context
 from router.datapath.trio_path import depart, handle_connection, resume_connection
 from router.metrics import Metrics
-from router.runtime import RouterRuntime
+from router.runtime import RouterRuntime, evacuate_removed
 from router.services.admin import Lifecycle, Operations, serve_admin
 from router.services.cache_store import (
     CacheStore,
@@ -57,7 +70,7 @@ from router.services.cache_store import (
     write_cache_changes,
 )
 from router.services.discovery import serve_discovery
-from router.services.evacuation import Moves
+from router.services.evacuation import MoveConflict, Moves
 from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
 from router.services.shared_cache import SharedCache
@@ -65,12 +78,15 @@ from router.services.state_file import StateFile, StateFileError
 from router.services.ttl_checks import serve_connection_ttl_checks
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    import ssl
+    from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
+    from cache.cache import Row
     from router.config.settings import AcceptorConfig, Config
+    from router.core.reload import ConfigDiff, Departed
     from router.datapath.fast_path import HandedOver, Handoff
 
-__all__ = ["ServerInfo", "StartupError", "serve_router"]
+__all__ = ["ReloadError", "ServerInfo", "StartupError", "serve_router"]
 
 log = logging.getLogger("router.server")
 
@@ -101,7 +117,9 @@ class ServerInfo:
     runtimes: dict[str, RouterRuntime] = field(default_factory=dict)
     """Router name -> its run-time state."""
     fast_path: FastPath | None = None
-    """The fast path's epoll thread, when it serves any acceptor (`FastPath.acceptors`)."""
+    """The fast path's epoll thread, when it serves any acceptor at start (`FastPath.acceptors`)."""
+    reload: Callable[[], Awaitable[ConfigDiff]] | None = None
+    """Read the configuration file again and apply it (`ReloadError`: nothing changed)."""
     moves: Moves | None = None
     """The paced moves (evacuations, rebalances, the paced shutdown)."""
 
@@ -110,10 +128,13 @@ class StartupError(Exception):
     """The router cannot start with this configuration on this machine (a file, a port)."""
 
 
-def _warn_unsupported(config: Config) -> None:
-    """Say once, at start, what a configuration asks for that cannot work as written."""
+def _warn_unsupported(config: Config, routers: Collection[str] | None = None) -> None:
+    """Say once, at start (or for the routers a reload added or changed), what a configuration asks
+    for that cannot work as written."""
     with_store = {a.router for a in config.acceptors if a.users_file is not None}
     for router in config.routers:
+        if routers is not None and router.name not in routers:
+            continue
         if router.key_type is KeyType.ROLE_NAME and router.name not in with_store:
             log.warning(
                 "router=%s key-type=ROLE_NAME: no acceptor of it has usersFile/rolesFile, so only "
@@ -165,21 +186,13 @@ def _admission(
     )
     metrics.connection_budget.set((), budget)
     acceptor_limits = {
-        a.name: AcceptorLimits(a.connections_allowed, a.connections_allowed_per_source)
-        for a in config.acceptors
-        if a.connections_allowed >= 0 or a.connections_allowed_per_source >= 0
+        a.name: limits for a in config.acceptors if (limits := _acceptor_limits(a)) is not None
     }
     return Admission(budget, acceptor_limits)
 
 
-def _serve_acceptor(
-    acceptor: AcceptorConfig,
-    runtime: RouterRuntime,
-    connection_ttl_ms: int,
-    limits: ConnectionLimits,
-    admission: Admission,
-) -> ServedAcceptor:
-    """What one acceptor's connections share: detection, TLS, the user store, the TTL in force.
+def _acceptor_stores(acceptor: AcceptorConfig) -> tuple[ssl.SSLContext | None, UserStore | None]:
+    """An acceptor's TLS server context and user store, read from their files.
 
     Raises:
         StartupError: its key store, trust store or user store cannot be loaded.
@@ -191,6 +204,24 @@ def _serve_acceptor(
             users = UserStore.load(acceptor.users_file, acceptor.roles_file)
     except ValueError as exc:  # UserStoreError is a ValueError too
         raise StartupError(f"acceptor {acceptor.name!r}: {exc}") from exc
+    return tls, users
+
+
+def _serve_acceptor(
+    acceptor: AcceptorConfig,
+    runtime: RouterRuntime,
+    connection_ttl_ms: int,
+    limits: ConnectionLimits,
+    admission: Admission,
+    stores: tuple[ssl.SSLContext | None, UserStore | None] | None = None,
+) -> ServedAcceptor:
+    """What one acceptor's connections share: detection, TLS, the user store, the TTL in force.
+
+    Raises:
+        StartupError: its key store, trust store or user store cannot be loaded (when `stores`,
+            read before, is not given).
+    """
+    tls, users = _acceptor_stores(acceptor) if stores is None else stores
     return ServedAcceptor(
         config=acceptor,
         runtime=runtime,
@@ -204,12 +235,20 @@ def _serve_acceptor(
     )
 
 
+def _acceptor_limits(acceptor: AcceptorConfig) -> AcceptorLimits | None:
+    if acceptor.connections_allowed >= 0 or acceptor.connections_allowed_per_source >= 0:
+        return AcceptorLimits(acceptor.connections_allowed, acceptor.connections_allowed_per_source)
+    return None
+
+
 async def _accept_loop(
     listener: trio.SocketListener, acceptor: ServedAcceptor, handlers: trio.Nursery
 ) -> None:
     while True:
         try:
             stream = await listener.accept()
+        except trio.ClosedResourceError:  # a reload closed it (its scope was cancelled first)
+            return
         except OSError as exc:
             if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
                 raise
@@ -270,101 +309,20 @@ def _handoff(handlers: trio.Nursery, acceptor: ServedAcceptor) -> Handoff:
     return handoff
 
 
-async def _open_listeners(
-    acceptors: Iterable[ServedAcceptor],
-) -> tuple[list[tuple[ServedAcceptor, trio.SocketListener]], dict[str, tuple[str, int]]]:
-    """A listener per acceptor (two for a dual-stack host), and where each acceptor is bound.
+async def _bind(acceptor: AcceptorConfig) -> list[trio.SocketListener]:
+    """An acceptor's listeners (two for a dual-stack host).
 
     Raises:
         OSError: a listener could not be opened (the message names the acceptor).
     """
-    listeners: list[tuple[ServedAcceptor, trio.SocketListener]] = []
-    bound: dict[str, tuple[str, int]] = {}
-    for served in acceptors:
-        acceptor = served.config
-        where = f"acceptor {acceptor.name!r} on {acceptor.host}:{acceptor.port}"
-        for listener in await open_listeners(acceptor.host, acceptor.port, where):
-            listeners.append((served, listener))
-            name = listener.socket.getsockname()
-            bound.setdefault(acceptor.name, (str(name[0]), int(name[1])))
-            log.info(
-                "acceptor=%s router=%s mode=%s listening on %s:%d",
-                acceptor.name,
-                acceptor.router,
-                acceptor.mode.value,
-                name[0],
-                name[1],
-            )
-    return listeners, bound
+    where = f"acceptor {acceptor.name!r} on {acceptor.host}:{acceptor.port}"
+    return await open_listeners(acceptor.host, acceptor.port, where)
 
 
-def _start_accepting(
-    listeners: Iterable[tuple[ServedAcceptor, trio.SocketListener]],
-    fast: FastPath,
-    accepting: trio.Nursery,
-    handlers: trio.Nursery,
-) -> bool:
-    """An accept loop per trio-path acceptor, the fast path for the others; whether it serves any."""
-    fast_acceptors = set()
-    for served, listener in listeners:
-        if fast_path_serves(served.config, served.runtime.config.key_type, served.connection_ttl_ms):
-            fast_acceptors.add(served.name)
-            fast.add_listener(_duplicate(listener), served, _handoff(handlers, served))
-        else:
-            accepting.start_soon(_accept_loop, listener, served, handlers)
-    if fast_acceptors:
-        log.info("fast path (epoll relay thread) serves acceptor(s) %s", ", ".join(sorted(fast_acceptors)))
-        fast.start()
-    return bool(fast_acceptors)
-
-
-async def _start_services(
-    config: Config,
-    runtimes: Mapping[str, RouterRuntime],
-    metrics: Metrics,
-    services: trio.Nursery,
-    admin: tuple[str, int] | None,
-    event_log: EventLog | None,
-    states: StateFile | None,
-    access: AdminAccess,
-    operations: Operations,
-    lifecycle: Lifecycle,
-) -> tuple[str, int] | None:
-    """Probes, cache sweeps, discovery, TTL checks, paced moves and the admin API; the admin's
-    bound address."""
-    ttl = config.connection_ttl
-    with_ttl = {a.router for a in config.acceptors if ttl.ttl_ms(a) > 0}
-    for runtime in runtimes.values():
-        await services.start(serve_health_checks, runtime)
-        services.start_soon(runtime.serve_cache_purge)
-        group = config.pool_discovery_group(runtime.config)
-        if group is not None and group.zookeeper is not None:
-            await services.start(serve_discovery, runtime, group.zookeeper)
-        if runtime.config.cache_zookeeper is not None:
-            shared = SharedCache(runtime, runtime.config.cache_zookeeper)
-            runtime.attach_shared(shared)
-            await services.start(shared.serve)
-        if runtime.name in with_ttl:
-            services.start_soon(serve_connection_ttl_checks, runtime, ttl.check_interval_ms / 1000)
-    if operations.moves is not None:
-        await services.start(operations.moves.serve)
-    if admin is None:
-        return None
-    bound: tuple[str, int] = await services.start(
-        functools.partial(
-            serve_admin,
-            event_log=event_log,
-            states=states,
-            access=access,
-            operations=operations,
-            lifecycle=lifecycle,
-        ),
-        admin[0],
-        admin[1],
-        runtimes,
-        metrics,
-    )
-    return bound
+def _close_listeners(listeners: Iterable[trio.SocketListener]) -> None:
+    """Close listening sockets at once (their accept loops were cancelled first)."""
+    for listener in listeners:
+        listener.socket.close()
 
 
 def _pace_shutdown(moves: Moves, runtimes: Iterable[RouterRuntime], grace_s: float) -> None:
@@ -410,6 +368,8 @@ async def serve_router(
     discard_unreadable_cache: bool = False,
     state_file: str | None = None,
     admin_access: AdminAccess | None = None,
+    load: Callable[[], Config] | None = None,
+    reloads: trio.MemoryReceiveChannel[None] | None = None,
     task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router until `shutdown` is set (or forever), then drain and return.
@@ -430,6 +390,9 @@ async def serve_router(
             start, written on each change); None: in memory only.
         admin_access: the admin API's tokens and accepted Host names; None: no tokens, Host an
             IP literal or localhost.
+        load: how a reload reads the configuration again (raises `ConfigError` for a bad file);
+            by default `load_config(config.source)`.
+        reloads: each item received is a reload request (routerd's SIGHUP), logged, never raised.
         task_status: receives a `ServerInfo` once every listener is open.
 
     Raises:
@@ -457,22 +420,19 @@ async def serve_router(
     except StartupError:
         _close_cache_stores(stores)
         raise
+    source = config.source
+    options = _Options(
+        shutdown=shutdown,
+        load=load if load is not None else functools.partial(load_config, source),
+        reloads=reloads,
+        states=states,
+        access=admin_access or AdminAccess(),
+        discard_unreadable_cache=discard_unreadable_cache,
+        round_robin_start=round_robin_start,
+    )
     try:
-        await _serve(
-            config,
-            runtimes,
-            served,
-            metrics,
-            admin,
-            grace_s,
-            shutdown,
-            limits,
-            event_log,
-            stores,
-            states,
-            admin_access or AdminAccess(),
-            task_status,
-        )
+        server = _Server(config, runtimes, metrics, admission, limits, event_log, stores, options)
+        await server.serve(served, admin, grace_s, task_status)
     finally:
         with trio.CancelScope(shield=True):  # the last decisions' changes reach the file
             for runtime, store in stores:
@@ -585,67 +545,506 @@ def _start_event_log(config: Config, runtimes: Iterable[RouterRuntime], metrics:
     return event_log
 
 
-async def _serve(
-    config: Config,
-    runtimes: dict[str, RouterRuntime],
-    served: list[ServedAcceptor],
-    metrics: Metrics,
-    admin: tuple[str, int] | None,
-    grace_s: float,
-    shutdown: trio.Event,
-    limits: ConnectionLimits,
-    event_log: EventLog | None,
-    stores: Iterable[tuple[RouterRuntime, CacheStore]],
-    states: StateFile | None,
-    admin_access: AdminAccess,
-    task_status: trio.TaskStatus[ServerInfo],
-) -> None:
-    moves = Moves(config, runtimes, metrics)
-    operations = Operations(moves=moves, stop=shutdown.set)
-    lifecycle = Lifecycle(shutdown=shutdown)  # /readyz: 503 from the moment shutdown is set
-    async with trio.open_nursery() as services:
-        admin_bound = await _start_services(
-            config, runtimes, metrics, services, admin, event_log, states, admin_access, operations, lifecycle
-        )
-        for runtime, store in stores:
-            services.start_soon(serve_cache_store, runtime, store)
+@dataclass(eq=False, slots=True)
+class _Acceptor:
+    """One acceptor being served: how, and on which listening sockets."""
+
+    served: ServedAcceptor
+    listeners: list[trio.SocketListener]
+    fast: bool
+    """Served by the fast path's thread (which holds copies of the sockets), else by accept loops."""
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    """The accept loops of the trio path."""
+
+
+@dataclass(eq=False, slots=True)
+class _RouterTasks:
+    """The service tasks of one router, in two groups that a reload cancels on their own."""
+
+    core: trio.CancelScope
+    """Health checks, cache sweeps, the TTL checker: restarted when the router changes."""
+    data: trio.CancelScope
+    """Discovery, the shared cache, the persisted cache's writes: stopped only when it goes."""
+
+
+@dataclass(eq=False, slots=True)
+class _Prepared:
+    """What a reload needs before it changes anything: files read, sockets bound."""
+
+    stores: dict[str, tuple[ssl.SSLContext | None, UserStore | None]] = field(default_factory=dict)
+    """Acceptor name -> its TLS context and user store (acceptors added or changed)."""
+    listeners: dict[str, tuple[list[trio.SocketListener], bool]] = field(default_factory=dict)
+    """Acceptor name -> its listeners and whether they are new (else taken over from the acceptor
+    of the same address)."""
+    caches: dict[str, tuple[CacheStore, list[tuple[str, Row]]]] = field(default_factory=dict)
+    """Router name -> its persisted cache's file and rows (routers added)."""
+
+    def discard(self) -> None:
+        """The reload failed: close what was opened for it."""
+        for listeners, new in self.listeners.values():
+            if new:
+                _close_listeners(listeners)
+        for store, _ in self.caches.values():
+            store.close()
+
+
+class _Server:
+    """The running process: its listeners and routers, and what a reload changes in them."""
+
+    def __init__(
+        self,
+        config: Config,
+        runtimes: dict[str, RouterRuntime],
+        metrics: Metrics,
+        admission: Admission,
+        limits: ConnectionLimits,
+        event_log: EventLog | None,
+        stores: list[tuple[RouterRuntime, CacheStore]],
+        options: _Options,
+    ) -> None:
+        self.config = config
+        """The configuration in force."""
+        self.held: Mapping[str, Config] = {}
+        """Routers a reload could not change in place (router/core/reload.py)."""
+        self.runtimes = runtimes
+        """Shared with the admin API and `ServerInfo`: changed in place by reloads."""
+        self.metrics = metrics
+        self.admission = admission
+        self.limits = limits
+        self.event_log = event_log
+        self.stores = stores
+        """Persisted caches' files, written a last time at exit (shared with `serve_router`)."""
+        self.options = options
+        self.bound: dict[str, tuple[str, int]] = {}
+        """Acceptor name -> where it listens (`ServerInfo.acceptors`)."""
+        self.acceptors: dict[str, _Acceptor] = {}
+        self.tasks: dict[str, _RouterTasks] = {}
+        self.stopping = False
+        self._reloading = trio.Lock()
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()
-        fast = FastPath(clock.current_time, token.run_sync_soon, limits.connect_timeout_s)
-        listeners: list[tuple[ServedAcceptor, trio.SocketListener]] = []
-        try:
-            listeners, bound = await _open_listeners(served)
-            async with trio.open_nursery() as handlers:
-                async with trio.open_nursery() as accepting:
-                    fast_serves = _start_accepting(listeners, fast, accepting, handlers)
-                    lifecycle.accepting.set()
-                    log.info("ready: %d acceptor(s) listening", len(bound))
-                    info = ServerInfo(
-                        acceptors=bound,
-                        admin=admin_bound,
-                        runtimes=runtimes,
-                        fast_path=fast if fast_serves else None,
-                        moves=moves,
+        self.fast = FastPath(clock.current_time, token.run_sync_soon, limits.connect_timeout_s)
+        self._services: trio.Nursery | None = None
+        self._handlers: trio.Nursery | None = None
+        self._accepting: trio.Nursery | None = None
+        self.moves = Moves(config, runtimes, metrics)
+        """Evacuations, rebalances, the paced shutdown (and the moves of targets a reload removed)."""
+        self.lifecycle = Lifecycle(shutdown=options.shutdown)
+        """/readyz: 503 from the moment shutdown is set."""
+
+    # -- the services of each router --
+
+    async def _serve_core(
+        self,
+        runtime: RouterRuntime,
+        scope: trio.CancelScope,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with scope:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve_health_checks, runtime)
+                nursery.start_soon(runtime.serve_cache_purge)
+                ttl = self.config.connection_ttl
+                if any(a.router == runtime.name and ttl.ttl_ms(a) > 0 for a in self.config.acceptors):
+                    nursery.start_soon(serve_connection_ttl_checks, runtime, ttl.check_interval_ms / 1000)
+                task_status.started()
+
+    async def _serve_data(
+        self,
+        runtime: RouterRuntime,
+        scope: trio.CancelScope,
+        store: CacheStore | None,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with scope:
+            async with trio.open_nursery() as nursery:
+                group = self.config.pool_discovery_group(runtime.config)
+                if group is not None and group.zookeeper is not None:
+                    await nursery.start(serve_discovery, runtime, group.zookeeper)
+                if runtime.config.cache_zookeeper is not None:
+                    shared = SharedCache(runtime, runtime.config.cache_zookeeper)
+                    runtime.attach_shared(shared)
+                    await nursery.start(shared.serve)
+                if store is not None:
+                    nursery.start_soon(serve_cache_store, runtime, store)
+                task_status.started()
+
+    def _store_of(self, runtime: RouterRuntime) -> CacheStore | None:
+        return next((store for r, store in self.stores if r is runtime), None)
+
+    async def _start_router_tasks(self, runtime: RouterRuntime) -> None:
+        """At start: a router's services, each ready before the next (the first probes run at once)."""
+        assert self._services is not None
+        tasks = self.tasks[runtime.name] = _RouterTasks(core=trio.CancelScope(), data=trio.CancelScope())
+        await self._services.start(self._serve_core, runtime, tasks.core)
+        await self._services.start(self._serve_data, runtime, tasks.data, self._store_of(runtime))
+
+    def _restart_core(self, runtime: RouterRuntime) -> None:
+        assert self._services is not None
+        tasks = self.tasks[runtime.name]
+        tasks.core.cancel(reason="the router's configuration changed")
+        tasks.core = trio.CancelScope()
+        self._services.start_soon(self._serve_core, runtime, tasks.core)
+
+    # -- serving acceptors --
+
+    def _start_serving(self, acceptor: _Acceptor) -> None:
+        """Serve an acceptor's listeners: the fast path's thread, or accept loops."""
+        assert self._handlers is not None
+        assert self._accepting is not None
+        served = acceptor.served
+        if acceptor.fast:
+            for listener in acceptor.listeners:
+                self.fast.add_listener(_duplicate(listener), served, _handoff(self._handlers, served))
+            return
+        for listener in acceptor.listeners:
+            self._accepting.start_soon(self._accept_in, acceptor.scope, listener, served, self._handlers)
+
+    @staticmethod
+    async def _accept_in(
+        scope: trio.CancelScope, listener: trio.SocketListener, served: ServedAcceptor, handlers: trio.Nursery
+    ) -> None:
+        with scope:
+            await _accept_loop(listener, served, handlers)
+
+    def _stop_serving(self, acceptor: _Acceptor) -> None:
+        """Stop accepting on an acceptor's listeners (they stay open)."""
+        acceptor.scope.cancel(reason="acceptor removed or changed by a reload")
+        if acceptor.fast:
+            self.fast.remove_listeners(acceptor.served.name)
+
+    def _new_acceptor(self, served: ServedAcceptor, listeners: list[trio.SocketListener]) -> _Acceptor:
+        fast = fast_path_serves(served.config, served.runtime.config.key_type, served.connection_ttl_ms)
+        acceptor = _Acceptor(served=served, listeners=listeners, fast=fast)
+        self.acceptors[served.name] = acceptor
+        name = listeners[0].socket.getsockname()
+        self.bound[served.name] = (str(name[0]), int(name[1]))
+        for listener in listeners:
+            name = listener.socket.getsockname()
+            log.info(
+                "acceptor=%s router=%s mode=%s listening on %s:%d",
+                served.name,
+                served.config.router,
+                served.config.mode.value,
+                name[0],
+                name[1],
+            )
+        return acceptor
+
+    def _fast_path_started(self) -> None:
+        """Start the fast path's thread once it serves an acceptor."""
+        names = sorted(a.served.name for a in self.acceptors.values() if a.fast)
+        if names and not self.fast.started:
+            log.info("fast path (epoll relay thread) serves acceptor(s) %s", ", ".join(names))
+            self.fast.start()
+
+    # -- the process --
+
+    async def serve(
+        self,
+        served: Iterable[ServedAcceptor],
+        admin: tuple[str, int] | None,
+        grace_s: float,
+        task_status: trio.TaskStatus[ServerInfo],
+    ) -> None:
+        """Serve until shutdown, then drain (see the module docstring)."""
+        async with trio.open_nursery() as services:
+            self._services = services
+            for runtime in self.runtimes.values():
+                await self._start_router_tasks(runtime)
+            await services.start(self.moves.serve)
+            admin_bound = None
+            if admin is not None:
+                options = self.options
+                admin_bound = await services.start(
+                    functools.partial(
+                        serve_admin,
+                        event_log=self.event_log,
+                        states=options.states,
+                        access=options.access,
+                        reload=self.reload,
+                        operations=Operations(moves=self.moves, stop=self.options.shutdown.set),
+                        lifecycle=self.lifecycle,
+                    ),
+                    admin[0],
+                    admin[1],
+                    self.runtimes,
+                    self.metrics,
+                )
+            if self.options.reloads is not None:
+                services.start_soon(self._serve_reload_signals, self.options.reloads)
+            fast = self.fast
+            fast_serves = False
+            listeners: list[tuple[ServedAcceptor, list[trio.SocketListener]]] = []
+            try:
+                for one in served:
+                    listeners.append((one, await _bind(one.config)))
+                async with trio.open_nursery() as handlers:
+                    self._handlers = handlers
+                    async with trio.open_nursery() as accepting:
+                        self._accepting = accepting
+                        for one, sockets in listeners:
+                            self._start_serving(self._new_acceptor(one, sockets))
+                        self._fast_path_started()
+                        fast_serves = fast.started
+                        self.lifecycle.accepting.set()
+                        log.info("ready: %d acceptor(s) listening", len(self.bound))
+                        info = ServerInfo(
+                            acceptors=self.bound,
+                            admin=admin_bound,
+                            runtimes=self.runtimes,
+                            fast_path=fast if fast_serves else None,
+                            reload=self.reload,
+                            moves=self.moves,
+                        )
+                        task_status.started(info)
+                        await self.options.shutdown.wait()
+                        log.info(
+                            "shutting down: no new connections; open ones are moved over %g s, then closed",
+                            grace_s,
+                        )
+                        async with self._reloading:  # a reload under way finishes first
+                            self.stopping = True
+                        accepting.cancel_scope.cancel(reason="shutdown")
+                        fast.stop_accepting()
+                    for serving in self.acceptors.values():
+                        _close_listeners(serving.listeners)
+                    _pace_shutdown(self.moves, self.runtimes.values(), grace_s)
+                    deadline = trio.current_time() + grace_s
+                    services.start_soon(
+                        _end_of_grace, deadline, list(self.runtimes.values()), fast, handlers.cancel_scope
                     )
-                    task_status.started(info)
-                    await shutdown.wait()
-                    log.info(
-                        "shutting down: no new connections; open ones are moved over %g s, then closed",
-                        grace_s,
-                    )
-                    accepting.cancel_scope.cancel(reason="shutdown")
-                    fast.stop_accepting()
-                for _, listener in listeners:
-                    await listener.aclose()
-                _pace_shutdown(moves, runtimes.values(), grace_s)
-                deadline = trio.current_time() + grace_s
-                services.start_soon(_end_of_grace, deadline, runtimes.values(), fast, handlers.cancel_scope)
-                if fast_serves:
-                    handlers.start_soon(_wait_for_fast_path, fast)
-        finally:
-            fast.close_all()
-            for _, listener in listeners:
+                    if fast.started:
+                        handlers.start_soon(_wait_for_fast_path, fast)
+            finally:
+                self.stopping = True
+                fast.close_all()
+                for _, sockets in listeners:
+                    _close_listeners(sockets)
+                for serving in self.acceptors.values():
+                    _close_listeners(serving.listeners)
                 with trio.CancelScope(shield=True):  # release the ports even when cancelled
-                    await listener.aclose()
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(fast.join, _FAST_PATH_JOIN_S)
-        services.cancel_scope.cancel(reason="shutdown complete")
+                    await trio.lowlevel.checkpoint()
+                    await trio.to_thread.run_sync(fast.join, _FAST_PATH_JOIN_S)
+            services.cancel_scope.cancel(reason="shutdown complete")
+
+    # -- reload --
+
+    async def _serve_reload_signals(self, reloads: trio.MemoryReceiveChannel[None]) -> None:
+        """Reload on each request of routerd's SIGHUP handler; the outcome is logged."""
+        async for _ in reloads:
+            with contextlib.suppress(ReloadError):
+                await self.reload()
+
+    async def reload(self) -> ConfigDiff:
+        """Read the configuration file again and apply it in place (docs/operations.md). One log
+        line says what changed, or why nothing did.
+
+        Raises:
+            ReloadError: nothing changed (the one-line reason; also when shutting down).
+        """
+        async with self._reloading:
+            try:
+                if self.stopping:
+                    raise ReloadError("routerd is shutting down")
+                diff = await self._reload()
+            except ReloadError as exc:
+                log.error("reload of %s failed, nothing changed: %s", self.config.source, exc)
+                raise
+        log.info("configuration %s reloaded: %s", self.config.source, diff.summary())
+        return diff
+
+    async def _reload(self) -> ConfigDiff:
+        try:
+            new = await trio.to_thread.run_sync(self.options.load)
+        except (ConfigError, OSError) as exc:
+            raise ReloadError(str(exc)) from exc
+        diff = diff_configs(self.config, new, held=self.held)
+        prepared = _Prepared()
+        try:
+            await self._prepare(diff, prepared)
+        except BaseException:
+            prepared.discard()
+            raise
+        self._commit(diff, prepared)  # no checkpoint: applied whole, or (cancelled above) not at all
+        return diff
+
+    async def _prepare(self, diff: ConfigDiff, prepared: _Prepared) -> None:
+        """Read the files and bind the sockets the reload needs, changing nothing yet.
+
+        Raises:
+            ReloadError: a store cannot be read or a port cannot be bound.
+        """
+        config = diff.config
+        names = {*diff.acceptors_added, *diff.acceptors_changed}
+        try:
+            for acceptor in config.acceptors:
+                if acceptor.name in names:
+                    prepared.stores[acceptor.name] = _acceptor_stores(acceptor)
+            for name in diff.routers_added:
+                cache = config.router(name).cache
+                if cache is not None and cache.persisted:
+                    assert cache.file is not None, "the loader gives a persisted cache its file"
+                    store = _open_cache_store(name, cache.file, self.options.discard_unreadable_cache)
+                    prepared.caches[name] = (store, [])
+                    now, wall = trio.current_time(), time.time()
+                    try:
+                        rows = list(store.load(wall, cache.timeout_ms, wall - now))
+                    except CacheStoreError as exc:
+                        raise StartupError(f"router {name!r}: {exc}") from exc
+                    prepared.caches[name] = (store, rows)
+        except StartupError as exc:
+            raise ReloadError(str(exc)) from exc
+        # Sockets: an acceptor whose address did not change keeps its listening sockets (no moment
+        # without a listener); one added on the address of one removed takes that one's over.
+        freed = {
+            (self.acceptors[n].served.config.host, self.acceptors[n].served.config.port): n
+            for n in diff.acceptors_removed
+            if self.acceptors[n].served.config.port != 0
+        }
+        for acceptor in config.acceptors:
+            if acceptor.name not in names:
+                continue
+            current = self.acceptors.get(acceptor.name)
+            address = (acceptor.host, acceptor.port)
+            if (
+                current is not None
+                and acceptor.host == current.served.config.host
+                and acceptor.port
+                in (
+                    current.served.config.port,  # 0 too: the port the system chose stays
+                    self.bound[acceptor.name][1],
+                )
+            ):
+                prepared.listeners[acceptor.name] = (current.listeners, False)
+            elif acceptor.name in diff.acceptors_added and address in freed:
+                prepared.listeners[acceptor.name] = (self.acceptors[freed.pop(address)].listeners, False)
+            else:
+                try:
+                    prepared.listeners[acceptor.name] = (await _bind(acceptor), True)
+                except OSError as exc:
+                    raise ReloadError(exc.strerror or describe_oserror(exc)) from exc
+
+    def _commit(self, diff: ConfigDiff, prepared: _Prepared) -> None:
+        """Apply a prepared reload (synchronous: nothing else runs meanwhile)."""
+        assert self._services is not None
+        config = diff.config
+        self.config, self.held = config, diff.held
+        for name in diff.routers_removed:
+            self._remove_router(name, diff)
+        for name in diff.routers_added:
+            self._add_router(config, name, prepared)
+        for change in diff.routers_changed:
+            runtime = self.runtimes[change.name]
+            runtime.reconfigure(config, config.router(change.name))
+            if self.event_log is not None:
+                self.event_log.set_key_type(change.name, runtime.config.key_type)
+            self._evacuate_departed(runtime, change.departed)
+            self._restart_core(runtime)
+        _warn_unsupported(config, {*diff.routers_added, *(c.name for c in diff.routers_changed)})
+        # Acceptors: stop the removed and changed ones, then serve the changed and added ones, then
+        # close the sockets nobody took over.
+        released: list[trio.SocketListener] = []
+        taken = {
+            id(listener)
+            for listeners, new in prepared.listeners.values()
+            if not new
+            for listener in listeners
+        }
+        for name in (*diff.acceptors_removed, *diff.acceptors_changed):
+            acceptor = self.acceptors.pop(name)
+            self._stop_serving(acceptor)
+            self.bound.pop(name, None)
+            released.extend(listener for listener in acceptor.listeners if id(listener) not in taken)
+        for name in diff.acceptors_removed:
+            self.admission.set_limits(name, None)
+            log.info("acceptor=%s removed: no longer listening (its open connections go on)", name)
+        for entry in config.acceptors:
+            if entry.name not in prepared.listeners:
+                continue
+            listeners, _ = prepared.listeners[entry.name]
+            served = _serve_acceptor(
+                entry,
+                self.runtimes[entry.router],
+                config.connection_ttl.ttl_ms(entry),
+                self.limits,
+                self.admission,
+                prepared.stores[entry.name],
+            )
+            self.admission.set_limits(entry.name, _acceptor_limits(entry))
+            self._start_serving(self._new_acceptor(served, listeners))
+        _close_listeners(released)
+        self._fast_path_started()
+
+    def _evacuate_departed(self, runtime: RouterRuntime, departed: Iterable[Departed]) -> None:
+        """Move the clients of targets a reload removed, paced, as an evacuation does (the router
+        goes on, so its moves can run); connections to a member address an HA pair no longer has
+        are closed at once (`evacuate_removed`), so their clients reconnect to the pair's members."""
+        closed_at_once = []
+        for gone in departed:
+            if gone.addresses is not None:
+                closed_at_once.append(gone)
+                continue
+            request = MoveRequest(kind=MoveKind.EVACUATE, router=runtime.name, node_id=gone.node_id)
+            try:
+                self.moves.start(request)
+            except LookupError:  # no connection to it: nothing to move
+                pass
+            except MoveConflict:
+                log.info(
+                    "router=%s target=%s left the configuration: its evacuation runs already",
+                    runtime.name,
+                    gone.node_id,
+                )
+        evacuate_removed(runtime, closed_at_once)
+
+    def _remove_router(self, name: str, diff: ConfigDiff) -> None:
+        assert self._services is not None
+        runtime = self.runtimes.pop(name)
+        tasks = self.tasks.pop(name)
+        tasks.core.cancel(reason="router removed")
+        tasks.data.cancel(reason="router removed")
+        evacuate_removed(runtime, diff.departed.get(name, ()))
+        runtime.retire()
+        store = self._store_of(runtime)
+        if store is not None:
+            self.stores[:] = [(r, s) for r, s in self.stores if r is not runtime]
+            self._services.start_soon(_close_store, runtime, store)
+
+    def _add_router(self, config: Config, name: str, prepared: _Prepared) -> None:
+        assert self._services is not None
+        runtime = RouterRuntime(
+            config, config.router(name), self.metrics, round_robin_start=self.options.round_robin_start
+        )
+        self.runtimes[name] = runtime
+        if self.event_log is not None:
+            runtime.subscribe(self.event_log.report)
+            self.event_log.set_key_type(name, runtime.config.key_type)
+        store = None
+        if name in prepared.caches:
+            store, rows = prepared.caches.pop(name)
+            loaded = runtime.restore_cache(rows, trio.current_time())
+            log.info("router=%s persisted cache: %d entries loaded", name, loaded)
+            self.stores.append((runtime, store))
+        tasks = self.tasks[name] = _RouterTasks(core=trio.CancelScope(), data=trio.CancelScope())
+        self._services.start_soon(self._serve_core, runtime, tasks.core)
+        self._services.start_soon(self._serve_data, runtime, tasks.data, store)
+
+
+async def _close_store(runtime: RouterRuntime, store: CacheStore) -> None:
+    """A removed router's persisted cache: its last changes written, its file closed."""
+    with trio.CancelScope(shield=True):  # cleanup: the last decisions' changes reach the file
+        await write_cache_changes(runtime, store)
+    store.close()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Options:
+    """`serve_router`'s options that the server keeps."""
+
+    shutdown: trio.Event
+    load: Callable[[], Config]
+    reloads: trio.MemoryReceiveChannel[None] | None
+    states: StateFile | None
+    access: AdminAccess
+    discard_unreadable_cache: bool
+    round_robin_start: int | None

@@ -10,7 +10,8 @@ Two rules, in this order:
 2. **Tokens** (when routerd has `--admin-tokens FILE`): every request but `GET /healthz` and
    `GET /readyz` (`OPEN_PATHS`) needs `Authorization: Bearer TOKEN`. A token has a level, as
    HAProxy's stats socket: `user` reads (GET, HEAD), `operator` also changes state (PUT, POST,
-   DELETE: drain, evacuate, rebalance, cache, filters, ring size), `admin` all of it, and alone
+   DELETE: drain, evacuate, rebalance, cache, filters, ring size, configuration reload), `admin`
+   all of it, and alone
    may stop the process (`POST /api/v1/shutdown`). No token or an unknown one: 401; a level too
    low: 403.
 

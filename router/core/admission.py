@@ -156,14 +156,31 @@ class Admission:
             self.open -= 1
             if limits is None:
                 return
-            self._by_acceptor[acceptor] -= 1
+            # .get: a connection admitted before a reload gave the acceptor its limits was not
+            # counted by acceptor or source (`set_limits`).
+            on_acceptor = self._by_acceptor.get(acceptor, 0)
+            if on_acceptor > 0:
+                self._by_acceptor[acceptor] = on_acceptor - 1
             if limits.per_source >= 0:
                 key = (acceptor, source)
-                left = self._by_source[key] - 1
-                if left:
+                left = self._by_source.get(key, 0) - 1
+                if left > 0:
                     self._by_source[key] = left
-                else:
-                    del self._by_source[key]  # sources come and go: keep only those with connections
+                else:  # sources come and go: keep only those with connections
+                    self._by_source.pop(key, None)
+
+    def set_limits(self, acceptor: str, limits: AcceptorLimits | None) -> None:
+        """A configuration reload changed an acceptor's limits (None: it has none now). Connections
+        open now stay. An acceptor that had no limits did not count its connections: the new
+        limits count from here (the connections open now are not held against them)."""
+        with self._lock:
+            if limits is None:
+                self._limits.pop(acceptor, None)
+                self._by_acceptor.pop(acceptor, None)
+                for key in [k for k in self._by_source if k[0] == acceptor]:
+                    del self._by_source[key]
+            else:
+                self._limits[acceptor] = limits
 
     def open_on(self, acceptor: str) -> int:
         """Open connections of an acceptor that has limits of its own (0 for one without)."""

@@ -77,6 +77,9 @@ class CloseReason(enum.Enum):
     EVACUATED = "evacuated"
     """The router moved its client elsewhere (an evacuation or a rebalance), in the client's
     protocol where it has the words (router/core/framing.py)."""
+    TARGET_REMOVED = "target_removed"
+    """The router closed it: a configuration reload removed its target (or the member address it
+    went to, or its router) from the configuration."""
     INTERNAL_ERROR = "internal_error"
     """A bug in the router; logged with its traceback."""
 
@@ -93,7 +96,9 @@ class CloseReason(enum.Enum):
         return f"closed by the router: {self.value}"
 
 
-_BY_ROUTER = frozenset({"connection_ttl", "target_not_ready", "failover", "shutdown", "evacuated"})
+_BY_ROUTER = frozenset(
+    {"connection_ttl", "target_not_ready", "failover", "shutdown", "evacuated", "target_removed"}
+)
 
 
 class OpeningFailure(enum.Enum):

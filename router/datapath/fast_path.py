@@ -276,7 +276,24 @@ class _MoveConnection:
     conn: _Conn
 
 
-_Request: TypeAlias = _StopAccepting | _CloseAll | _CloseConnection | _MoveConnection
+@dataclass(frozen=True, slots=True)
+class _AddListener:
+    """Serve one more listening socket (a configuration reload added or changed an acceptor)."""
+
+    listener: _Listener
+
+
+@dataclass(frozen=True, slots=True)
+class _RemoveListeners:
+    """Stop serving an acceptor's listening sockets and close this thread's copies of them."""
+
+    acceptor: str
+    done: threading.Event
+
+
+_Request: TypeAlias = (
+    _StopAccepting | _CloseAll | _CloseConnection | _MoveConnection | _AddListener | _RemoveListeners
+)
 
 
 class FastPath:
@@ -319,15 +336,34 @@ class FastPath:
     # -- called from the trio thread --
 
     def add_listener(self, sock: socket.socket, acceptor: ServedAcceptor, handoff: Handoff) -> None:
-        """Serve a listening socket (before `start`); `handoff` continues connections on the trio side."""
+        """Serve a listening socket; `handoff` continues connections on the trio side. Before
+        `start` it is served from the start; afterwards (a configuration reload) the thread takes
+        it in with its next wake-up."""
         sock.setblocking(False)
         # Accepted sockets inherit TCP_NODELAY from the listener (Linux): one system call per
         # listener instead of one per connection.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sniffs = must_sniff(acceptor.config, acceptor.runtime.config.key_type)
         timeout_s = acceptor.config.handshake_timeout_ms / 1000
-        self._listeners[sock.fileno()] = _Listener(sock, acceptor, handoff, sniffs, timeout_s)
-        self._epoll.register(sock.fileno(), select.EPOLLIN)
+        listener = _Listener(sock, acceptor, handoff, sniffs, timeout_s)
+        if self._thread is None:
+            self._watch(listener)
+        else:
+            self._request(_AddListener(listener))
+
+    def remove_listeners(self, acceptor: str, timeout_s: float = STOP_ACCEPTING_WAIT_S) -> None:
+        """Stop serving an acceptor's listening sockets and close the copies this path holds
+        (a configuration reload removed or changed it); returns once the thread has (or after
+        `timeout_s`). Its connections go on."""
+        done = threading.Event()
+        self._request(_RemoveListeners(acceptor, done))
+        if self._thread is not None:
+            done.wait(timeout_s)
+
+    @property
+    def started(self) -> bool:
+        """Whether the relay thread was started."""
+        return self._thread is not None
 
     def start(self) -> None:
         """Start the relay thread."""
@@ -364,8 +400,12 @@ class FastPath:
                 if isinstance(request, _CloseAll) and not self._done.is_set():
                     self._close_everything()
                     self._release()
+                elif isinstance(request, _RemoveListeners) and not self._done.is_set():
+                    self._close_listeners(request.acceptor)
                 return
             if self._done.is_set():
+                if isinstance(request, _AddListener):
+                    request.listener.sock.close()
                 return
             self._requests.append(request)
             with contextlib.suppress(BlockingIOError):  # a full pipe: the thread is awake anyway
@@ -436,15 +476,31 @@ class FastPath:
                     self._close(conn, reason)
                 case _MoveConnection(conn=conn):
                     self._depart(conn)
+                case _AddListener(listener=listener):
+                    if self._stopping:  # shutting down: accept nothing new
+                        listener.sock.close()
+                    else:
+                        self._watch(listener)
+                case _RemoveListeners(acceptor=acceptor, done=done):
+                    self._close_listeners(acceptor)
+                    done.set()
                 case request:
                     assert_never(request)
 
-    def _close_listeners(self) -> None:
+    def _watch(self, listener: _Listener) -> None:
+        fd = listener.sock.fileno()
+        self._listeners[fd] = listener
+        self._epoll.register(fd, select.EPOLLIN)
+
+    def _close_listeners(self, acceptor: str | None = None) -> None:
+        """Close the listening sockets (of one acceptor, or all)."""
         for fd, listener in list(self._listeners.items()):
+            if acceptor is not None and listener.acceptor.name != acceptor:
+                continue
             if not listener.paused:
                 self._epoll.unregister(fd)
             listener.sock.close()
-        self._listeners.clear()
+            del self._listeners[fd]
 
     def _close_everything(self) -> None:
         self._close_listeners()

@@ -47,6 +47,9 @@ Endpoints:
   GET  /api/v1/event-log                      the event log: router id, ring size and use, counts
   PUT  /api/v1/event-log                      JSON {"ring_size": N}: resize the ring (takes effect
                                               as it drains; nothing in it is lost)
+  POST /api/v1/reload                         read the configuration file again and apply it in
+                                              place: what changed (router/core/reload.py); 400
+                                              with the one-line reason when nothing changed
   GET  /metrics                               Prometheus text exposition
   GET  /healthz                               200 "ok" while the process serves
   GET  /readyz                                200 "ready" while every acceptor listens and every
@@ -70,17 +73,19 @@ import trio
 from pools import AdminState, TargetState
 from router.core.admin_access import READ_METHODS, AdminAccess, Refused
 from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveKind, MoveOrder, MoveRequest
+from router.core.reload import ReloadError
 from router.datapath.net import open_listeners
 from router.logs import shown
 from router.services.evacuation import MoveConflict
 from router.services.state_file import StateFileError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
     from typing import TypeAlias
 
     _JsonBody: TypeAlias = Mapping[str, object] | Sequence[object]
 
+    from router.core.reload import ConfigDiff
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
     from router.services.evacuation import Moves
@@ -463,6 +468,19 @@ def _set_filters(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
     return status.to_json()
 
 
+async def _reload(method: str, reload: Callable[[], Awaitable[ConfigDiff]] | None) -> tuple[int, str, bytes]:
+    """`POST /api/v1/reload`: what changed, or 400 with why nothing did."""
+    if method != "POST":
+        raise _HttpError(405, f"{method} /api/v1/reload is not supported (POST reloads)")
+    if reload is None:
+        raise _HttpError(404, "this router cannot reload its configuration")
+    try:
+        diff = await reload()
+    except ReloadError as exc:
+        raise _HttpError(400, str(exc)) from None
+    return _json(200, diff.to_json())
+
+
 def _json(status: int, body: _JsonBody) -> tuple[int, str, bytes]:
     return status, "application/json", json.dumps(body).encode() + b"\n"
 
@@ -509,6 +527,7 @@ async def _serve_one(
     access: AdminAccess = _OPEN,
     operations: Operations | None = None,
     lifecycle: Lifecycle | None = None,
+    reload: Callable[[], Awaitable[ConfigDiff]] | None = None,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     try:
@@ -531,17 +550,20 @@ async def _serve_one(
             try:
                 if isinstance(verdict, Refused):
                     raise _HttpError(verdict.status, verdict.message)
-                status, ctype, payload = _route(
-                    "GET" if head else method,
-                    target,
-                    body,
-                    runtimes,
-                    metrics,
-                    event_log,
-                    states,
-                    operations or _NO_OPERATIONS,
-                    lifecycle,
-                )
+                if path.rstrip("/") == "/api/v1/reload":
+                    status, ctype, payload = await _reload(method, reload)
+                else:
+                    status, ctype, payload = _route(
+                        "GET" if head else method,
+                        target,
+                        body,
+                        runtimes,
+                        metrics,
+                        event_log,
+                        states,
+                        operations or _NO_OPERATIONS,
+                        lifecycle,
+                    )
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
             if isinstance(verdict, Refused):  # WARNING: rate-limited, whoever sends them
@@ -573,10 +595,12 @@ async def serve_admin(
     access: AdminAccess = _OPEN,
     operations: Operations | None = None,
     lifecycle: Lifecycle | None = None,
+    reload: Callable[[], Awaitable[ConfigDiff]] | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the admin API until cancelled; `task_status.started((host, port))` once listening.
-    `lifecycle` tells /readyz whether the process accepts clients (None: only the pools count)."""
+    `lifecycle` tells /readyz whether the process accepts clients (None: only the pools count);
+    `reload` serves `POST /api/v1/reload` (None: 404)."""
     listeners = await open_listeners(host, port, f"the admin API on {host}:{port}")
     sockname = listeners[0].socket.getsockname()
     bound = (str(sockname[0]), int(sockname[1]))
@@ -596,7 +620,9 @@ async def serve_admin(
             return
         open_now += 1
         try:
-            await _serve_one(stream, runtimes, metrics, event_log, states, access, operations, lifecycle)
+            await _serve_one(
+                stream, runtimes, metrics, event_log, states, access, operations, lifecycle, reload
+            )
         finally:
             open_now -= 1
 

@@ -153,7 +153,8 @@ class Moves:
             raise MoveConflict(f"{_NOUNS[request.kind]} of {self._what(request)} is running already")
         if request.kind is MoveKind.EVACUATE:
             assert request.node_id is not None
-            if runtime.target(request.node_id) is None:
+            if runtime.target(request.node_id) is None and not runtime.movable(request.node_id):
+                # (a target a reload removed has no pool entry, but its connections are still here)
                 raise LookupError(f"no target with node id {request.node_id!r} in router {request.router!r}")
             left = len(runtime.movable(request.node_id))
         elif request.kind is MoveKind.REBALANCE:
@@ -247,7 +248,8 @@ class Moves:
         request = move.request
         if request.kind is MoveKind.EVACUATE:
             assert request.node_id is not None
-            if request.node_id not in runtime.admin_states():
+            in_pool = runtime.target(request.node_id) is not None
+            if in_pool and request.node_id not in runtime.admin_states():
                 runtime.set_admin_state(request.node_id, AdminState.DRAIN)  # no new connections there
         logged_at, logged_moved = trio.current_time(), 0
         with move.scope:

@@ -135,6 +135,11 @@ class EventLog:
         """Of which it reported written or lost."""
         metrics.sample_when_scraped(self._sample)
 
+    def set_key_type(self, router: str, key_type: KeyType) -> None:
+        """A configuration reload added a router or changed its key type (trio thread; one dict
+        store, which the reporting threads read without a lock)."""
+        self._key_types[router] = key_type
+
     # -- the reporting threads --
 
     def report(self, event: Event) -> None:

@@ -499,3 +499,61 @@ class TestAdminState:
         assert pool.admin_state("c") is AdminState.DRAIN
         pool.remove_target("c")
         assert pool.admin_state("c") is AdminState.DRAIN  # kept for its return
+
+
+class TestReconfigure:
+    """Pool.reconfigure: a configuration reload of the pool's targets and quorum."""
+
+    def test_reconfigure_keeps_the_state_and_object_of_unchanged_targets(self) -> None:
+        pool = Pool("r", 1, [A, B])
+        pool.record_check("a", True)
+        pool.record_check("b", False)
+        a_object = pool.target("a")
+        events = pool.reconfigure(1, [A, B, C])
+        assert events == [
+            PoolEvent(kind=PoolEventKind.TARGET_ADDED, pool="r", node_id="c", detail="tcp://10.0.0.1:61616")
+        ]
+        assert pool.target("a") is a_object
+        assert pool.state("a") is TargetState.READY
+        assert pool.state("b") is TargetState.NOT_READY
+        assert pool.state("c") is TargetState.UNKNOWN
+        assert [t.node_id for t in pool.targets] == ["a", "b", "c"]
+
+    def test_reconfigure_follows_the_new_order_and_removes_the_others(self) -> None:
+        pool = Pool("r", 1, [A, B, C])
+        pool.record_check("c", True)
+        events = pool.reconfigure(1, [C, A])
+        assert [t.node_id for t in pool.targets] == ["c", "a"]
+        assert events == [
+            PoolEvent(kind=PoolEventKind.TARGET_REMOVED, pool="r", node_id="b", detail="unknown")
+        ]
+        assert pool.state("c") is TargetState.READY
+
+    def test_reconfigure_restarts_a_changed_connector_from_unknown(self) -> None:
+        pool = Pool("r", 1, [A])
+        pool.record_check("a", True)
+        moved = Target(node_id="a", connector=Connector(name="c-a", host="10.0.0.2", port=61616))
+        events = pool.reconfigure(1, [moved])
+        assert [e.kind for e in events] == [
+            PoolEventKind.TARGET_REMOVED,
+            PoolEventKind.TARGET_ADDED,
+            PoolEventKind.POOL_INACTIVE,
+        ]
+        assert pool.target("a") is moved
+        assert pool.state("a") is TargetState.UNKNOWN
+        assert not is_active(pool)
+
+    def test_reconfigure_applies_the_quorum_and_keeps_admin_states(self) -> None:
+        pool = Pool("r", 1, [A, B])
+        pool.record_check("a", True)
+        pool.set_admin_state("b", AdminState.DRAIN)
+        assert is_active(pool)
+        events = pool.reconfigure(2, [A, B])
+        assert events == [PoolEvent(kind=PoolEventKind.POOL_INACTIVE, pool="r", detail="1/2 ready")]
+        assert pool.admin_state("b") is AdminState.DRAIN
+
+    def test_reconfigure_refuses_duplicate_node_ids(self) -> None:
+        pool = Pool("r", 1, [A])
+        with pytest.raises(ValueError, match="duplicate node id"):
+            pool.reconfigure(1, [A, A])
+        assert pool.targets == (A,)

@@ -324,24 +324,22 @@ def _one_broker(broker: Mosquitto, port: int, *, check_period_ms: int = 5000) ->
 </core>"""
 
 
-def test_routerd_sighup_is_logged_and_changes_nothing(
+def test_routerd_sighup_reloads_the_file_and_keeps_serving(
     mosquitto: Mosquitto,
     start_routerd: Callable[[Callable[[int], str]], Routerd],
     free_port: Callable[[], int],
 ) -> None:
     """Scenario: SIGHUP (a reload habit, or a closed terminal) used to end routerd at once with no
-    log line; until configuration reload exists it is logged and ignored."""
+    log line; it reloads the configuration file (here the same one: nothing changes)."""
     port = free_port()
     router = start_routerd(lambda _admin_port: _one_broker(mosquitto, port, check_period_ms=200))
     router.wait_for_log(r"router=r target=m1 is ready")
     assert router.proc is not None
     for _ in range(2):
         router.proc.send_signal(signal.SIGHUP)
+        router.wait_for_log(re.escape(f"INFO routerd: SIGHUP received: reloading {router.config}"))
         router.wait_for_log(
-            re.escape(
-                "WARNING routerd: SIGHUP received: configuration reload is not supported in this release; "
-                "nothing changed (restart routerd to apply a new configuration)"
-            )
+            re.escape(f"INFO router.server: configuration {router.config} reloaded: nothing changed")
         )
     assert router.proc.poll() is None
     assert mqtt_round_trip(port, client_id=f"c-{uuid.uuid4()}", topic="sighup/still-proxied")

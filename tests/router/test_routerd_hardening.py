@@ -17,7 +17,7 @@ well-behaved client still connects at once.
 4. a flood of distinct long client ids keeps the cache at `<max-entries>`.
 5. a catastrophic regular expression is harmless (RE2); one RE2 refuses is refused at start and by
    the admin API.
-6. SIGHUP is logged and ignored.
+6. SIGHUP reloads the configuration and changes nothing else.
 7. a connect to a target that died between probes is redispatched to another target.
 8. an MQTT CONNECT announcing more than `sniffMaxBytes` is rejected at once.
 9. unsupported MQTT protocol levels get the broker's own answer, byte for byte.
@@ -958,16 +958,15 @@ def test_admin_api_refuses_a_filter_re2_refuses(shared: Shared) -> None:
 
 
 @pytest.mark.integration
-def test_sighup_is_one_warning_and_routerd_keeps_serving(shared: Shared) -> None:
-    """Scenario: SIGHUP (no reload in this release) is one WARNING line; sessions, new clients and
-    the admin API carry on (tests/router/test_cli.py checks the line's whole text)."""
+def test_sighup_reloads_and_routerd_keeps_serving(shared: Shared) -> None:
+    """Scenario: SIGHUP reloads the (unchanged) file: one line says so, one that nothing changed;
+    sessions, new clients and the admin API carry on (tests/router/test_routerd_reload.py tests
+    reloads that change things)."""
     router = shared.router
     with _session(shared.ports["good"], "before-sighup", "127.0.0.90") as session:
         pid = _pid(router)
         os.kill(pid, signal.SIGHUP)
-        router.wait_for_log(
-            r"WARNING routerd: SIGHUP received: configuration reload is not supported", consume=False
-        )
+        router.wait_for_log(r"INFO router.server: configuration .* reloaded: nothing changed", consume=False)
         assert _answers_ping(session)
         assert _connect_latency(shared.ports["good"], "after-sighup", "127.0.0.91") < 1.0
         assert _pid(router) == pid

@@ -19,8 +19,9 @@ from router.config.settings import Config, RouterConfig
 from router.core.address import Address
 from router.core.engine import QuorumWait, RouteDecision, RouteStatus
 from router.core.events import Accepted, CloseReason, ConnectionsClosed, LookedUp
+from router.core.reload import Departed
 from router.metrics import Metrics
-from router.runtime import RouterRuntime
+from router.runtime import RouterRuntime, evacuate_removed
 from tests.router.core.test_live import Closer, live_connection
 
 if TYPE_CHECKING:
@@ -400,3 +401,77 @@ class TestConnections:
         runtime.record_check("b1", True)
         runtime.record_check("b1", False, "down")
         assert conn.closed_by is None  # not registered: not closed by the pool
+
+
+def _reloaded(
+    runtime: RouterRuntime,
+    pool: tuple[str, ...],
+    *,
+    policy: str = "FIRST_ELEMENT",
+    cache_ms: int | None = None,
+) -> RouterConfig:
+    """Reconfigure `runtime` as `_runtime` would build it, with the targets `pool` (of b1-b4)."""
+    connectors = tuple(Connector.from_url(f"b{i}", f"tcp://127.0.0.1:{20000 + i}") for i in (1, 2, 3, 4))
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name=policy),
+        cache=None if cache_ms is None else CacheConfig(timeout_ms=cache_ms, max_entries=100),
+        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=pool, quorum_timeout_ms=0),
+    )
+    runtime.reconfigure(Config(source="test.xml", connectors=connectors, routers=(router,)), router)
+    return router
+
+
+class TestReconfigure:
+    async def test_reconfigure_keeps_unchanged_targets_policy_and_cache(self) -> None:
+        runtime = _runtime(policy="ROUND_ROBIN", cache_ms=60_000)
+        for node_id in ("b1", "b2", "b3"):
+            runtime.record_check(node_id, True)
+        assert runtime.lookup("k1").target == Target.remote(Connector.from_url("b1", "tcp://127.0.0.1:20001"))
+        _reloaded(runtime, ("b1", "b2", "b3", "b4"), policy="ROUND_ROBIN", cache_ms=60_000)
+        assert [t.node_id for t in runtime.targets()] == ["b1", "b2", "b3", "b4"]
+        assert runtime.target_state("b2") is TargetState.READY
+        assert runtime.target_state("b4") is TargetState.UNKNOWN
+        assert runtime.cache_entries() == {"k1": "b1"}  # the cache's settings did not change
+        decision = runtime.lookup("k2")
+        assert decision.target is not None
+        assert decision.target.node_id == "b2"  # the round-robin position went on
+
+    async def test_reconfigure_with_new_cache_settings_starts_an_empty_cache(self) -> None:
+        runtime = _runtime(cache_ms=60_000)
+        runtime.record_check("b1", True)
+        runtime.lookup("k1")
+        _reloaded(runtime, ("b1", "b2", "b3"), cache_ms=5_000)
+        assert runtime.cache_entries() == {}
+        assert runtime.target_state("b1") is TargetState.READY
+
+    def test_reconfigure_keeps_a_run_time_filter_the_file_did_not_change(self) -> None:
+        runtime = _runtime()
+        runtime.set_filters(key_filter="^[a-z]+")
+        _reloaded(runtime, ("b1", "b2"))
+        assert runtime.status().key_filter == "^[a-z]+"
+
+    def test_evacuate_removed_closes_the_connections_of_departed_targets_only(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        runtime = _runtime()
+        closers = [Closer(), Closer(), Closer()]
+        for port, node_id, closer in zip((1, 2, 3), ("b1", "b3", "b3"), closers, strict=True):
+            runtime.register(live_connection(f"127.0.0.2:{port}", node_id=node_id, closer=closer))
+        _reloaded(runtime, ("b1", "b2"))
+        assert evacuate_removed(runtime, [Departed(node_id="b3")]) == 2
+        assert [c.calls for c in closers] == [[], [CloseReason.TARGET_REMOVED], [CloseReason.TARGET_REMOVED]]
+        assert (
+            "router=r target=b3 left the configuration: closing its 2 proxied connection(s)"
+            in caplog.messages
+        )
+
+    def test_retire_removes_the_targets(self) -> None:
+        runtime = _runtime()
+        events = _recorded(runtime)
+        runtime.retire()
+        assert runtime.targets() == ()
+        removed = [
+            e.node_id for e in events if isinstance(e, PoolEvent) and e.kind is PoolEventKind.TARGET_REMOVED
+        ]
+        assert removed == ["b1", "b2", "b3"]

@@ -17,6 +17,7 @@ def test_close_reasons_by_the_router_are_the_ones_it_decides() -> None:
         CloseReason.FAILOVER,
         CloseReason.SHUTDOWN,
         CloseReason.EVACUATED,
+        CloseReason.TARGET_REMOVED,
     }
     assert [r.value for r in CloseReason] == [
         "closed",
@@ -27,6 +28,7 @@ def test_close_reasons_by_the_router_are_the_ones_it_decides() -> None:
         "failover",
         "shutdown",
         "evacuated",
+        "target_removed",
         "internal_error",
     ]
 

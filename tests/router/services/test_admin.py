@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import urllib.error
 import urllib.request
@@ -15,6 +16,7 @@ from cache import CacheConfig
 from policies import PolicyConfig
 from pools import AdminState, Connector, PoolConfig, PoolKind, TargetState
 from router.cli import main_routerctl
+from router.config import ConfigError
 from router.config.settings import AcceptorConfig, Config, EventLogConfig, RouterConfig
 from router.server import ServerInfo, serve_router
 from router.services.admin import ADMIN_MAX_CONNECTIONS
@@ -457,3 +459,78 @@ async def test_admin_event_log_status_and_ring_resize(nursery: trio.Nursery, tmp
     )
     assert json.loads(capsys.readouterr().out)["ring_size"] == 9  # routerctl event-log
     shutdown.set()
+
+
+class TestReloadEndpoint:
+    """`POST /api/v1/reload` and `routerctl reload` against serve_router's reload."""
+
+    @pytest.fixture
+    async def reloading(self, nursery: trio.Nursery) -> AsyncIterator[tuple[list[Config | Exception], str]]:
+        """A server whose reload reads the last item of the list (an exception: a bad file)."""
+        files: list[Config | Exception] = [_config()]
+
+        def load() -> Config:
+            last = files[-1]
+            if isinstance(last, Exception):
+                raise last
+            return last
+
+        shutdown = trio.Event()
+        info: ServerInfo = await nursery.start(
+            functools.partial(
+                serve_router, _config(), admin=("127.0.0.1", 0), shutdown=shutdown, load=load, grace_s=0
+            )
+        )
+        assert info.admin is not None
+        yield files, f"http://{info.admin[0]}:{info.admin[1]}"
+        shutdown.set()
+
+    async def test_admin_reload_answers_what_changed(
+        self, reloading: tuple[list[Config | Exception], str]
+    ) -> None:
+        files, url = reloading
+        status, body = await _call(url + "/api/v1/reload", "POST")
+        assert (status, json.loads(body)["summary"]) == (200, "nothing changed")
+        config = _config()
+        files.append(dataclasses.replace(config, routers=(*config.routers, RouterConfig(name="extra"))))
+        status, body = await _call(url + "/api/v1/reload", "POST")
+        assert status == 200
+        answer = json.loads(body)
+        assert answer["changed"] is True
+        assert answer["routers"] == {"added": ["extra"], "removed": [], "changed": []}
+        assert answer["summary"] == "routers added: extra"
+        status, body = await _call(url + "/api/v1/routers")
+        assert [r["name"] for r in json.loads(body)] == ["hash", "bare", "extra"]
+
+    async def test_admin_reload_of_a_bad_file_is_400_with_the_reason(
+        self, reloading: tuple[list[Config | Exception], str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        files, url = reloading
+        files.append(ConfigError("t.xml", 7, "policy", "unknown policy 'NOPE'"))
+        status, body = await _call(url + "/api/v1/reload", "POST")
+        assert (status, json.loads(body)) == (400, {"error": "t.xml:7: <policy>: unknown policy 'NOPE'"})
+        status, body = await _call(url + "/api/v1/routers")
+        assert [r["name"] for r in json.loads(body)] == ["hash", "bare"]
+        with pytest.raises(SystemExit) as exited:
+            await trio.to_thread.run_sync(main_routerctl, ["reload", "--admin", url])
+        assert exited.value.code == 1
+        assert capsys.readouterr().err == (
+            f"routerctl: error: {url}/api/v1/reload: 400 t.xml:7: <policy>: unknown policy 'NOPE'\n"
+        )
+
+    async def test_admin_reload_is_post_only(self, reloading: tuple[list[Config | Exception], str]) -> None:
+        _, url = reloading
+        status, body = await _call(url + "/api/v1/reload")
+        assert status == 405
+        assert "POST" in json.loads(body)["error"]
+
+    async def test_routerctl_reload_prints_what_changed(
+        self, reloading: tuple[list[Config | Exception], str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        files, url = reloading
+        config = _config()
+        files.append(dataclasses.replace(config, routers=config.routers[:1]))
+        assert await trio.to_thread.run_sync(main_routerctl, ["reload", "--admin", url]) == 0
+        assert capsys.readouterr().out == "reloaded: routers removed: bare\n"
+        assert await trio.to_thread.run_sync(main_routerctl, ["reload", "--admin", url, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["summary"] == "nothing changed"
