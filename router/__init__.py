@@ -62,9 +62,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 (`discovery`), the admin API (`admin`), connection-TTL checks (`ttl_checks`), a
                 persisted cache's file (`cache_store`), the cache shared through ZooKeeper
                 (`shared_cache`), the state file of targets' administrative states
-                (`state_file`), the event log (`event_log`: ring and sender in routerd;
-                `event_writer`, its writer process, with `event_files`). They may use the data
-                paths' I/O helpers (`net`, `reading`).
+                (`state_file`), the process's status document (`process`), the event log
+                (`event_log`: ring and sender in routerd; `event_writer`, its writer process, with
+                `event_files`). They may use the data paths' I/O helpers (`net`, `reading`).
 8. `server`     the process: listeners, the nursery tree, shutdown.
 9. `cli`        the entry points `routerd` and `routerctl` (and `__main__`).
 

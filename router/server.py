@@ -57,6 +57,7 @@ from router.services.cache_store import (
 from router.services.discovery import serve_discovery
 from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
+from router.services.process import ProcessView
 from router.services.shared_cache import SharedCache
 from router.services.state_file import StateFile, StateFileError
 from router.services.ttl_checks import serve_connection_ttl_checks
@@ -312,6 +313,7 @@ async def _start_services(
     event_log: EventLog | None,
     states: StateFile | None,
     access: AdminAccess,
+    process: ProcessView,
 ) -> tuple[str, int] | None:
     """Probes, cache sweeps, discovery, TTL checks and the admin API; the admin's bound address."""
     ttl = config.connection_ttl
@@ -331,7 +333,7 @@ async def _start_services(
     if admin is None:
         return None
     bound: tuple[str, int] = await services.start(
-        functools.partial(serve_admin, event_log=event_log, states=states, access=access),
+        functools.partial(serve_admin, event_log=event_log, states=states, access=access, process=process),
         admin[0],
         admin[1],
         runtimes,
@@ -430,6 +432,7 @@ async def serve_router(
             stores,
             states,
             admin_access or AdminAccess(),
+            ProcessView(admission),
             task_status,
         )
     finally:
@@ -557,11 +560,12 @@ async def _serve(
     stores: Iterable[tuple[RouterRuntime, CacheStore]],
     states: StateFile | None,
     admin_access: AdminAccess,
+    process: ProcessView,
     task_status: trio.TaskStatus[ServerInfo],
 ) -> None:
     async with trio.open_nursery() as services:
         admin_bound = await _start_services(
-            config, runtimes, metrics, services, admin, event_log, states, admin_access
+            config, runtimes, metrics, services, admin, event_log, states, admin_access, process
         )
         for runtime, store in stores:
             services.start_soon(serve_cache_store, runtime, store)
@@ -573,6 +577,7 @@ async def _serve(
             async with trio.open_nursery() as handlers:
                 async with trio.open_nursery() as accepting:
                     fast_serves = _start_accepting(listeners, fast, accepting, handlers)
+                    process.serving(((a, bound[a.name]) for a in served), fast if fast_serves else None)
                     log.info("ready: %d acceptor(s) listening", len(bound))
                     info = ServerInfo(
                         acceptors=bound,

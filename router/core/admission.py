@@ -110,6 +110,7 @@ class Admission:
         """Client connections admitted and not yet released."""
         self._limits = dict(limits or {})
         self._by_acceptor: dict[str, int] = {}
+        """Acceptor -> open connections (every acceptor: the status resource shows them)."""
         self._by_source: dict[tuple[str, str], int] = {}
         """(acceptor, source host) -> open connections, for acceptors with a per-source limit."""
         self._lock = threading.Lock()
@@ -124,8 +125,8 @@ class Admission:
         with self._lock:
             if self.open >= self.budget:
                 return Refusal.DESCRIPTOR_BUDGET
+            on_acceptor = self._by_acceptor.get(acceptor, 0)
             if limits is not None:
-                on_acceptor = self._by_acceptor.get(acceptor, 0)
                 if 0 <= limits.connections <= on_acceptor:
                     return Refusal.ACCEPTOR_LIMIT
                 if limits.per_source >= 0:
@@ -134,7 +135,7 @@ class Admission:
                     if from_source >= limits.per_source:
                         return Refusal.SOURCE_LIMIT
                     self._by_source[key] = from_source + 1
-                self._by_acceptor[acceptor] = on_acceptor + 1
+            self._by_acceptor[acceptor] = on_acceptor + 1
             self.open += 1
         return None
 
@@ -154,10 +155,8 @@ class Admission:
         limits = self._limits.get(acceptor)
         with self._lock:
             self.open -= 1
-            if limits is None:
-                return
-            self._by_acceptor[acceptor] -= 1
-            if limits.per_source >= 0:
+            self._by_acceptor[acceptor] = self._by_acceptor.get(acceptor, 0) - 1
+            if limits is not None and limits.per_source >= 0:
                 key = (acceptor, source)
                 left = self._by_source[key] - 1
                 if left:
@@ -166,6 +165,11 @@ class Admission:
                     del self._by_source[key]  # sources come and go: keep only those with connections
 
     def open_on(self, acceptor: str) -> int:
-        """Open connections of an acceptor that has limits of its own (0 for one without)."""
+        """Open connections of an acceptor: admitted and not released yet."""
         with self._lock:
             return self._by_acceptor.get(acceptor, 0)
+
+    def open_by_acceptor(self) -> dict[str, int]:
+        """Open connections of each acceptor that has had any, at one moment."""
+        with self._lock:
+            return dict(self._by_acceptor)

@@ -5,7 +5,9 @@ default; who may call what (the Host rule, tokens and their levels) is router/co
 checked before any resource is touched, and every state-changing or refused request is logged
 with the caller.
 
-Endpoints:
+Endpoints (docs/admin-api.yaml describes each in OpenAPI 3.1; tests check this server against it):
+  GET  /api/v1/status                         the process (pid, version, uptime, descriptors, client
+                                              budget) and its acceptors with open and pending counts
   GET  /api/v1/routers                        every router with its filters and pool state
   GET  /api/v1/routers/{name}                 one router
   GET  /api/v1/routers/{name}/target?key=K    the management lookup (SPEC A7), as `routerctl route`;
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
     from router.services.event_log import EventLog
+    from router.services.process import ProcessView
     from router.services.state_file import StateFile
 
 __all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "serve_admin"]
@@ -107,6 +110,7 @@ def _route(
     metrics: Metrics,
     event_log: EventLog | None = None,
     states: StateFile | None = None,
+    process: ProcessView | None = None,
 ) -> tuple[int, str, bytes]:
     url = urllib.parse.urlsplit(target)
     query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
@@ -119,6 +123,12 @@ def _route(
         return 200, "text/plain; charset=utf-8", b"ok\n"
     if parts == ["api", "v1", "event-log"]:
         return _event_log(method, body, event_log)
+    if parts == ["api", "v1", "status"]:
+        if method != "GET":
+            raise _HttpError(405, f"{method} {url.path} is not supported")
+        if process is None:
+            raise _HttpError(404, "this admin listener has no process status")
+        return _json(200, process.status().to_json())
     if parts[:3] != ["api", "v1", "routers"]:
         raise _HttpError(404, f"no such resource {url.path!r}")
     if len(parts) == 3:
@@ -355,6 +365,7 @@ async def _serve_one(
     event_log: EventLog | None = None,
     states: StateFile | None = None,
     access: AdminAccess = _OPEN,
+    process: ProcessView | None = None,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     try:
@@ -378,7 +389,7 @@ async def _serve_one(
                 if isinstance(verdict, Refused):
                     raise _HttpError(verdict.status, verdict.message)
                 status, ctype, payload = _route(
-                    "GET" if head else method, target, body, runtimes, metrics, event_log, states
+                    "GET" if head else method, target, body, runtimes, metrics, event_log, states, process
                 )
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
@@ -409,9 +420,11 @@ async def serve_admin(
     event_log: EventLog | None = None,
     states: StateFile | None = None,
     access: AdminAccess = _OPEN,
+    process: ProcessView | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the admin API until cancelled; `task_status.started((host, port))` once listening."""
+    """Serve the admin API until cancelled; `task_status.started((host, port))` once listening.
+    `process` answers `GET /api/v1/status` (404 without it)."""
     listeners = await open_listeners(host, port, f"the admin API on {host}:{port}")
     sockname = listeners[0].socket.getsockname()
     bound = (str(sockname[0]), int(sockname[1]))
@@ -431,7 +444,7 @@ async def serve_admin(
             return
         open_now += 1
         try:
-            await _serve_one(stream, runtimes, metrics, event_log, states, access)
+            await _serve_one(stream, runtimes, metrics, event_log, states, access, process)
         finally:
             open_now -= 1
 
