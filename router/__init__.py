@@ -66,7 +66,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 (`event_log`: ring and sender in routerd; `event_writer`, its writer process, with
                 `event_files`). They may use the data paths' I/O helpers (`net`, `reading`).
 8. `server`     the process: listeners, the nursery tree, shutdown.
-9. `cli`        the entry points `routerd` and `routerctl` (and `__main__`).
+9. `cli`        the entry points `routerd` and `routerctl` (and `__main__`), with `ctl_output`:
+                routerctl's tables, JSON output and exit codes.
 
 Where a rule lives: what a decision becomes on the wire is `core/plan.py`; which broker a key goes
 to is `core/engine.py` with `policies/`; when a target is ready is `pools/pool.py`, probed by
