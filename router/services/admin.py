@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from router.services.process import ProcessView
     from router.services.state_file import StateFile
 
-__all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "serve_admin"]
+__all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "ROUTES", "serve_admin"]
 
 log = logging.getLogger("router.admin")
 
@@ -81,6 +81,26 @@ CACHE_PAGE_MAX: Final = 10_000
 """The largest `limit` of a cache page (a page is built and sent in the trio thread)."""
 REQUEST_TIMEOUT_S: Final = 10.0
 """A client must send its whole request within this time."""
+
+ROUTES: Final = (
+    ("GET", "/healthz"),
+    ("GET", "/metrics"),
+    ("GET", "/api/v1/status"),
+    ("GET", "/api/v1/routers"),
+    ("GET", "/api/v1/routers/{name}"),
+    ("GET", "/api/v1/routers/{name}/target"),
+    ("PUT", "/api/v1/routers/{name}/filters"),
+    ("GET", "/api/v1/routers/{name}/targets/{node_id}"),
+    ("PUT", "/api/v1/routers/{name}/targets/{node_id}"),
+    ("GET", "/api/v1/routers/{name}/cache"),
+    ("PUT", "/api/v1/routers/{name}/cache"),
+    ("DELETE", "/api/v1/routers/{name}/cache"),
+    ("GET", "/api/v1/event-log"),
+    ("PUT", "/api/v1/event-log"),
+)
+"""Every (method, path template) `_route` serves (HEAD too wherever GET is: the GET's headers).
+docs/admin-api.yaml describes each; tests/router/services/test_admin_api.py checks that the two
+list the same operations, and a real routerd against both. A new endpoint goes in all three."""
 
 
 _OPEN: Final = AdminAccess()
