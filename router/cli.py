@@ -953,7 +953,7 @@ def _cache_command(args: argparse.Namespace, out: Output) -> int:
         what = {"all": "true"} if args.all else {"key": args.key} if args.key is not None else {}
         selector = urllib.parse.urlencode(what or {"node_id": args.node_id})
         evicted = _request(args, f"{base}?{selector}", method="DELETE")
-        out.emit(evicted, lambda d: [f"evicted {_field(d, 'evicted')} entries"])
+        out.emit(evicted, lambda d: [_evicted_line(_field(d, "evicted"))])
         return ExitCode.OK
     if args.action == "pin":
         pin = {"key": args.key, "node_id": args.node_id, "duration_s": args.duration}
@@ -1008,7 +1008,7 @@ def _wait_command(args: argparse.Namespace, out: Output) -> int:
         left = deadline - time.monotonic()
         if left <= 0:
             raise CtlError(
-                f"wait: {subject} is not {args.state} after {args.timeout:g} s (last: {seen})",
+                f"wait: {subject} did not become {args.state} within {args.timeout:g} s (last: {seen})",
                 ExitCode.TIMED_OUT,
             )
         time.sleep(min(args.interval, left))
@@ -1178,6 +1178,10 @@ def _cache_page_blocks(page: object) -> list[Renderable]:
 
 def _cache_rows_blocks(entries: list[object]) -> list[Renderable]:
     return [_cache_table(entries)]
+
+
+def _evicted_line(count: object) -> str:
+    return f"evicted {count} {'entry' if count == 1 else 'entries'}"
 
 
 def _fields_blocks(document: object) -> list[Renderable]:

@@ -325,7 +325,8 @@ class TestAdminCommands:
         assert code == 5
         assert 0.5 <= elapsed < 3
         assert capsys.readouterr().err.strip() == (
-            "routerctl: error: wait: target 'b0' of router 'r' is not ready after 0.5 s (last: not-ready)"
+            "routerctl: error: wait: target 'b0' of router 'r' did not become ready within 0.5 s "
+            "(last: not-ready)"
         )
 
     async def test_wait_for_absent_targets_and_router_states(
@@ -399,8 +400,8 @@ def test_wait_keeps_asking_while_the_admin_api_cannot_be_reached(capsys: pytest.
         )
     assert exit_info.value.code == 5
     assert capsys.readouterr().err.strip() == (
-        "routerctl: error: wait: router 'r' is not ready after 0.3 s (last: cannot reach the router's admin "
-        f"API at http://127.0.0.1:{port}: [Errno 111] Connection refused)"
+        "routerctl: error: wait: router 'r' did not become ready within 0.3 s (last: cannot reach the "
+        f"router's admin API at http://127.0.0.1:{port}: [Errno 111] Connection refused)"
     )
 
 
@@ -794,3 +795,13 @@ def test_routerd_event_log_in_an_unusable_directory_is_one_line(tmp_path: Path) 
     assert proc.stderr.strip().splitlines()[-1] == (
         f"routerd: error: event log directory '{blocker}/events': Not a directory"
     )
+
+
+def test__evicted_line() -> None:
+    from router.cli import _evicted_line
+
+    assert [_evicted_line(n) for n in (0, 1, 7)] == [
+        "evicted 0 entries",
+        "evicted 1 entry",
+        "evicted 7 entries",
+    ]
