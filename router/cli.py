@@ -1071,10 +1071,10 @@ def _text_of(value: object) -> str:
 def _decisions_blocks(decisions: list[object]) -> list[Renderable]:
     table = Table(["key", "status", "node_id", "connector"])
     for d in decisions:
-        connector = _field(d, "connector")
-        if connector is None and _field(d, "local"):
-            connector = "(local)"
-        table.add(_field(d, "key"), _field(d, "status"), _field(d, "node_id"), connector)
+        node_id = _field(d, "node_id")
+        if node_id not in (None, "local") and _field(d, "local"):
+            node_id = f"{node_id} (local)"
+        table.add(_field(d, "key"), _field(d, "status"), node_id, _field(d, "connector"))
     return [table]
 
 
