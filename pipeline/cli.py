@@ -95,7 +95,9 @@ def _generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--malformed-rate", type=_rate, default=0.001, help="default 0.001")
     parser.add_argument("--files", type=_positive, default=1, help="files per routing process (default 1)")
     parser.add_argument("--plain", action="store_true", help="write .jsonl, not .jsonl.zst")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="random seed: the same seed writes the same files (default 0)"
+    )
 
 
 def _analyze(args: argparse.Namespace) -> int:

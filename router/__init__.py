@@ -64,12 +64,14 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 (`discovery`), the admin API (`admin`), connection-TTL checks (`ttl_checks`), a
                 persisted cache's file (`cache_store`), the cache shared through ZooKeeper
                 (`shared_cache`), the state file of targets' administrative states
-                (`state_file`), the event log (`event_log`: ring and sender in routerd;
-                `event_writer`, its writer process, with `event_files`). They may use the data
+                (`state_file`), the process's status document (`process`), the event log
+                (`event_log`: ring and sender in routerd; `event_writer`, its writer process, with
+                `event_files`), paced moves of clients (`evacuation`). They may use the data
                 paths' I/O helpers (`net`, `reading`).
 8. `server`     the process: listeners, the nursery tree, shutdown, carrying out a reload.
-9. `cli`        the entry points `routerd` and `routerctl` (and `__main__`); `ctl_moves` is
-                routerctl's evacuate, rebalance and shutdown.
+9. `cli`        the entry points `routerd` and `routerctl` (and `__main__`), with `ctl_output`
+                (routerctl's tables, JSON output and exit codes) and `ctl_moves` (its evacuate,
+                rebalance and shutdown).
 
 Where a rule lives: what a decision becomes on the wire is `core/plan.py`; which broker a key goes
 to is `core/engine.py` with `policies/`; when a target is ready is `pools/pool.py`, probed by

@@ -1,32 +1,38 @@
 """Entry points: `routerd` runs the router; `routerctl` dry-runs the engine or talks to a router.
 
-    routerd --config FILE [--admin HOST:PORT | --no-admin] [--grace-period S] [--max-connections N]
+    routerd --config FILE [--admin ADDRESS | --no-admin] [--grace-period S] [--max-connections N]
                     [--admin-tokens FILE] [--admin-host NAME]... [--event-log DIR]
-                    [--state-file FILE] [--discard-unreadable-cache] [--log-level L]
+                    [--state-file FILE] [--discard-unreadable-cache] [--log-level L] [--version]
     routerctl route --config FILE --router NAME [--ready all|none|NODE,...] [--cache FILE] KEY...
     routerctl route --config FILE --router NAME [--client-id X] [--user U] [--sni H]
                     [--source-ip IP] [--role R]...
-    routerctl target --admin URL [--dry-run] ROUTER KEY
-    routerctl status --admin URL [ROUTER]
-    routerctl state --admin URL ROUTER NODE_ID [ready|drain|maint]
-    routerctl cache --admin URL list ROUTER [--prefix P] [--node-id N] [--after K] [--limit N] [--all]
-    routerctl cache --admin URL get ROUTER KEY
-    routerctl cache --admin URL evict ROUTER (--key K | --node-id N | --all)
-    routerctl cache --admin URL pin ROUTER KEY NODE_ID [--for SECONDS]
-    routerctl event-log --admin URL [--ring-size N]
-    routerctl evacuate --admin URL ROUTER NODE_ID [--rate R] [--order oldest|random] [--wait]
-    routerctl rebalance --admin URL ROUTER [--rate R] [--band B] [--wait]
-    routerctl shutdown --admin URL [--wait]
+    routerctl target [--admin ADDRESS] [--dry-run] ROUTER KEY
+    routerctl status [--admin ADDRESS] [ROUTER]
+    routerctl state [--admin ADDRESS] ROUTER NODE_ID [ready|drain|maint]
+    routerctl wait [--admin ADDRESS] [--timeout S] [--interval S] target ROUTER NODE_ID STATE
+    routerctl wait [--admin ADDRESS] [--timeout S] [--interval S] router ROUTER ready|not-ready
+    routerctl cache [--admin ADDRESS] list ROUTER [--prefix P] [--node-id N] [--after K] [--limit N] [--all]
+    routerctl cache [--admin ADDRESS] get ROUTER KEY
+    routerctl cache [--admin ADDRESS] evict ROUTER (--key K | --node-id N | --all)
+    routerctl cache [--admin ADDRESS] pin ROUTER KEY NODE_ID [--for SECONDS]
+    routerctl event-log [--admin ADDRESS] [--ring-size N]
+    routerctl reload [--admin ADDRESS]
+    routerctl evacuate [--admin ADDRESS] ROUTER NODE_ID [--rate R] [--order oldest|random] [--wait]
+    routerctl rebalance [--admin ADDRESS] ROUTER [--rate R] [--band B] [--wait]
+    routerctl shutdown [--admin ADDRESS] [--wait]
     routerctl analyze EVENTS... --out DIR [--master URL] [--conf K=V]...
     routerctl simulate EVENTS... --config NEW.xml [--router NAME] --out DIR [--master URL]
     routerctl generate-events DIR --events N [...]
     routerctl register --zookeeper HOST:PORT[,…] --path P --node-id ID --connector tcp://…
                        [--backup tcp://…] [--weight N] [--session-timeout MS]
 
-    routerctl reload --admin URL
+routerd and routerctl take the admin address in the same forms (`parse_admin_address`); routerctl
+also reads it from ROUTERCTL_ADMIN. Every routerctl command that prints data prints tables for
+people, or JSON with `--json` (router/ctl_output.py); its exit statuses are `ExitCode`'s.
 
-routerd drains on SIGTERM or SIGINT; SIGHUP reloads the configuration file (as `routerctl reload`
-and `POST /api/v1/reload` do): what can change in place does, established connections stay.
+routerd drains on SIGTERM or SIGINT, moving its clients paced over the grace period; SIGHUP
+reloads the configuration file (as `routerctl reload` and `POST /api/v1/reload` do): what can
+change in place does, established connections stay.
 
 Errors a person can fix (bad configuration, a bad option value, a port in use, a router that is
 not running) are one line on stderr and a non-zero exit status, never a traceback.
@@ -39,11 +45,13 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import http.client
 import json
 import logging
 import math
 import os
 import resource
+import shlex
 import signal
 import sys
 import time
@@ -65,14 +73,25 @@ from router.config.settings import EventLogConfig, ZooKeeperConfig
 from router.core.admin_access import AdminAccess, Token, hosts_of, is_loopback, parse_tokens
 from router.core.admission import descriptors_for
 from router.core.engine import RoutingEngine, build_pool
-from router.ctl_moves import COMMANDS as MOVE_COMMANDS
 from router.ctl_moves import add_commands as add_move_commands
 from router.ctl_moves import run_command as run_move_command
+from router.ctl_output import (
+    EXIT_CODES_HELP,
+    CtlError,
+    ExitCode,
+    Fields,
+    Output,
+    Renderable,
+    Table,
+    add_json_option,
+    exit_code_for_http,
+)
 from router.datapath.net import describe_oserror
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
 from router.server import StartupError, serve_router
 from router.services.cache_store import CacheStore, CacheStoreError
 from router.services.discovery import RegistrationError, serve_registration
+from router.services.process import package_version
 from router.services.state_file import default_state_file
 
 if TYPE_CHECKING:
@@ -82,8 +101,8 @@ if TYPE_CHECKING:
 
 __all__ = ["main_routerctl", "main_routerd", "routerctl_main", "routerd_main"]
 
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
+EXIT_USAGE: Final = ExitCode.USAGE
+EXIT_FAILURE: Final = ExitCode.FAILED
 
 
 MAX_CONNECTIONS_OPTION: Final = 500_000
@@ -97,11 +116,39 @@ def _fail(prog: str, message: str, status: int = EXIT_FAILURE) -> NoReturn:
     raise SystemExit(status)
 
 
-def _host_port(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
+ADMIN_SYNTAX: Final = "HOST:PORT, [IPV6]:PORT, :PORT, PORT or http://HOST:PORT"
+"""The admin address forms `routerd --admin` and `routerctl --admin` both take."""
+DEFAULT_ADMIN: Final = ("127.0.0.1", 9180)
+
+
+def parse_admin_address(text: str) -> tuple[str, int]:
+    """The admin API's address, for `routerd --admin` (where to listen) and `routerctl --admin`
+    (where to ask): one of `ADMIN_SYNTAX`; no host means 127.0.0.1.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (a usage error, exit status 2).
+    """
+    rest = text.strip()
+    if "://" in rest:
+        url = urllib.parse.urlsplit(rest)
+        if url.scheme != "http":
+            raise argparse.ArgumentTypeError(f"the admin API speaks plain http://, got {text!r}")
+        if url.path not in ("", "/") or url.query or url.fragment or "@" in url.netloc:
+            raise argparse.ArgumentTypeError(f"expected http://HOST:PORT with nothing after it, got {text!r}")
+        rest = url.netloc
+    if rest.startswith("["):
+        host, sep, port = rest[1:].partition("]:")
+    elif rest.isdigit():
+        host, sep, port = "", ":", rest
+    else:
+        host, sep, port = rest.rpartition(":")
+        if ":" in host:
+            raise argparse.ArgumentTypeError(
+                f"an IPv6 address goes in brackets, [{host}]:{port}; got {text!r}"
+            )
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+        raise argparse.ArgumentTypeError(f"expected {ADMIN_SYNTAX}, got {text!r}")
+    return host or "127.0.0.1", int(port)
 
 
 def _seconds(*, zero: bool) -> Callable[[str], float]:
@@ -162,20 +209,27 @@ def _load_routerd(path: str, event_log: str | None) -> Config:
 def _routerd_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="routerd",
-        description="Run the connection router. SIGTERM or SIGINT drains and stops it; SIGHUP (or "
-        "routerctl reload) reads the configuration file again and applies it in place: routers, "
-        "pools, filters, policies, caches, connectors and acceptors change, established "
-        "connections stay (only those whose target left the file are closed); a bad file changes "
-        "nothing and is logged in one line. The command-line options stay as they were.",
+        description="Run the connection router. SIGTERM or SIGINT drains and stops it (clients moved "
+        "paced over the grace period); SIGHUP (or routerctl reload) reads the configuration file again "
+        "and applies it in place: routers, pools, filters, policies, caches, connectors and acceptors "
+        "change, established connections stay (only those whose target left the file are moved); a "
+        "bad file changes nothing and is logged in one line. The command-line options stay as they were.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"routerd {package_version()}",
+        help="print the version and exit",
     )
     parser.add_argument(
         "--config", required=True, help="broker.xml-style configuration file (read again on SIGHUP)"
     )
     parser.add_argument(
         "--admin",
-        type=_host_port,
-        default=("127.0.0.1", 9180),
-        help="admin API and /metrics listener (default 127.0.0.1:9180)",
+        type=parse_admin_address,
+        default=DEFAULT_ADMIN,
+        metavar="ADDRESS",
+        help=f"admin API and /metrics listener: {ADMIN_SYNTAX} (default 127.0.0.1:9180)",
     )
     parser.add_argument("--no-admin", action="store_true", help="do not open the admin listener")
     parser.add_argument(
@@ -413,21 +467,99 @@ def routerd_main() -> None:
 
 # -- routerctl --------------------------------------------------------------------------------
 
+ADMIN_ENV: Final = "ROUTERCTL_ADMIN"
+"""Where routerctl finds the admin API when `--admin` is not given."""
+REQUEST_TIMEOUT_S: Final = 10.0
+"""Longest wait for one admin API answer."""
+WAIT_TIMEOUT_S: Final = 30.0
+"""`wait --timeout` by default (as `kubectl wait`)."""
+WAIT_INTERVAL_S: Final = 1.0
+"""`wait --interval` by default: one small GET a second per waiting script."""
+WAIT_INTERVAL_BOUNDS_S: Final = (0.1, 60.0)
+"""`wait --interval` is bounded: no busy loop against the admin API, no minute-long naps."""
+
+TARGET_CONDITIONS: Final = ("ready", "not-ready", "unknown", "absent")
+"""What `wait target` waits for: a probe state of the target, or its absence from the pool."""
+ROUTER_CONDITIONS: Final = ("ready", "not-ready")
+"""What `wait router` waits for: its pool's quorum holds (or it has no pool), or not."""
+
+_EPILOG: Final = f"""{EXIT_CODES_HELP}
+
+environment:
+  {ADMIN_ENV}       the admin API when --admin is not given (default 127.0.0.1:9180)
+  ROUTERCTL_TOKEN_FILE  a file holding the admin API token (sent as Authorization: Bearer)
+  ROUTERCTL_TOKEN       the token itself (ROUTERCTL_TOKEN_FILE is preferred)
+  NO_COLOR              set: no colours, even on a terminal
+
+docs/operations.md describes every command, its output and the admin API."""
+
+
+def _admin_options(parser: argparse.ArgumentParser, *, again: bool = False) -> None:
+    """`--admin` and `--json`: every command that asks a running router. `again`: on an action of
+    such a command too (`cache list … --json`), where not giving them keeps the command's value."""
+    parser.add_argument(
+        "--admin",
+        type=parse_admin_address,
+        metavar="ADDRESS",
+        default=argparse.SUPPRESS if again else None,
+        help=f"the router's admin API: {ADMIN_SYNTAX}, as routerd's --admin "
+        f"(default: ${ADMIN_ENV}, else 127.0.0.1:9180)",
+    )
+    add_json_option(parser, again=again)
+
+
+def _wait_options(parser: argparse.ArgumentParser, *, again: bool = False) -> None:
+    """`wait`'s own options, before or after what it waits for (`again`: after)."""
+    low, high = WAIT_INTERVAL_BOUNDS_S
+    parser.add_argument(
+        "--timeout",
+        type=_seconds(zero=False),
+        default=argparse.SUPPRESS if again else WAIT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"give up after this long, exit status 5 (default {WAIT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--interval",
+        type=_bounded_seconds(low, high),
+        default=argparse.SUPPRESS if again else WAIT_INTERVAL_S,
+        metavar="SECONDS",
+        help=f"ask this often, {low:g}-{high:g} (default {WAIT_INTERVAL_S:g})",
+    )
+
 
 def _routerctl_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="routerctl", description="Operate a connection router.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="routerctl",
+        description="Operate a connection router: dry-run its engine on a configuration file, or\n"
+        "ask and steer a running routerd through its admin API. Output: tables for people,\n"
+        "--json for scripts.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"routerctl {package_version()}",
+        help="print the version and exit",
+    )
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        title="commands",
+        help="`routerctl COMMAND --help` tells more",
+    )
 
     route = sub.add_parser(
         "route",
         help="dry-run the routing engine on a configuration file",
-        description="Print the engine's decision as one JSON object per line. "
-        "KEYs are treated as the management lookup treats them (from the key "
-        "transform on); --client-id/--user/--sni/--source-ip/--role describe one "
-        "connection and run the whole workflow.",
+        description="The engine's decision for each KEY, or for one connection described by its "
+        "facts. KEYs are treated as the management lookup treats them (from the key transform "
+        "on); --client-id/--user/--sni/--source-ip/--role describe one connection and run the "
+        "whole workflow. Nothing listens, nothing is probed.",
     )
-    route.add_argument("--config", required=True)
-    route.add_argument("--router", required=True)
+    route.add_argument("--config", required=True, metavar="FILE", help="the broker.xml-style configuration")
+    route.add_argument("--router", required=True, metavar="NAME", help="the connection router to ask")
     route.add_argument(
         "--ready",
         default="all",
@@ -437,6 +569,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         "--round-robin-start",
         type=int,
         default=None,
+        metavar="N",
         help="first round-robin position (default random, as Artemis)",
     )
     route.add_argument(
@@ -445,95 +578,156 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         help="a persisted cache's file (read, never written): cached keys go where the router "
         "would send them now (its entries' targets when those are ready)",
     )
-    route.add_argument("--client-id")
-    route.add_argument("--user")
-    route.add_argument("--sni")
-    route.add_argument("--source-ip")
-    route.add_argument("--role", action="append", default=[], help="repeat for several roles")
-    route.add_argument("keys", nargs="*", metavar="KEY")
+    route.add_argument(
+        "--client-id", metavar="ID", help="the connection's client id (MQTT, AMQP, STOMP, OpenWire)"
+    )
+    route.add_argument("--user", metavar="USER", help="the connection's user name")
+    route.add_argument("--sni", metavar="HOST", help="the server name of the connection's TLS hello")
+    route.add_argument("--source-ip", metavar="IP", help="the connection's source address")
+    route.add_argument(
+        "--role", action="append", default=[], metavar="ROLE", help="a role of the user (repeat for several)"
+    )
+    add_json_option(route)
+    route.add_argument("keys", nargs="*", metavar="KEY", help="keys to look up (instead of connection facts)")
 
-    target = sub.add_parser("target", help="ask a running router's management API for a target")
-    target.add_argument("--admin", default="http://127.0.0.1:9180")
+    target = sub.add_parser(
+        "target",
+        help="ask a running router where a key goes (the management lookup)",
+        description="The management lookup of a running router: the decision for KEY, with the "
+        "router's cache and targets as they are now.",
+    )
+    _admin_options(target)
     target.add_argument(
         "--dry-run",
         action="store_true",
         help="change nothing: no cache write, no round-robin move (the plain lookup does both, as Artemis's)",
     )
-    target.add_argument("router")
-    target.add_argument("key")
+    target.add_argument("router", metavar="ROUTER", help="the connection router")
+    target.add_argument("key", metavar="KEY", help="the key, as after the key filter")
 
-    cache = sub.add_parser(
-        "cache",
-        help="list, show, evict or pin a running router's cache entries",
-        description="The sticky cache of a running router, through its admin API. Output: JSON.",
+    status = sub.add_parser(
+        "status",
+        help="show a running router: process, acceptors, routers; or one router's pool",
+        description="Without ROUTER: the process (pid, version, uptime, descriptors, client "
+        "budget), each acceptor with its open and pending connections, and each router with its "
+        "pool. With ROUTER: that router's settings and its targets.",
     )
-    cache.add_argument("--admin", default="http://127.0.0.1:9180")
-    actions = cache.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list", help="entries in key order, a page at a time")
-    listing.add_argument("router")
-    listing.add_argument("--prefix", default="", help="only keys that start with this")
-    listing.add_argument("--node-id", help="only entries of this target")
-    listing.add_argument(
-        "--after", default="", metavar="KEY", help="start after this key (the previous page's next)"
-    )
-    listing.add_argument(
-        "--limit", type=_integer(1, 10_000), default=100, help="entries per page (default 100)"
-    )
-    listing.add_argument("--all", action="store_true", help="every page, not just the first")
-    show = actions.add_parser("get", help="one key's entry (exit 1 when it has none)")
-    show.add_argument("router")
-    show.add_argument("key")
-    evict = actions.add_parser("evict", help="evict one key, every entry of a target, or everything")
-    evict.add_argument("router")
-    what = evict.add_mutually_exclusive_group(required=True)
-    what.add_argument("--key")
-    what.add_argument("--node-id")
-    what.add_argument("--all", action="store_true")
-    pin = actions.add_parser(
-        "pin", help="send a key to a target whatever the policy says (while that target is ready)"
-    )
-    pin.add_argument("router")
-    pin.add_argument("key")
-    pin.add_argument("node_id", metavar="NODE_ID")
-    pin.add_argument(
-        "--for", dest="duration", type=_seconds(zero=False), metavar="SECONDS", help="default: until evicted"
-    )
+    _admin_options(status)
+    status.add_argument("router", nargs="?", metavar="ROUTER", help="show this router only")
 
     state = sub.add_parser(
         "state",
         help="show or set a target's administrative state (ready, drain, maint)",
         description="ready: takes new connections. drain: no new connections (cached keys "
         "included), probed; open connections stay. maint: as drain, and not probed. The state is "
-        "kept across restarts (routerd's --state-file). Output: the target's status, JSON.",
+        "kept across restarts (routerd's --state-file). Prints the target's status.",
     )
-    state.add_argument("--admin", default="http://127.0.0.1:9180")
-    state.add_argument("router")
-    state.add_argument("node_id", metavar="NODE_ID")
-    state.add_argument("state", nargs="?", choices=["ready", "drain", "maint"])
+    _admin_options(state)
+    state.add_argument("router", metavar="ROUTER", help="the connection router")
+    state.add_argument("node_id", metavar="NODE_ID", help="the target's node id")
+    state.add_argument(
+        "state", nargs="?", choices=["ready", "drain", "maint"], help="the state to set (default: just show)"
+    )
 
     reload = sub.add_parser(
         "reload",
         help="have a running routerd read its configuration file again and apply it",
         description="Ask a running routerd (POST /api/v1/reload, as SIGHUP does) to read its "
         "configuration file again and apply it in place; established connections stay, except "
-        "those whose target left the file. Prints what changed (--json: the answer as it is). "
-        "Exit status 1, with the reason on stderr, when nothing changed because the file is bad "
-        "(or a port cannot be bound); 0 otherwise, also when the file is the same.",
+        "those whose target left the file (moved, paced). Prints what changed (--json: the answer "
+        "as it is). Exit status 1, with the reason on stderr, when nothing changed because the file "
+        "is bad (or a port cannot be bound); 0 otherwise, also when the file is the same.",
     )
-    reload.add_argument("--admin", default="http://127.0.0.1:9180")
-    reload.add_argument("--json", action="store_true", help="print the JSON answer")
+    _admin_options(reload)
 
-    status = sub.add_parser("status", help="show a running router's routers and pool states")
-    status.add_argument("--admin", default="http://127.0.0.1:9180")
-    status.add_argument("router", nargs="?")
+    wait = sub.add_parser(
+        "wait",
+        help="wait until a target or a router is in a state (exit 5 on timeout)",
+        description="Ask the admin API every --interval seconds until the condition holds (exit "
+        "0, printing what was asked), or --timeout passes (exit 5). While the admin API cannot be "
+        "reached (routerd starting) it keeps asking; an unknown router is exit 1 at once.",
+    )
+    _admin_options(wait)
+    _wait_options(wait)
+    what = wait.add_subparsers(
+        dest="what", required=True, metavar="WHAT", title="what to wait for", help="a target or a router"
+    )
+    wait_target = what.add_parser(
+        "target",
+        help="a target's probe state, or its leaving the pool",
+        description="ready, not-ready, unknown: the target's state as last probed (its "
+        "administrative state aside); absent: no longer in the pool (a discovered broker that left).",
+    )
+    _admin_options(wait_target, again=True)
+    _wait_options(wait_target, again=True)
+    wait_target.add_argument("router", metavar="ROUTER", help="the connection router")
+    wait_target.add_argument("node_id", metavar="NODE_ID", help="the target's node id")
+    wait_target.add_argument("state", choices=TARGET_CONDITIONS, help="the state to wait for")
+    wait_router = what.add_parser(
+        "router",
+        help="a router's readiness: its pool's quorum holds",
+        description="ready: the router's pool has its quorum of ready targets (a router without a "
+        "pool is always ready); not-ready: it has not.",
+    )
+    _admin_options(wait_router, again=True)
+    _wait_options(wait_router, again=True)
+    wait_router.add_argument("router", metavar="ROUTER", help="the connection router")
+    wait_router.add_argument("state", choices=ROUTER_CONDITIONS, help="the state to wait for")
+
+    cache = sub.add_parser(
+        "cache",
+        help="list, show, evict or pin a running router's cache entries",
+        description="The sticky cache of a running router, through its admin API.",
+    )
+    _admin_options(cache)
+    actions = cache.add_subparsers(
+        dest="action", required=True, metavar="ACTION", title="actions", help="what to do with the cache"
+    )
+    listing = actions.add_parser("list", help="entries in key order, a page at a time")
+    _admin_options(listing, again=True)
+    listing.add_argument("router", metavar="ROUTER", help="the connection router")
+    listing.add_argument("--prefix", default="", help="only keys that start with this")
+    listing.add_argument("--node-id", help="only entries of this target")
+    listing.add_argument(
+        "--after", default="", metavar="KEY", help="start after this key (the previous page's next)"
+    )
+    listing.add_argument(
+        "--limit", type=_integer(1, 10_000), default=100, metavar="N", help="entries per page (default 100)"
+    )
+    listing.add_argument("--all", action="store_true", help="every page, not just the first")
+    show = actions.add_parser("get", help="one key's entry (exit 1 when it has none)")
+    _admin_options(show, again=True)
+    show.add_argument("router", metavar="ROUTER", help="the connection router")
+    show.add_argument("key", metavar="KEY", help="the cached key")
+    evict = actions.add_parser("evict", help="evict one key, every entry of a target, or everything")
+    _admin_options(evict, again=True)
+    evict.add_argument("router", metavar="ROUTER", help="the connection router")
+    victims = evict.add_mutually_exclusive_group(required=True)
+    victims.add_argument("--key", help="evict this key")
+    victims.add_argument("--node-id", help="evict every entry (and pin) of this target")
+    victims.add_argument("--all", action="store_true", help="evict everything")
+    pin = actions.add_parser(
+        "pin", help="send a key to a target whatever the policy says (while that target is ready)"
+    )
+    _admin_options(pin, again=True)
+    pin.add_argument("router", metavar="ROUTER", help="the connection router")
+    pin.add_argument("key", metavar="KEY", help="the key to pin")
+    pin.add_argument("node_id", metavar="NODE_ID", help="the target it goes to")
+    pin.add_argument(
+        "--for",
+        dest="duration",
+        type=_seconds(zero=False),
+        metavar="SECONDS",
+        help="how long the pin holds (default: until evicted)",
+    )
 
     add_pipeline_commands(sub)  # analyze, simulate, generate-events (pipeline/, docs/pipeline.md)
-    add_move_commands(sub, "http://127.0.0.1:9180")  # evacuate, rebalance, shutdown
+    add_move_commands(sub, _admin_options)  # evacuate, rebalance, shutdown
 
     event_log = sub.add_parser(
         "event-log", help="show a running router's event log (ring, counts), or resize its ring"
     )
-    event_log.add_argument("--admin", default="http://127.0.0.1:9180")
+    _admin_options(event_log)
     event_log.add_argument(
         "--ring-size",
         type=_integer(1, 2**31 - 1),
@@ -549,7 +743,12 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         "group add the broker while it is registered (and ready), and remove it when the znode "
         "goes: at once on a clean stop, after the session timeout if this process dies.",
     )
-    register.add_argument("--zookeeper", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    register.add_argument(
+        "--zookeeper",
+        required=True,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="the ZooKeeper ensemble (its connect string)",
+    )
     register.add_argument(
         "--path", required=True, help="the discovery group's path, e.g. /connection-router/fleet"
     )
@@ -577,7 +776,25 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dry_run(args: argparse.Namespace) -> int:
+def _bounded_seconds(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds from `low` to `high`; anything else is a usage error."""
+
+    def parse(text: str) -> float:
+        try:
+            value: float | None = float(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a number of seconds {low:g}-{high:g}, got {text!r}")
+        return value
+
+    return parse
+
+
+# -- routerctl: the dry run -------------------------------------------------------------------
+
+
+def _dry_run(args: argparse.Namespace, out: Output) -> int:
     config = _load("routerctl", args.config)
     try:
         router = config.router(args.router)
@@ -627,42 +844,8 @@ def _dry_run(args: argparse.Namespace) -> int:
         decisions = [engine.route(facts, now)]
     else:
         decisions = [engine.lookup(key, now) for key in args.keys]
-    for decision in decisions:
-        print(json.dumps(decision.to_json()))
-    return 0
-
-
-def _cache_command(args: argparse.Namespace) -> int:
-    base = f"/api/v1/routers/{urllib.parse.quote(args.router, safe='')}/cache"
-    if args.action == "get":
-        print(json.dumps(_get(args.admin, base + "?" + urllib.parse.urlencode({"key": args.key}))))
-        return 0
-    if args.action == "evict":
-        if args.node_id is not None and not args.node_id:
-            _fail("routerctl", "cache evict: --node-id must not be empty", EXIT_USAGE)
-        what = {"all": "true"} if args.all else {"key": args.key} if args.key is not None else {}
-        selector = urllib.parse.urlencode(what or {"node_id": args.node_id})
-        print(json.dumps(_get(args.admin, f"{base}?{selector}", method="DELETE")))
-        return 0
-    if args.action == "pin":
-        pin = {"key": args.key, "node_id": args.node_id, "duration_s": args.duration}
-        print(json.dumps(_get(args.admin, base, put=pin)))
-        return 0
-    after = args.after
-    while True:
-        query: dict[str, str | int] = {"prefix": args.prefix, "after": after, "limit": args.limit}
-        if args.node_id is not None:
-            query["node_id"] = args.node_id
-        page = _get(args.admin, f"{base}?{urllib.parse.urlencode(query)}")
-        assert isinstance(page, dict)
-        if not args.all:
-            print(json.dumps(page, indent=2))
-            return 0
-        for entry in page["entries"]:
-            print(json.dumps(entry))
-        if page["next"] is None:
-            return 0
-        after = page["next"]
+    out.emit_lines([d.to_json() for d in decisions], _decisions_blocks)
+    return ExitCode.OK
 
 
 def _load_cache(engine: RoutingEngine, path: str, now: float) -> None:
@@ -680,7 +863,379 @@ def _load_cache(engine: RoutingEngine, path: str, now: float) -> None:
     engine.cache.restore(rows, now)
 
 
-def _register(args: argparse.Namespace) -> int:
+# -- routerctl: the admin API -----------------------------------------------------------------
+
+MAX_TOKENS_BYTES: Final = 1024 * 1024
+"""Largest tokens file read (routerd's `--admin-tokens`, routerctl's ROUTERCTL_TOKEN_FILE)."""
+
+
+def _token() -> str | None:
+    """The admin API token for routerctl: the file ROUTERCTL_TOKEN_FILE names, or ROUTERCTL_TOKEN."""
+    path = os.environ.get("ROUTERCTL_TOKEN_FILE")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read(MAX_TOKENS_BYTES).strip() or None
+        except OSError as exc:
+            raise CtlError(f"ROUTERCTL_TOKEN_FILE {path!r}: {exc.strerror}", ExitCode.USAGE) from None
+    return os.environ.get("ROUTERCTL_TOKEN") or None
+
+
+def _admin_url(args: argparse.Namespace) -> str:
+    """The admin API's base URL: `--admin`, else $ROUTERCTL_ADMIN, else the default."""
+    address: tuple[str, int] | None = args.admin
+    if address is None:
+        text = os.environ.get(ADMIN_ENV, "").strip()
+        try:
+            address = parse_admin_address(text) if text else DEFAULT_ADMIN
+        except argparse.ArgumentTypeError as exc:
+            raise CtlError(f"{ADMIN_ENV}: {exc}", ExitCode.USAGE) from None
+    host, port = address
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _quoted(*parts: str) -> str:
+    """URL path segments, each quoted (a router or node id may hold any character)."""
+    return "".join("/" + urllib.parse.quote(part, safe="") for part in parts)
+
+
+def _request(
+    args: argparse.Namespace,
+    path: str,
+    *,
+    method: str = "GET",
+    body: object = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> object:
+    """One admin API request (`body` sent as JSON); its JSON answer.
+
+    Raises:
+        CtlError: the router answered an error (its code and message: exit 1, or 4 when it
+            refused access), or it cannot be reached or did not answer JSON (exit 3).
+    """
+    base = _admin_url(args)
+    url = base + path
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    token = _token()
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read()).get("error", exc.reason)
+        except (ValueError, AttributeError):
+            detail = exc.reason
+        raise CtlError(f"{url}: {exc.code} {detail}", exit_code_for_http(exc.code)) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise CtlError(
+            f"cannot reach the router's admin API at {base}: {reason}", ExitCode.UNREACHABLE
+        ) from None
+    except ValueError:
+        raise CtlError(
+            f"the admin API at {base} answered {path} with something that is not JSON", ExitCode.UNREACHABLE
+        ) from None
+
+
+def _target_command(args: argparse.Namespace, out: Output) -> int:
+    query = {"key": args.key, **({"dry-run": "true"} if args.dry_run else {})}
+    decision = _request(
+        args, _quoted("api", "v1", "routers", args.router, "target") + "?" + urllib.parse.urlencode(query)
+    )
+    out.emit_lines([decision], _decisions_blocks)
+    return ExitCode.OK
+
+
+def _status_command(args: argparse.Namespace, out: Output) -> int:
+    if args.router is not None:
+        out.emit(_request(args, _quoted("api", "v1", "routers", args.router)), _router_blocks)
+        return ExitCode.OK
+    document = _request(args, "/api/v1/status")
+    routers = _request(args, "/api/v1/routers")
+    assert isinstance(document, dict)
+    out.emit({**document, "routers": routers}, _status_blocks)
+    return ExitCode.OK
+
+
+def _state_command(args: argparse.Namespace, out: Output) -> int:
+    path = _quoted("api", "v1", "routers", args.router, "targets", args.node_id)
+    if args.state is None:
+        target = _request(args, path)
+    else:
+        target = _request(args, path, method="PUT", body={"admin_state": args.state})
+    out.emit(target, lambda t: [_targets_table([t])])
+    return ExitCode.OK
+
+
+def _event_log_command(args: argparse.Namespace, out: Output) -> int:
+    if args.ring_size is None:
+        document = _request(args, "/api/v1/event-log")
+    else:
+        document = _request(args, "/api/v1/event-log", method="PUT", body={"ring_size": args.ring_size})
+    out.emit(document, _fields_blocks)
+    return ExitCode.OK
+
+
+def _cache_command(args: argparse.Namespace, out: Output) -> int:
+    base = _quoted("api", "v1", "routers", args.router, "cache")
+    if args.action == "get":
+        entry = _request(args, base + "?" + urllib.parse.urlencode({"key": args.key}))
+        out.emit(entry, lambda e: [_cache_table([e])])
+        return ExitCode.OK
+    if args.action == "evict":
+        if args.node_id is not None and not args.node_id:
+            raise CtlError("cache evict: --node-id must not be empty", ExitCode.USAGE)
+        what = {"all": "true"} if args.all else {"key": args.key} if args.key is not None else {}
+        selector = urllib.parse.urlencode(what or {"node_id": args.node_id})
+        evicted = _request(args, f"{base}?{selector}", method="DELETE")
+        out.emit(evicted, lambda d: [_evicted_line(_field(d, "evicted"))])
+        return ExitCode.OK
+    if args.action == "pin":
+        pin = {"key": args.key, "node_id": args.node_id, "duration_s": args.duration}
+        entry = _request(args, base, method="PUT", body=pin)
+        out.emit(entry, lambda e: [_cache_table([e])])
+        return ExitCode.OK
+    after, entries = args.after, []
+    while True:
+        query: dict[str, str | int] = {"prefix": args.prefix, "after": after, "limit": args.limit}
+        if args.node_id is not None:
+            query["node_id"] = args.node_id
+        page = _request(args, f"{base}?{urllib.parse.urlencode(query)}")
+        if not isinstance(page, dict):
+            raise CtlError(f"cache list: the admin API answered {page!r}", ExitCode.UNREACHABLE)
+        if not args.all:
+            out.emit(page, _cache_page_blocks)
+            return ExitCode.OK
+        if out.json:  # one line per entry as each page arrives
+            out.emit_lines(page["entries"], _cache_rows_blocks)
+        else:
+            entries.extend(page["entries"])
+        if page["next"] is None:
+            if not out.json:
+                out.blocks(_cache_rows_blocks(entries))
+            return ExitCode.OK
+        after = page["next"]
+
+
+def _wait_command(args: argparse.Namespace, out: Output) -> int:
+    """Poll the router's document until the condition holds (module docstring of ctl_output for
+    the exit codes)."""
+    router_path = _quoted("api", "v1", "routers", args.router)
+    node_id: str | None = getattr(args, "node_id", None)
+    subject = (
+        f"router {args.router!r}" if node_id is None else f"target {node_id!r} of router {args.router!r}"
+    )
+    deadline = time.monotonic() + args.timeout
+    seen = "nothing yet"
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            document = _request(args, router_path, timeout_s=max(0.1, min(REQUEST_TIMEOUT_S, left)))
+        except CtlError as exc:
+            if exc.code is not ExitCode.UNREACHABLE:
+                raise
+            seen = exc.message
+        else:
+            held, seen, shown = _condition(document, node_id, args.state)
+            if held:
+                out.emit(shown, _router_blocks if node_id is None else (lambda t: [_targets_table([t])]))
+                return ExitCode.OK
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CtlError(
+                f"wait: {subject} did not become {args.state} within {args.timeout:g} s (last: {seen})",
+                ExitCode.TIMED_OUT,
+            )
+        time.sleep(min(args.interval, left))
+
+
+def _condition(document: object, node_id: str | None, state: str) -> tuple[bool, str, object]:
+    """Whether a router document shows `state` (for the router, or for its target `node_id`):
+    (holds, what it shows in words, the document to print)."""
+    if not isinstance(document, dict):
+        return False, f"an answer that is not a router: {document!r}", document
+    pool = document.get("pool")
+    if node_id is None:
+        ready = pool is None or bool(pool.get("active"))
+        return ready == (state == "ready"), "ready" if ready else "not-ready (no quorum)", document
+    targets = [] if pool is None else [t for t in pool.get("targets", []) if t.get("node_id") == node_id]
+    if not targets:
+        return state == "absent", "absent from the pool", {"node_id": node_id, "in_pool": False}
+    target = targets[0]
+    return target.get("state") == state, str(target.get("state")), target
+
+
+# -- routerctl: what people see ---------------------------------------------------------------
+
+
+def _field(document: object, name: str) -> object:
+    return document.get(name) if isinstance(document, dict) else None
+
+
+def _items(document: object, name: str) -> list[object]:
+    """A list field of a document ([] when it has none)."""
+    value = _field(document, name)
+    return value if isinstance(value, list) else []
+
+
+def _duration(seconds: object) -> str:
+    """12.3 s, 4m05s, 3h02m, 2d03h."""
+    if not isinstance(seconds, (int, float)):
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s"
+
+
+def _of(used: object, total: object) -> str:
+    return f"{_text_of(used)} of {_text_of(total)}"
+
+
+def _text_of(value: object) -> str:
+    return "unlimited" if value is None else str(value)
+
+
+def _decisions_blocks(decisions: list[object]) -> list[Renderable]:
+    table = Table(["key", "status", "node_id", "connector"])
+    for d in decisions:
+        node_id = _field(d, "node_id")
+        if node_id not in (None, "local") and _field(d, "local"):
+            node_id = f"{node_id} (local)"
+        table.add(_field(d, "key"), _field(d, "status"), node_id, _field(d, "connector"))
+    return [table]
+
+
+def _targets_table(targets: Sequence[object]) -> Table:
+    table = Table(["node_id", "state", "admin_state", "connections", "connector"])
+    for t in targets:
+        if _field(t, "in_pool") is False:
+            table.add(_field(t, "node_id"), "absent", _field(t, "admin_state"), None, None)
+            continue
+        table.add(
+            _field(t, "node_id"),
+            _field(t, "state"),
+            _field(t, "admin_state"),
+            _field(t, "connections"),
+            _field(t, "connector"),
+        )
+    return table
+
+
+def _router_blocks(router: object) -> list[Renderable]:
+    pool = _field(router, "pool")
+    fields = Fields()
+    for name in ("name", "key_type", "key_filter", "local_target_filter", "policy", "cache_entries"):
+        fields.add(name.replace("_", " "), _field(router, name))
+    if not isinstance(pool, dict):
+        fields.add("pool", None)
+        return [fields]
+    fields.add("pool", f"{pool.get('kind')}, quorum {pool.get('quorum_size')}")
+    fields.add("pool state", "active" if pool.get("active") else "inactive")
+    targets = pool.get("targets", [])
+    blocks: list[Renderable] = [fields, _targets_table(targets)]
+    members = Table(["member_of", "connector", "state", "active"])
+    for t in targets:
+        for m in t.get("members", ()):
+            members.add(t.get("node_id"), m.get("connector"), m.get("state"), m.get("active"))
+    if members.rows:
+        blocks.append(members)
+    return blocks
+
+
+def _status_blocks(document: object) -> list[Renderable]:
+    process = _field(document, "process")
+    descriptors = _field(process, "descriptors")
+    clients = _field(process, "client_connections")
+    fields = Fields()
+    fields.add("pid", _field(process, "pid"))
+    fields.add("version", _field(process, "version"))
+    fields.add("uptime", _duration(_field(process, "uptime_s")))
+    fields.add("descriptors", _of(_field(descriptors, "open"), _field(descriptors, "limit")))
+    fields.add("client connections", _of(_field(clients, "open"), _field(clients, "budget")))
+    acceptors = Table(["acceptor", "router", "address", "mode", "path", "open", "pending", "limit"])
+    for a in _items(document, "acceptors"):
+        host = str(_field(a, "host"))
+        address = f"[{host}]:{_field(a, 'port')}" if ":" in host else f"{host}:{_field(a, 'port')}"
+        acceptors.add(
+            _field(a, "name"),
+            _field(a, "router"),
+            address,
+            _field(a, "mode"),
+            _field(a, "data_path"),
+            _field(a, "open"),
+            _field(a, "pending"),
+            _field(a, "connections_allowed"),
+        )
+    routers = Table(["router", "key_type", "policy", "pool", "ready", "cache"])
+    for r in _items(document, "routers"):
+        pool = _field(r, "pool")
+        targets = _items(pool, "targets")
+        ready = sum(_field(t, "state") == "ready" for t in targets)
+        routers.add(
+            _field(r, "name"),
+            _field(r, "key_type"),
+            _field(r, "policy"),
+            None if pool is None else ("active" if _field(pool, "active") else "inactive"),
+            None if pool is None else f"{ready}/{len(targets)}",
+            _field(r, "cache_entries"),
+        )
+    return [fields, acceptors, routers]
+
+
+def _cache_table(entries: Sequence[object]) -> Table:
+    table = Table(["key", "node_id", "idle_s", "expires_in_s", "pinned"])
+    for e in entries:
+        table.add(
+            _field(e, "key"),
+            _field(e, "node_id"),
+            _field(e, "idle_s"),
+            _field(e, "expires_in_s"),
+            _field(e, "pinned"),
+        )
+    return table
+
+
+def _cache_page_blocks(page: object) -> list[Renderable]:
+    blocks: list[Renderable] = [_cache_table(_items(page, "entries"))]
+    following = _field(page, "next")
+    if following is not None:
+        blocks.append(f"more: --after {shlex.quote(str(following))}")
+    return blocks
+
+
+def _cache_rows_blocks(entries: list[object]) -> list[Renderable]:
+    return [_cache_table(entries)]
+
+
+def _evicted_line(count: object) -> str:
+    return f"evicted {count} {'entry' if count == 1 else 'entries'}"
+
+
+def _fields_blocks(document: object) -> list[Renderable]:
+    fields = Fields()
+    if isinstance(document, dict):
+        for name, value in document.items():
+            fields.add(str(name).replace("_", " "), value)
+    return [fields]
+
+
+# -- routerctl: register ----------------------------------------------------------------------
+
+
+def _register(args: argparse.Namespace, out: Output) -> int:
     try:
         zookeeper = ZooKeeperConfig(
             connect=args.zookeeper, path=args.path, session_timeout_ms=args.session_timeout
@@ -697,7 +1252,7 @@ def _register(args: argparse.Namespace) -> int:
         if error is None:
             raise
         _fail("routerctl", f"register: {error}")
-    return 0
+    return ExitCode.OK
 
 
 async def _run_register(zookeeper: ZooKeeperConfig, member: Member, connect_timeout_s: float) -> None:
@@ -717,60 +1272,44 @@ async def _run_register(zookeeper: ZooKeeperConfig, member: Member, connect_time
         await serve_registration(zookeeper, member, connect_timeout_s=connect_timeout_s)
 
 
-MAX_TOKENS_BYTES: Final = 1024 * 1024
-"""Largest tokens file read (routerd's `--admin-tokens`, routerctl's ROUTERCTL_TOKEN_FILE)."""
-
-
-def _token() -> str | None:
-    """The admin API token for routerctl: the file ROUTERCTL_TOKEN_FILE names, or ROUTERCTL_TOKEN."""
-    path = os.environ.get("ROUTERCTL_TOKEN_FILE")
-    if path:
-        try:
-            with open(path, encoding="utf-8") as file:
-                return file.read(MAX_TOKENS_BYTES).strip() or None
-        except OSError as exc:
-            _fail("routerctl", f"ROUTERCTL_TOKEN_FILE {path!r}: {exc.strerror}", EXIT_USAGE)
-    return os.environ.get("ROUTERCTL_TOKEN") or None
-
-
-def _get(admin: str, path: str, *, put: object = None, method: str = "GET") -> object:
-    """GET a resource of the admin API (PUT `put` as JSON when given, or another method); one error
-    line otherwise."""
-    url = admin.rstrip("/") + path
-    request = urllib.request.Request(url, method=method)
-    if put is not None:  # a body: PUT unless another method was asked (POST)
-        body_method = "PUT" if method == "GET" else method
-        request = urllib.request.Request(url, data=json.dumps(put).encode(), method=body_method)
-    token = _token()
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            detail = json.loads(exc.read()).get("error", exc.reason)
-        except ValueError:
-            detail = exc.reason
-        _fail("routerctl", f"{url}: {exc.code} {detail}")
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        _fail("routerctl", f"cannot reach the router's admin API at {admin}: {reason}")
-
-
-def _reload(args: argparse.Namespace) -> int:
-    """`routerctl reload`: what changed, one line per part (the JSON answer with --json)."""
-    answer = _get(args.admin, "/api/v1/reload", method="POST")
+def _reload(args: argparse.Namespace, out: Output) -> int:
+    """`routerctl reload`: what changed in one line (the JSON answer with --json)."""
+    answer = _request(args, "/api/v1/reload", method="POST")
     assert isinstance(answer, dict)
-    if args.json:
-        print(json.dumps(answer, indent=2))
-        return 0
-    print(f"reloaded: {answer.get('summary', '')}")
-    return 0
+    out.emit(answer, lambda a: [f"reloaded: {a.get('summary', '') if isinstance(a, dict) else ''}"])
+    return ExitCode.OK
+
+
+def _move_command(args: argparse.Namespace, out: Output) -> int:
+    """`routerctl evacuate | rebalance | shutdown` (router/ctl_moves.py)."""
+    args.admin_url = _admin_url(args)  # `shutdown --wait` watches it go
+    return run_move_command(
+        args,
+        lambda path, method="GET", body=None: _request(args, path, method=method, body=body),
+        out,
+        _fields_blocks,
+    )
+
+
+_COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Output], int]]] = {
+    "route": _dry_run,
+    "target": _target_command,
+    "status": _status_command,
+    "state": _state_command,
+    "wait": _wait_command,
+    "cache": _cache_command,
+    "event-log": _event_log_command,
+    "register": _register,
+    "reload": _reload,
+    "evacuate": _move_command,
+    "rebalance": _move_command,
+    "shutdown": _move_command,
+}
+"""routerctl's own commands (the pipeline's come from pipeline.cli)."""
 
 
 def main_routerctl(argv: Sequence[str] | None = None) -> int:
-    """`routerctl`: see the module docstring."""
+    """`routerctl`: see the module docstring; the exit status (`ExitCode`)."""
     args = _routerctl_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.command == "register" else logging.WARNING,
@@ -779,36 +1318,11 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
     )
     if args.command in PIPELINE_COMMANDS:
         return run_pipeline_command(args)
-    if args.command in MOVE_COMMANDS:
-        return run_move_command(args, _get)
-    if args.command == "route":
-        return _dry_run(args)
-    if args.command == "register":
-        return _register(args)
-    if args.command == "cache":
-        return _cache_command(args)
-    if args.command == "state":
-        path = f"/api/v1/routers/{urllib.parse.quote(args.router, safe='')}/targets/"
-        path += urllib.parse.quote(args.node_id, safe="")
-        change = None if args.state is None else {"admin_state": args.state}
-        print(json.dumps(_get(args.admin, path, put=change)))
-        return 0
-    if args.command == "reload":
-        return _reload(args)
-    if args.command == "event-log":
-        change = None if args.ring_size is None else {"ring_size": args.ring_size}
-        print(json.dumps(_get(args.admin, "/api/v1/event-log", put=change), indent=2))
-        return 0
-    if args.command == "target":
-        query = {"key": args.key, **({"dry-run": "true"} if args.dry_run else {})}
-        path = f"/api/v1/routers/{urllib.parse.quote(args.router, safe='')}/target?" + urllib.parse.urlencode(
-            query
-        )
-        print(json.dumps(_get(args.admin, path)))
-        return 0
-    path = "/api/v1/routers" + (f"/{urllib.parse.quote(args.router, safe='')}" if args.router else "")
-    print(json.dumps(_get(args.admin, path), indent=2))
-    return 0
+    out = Output(json_output=getattr(args, "json", False))
+    try:
+        return _COMMANDS[args.command](args, out)
+    except CtlError as exc:
+        _fail("routerctl", exc.message, exc.code)
 
 
 def routerctl_main() -> None:

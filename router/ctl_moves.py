@@ -6,14 +6,14 @@
                         | --status | --abort
     routerctl shutdown --admin URL [--wait [--timeout S]]
 
-Each prints the move's status as JSON (with --wait, the last one). Exit status: 0 when it started
-(with --wait: when it is done), was shown or aborted; 1 when, with --wait, it was aborted or did
-not finish within --timeout, or when the admin API answered an error; 2 for bad usage.
+Each prints the move's status (with --wait, the last one), as fields or, with --json, JSON. Exit
+status (routerctl's `ExitCode`): 0 when it started (with --wait: when it is done), was shown or
+aborted; 1 when, with --wait, it ended aborted, or the admin API answered an error; 5 when, with
+--wait, it did not finish within --timeout; 2 for bad usage; 3 admin API unreachable.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.error
 import urllib.parse
@@ -21,10 +21,13 @@ import urllib.request
 from typing import TYPE_CHECKING, Final
 
 from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveOrder
+from router.ctl_output import CtlError, ExitCode
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
+
+    from router.ctl_output import Output, Renderable
 
 __all__ = ["COMMANDS", "add_commands", "run_command"]
 
@@ -81,8 +84,12 @@ def _control_options(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], admin_default: str) -> None:
-    """Add `evacuate`, `rebalance` and `shutdown` to routerctl's sub-commands."""
+def add_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    admin_options: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """Add `evacuate`, `rebalance` and `shutdown` to routerctl's sub-commands (`admin_options` adds
+    routerctl's `--admin` and `--json`)."""
     evacuate = sub.add_parser(
         "evacuate",
         help="move a target's clients elsewhere, paced, in their protocol",
@@ -91,7 +98,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], admin
         "ConnectionControl; other clients are closed. Each client's key is routed again (and "
         "cached), so it lands elsewhere when it comes back. Output: the evacuation's status, JSON.",
     )
-    evacuate.add_argument("--admin", default=admin_default, help="the router's admin API URL")
+    admin_options(evacuate)
     evacuate.add_argument("router", help="the connection router's name")
     evacuate.add_argument("node_id", metavar="NODE_ID", help="the target to evacuate")
     _pace_options(evacuate)
@@ -120,7 +127,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], admin
         "targets, move just enough clients, each to the target with the fewest connections. Needs "
         "a <cache> (or LEAST_CONNECTIONS). Output: the rebalance's status, JSON.",
     )
-    rebalance.add_argument("--admin", default=admin_default, help="the router's admin API URL")
+    admin_options(rebalance)
     rebalance.add_argument("router", help="the connection router's name")
     _pace_options(rebalance)
     rebalance.add_argument(
@@ -139,16 +146,23 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], admin
         description="No new connections; open ones are moved paced over routerd's grace period, "
         "then routerd exits. With --wait, returns once the admin API no longer answers.",
     )
-    shutdown.add_argument("--admin", default=admin_default, help="the router's admin API URL")
+    admin_options(shutdown)
     _wait_options(shutdown, "shutdown")
 
 
-def run_command(args: argparse.Namespace, request: Callable[..., object]) -> int:
-    """Run one of `COMMANDS`; `request(admin, path, put=…, method=…)` calls the admin API (routerctl's
-    `_get`: prints one error line and exits 1 on an error)."""
+def run_command(
+    args: argparse.Namespace,
+    request: Callable[..., object],
+    out: Output,
+    render: Callable[[object], Iterable[Renderable]],
+) -> int:
+    """Run one of `COMMANDS`: `request(path, method=…, body=…)` calls the admin API (raising
+    routerctl's `CtlError`), `out` prints the status with `render` (or JSON with --json)."""
     if args.command == "shutdown":
-        print(json.dumps(request(args.admin, "/api/v1/shutdown", put={}, method="POST")))
-        return _wait_gone(args.admin, args.timeout) if args.wait else 0
+        out.emit(request("/api/v1/shutdown", method="POST", body={}), render)
+        if args.wait and not _gone(args.admin_url, args.timeout):
+            raise CtlError(f"routerd still answers after {args.timeout:g} s", ExitCode.TIMED_OUT)
+        return ExitCode.OK
     router = urllib.parse.quote(args.router, safe="")
     if args.command == "evacuate":
         path = f"/api/v1/routers/{router}/targets/{urllib.parse.quote(args.node_id, safe='')}/evacuation"
@@ -157,34 +171,38 @@ def run_command(args: argparse.Namespace, request: Callable[..., object]) -> int
         path = f"/api/v1/routers/{router}/rebalance"
         body = {"rate": args.rate, "order": args.order, "band": args.band}
     if args.status:
-        status = request(args.admin, path)
+        status = request(path)
     elif args.abort:
-        status = request(args.admin, path, method="DELETE")
+        status = request(path, method="DELETE")
     else:
-        status = request(args.admin, path, put=body, method="POST")
+        status = request(path, method="POST", body=body)
         if args.wait:
             deadline = time.monotonic() + args.timeout
             while _state(status) in ("running", "waiting") and time.monotonic() < deadline:
                 time.sleep(POLL_S)
-                status = request(args.admin, path)
-    print(json.dumps(status))
+                status = request(path)
+    out.emit(status, render)
     if args.wait and not (args.status or args.abort):
-        return 0 if _state(status) == "done" else 1
-    return 0
+        state = _state(status)
+        if state in ("running", "waiting"):
+            raise CtlError(f"not done after {args.timeout:g} s", ExitCode.TIMED_OUT)
+        if state != "done":
+            raise CtlError(f"the {args.command} ended {state}", ExitCode.FAILED)
+    return ExitCode.OK
 
 
 def _state(status: object) -> str:
     return str(status.get("state", "")) if isinstance(status, dict) else ""
 
 
-def _wait_gone(admin: str, timeout_s: float) -> int:
-    """Wait until the admin API stops answering (the process ended): 0, or 1 after `timeout_s`."""
+def _gone(admin_url: str, timeout_s: float) -> bool:
+    """Wait until the admin API stops answering (the process ended); False after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(admin.rstrip("/") + "/healthz", timeout=2):
+            with urllib.request.urlopen(admin_url.rstrip("/") + "/healthz", timeout=2):
                 pass
         except (urllib.error.URLError, OSError):
-            return 0
+            return True
         time.sleep(POLL_S)
-    return 1
+    return False

@@ -73,6 +73,7 @@ from router.services.discovery import serve_discovery
 from router.services.evacuation import MoveConflict, Moves
 from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
+from router.services.process import ProcessView
 from router.services.shared_cache import SharedCache
 from router.services.state_file import StateFile, StateFileError
 from router.services.ttl_checks import serve_connection_ttl_checks
@@ -630,6 +631,8 @@ class _Server:
         """Evacuations, rebalances, the paced shutdown (and the moves of targets a reload removed)."""
         self.lifecycle = Lifecycle(shutdown=options.shutdown)
         """/readyz: 503 from the moment shutdown is set."""
+        self.process = ProcessView(admission)
+        """GET /api/v1/status: told which acceptors listen whenever they change."""
 
     # -- the services of each router --
 
@@ -736,6 +739,10 @@ class _Server:
         if names and not self.fast.started:
             log.info("fast path (epoll relay thread) serves acceptor(s) %s", ", ".join(names))
             self.fast.start()
+        self.process.serving(
+            ((a.served, self.bound[name]) for name, a in self.acceptors.items() if name in self.bound),
+            self.fast if self.fast.started else None,
+        )
 
     # -- the process --
 
@@ -764,6 +771,7 @@ class _Server:
                         reload=self.reload,
                         operations=Operations(moves=self.moves, stop=self.options.shutdown.set),
                         lifecycle=self.lifecycle,
+                        process=self.process,
                     ),
                     admin[0],
                     admin[1],

@@ -83,7 +83,7 @@ ROUTER_LAYERS = (
     ("router.datapath",),
     ("router.services",),
     ("router.server",),
-    ("router.cli", "router.ctl_moves", "router.__main__"),
+    ("router.cli", "router.ctl_moves", "router.ctl_output", "router.__main__"),
 )
 """Lowest first: a module may import from its own layer and the ones before it, never after."""
 

@@ -110,6 +110,7 @@ class Admission:
         """Client connections admitted and not yet released."""
         self._limits = dict(limits or {})
         self._by_acceptor: dict[str, int] = {}
+        """Acceptor -> open connections (every acceptor: the status resource shows them)."""
         self._by_source: dict[tuple[str, str], int] = {}
         """(acceptor, source host) -> open connections, for acceptors with a per-source limit."""
         self._lock = threading.Lock()
@@ -124,8 +125,8 @@ class Admission:
         with self._lock:
             if self.open >= self.budget:
                 return Refusal.DESCRIPTOR_BUDGET
+            on_acceptor = self._by_acceptor.get(acceptor, 0)
             if limits is not None:
-                on_acceptor = self._by_acceptor.get(acceptor, 0)
                 if 0 <= limits.connections <= on_acceptor:
                     return Refusal.ACCEPTOR_LIMIT
                 if limits.per_source >= 0:
@@ -134,7 +135,7 @@ class Admission:
                     if from_source >= limits.per_source:
                         return Refusal.SOURCE_LIMIT
                     self._by_source[key] = from_source + 1
-                self._by_acceptor[acceptor] = on_acceptor + 1
+            self._by_acceptor[acceptor] = on_acceptor + 1
             self.open += 1
         return None
 
@@ -154,14 +155,9 @@ class Admission:
         limits = self._limits.get(acceptor)
         with self._lock:
             self.open -= 1
-            if limits is None:
-                return
-            # .get: a connection admitted before a reload gave the acceptor its limits was not
-            # counted by acceptor or source (`set_limits`).
-            on_acceptor = self._by_acceptor.get(acceptor, 0)
-            if on_acceptor > 0:
-                self._by_acceptor[acceptor] = on_acceptor - 1
-            if limits.per_source >= 0:
+            # .get and not below 0: a reload may have changed the acceptor meanwhile.
+            self._by_acceptor[acceptor] = max(0, self._by_acceptor.get(acceptor, 0) - 1)
+            if limits is not None and limits.per_source >= 0:
                 key = (acceptor, source)
                 left = self._by_source.get(key, 0) - 1
                 if left > 0:
@@ -171,18 +167,22 @@ class Admission:
 
     def set_limits(self, acceptor: str, limits: AcceptorLimits | None) -> None:
         """A configuration reload changed an acceptor's limits (None: it has none now). Connections
-        open now stay. An acceptor that had no limits did not count its connections: the new
-        limits count from here (the connections open now are not held against them)."""
+        open now stay and are still counted on the acceptor; an acceptor that had no limits did
+        not count its connections by source: that count starts from here."""
         with self._lock:
             if limits is None:
                 self._limits.pop(acceptor, None)
-                self._by_acceptor.pop(acceptor, None)
                 for key in [k for k in self._by_source if k[0] == acceptor]:
                     del self._by_source[key]
             else:
                 self._limits[acceptor] = limits
 
     def open_on(self, acceptor: str) -> int:
-        """Open connections of an acceptor that has limits of its own (0 for one without)."""
+        """Open connections of an acceptor: admitted and not released yet."""
         with self._lock:
             return self._by_acceptor.get(acceptor, 0)
+
+    def open_by_acceptor(self) -> dict[str, int]:
+        """Open connections of each acceptor that has had any, at one moment."""
+        with self._lock:
+            return dict(self._by_acceptor)

@@ -1,8 +1,10 @@
-"""A router's state as an operator sees it: a frozen snapshot of engine, pool and connections.
+"""A router's state as an operator sees it: a frozen snapshot of engine, pool and connections;
+and the process's (`ServerStatus`: pid, version, descriptor budget, acceptors with their counts).
 
 Pure: `snapshot` reads the live objects and copies what the admin API and `routerctl status`
 show; `RouterRuntime.status` calls it under the router's lock, so a snapshot is consistent even
-while the fast path's thread routes.
+while the fast path's thread routes. The process's facts (clock, /proc) are read by
+router/services/process.py, which builds a `ServerStatus` from them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ if TYPE_CHECKING:
     from router.core.engine import RoutingEngine
     from router.core.live import LiveConnections
 
-__all__ = ["MemberStatus", "PoolStatus", "RouterStatus", "TargetStatus", "snapshot"]
+__all__ = [
+    "AcceptorStatus",
+    "MemberStatus",
+    "PoolStatus",
+    "ProcessStatus",
+    "RouterStatus",
+    "ServerStatus",
+    "TargetStatus",
+    "snapshot",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,3 +166,87 @@ def _target(pool: Pool, target: Target, connections: LiveConnections) -> TargetS
         connections=connections.connection_count(target.node_id),
         members=members,
     )
+
+
+# -- the process and its acceptors (GET /api/v1/status) ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptorStatus:
+    """One acceptor as the status resource shows it."""
+
+    name: str
+    router: str
+    host: str
+    """Where it listens (the bound address: port 0 in the configuration shows the port it got)."""
+    port: int
+    mode: str
+    """proxy, redirect or auto."""
+    data_path: str
+    """`fast` (the epoll thread) or `trio` (a task per connection)."""
+    open: int
+    """Client connections admitted and not closed yet, whatever they are doing (opening, waiting,
+    answered, proxied)."""
+    pending: int
+    """Of those, the ones without a decision yet: reading the opening (TLS, PROXY header, sniffing),
+    authenticating, or waiting for the quorum."""
+    connections_allowed: int | None
+    """`connectionsAllowed`; None: no limit of its own."""
+    connections_allowed_per_source: int | None
+    """`connectionsAllowedPerSource`; None: no limit."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "router": self.router,
+            "host": self.host,
+            "port": self.port,
+            "mode": self.mode,
+            "data_path": self.data_path,
+            "open": self.open,
+            "pending": self.pending,
+            "connections_allowed": self.connections_allowed,
+            "connections_allowed_per_source": self.connections_allowed_per_source,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessStatus:
+    """The routerd process: who it is, and its descriptor budget."""
+
+    pid: int
+    version: str
+    """The package's version (`routerctl --version` prints its own)."""
+    started_at: float
+    """When it started serving, in seconds since the epoch."""
+    uptime_s: float
+    descriptor_limit: int | None
+    """Its soft RLIMIT_NOFILE (after raising it at start); None: unlimited."""
+    descriptors_open: int | None
+    """Descriptors open now; None where /proc/self/fd cannot be read."""
+    client_budget: int
+    """Client connections it serves at once at most (router/core/admission.py)."""
+    client_connections: int
+    """Client connections it holds now, every acceptor together (counted against the budget)."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "version": self.version,
+            "started_at": self.started_at,
+            "uptime_s": self.uptime_s,
+            "descriptors": {"limit": self.descriptor_limit, "open": self.descriptors_open},
+            "client_connections": {"budget": self.client_budget, "open": self.client_connections},
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerStatus:
+    """The document of `GET /api/v1/status`: the process and its acceptors (the routers have a
+    resource of their own, `GET /api/v1/routers`)."""
+
+    process: ProcessStatus
+    acceptors: tuple[AcceptorStatus, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"process": self.process.to_json(), "acceptors": [a.to_json() for a in self.acceptors]}

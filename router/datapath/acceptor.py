@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from router.core.address import Address
     from router.runtime import RouterRuntime
 
-__all__ = ["ConnectionLimits", "ServedAcceptor"]
+__all__ = ["ConnectionLimits", "Pending", "ServedAcceptor"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +33,18 @@ class ConnectionLimits:
     connect_timeout_s: float = 5.0
     """Deadline of the connect to the chosen target (HAProxy's usual `timeout connect 5s`), and of
     the target's answer to a replayed server-first opening."""
+
+
+class Pending:
+    """Connections of one acceptor the trio path holds that have no decision yet: reading their
+    opening, authenticating, waiting for the quorum (those the fast path hands over to wait
+    included). Changed and read in the trio thread only, once per connection: no lock, no cost per
+    byte. The fast path's own undecided connections are `FastPath.pending_by_acceptor`."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +67,8 @@ class ServedAcceptor:
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     admission: Admission = field(default_factory=lambda: Admission(sys.maxsize))
     """Shared by every acceptor of the process (the default, for tests: no limits)."""
+    pending: Pending = field(default_factory=Pending)
+    """Its trio-path connections without a decision yet (the status resource shows them)."""
 
     @property
     def name(self) -> str:

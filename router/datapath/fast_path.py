@@ -390,6 +390,17 @@ class FastPath:
         """Connections relayed now (approximate when read from another thread)."""
         return len(self._conns) // 2
 
+    def pending_by_acceptor(self) -> dict[str, int]:
+        """Connections whose opening this thread is reading (no decision yet), by acceptor name;
+        counted when asked (from another thread: a snapshot of the moment), nothing per connection.
+        A connection it decides at accept is never pending here, and one handed over to wait for
+        the quorum counts on the trio side (`ServedAcceptor.pending`)."""
+        counts: dict[str, int] = {}
+        for opening in list(self._openings.values()):  # list(): one C-level copy under the GIL
+            name = opening.listener.acceptor.name
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the thread to end (at once when it never started); whether it did."""
         return self._thread is None or self._done.wait(timeout)

@@ -60,7 +60,7 @@ from router.datapath.tls import PrefixedStream, certificate_user
 if TYPE_CHECKING:
     from keys import ConnectionFacts
     from router.core.events import ConnectionRef
-    from router.datapath.acceptor import ServedAcceptor
+    from router.datapath.acceptor import Pending, ServedAcceptor
     from router.datapath.fast_path import Departing, HandedOver
 
 __all__ = ["depart", "handle_connection", "resume_connection"]
@@ -79,11 +79,29 @@ class _Opened:
     """Subject CN of the client certificate we verified."""
 
 
+class _Undecided:
+    """Counts a connection in its acceptor's `Pending` from its accept (or hand-over) until its
+    decision, or its end when it gets none."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self, pending: Pending) -> None:
+        pending.count += 1
+        self._pending: Pending | None = pending
+
+    def decided(self) -> None:
+        """The connection has its decision, or has ended (idempotent)."""
+        if self._pending is not None:
+            self._pending.count -= 1
+            self._pending = None
+
+
 async def handle_connection(client: trio.SocketStream, acceptor: ServedAcceptor, peer: Address) -> None:
     """One accepted client connection from `peer`, admitted (`ServedAcceptor.admit`): open,
     decide, plan, then answer or proxy; released when its socket is closed."""
     # The socket is closed here however the connection ends, also when cancelled before any
     # close (shutdown): never left to the GC. The stream on top is closed by `_serve`.
+    undecided = _Undecided(acceptor.pending)
     try:
         with contextlib.closing(client.socket):
             try:
@@ -93,19 +111,25 @@ async def handle_connection(client: trio.SocketStream, acceptor: ServedAcceptor,
             conn = acceptor.runtime.accept(acceptor.name, peer)
             opened = await _open(client, acceptor, conn, local)
             if opened is not None:
-                await _serve(acceptor, conn, opened)
+                await _serve(acceptor, conn, opened, undecided=undecided)
     finally:
+        undecided.decided()
         acceptor.release(peer)
 
 
 async def resume_connection(client: trio.SocketStream, acceptor: ServedAcceptor, handed: HandedOver) -> None:
     """Continue a connection the fast path opened (and maybe decided and planned): carry out its
     Proxy, or wait for the quorum and go on as for any other connection."""
+    undecided = None if isinstance(handed.then, Proxy) else _Undecided(acceptor.pending)
     try:
         with contextlib.closing(client.socket):  # as in handle_connection
             opened = _Opened(stream=client, opening=handed.opening)
-            await _serve(acceptor, handed.conn, opened, then=handed.then, retry=handed.retry)
+            await _serve(
+                acceptor, handed.conn, opened, then=handed.then, retry=handed.retry, undecided=undecided
+            )
     finally:
+        if undecided is not None:
+            undecided.decided()
         acceptor.release(handed.conn.peer)
 
 
@@ -230,10 +254,11 @@ async def _serve(
     *,
     then: Proxy | Wait | None = None,
     retry: bool = True,
+    undecided: _Undecided | None = None,
 ) -> None:
     """Decide (unless `then` says how far the fast path got), plan, and carry the plan out. The
     client's stream is closed on return, whichever way the connection ended (with TLS terminated
-    by us, its close_notify goes first)."""
+    by us, its close_notify goes first). `undecided` is told once the decision is made."""
     runtime, opening = acceptor.runtime, opened.opening
     async with opened.stream as client:
         if isinstance(then, Proxy):  # decided, planned and reported by the fast path
@@ -254,6 +279,8 @@ async def _serve(
         action = plan(acceptor.config, runtime.name, opening, decision)
         latency_s = trio.current_time() - started
         runtime.report(decided(conn, opening, action, facts=facts, latency_s=latency_s))
+        if undecided is not None:
+            undecided.decided()
         match action:
             case Refuse() | Redirect():
                 await _answer(client, action.answer)

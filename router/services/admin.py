@@ -5,7 +5,9 @@ default; who may call what (the Host rule, tokens and their levels) is router/co
 checked before any resource is touched, and every state-changing or refused request is logged
 with the caller.
 
-Endpoints:
+Endpoints (docs/admin-api.yaml describes each in OpenAPI 3.1; tests check this server against it):
+  GET  /api/v1/status                         the process (pid, version, uptime, descriptors, client
+                                              budget) and its acceptors with open and pending counts
   GET  /api/v1/routers                        every router with its filters and pool state
   GET  /api/v1/routers/{name}                 one router
   GET  /api/v1/routers/{name}/target?key=K    the management lookup (SPEC A7), as `routerctl route`;
@@ -90,9 +92,10 @@ if TYPE_CHECKING:
     from router.runtime import RouterRuntime
     from router.services.evacuation import Moves
     from router.services.event_log import EventLog
+    from router.services.process import ProcessView
     from router.services.state_file import StateFile
 
-__all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "Lifecycle", "serve_admin"]
+__all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "ROUTES", "Lifecycle", "serve_admin"]
 
 log = logging.getLogger("router.admin")
 
@@ -108,6 +111,36 @@ CACHE_PAGE_MAX: Final = 10_000
 """The largest `limit` of a cache page (a page is built and sent in the trio thread)."""
 REQUEST_TIMEOUT_S: Final = 10.0
 """A client must send its whole request within this time."""
+
+ROUTES: Final = (
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("POST", "/api/v1/reload"),
+    ("POST", "/api/v1/shutdown"),
+    ("GET", "/api/v1/moves"),
+    ("POST", "/api/v1/routers/{name}/targets/{node_id}/evacuation"),
+    ("GET", "/api/v1/routers/{name}/targets/{node_id}/evacuation"),
+    ("DELETE", "/api/v1/routers/{name}/targets/{node_id}/evacuation"),
+    ("POST", "/api/v1/routers/{name}/rebalance"),
+    ("GET", "/api/v1/routers/{name}/rebalance"),
+    ("DELETE", "/api/v1/routers/{name}/rebalance"),
+    ("GET", "/api/v1/status"),
+    ("GET", "/api/v1/routers"),
+    ("GET", "/api/v1/routers/{name}"),
+    ("GET", "/api/v1/routers/{name}/target"),
+    ("PUT", "/api/v1/routers/{name}/filters"),
+    ("GET", "/api/v1/routers/{name}/targets/{node_id}"),
+    ("PUT", "/api/v1/routers/{name}/targets/{node_id}"),
+    ("GET", "/api/v1/routers/{name}/cache"),
+    ("PUT", "/api/v1/routers/{name}/cache"),
+    ("DELETE", "/api/v1/routers/{name}/cache"),
+    ("GET", "/api/v1/event-log"),
+    ("PUT", "/api/v1/event-log"),
+)
+"""Every (method, path template) `_route` serves (HEAD too wherever GET is: the GET's headers).
+docs/admin-api.yaml describes each; tests/router/services/test_admin_api.py checks that the two
+list the same operations, and a real routerd against both. A new endpoint goes in all three."""
 
 
 _OPEN: Final = AdminAccess()
@@ -240,6 +273,7 @@ def _route(
     states: StateFile | None = None,
     operations: Operations = _NO_OPERATIONS,
     lifecycle: Lifecycle | None = None,
+    process: ProcessView | None = None,
 ) -> tuple[int, str, bytes]:
     url = urllib.parse.urlsplit(target)
     query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
@@ -276,6 +310,12 @@ def _route(
         return _moves(method, MoveKind.EVACUATE, parts[3], parts[5], body, operations.moves)
     if len(parts) == 5 and parts[:3] == ["api", "v1", "routers"] and parts[4] == "rebalance":
         return _moves(method, MoveKind.REBALANCE, parts[3], None, body, operations.moves)
+    if parts == ["api", "v1", "status"]:
+        if method != "GET":
+            raise _HttpError(405, f"{method} {url.path} is not supported")
+        if process is None:
+            raise _HttpError(404, "this admin listener has no process status")
+        return _json(200, process.status().to_json())
     if parts[:3] != ["api", "v1", "routers"]:
         raise _HttpError(404, f"no such resource {url.path!r}")
     if len(parts) == 3:
@@ -528,6 +568,7 @@ async def _serve_one(
     operations: Operations | None = None,
     lifecycle: Lifecycle | None = None,
     reload: Callable[[], Awaitable[ConfigDiff]] | None = None,
+    process: ProcessView | None = None,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     try:
@@ -563,6 +604,7 @@ async def _serve_one(
                         states,
                         operations or _NO_OPERATIONS,
                         lifecycle,
+                        process,
                     )
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
@@ -596,11 +638,13 @@ async def serve_admin(
     operations: Operations | None = None,
     lifecycle: Lifecycle | None = None,
     reload: Callable[[], Awaitable[ConfigDiff]] | None = None,
+    process: ProcessView | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the admin API until cancelled; `task_status.started((host, port))` once listening.
     `lifecycle` tells /readyz whether the process accepts clients (None: only the pools count);
-    `reload` serves `POST /api/v1/reload` (None: 404)."""
+    `reload` serves `POST /api/v1/reload` (None: 404); `process` answers `GET /api/v1/status`
+    (404 without it)."""
     listeners = await open_listeners(host, port, f"the admin API on {host}:{port}")
     sockname = listeners[0].socket.getsockname()
     bound = (str(sockname[0]), int(sockname[1]))
@@ -621,7 +665,7 @@ async def serve_admin(
         open_now += 1
         try:
             await _serve_one(
-                stream, runtimes, metrics, event_log, states, access, operations, lifecycle, reload
+                stream, runtimes, metrics, event_log, states, access, operations, lifecycle, reload, process
             )
         finally:
             open_now -= 1

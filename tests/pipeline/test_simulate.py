@@ -188,7 +188,7 @@ def _routerctl(config: Path, *args: str, router: str = "mqtt") -> list[dict[str,
     """`routerctl route` run in process: one JSON object per decision."""
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        assert main_routerctl(["route", "--config", str(config), "--router", router, *args]) == 0
+        assert main_routerctl(["route", "--json", "--config", str(config), "--router", router, *args]) == 0
     return [json.loads(line) for line in stdout.getvalue().splitlines()]
 
 
@@ -429,7 +429,7 @@ def test_simulate_agrees_with_a_routerctl_process(spark, tmp_path):
     _, out = _run(spark, tmp_path, new, log)
 
     done = subprocess.run(
-        [str(ROUTERCTL), "route", "--config", str(new), "--router", "mqtt", *CLIENTS],
+        [str(ROUTERCTL), "route", "--json", "--config", str(new), "--router", "mqtt", *CLIENTS],
         capture_output=True,
         text=True,
         check=True,

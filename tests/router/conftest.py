@@ -249,7 +249,7 @@ class Routerd:
 
     def predict_many(self, router: str, argvs: Sequence[Sequence[str]]) -> list[list[dict[str, Any]]]:
         """Several `routerctl route` runs side by side (each is a Python start-up)."""
-        command = [*ROUTERCTL, "route", "--config", str(self.config), "--router", router]
+        command = [*ROUTERCTL, "route", "--json", "--config", str(self.config), "--router", router]
         procs = [
             subprocess.Popen([*command, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for argv in argvs

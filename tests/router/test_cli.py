@@ -3,7 +3,10 @@ against a running server, and `routerd`'s one-line errors."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import json
+import os
 import re
 import resource
 import signal
@@ -17,12 +20,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from router.cli import main_routerctl
+from policies import PolicyConfig
+from pools import Connector, PoolConfig, PoolKind, TargetState
+from router.cli import _routerctl_parser, _routerd_parser, main_routerctl, main_routerd, parse_admin_address
+from router.config.settings import AcceptorConfig, Config, RouterConfig
+from router.core.admin_access import AdminAccess, Level, Token
+from router.ctl_output import EXIT_CODES_HELP
 from router.server import ServerInfo, serve_router
+from tests.conftest import free_port as pick_port
 from tests.router.conftest import Mosquitto, acceptors_xml, mqtt_round_trip, static_connectors
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
     from tests.router.conftest import Routerd
 
@@ -32,7 +41,7 @@ DEMO = ROOT / "deploy" / "examples" / "demo.xml"
 
 
 def _route(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, object]]:
-    assert main_routerctl(["route", "--config", str(SEED_EXAMPLE), *args]) == 0
+    assert main_routerctl(["route", "--json", "--config", str(SEED_EXAMPLE), *args]) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -128,7 +137,15 @@ def test_route_consistent_hash_over_demo_fleet(capsys: pytest.CaptureFixture[str
     """Scenario: the demo's node ids split 127.0.0.2-.9 over the three brokers (Java-checked hashes)."""
     assert (
         main_routerctl(
-            ["route", "--config", str(DEMO), "--router", "demo", *(f"127.0.0.{i}" for i in range(2, 10))]
+            [
+                "route",
+                "--json",
+                "--config",
+                str(DEMO),
+                "--router",
+                "demo",
+                *(f"127.0.0.{i}" for i in range(2, 10)),
+            ]
         )
         == 0
     )
@@ -167,45 +184,328 @@ def test_route_config_error_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture
     assert capsys.readouterr().err.strip().endswith("<quorum-size>: must be > 0, got '0'")
 
 
-class TestAdminCommands:
-    async def test_target_and_status_against_running_router(
-        self, nursery: trio.Nursery, capsys: pytest.CaptureFixture[str]
-    ) -> None:
-        from router.config import load_config
+def _admin_config() -> Config:
+    """Router `r` (FIRST_ELEMENT) over two targets nothing listens on, probed once at start (the
+    tests set readiness themselves), behind acceptor `a`."""
+    connectors = tuple(Connector.from_url(f"b{i}", f"tcp://127.0.0.1:{pick_port()}") for i in range(2))
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="FIRST_ELEMENT"),
+        pool=PoolConfig(
+            kind=PoolKind.STATIC, static_connectors=("b0", "b1"), check_period_ms=600_000, quorum_timeout_ms=0
+        ),
+    )
+    acceptor = AcceptorConfig(name="a", host="127.0.0.1", port=0, router="r")
+    return Config(source="test.xml", connectors=connectors, acceptors=(acceptor,), routers=(router,))
 
-        config = load_config(DEMO)
-        config = type(config)(
-            source=config.source, connectors=config.connectors, routers=config.routers
-        )  # no acceptors: nothing to bind but the admin port
+
+async def _routerctl(*argv: str) -> int:
+    """`routerctl ARGV` in a thread (the server runs in this one): its exit status."""
+
+    def run() -> int:
+        try:
+            return main_routerctl(list(argv))
+        except SystemExit as exc:
+            code = exc.code
+        assert isinstance(code, int)
+        return code
+
+    return await trio.to_thread.run_sync(run)
+
+
+def _unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TestAdminCommands:
+    """routerctl against a running server (in process): tables, --json, wait, exit statuses."""
+
+    @pytest.fixture
+    async def server(self, nursery: trio.Nursery) -> AsyncIterator[tuple[ServerInfo, str]]:
         shutdown = trio.Event()
+        tokens = (Token(name="ops", level=Level.OPERATOR, secret="s" * 32),)
         info: ServerInfo = await nursery.start(
             lambda task_status: serve_router(
-                config, admin=("127.0.0.1", 0), shutdown=shutdown, task_status=task_status
+                _admin_config(),
+                admin=("127.0.0.1", 0),
+                shutdown=shutdown,
+                admin_access=AdminAccess(tokens=tokens),
+                task_status=task_status,
             )
         )
+        runtime = info.runtimes["r"]
+        await runtime.wait_until(
+            lambda: all(runtime.target_state(n) is TargetState.NOT_READY for n in ("b0", "b1"))
+        )
         assert info.admin is not None
-        admin = f"http://127.0.0.1:{info.admin[1]}"
-        assert await trio.to_thread.run_sync(main_routerctl, ["target", "--admin", admin, "demo", "k"]) == 0
-        decision = json.loads(capsys.readouterr().out)
-        assert decision["key"] == "k"
-        assert decision["status"] in {UNAVAILABLE, OK}  # no broker runs here: depends on the probe
-        assert await trio.to_thread.run_sync(main_routerctl, ["status", "--admin", admin, "demo"]) == 0
-        status = json.loads(capsys.readouterr().out)
-        assert [t["node_id"] for t in status["pool"]["targets"]] == ["node4", "node9", "node20"]
+        yield info, f"127.0.0.1:{info.admin[1]}"
         shutdown.set()
 
-    def test_target_without_router_running_is_one_line(self, capsys: pytest.CaptureFixture[str]) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with pytest.raises(SystemExit) as exit_info:
-            main_routerctl(["target", "--admin", f"http://127.0.0.1:{port}", "demo", "k"])
-        assert exit_info.value.code == 1
-        err = capsys.readouterr().err.strip()
-        assert err.startswith(
-            f"routerctl: error: cannot reach the router's admin API at http://127.0.0.1:{port}"
+    @pytest.fixture(autouse=True)
+    def _token(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("ROUTERCTL_TOKEN", "s" * 32)
+        monkeypatch.delenv("ROUTERCTL_TOKEN_FILE", raising=False)
+        monkeypatch.delenv("ROUTERCTL_ADMIN", raising=False)
+
+    async def test_status_shows_the_process_its_acceptors_and_routers_as_tables(
+        self, server: tuple[ServerInfo, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        info, admin = server
+        assert await _routerctl("status", "--admin", admin) == 0
+        out = capsys.readouterr().out
+        assert re.search(rf"^pid: +{os.getpid()}$", out, re.MULTILINE)
+        assert re.search(r"^client connections: +0 of \d+$", out, re.MULTILINE)
+        assert re.search(r"^descriptors: +\d+ of \d+$", out, re.MULTILINE)
+        port = info.acceptors["a"][1]
+        assert re.search(rf"^a +r +127\.0\.0\.1:{port} +proxy +fast +0 +0 +-$", out, re.MULTILINE), out
+        assert re.search(r"^r +SOURCE_IP +FIRST_ELEMENT +inactive +0/2 +-$", out, re.MULTILINE), out
+        assert "\x1b[" not in out  # not a terminal: no colours
+
+    async def test_status_json_is_the_status_document_with_the_routers(
+        self, server: tuple[ServerInfo, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        info, admin = server
+        assert await _routerctl("status", "--json", "--admin", f"http://{admin}/") == 0
+        document = json.loads(capsys.readouterr().out)
+        assert document["process"]["pid"] == os.getpid()
+        assert [(a["name"], a["port"]) for a in document["acceptors"]] == [("a", info.acceptors["a"][1])]
+        assert [r["name"] for r in document["routers"]] == ["r"]
+
+    async def test_status_of_a_router_state_and_target(
+        self, server: tuple[ServerInfo, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        _, admin = server
+        assert await _routerctl("status", "--admin", admin, "r") == 0
+        out = capsys.readouterr().out
+        assert re.search(r"^policy: +FIRST_ELEMENT$", out, re.MULTILINE)
+        assert re.search(r"^b0 +not-ready +ready +0 +tcp://127\.0\.0\.1:\d+$", out, re.MULTILINE), out
+        assert await _routerctl("state", "--admin", admin, "r", "b1", "drain") == 0
+        assert re.search(r"^b1 +not-ready +drain +0 ", capsys.readouterr().out, re.MULTILINE)
+        assert await _routerctl("state", "--json", "--admin", admin, "r", "b1") == 0
+        assert json.loads(capsys.readouterr().out)["admin_state"] == "drain"
+        assert await _routerctl("target", "--admin", admin, "r", "k") == 0
+        assert re.search(r"^k +REFUSED_UNAVAILABLE +- +-$", capsys.readouterr().out, re.MULTILINE)
+        assert await _routerctl("target", "--json", "--admin", admin, "--dry-run", "r", "k") == 0
+        assert json.loads(capsys.readouterr().out)["status"] == UNAVAILABLE
+
+    async def test_wait_target_ready_returns_once_the_target_is_ready(
+        self, server: tuple[ServerInfo, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Scenario: `wait target r b0 ready` keeps asking until a probe (here: the test) makes
+        b0 ready, then prints it and exits 0, well before its timeout."""
+        info, admin = server
+        status: list[int] = []
+
+        async def wait() -> None:
+            status.append(
+                await _routerctl("wait", "target", "r", "b0", "ready", "--admin", admin, "--interval", "0.1")
+            )
+
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.5)
+            assert status == []  # still waiting
+            info.runtimes["r"].record_check("b0", True)
+        assert status == [0]
+        assert trio.current_time() - started < 5
+        assert re.search(r"^b0 +ready +ready +0 ", capsys.readouterr().out, re.MULTILINE)
+
+    async def test_wait_times_out_with_exit_status_5(
+        self, server: tuple[ServerInfo, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        _, admin = server
+        started = trio.current_time()
+        code = await _routerctl(
+            "wait", "--timeout", "0.5", "--interval", "0.1", "--admin", admin, "target", "r", "b0", "ready"
         )
-        assert len(err.splitlines()) == 1
+        elapsed = trio.current_time() - started
+        assert code == 5
+        assert 0.5 <= elapsed < 3
+        assert capsys.readouterr().err.strip() == (
+            "routerctl: error: wait: target 'b0' of router 'r' did not become ready within 0.5 s "
+            "(last: not-ready)"
+        )
+
+    async def test_wait_for_absent_targets_and_router_states(
+        self, server: tuple[ServerInfo, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        info, admin = server
+        assert await _routerctl("wait", "--admin", admin, "--json", "target", "r", "gone", "absent") == 0
+        assert json.loads(capsys.readouterr().out) == {"node_id": "gone", "in_pool": False}
+        assert await _routerctl("wait", "--admin", admin, "router", "r", "not-ready") == 0
+        assert re.search(r"^pool state: +inactive$", capsys.readouterr().out, re.MULTILINE)
+        info.runtimes["r"].record_check("b1", True)
+        assert await _routerctl("wait", "--admin", admin, "--json", "router", "r", "ready") == 0
+        assert json.loads(capsys.readouterr().out)["pool"]["active"] is True
+
+    async def test_wait_for_an_unknown_router_exits_1_at_once(
+        self, server: tuple[ServerInfo, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        _, admin = server
+        started = trio.current_time()
+        assert await _routerctl("wait", "--admin", admin, "--timeout", "20", "router", "nope", "ready") == 1
+        assert trio.current_time() - started < 5
+        assert capsys.readouterr().err.strip().endswith("404 no connection router named 'nope'")
+
+    async def test_a_wrong_or_missing_token_exits_4(
+        self,
+        server: tuple[ServerInfo, str],
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        _, admin = server
+        monkeypatch.setenv("ROUTERCTL_TOKEN", "w" * 32)
+        assert await _routerctl("status", "--admin", admin) == 4
+        assert "401 " in capsys.readouterr().err
+        monkeypatch.delenv("ROUTERCTL_TOKEN")
+        assert await _routerctl("wait", "--admin", admin, "router", "r", "not-ready") == 4
+
+    async def test_the_admin_address_comes_from_routerctl_admin(
+        self,
+        server: tuple[ServerInfo, str],
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        _, admin = server
+        monkeypatch.setenv("ROUTERCTL_ADMIN", admin.split(":")[1])  # a bare port: 127.0.0.1
+        assert await _routerctl("status", "--json") == 0
+        assert json.loads(capsys.readouterr().out)["process"]["pid"] == os.getpid()
+        monkeypatch.setenv("ROUTERCTL_ADMIN", "nowhere")
+        assert await _routerctl("status") == 2
+        assert capsys.readouterr().err.strip() == (
+            "routerctl: error: ROUTERCTL_ADMIN: expected HOST:PORT, [IPV6]:PORT, :PORT, PORT or "
+            "http://HOST:PORT, got 'nowhere'"
+        )
+
+
+def test_routerctl_without_router_running_is_one_line_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    port = _unused_port()
+    with pytest.raises(SystemExit) as exit_info:
+        main_routerctl(["target", "--admin", f"http://127.0.0.1:{port}", "demo", "k"])
+    assert exit_info.value.code == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"routerctl: error: cannot reach the router's admin API at http://127.0.0.1:{port}")
+    assert len(err.splitlines()) == 1
+
+
+def test_wait_keeps_asking_while_the_admin_api_cannot_be_reached(capsys: pytest.CaptureFixture[str]) -> None:
+    """Scenario: routerd not up yet: wait asks again until its timeout, then exits 5 saying why."""
+    port = _unused_port()
+    with pytest.raises(SystemExit) as exit_info:
+        main_routerctl(
+            ["wait", "--admin", str(port), "--timeout", "0.3", "--interval", "0.1", "router", "r", "ready"]
+        )
+    assert exit_info.value.code == 5
+    assert capsys.readouterr().err.strip() == (
+        "routerctl: error: wait: router 'r' did not become ready within 0.3 s (last: cannot reach the "
+        f"router's admin API at http://127.0.0.1:{port}: [Errno 111] Connection refused)"
+    )
+
+
+def _actions(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.Action]]:
+    """Every action of a parser and of its subcommands, with the command path it belongs to."""
+    for action in parser._actions:
+        yield path, action
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                yield f"{path} {choice.dest}", choice
+            for name, subparser in action.choices.items():
+                yield from _actions(subparser, f"{path} {name}")
+
+
+def test_routerctl_every_command_and_option_has_help() -> None:
+    """Scenario: the real argparse tree (routerctl's commands and the pipeline's), walked: every
+    command, subcommand, option and positional says what it is for."""
+    walked = list(_actions(_routerctl_parser(), "routerctl"))
+    missing = [
+        f"{path}: {action.option_strings or action.dest}" for path, action in walked if not action.help
+    ]
+    assert missing == []
+    commands = {path for path, _ in walked}
+    assert {
+        "routerctl wait target",
+        "routerctl wait router",
+        "routerctl cache pin",
+        "routerctl simulate",
+    } <= commands
+
+
+def test_routerd_every_option_has_help() -> None:
+    missing = [str(a.option_strings) for _, a in _actions(_routerd_parser(), "routerd") if not a.help]
+    assert missing == []
+
+
+@pytest.mark.parametrize("program", ["routerctl", "routerd"])
+def test_version_is_the_package_version(program: str, capsys: pytest.CaptureFixture[str]) -> None:
+    main = main_routerctl if program == "routerctl" else main_routerd
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"{program} {importlib.metadata.version('connection-router')}\n"
+
+
+def test_routerctl_help_lists_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main_routerctl(["--help"])
+    out = capsys.readouterr().out
+    assert EXIT_CODES_HELP in out
+    assert "ROUTERCTL_ADMIN" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("127.0.0.2:9180", ("127.0.0.2", 9180)),
+        ("localhost:1", ("localhost", 1)),
+        (":9180", ("127.0.0.1", 9180)),
+        ("9180", ("127.0.0.1", 9180)),
+        ("[::1]:9180", ("::1", 9180)),
+        ("0.0.0.0:0", ("0.0.0.0", 0)),
+        ("http://127.0.0.1:21890", ("127.0.0.1", 21890)),
+        ("http://[::1]:21890/", ("::1", 21890)),
+        (" http://router.example:80 ", ("router.example", 80)),
+    ],
+)
+def test_parse_admin_address_takes_every_documented_form(text: str, address: tuple[str, int]) -> None:
+    assert parse_admin_address(text) == address
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("host", "expected HOST:PORT, [IPV6]:PORT, :PORT, PORT or http://HOST:PORT, got 'host'"),
+        ("host:65536", "got 'host:65536'"),
+        ("host:-1", "got 'host:-1'"),
+        ("::1:9180", "an IPv6 address goes in brackets, [::1]:9180; got '::1:9180'"),
+        ("[::1]9180", "got '[::1]9180'"),
+        ("https://host:9180", "the admin API speaks plain http://, got 'https://host:9180'"),
+        ("http://host:9180/api", "expected http://HOST:PORT with nothing after it"),
+        ("http://user@host:9180", "expected http://HOST:PORT with nothing after it"),
+        ("", "got ''"),
+    ],
+)
+def test_parse_admin_address_rejects_anything_else(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+        parse_admin_address(text)
+
+
+def test_routerd_and_routerctl_share_the_admin_address_syntax(capsys: pytest.CaptureFixture[str]) -> None:
+    """Scenario: the same wrong --admin is the same usage error (exit 2) in both programs."""
+    for main, prog in ((main_routerd, "routerd"), (main_routerctl, "routerctl status")):
+        argv = (
+            ["--config", str(DEMO), "--admin", "::1:80"]
+            if prog == "routerd"
+            else ["status", "--admin", "::1:80"]
+        )
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"{prog}: error: argument --admin: an IPv6 address goes in brackets, [::1]:80; got '::1:80'"
+        )
 
 
 class TestRouterd:
@@ -493,3 +793,13 @@ def test_routerd_event_log_in_an_unusable_directory_is_one_line(tmp_path: Path) 
     assert proc.stderr.strip().splitlines()[-1] == (
         f"routerd: error: event log directory '{blocker}/events': Not a directory"
     )
+
+
+def test__evicted_line() -> None:
+    from router.cli import _evicted_line
+
+    assert [_evicted_line(n) for n in (0, 1, 7)] == [
+        "evicted 0 entries",
+        "evicted 1 entry",
+        "evicted 7 entries",
+    ]

@@ -44,7 +44,16 @@ _landings = landings_by_key
 
 
 def _state(router: Routerd, node_id: str, state: str | None = None) -> dict[str, object]:
-    command = [*ROUTERCTL, "state", "--admin", router.admin, "rr", node_id, *([state] if state else [])]
+    command = [
+        *ROUTERCTL,
+        "state",
+        "--json",
+        "--admin",
+        router.admin,
+        "rr",
+        node_id,
+        *([state] if state else []),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
@@ -186,13 +195,13 @@ def test_admin_tokens_guard_state_changes_and_say_who_made_them(
     # routerctl sends the token of ROUTERCTL_TOKEN_FILE.
     token_file = tmp_path / "token"
     token_file.write_text(operator + "\n")
-    command = [*ROUTERCTL, "state", "--admin", router.admin, "rr", "b0", "ready"]
+    command = [*ROUTERCTL, "state", "--json", "--admin", router.admin, "rr", "b0", "ready"]
     env = {**os.environ, "ROUTERCTL_TOKEN_FILE": str(token_file)}
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, env=env)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["admin_state"] == "ready"
     plain = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    assert plain.returncode == 1
+    assert plain.returncode == 4  # the admin API refused access (routerctl's exit statuses)
     assert plain.stderr.strip().endswith("401 a valid token is needed: Authorization: Bearer TOKEN")
 
 

@@ -84,7 +84,7 @@ def test_round_robin_keys_keep_their_brokers_across_a_restart_and_a_kill_9(
 
     # routerctl route --cache reads the file routerd is using and predicts every key.
     result = _routerctl(
-        "route", "--config", str(router.config), "--router", "rr", "--cache", str(cache_file), *both
+        "route", "--json", "--config", str(router.config), "--router", "rr", "--cache", str(cache_file), *both
     )
     assert result.returncode == 0, result.stderr
     assert {d["key"]: d["node_id"] for d in map(json.loads, result.stdout.splitlines())} == both
@@ -95,7 +95,7 @@ def test_cache_operations_through_routerctl(tmp_path, mosquitto_fleet, start_rou
     router: Routerd = start_routerd(_config(mosquitto_fleet, port, cache_file))
     keys = [f"op-{i:02d}" for i in range(9)]
     landed = _landings(mosquitto_fleet, port, keys)
-    admin = ("cache", "--admin", router.admin)
+    admin = ("cache", "--json", "--admin", router.admin)
 
     result = _routerctl(*admin, "list", "rr", "--limit", "4")
     page = json.loads(result.stdout)

@@ -120,7 +120,7 @@ def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = TIMEO
 
 def _routerctl(router: Routerd, *args: str) -> tuple[int, dict[str, object]]:
     result = subprocess.run(
-        [*ROUTERCTL, *args[:1], "--admin", router.admin, *args[1:]],
+        [*ROUTERCTL, *args[:1], "--admin", router.admin, "--json", *args[1:]],
         capture_output=True,
         text=True,
         timeout=120,

@@ -155,7 +155,7 @@ def _routed_to(router: Routerd, port: int, node_id: str) -> None:
 def _status_targets(router: Routerd) -> dict[str, dict[str, object]]:
     """`routerctl status` (a real process) -> the pool's targets by node id."""
     out = subprocess.run(
-        [*ROUTERCTL, "status", "--admin", router.admin, "fleet"],
+        [*ROUTERCTL, "status", "--json", "--admin", router.admin, "fleet"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -89,3 +89,16 @@ def test_admission_is_exact_under_two_threads() -> None:
     for thread in threads:
         thread.join()
     assert (admission.open, admission.open_on("a"), admission._by_source) == (0, 0, {})
+
+
+def test_open_by_acceptor_counts_acceptors_with_and_without_limits() -> None:
+    """Scenario: the status resource shows each acceptor's open connections, limited or not."""
+    admission = Admission(budget=100, limits={"a": AcceptorLimits(connections=5)})
+    for acceptor, source in [("a", "10.0.0.1"), ("b", "10.0.0.2"), ("b", "10.0.0.3")]:
+        assert admission.admit(acceptor, source) is None
+    assert admission.open_by_acceptor() == {"a": 1, "b": 2}
+    assert admission.open_on("b") == 2
+    admission.release("b", "10.0.0.2")
+    admission.release("a", "10.0.0.1")
+    assert admission.open_by_acceptor() == {"a": 0, "b": 1}
+    assert admission.open == 1

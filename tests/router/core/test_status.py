@@ -7,7 +7,7 @@ from pools import Connector, Pool, PoolConfig, PoolKind, Target, TargetState
 from router.config.settings import RouterConfig
 from router.core.engine import RoutingEngine
 from router.core.live import LiveConnections
-from router.core.status import snapshot
+from router.core.status import AcceptorStatus, ProcessStatus, ServerStatus, snapshot
 from tests.router.core.test_live import live_connection
 
 
@@ -71,3 +71,53 @@ def test_snapshot_of_a_router_without_pool() -> None:
     engine = RoutingEngine(config, None, Target.local_target(None))
     status = snapshot(config, engine, None, LiveConnections())
     assert (status.pool, status.policy, status.to_json()["pool"]) == (None, None, None)
+
+
+def test_server_status_document() -> None:
+    """Scenario: the document of GET /api/v1/status (docs/admin-api.yaml `ServerStatus`)."""
+    process = ProcessStatus(
+        pid=42,
+        version="1.2.3",
+        started_at=1_700_000_000.5,
+        uptime_s=12.25,
+        descriptor_limit=None,
+        descriptors_open=None,
+        client_budget=9000,
+        client_connections=3,
+    )
+    acceptor = AcceptorStatus(
+        name="mqtt",
+        router="r",
+        host="::1",
+        port=1883,
+        mode="redirect",
+        data_path="trio",
+        open=3,
+        pending=1,
+        connections_allowed=None,
+        connections_allowed_per_source=2,
+    )
+    assert ServerStatus(process=process, acceptors=(acceptor,)).to_json() == {
+        "process": {
+            "pid": 42,
+            "version": "1.2.3",
+            "started_at": 1_700_000_000.5,
+            "uptime_s": 12.25,
+            "descriptors": {"limit": None, "open": None},
+            "client_connections": {"budget": 9000, "open": 3},
+        },
+        "acceptors": [
+            {
+                "name": "mqtt",
+                "router": "r",
+                "host": "::1",
+                "port": 1883,
+                "mode": "redirect",
+                "data_path": "trio",
+                "open": 3,
+                "pending": 1,
+                "connections_allowed": None,
+                "connections_allowed_per_source": 2,
+            }
+        ],
+    }

@@ -454,7 +454,9 @@ async def test_admin_event_log_status_and_ring_resize(nursery: trio.Nursery, tmp
     assert status == 405
     admin = f"http://{info.admin[0]}:{info.admin[1]}"
     assert (
-        await trio.to_thread.run_sync(main_routerctl, ["event-log", "--admin", admin, "--ring-size", "9"])
+        await trio.to_thread.run_sync(
+            main_routerctl, ["event-log", "--json", "--admin", admin, "--ring-size", "9"]
+        )
         == 0
     )
     assert json.loads(capsys.readouterr().out)["ring_size"] == 9  # routerctl event-log

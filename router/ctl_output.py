@@ -1,0 +1,238 @@
+"""routerctl's output and exit codes, for every command alike.
+
+A command builds its answer as JSON-able data, then hands it to `Output`: `--json` prints the
+data as JSON (one document, or one compact line per item for a sequence), otherwise it prints
+aligned tables (`Table`) or `key: value` lines (`Fields`) for people, coloured only when stdout
+is a terminal and `NO_COLOR` is not set (no-color.org). Errors are `CtlError`s carrying one of the
+documented `ExitCode`s; the entry point prints their one line on stderr and exits with the code.
+
+A new command: add `--json` with `add_json_option`, raise `CtlError` for what goes wrong, and
+print through `Output.emit` with a render function for people.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, TextIO, TypeAlias
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+__all__ = [
+    "EXIT_CODES_HELP",
+    "CtlError",
+    "ExitCode",
+    "Fields",
+    "Output",
+    "Renderable",
+    "Style",
+    "Table",
+    "add_json_option",
+    "exit_code_for_http",
+    "use_color",
+]
+
+
+class ExitCode(enum.IntEnum):
+    """routerctl's exit statuses (docs/operations.md, `routerctl --help`)."""
+
+    OK = 0
+    """Done; for `wait`, the condition holds."""
+    FAILED = 1
+    """Not found (an unknown router, target or cache key), a condition that does not hold, or a
+    request the router refused (HTTP 400, 404, 405, 409) or could not carry out (5xx)."""
+    USAGE = 2
+    """A bad command line: an unknown option, a bad option value, a configuration file that does
+    not load (routerctl's own checks, before anything is asked)."""
+    UNREACHABLE = 3
+    """The router's admin API cannot be reached (nothing listens, a timeout, not its answer)."""
+    DENIED = 4
+    """The admin API refused access: no or a wrong token (401), a token whose level is too low
+    (403), or a Host name it does not accept (421)."""
+    TIMED_OUT = 5
+    """`wait`: the condition did not hold within `--timeout`."""
+
+
+EXIT_CODES_HELP: Final = """exit status:
+  0  done (for wait: the condition holds)
+  1  not found, a condition that does not hold, or a request the router refused or could not
+     carry out
+  2  usage: a bad option, option value or configuration file
+  3  the router's admin API cannot be reached
+  4  the admin API refused access (token missing or wrong: 401; level too low: 403; Host: 421)
+  5  wait: timed out before the condition held"""
+"""The epilog of `routerctl --help`; the same list as `ExitCode`."""
+
+
+class CtlError(Exception):
+    """What routerctl prints as one line on stderr before exiting with `code`."""
+
+    def __init__(self, message: str, code: ExitCode = ExitCode.FAILED) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def exit_code_for_http(status: int) -> ExitCode:
+    """The exit status for an admin API error answer: DENIED for a refused access, else FAILED."""
+    return ExitCode.DENIED if status in (401, 403, 421) else ExitCode.FAILED
+
+
+def add_json_option(parser: argparse.ArgumentParser, *, again: bool = False) -> None:
+    """`--json` on a command that prints data. `again`: on a subcommand of a command that has it
+    already, so that it may come after the subcommand too (not given there, the command's stays)."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if again else False,
+        help="print JSON for scripts (the admin API's documents) instead of tables",
+    )
+
+
+def use_color(stream: TextIO, environ: dict[str, str] | None = None) -> bool:
+    """Whether to colour output: only on a terminal, never with NO_COLOR set (to anything but the
+    empty string, as no-color.org says) or TERM=dumb."""
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR") or env.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
+class Style(enum.Enum):
+    """How a cell is coloured on a terminal; the value is its SGR code (ECMA-48 §8.3.117)."""
+
+    PLAIN = ""
+    GOOD = "32"  # green
+    BAD = "31"  # red
+    WARN = "33"  # yellow
+    DIM = "2"
+    BOLD = "1"
+
+
+_STATE_STYLES: Final = {
+    "ready": Style.GOOD,
+    "OK": Style.GOOD,
+    "active": Style.GOOD,
+    "not-ready": Style.BAD,
+    "inactive": Style.BAD,
+    "REFUSED_UNAVAILABLE": Style.BAD,
+    "REFUSED_USE_ANOTHER": Style.WARN,
+    "unknown": Style.WARN,
+    "drain": Style.WARN,
+    "maint": Style.WARN,
+}
+"""Values that get a colour wherever they appear in a table or a field."""
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def _paint(text: str, style: Style, color: bool) -> str:
+    return f"\x1b[{style.value}m{text}\x1b[0m" if color and style.value and text else text
+
+
+@dataclass(slots=True)
+class Table:
+    """Rows under upper-case headers, each column as wide as its widest cell, two spaces apart.
+    None prints as `-`, booleans as yes/no, floats with one decimal."""
+
+    headers: Sequence[str]
+    rows: list[Sequence[object]] = field(default_factory=list)
+
+    def add(self, *cells: object) -> None:
+        if len(cells) != len(self.headers):
+            raise ValueError(f"a row of {len(self.headers)} cells expected, got {len(cells)}")
+        self.rows.append(cells)
+
+    def render(self, *, color: bool = False) -> str:
+        texts = [[_text(c) for c in row] for row in self.rows]
+        widths = [len(h) for h in self.headers]
+        for row in texts:
+            widths = [max(w, len(t)) for w, t in zip(widths, row, strict=True)]
+        widths[-1] = 0  # the last column is not padded: no trailing blanks
+        header = [(h.upper(), Style.BOLD) for h in self.headers]
+        rows = [[(t, _STATE_STYLES.get(t, Style.PLAIN)) for t in row] for row in texts]
+        return "\n".join(
+            "  ".join(
+                _paint(text.ljust(w), style, color) for (text, style), w in zip(cells, widths, strict=True)
+            )
+            for cells in [header, *rows]
+        )
+
+
+@dataclass(slots=True)
+class Fields:
+    """`name: value` lines with the values aligned (one object for people)."""
+
+    pairs: list[tuple[str, object]] = field(default_factory=list)
+
+    def add(self, name: str, value: object) -> None:
+        self.pairs.append((name, value))
+
+    def render(self, *, color: bool = False) -> str:
+        width = max((len(name) for name, _ in self.pairs), default=0) + 1
+        lines = []
+        for name, value in self.pairs:
+            text = _text(value)
+            lines.append(
+                f"{(name + ':').ljust(width)}  {_paint(text, _STATE_STYLES.get(text, Style.PLAIN), color)}"
+            )
+        return "\n".join(lines)
+
+
+Renderable: TypeAlias = "Table | Fields | str"
+"""A block of output for people."""
+
+
+class Output:
+    """Where a command prints its answer: JSON, or tables for people."""
+
+    def __init__(self, *, json_output: bool, stream: TextIO | None = None, color: bool | None = None) -> None:
+        """Args:
+        json_output: `--json` was given.
+        stream: stdout by default.
+        color: whether to colour; by default `use_color(stream)`.
+        """
+        self.json = json_output
+        self.stream = sys.stdout if stream is None else stream
+        self.color = use_color(self.stream) if color is None else color
+
+    def emit(self, data: object, render: Callable[[object], Iterable[Renderable]]) -> None:
+        """Print `data` as one JSON document (`--json`), else what `render` makes of it, blocks
+        separated by an empty line."""
+        if self.json:
+            print(json.dumps(data, indent=2), file=self.stream)
+            return
+        self.blocks(render(data))
+
+    def emit_lines(
+        self, items: Iterable[object], render: Callable[[list[object]], Iterable[Renderable]]
+    ) -> None:
+        """Print a sequence: one compact JSON line per item (`--json`), else `render` of them all."""
+        if self.json:
+            for item in items:
+                print(json.dumps(item), file=self.stream)
+            return
+        self.blocks(render(list(items)))
+
+    def blocks(self, blocks: Iterable[Renderable]) -> None:
+        """Print tables, fields and lines for people, an empty line between two blocks."""
+        first = True
+        for block in blocks:
+            if not first:
+                print(file=self.stream)
+            first = False
+            print(block if isinstance(block, str) else block.render(color=self.color), file=self.stream)
