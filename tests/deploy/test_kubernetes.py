@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import kubernetes_validate
 import pytest
 
+from router.cli import DEFAULT_ADMIN
 from router.config import load_config
 from router.core.admin_access import is_loopback
 from tests.deploy.conftest import KUBERNETES, dockerfile, parse, yaml_documents
@@ -122,7 +123,8 @@ def test_kubernetes_shutdown_fits_in_the_termination_grace_period() -> None:
     command = CONTAINER["lifecycle"]["preStop"]["exec"]["command"]
     assert command[:3] == ["routerctl", "shutdown", "--wait"]
     assert "--admin" not in command  # the default, http://127.0.0.1:9180: routerd's --admin port
-    assert parse(["routerctl", "status"]).admin == f"http://127.0.0.1:{ROUTERD.admin[1]}"
+    assert parse(["routerctl", "status"]).admin is None  # then $ROUTERCTL_ADMIN, else DEFAULT_ADMIN
+    assert ("127.0.0.1", ROUTERD.admin[1]) == DEFAULT_ADMIN
     timeout = float(command[command.index("--timeout") + 1])
     assert POD["terminationGracePeriodSeconds"] > timeout + ROUTERD.grace_period
 
