@@ -129,7 +129,7 @@ def _admission(
     config: Config, runtimes: Iterable[RouterRuntime], metrics: Metrics, max_connections: int | None
 ) -> Admission:
     """The process's admission: its descriptor budget for clients, at most `max_connections`
-    (logged, and a metric), and each acceptor's limits."""
+    (logged, and a metric, as is its use), and each acceptor's limits."""
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if limit == resource.RLIM_INFINITY:
         limit = _UNLIMITED_DESCRIPTORS
@@ -164,7 +164,9 @@ def _admission(
         for a in config.acceptors
         if a.connections_allowed >= 0 or a.connections_allowed_per_source >= 0
     }
-    return Admission(budget, acceptor_limits)
+    admission = Admission(budget, acceptor_limits)
+    metrics.sample_when_scraped(lambda: metrics.client_connections.set((), admission.open))
+    return admission
 
 
 def _serve_acceptor(
