@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what the router, its demo and its tests need on a Debian machine, idempotently:
-# the Debian packages of the real components (mosquitto, ActiveMQ, RabbitMQ, ZooKeeper), and a
+# the Debian packages of the real components (mosquitto, ActiveMQ, RabbitMQ, ZooKeeper, and
+# Prometheus with promtool for the metrics, dashboard and alert tests), and a
 # venv at .venv with the project installed editable with its test extras. Re-running it is
 # cheap: each step is skipped when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# systemd: systemd-analyze checks deploy/systemd's unit; procps: its ExecReload's /bin/kill.
-APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev activemq libactivemq-java libmqtt-client-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps)
+# systemd: systemd-analyze checks deploy/systemd's unit; procps: its ExecReload's /bin/kill;
+# prometheus: promtool and a real Prometheus for the metrics, dashboard and alert tests.
+APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev activemq libactivemq-java libmqtt-client-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps prometheus)
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 

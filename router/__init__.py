@@ -41,7 +41,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `admission`    the descriptor budget and the acceptors' connection limits: whether
                                  a new connection is served
                   `events`       the one report of what happens to connections and pools
-                  `status`       the snapshot the admin API shows
+                  `status`       the snapshot the admin API shows, and what is kept of
+                                 each target's probes and state changes (`TargetHistory`)
                   `address`      (host, port) of peers and members
                   `discovery_session`  ZooKeeper discovery's session as a state table
                   `records`      `quick_init`, a cheaper `__init__` for per-connection records

@@ -6,19 +6,30 @@ follow Prometheus conventions: `router_` prefix, `_total` for counters, base uni
 The values are plain numbers in a `Family` per metric, which the registry reads when it is scraped
 (a collector), instead of the client library's metric objects: an update is a dict store under a
 lock, about a fifth of what a library child's `inc()` costs, and a proxied connection makes six
-of them (the fast path counts every one). The exposition is the library's own: the same names,
-HELP and TYPE lines, and `_created` samples for counters.
+of them (the fast path counts every one). A `Histogram` keeps its bucket counts the same way (an
+observation is a bisect and two stores under its lock). The exposition is the library's own: the
+same names, HELP and TYPE lines, and `_created` samples for counters and histograms.
+
+State that is read rather than counted (a target's state, the cache's size) is copied into its
+families just before a scrape (`sample_when_scraped`). The process's own figures (descriptors,
+memory, CPU) come from the client library's `ProcessCollector`, registered in each instance's
+registry.
 """
 
 from __future__ import annotations
 
+import bisect
 import enum
+import itertools
+import math
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from router.logs import LOG_BURST, LOG_INTERVAL_S, suppressed_log_lines
 
@@ -27,13 +38,26 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
-__all__ = ["Family", "MetricKind", "Metrics"]
+__all__ = [
+    "CONNECT_BUCKETS_S",
+    "Family",
+    "Histogram",
+    "MetricKind",
+    "Metrics",
+]
+
+CONNECT_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""Upper bounds of `router_target_connect_duration_seconds`: from a loopback connect (about 0.1 ms
+here) through a LAN's and a WAN's, to the connect deadline (5 s, HAProxy's usual `timeout
+connect`)."""
 
 
 class MetricKind(enum.Enum):
     COUNTER = "counter"
     """Only goes up; exported with a `_created` sample per label set."""
     GAUGE = "gauge"
+    HISTOGRAM = "histogram"
+    """Counts of observations in buckets (`Histogram`); exported with a `_created` sample too."""
 
 
 class Family:
@@ -94,6 +118,19 @@ class Family:
             self._values.pop(labels, None)
             self._created.pop(labels, None)
 
+    def remove_matching(self, prefix: tuple[str, ...]) -> None:
+        """Drop every label set whose first values are `prefix` (a target's series of every reason)."""
+        width = len(prefix)
+        with self._lock:
+            for labels in [labels for labels in self._values if labels[:width] == prefix]:
+                del self._values[labels]
+                self._created.pop(labels, None)
+
+    def label_sets(self) -> list[tuple[str, ...]]:
+        """The label sets exported now."""
+        with self._lock:
+            return list(self._values)
+
     def value(self, labels: tuple[str, ...]) -> float | None:
         """The value of a label set; None when it has none."""
         with self._lock:
@@ -147,6 +184,107 @@ class _SuppressedLogLines(Family):
         return super().collect()
 
 
+class Histogram:
+    """A histogram family: for each label set, how many observations fell at or under each bucket's
+    upper bound, their count and their sum, as the client library's `Histogram` exports them.
+
+    Safe to update from any thread, like `Family`; a label set appears from its first observation.
+    """
+
+    __slots__ = ("_bounds", "_created", "_lock", "_values", "documentation", "labels", "name")
+
+    kind: Final = MetricKind.HISTOGRAM
+
+    def __init__(
+        self, name: str, documentation: str, labels: tuple[str, ...], buckets: tuple[float, ...]
+    ) -> None:
+        """Args:
+        name: the exposed name (its `_bucket`, `_count`, `_sum` and `_created` series follow).
+        documentation: the HELP text.
+        labels: the label names (`le` is the histogram's own).
+        buckets: the finite upper bounds, increasing; `+Inf` is added.
+
+        Raises:
+            ValueError: no bucket, bounds not increasing or not finite, or a label named `le`.
+        """
+        if not buckets or any(not math.isfinite(b) for b in buckets):
+            raise ValueError(f"{name}: wants finite bucket bounds, got {buckets!r}")
+        if any(a >= b for a, b in itertools.pairwise(buckets)):
+            raise ValueError(f"{name}: bucket bounds must increase, got {buckets!r}")
+        if "le" in labels:
+            raise ValueError(f"{name}: 'le' is the histogram's own label")
+        self.name = name
+        self.documentation = documentation
+        self.labels = labels
+        self._bounds = buckets
+        self._values: dict[tuple[str, ...], list[float]] = {}
+        """Label set -> the count of each bucket on its own (not cumulative; the last is +Inf's),
+        then the sum of the observations."""
+        self._created: dict[tuple[str, ...], float] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def buckets(self) -> tuple[float, ...]:
+        """The finite upper bounds."""
+        return self._bounds
+
+    def observe(self, labels: tuple[str, ...], value: float) -> None:
+        """Count one observation of `value` for a label set.
+
+        Raises:
+            ValueError: not one string per label name.
+        """
+        index = bisect.bisect_left(self._bounds, value)  # the first bound >= value: `le` is inclusive
+        lock = self._lock
+        lock.acquire()  # not `with`: once per connection, as Family.inc
+        try:
+            counts = self._values.get(labels)
+            if counts is None:
+                if len(labels) != len(self.labels) or not all(isinstance(label, str) for label in labels):
+                    raise ValueError(
+                        f"{self.name}: wants one string per label {list(self.labels)}, got {labels!r}"
+                    )
+                counts = self._values[labels] = [0.0] * (len(self._bounds) + 2)
+                self._created[labels] = time.time()
+            counts[index] += 1
+            counts[-1] += value
+        finally:
+            lock.release()
+
+    def count(self, labels: tuple[str, ...]) -> int | None:
+        """How many observations a label set has; None when it has none."""
+        with self._lock:
+            counts = self._values.get(labels)
+            return None if counts is None else int(sum(counts[:-1]))
+
+    def remove_matching(self, prefix: tuple[str, ...]) -> None:
+        """Drop every label set whose first values are `prefix`."""
+        width = len(prefix)
+        with self._lock:
+            for labels in [labels for labels in self._values if labels[:width] == prefix]:
+                del self._values[labels]
+                self._created.pop(labels, None)
+
+    def collect(self) -> Metric:
+        """The family as the client library exports it (a consistent copy of its counts)."""
+        with self._lock:
+            values = [(labels, list(counts)) for labels, counts in self._values.items()]
+            created = dict(self._created)
+        histogram = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+        # The library's own `le` formatting (Go's), as its Histogram writes it; it is not typed.
+        bounds = [*(floatToGoString(b) for b in self._bounds), "+Inf"]  # type: ignore[no-untyped-call]
+        for labels, counts in values:
+            cumulative, buckets = 0.0, []
+            for bound, count in zip(bounds, counts, strict=False):  # counts ends with the sum
+                cumulative += count
+                buckets.append((bound, cumulative))
+            histogram.add_metric(labels, buckets, counts[-1])
+            histogram.samples.append(
+                Sample(f"{self.name}_created", dict(zip(self.labels, labels, strict=True)), created[labels])
+            )
+        return histogram
+
+
 class Metrics:
     """The router's metric families."""
 
@@ -177,12 +315,27 @@ class Metrics:
             "1 while a pool target is ready (its last probe succeeded), else 0.",
             ("router", "node_id"),
         )
-        self.target_admin_state = Family(
+        self.target_state = Family(
             MetricKind.GAUGE,
-            "router_target_admin_state",
-            "1 for a target's administrative state (ready, drain or maint: what operators allow it), "
-            "0 for the others; set once an operator changed it.",
+            "router_target_state",
+            "1 for a target's state, 0 for the others (read when scraped): up (ready, open to new "
+            "connections), down (not ready, or not probed yet), drain (ready, administrative state "
+            "drain: no new connections) or maint (administrative state maint: not probed).",
             ("router", "node_id", "state"),
+        )
+        self.target_check_duration = Family(
+            MetricKind.GAUGE,
+            "router_target_check_duration_seconds",
+            "How long a target's last health probe took (of any member of an HA pair; a probe "
+            "without an answer counts its deadline; read when scraped).",
+            ("router", "node_id"),
+        )
+        self.target_last_change = Family(
+            MetricKind.GAUGE,
+            "router_target_last_change_timestamp_seconds",
+            "When a target's state (router_target_state) last changed, in seconds since the epoch; "
+            "when the router started or the target joined until then (read when scraped).",
+            ("router", "node_id"),
         )
         self.pool_active = Family(
             MetricKind.GAUGE,
@@ -209,8 +362,27 @@ class Metrics:
         self.connect_failures = Family(
             MetricKind.COUNTER,
             "router_target_connect_failures_total",
-            "Routed connections whose connect to the chosen target failed.",
+            "Routed connections whose connect to the chosen target failed, by reason: refused, "
+            "timeout, unreachable, reset, local_shortage (this host ran short of descriptors, "
+            "memory or ports), closed_by_router (closed while connecting) or other.",
+            ("router", "node_id", "reason"),
+        )
+        self.connect_duration = Histogram(
+            "router_target_connect_duration_seconds",
+            "How long connects to a target took, from the routing decision (or the failed connect "
+            "before a redispatch) to the open connection; its _count is the connections a target "
+            "got.",
             ("router", "node_id"),
+            CONNECT_BUCKETS_S,
+        )
+        self.refusals = Family(
+            MetricKind.COUNTER,
+            "router_routing_refusals_total",
+            "Routed client connections the router refused (or closed) instead of connecting them, "
+            "by router and reason: no_ready_target, policy_selects_none, no_pool_or_policy, "
+            "routing_timed_out, no_local_connector or connect_failed (the connect failed and no "
+            "other target was tried).",
+            ("router", "reason"),
         )
         self.proxied_bytes = Family(
             MetricKind.COUNTER,
@@ -246,6 +418,13 @@ class Metrics:
             "router_client_connection_budget",
             "Client connections the process serves at most at once: its file-descriptor limit, less "
             "a reserve for probes, the admin API and the process, over two descriptors a connection.",
+            (),
+        )
+        self.client_connections = Family(
+            MetricKind.GAUGE,
+            "router_client_connections",
+            "Client connections the process serves now, counted against "
+            "router_client_connection_budget (read when scraped).",
             (),
         )
         self.redispatches = Family(
@@ -348,10 +527,15 @@ class Metrics:
             "Connections a running evacuation still has to move off a target (read when scraped).",
             ("router", "node_id"),
         )
-        self._families = tuple(value for value in vars(self).values() if isinstance(value, Family))
+        self._families: tuple[Family | Histogram, ...] = tuple(
+            value for value in vars(self).values() if isinstance(value, Family | Histogram)
+        )
         self._samplers: list[Callable[[], None]] = []
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(self)  # a collector: anything with collect()
+        # process_open_fds, process_max_fds, process_resident_memory_bytes, process_cpu_seconds_total,
+        # process_start_time_seconds, ...: read from /proc/self when scraped (none without /proc).
+        ProcessCollector(registry=self.registry)
 
     def sample_when_scraped(self, sampler: Callable[[], None]) -> None:
         """Have `sampler` update families from state that is read, not counted (a cache's size),

@@ -4,7 +4,8 @@ Both data paths report what happens to a connection as events, and the pool repo
 this module is the only place that turns them into log lines (`log_event`) and metric updates
 (`MetricUpdates`). Adding a consumer (the routing event log) means adding a subscriber, not
 editing the data paths. Subscribers run in the reporting thread (trio's or the fast path's), so
-they only format, count and return.
+they only format, count and return. What is read rather than counted, the targets' states and
+probes, is copied into the metrics at scrape time (`TargetMetrics`, from the router's status).
 
 Log lines are `key=value` pairs (docs/operations.md lists them). Every value a client (or a
 target) chose goes through `shown`: the key, the reason of a refused authentication, what was wrong
@@ -15,10 +16,13 @@ always one event.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final, assert_never
 
-from pools import AdminState, PoolEvent, PoolEventKind
+from pools import PoolEvent, PoolEventKind
 from router.core.engine import DecisionReason
 from router.core.events import (
     Accepted,
@@ -35,15 +39,17 @@ from router.core.events import (
     OpeningFailed,
     OpeningFailure,
 )
+from router.core.status import OperationalState
 from router.logs import shown
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
     from router.core.events import Event
+    from router.core.status import PoolStatus
     from router.metrics import Metrics
 
-__all__ = ["MetricUpdates", "log_event"]
+__all__ = ["MetricUpdates", "TargetMetrics", "connect_failure_cause", "log_event"]
 
 conn_log = logging.getLogger("router.conn")
 """Client connections."""
@@ -54,6 +60,41 @@ _WARN_REASONS = frozenset({DecisionReason.ROUTING_TIMED_OUT, DecisionReason.NO_L
 """Refusals an operator should look at (the others are the pool doing its job)."""
 _WARN_CLOSES = frozenset({CloseReason.REPLAY_FAILED.value, CloseReason.INTERNAL_ERROR.value})
 """By value: looking an Enum up in a set calls its Python-level hash, on every close."""
+
+_REFUSAL_LABELS: Final = {reason._value_: reason.name.lower() for reason in DecisionReason}
+"""The `reason` label of `router_routing_refusals_total` for each decision reason, by value."""
+
+_CONNECT_FAILURE_CAUSES: Final = {
+    os.strerror(errno.ECONNREFUSED): "refused",
+    "timed out": "timeout",
+    os.strerror(errno.ETIMEDOUT): "timeout",
+    os.strerror(errno.EHOSTUNREACH): "unreachable",
+    os.strerror(errno.ENETUNREACH): "unreachable",
+    os.strerror(errno.ECONNRESET): "reset",
+    os.strerror(errno.ECONNABORTED): "reset",
+    # router/datapath/net.py's LOCAL_SHORTAGE_ERRNOS (this layer does not import the data paths)
+    **{
+        os.strerror(code): "local_shortage"
+        for code in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS, errno.EADDRNOTAVAIL)
+    },
+}
+"""The `reason` label of a connect failure, by the reason the data paths report: the system's text
+for the errno (`describe_oserror`), or `timed out` for the connect deadline."""
+_CLOSED_BY_ROUTER: Final = "closed by the router: "
+"""How `CloseReason.while_connecting` starts."""
+
+PENDING_CONNECT_MAX_S: Final = 600.0
+"""A connect still timed after this long lost its end (a connection whose report never came):
+dropped at the next scrape. Every connect ends within its deadline (5 s by default)."""
+
+
+def connect_failure_cause(reason: str) -> str:
+    """The `reason` label of `router_target_connect_failures_total` for a `ConnectFailed` reason:
+    refused, timeout, unreachable, reset, local_shortage, closed_by_router or other (a bounded
+    set: the reason itself is free text)."""
+    if reason.startswith(_CLOSED_BY_ROUTER):
+        return "closed_by_router"
+    return _CONNECT_FAILURE_CAUSES.get(reason, "other")
 
 
 def log_event(event: Event) -> None:
@@ -269,12 +310,18 @@ class MetricUpdates:
     """Keeps the metric families (`router/metrics.py`) up to date with events.
 
     A label set appears in /metrics from its first update on, so /metrics shows only what happened.
+    A connect is timed from its connection's `Decided` (or the `ConnectFailed` before a redispatch)
+    to its `Connected`: the data paths report both right before and right after the connect.
     """
 
-    __slots__ = ("_updates", "metrics")
+    __slots__ = ("_connecting", "_updates", "metrics")
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
+        self._connecting: dict[int, float] = {}
+        """Connection id -> `perf_counter()` when its connect began (either thread adds and pops:
+        single dict operations, atomic under the GIL)."""
+        metrics.sample_when_scraped(self._forget_lost_connects)
         self._updates: Mapping[type[Event], Callable[[Any], None]] = {
             Accepted: self._accepted,
             Decided: self._decided,
@@ -308,10 +355,27 @@ class MetricUpdates:
         self.metrics.connections_accepted.inc((conn.acceptor, conn.router))
 
     def _decided(self, event: Decided) -> None:
-        self.metrics.decisions.inc((event.conn.router, event.status._value_))  # not the .value property
+        m, router, mode = self.metrics, event.conn.router, event.mode
+        if mode is Mode.PROXY:
+            self._connecting[event.conn.id] = perf_counter()
+        m.decisions.inc((router, event.status._value_))  # not the .value property
+        if mode is Mode.REFUSE:
+            m.refusals.inc((router, _REFUSAL_LABELS[event.reason._value_]))
 
     def _connected(self, event: Connected) -> None:
-        self.metrics.active_connections.inc((event.conn.router, event.node_id))
+        m, labels = self.metrics, (event.conn.router, event.node_id)
+        m.active_connections.inc(labels)
+        began = self._connecting.pop(event.conn.id, None)
+        if began is not None:
+            m.connect_duration.observe(labels, perf_counter() - began)
+
+    def _forget_lost_connects(self) -> None:
+        """Drop connects timed for longer than any connect lasts (at scrape time)."""
+        oldest = perf_counter() - PENDING_CONNECT_MAX_S
+        connecting = self._connecting
+        for conn_id, began in list(connecting.items()):  # a copy in one C call: threads add meanwhile
+            if began < oldest:
+                connecting.pop(conn_id, None)
 
     def _closed(self, event: Closed) -> None:
         m, router = self.metrics, event.conn.router
@@ -324,10 +388,16 @@ class MetricUpdates:
             m.router_closes.inc((router, event.reason.value))
 
     def _connect_failed(self, event: ConnectFailed) -> None:
-        router = event.conn.router
-        self.metrics.connect_failures.inc((router, event.node_id))
+        m, router, conn_id = self.metrics, event.conn.router, event.conn.id
+        cause = connect_failure_cause(event.reason)
+        m.connect_failures.inc((router, event.node_id, cause))
         if event.redispatched_to is not None:
-            self.metrics.redispatches.inc((router,))
+            self._connecting[conn_id] = perf_counter()  # the connect to the next target begins
+            m.redispatches.inc((router,))
+            return
+        self._connecting.pop(conn_id, None)
+        if cause != "closed_by_router":  # the client is refused in its protocol
+            m.refusals.inc((router, _REFUSAL_LABELS[DecisionReason.CONNECT_FAILED._value_]))
 
     def _opening_failed(self, event: OpeningFailed) -> None:
         failure = event.failure
@@ -355,16 +425,49 @@ class MetricUpdates:
                 m.target_ready.set(labels, 0)
             case PoolEventKind.TARGET_REMOVED:
                 # Not router_proxied_connections: connections to a target that left stay open.
+                # Its state, probe and last change go with the next scrape (`TargetMetrics`).
                 m.target_ready.remove(labels)
-                m.connect_failures.remove(labels)
+                m.connect_failures.remove_matching(labels)
+                m.connect_duration.remove_matching(labels)
             case PoolEventKind.POOL_ACTIVE:
                 m.pool_active.set((event.pool,), 1)
             case PoolEventKind.POOL_INACTIVE:
                 m.pool_active.set((event.pool,), 0)
-            case PoolEventKind.TARGET_ADMIN_STATE:
-                for admin in AdminState:
-                    m.target_admin_state.set((*labels, admin.value), int(admin is event.admin_state))
-            case PoolEventKind.TARGET_FAILOVER:
-                pass
+            case PoolEventKind.TARGET_ADMIN_STATE | PoolEventKind.TARGET_FAILOVER:
+                pass  # router_target_state is read from the router's status when scraped
             case _:
                 assert_never(event.kind)
+
+
+class TargetMetrics:
+    """Copies a router's targets from its status into the metrics, before each scrape:
+    `router_target_state` (one-hot), `router_target_check_duration_seconds` and
+    `router_target_last_change_timestamp_seconds`; the series of targets that left are dropped."""
+
+    __slots__ = ("_exported", "metrics", "router")
+
+    def __init__(self, metrics: Metrics, router: str) -> None:
+        self.metrics = metrics
+        self.router = router
+        self._exported: set[str] = set()
+        """Node ids exported at the last scrape."""
+
+    def __call__(self, pool: PoolStatus | None) -> None:
+        """Export the targets of `pool` (the router's status now; None: no pool)."""
+        m, router = self.metrics, self.router
+        targets = () if pool is None else pool.targets
+        for target in targets:
+            labels = (router, target.node_id)
+            for state in OperationalState:
+                m.target_state.set((*labels, state.value), int(state is target.operational_state))
+            if target.last_check is not None:
+                m.target_check_duration.set(labels, target.last_check.duration_s)
+            if target.last_change is not None:
+                m.target_last_change.set(labels, target.last_change)
+        current = {target.node_id for target in targets}
+        for node_id in self._exported - current:
+            labels = (router, node_id)
+            m.target_state.remove_matching(labels)
+            m.target_check_duration.remove(labels)
+            m.target_last_change.remove(labels)
+        self._exported = current

@@ -18,12 +18,13 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import time
 from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
 
 from cache.cache import Changes
-from pools import PoolKind
+from pools import PoolEventKind, PoolKind
 from router.core.engine import (
     DecisionReason,
     QuorumWait,
@@ -36,8 +37,8 @@ from router.core.events import Accepted, CloseReason, ConnectionRef, Connections
 from router.core.live import LiveConnections, closed_by_pool_change
 from router.core.plan import after_connect_failed
 from router.core.shared_cache import UNANSWERED, SharedEntry
-from router.core.status import snapshot
-from router.reports import MetricUpdates, log_event
+from router.core.status import CheckRecord, TargetHistory, operational_state, snapshot
+from router.reports import MetricUpdates, TargetMetrics, log_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -123,8 +124,14 @@ class RouterRuntime:
         self._retired = False
         """Removed from the configuration by a reload: nothing of it is sampled any more."""
         self._changed = trio.Event()
+        self._history = TargetHistory()
+        """Each target's last probes, why it is not ready, when its state last changed."""
         updates = MetricUpdates(metrics)
         updates.router_started(self.name, None if pool is None else [t.node_id for t in pool.targets])
+        if pool is not None:
+            self._observe_targets([t.node_id for t in pool.targets], time.time())
+            target_metrics = TargetMetrics(metrics, self.name)
+            metrics.sample_when_scraped(lambda: target_metrics(self.status().pool))
         self._subscribers: tuple[Subscriber, ...] = (log_event, updates)
         self._shared: SharedCacheClient | None = None
         """The cache shared through ZooKeeper (router/services/shared_cache.py), once attached."""
@@ -267,7 +274,7 @@ class RouterRuntime:
     def status(self) -> RouterStatus:
         """A consistent snapshot of the router's filters, cache and pool."""
         with self._lock:
-            return snapshot(self.config, self._engine, self._pool, self._connections)
+            return snapshot(self.config, self._engine, self._pool, self._connections, self._history)
 
     def cache_entries(self) -> dict[str, str]:
         """The sticky cache now: key -> node id of the entries not expired (empty without a cache)."""
@@ -421,7 +428,7 @@ class RouterRuntime:
             except ValueError:
                 engine.key_filter, engine.local_target_filter = old
                 raise
-            return snapshot(self.config, engine, self._pool, self._connections)
+            return snapshot(self.config, engine, self._pool, self._connections, self._history)
 
     # -- a configuration reload (trio thread) --
 
@@ -482,15 +489,28 @@ class RouterRuntime:
 
     # -- the pool (trio thread) --
 
-    def record_check(self, node_id: str, ok: bool, detail: str = "", *, member: int = 0) -> None:
+    def record_check(
+        self, node_id: str, ok: bool, detail: str = "", *, member: int = 0, duration_s: float = 0.0
+    ) -> None:
         """Record a probe's outcome for a target (one member of an HA pair) and act on the changes.
+
+        Args:
+            node_id: the probed target.
+            ok: whether the probe succeeded.
+            detail: why not, when it failed.
+            member: which member of an HA pair was probed (0: the primary).
+            duration_s: how long the probe took (shown in the status and the metrics).
 
         Raises:
             KeyError: no target with this node id.
         """
-        assert self._pool is not None, "only a router with a pool probes"
+        pool = self._pool
+        assert pool is not None, "only a router with a pool probes"
+        record = CheckRecord(at=time.time(), duration_s=duration_s, ok=ok, reason="" if ok else detail)
         with self._lock:
-            events = self._pool.record_check(node_id, ok, detail, member=member)
+            events = pool.record_check(node_id, ok, detail, member=member)
+            if pool.probed(node_id):  # a probe that ran when maintenance began is not recorded
+                self._history.checked(node_id, member, record)
         self._apply(events)
 
     def add_target(self, target: Target) -> None:
@@ -614,10 +634,32 @@ class RouterRuntime:
             assert self._pool is not None, "only a router with a pool has members"
             return self._pool.active_member(node_id)
 
+    def _observe_targets(self, node_ids: Iterable[str], now: float) -> None:
+        """Record the operational state of these targets at `now` in the history (under the lock,
+        or before the router serves)."""
+        pool = self._pool
+        assert pool is not None
+        for node_id in node_ids:
+            if pool.target(node_id) is not None:  # an administrative state may name an absent one
+                state = operational_state(pool.state(node_id), pool.admin_state(node_id))
+                self._history.observe(node_id, state, now)
+
     def _apply(self, events: Iterable[PoolEvent]) -> None:
         """Report pool changes, then close the connections they doom, and wake decisions waiting
         for the quorum (trio thread)."""
         events = list(events)
+        touched = [event for event in events if event.node_id is not None]
+        if touched:
+            now = time.time()
+            with self._lock:
+                for event in touched:
+                    assert event.node_id is not None
+                    if event.kind is PoolEventKind.TARGET_REMOVED:
+                        self._history.forget(event.node_id)
+                        continue
+                    if event.kind is PoolEventKind.TARGET_NOT_READY:
+                        self._history.failed(event.node_id, event.detail)
+                    self._observe_targets([event.node_id], now)
         for event in events:
             self.report(event)
         for event in events:

@@ -156,7 +156,7 @@ def _admission(
     config: Config, runtimes: Iterable[RouterRuntime], metrics: Metrics, max_connections: int | None
 ) -> Admission:
     """The process's admission: its descriptor budget for clients, at most `max_connections`
-    (logged, and a metric), and each acceptor's limits."""
+    (logged, and a metric, as is its use), and each acceptor's limits."""
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if limit == resource.RLIM_INFINITY:
         limit = _UNLIMITED_DESCRIPTORS
@@ -189,7 +189,9 @@ def _admission(
     acceptor_limits = {
         a.name: limits for a in config.acceptors if (limits := _acceptor_limits(a)) is not None
     }
-    return Admission(budget, acceptor_limits)
+    admission = Admission(budget, acceptor_limits)
+    metrics.sample_when_scraped(lambda: metrics.client_connections.set((), admission.open))
+    return admission
 
 
 def _acceptor_stores(acceptor: AcceptorConfig) -> tuple[ssl.SSLContext | None, UserStore | None]:

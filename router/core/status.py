@@ -4,12 +4,18 @@ and the process's (`ServerStatus`: pid, version, descriptor budget, acceptors wi
 Pure: `snapshot` reads the live objects and copies what the admin API and `routerctl status`
 show; `RouterRuntime.status` calls it under the router's lock, so a snapshot is consistent even
 while the fast path's thread routes. The process's facts (clock, /proc) are read by
-router/services/process.py, which builds a `ServerStatus` from them.
+router/services/process.py, which builds a `ServerStatus` from them. Besides the pool's state,
+a target shows what the runtime remembers in its `TargetHistory` (fed with times it reads itself: none is read here): each
+member's last probe (when, how long, the outcome), why the target is not ready, and when its
+`OperationalState` (readiness and administrative state in one, as `router_target_state`) last
+changed.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pools import AdminState, TargetState
@@ -22,14 +28,133 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AcceptorStatus",
+    "CheckRecord",
     "MemberStatus",
+    "OperationalState",
     "PoolStatus",
     "ProcessStatus",
     "RouterStatus",
     "ServerStatus",
+    "TargetHistory",
     "TargetStatus",
+    "operational_state",
+    "rfc3339",
     "snapshot",
 ]
+
+
+class OperationalState(enum.Enum):
+    """A target's state in one word, as `router_target_state` shows it (HAProxy's UP, DOWN, DRAIN,
+    MAINT): its readiness and its administrative state together."""
+
+    UP = "up"
+    """Ready and open to new connections."""
+    DOWN = "down"
+    """Not ready, or not probed yet (also while drained: its open connections are in trouble)."""
+    DRAIN = "drain"
+    """Ready, and drained by an operator: no new connections."""
+    MAINT = "maint"
+    """In maintenance: not probed, no new connections."""
+
+
+def operational_state(state: TargetState, admin: AdminState) -> OperationalState:
+    """The operational state of a target with this readiness and administrative state."""
+    if admin is AdminState.MAINT:
+        return OperationalState.MAINT
+    if state is not TargetState.READY:
+        return OperationalState.DOWN
+    if admin is AdminState.DRAIN:
+        return OperationalState.DRAIN
+    return OperationalState.UP
+
+
+def rfc3339(timestamp: float) -> str:
+    """Seconds since the epoch as an RFC 3339 UTC time with milliseconds (`2026-05-01T12:00:00.123Z`)."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckRecord:
+    """One health probe of a target (of one member of an HA pair)."""
+
+    at: float
+    """When it ended, in seconds since the epoch."""
+    duration_s: float
+    """How long it took (a probe without an answer: its deadline)."""
+    ok: bool
+    """Whether the broker answered as a ready one."""
+    reason: str = ""
+    """Why not, when not ok (the probe's words)."""
+
+    def to_json(self) -> dict[str, object]:
+        document: dict[str, object] = {
+            "at": rfc3339(self.at),
+            "duration_s": round(self.duration_s, 6),
+            "ok": self.ok,
+        }
+        if not self.ok:
+            document["reason"] = self.reason
+        return document
+
+
+class TargetHistory:
+    """What a router remembers about its targets besides the pool's state: each member's last
+    probe, the last reason a target was not ready, and when its operational state last changed.
+
+    Mutable; `RouterRuntime` keeps one per router, changes it under the router's lock and passes
+    the times in.
+    """
+
+    __slots__ = ("_changes", "_checks", "_reasons")
+
+    def __init__(self) -> None:
+        self._checks: dict[str, dict[int, CheckRecord]] = {}
+        """Node id -> member index -> its last probe."""
+        self._reasons: dict[str, str] = {}
+        """Node id -> why it last failed (a probe, or a refused connect)."""
+        self._changes: dict[str, tuple[OperationalState, float]] = {}
+        """Node id -> its operational state and since when (seconds since the epoch)."""
+
+    def checked(self, node_id: str, member: int, record: CheckRecord) -> None:
+        """Remember a member's probe (and its reason, when it failed)."""
+        self._checks.setdefault(node_id, {})[member] = record
+        if not record.ok:
+            self._reasons[node_id] = record.reason
+
+    def failed(self, node_id: str, reason: str) -> None:
+        """Remember why a target became not ready (a refused connect is not a probe)."""
+        self._reasons[node_id] = reason
+
+    def observe(self, node_id: str, state: OperationalState, now: float) -> bool:
+        """Record a target's operational state at `now` (seconds since the epoch); whether it
+        changed (the first observation of a node id counts as a change, at `now`)."""
+        known = self._changes.get(node_id)
+        if known is not None and known[0] is state:
+            return False
+        self._changes[node_id] = (state, now)
+        return True
+
+    def forget(self, node_id: str) -> None:
+        """A target left the pool: nothing about it is kept."""
+        self._checks.pop(node_id, None)
+        self._reasons.pop(node_id, None)
+        self._changes.pop(node_id, None)
+
+    def last_check(self, node_id: str, member: int | None = None) -> CheckRecord | None:
+        """The last probe of a member, or (None) of any member of the target; None before any."""
+        checks = self._checks.get(node_id, {})
+        if member is not None:
+            return checks.get(member)
+        return max(checks.values(), key=lambda record: record.at, default=None)
+
+    def reason(self, node_id: str) -> str:
+        """Why the target last failed; "" when it never did."""
+        return self._reasons.get(node_id, "")
+
+    def last_change(self, node_id: str) -> float | None:
+        """When the target's operational state last changed (or was first seen); None: never seen."""
+        known = self._changes.get(node_id)
+        return None if known is None else known[1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +164,16 @@ class MemberStatus:
     connector: str
     state: TargetState
     active: bool
+    last_check: CheckRecord | None = None
+    """Its last probe; None before any."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "connector": self.connector,
+            "state": self.state.value,
+            "active": self.active,
+            "last_check": None if self.last_check is None else self.last_check.to_json(),
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +187,16 @@ class TargetStatus:
     state: TargetState
     admin_state: AdminState = AdminState.READY
     """What operators allow it: ready, drain or maint."""
+    operational_state: OperationalState = OperationalState.DOWN
+    """Both in one word: up, down, drain or maint (`router_target_state`)."""
+    not_ready_reason: str | None = None
+    """Why it is not ready (its last failed probe's or connect's words, not probed yet, no
+    connector, in maintenance); None when ready."""
+    last_check: CheckRecord | None = None
+    """Its last probe (of any member of an HA pair); None before any."""
+    last_change: float | None = None
+    """When its operational state last changed, in seconds since the epoch (until then: when
+    the router started, or the target joined)."""
     connections: int | None
     """What LEAST_CONNECTIONS counts for it (our live connections, or the broker's report plus
     our change since)."""
@@ -65,11 +210,13 @@ class TargetStatus:
             "connector": self.connector,
             "state": self.state.value,
             "admin_state": self.admin_state.value,
+            "operational_state": self.operational_state.value,
+            "not_ready_reason": self.not_ready_reason,
+            "last_check": None if self.last_check is None else self.last_check.to_json(),
+            "last_change": None if self.last_change is None else rfc3339(self.last_change),
         }
         if self.members:
-            document["members"] = [
-                {"connector": m.connector, "state": m.state.value, "active": m.active} for m in self.members
-            ]
+            document["members"] = [m.to_json() for m in self.members]
         document["connections"] = self.connections
         return document
 
@@ -125,16 +272,29 @@ class RouterStatus:
 
 
 def snapshot(
-    config: RouterConfig, engine: RoutingEngine, pool: Pool | None, connections: LiveConnections
+    config: RouterConfig,
+    engine: RoutingEngine,
+    pool: Pool | None,
+    connections: LiveConnections,
+    history: TargetHistory | None = None,
 ) -> RouterStatus:
-    """Copy a router's state (call it under the router's lock)."""
+    """Copy a router's state (call it under the router's lock).
+
+    Args:
+        config: the router's configuration.
+        engine: its routing engine (filters, cache).
+        pool: its pool; None without one.
+        connections: its live connections.
+        history: its targets' probes and changes; None: none known.
+    """
     pool_status = None
     if pool is not None and config.pool is not None:
+        history = TargetHistory() if history is None else history
         pool_status = PoolStatus(
             kind=config.pool.kind.value,
             active=pool.active,
             quorum_size=pool.quorum_size,
-            targets=tuple(_target(pool, t, connections) for t in pool.targets),
+            targets=tuple(_target(pool, t, connections, history) for t in pool.targets),
         )
     return RouterStatus(
         name=config.name,
@@ -147,23 +307,30 @@ def snapshot(
     )
 
 
-def _target(pool: Pool, target: Target, connections: LiveConnections) -> TargetStatus:
-    connector = target.connector
+def _target(pool: Pool, target: Target, connections: LiveConnections, history: TargetHistory) -> TargetStatus:
+    node_id, connector = target.node_id, target.connector
     members: tuple[MemberStatus, ...] = ()
     if connector is not None and connector.backups:
-        active = pool.active_member(target.node_id)
-        states = pool.member_states(target.node_id)
+        active = pool.active_member(node_id)
+        states = pool.member_states(node_id)
         members = tuple(
-            MemberStatus(connector=m.url, state=state, active=i == active)
+            MemberStatus(
+                connector=m.url, state=state, active=i == active, last_check=history.last_check(node_id, i)
+            )
             for i, (m, state) in enumerate(zip(connector.members, states, strict=True))
         )
+    state, admin = pool.state(node_id), pool.admin_state(node_id)
     return TargetStatus(
-        node_id=target.node_id,
+        node_id=node_id,
         local=target.local,
         connector=None if connector is None else connector.display_url,
-        state=pool.state(target.node_id),
-        admin_state=pool.admin_state(target.node_id),
-        connections=connections.connection_count(target.node_id),
+        state=state,
+        admin_state=admin,
+        operational_state=operational_state(state, admin),
+        not_ready_reason=_why_not_ready(target, state, admin, history),
+        last_check=history.last_check(node_id),
+        last_change=history.last_change(node_id),
+        connections=connections.connection_count(node_id),
         members=members,
     )
 
@@ -250,3 +417,17 @@ class ServerStatus:
 
     def to_json(self) -> dict[str, object]:
         return {"process": self.process.to_json(), "acceptors": [a.to_json() for a in self.acceptors]}
+
+
+def _why_not_ready(
+    target: Target, state: TargetState, admin: AdminState, history: TargetHistory
+) -> str | None:
+    if state is TargetState.READY:
+        return None
+    if target.connector is None:
+        return "no connector: a local target without <local-target-connector-ref> is never ready"
+    if admin is AdminState.MAINT:
+        return "in maintenance: not probed"
+    if state is TargetState.UNKNOWN:
+        return "not probed yet"
+    return history.reason(target.node_id) or "its probe failed"

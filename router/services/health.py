@@ -4,7 +4,9 @@ Each target is probed at once when the router starts, then every `check-period` 
 absolute times, so a slow probe does not shift later ones). A probe that fails, times out or is
 refused makes the target un-ready at once (`Pool.record_check`); the next success makes it ready.
 A probe that cannot run because this host ran short (`LocalShortage`: out of descriptors, memory
-or ephemeral ports) changes nothing: it is no evidence about the broker.
+or ephemeral ports) changes nothing: it is no evidence about the broker. Each recorded probe is
+timed (a probe without an answer takes its deadline): the status shows each target's last probe,
+and `router_target_check_duration_seconds` its duration.
 Each probe has its own deadline. The probe of a target is its connector's `probe=` kind
 (`make_check`): a TCP connect (`check_target`), or a session with the pool's credentials that
 the broker must accept: MQTT 3.1.1 CONNECT (`check_mqtt`, which can also read mosquitto's
@@ -89,6 +91,7 @@ async def _probe_member_forever(
     next_time = trio.current_time()
     while True:
         ok, detail = False, f"no answer from {connector.url} within {timeout_s:g} s"
+        started = trio.current_time()
         try:
             with trio.move_on_after(timeout_s):
                 ok, detail = await check(connector)
@@ -102,7 +105,8 @@ async def _probe_member_forever(
                 exc,
             )
         else:
-            runtime.record_check(target.node_id, ok, detail, member=member)
+            duration_s = trio.current_time() - started
+            runtime.record_check(target.node_id, ok, detail, member=member, duration_s=duration_s)
         next_time += period_s
         now = trio.current_time()
         if next_time < now:  # the probe overran: skip the missed slots instead of bursting

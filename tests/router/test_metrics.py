@@ -8,8 +8,9 @@ import time
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import Histogram as LibraryHistogram
 
-from router.metrics import Metrics
+from router.metrics import CONNECT_BUCKETS_S, Histogram, Metrics
 
 
 def test_metrics_exposition_names_every_family() -> None:
@@ -141,3 +142,89 @@ def test_families_count_exactly_from_several_threads() -> None:
     assert all(b"router_routing_decisions_total" in text for text in exposed)
     assert metrics.decisions.value(("r", "OK")) == 80_000
     assert metrics.active_connections.value(("r", "b1")) == 0
+
+
+def test_histogram_exposition_is_what_the_client_library_writes() -> None:
+    metrics = Metrics()
+    library = CollectorRegistry()
+    theirs = LibraryHistogram(
+        "router_target_connect_duration_seconds",
+        metrics.connect_duration.documentation,
+        ["router", "node_id"],
+        buckets=CONNECT_BUCKETS_S,
+        registry=library,
+    )
+    for value in (0.0001, 0.0005, 0.003, 0.003, 7.0):  # 0.0005: on a bound, counted in it
+        metrics.connect_duration.observe(("r", "b1"), value)
+        theirs.labels("r", "b1").observe(value)
+
+    def block(text: str) -> list[str]:
+        lines = [line for line in text.splitlines() if "router_target_connect_duration_seconds" in line]
+        return [re.sub(r"(_created\{.*\}) \S+$", r"\1 T", line) for line in lines]
+
+    ours = block(metrics.exposition().decode())
+    assert ours == block(generate_latest(library).decode())
+    assert 'router_target_connect_duration_seconds_bucket{le="0.0005",node_id="b1",router="r"} 2.0' in ours
+    assert 'router_target_connect_duration_seconds_count{node_id="b1",router="r"} 5.0' in ours
+    assert metrics.connect_duration.count(("r", "b1")) == 5
+    assert metrics.connect_duration.count(("r", "b2")) is None
+
+
+def test_histogram_rules() -> None:
+    with pytest.raises(ValueError, match=r"h: bucket bounds must increase, got \(1.0, 1.0\)"):
+        Histogram("h", "", (), (1.0, 1.0))
+    with pytest.raises(ValueError, match=r"h: wants finite bucket bounds, got \(\)"):
+        Histogram("h", "", (), ())
+    with pytest.raises(ValueError, match=r"h: wants finite bucket bounds"):
+        Histogram("h", "", (), (1.0, float("inf")))
+    with pytest.raises(ValueError, match=r"'le' is the histogram's own label"):
+        Histogram("h", "", ("le",), (1.0,))
+    histogram = Histogram("h", "", ("router",), CONNECT_BUCKETS_S)
+    with pytest.raises(ValueError, match=r"h: wants one string per label \['router'\], got \('r', 'x'\)"):
+        histogram.observe(("r", "x"), 1.0)
+    assert histogram.count(("r", "x")) is None
+    histogram.observe(("r",), 1.0)
+    histogram.observe(("s",), 1.0)
+    histogram.remove_matching(("r",))
+    assert (histogram.count(("r",)), histogram.count(("s",))) == (None, 1)
+
+
+def test_family_remove_matching_drops_every_label_set_with_the_prefix() -> None:
+    metrics = Metrics()
+    failures = metrics.connect_failures
+    for labels in (
+        ("r", "b1", "refused"),
+        ("r", "b1", "timeout"),
+        ("r", "b10", "refused"),
+        ("s", "b1", "refused"),
+    ):
+        failures.inc(labels)
+    failures.remove_matching(("r", "b1"))
+    assert sorted(failures.label_sets()) == [("r", "b10", "refused"), ("s", "b1", "refused")]
+    assert (
+        metrics.registry.get_sample_value(
+            "router_target_connect_failures_created", {"router": "r", "node_id": "b1", "reason": "refused"}
+        )
+        is None
+    )
+
+
+def test_metrics_include_the_process_collector_and_the_scraped_samplers() -> None:
+    """Scenario: each instance's registry has the process's own figures, and samplers run per scrape."""
+    metrics = Metrics()
+    scrapes: list[int] = []
+    metrics.sample_when_scraped(lambda: metrics.client_connections.set((), len(scrapes)))
+    metrics.sample_when_scraped(lambda: scrapes.append(1))
+    registry = metrics.registry
+    open_fds = registry.get_sample_value("process_open_fds")
+    max_fds = registry.get_sample_value("process_max_fds")
+    assert open_fds is not None
+    assert max_fds is not None
+    assert 0 < open_fds <= max_fds
+    resident = registry.get_sample_value("process_resident_memory_bytes")
+    assert resident is not None
+    assert resident > 0
+    assert registry.get_sample_value("process_cpu_seconds_total") is not None
+    text = metrics.exposition().decode()
+    assert f"router_client_connections {float(len(scrapes) - 1)}" in text
+    assert Metrics().registry.get_sample_value("process_open_fds") is not None  # one per instance

@@ -6,6 +6,7 @@ import ast
 import contextlib
 import logging
 import re
+import time
 import typing
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from keys import NULL_KEY, WireProtocol
-from pools import PoolEvent, PoolEventKind
+from pools import PoolEvent, PoolEventKind, TargetState
 from router import reports
 from router.core import events
 from router.core.address import Address
@@ -35,9 +36,10 @@ from router.core.events import (
     OpeningFailed,
     OpeningFailure,
 )
+from router.core.status import CheckRecord, OperationalState, PoolStatus, TargetStatus
 from router.logs import MAX_SHOWN_CHARS, shown
 from router.metrics import Metrics
-from router.reports import MetricUpdates, log_event
+from router.reports import MetricUpdates, TargetMetrics, log_event
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -247,7 +249,19 @@ def test_metric_updates_of_failures_refusals_and_lookups() -> None:
         samples[("router_routing_decisions_total", (("router", "r"), ("status", "REFUSED_USE_ANOTHER")))]
         == 1.0
     )
-    assert samples[("router_target_connect_failures_total", (("node_id", "b1"), ("router", "r")))] == 1.0
+    assert (
+        samples[
+            (
+                "router_target_connect_failures_total",
+                (("node_id", "b1"), ("reason", "timeout"), ("router", "r")),
+            )
+        ]
+        == 1.0
+    )
+    assert (
+        samples[("router_routing_refusals_total", (("reason", "no_pool_or_policy"), ("router", "r")))] == 1.0
+    )
+    assert samples[("router_routing_refusals_total", (("reason", "connect_failed"), ("router", "r")))] == 1.0
     assert samples[("router_lookups_total", (("router", "r"), ("status", "REFUSED_UNAVAILABLE")))] == 1.0
     assert not any(
         name == "router_proxied_connections_closed_total" for name, _ in samples
@@ -264,18 +278,203 @@ def test_metric_updates_of_pool_events_and_a_target_that_leaves() -> None:
     updates(PoolEvent(kind=PoolEventKind.TARGET_READY, pool="r", node_id="b1"))
     updates(PoolEvent(kind=PoolEventKind.POOL_ACTIVE, pool="r"))
     updates(ConnectFailed(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x"))
+    updates(ConnectFailed(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="timed out"))
+    updates(_decided(Mode.PROXY))
+    updates(Connected(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS))
     samples = _samples(metrics)
     assert samples[("router_target_ready", (("node_id", "b1"), ("router", "r")))] == 1.0
     assert samples[("router_pool_active", (("router", "r"),))] == 1.0
+    assert (
+        samples[("router_target_connect_duration_seconds_count", (("node_id", "b1"), ("router", "r")))] == 1
+    )
     updates(PoolEvent(kind=PoolEventKind.TARGET_REMOVED, pool="r", node_id="b1", detail="ready"))
     samples = _samples(metrics)
     assert ("router_target_ready", (("node_id", "b1"), ("router", "r"))) not in samples
-    assert ("router_target_connect_failures_total", (("node_id", "b1"), ("router", "r"))) not in samples
+    assert not [name for name, labels in samples if ("node_id", "b1") in labels and "target_connect" in name]
     updates(ConnectFailed(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x"))
     assert (
-        _samples(metrics)[("router_target_connect_failures_total", (("node_id", "b1"), ("router", "r")))]
+        _samples(metrics)[
+            (
+                "router_target_connect_failures_total",
+                (("node_id", "b1"), ("reason", "other"), ("router", "r")),
+            )
+        ]
         == 1.0
     )
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause"),
+    [
+        ("Connection refused", "refused"),
+        ("timed out", "timeout"),
+        ("Connection timed out", "timeout"),
+        ("No route to host", "unreachable"),
+        ("Network is unreachable", "unreachable"),
+        ("Connection reset by peer", "reset"),
+        ("Too many open files", "local_shortage"),
+        ("Cannot assign requested address", "local_shortage"),
+        ("closed by the router: shutdown", "closed_by_router"),
+        ("Name or service not known", "other"),
+        ("", "other"),
+    ],
+)
+def test_connect_failure_cause_is_one_of_a_few_labels(reason: str, cause: str) -> None:
+    assert reports.connect_failure_cause(reason) == cause
+
+
+def test_metric_updates_time_connects_from_the_decision_and_from_a_redispatch() -> None:
+    metrics = Metrics()
+    updates = MetricUpdates(metrics)
+    before = time.perf_counter()
+    updates(_decided(Mode.PROXY))
+    updates(
+        ConnectFailed(
+            conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x", redispatched_to="b2"
+        )
+    )
+    updates(Connected(conn=CONN, key="k", node_id="b2", address=TARGET_ADDRESS))
+    took = time.perf_counter() - before
+    registry = metrics.registry
+    b2 = {"router": "r", "node_id": "b2"}
+    assert registry.get_sample_value("router_target_connect_duration_seconds_count", b2) == 1.0
+    observed = registry.get_sample_value("router_target_connect_duration_seconds_sum", b2)
+    assert observed is not None
+    assert 0 <= observed <= took
+    assert (
+        registry.get_sample_value(
+            "router_target_connect_duration_seconds_count", {"router": "r", "node_id": "b1"}
+        )
+        is None
+    )
+    assert registry.get_sample_value("router_connect_redispatches_total", {"router": "r"}) == 1.0
+    assert (
+        registry.get_sample_value(
+            "router_routing_refusals_total", {"router": "r", "reason": "connect_failed"}
+        )
+        is None
+    )
+    # A Connected without a timed connect (none pending) is counted, not timed; nothing is left.
+    updates(Connected(conn=CONN, key="k", node_id="b2", address=TARGET_ADDRESS))
+    assert registry.get_sample_value("router_target_connect_duration_seconds_count", b2) == 1.0
+    assert updates._connecting == {}
+
+
+def test_metric_updates_closed_while_connecting_is_no_refusal() -> None:
+    metrics = Metrics()
+    updates = MetricUpdates(metrics)
+    updates(_decided(Mode.PROXY))
+    updates(
+        ConnectFailed(
+            conn=CONN,
+            key="k",
+            node_id="b1",
+            address=TARGET_ADDRESS,
+            reason=CloseReason.SHUTDOWN.while_connecting,
+        )
+    )
+    samples = _samples(metrics)
+    assert not any(name == "router_routing_refusals_total" for name, _ in samples)
+    assert (
+        samples[
+            (
+                "router_target_connect_failures_total",
+                (("node_id", "b1"), ("reason", "closed_by_router"), ("router", "r")),
+            )
+        ]
+        == 1.0
+    )
+    assert updates._connecting == {}
+
+
+def test_metric_updates_forget_connects_whose_end_never_came() -> None:
+    metrics = Metrics()
+    updates = MetricUpdates(metrics)
+    updates(_decided(Mode.PROXY))
+    updates._connecting[99] = time.perf_counter() - reports.PENDING_CONNECT_MAX_S - 1
+    metrics.exposition()  # a scrape
+    assert list(updates._connecting) == [CONN.id]
+
+
+def test_metric_updates_count_refusals_by_reason() -> None:
+    metrics = Metrics()
+    updates = MetricUpdates(metrics)
+    for reason in (
+        DecisionReason.NO_READY_TARGET,
+        DecisionReason.NO_READY_TARGET,
+        DecisionReason.ROUTING_TIMED_OUT,
+    ):
+        updates(_decided(Mode.REFUSE, RouteStatus.REFUSED_UNAVAILABLE, reason))
+    updates(_decided(Mode.REDIRECT))
+    registry, labels = metrics.registry, {"router": "r"}
+    assert (
+        registry.get_sample_value("router_routing_refusals_total", {**labels, "reason": "no_ready_target"})
+        == 2
+    )
+    assert (
+        registry.get_sample_value("router_routing_refusals_total", {**labels, "reason": "routing_timed_out"})
+        == 1
+    )
+    assert updates._connecting == {}  # only a proxied decision's connect is timed
+
+
+def _pool_status(*targets: TargetStatus) -> PoolStatus:
+    return PoolStatus(kind="static-connectors", active=True, quorum_size=1, targets=targets)
+
+
+def _target_status(
+    node_id: str,
+    state: TargetState = TargetState.READY,
+    operational_state: OperationalState = OperationalState.UP,
+    last_check: CheckRecord | None = None,
+    last_change: float | None = None,
+) -> TargetStatus:
+    return TargetStatus(
+        node_id=node_id,
+        local=False,
+        connector=None,
+        state=state,
+        operational_state=operational_state,
+        last_check=last_check,
+        last_change=last_change,
+        connections=0,
+    )
+
+
+def test_target_metrics_export_state_check_and_change_and_drop_targets_that_left() -> None:
+    metrics = Metrics()
+    export = TargetMetrics(metrics, "r")
+    check = CheckRecord(at=1000.0, duration_s=0.25, ok=True)
+    export(
+        _pool_status(
+            _target_status(
+                "b1", operational_state=OperationalState.DRAIN, last_check=check, last_change=900.0
+            ),
+            _target_status("b2", TargetState.UNKNOWN, OperationalState.DOWN),
+        )
+    )
+    registry = metrics.registry
+
+    def value(name: str, node_id: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"router": "r", "node_id": node_id, **labels})
+
+    assert {s.value: value("router_target_state", "b1", state=s.value) for s in OperationalState} == {
+        "up": 0.0,
+        "down": 0.0,
+        "drain": 1.0,
+        "maint": 0.0,
+    }
+    assert value("router_target_state", "b2", state="down") == 1.0
+    assert value("router_target_check_duration_seconds", "b1") == 0.25
+    assert value("router_target_check_duration_seconds", "b2") is None  # not probed yet
+    assert value("router_target_last_change_timestamp_seconds", "b1") == 900.0
+    export(_pool_status(_target_status("b2", operational_state=OperationalState.UP, last_change=950.0)))
+    assert value("router_target_state", "b2", state="up") == 1.0
+    assert value("router_target_state", "b1", state="drain") is None
+    assert value("router_target_check_duration_seconds", "b1") is None
+    assert value("router_target_last_change_timestamp_seconds", "b1") is None
+    export(None)
+    assert "router_target_state{" not in metrics.exposition().decode()
 
 
 def _event_types() -> set[type]:

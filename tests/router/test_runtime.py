@@ -5,6 +5,7 @@ and the events it reports."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,12 +15,13 @@ import trio.testing
 from cache import CacheConfig
 from keys import ConnectionFacts
 from policies import PolicyConfig
-from pools import Connector, PoolConfig, PoolEvent, PoolEventKind, PoolKind, Target, TargetState
+from pools import AdminState, Connector, PoolConfig, PoolEvent, PoolEventKind, PoolKind, Target, TargetState
 from router.config.settings import Config, RouterConfig
 from router.core.address import Address
 from router.core.engine import QuorumWait, RouteDecision, RouteStatus
 from router.core.events import Accepted, CloseReason, ConnectionsClosed, LookedUp
 from router.core.reload import Departed
+from router.core.status import OperationalState, TargetStatus
 from router.metrics import Metrics
 from router.runtime import RouterRuntime, evacuate_removed
 from tests.router.core.test_live import Closer, live_connection
@@ -275,14 +277,17 @@ class TestPoolChanges:
         assert runtime.lookup("k").target == joined
         metrics = runtime.metrics.registry
         assert metrics.get_sample_value("router_target_ready", {"router": "r", "node_id": "z1"}) == 1.0
-        runtime.metrics.connect_failures.inc(("r", "z1"))
+        assert (
+            metrics.get_sample_value("router_target_state", {"router": "r", "node_id": "z1", "state": "up"})
+            == 1
+        )
+        runtime.metrics.connect_failures.inc(("r", "z1", "refused"))
 
         runtime.remove_target("z1")
         assert metrics.get_sample_value("router_target_ready", {"router": "r", "node_id": "z1"}) is None
-        assert (
-            metrics.get_sample_value("router_target_connect_failures_total", {"router": "r", "node_id": "z1"})
-            is None
-        )
+        z1_failures = {"router": "r", "node_id": "z1", "reason": "refused"}
+        assert metrics.get_sample_value("router_target_connect_failures_total", z1_failures) is None
+        assert 'node_id="z1"' not in runtime.metrics.exposition().decode()
         assert metrics.get_sample_value("router_pool_active", {"router": "r"}) == 0.0
         assert runtime.lookup("k").status is RouteStatus.REFUSED_UNAVAILABLE
         messages = [r.getMessage() for r in caplog.records if "target=z1" in r.getMessage()]
@@ -475,3 +480,95 @@ class TestReconfigure:
             e.node_id for e in events if isinstance(e, PoolEvent) and e.kind is PoolEventKind.TARGET_REMOVED
         ]
         assert removed == ["b1", "b2", "b3"]
+
+
+def _target_status(runtime: RouterRuntime, node_id: str) -> TargetStatus:
+    pool = runtime.status().pool
+    assert pool is not None
+    return next(t for t in pool.targets if t.node_id == node_id)
+
+
+class TestTargetHistory:
+    """What the status and the metrics show of each target beyond its readiness: its last probe,
+    why it is not ready, and when its operational state last changed."""
+
+    def test_a_probe_is_shown_with_its_time_and_duration(self) -> None:
+        before = time.time()
+        runtime = _runtime()
+        started = time.time()
+        b1 = _target_status(runtime, "b1")
+        assert (b1.operational_state, b1.last_check, b1.not_ready_reason) == (
+            OperationalState.DOWN,
+            None,
+            "not probed yet",
+        )
+        assert b1.last_change is not None
+        assert before <= b1.last_change <= started
+        runtime.record_check("b1", True, duration_s=0.125)
+        b1 = _target_status(runtime, "b1")
+        assert b1.last_check is not None
+        assert (b1.last_check.ok, b1.last_check.duration_s, b1.operational_state) == (
+            True,
+            0.125,
+            OperationalState.UP,
+        )
+        assert started <= b1.last_check.at <= time.time()
+        assert b1.last_change is not None
+        assert started <= b1.last_change <= time.time()
+        registry, labels = runtime.metrics.registry, {"router": "r", "node_id": "b1"}
+        assert registry.get_sample_value("router_target_check_duration_seconds", labels) == 0.125
+        assert (
+            registry.get_sample_value("router_target_last_change_timestamp_seconds", labels) == b1.last_change
+        )
+        assert registry.get_sample_value("router_target_state", {**labels, "state": "up"}) == 1.0
+        assert registry.get_sample_value("router_target_state", {**labels, "state": "down"}) == 0.0
+        changed = b1.last_change
+        runtime.record_check("b1", True, duration_s=0.5)  # no change of state: the time stays
+        assert _target_status(runtime, "b1").last_change == changed
+        runtime.record_check("b1", False, "mqtt probe of tcp://127.0.0.1:20001 failed: boom", duration_s=3.0)
+        b1 = _target_status(runtime, "b1")
+        assert (b1.operational_state, b1.not_ready_reason) == (
+            OperationalState.DOWN,
+            "mqtt probe of tcp://127.0.0.1:20001 failed: boom",
+        )
+        assert b1.last_change is not None
+        assert b1.last_change >= changed
+        assert registry.get_sample_value("router_target_check_duration_seconds", labels) == 3.0
+
+    def test_a_refused_connect_is_the_reason(self) -> None:
+        runtime = _runtime()
+        runtime.record_check("b1", True)
+        b1 = runtime.target("b1")
+        assert b1 is not None
+        assert b1.connector is not None
+        runtime.connect_refused(b1, b1.connector, "Connection refused")
+        assert _target_status(runtime, "b1").not_ready_reason == (
+            "connect to tcp://127.0.0.1:20001 failed: Connection refused"
+        )
+
+    def test_administrative_states_show_as_drain_and_maint(self) -> None:
+        """Scenario: a ready target is drained, put in maintenance (its probes are no longer
+        recorded) and made ready again: unknown, so down, until its next probe."""
+        runtime = _runtime()
+        registry = runtime.metrics.registry
+
+        def one_hot() -> dict[str, float | None]:
+            return {
+                s.value: registry.get_sample_value(
+                    "router_target_state", {"router": "r", "node_id": "b1", "state": s.value}
+                )
+                for s in OperationalState
+            }
+
+        runtime.record_check("b1", True, duration_s=0.01)
+        runtime.set_admin_state("b1", AdminState.DRAIN)
+        assert one_hot() == {"up": 0.0, "down": 0.0, "drain": 1.0, "maint": 0.0}
+        runtime.set_admin_state("b1", AdminState.MAINT)
+        assert one_hot() == {"up": 0.0, "down": 0.0, "drain": 0.0, "maint": 1.0}
+        runtime.record_check("b1", False, "late", duration_s=9.0)  # began before maintenance
+        b1 = _target_status(runtime, "b1")
+        assert b1.last_check is not None
+        assert b1.last_check.duration_s == 0.01
+        runtime.set_admin_state("b1", AdminState.READY)
+        assert one_hot() == {"up": 0.0, "down": 1.0, "drain": 0.0, "maint": 0.0}
+        assert _target_status(runtime, "b1").not_ready_reason == "not probed yet"

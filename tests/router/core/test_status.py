@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import pytest
+
 from policies import PolicyConfig
-from pools import Connector, Pool, PoolConfig, PoolKind, Target, TargetState
+from pools import AdminState, Connector, Pool, PoolConfig, PoolKind, Target, TargetState
 from router.config.settings import RouterConfig
 from router.core.engine import RoutingEngine
 from router.core.live import LiveConnections
-from router.core.status import AcceptorStatus, ProcessStatus, ServerStatus, snapshot
+from router.core.status import (
+    AcceptorStatus,
+    CheckRecord,
+    OperationalState,
+    ProcessStatus,
+    ServerStatus,
+    TargetHistory,
+    operational_state,
+    rfc3339,
+    snapshot,
+)
 from tests.router.core.test_live import live_connection
 
 
@@ -24,8 +36,15 @@ def test_snapshot_of_an_ha_pair_shows_its_members_and_the_active_one() -> None:
     engine = RoutingEngine(config, pool, Target.local_target(None), counts=connections)
     pool.record_check("pair", False, "down", member=0)
     pool.record_check("pair", True, member=1)
+    history = TargetHistory()
+    history.observe("pair", OperationalState.DOWN, 1_700_000_000.0)
+    history.observe("pair", OperationalState.UP, 1_700_000_001.5)
+    history.checked(
+        "pair", 0, CheckRecord(at=1_700_000_001.0, duration_s=0.0123456789, ok=False, reason="down")
+    )
+    history.checked("pair", 1, CheckRecord(at=1_700_000_001.5, duration_s=0.002, ok=True))
     connections.add(live_connection(node_id="pair", address=("127.0.0.1", 20002)))
-    status = snapshot(config, engine, pool, connections)
+    status = snapshot(config, engine, pool, connections, history)
     assert status.pool is not None
     assert (status.pool.active, status.pool.ready) == (False, ("pair",))
     assert status.to_json() == {
@@ -46,9 +65,28 @@ def test_snapshot_of_an_ha_pair_shows_its_members_and_the_active_one() -> None:
                     "connector": "(tcp://127.0.0.1:20001,tcp://127.0.0.1:20002)",
                     "state": "ready",
                     "admin_state": "ready",
+                    "operational_state": "up",
+                    "not_ready_reason": None,
+                    "last_check": {"at": "2023-11-14T22:13:21.500Z", "duration_s": 0.002, "ok": True},
+                    "last_change": "2023-11-14T22:13:21.500Z",
                     "members": [
-                        {"connector": "tcp://127.0.0.1:20001", "state": "not-ready", "active": False},
-                        {"connector": "tcp://127.0.0.1:20002", "state": "ready", "active": True},
+                        {
+                            "connector": "tcp://127.0.0.1:20001",
+                            "state": "not-ready",
+                            "active": False,
+                            "last_check": {
+                                "at": "2023-11-14T22:13:21.000Z",
+                                "duration_s": 0.012346,
+                                "ok": False,
+                                "reason": "down",
+                            },
+                        },
+                        {
+                            "connector": "tcp://127.0.0.1:20002",
+                            "state": "ready",
+                            "active": True,
+                            "last_check": {"at": "2023-11-14T22:13:21.500Z", "duration_s": 0.002, "ok": True},
+                        },
                     ],
                     "connections": 1,
                 },
@@ -58,6 +96,10 @@ def test_snapshot_of_an_ha_pair_shows_its_members_and_the_active_one() -> None:
                     "connector": "tcp://127.0.0.1:20003",
                     "state": "unknown",
                     "admin_state": "ready",
+                    "operational_state": "down",
+                    "not_ready_reason": "not probed yet",
+                    "last_check": None,
+                    "last_change": None,
                     "connections": 0,
                 },
             ],
@@ -121,3 +163,92 @@ def test_server_status_document() -> None:
             }
         ],
     }
+
+
+@pytest.mark.parametrize(
+    ("state", "admin", "expected"),
+    [
+        (TargetState.READY, AdminState.READY, OperationalState.UP),
+        (TargetState.READY, AdminState.DRAIN, OperationalState.DRAIN),
+        (TargetState.READY, AdminState.MAINT, OperationalState.MAINT),
+        (TargetState.NOT_READY, AdminState.READY, OperationalState.DOWN),
+        (TargetState.NOT_READY, AdminState.DRAIN, OperationalState.DOWN),
+        (TargetState.NOT_READY, AdminState.MAINT, OperationalState.MAINT),
+        (TargetState.UNKNOWN, AdminState.READY, OperationalState.DOWN),
+        (TargetState.UNKNOWN, AdminState.MAINT, OperationalState.MAINT),
+    ],
+)
+def test_operational_state_of_readiness_and_admin_state(
+    state: TargetState, admin: AdminState, expected: OperationalState
+) -> None:
+    assert operational_state(state, admin) is expected
+
+
+def test_target_history_keeps_the_first_time_of_each_state_and_forgets_a_target() -> None:
+    history = TargetHistory()
+    assert history.observe("b1", OperationalState.DOWN, 10.0)
+    assert not history.observe("b1", OperationalState.DOWN, 20.0)
+    assert history.last_change("b1") == 10.0
+    assert history.observe("b1", OperationalState.UP, 30.0)
+    assert history.last_change("b1") == 30.0
+    history.checked("b1", 0, CheckRecord(at=31.0, duration_s=0.5, ok=False, reason="refused"))
+    history.checked("b1", 0, CheckRecord(at=36.0, duration_s=0.1, ok=True))
+    assert history.reason("b1") == "refused"  # the last failure's, until another one
+    history.failed("b1", "connect refused")
+    assert history.reason("b1") == "connect refused"
+    assert history.last_check("b1") == CheckRecord(at=36.0, duration_s=0.1, ok=True)
+    assert history.last_check("b1", 1) is None
+    history.forget("b1")
+    assert (history.last_change("b1"), history.last_check("b1"), history.reason("b1")) == (None, None, "")
+
+
+def _static_router(node_ids: tuple[str, ...] = ("b1",)) -> tuple[RouterConfig, Pool, RoutingEngine]:
+    connectors = [
+        Connector.from_url(n, f"tcp://127.0.0.1:{20010 + i}?nodeId={n}") for i, n in enumerate(node_ids)
+    ]
+    config = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="FIRST_ELEMENT"),
+        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=node_ids),
+    )
+    pool = Pool("r", 1, [Target.remote(c) for c in connectors])
+    return config, pool, RoutingEngine(config, pool, Target.local_target(None))
+
+
+def test_snapshot_says_why_a_target_is_not_ready() -> None:
+    config, pool, engine = _static_router(("b1", "b2", "b3", "b4"))
+    history = TargetHistory()
+    pool.record_check("b1", False, "connect to tcp://127.0.0.1:20010 failed: Connection refused")
+    history.failed("b1", "connect to tcp://127.0.0.1:20010 failed: Connection refused")
+    pool.record_check("b2", True)
+    pool.record_check("b3", False, "x")
+    pool.set_admin_state("b4", AdminState.MAINT)
+    status = snapshot(config, engine, pool, LiveConnections(), history)
+    assert status.pool is not None
+    reasons = {t.node_id: (t.operational_state, t.not_ready_reason) for t in status.pool.targets}
+    assert reasons == {
+        "b1": (OperationalState.DOWN, "connect to tcp://127.0.0.1:20010 failed: Connection refused"),
+        "b2": (OperationalState.UP, None),
+        "b3": (OperationalState.DOWN, "its probe failed"),  # nothing in the history
+        "b4": (OperationalState.MAINT, "in maintenance: not probed"),
+    }
+
+
+def test_snapshot_of_a_local_target_without_connector_says_so() -> None:
+    config = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="FIRST_ELEMENT"),
+        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("b1",), local_target_enabled=True),
+    )
+    local = Target.local_target(None)
+    pool = Pool("r", 1, [local])
+    status = snapshot(config, RoutingEngine(config, pool, local), pool, LiveConnections())
+    assert status.pool is not None
+    assert status.pool.targets[0].not_ready_reason == (
+        "no connector: a local target without <local-target-connector-ref> is never ready"
+    )
+
+
+def test_rfc3339_is_utc_with_milliseconds() -> None:
+    assert rfc3339(0.0) == "1970-01-01T00:00:00.000Z"
+    assert rfc3339(1_700_000_000.1234) == "2023-11-14T22:13:20.123Z"

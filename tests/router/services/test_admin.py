@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
@@ -243,6 +244,41 @@ class TestAdmin:
         _, one = await _call(f"{base}/api/v1/routers/hash/targets/broker1")
         assert (json.loads(one)["state"], json.loads(one)["admin_state"]) == ("ready", "drain")
         assert info.runtimes["hash"].admin_states() == {"broker1": AdminState.DRAIN}
+
+    async def test_admin_target_shows_why_not_ready_its_last_probe_and_last_change(
+        self, base: tuple[ServerInfo, str]
+    ) -> None:
+        """Scenario: nothing listens on broker1's port: its document says why it is down, when it
+        was probed, for how long, and since when it is down."""
+        info, url = base
+        runtime = info.runtimes["hash"]
+        await runtime.wait_until(lambda: runtime.target_state("broker1") is TargetState.NOT_READY)
+        _, body = await _call(f"{url}/api/v1/routers/hash/targets/broker1")
+        target = json.loads(body)
+        reason = "connect to tcp://127.0.0.1:21001 failed: Connection refused"
+        assert (target["state"], target["operational_state"], target["not_ready_reason"]) == (
+            "not-ready",
+            "down",
+            reason,
+        )
+        check = target["last_check"]
+        assert (check["ok"], check["reason"]) == (False, reason)
+        assert 0 <= check["duration_s"] < 3
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", check["at"])
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", target["last_change"])
+        runtime.record_check("broker1", True, duration_s=0.25)
+        _, body = await _call(f"{url}/api/v1/routers/hash/targets/broker1")
+        target = json.loads(body)
+        assert (
+            target["operational_state"],
+            target["not_ready_reason"],
+            target["last_check"]["duration_s"],
+        ) == (
+            "up",
+            None,
+            0.25,
+        )
+        assert target["last_change"] >= check["at"]  # RFC 3339 UTC strings sort as times
 
     @pytest.mark.parametrize(
         ("method", "path", "body", "status", "error"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import subprocess
 from typing import TYPE_CHECKING
@@ -71,6 +72,40 @@ async def test_serve_health_checks_failure_then_recovery_changes_readiness(
         await serve_health_checks(runtime, check=check)
     states.append(runtime.target_state("b1"))
     assert states == [TargetState.UNKNOWN, TargetState.READY, TargetState.NOT_READY, TargetState.READY]
+
+
+async def test_serve_health_checks_times_each_probe_and_a_silent_one_takes_its_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Scenario: a probe answering after 0.25 s, then probes that never answer (the deadline, the
+    check period of 2 s, passes): the status and the metric show each one's duration."""
+    runtime = _runtime(check_period_ms=2000)
+    seen: list[float | None] = []  # the last probe's duration, as each probe begins
+    delays = itertools.chain([0.25], itertools.repeat(60.0))
+
+    async def check(connector: Connector) -> tuple[bool, str]:
+        pool = runtime.status().pool
+        assert pool is not None
+        last = pool.targets[0].last_check
+        seen.append(None if last is None else last.duration_s)
+        await trio.sleep(next(delays))
+        return True, ""
+
+    with trio.move_on_after(4.5):  # probes at 0, 2 (no answer until 4) and 4 s
+        await serve_health_checks(runtime, check=check)
+    assert seen == [None, 0.25, 2.0]
+    pool = runtime.status().pool
+    assert pool is not None
+    last_check = pool.targets[0].last_check
+    assert last_check is not None
+    assert (last_check.ok, last_check.duration_s, last_check.reason) == (
+        False,
+        2.0,
+        "no answer from tcp://127.0.0.1:21001 within 2 s",
+    )
+    assert pool.targets[0].not_ready_reason == "no answer from tcp://127.0.0.1:21001 within 2 s"
+    labels = {"router": "r", "node_id": "b1"}
+    assert runtime.metrics.registry.get_sample_value("router_target_check_duration_seconds", labels) == 2.0
 
 
 async def test_a_probe_that_runs_short_locally_changes_nothing(
