@@ -6,9 +6,9 @@ show; `RouterRuntime.status` calls it under the router's lock, so a snapshot is 
 while the fast path's thread routes. The process's facts (clock, /proc) are read by
 router/services/process.py, which builds a `ServerStatus` from them. Besides the pool's state,
 a target shows what the runtime remembers in its `TargetHistory` (fed with times it reads
-itself: none is read here): each member's last probe (when, how long, the outcome), why the target is not ready, and when its
-`OperationalState` (readiness and administrative state in one, as `router_target_state`) last
-changed.
+itself: none is read here): each member's last probe (when, how long, the outcome), why the
+target is not ready, and when its `OperationalState` (readiness and administrative state in
+one, as `router_target_state`) last changed.
 """
 
 from __future__ import annotations
