@@ -15,6 +15,7 @@ prove where a connection landed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import socket
 import subprocess
@@ -27,7 +28,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import read_until_closed
-from tests.router.conftest import RABBITMQ_NODE_IDS, RABBITMQ_USERS, acceptors_xml, static_connectors
+from tests.router.conftest import (
+    RABBITMQ_NODE_IDS,
+    RABBITMQ_USERS,
+    ROUTERCTL,
+    acceptors_xml,
+    static_connectors,
+)
 
 try:
     from proton import ConnectionException, Message, symbol
@@ -375,3 +382,37 @@ def test_bad_openings_are_closed_while_a_proton_client_is_served(
     line = router.wait_for_log(rf"peer={peer} .*{log_pattern}", consume=False)
     about_it = [entry for entry in router.lines[logged_before:] if f"peer={peer} " in entry]
     assert about_it == [line], "one log line per rejected connection"
+
+
+@pytest.mark.integration
+def test_evacuation_tells_an_amqp_client_amqp_connection_forced(
+    routed: tuple[Routerd, dict[str, int]], rabbit_nodes: list[RabbitNode]
+) -> None:
+    """Scenario: a proton client proxied (SASL answered by routerd, the broker's Open relayed)
+    waits on a receiver; its target is evacuated: proton gets the router's Close
+    `amqp:connection:forced` at a frame boundary (a proxy acceptor names no address), not a bare
+    reset, and the other broker's client is left alone."""
+    router, ports = routed
+    predicted = _nodes_of(router.predict("by-container-id", "--client-id", CONTAINER_IDS))
+    evacuated = RABBITMQ_NODE_IDS[0]
+    moved_id = next(c for c in CONTAINER_IDS if predicted[c] == evacuated)
+    kept_id = next(c for c in CONTAINER_IDS if predicted[c] != evacuated)
+    url = f"amqp://guest:guest@127.0.0.1:{ports['by-container-id']}"
+    moved = BlockingConnection(url, TIMEOUT_S, container_id=moved_id, allowed_mechs="PLAIN")
+    kept = BlockingConnection(url, TIMEOUT_S, container_id=kept_id, allowed_mechs="PLAIN")
+    try:
+        receiver = moved.create_receiver(f"/queue/evacuated-{uuid.uuid4()}")
+        command = [*ROUTERCTL, "evacuate", "--admin", router.admin, "by-container-id", evacuated, "--wait"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        with pytest.raises(ConnectionClosed) as closed:
+            receiver.receive(timeout=TIMEOUT_S)
+        assert closed.value.condition == "amqp:connection:forced"
+        queue = f"/queue/kept-{uuid.uuid4()}"
+        kept.create_sender(queue).send(Message(body="still here"))
+        assert kept.create_receiver(queue).receive(timeout=TIMEOUT_S).body == "still here"
+        router.wait_for_log(rf"router=by-container-id target={evacuated} closed .* reason=evacuated")
+    finally:
+        kept.close()
+        with contextlib.suppress(ConnectionException):
+            moved.close()
