@@ -736,6 +736,16 @@ class RouterRuntime:
         with self._lock:
             return self._connections.open_all() if node_id is None else self._connections.open_to(node_id)
 
+    def is_movable(self, conn: LiveConnection) -> bool:
+        """Whether a connection is still open and neither closed nor moved by the router."""
+        with self._lock:
+            return conn.closed_by is None and self._connections.holds(conn)
+
+    def count_movable(self, conns: Iterable[LiveConnection]) -> int:
+        """How many of these connections are still movable (`is_movable`)."""
+        with self._lock:
+            return sum(1 for c in conns if c.closed_by is None and self._connections.holds(c))
+
     def open_counts(self) -> dict[str, int]:
         """Connections not yet closed or moved, per target open to new connections (a rebalance's
         view; targets without connections count 0)."""

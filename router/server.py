@@ -629,7 +629,7 @@ class _Server:
         self._services: trio.Nursery | None = None
         self._handlers: trio.Nursery | None = None
         self._accepting: trio.Nursery | None = None
-        self.moves = Moves(config, runtimes, metrics)
+        self.moves = Moves(runtimes, metrics)
         """Evacuations, rebalances, the paced shutdown (and the moves of targets a reload removed)."""
         self.lifecycle = Lifecycle(shutdown=options.shutdown)
         """/readyz: 503 from the moment shutdown is set."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from keys import WireProtocol
 from pools import PoolEventKind
+from router.config.settings import AcceptorMode
 from router.core.address import Address
 from router.core.events import CloseReason
 from router.core.framing import frame_cursor
@@ -76,11 +77,13 @@ class LiveConnection:
         "farewell",
         "key",
         "last_read_at",
+        "mode",
         "node_id",
         "on_depart",
         "opened_at",
         "peek_first_bytes",
-        "sniffed",
+        "protocol",
+        "protocol_version",
         "ttl_ms",
         "ttl_s",
         "wire_opening",
@@ -98,6 +101,7 @@ class LiveConnection:
         sniffed: Sniffed | None = None,
         opening: bytes = b"",
         key: str = "",
+        mode: AcceptorMode = AcceptorMode.PROXY,
     ) -> None:
         """Describe a connection about to be proxied; register it with `LiveConnections.add`.
 
@@ -113,19 +117,21 @@ class LiveConnection:
             opening: the client bytes the router read: its sniffed opening, or what came behind a
                 PROXY header when nothing was sniffed.
             key: the key it was routed by (an evacuation routes it again).
+            mode: the mode of the acceptor it came in on (what a farewell may tell it).
         """
         self.conn = conn
         self.key = key
         self.opened_at = now
         """When it was registered (an evacuation moves the oldest first)."""
-        self.sniffed = sniffed
-        """The client's opening, when the router read it: the protocol an evacuation speaks."""
+        self.protocol = None if sniffed is None else sniffed.protocol
+        """The client's protocol, when the router read its opening: what an evacuation speaks (the
+        opening itself is not kept: it may hold a password)."""
+        self.protocol_version = None if sniffed is None else sniffed.protocol_version
+        self.mode = mode
         self.cursor = frame_cursor(sniffed, opening)
         """Where the broker's frames end, for saying something to the client mid-stream (the
         relay feeds it what goes to the client); None: the router can only close it."""
-        openwire = (
-            self.cursor is not None and sniffed is not None and sniffed.protocol is WireProtocol.OPENWIRE
-        )
+        openwire = self.cursor is not None and self.protocol is WireProtocol.OPENWIRE
         self.wire_opening = opening if openwire else b""
         """The opening bytes a farewell needs (OpenWire's options); b"" for other protocols."""
         self.farewell: Farewell | None = None
@@ -240,6 +246,10 @@ class LiveConnections:
             if not conns:
                 del self._by_node[conn.node_id]
         self._with_ttl.pop(conn, None)
+
+    def holds(self, conn: LiveConnection) -> bool:
+        """Whether a connection is registered (it has not ended)."""
+        return conn in self._by_node.get(conn.node_id, ())
 
     def to(self, node_id: str, address: Address | None = None) -> list[LiveConnection]:
         """The open connections to a target; with `address`, only those to that member address."""

@@ -213,6 +213,7 @@ class _Conn(LiveConnection):
             sniffed=opening.sniffed,
             opening=opening.raw,
             key=action.key,
+            mode=acceptor.config.mode,
         )
         self.socks = socks
         self.fds = (socks[0].fileno(), socks[1].fileno())

@@ -14,6 +14,7 @@ connections that move over to `leave` too.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -21,6 +22,8 @@ import trio
 from router.core.events import CloseReason
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from router.core.live import LiveConnection
 
 __all__ = ["FAREWELL_LINGER_S", "FRAME_END_WAIT_S", "RELAY_CHUNK_BYTES", "leave", "relay"]
@@ -77,11 +80,7 @@ async def _pump_framed(
             return None
     if receiving.scope.cancelled_caught:
         return None
-    if not isinstance(sink, trio.abc.HalfCloseableStream):
-        return False
-    with contextlib.suppress(*_BROKEN):
-        await sink.send_eof()
-    return True
+    return await _pass_eof(sink)
 
 
 async def leave(
@@ -150,9 +149,14 @@ async def _pump(
                 activity.first_bytes(data)
         counter[0] += len(data)
         await sink.send_all(data)
+    return await _pass_eof(sink)
+
+
+async def _pass_eof(sink: trio.abc.SendStream) -> bool:
+    """Half-close the sink after its source's EOF (the other direction keeps flowing until its
+    own); False when it cannot half-close (TLS)."""
     if not isinstance(sink, trio.abc.HalfCloseableStream):
         return False
-    # Half-close: the other direction keeps flowing until its own EOF.
     with contextlib.suppress(*_BROKEN):
         await sink.send_eof()
     return True
@@ -186,27 +190,12 @@ async def relay(
     try:
         async with trio.open_nursery() as nursery:
 
-            async def guarded(
-                src: trio.abc.Stream,
-                dst: trio.abc.Stream,
-                c: list[int],
-                activity: LiveConnection | None = None,
-            ) -> None:
-                nonlocal broke
-                try:
-                    if not await _pump(src, dst, c, activity):
-                        # TLS has no half-close: the target's EOF ends the whole connection.
-                        nursery.cancel_scope.cancel(reason="EOF towards a stream without half-close")
-                except _BROKEN:
-                    # A reset or failure in one direction ends the whole connection.
-                    broke = True
-                    nursery.cancel_scope.cancel(reason="the other direction broke")
-
-            async def framed(moved: LiveConnection) -> None:
+            async def guarded(pump: Callable[[], Awaitable[bool | None]]) -> None:
                 nonlocal broke, moving
                 try:
-                    done = await _pump_framed(upstream, client, down, moved)
+                    done = await pump()
                 except _BROKEN:
+                    # A reset or failure in one direction ends the whole connection.
                     broke = True
                     nursery.cancel_scope.cancel(reason="the other direction broke")
                     return
@@ -214,13 +203,14 @@ async def relay(
                     moving = True
                     nursery.cancel_scope.cancel(reason="the connection is moved")
                 elif not done:
+                    # TLS has no half-close: the target's EOF ends the whole connection.
                     nursery.cancel_scope.cancel(reason="EOF towards a stream without half-close")
 
-            nursery.start_soon(guarded, client, upstream, up, activity)
+            nursery.start_soon(guarded, functools.partial(_pump, client, upstream, up, activity))
             if live is not None and live.cursor is not None:
-                nursery.start_soon(framed, live)
+                nursery.start_soon(guarded, functools.partial(_pump_framed, upstream, client, down, live))
             else:
-                nursery.start_soon(guarded, upstream, client, down)
+                nursery.start_soon(guarded, functools.partial(_pump, upstream, client, down))
         if moving:
             assert live is not None
             await leave(client, upstream, live, down)

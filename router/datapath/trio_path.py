@@ -392,6 +392,7 @@ async def _proxy(
         sniffed=opening.sniffed,
         opening=opening.raw,
         key=action.key,
+        mode=acceptor.config.mode,
     )
     state = _Proxied()
     runtime.register(live)

@@ -11,6 +11,7 @@ the same kind starts.
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 import time
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from pools import AdminState
-from router.config.settings import AcceptorMode
 from router.core.engine import RouteStatus
 from router.core.evacuation import (
     STEP_S,
@@ -37,7 +37,6 @@ from router.core.framing import farewell
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from router.config.settings import Config
     from router.core.live import LiveConnection
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
@@ -63,41 +62,35 @@ class MoveConflict(Exception):
 
 
 class _Move:
-    """One paced move under way (mutable; `status` gives a frozen view)."""
+    """One paced move under way (mutable; `Moves.status` gives a frozen view)."""
 
-    def __init__(self, request: MoveRequest, left: int) -> None:
+    def __init__(self, request: MoveRequest) -> None:
         self.request = request
         self.state = MoveState.RUNNING
         self.started_at = time.time()
         self.started = trio.current_time()
         self.finished_at: float | None = None
         self.moved = 0
-        self.left = left
+        self.left = 0
+        """Once finished: what was left (while it runs, `Moves._left` counts it)."""
         self.note = ""
         self.scope = trio.CancelScope()
         self.paced_from = self.started
         """Pacing counts from here: reset after a wait, so a wait is not followed by a burst."""
         self.moved_since = 0
+        self.queue: collections.deque[LiveConnection] = collections.deque()
+        """The connections to move, in the order asked; taken once at the start, and again when
+        it runs dry (connections registered meanwhile), so a step costs what it moves, not what
+        the target holds."""
         self.quota: dict[str, int] = {}
         """A rebalance's plan, made at its start: connections still to move off each target."""
         self.planned: dict[str, int] = {}
         """A rebalance's view of each ready target's connections: at its start, plus those sent
         there since (a moved client takes a while to come back and be counted)."""
 
-    def status(self) -> MoveStatus:
-        elapsed = trio.current_time() - self.started
-        finished = self.state in (MoveState.DONE, MoveState.ABORTED)
-        return MoveStatus(
-            request=self.request,
-            state=self.state,
-            started_at=self.started_at,
-            moved=self.moved,
-            left=self.left,
-            rate=self.moved / elapsed if elapsed > 0 else 0.0,
-            eta_s=None if finished else self.left / self.request.rate,
-            finished_at=self.finished_at,
-            note=self.note,
-        )
+    @property
+    def running(self) -> bool:
+        return self.state in (MoveState.RUNNING, MoveState.WAITING)
 
 
 class Moves:
@@ -105,14 +98,13 @@ class Moves:
 
     def __init__(
         self,
-        config: Config,
         runtimes: Mapping[str, RouterRuntime],
         metrics: Metrics | None = None,
         *,
         rng: random.Random | None = None,
     ) -> None:
         self._runtimes = runtimes
-        self._modes = {a.name: a.mode for a in config.acceptors}
+        """Shared with the server: a reload's changes are seen here."""
         self._moves: dict[_Key, _Move] = {}
         self._nursery: trio.Nursery | None = None
         self._rng = rng or random.Random()
@@ -121,13 +113,12 @@ class Moves:
             metrics.sample_when_scraped(self._sample)
 
     def _sample(self) -> None:
-        """The remaining count of each running evacuation; 0 once it finished (so a graph drops)."""
+        """The remaining count of each evacuation; 0 once it finished (so a graph drops)."""
         assert self._metrics is not None
         family = self._metrics.evacuation_remaining
         for (kind, router, node_id), move in self._moves.items():
             if kind is MoveKind.EVACUATE and node_id is not None:
-                running = move.state in (MoveState.RUNNING, MoveState.WAITING)
-                family.set((router, node_id), float(move.left if running else 0))
+                family.set((router, node_id), float(self._left(move) if move.running else 0))
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the moves started from now on until cancelled."""
@@ -149,37 +140,34 @@ class Moves:
         runtime = self._runtime(request.router)
         key = (request.kind, request.router, request.node_id)
         running = self._moves.get(key)
-        if running is not None and running.state in (MoveState.RUNNING, MoveState.WAITING):
+        if running is not None and running.running:
             raise MoveConflict(f"{_NOUNS[request.kind]} of {self._what(request)} is running already")
         if request.kind is MoveKind.EVACUATE:
             assert request.node_id is not None
             if runtime.target(request.node_id) is None and not runtime.movable(request.node_id):
                 # (a target a reload removed has no pool entry, but its connections are still here)
                 raise LookupError(f"no target with node id {request.node_id!r} in router {request.router!r}")
-            left = len(runtime.movable(request.node_id))
         elif request.kind is MoveKind.REBALANCE:
             _check_rebalance(runtime)
-            counts = runtime.open_counts()
-            quota = rebalance_excess(counts, request.band)
-            left = sum(quota.values())
-        else:
-            left = len(runtime.movable())
         if self._nursery is None:
             raise MoveConflict("the router is not serving moves (it is starting or stopping)")
-        move = self._moves[key] = _Move(request, left)
+        move = _Move(request)
         if request.kind is MoveKind.REBALANCE:
-            move.quota, move.planned = quota, counts
+            move.planned = runtime.open_counts()
+            move.quota = rebalance_excess(move.planned, request.band)
+        self._refill(move, runtime)
+        self._moves[key] = move
         self._nursery.start_soon(self._run, move, runtime)
         log.info(
             "router=%s %s of %s started: %d connection(s) at %g/s, %s first",
             request.router,
             request.kind.value,
             self._what(request),
-            left,
+            self._left(move),
             request.rate,
             request.order.value,
         )
-        return move.status()
+        return self._status(move)
 
     def status(self, kind: MoveKind, router: str, node_id: str | None = None) -> MoveStatus:
         """The last move of this kind (running or finished).
@@ -188,10 +176,7 @@ class Moves:
             LookupError: there was none.
         """
         self._runtime(router)
-        move = self._moves.get((kind, router, node_id))
-        if move is None:
-            raise LookupError(f"no {kind.value} of {router}{'' if node_id is None else '/' + node_id} so far")
-        return move.status()
+        return self._status(self._last(kind, router, node_id))
 
     def abort(self, kind: MoveKind, router: str, node_id: str | None = None) -> MoveStatus:
         """Stop a running move (connections moved so far stay moved; an evacuated target stays
@@ -200,18 +185,14 @@ class Moves:
         Raises:
             LookupError: there was none.
         """
-        move = self._moves.get((kind, router, node_id))
-        if move is None:
-            raise LookupError(f"no {kind.value} of {router}{'' if node_id is None else '/' + node_id} so far")
-        if move.state in (MoveState.RUNNING, MoveState.WAITING):
+        move = self._last(kind, router, node_id)
+        if move.running:
             move.scope.cancel(reason="aborted")
-            candidates, excess = self._candidates(move, self._runtime(router))
-            move.left = len(candidates) if excess is None else sum(excess.values())
             self._finish(move, MoveState.ABORTED)
-        return move.status()
+        return self._status(move)
 
     def all_statuses(self) -> list[MoveStatus]:
-        return [m.status() for m in self._moves.values()]
+        return [self._status(m) for m in self._moves.values()]
 
     # -- carrying a move out --
 
@@ -221,15 +202,46 @@ class Moves:
             raise LookupError(f"no connection router named {router!r}")
         return runtime
 
+    def _last(self, kind: MoveKind, router: str, node_id: str | None) -> _Move:
+        move = self._moves.get((kind, router, node_id))
+        if move is None:
+            raise LookupError(f"no {kind.value} of {router}{'' if node_id is None else '/' + node_id} so far")
+        return move
+
     @staticmethod
     def _what(request: MoveRequest) -> str:
         if request.node_id is not None:
             return f"target={request.node_id}"
         return "the pool" if request.kind is MoveKind.REBALANCE else "every connection"
 
+    def _left(self, move: _Move) -> int:
+        """Connections the move still has to move: counted while it runs, kept once it ended."""
+        if not move.running:
+            return move.left
+        if move.request.kind is MoveKind.REBALANCE:
+            return sum(n for n in move.quota.values() if n > 0)
+        runtime = self._runtimes.get(move.request.router)
+        return 0 if runtime is None else runtime.count_movable(move.queue)
+
+    def _status(self, move: _Move) -> MoveStatus:
+        elapsed = trio.current_time() - move.started
+        left = self._left(move)
+        return MoveStatus(
+            request=move.request,
+            state=move.state,
+            started_at=move.started_at,
+            moved=move.moved,
+            left=left,
+            rate=move.moved / elapsed if elapsed > 0 else 0.0,
+            eta_s=left / move.request.rate if move.running else None,
+            finished_at=move.finished_at,
+            note=move.note,
+        )
+
     def _finish(self, move: _Move, state: MoveState) -> None:
-        if move.state in (MoveState.DONE, MoveState.ABORTED):
+        if not move.running:
             return
+        move.left = 0 if state is MoveState.DONE else self._left(move)
         move.state = state
         move.finished_at = time.time()
         request = move.request
@@ -244,6 +256,28 @@ class Moves:
             trio.current_time() - move.started,
         )
 
+    def _refill(self, move: _Move, runtime: RouterRuntime) -> None:
+        """Queue the connections to move, in the order asked (`first_to_move`)."""
+        request = move.request
+        if request.kind is MoveKind.EVACUATE:
+            connections = runtime.movable(request.node_id)
+        elif request.kind is MoveKind.SHUTDOWN:
+            connections = runtime.movable()
+        else:
+            connections = [c for node_id, n in move.quota.items() if n > 0 for c in runtime.movable(node_id)]
+        move.queue = collections.deque(first_to_move(connections, len(connections), request.order, self._rng))
+
+    def _next(self, move: _Move, runtime: RouterRuntime) -> LiveConnection | None:
+        """The next connection to move (queued again once the queue ran dry); None: none is left."""
+        for _ in range(2):
+            queue = move.queue
+            while queue:
+                conn = queue.popleft()
+                if runtime.is_movable(conn) and (not move.quota or move.quota.get(conn.node_id, 0) > 0):
+                    return conn
+            self._refill(move, runtime)
+        return None
+
     async def _run(self, move: _Move, runtime: RouterRuntime) -> None:
         request = move.request
         if request.kind is MoveKind.EVACUATE:
@@ -251,20 +285,17 @@ class Moves:
             in_pool = runtime.target(request.node_id) is not None
             if in_pool and request.node_id not in runtime.admin_states():
                 runtime.set_admin_state(request.node_id, AdminState.DRAIN)  # no new connections there
+        at_once = request.kind is not MoveKind.SHUTDOWN
         logged_at, logged_moved = trio.current_time(), 0
         with move.scope:
             while True:
-                candidates, excess = self._candidates(move, runtime)
-                move.left = len(candidates) if excess is None else sum(excess.values())
-                if not move.left:
+                now = trio.current_time()
+                count = due(request.rate, now - move.paced_from, move.moved_since, at_once=at_once)
+                if count and not self._step(move, runtime, count):
                     self._finish(move, MoveState.DONE)
                     return
-                now = trio.current_time()
-                at_once = request.kind is not MoveKind.SHUTDOWN
-                count = due(request.rate, now - move.paced_from, move.moved_since, at_once=at_once)
-                if count:
-                    self._step(move, runtime, candidates, excess, count)
                 if now - logged_at >= LOG_EVERY_S and move.moved > logged_moved:
+                    left = self._left(move)
                     log.info(
                         "router=%s %s of %s: moved=%d (+%d) left=%d eta=%.0fs%s",
                         request.router,
@@ -272,78 +303,53 @@ class Moves:
                         self._what(request),
                         move.moved,
                         move.moved - logged_moved,
-                        move.left,
-                        move.left / request.rate,
+                        left,
+                        left / request.rate,
                         f" ({move.note})" if move.note else "",
                     )
                     logged_at, logged_moved = now, move.moved
                 await trio.sleep(STEP_S)
 
-    def _candidates(
-        self, move: _Move, runtime: RouterRuntime
-    ) -> tuple[list[LiveConnection], dict[str, int] | None]:
+    def _step(self, move: _Move, runtime: RouterRuntime, count: int) -> bool:
+        """Make up to `count` moves; False when nothing is left to move."""
         request = move.request
-        if request.kind is MoveKind.EVACUATE:
-            return runtime.movable(request.node_id), None
-        if request.kind is MoveKind.SHUTDOWN:
-            return runtime.movable(), None
-        excess = {node_id: n for node_id, n in move.quota.items() if n > 0}
-        candidates = [c for node_id in excess for c in runtime.movable(node_id)]
-        if not candidates:  # the connections to move ended by themselves meanwhile
-            return [], {}
-        return candidates, excess
-
-    def _step(
-        self,
-        move: _Move,
-        runtime: RouterRuntime,
-        candidates: list[LiveConnection],
-        excess: dict[str, int] | None,
-        count: int,
-    ) -> None:
-        request = move.request
-        if excess is not None:  # a rebalance: only the excess of each target, each to the emptiest
-            counts = move.planned
-            chosen: list[LiveConnection] = []
-            for node_id, n in excess.items():
-                own = [c for c in candidates if c.node_id == node_id]
-                chosen += first_to_move(own, n, request.order, self._rng)
-            batch = first_to_move(chosen, count, request.order, self._rng)
-        else:
-            counts = {}
-            batch = first_to_move(candidates, count, request.order, self._rng)
-        for conn in batch:
-            to = None
-            if excess is not None:
-                others = {n: c for n, c in counts.items() if n != conn.node_id}
-                if not others:
-                    break
-                to = min(others, key=lambda n: (others[n], n))
+        rebalance = request.kind is MoveKind.REBALANCE
+        for _ in range(count):
+            conn = self._next(move, runtime)
+            if conn is None:
+                return False
             if request.kind is MoveKind.SHUTDOWN:
                 words = farewell(
-                    conn.sniffed,
+                    conn.protocol,
+                    conn.protocol_version,
                     conn.wire_opening,
-                    self._mode(conn),
+                    conn.mode,
                     None,
                     request.router,
                     shutting_down=True,
                 )
                 reason = CloseReason.SHUTDOWN
             else:
+                to = None
+                if rebalance:  # each to the emptiest target, as planned
+                    others = {n: c for n, c in move.planned.items() if n != conn.node_id}
+                    to = min(others, key=lambda n: (others[n], n)) if others else None
                 decision = runtime.relocate(conn.key, conn.node_id, to=to)
                 if decision.status is not RouteStatus.OK or decision.target is None:
+                    move.queue.appendleft(conn)  # it goes first once a target is open again
                     move.state = MoveState.WAITING
                     move.note = f"no other target open to new connections ({decision.reason.value})"
                     move.paced_from, move.moved_since = trio.current_time(), 0
-                    return
-                if excess is not None:
-                    counts[decision.target.node_id] = counts.get(decision.target.node_id, 0) + 1
-                    counts[conn.node_id] = counts.get(conn.node_id, 1) - 1
+                    return True
+                if rebalance:
+                    move.planned[decision.target.node_id] = move.planned.get(decision.target.node_id, 0) + 1
+                    move.planned[conn.node_id] = move.planned.get(conn.node_id, 1) - 1
                     move.quota[conn.node_id] -= 1
                 words = farewell(
-                    conn.sniffed,
+                    conn.protocol,
+                    conn.protocol_version,
                     conn.wire_opening,
-                    self._mode(conn),
+                    conn.mode,
                     decision.connector,
                     request.router,
                     refer=request.refer,
@@ -356,9 +362,7 @@ class Moves:
                     self._metrics.evacuation_moved.inc((request.router, conn.node_id))
         if move.state is MoveState.WAITING:
             move.state, move.note = MoveState.RUNNING, ""
-
-    def _mode(self, conn: LiveConnection) -> AcceptorMode:
-        return self._modes.get(conn.conn.acceptor, AcceptorMode.PROXY)
+        return True
 
 
 def _check_rebalance(runtime: RouterRuntime) -> None:

@@ -672,12 +672,15 @@ ROUND_ROBIN_NODE_IDS = ("b0", "b1", "b2")
 """Node ids of the brokers of `round_robin_config`, in pool order."""
 
 
-def round_robin_config(brokers: Sequence[Mosquitto], port: int, cache: str) -> Callable[[int], str]:
+def round_robin_config(
+    brokers: Sequence[Mosquitto], port: int, cache: str, acceptor: str = "router=rr;mode=proxy"
+) -> Callable[[int], str]:
     """A routerd configuration (a function of the admin port, as `Routerd` takes it): router `rr`,
     CLIENT_ID, ROUND_ROBIN over `brokers` (node ids `ROUND_ROBIN_NODE_IDS`, probed every 200 ms),
-    proxy mode on `port`, with the `<cache>` element `cache`."""
+    the acceptor's URL parameters `acceptor` (proxy mode) on `port`, with the `<cache>` element
+    `cache`."""
     connectors, refs = static_connectors(zip(ROUND_ROBIN_NODE_IDS, (b.port for b in brokers), strict=True))
-    acceptors = acceptors_xml({"rr": "router=rr;mode=proxy"}, {"rr": port})
+    acceptors = acceptors_xml({"rr": acceptor}, {"rr": port})
 
     def make(_admin_port: int) -> str:
         return f"""<?xml version="1.0"?>

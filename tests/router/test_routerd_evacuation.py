@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from tests.router.conftest import ROUND_ROBIN_NODE_IDS, ROUTERCTL, acceptors_xml, static_connectors
+from tests.router.conftest import ROUND_ROBIN_NODE_IDS, ROUTERCTL, round_robin_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -34,28 +34,8 @@ SERVER_SHUTTING_DOWN = 0x8B
 
 
 def _config(brokers: Sequence[Mosquitto], port: int, *, fast_path: bool = True) -> Callable[[int], str]:
-    connectors, refs = static_connectors(zip(ROUND_ROBIN_NODE_IDS, (b.port for b in brokers), strict=True))
-    acceptors = acceptors_xml({"rr": f"router=rr;mode=proxy;fastPath={str(fast_path).lower()}"}, {"rr": port})
-
-    def make(_admin_port: int) -> str:
-        return f"""<?xml version="1.0"?>
-<configuration xmlns="urn:activemq">
- <core xmlns="urn:activemq:core">
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers>
-   <connection-router name="rr">
-    <key-type>CLIENT_ID</key-type>
-    <cache><timeout>600000</timeout></cache>
-    <policy name="ROUND_ROBIN"/>
-    <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
-   </connection-router>
-  </connection-routers>
- </core>
-</configuration>
-"""
-
-    return make
+    acceptor = f"router=rr;mode=proxy;fastPath={str(fast_path).lower()}"
+    return round_robin_config(brokers, port, "<cache><timeout>600000</timeout></cache>", acceptor)
 
 
 class _Client:

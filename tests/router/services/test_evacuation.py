@@ -4,34 +4,26 @@ connections are registered as the data paths register them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 
-from cache import CacheConfig
-from policies import PolicyConfig
-from pools import AdminState, Connector, PoolConfig, PoolKind
-from router.config.settings import Config, RouterConfig
+from pools import AdminState
 from router.core.evacuation import MoveKind, MoveRequest, MoveState
 from router.core.events import CloseReason
-from router.metrics import Metrics
-from router.runtime import RouterRuntime
 from router.services.evacuation import MoveConflict, Moves
 from tests.router.core.test_live import live_connection
+from tests.router.test_runtime import _runtime as runtime_of
+
+if TYPE_CHECKING:
+    from router.runtime import RouterRuntime
 
 NODES = ("b1", "b2", "b3")
 
 
 def _runtime(*, cache: bool = True) -> RouterRuntime:
-    connectors = tuple(Connector.from_url(n, f"tcp://127.0.0.1:{20000 + i}") for i, n in enumerate(NODES))
-    router = RouterConfig(
-        name="r",
-        policy=PolicyConfig(name="ROUND_ROBIN"),
-        cache=CacheConfig(timeout_ms=60_000, max_entries=100) if cache else None,
-        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=NODES),
-    )
-    runtime = RouterRuntime(
-        Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics()
-    )
+    runtime = runtime_of(policy="ROUND_ROBIN", cache_ms=60_000 if cache else None)
     for node in NODES:
         runtime.record_check(node, True)
     return runtime
@@ -58,7 +50,7 @@ async def test_evacuation_moves_at_the_rate_and_drains_the_target(autojump_clock
     closes: list[tuple[float, str, CloseReason]] = []
     _connect(runtime, "b1", 5, closes)
     _connect(runtime, "b2", 2, closes)
-    moves = Moves(Config(source="t.xml"), {"r": runtime})
+    moves = Moves({"r": runtime})
     async with trio.open_nursery() as nursery:
         await _started(moves, nursery)
         start = trio.current_time()
@@ -80,7 +72,7 @@ async def test_abort_keeps_what_moved(autojump_clock: object) -> None:
     runtime = _runtime()
     closes: list[tuple[float, str, CloseReason]] = []
     _connect(runtime, "b3", 4, closes)
-    moves = Moves(Config(source="t.xml"), {"r": runtime})
+    moves = Moves({"r": runtime})
     async with trio.open_nursery() as nursery:
         await _started(moves, nursery)
         moves.start(MoveRequest(kind=MoveKind.EVACUATE, router="r", node_id="b3", rate=1))
@@ -97,7 +89,7 @@ async def test_abort_keeps_what_moved(autojump_clock: object) -> None:
 async def test_a_second_evacuation_of_the_same_target_is_a_conflict(autojump_clock: object) -> None:
     runtime = _runtime()
     _connect(runtime, "b1", 3, [])
-    moves = Moves(Config(source="t.xml"), {"r": runtime})
+    moves = Moves({"r": runtime})
     async with trio.open_nursery() as nursery:
         await _started(moves, nursery)
         moves.start(MoveRequest(kind=MoveKind.EVACUATE, router="r", node_id="b1", rate=0.5))
@@ -111,7 +103,7 @@ async def test_rebalance_plans_once_and_sends_each_to_the_emptiest(autojump_cloc
     closes: list[tuple[float, str, CloseReason]] = []
     _connect(runtime, "b1", 6, closes)
     _connect(runtime, "b2", 6, closes)
-    moves = Moves(Config(source="t.xml"), {"r": runtime})
+    moves = Moves({"r": runtime})
     async with trio.open_nursery() as nursery:
         await _started(moves, nursery)
         status = moves.start(MoveRequest(kind=MoveKind.REBALANCE, router="r", rate=100, band=0.1))
@@ -129,6 +121,6 @@ async def test_rebalance_plans_once_and_sends_each_to_the_emptiest(autojump_cloc
 
 def test_rebalance_without_a_cache_is_refused() -> None:
     runtime = _runtime(cache=False)
-    moves = Moves(Config(source="t.xml"), {"r": runtime})
+    moves = Moves({"r": runtime})
     with pytest.raises(MoveConflict, match="cannot rebalance: without a <cache> its ROUND_ROBIN policy"):
         moves.start(MoveRequest(kind=MoveKind.REBALANCE, router="r"))
