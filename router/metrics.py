@@ -537,10 +537,11 @@ class Metrics:
         # process_start_time_seconds, ...: read from /proc/self when scraped (none without /proc).
         ProcessCollector(registry=self.registry)
 
-    def sample_when_scraped(self, sampler: Callable[[], None]) -> None:
+    def sample_when_scraped(self, sampler: Callable[[], None]) -> Callable[[], None]:
         """Have `sampler` update families from state that is read, not counted (a cache's size),
-        before each scrape."""
+        before each scrape; what it returns takes the sampler off again (a router a reload removed)."""
         self._samplers.append(sampler)
+        return lambda: self._samplers.remove(sampler)
 
     def collect(self) -> Iterator[Metric]:
         """Every family, for the registry (the collector protocol)."""

@@ -314,14 +314,15 @@ class MetricUpdates:
     to its `Connected`: the data paths report both right before and right after the connect.
     """
 
-    __slots__ = ("_connecting", "_updates", "metrics")
+    __slots__ = ("_connecting", "_updates", "close", "metrics")
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
         self._connecting: dict[int, float] = {}
         """Connection id -> `perf_counter()` when its connect began (either thread adds and pops:
         single dict operations, atomic under the GIL)."""
-        metrics.sample_when_scraped(self._forget_lost_connects)
+        self.close = metrics.sample_when_scraped(self._forget_lost_connects)
+        """Stop sampling (the router left the configuration)."""
         self._updates: Mapping[type[Event], Callable[[Any], None]] = {
             Accepted: self._accepted,
             Decided: self._decided,

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from router.core.status import RouterStatus
     from router.metrics import Metrics
 
-__all__ = ["RouterRuntime", "SharedCacheClient", "evacuate_removed"]
+__all__ = ["RouterRuntime", "SharedCacheClient", "close_removed"]
 
 CACHE_PURGE_MIN_PERIOD_S: Final = 1.0
 """Sweep expired cache entries at most this often (a tiny timeout would otherwise spin)."""
@@ -121,17 +121,19 @@ class RouterRuntime:
         self._engine = RoutingEngine(
             router, pool, local, round_robin_start=round_robin_start, counts=self._connections
         )
-        self._retired = False
-        """Removed from the configuration by a reload: nothing of it is sampled any more."""
         self._changed = trio.Event()
         self._history = TargetHistory()
         """Each target's last probes, why it is not ready, when its state last changed."""
-        updates = MetricUpdates(metrics)
+        self._updates = updates = MetricUpdates(metrics)
         updates.router_started(self.name, None if pool is None else [t.node_id for t in pool.targets])
         if pool is not None:
             self._observe_targets([t.node_id for t in pool.targets], time.time())
-            target_metrics = TargetMetrics(metrics, self.name)
-            metrics.sample_when_scraped(lambda: target_metrics(self.status().pool))
+        self._target_metrics = target_metrics = TargetMetrics(metrics, self.name)
+        self._unsample = (
+            metrics.sample_when_scraped(lambda: target_metrics(self.status().pool)),
+            metrics.sample_when_scraped(self._sample_cache),
+        )
+        """Takes this router's samplers off (`retire`)."""
         self._subscribers: tuple[Subscriber, ...] = (log_event, updates)
         self._shared: SharedCacheClient | None = None
         """The cache shared through ZooKeeper (router/services/shared_cache.py), once attached."""
@@ -139,12 +141,11 @@ class RouterRuntime:
         """Keys operators evicted, for a shared cache to delete in ZooKeeper."""
         self._cache_reported = (0, 0, 0)
         """The cache's evictions, hits and misses at the last scrape."""
-        metrics.sample_when_scraped(self._sample_cache)
 
     def _sample_cache(self) -> None:
         """The cache's size, evictions, hits and misses, for a scrape (the metrics' thread)."""
         cache = self._engine.cache
-        if cache is None or self._retired:
+        if cache is None:
             return
         with self._lock:
             entries, counts = len(cache), (cache.evictions, cache.hits, cache.misses)
@@ -439,7 +440,7 @@ class RouterRuntime:
         stay when their settings did not change; a filter the file did not change keeps the value
         it has at run time (set through the admin API). Pool changes are reported as they happen
         (targets joining and leaving); closing the connections of departed targets is the
-        caller's (`evacuate_removed`).
+        caller's (`close_removed`).
 
         Args:
             config: the whole configuration in force after the reload.
@@ -456,7 +457,9 @@ class RouterRuntime:
                     events = pool.reconfigure(pool.quorum_size, [])
                 pool = built
                 if built is not None:
-                    MetricUpdates(self.metrics).router_started(self.name, [t.node_id for t in built.targets])
+                    self._updates.router_started(self.name, [t.node_id for t in built.targets])
+                else:
+                    self.metrics.pool_active.remove((self.name,))
             else:
                 assert router.pool is not None
                 targets = list(built.targets)
@@ -472,20 +475,31 @@ class RouterRuntime:
                 new.cache = engine.cache
             else:
                 self._cache_reported = (0, 0, 0)
+                if new.cache is None:
+                    self.metrics.cache_entries.remove((self.name,))
             if old.key_filter == router.key_filter:
                 new.key_filter = engine.key_filter
             if old.local_target_filter == router.local_target_filter:
                 new.local_target_filter = engine.local_target_filter
+            appeared = self._pool is None and pool is not None
             self.config, self._engine, self._pool = router, new, pool
+            if appeared:  # a pool the router did not have: its targets' history starts now
+                assert pool is not None
+                self._observe_targets([t.node_id for t in pool.targets], time.time())
         self._apply(events)
 
     def retire(self) -> None:
-        """The router left the configuration: its targets leave (reported), its cache is no longer
-        sampled. Closing its connections is the caller's (`evacuate_removed`)."""
+        """The router left the configuration: its targets leave (reported), and its samplers and
+        router-level series go (else an alert on its pool would fire for good, and the samplers
+        would keep it in memory). Closing its connections is the caller's (`close_removed`)."""
         with self._lock:
             events = [] if self._pool is None else self._pool.reconfigure(self._pool.quorum_size, [])
-            self._retired = True
         self._apply(events)
+        for unsample in (*self._unsample, self._updates.close):
+            unsample()
+        self._target_metrics(None)
+        for family in (self.metrics.pool_active, self.metrics.cache_entries):
+            family.remove((self.name,))
 
     # -- the pool (trio thread) --
 
@@ -770,9 +784,10 @@ class RouterRuntime:
         with self._lock:
             return self._connections.close_idle(now, CloseReason.CONNECTION_TTL)
 
-    def close_departed(self, departed: Departed, reason: CloseReason) -> int:
+    def close_departed(self, departed: Departed) -> int:
         """Close the connections to a target (or to some of its member addresses) that left the
-        configuration, reported once per address with the count; how many."""
+        configuration (`target_removed`), reported once per address with the count; how many."""
+        reason = CloseReason.TARGET_REMOVED
         closed = 0
         for address in departed.addresses or (None,):
             with self._lock:
@@ -795,7 +810,7 @@ class RouterRuntime:
         return len(doomed)
 
 
-def evacuate_removed(runtime: RouterRuntime, departed: Iterable[Departed]) -> int:
+def close_removed(runtime: RouterRuntime, departed: Iterable[Departed]) -> int:
     """Close, at once, the connections whose target left the configuration in a reload where they
     cannot be moved paced (router/server.py moves those of a router that goes on, as an evacuation
     does): the connections of a router the reload removed, and those to a member address an HA
@@ -806,4 +821,4 @@ def evacuate_removed(runtime: RouterRuntime, departed: Iterable[Departed]) -> in
         runtime: the router (changed, or removed by the reload) whose connections these are.
         departed: the targets (or member addresses) that left.
     """
-    return sum(runtime.close_departed(gone, CloseReason.TARGET_REMOVED) for gone in departed)
+    return sum(runtime.close_departed(gone) for gone in departed)

@@ -18,14 +18,16 @@ accept loops in one (`_Acceptor`), so that a reload can stop and start them one 
 
 Shutdown (SIGTERM in `routerd`, or the `shutdown` event in tests): the admin API's /readyz answers
 503 from this moment (it reads the same event, `Lifecycle`), stop accepting and close the
-listening sockets, give open connections `grace_s` to finish, then close what is left on both paths
-through the live-connection registry (reason `shutdown`), and stop the services.
+listening sockets, move the open connections paced over `grace_s` (router/services/evacuation.py),
+then close what is left on both paths through the live-connection registry (reason `shutdown`),
+and stop the services.
 
 Reload (SIGHUP in `routerd`, `POST /api/v1/reload`, `ServerInfo.reload`): read the file again, diff
 it against the configuration in force (router/core/reload.py), read the files and bind the sockets
 the change needs (any failure: close them, change nothing, say why in one line), then apply it in
 one synchronous step: routers removed, added and changed in place (`RouterRuntime.reconfigure`),
-the connections whose target left the configuration through `evacuate_removed`, acceptors stopped,
+the connections whose target left the configuration moved as an evacuation moves them (or closed
+at once through `close_removed`), acceptors stopped,
 started, and a changed acceptor on the same address served on its same listening socket.
 """
 
@@ -53,14 +55,14 @@ from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission,
 from router.core.evacuation import MoveKind, MoveOrder, MoveRequest, shutdown_rate
 from router.core.events import CloseReason
 from router.core.plan import fast_path_serves
-from router.core.reload import ReloadError, diff_configs
+from router.core.reload import Departed, ReloadError, diff_configs
 from router.datapath.acceptor import ConnectionLimits, ServedAcceptor
 from router.datapath.fast_path import Departing, FastPath
 from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, describe_oserror, open_listeners
 from router.datapath.tls import server_context
 from router.datapath.trio_path import depart, handle_connection, resume_connection
 from router.metrics import Metrics
-from router.runtime import RouterRuntime, evacuate_removed
+from router.runtime import RouterRuntime, close_removed
 from router.services.admin import Lifecycle, Operations, serve_admin
 from router.services.cache_store import (
     CacheStore,
@@ -84,7 +86,7 @@ if TYPE_CHECKING:
 
     from cache.cache import Row
     from router.config.settings import AcceptorConfig, Config
-    from router.core.reload import ConfigDiff, Departed
+    from router.core.reload import ConfigDiff
     from router.datapath.fast_path import HandedOver, Handoff
 
 __all__ = ["ReloadError", "ServerInfo", "StartupError", "serve_router"]
@@ -648,9 +650,9 @@ class _Server:
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_health_checks, runtime)
                 nursery.start_soon(runtime.serve_cache_purge)
-                ttl = self.config.connection_ttl
-                if any(a.router == runtime.name and ttl.ttl_ms(a) > 0 for a in self.config.acceptors):
-                    nursery.start_soon(serve_connection_ttl_checks, runtime, ttl.check_interval_ms / 1000)
+                if self.config.ttl_acceptors(runtime.name):
+                    interval_s = self.config.connection_ttl.check_interval_ms / 1000
+                    nursery.start_soon(serve_connection_ttl_checks, runtime, interval_s)
                 task_status.started()
 
     async def _serve_data(
@@ -886,7 +888,9 @@ class _Server:
         """
         config = diff.config
         names = {*diff.acceptors_added, *diff.acceptors_changed}
-        try:
+        offset = time.time() - trio.current_time()
+
+        def read_files() -> None:  # in a worker thread: key stores and a cache file take a while
             for acceptor in config.acceptors:
                 if acceptor.name in names:
                     prepared.stores[acceptor.name] = _acceptor_stores(acceptor)
@@ -896,12 +900,14 @@ class _Server:
                     assert cache.file is not None, "the loader gives a persisted cache its file"
                     store = _open_cache_store(name, cache.file, self.options.discard_unreadable_cache)
                     prepared.caches[name] = (store, [])
-                    now, wall = trio.current_time(), time.time()
                     try:
-                        rows = list(store.load(wall, cache.timeout_ms, wall - now))
+                        rows = list(store.load(time.time(), cache.timeout_ms, offset))
                     except CacheStoreError as exc:
                         raise StartupError(f"router {name!r}: {exc}") from exc
                     prepared.caches[name] = (store, rows)
+
+        try:
+            await trio.to_thread.run_sync(read_files)
         except StartupError as exc:
             raise ReloadError(str(exc)) from exc
         # Sockets: an acceptor whose address did not change keeps its listening sockets (no moment
@@ -940,7 +946,7 @@ class _Server:
         config = diff.config
         self.config, self.held = config, diff.held
         for name in diff.routers_removed:
-            self._remove_router(name, diff)
+            self._remove_router(name)
         for name in diff.routers_added:
             self._add_router(config, name, prepared)
         for change in diff.routers_changed:
@@ -988,7 +994,7 @@ class _Server:
     def _evacuate_departed(self, runtime: RouterRuntime, departed: Iterable[Departed]) -> None:
         """Move the clients of targets a reload removed, paced, as an evacuation does (the router
         goes on, so its moves can run); connections to a member address an HA pair no longer has
-        are closed at once (`evacuate_removed`), so their clients reconnect to the pair's members."""
+        are closed at once (`close_removed`), so their clients reconnect to the pair's members."""
         closed_at_once = []
         for gone in departed:
             if gone.addresses is not None:
@@ -1005,15 +1011,17 @@ class _Server:
                     runtime.name,
                     gone.node_id,
                 )
-        evacuate_removed(runtime, closed_at_once)
+        close_removed(runtime, closed_at_once)
 
-    def _remove_router(self, name: str, diff: ConfigDiff) -> None:
+    def _remove_router(self, name: str) -> None:
         assert self._services is not None
         runtime = self.runtimes.pop(name)
         tasks = self.tasks.pop(name)
         tasks.core.cancel(reason="router removed")
         tasks.data.cancel(reason="router removed")
-        evacuate_removed(runtime, diff.departed.get(name, ()))
+        # Every connection it holds, whatever the file said: a discovered target, or one that left
+        # its pool before, is in no list of the configuration.
+        close_removed(runtime, [Departed(node_id=n) for n in {c.node_id for c in runtime.movable()}])
         runtime.retire()
         store = self._store_of(runtime)
         if store is not None:

@@ -368,6 +368,16 @@ class Config:
         """
         return _named(self.discovery_groups, name)
 
+    def ttl_acceptors(self, router: str) -> tuple[tuple[str, int], ...]:
+        """The acceptors of a router with a connection TTL, each with its TTL in force (ms), by name:
+        the connections the router's TTL checker looks at."""
+        ttl = self.connection_ttl
+        return tuple(
+            sorted(
+                (a.name, ttl.ttl_ms(a)) for a in self.acceptors if a.router == router and ttl.ttl_ms(a) > 0
+            )
+        )
+
     def pool_discovery_group(self, router: RouterConfig) -> DiscoveryGroupConfig | None:
         """The discovery group a router's pool takes its members from: its `discovery-group-ref`,
         or the one of its cluster connection; None for static pools and routers without a pool."""

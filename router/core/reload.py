@@ -176,16 +176,9 @@ def _cache_io(router: RouterConfig) -> bool:
     return router.cache_zookeeper is not None or (router.cache is not None and router.cache.persisted)
 
 
-def _ttl_acceptors(config: Config, router: str) -> tuple[tuple[str, int], ...]:
-    ttl = config.connection_ttl
-    return tuple(
-        sorted((a.name, ttl.ttl_ms(a)) for a in config.acceptors if a.router == router and ttl.ttl_ms(a) > 0)
-    )
-
-
 def _ttl_settings(config: Config, router: str) -> tuple[object, ...]:
     """What the router's connection-TTL checker runs with: its acceptors' TTLs and the interval."""
-    acceptors = _ttl_acceptors(config, router)
+    acceptors = config.ttl_acceptors(router)
     return (acceptors, config.connection_ttl.check_interval_ms if acceptors else None)
 
 

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -22,7 +21,13 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.conftest import accepts, eventually, free_port
-from tests.router.conftest import acceptors_xml, mqtt_round_trip, static_connectors
+from tests.router.conftest import (
+    ROUND_ROBIN_NODE_IDS,
+    ROUTERCTL,
+    acceptors_xml,
+    mqtt_round_trip,
+    static_connectors,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,7 +37,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.integration
 
-NODE_IDS = ("b0", "b1", "b2")
+NODE_IDS = ROUND_ROBIN_NODE_IDS
 SESSIONS = 100
 """Live MQTT sessions held through the reloads (issue 13, point 3)."""
 
@@ -352,14 +357,7 @@ def test_reload_of_a_bad_file_changes_nothing_and_says_why_as_at_start(
     assert _stable(router.get("/api/v1/routers")) == before
     assert mqtt_round_trip(port, client_id=f"bad-{uuid.uuid4()}", topic="reload/bad")
     result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from router.cli import routerctl_main; routerctl_main()",
-            "reload",
-            "--admin",
-            router.admin,
-        ],
+        [*ROUTERCTL, "reload", "--admin", router.admin],
         capture_output=True,
         text=True,
         timeout=60,
@@ -416,5 +414,4 @@ def test_sighup_and_the_endpoint_apply_the_same_change(
     router.wait_for_log(r"router=rr target=b1 is ready")
     assert eventually(lambda: landed() == "b1", 10)
     assert eventually(lambda: _stable(router.get("/api/v1/routers/rr")) == status_after_signal, 10)
-    time.sleep(0)  # the router keeps serving
     assert mqtt_round_trip(port, client_id=f"same-{uuid.uuid4()}", topic="reload/same")

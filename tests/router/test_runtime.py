@@ -23,7 +23,7 @@ from router.core.events import Accepted, CloseReason, ConnectionsClosed, LookedU
 from router.core.reload import Departed
 from router.core.status import OperationalState, TargetStatus
 from router.metrics import Metrics
-from router.runtime import RouterRuntime, evacuate_removed
+from router.runtime import RouterRuntime, close_removed
 from tests.router.core.test_live import Closer, live_connection
 
 if TYPE_CHECKING:
@@ -456,7 +456,7 @@ class TestReconfigure:
         _reloaded(runtime, ("b1", "b2"))
         assert runtime.status().key_filter == "^[a-z]+"
 
-    def test_evacuate_removed_closes_the_connections_of_departed_targets_only(
+    def test_close_removed_closes_the_connections_of_departed_targets_only(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:
         runtime = _runtime()
@@ -464,7 +464,7 @@ class TestReconfigure:
         for port, node_id, closer in zip((1, 2, 3), ("b1", "b3", "b3"), closers, strict=True):
             runtime.register(live_connection(f"127.0.0.2:{port}", node_id=node_id, closer=closer))
         _reloaded(runtime, ("b1", "b2"))
-        assert evacuate_removed(runtime, [Departed(node_id="b3")]) == 2
+        assert close_removed(runtime, [Departed(node_id="b3")]) == 2
         assert [c.calls for c in closers] == [[], [CloseReason.TARGET_REMOVED], [CloseReason.TARGET_REMOVED]]
         assert (
             "router=r target=b3 left the configuration: closing its 2 proxied connection(s)"
