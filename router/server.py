@@ -63,7 +63,7 @@ from router.datapath.tls import server_context
 from router.datapath.trio_path import depart, handle_connection, resume_connection
 from router.metrics import Metrics
 from router.runtime import RouterRuntime, close_removed
-from router.services.admin import Lifecycle, Operations, serve_admin
+from router.services.admin import AdminContext, Lifecycle, serve_admin
 from router.services.cache_store import (
     CacheStore,
     CacheStoreError,
@@ -766,22 +766,19 @@ class _Server:
             admin_bound = None
             if admin is not None:
                 options = self.options
-                admin_bound = await services.start(
-                    functools.partial(
-                        serve_admin,
-                        event_log=self.event_log,
-                        states=options.states,
-                        access=options.access,
-                        reload=self.reload,
-                        operations=Operations(moves=self.moves, stop=self.options.shutdown.set),
-                        lifecycle=self.lifecycle,
-                        process=self.process,
-                    ),
-                    admin[0],
-                    admin[1],
-                    self.runtimes,
-                    self.metrics,
+                context = AdminContext(
+                    runtimes=self.runtimes,
+                    metrics=self.metrics,
+                    access=options.access,
+                    moves=self.moves,
+                    stop=options.shutdown.set,
+                    lifecycle=self.lifecycle,
+                    reload=self.reload,
+                    process=self.process,
+                    event_log=self.event_log,
+                    states=options.states,
                 )
+                admin_bound = await services.start(serve_admin, admin[0], admin[1], context)
             if self.options.reloads is not None:
                 services.start_soon(self._serve_reload_signals, self.options.reloads)
             fast = self.fast

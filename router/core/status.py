@@ -230,6 +230,8 @@ class PoolStatus:
     """Whether the quorum holds."""
     quorum_size: int
     targets: tuple[TargetStatus, ...]
+    counted: int = 0
+    """Targets that count for the quorum now (`Pool.ready_count`: ready, not in maintenance)."""
 
     @property
     def ready(self) -> tuple[str, ...]:
@@ -295,6 +297,7 @@ def snapshot(
             active=pool.active,
             quorum_size=pool.quorum_size,
             targets=tuple(_target(pool, t, connections, history) for t in pool.targets),
+            counted=pool.ready_count(),
         )
     return RouterStatus(
         name=config.name,

@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Final
 import h11
 import trio
 
-from pools import AdminState, TargetState
+from pools import AdminState
 from router.core.admin_access import READ_METHODS, AdminAccess, Refused
 from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveKind, MoveOrder, MoveRequest
 from router.core.reload import ReloadError
@@ -143,10 +143,6 @@ docs/admin-api.yaml describes each; tests/router/services/test_admin_api.py chec
 list the same operations, and a real routerd against both. A new endpoint goes in all three."""
 
 
-_OPEN: Final = AdminAccess()
-"""No tokens, IP literals and localhost as Host: what a loopback listener without tokens checks."""
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Lifecycle:
     """Where the process is in its life, as `GET /readyz` reports it (router/server.py sets both)."""
@@ -158,23 +154,19 @@ class Lifecycle:
     balancer or Kubernetes sends no new clients while the open ones drain."""
 
 
-def _not_ready(runtimes: Mapping[str, RouterRuntime], lifecycle: Lifecycle | None) -> str | None:
-    """Why the process is not ready for new clients (one line), or None when it is; without a
-    lifecycle only the pools count."""
-    if lifecycle is not None and lifecycle.shutdown.is_set():
+def _not_ready(runtimes: Mapping[str, RouterRuntime], lifecycle: Lifecycle) -> str | None:
+    """Why the process is not ready for new clients (one line), or None when it is."""
+    if lifecycle.shutdown.is_set():
         return "shutting down"
-    if lifecycle is not None and not lifecycle.accepting.is_set():
+    if not lifecycle.accepting.is_set():
         return "starting: the acceptors are not listening yet"
     reasons = []
     for runtime in runtimes.values():
         pool = runtime.status().pool
         if pool is None or pool.active:
             continue
-        counted = sum(
-            1 for t in pool.targets if t.state is TargetState.READY and t.admin_state is not AdminState.MAINT
-        )
         reasons.append(
-            f"router {runtime.name!r}: pool below its quorum, {counted} of {len(pool.targets)} "
+            f"router {runtime.name!r}: pool below its quorum, {pool.counted} of {len(pool.targets)} "
             f"target(s) ready, quorum-size {pool.quorum_size}"
         )
     return "; ".join(reasons) or None
@@ -195,17 +187,28 @@ class _HttpError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
-class Operations:
-    """What the admin API can set in motion besides the runtimes' own state."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdminContext:
+    """What the admin API reads and sets in motion (router/server.py builds it)."""
 
-    moves: Moves | None = None
-    """The paced moves (evacuation, rebalance); None: not served (tests of other endpoints)."""
-    stop: Callable[[], None] | None = None
+    runtimes: Mapping[str, RouterRuntime]
+    """The routers, shared with the server (a reload changes them in place)."""
+    metrics: Metrics
+    access: AdminAccess
+    moves: Moves
+    """The paced moves (evacuation, rebalance)."""
+    stop: Callable[[], None]
     """Starts the graceful shutdown, as SIGTERM does."""
-
-
-_NO_OPERATIONS: Final = Operations()
+    lifecycle: Lifecycle
+    """Whether the process accepts clients, for /readyz."""
+    reload: Callable[[], Awaitable[ConfigDiff]]
+    """Reads the configuration file again and applies it (`ReloadError`: nothing changed)."""
+    process: ProcessView
+    """The process's status (`GET /api/v1/status`)."""
+    event_log: EventLog | None = None
+    """None: the event log is off."""
+    states: StateFile | None = None
+    """Where administrative states are kept; None: in memory only."""
 
 
 def _move_request(kind: MoveKind, router: str, node_id: str | None, body: bytes) -> MoveRequest:
@@ -244,11 +247,9 @@ def _move_request(kind: MoveKind, router: str, node_id: str | None, body: bytes)
 
 
 def _moves(
-    method: str, kind: MoveKind, router: str, node_id: str | None, body: bytes, moves: Moves | None
+    method: str, kind: MoveKind, router: str, node_id: str | None, body: bytes, moves: Moves
 ) -> tuple[int, str, bytes]:
     """An evacuation's or a rebalance's resource: POST starts, GET shows, DELETE aborts."""
-    if moves is None:
-        raise _HttpError(404, "paced moves are not served by this process")
     try:
         if method == "POST":
             return _json(202, moves.start(_move_request(kind, router, node_id, body)).to_json())
@@ -263,59 +264,52 @@ def _moves(
     raise _HttpError(405, f"{method} is not supported on a {kind.value}")
 
 
-def _route(
-    method: str,
-    target: str,
-    body: bytes,
-    runtimes: Mapping[str, RouterRuntime],
-    metrics: Metrics,
-    event_log: EventLog | None = None,
-    states: StateFile | None = None,
-    operations: Operations = _NO_OPERATIONS,
-    lifecycle: Lifecycle | None = None,
-    process: ProcessView | None = None,
-) -> tuple[int, str, bytes]:
+def _parts(target: str) -> tuple[urllib.parse.SplitResult, list[str]]:
+    """A request target and its path's parts, each percent-decoded: what access is checked on and
+    what is routed (one reading, so `/api/v1/%73hutdown` is checked as the shutdown it is)."""
     url = urllib.parse.urlsplit(target)
+    return url, [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
+
+
+def _route(method: str, target: str, body: bytes, admin: AdminContext) -> tuple[int, str, bytes]:
+    url, parts = _parts(target)
     query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
-    parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
+    runtimes = admin.runtimes
     if parts in (["metrics"], ["healthz"], ["readyz"]) and method != "GET":
         raise _HttpError(405, f"{method} {url.path} is not supported")
     if parts == ["metrics"]:
-        return 200, "text/plain; version=0.0.4; charset=utf-8", metrics.exposition()
+        return 200, "text/plain; version=0.0.4; charset=utf-8", admin.metrics.exposition()
     if parts == ["healthz"]:
         return 200, "text/plain; charset=utf-8", b"ok\n"
     if parts == ["readyz"]:
-        why = _not_ready(runtimes, lifecycle)
+        why = _not_ready(runtimes, admin.lifecycle)
         if why is None:
             return 200, "text/plain; charset=utf-8", b"ready\n"
         return 503, "text/plain; charset=utf-8", f"not ready: {why}\n".encode()
     if parts == ["api", "v1", "event-log"]:
-        return _event_log(method, body, event_log)
+        return _event_log(method, body, admin.event_log)
     if parts == ["api", "v1", "shutdown"]:
-        if method != "POST" or operations.stop is None:
+        if method != "POST":
             raise _HttpError(405, f"{method} {url.path} is not supported")
-        operations.stop()
+        admin.stop()
         return _json(202, {"shutdown": "started"})
     if parts == ["api", "v1", "moves"]:
         if method != "GET":
             raise _HttpError(405, f"{method} {url.path} is not supported")
-        statuses = [] if operations.moves is None else operations.moves.all_statuses()
-        return _json(200, [status.to_json() for status in statuses])
+        return _json(200, [status.to_json() for status in admin.moves.all_statuses()])
     if (
         len(parts) == 7
         and parts[:3] == ["api", "v1", "routers"]
         and parts[4] == "targets"
         and parts[6] == "evacuation"
     ):
-        return _moves(method, MoveKind.EVACUATE, parts[3], parts[5], body, operations.moves)
+        return _moves(method, MoveKind.EVACUATE, parts[3], parts[5], body, admin.moves)
     if len(parts) == 5 and parts[:3] == ["api", "v1", "routers"] and parts[4] == "rebalance":
-        return _moves(method, MoveKind.REBALANCE, parts[3], None, body, operations.moves)
+        return _moves(method, MoveKind.REBALANCE, parts[3], None, body, admin.moves)
     if parts == ["api", "v1", "status"]:
         if method != "GET":
             raise _HttpError(405, f"{method} {url.path} is not supported")
-        if process is None:
-            raise _HttpError(404, "this admin listener has no process status")
-        return _json(200, process.status().to_json())
+        return _json(200, admin.process.status().to_json())
     if parts[:3] != ["api", "v1", "routers"]:
         raise _HttpError(404, f"no such resource {url.path!r}")
     if len(parts) == 3:
@@ -339,7 +333,7 @@ def _route(
     if rest == ["filters"] and method == "PUT":
         return _json(200, _set_filters(runtime, body))
     if len(rest) == 2 and rest[0] == "targets" and method in ("GET", "PUT"):
-        return _json(200, _target(runtime, rest[1], method, body, runtimes, states))
+        return _json(200, _target(runtime, rest[1], method, body, runtimes, admin.states))
     if rest == ["cache"] and method in ("GET", "DELETE", "PUT"):
         try:
             return _json(200, _cache(runtime, method, query, body))
@@ -508,12 +502,10 @@ def _set_filters(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
     return status.to_json()
 
 
-async def _reload(method: str, reload: Callable[[], Awaitable[ConfigDiff]] | None) -> tuple[int, str, bytes]:
+async def _reload(method: str, reload: Callable[[], Awaitable[ConfigDiff]]) -> tuple[int, str, bytes]:
     """`POST /api/v1/reload`: what changed, or 400 with why nothing did."""
     if method != "POST":
         raise _HttpError(405, f"{method} /api/v1/reload is not supported (POST reloads)")
-    if reload is None:
-        raise _HttpError(404, "this router cannot reload its configuration")
     try:
         diff = await reload()
     except ReloadError as exc:
@@ -558,18 +550,7 @@ async def _respond(
     await stream.send_all(conn.send(h11.EndOfMessage()))
 
 
-async def _serve_one(
-    stream: trio.SocketStream,
-    runtimes: Mapping[str, RouterRuntime],
-    metrics: Metrics,
-    event_log: EventLog | None = None,
-    states: StateFile | None = None,
-    access: AdminAccess = _OPEN,
-    operations: Operations | None = None,
-    lifecycle: Lifecycle | None = None,
-    reload: Callable[[], Awaitable[ConfigDiff]] | None = None,
-    process: ProcessView | None = None,
-) -> None:
+async def _serve_one(stream: trio.SocketStream, admin: AdminContext) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     try:
         with trio.fail_after(REQUEST_TIMEOUT_S):
@@ -586,26 +567,16 @@ async def _serve_one(
             head = method == "HEAD"
             target = request.target.decode()
             headers = {name.decode().lower(): value.decode("latin-1") for name, value in request.headers}
-            path = urllib.parse.urlsplit(target).path
-            verdict = access.check(method, path, headers.get("host"), headers.get("authorization"))
+            _, parts = _parts(target)
+            path = "/" + "/".join(parts)
+            verdict = admin.access.check(method, path, headers.get("host"), headers.get("authorization"))
             try:
                 if isinstance(verdict, Refused):
                     raise _HttpError(verdict.status, verdict.message)
-                if path.rstrip("/") == "/api/v1/reload":
-                    status, ctype, payload = await _reload(method, reload)
+                if parts == ["api", "v1", "reload"]:
+                    status, ctype, payload = await _reload(method, admin.reload)
                 else:
-                    status, ctype, payload = _route(
-                        "GET" if head else method,
-                        target,
-                        body,
-                        runtimes,
-                        metrics,
-                        event_log,
-                        states,
-                        operations or _NO_OPERATIONS,
-                        lifecycle,
-                        process,
-                    )
+                    status, ctype, payload = _route("GET" if head else method, target, body, admin)
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
             if isinstance(verdict, Refused):  # WARNING: rate-limited, whoever sends them
@@ -629,22 +600,10 @@ async def _serve_one(
 async def serve_admin(
     host: str,
     port: int,
-    runtimes: Mapping[str, RouterRuntime],
-    metrics: Metrics,
-    *,
-    event_log: EventLog | None = None,
-    states: StateFile | None = None,
-    access: AdminAccess = _OPEN,
-    operations: Operations | None = None,
-    lifecycle: Lifecycle | None = None,
-    reload: Callable[[], Awaitable[ConfigDiff]] | None = None,
-    process: ProcessView | None = None,
+    admin: AdminContext,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the admin API until cancelled; `task_status.started((host, port))` once listening.
-    `lifecycle` tells /readyz whether the process accepts clients (None: only the pools count);
-    `reload` serves `POST /api/v1/reload` (None: 404); `process` answers `GET /api/v1/status`
-    (404 without it)."""
+    """Serve the admin API until cancelled; `task_status.started((host, port))` once listening."""
     listeners = await open_listeners(host, port, f"the admin API on {host}:{port}")
     sockname = listeners[0].socket.getsockname()
     bound = (str(sockname[0]), int(sockname[1]))
@@ -664,9 +623,7 @@ async def serve_admin(
             return
         open_now += 1
         try:
-            await _serve_one(
-                stream, runtimes, metrics, event_log, states, access, operations, lifecycle, reload, process
-            )
+            await _serve_one(stream, admin)
         finally:
             open_now -= 1
 

@@ -186,6 +186,14 @@ def test_admin_tokens_guard_state_changes_and_say_who_made_them(
     router.wait_for_log(
         r"admin oncall \(operator\) from 127\.0\.0\.1:\d+: PUT /api/v1/routers/rr/targets/b0 -> 200"
     )
+    # A path is checked as it is routed: percent-encoded or with a trailing slash, the same.
+    for shutdown in ("/api/v1/%73hutdown", "/api/v1/shutdown/"):
+        status, body = _request(router, "POST", shutdown, b"{}", Authorization=f"Bearer {operator}")
+        assert (status, json.loads(body)) == (
+            403,
+            {"error": "token 'oncall' has level operator; POST needs admin"},
+        )
+    assert _request(router, "GET", "/readyz/")[0] == 200  # open, as /readyz
     status, body = _request(router, "GET", path, Authorization=f"Bearer {operator}", Host="evil.example:80")
     assert status == 421
     assert "does not name this router" in json.loads(body)["error"]
