@@ -48,7 +48,6 @@ import gc
 import http.client
 import json
 import logging
-import math
 import os
 import resource
 import shlex
@@ -85,6 +84,7 @@ from router.ctl_output import (
     Table,
     add_json_option,
     exit_code_for_http,
+    finite_number,
 )
 from router.datapath.net import describe_oserror
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
@@ -152,20 +152,8 @@ def parse_admin_address(text: str) -> tuple[str, int]:
 
 
 def _seconds(*, zero: bool) -> Callable[[str], float]:
-    """An argparse type: a finite number of seconds, >= 0 (`zero`) or > 0; anything else
-    (`nan`, `inf`, `-1`) is a usage error, exit status 2."""
-    rule = ">= 0" if zero else "> 0"
-
-    def parse(text: str) -> float:
-        try:
-            value: float | None = float(text)
-        except ValueError:
-            value = None
-        if value is None or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-            raise argparse.ArgumentTypeError(f"must be a finite number of seconds {rule}, got {text!r}")
-        return value
-
-    return parse
+    """An argparse type: a finite number of seconds, >= 0 (`zero`) or > 0 (`finite_number`)."""
+    return finite_number(zero=zero, unit="seconds")
 
 
 def _integer(low: int, high: int) -> Callable[[str], int]:

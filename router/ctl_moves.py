@@ -21,7 +21,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Final
 
 from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveOrder
-from router.ctl_output import CtlError, ExitCode
+from router.ctl_output import CtlError, ExitCode, finite_number
 
 if TYPE_CHECKING:
     import argparse
@@ -37,33 +37,23 @@ POLL_S: Final = 0.5
 DEFAULT_WAIT_S: Final = 600.0
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise ValueError(f"must be more than 0, got {text!r}")
-    return value
-
-
 def _wait_options(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--wait", action="store_true", help=f"wait until the {what} is done, then print its status"
     )
     parser.add_argument(
         "--timeout",
-        type=_positive,
+        type=finite_number(zero=False, unit="seconds"),
         default=DEFAULT_WAIT_S,
         metavar="SECONDS",
-        help=f"with --wait: give up after this long, exit 1 (default {DEFAULT_WAIT_S:g})",
+        help=f"with --wait: give up after this long, exit 5 (default {DEFAULT_WAIT_S:g})",
     )
 
 
 def _pace_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rate",
-        type=_positive,
+        type=finite_number(zero=False, unit="connections per second"),
         default=DEFAULT_RATE,
         metavar="CONNS_PER_S",
         help=f"connections moved per second (default {DEFAULT_RATE:g})",
@@ -96,7 +86,7 @@ def add_commands(
         description="Drain the target (no new connections), then tell its clients to go, RATE a "
         "second: MQTT 5 DISCONNECT 0x9C, AMQP Close (redirect or forced), OpenWire "
         "ConnectionControl; other clients are closed. Each client's key is routed again (and "
-        "cached), so it lands elsewhere when it comes back. Output: the evacuation's status, JSON.",
+        "cached), so it lands elsewhere when it comes back. Output: the evacuation's status (--json: JSON).",
     )
     admin_options(evacuate)
     evacuate.add_argument("router", help="the connection router's name")
@@ -125,7 +115,7 @@ def add_commands(
         help="move just enough clients to bring every target within a band of the mean",
         description="From each ready target with more than BAND above the mean of the ready "
         "targets, move just enough clients, each to the target with the fewest connections. Needs "
-        "a <cache> (or LEAST_CONNECTIONS). Output: the rebalance's status, JSON.",
+        "a <cache> (or LEAST_CONNECTIONS). Output: the rebalance's status (--json: JSON).",
     )
     admin_options(rebalance)
     rebalance.add_argument("router", help="the connection router's name")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import enum
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ __all__ = [
     "Table",
     "add_json_option",
     "exit_code_for_http",
+    "finite_number",
     "use_color",
 ]
 
@@ -55,7 +57,8 @@ class ExitCode(enum.IntEnum):
     """The admin API refused access: no or a wrong token (401), a token whose level is too low
     (403), or a Host name it does not accept (421)."""
     TIMED_OUT = 5
-    """`wait`: the condition did not hold within `--timeout`."""
+    """`wait`: the condition did not hold within `--timeout`; `evacuate`/`rebalance`/`shutdown
+    --wait`: not done within it."""
 
 
 EXIT_CODES_HELP: Final = """exit status:
@@ -65,7 +68,7 @@ EXIT_CODES_HELP: Final = """exit status:
   2  usage: a bad option, option value or configuration file
   3  the router's admin API cannot be reached
   4  the admin API refused access (token missing or wrong: 401; level too low: 403; Host: 421)
-  5  wait: timed out before the condition held"""
+  5  wait, or a move's --wait: timed out before the condition held or the move was done"""
 """The epilog of `routerctl --help`; the same list as `ExitCode`."""
 
 
@@ -111,7 +114,6 @@ class Style(enum.Enum):
     GOOD = "32"  # green
     BAD = "31"  # red
     WARN = "33"  # yellow
-    DIM = "2"
     BOLD = "1"
 
 
@@ -236,3 +238,20 @@ class Output:
                 print(file=self.stream)
             first = False
             print(block if isinstance(block, str) else block.render(color=self.color), file=self.stream)
+
+
+def finite_number(*, zero: bool, unit: str) -> Callable[[str], float]:
+    """An argparse type: a finite number of `unit`, >= 0 (`zero`) or > 0; anything else (`nan`,
+    `inf`, `-1`) is a usage error, exit status 2."""
+    rule = ">= 0" if zero else "> 0"
+
+    def parse(text: str) -> float:
+        try:
+            value: float | None = float(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"must be a finite number of {unit} {rule}, got {text!r}")
+        return value
+
+    return parse

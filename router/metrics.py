@@ -56,8 +56,6 @@ class MetricKind(enum.Enum):
     COUNTER = "counter"
     """Only goes up; exported with a `_created` sample per label set."""
     GAUGE = "gauge"
-    HISTOGRAM = "histogram"
-    """Counts of observations in buckets (`Histogram`); exported with a `_created` sample too."""
 
 
 class Family:
@@ -193,8 +191,6 @@ class Histogram:
 
     __slots__ = ("_bounds", "_created", "_lock", "_values", "documentation", "labels", "name")
 
-    kind: Final = MetricKind.HISTOGRAM
-
     def __init__(
         self, name: str, documentation: str, labels: tuple[str, ...], buckets: tuple[float, ...]
     ) -> None:
@@ -222,11 +218,6 @@ class Histogram:
         then the sum of the observations."""
         self._created: dict[tuple[str, ...], float] = {}
         self._lock = threading.Lock()
-
-    @property
-    def buckets(self) -> tuple[float, ...]:
-        """The finite upper bounds."""
-        return self._bounds
 
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         """Count one observation of `value` for a label set.
@@ -355,8 +346,10 @@ class Metrics:
             "Proxied connections the router closed itself, by router and reason: connection_ttl "
             "(no bytes from the client within the connection TTL), target_not_ready (the "
             "target's probe failed), failover (the HA-pair member it went to is no longer the "
-            "active one), shutdown (still open when a shutdown's grace period ended) or "
-            "target_removed (a configuration reload removed their target).",
+            "active one), shutdown (moved by a shutdown, or still open when its grace period "
+            "ended), evacuated (moved by an evacuation, a rebalance, or a reload that removed "
+            "their target) or target_removed (a reload removed their target or router, and they "
+            "were closed at once).",
             ("router", "reason"),
         )
         self.connect_failures = Family(

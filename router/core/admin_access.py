@@ -31,7 +31,10 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = [
+    "ADMIN_PATHS",
     "MIN_TOKEN_LENGTH",
+    "OPEN_PATHS",
+    "READ_METHODS",
     "AdminAccess",
     "Allowed",
     "Level",

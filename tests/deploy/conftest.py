@@ -146,14 +146,3 @@ def compose_command_lines(image: Dockerfile) -> list[list[str]]:
         entrypoint = service.get("entrypoint") or list(image.entrypoint)
         found.append([*entrypoint, *(service.get("command") or image.cmd)])
     return [c for c in found if Path(c[0]).name in PROGRAMS]
-
-
-def option(argv: Sequence[str], name: str) -> str | None:
-    """The value of `--name VALUE` or `--name=VALUE` in a command line (the last one given)."""
-    value = None
-    for i, word in enumerate(argv):
-        if word == name and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif word.startswith(f"{name}="):
-            value = word.partition("=")[2]
-    return value

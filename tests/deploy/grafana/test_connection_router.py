@@ -43,8 +43,6 @@ ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "deploy" / "grafana" / "connection-router.json"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 
-PENDING_METRICS: Final = frozenset[str]()
-"""Names the dashboard and the alerts may use before routerd exports them (none now)."""
 
 VARIABLES: Final = {"$__rate_interval": "1m", "$job": ".*", "$instance": ".*", "$router": ".*"}
 """What Grafana puts for the dashboard's variables with "All" selected (their allValue), and a
@@ -109,11 +107,11 @@ def test_dashboard_panels_read_metrics_routerd_exports() -> None:
     for title, expr in queries:
         names = metric_names(expr)
         assert names, title
-        assert names <= exported | PENDING_METRICS, (title, names - exported)
+        assert names <= exported, (title, names - exported)
     alerts = yaml.safe_load(ALERTS.read_text())
     for group in alerts["groups"]:
         for rule in group["rules"]:
-            assert metric_names(rule["expr"]) <= exported | PENDING_METRICS, rule["alert"]
+            assert metric_names(rule["expr"]) <= exported, rule["alert"]
 
 
 def test_dashboard_uses_a_datasource_variable_and_rate_interval() -> None:
@@ -394,8 +392,7 @@ def test_every_dashboard_panel_query_returns_data(fleet: Fleet, prometheus: Prom
         assert eventually(lambda: _metric(router, moved) == 1, 10)
 
         queries = [(title, expanded(expr)) for title, expr in panel_queries()]
-        expected = [(title, expr) for title, expr in queries if not metric_names(expr) & PENDING_METRICS]
-        empty = list(expected)
+        empty = list(queries)
         deadline = time.monotonic() + QUERY_DEADLINE_S
         while empty and time.monotonic() < deadline:
             empty = [(title, expr) for title, expr in empty if not prometheus.query(expr)]
