@@ -24,7 +24,7 @@ import itertools
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -52,31 +52,61 @@ here) through a LAN's and a WAN's, to the connect deadline (5 s, HAProxy's usual
 connect`)."""
 
 
+_V = TypeVar("_V")
+
+
 class MetricKind(enum.Enum):
     COUNTER = "counter"
     """Only goes up; exported with a `_created` sample per label set."""
     GAUGE = "gauge"
 
 
-class Family:
+class _Labelled(Generic[_V]):
+    """What `Family` and `Histogram` share: a name, a help text, label names, a value per label
+    set (`_V`), when each was first counted, and the lock every thread takes to change them."""
+
+    __slots__ = ("_created", "_lock", "_values", "documentation", "labels", "name")
+
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...]) -> None:
+        self.name = name
+        """The exposed name (counters: with `_total`)."""
+        self.documentation = documentation
+        self.labels = labels
+        self._values: dict[tuple[str, ...], _V] = {}
+        self._created: dict[tuple[str, ...], float] = {}
+        """Counters and histograms: when each label set was first counted (seconds since the epoch)."""
+        self._lock = threading.Lock()
+
+    def _check(self, labels: tuple[str, ...]) -> None:
+        """A new label set: one string per label name.
+
+        Raises:
+            ValueError: it is not.
+        """
+        if len(labels) != len(self.labels) or not all(isinstance(label, str) for label in labels):
+            raise ValueError(f"{self.name}: wants one string per label {list(self.labels)}, got {labels!r}")
+
+    def remove_matching(self, prefix: tuple[str, ...]) -> None:
+        """Drop every label set whose first values are `prefix` (a target's series of every reason)."""
+        width = len(prefix)
+        with self._lock:
+            for labels in [labels for labels in self._values if labels[:width] == prefix]:
+                del self._values[labels]
+                self._created.pop(labels, None)
+
+
+class Family(_Labelled[float]):
     """One metric family: its name, help and label names, and its value for each label set seen.
 
     Safe to update from any thread (the trio thread and the fast path's both count). A label set
     appears in the exposition from its first update on, as with the client library's `labels()`.
     """
 
-    __slots__ = ("_created", "_lock", "_values", "documentation", "kind", "labels", "name")
+    __slots__ = ("kind",)
 
     def __init__(self, kind: MetricKind, name: str, documentation: str, labels: tuple[str, ...]) -> None:
+        super().__init__(name, documentation, labels)
         self.kind = kind
-        self.name = name
-        """The exposed name (counters: with `_total`)."""
-        self.documentation = documentation
-        self.labels = labels
-        self._values: dict[tuple[str, ...], float] = {}
-        self._created: dict[tuple[str, ...], float] = {}
-        """Counters: when each label set was first counted (seconds since the epoch)."""
-        self._lock = threading.Lock()
 
     def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
         """Add `amount` (a gauge: also negative) to the value of a label set.
@@ -116,14 +146,6 @@ class Family:
             self._values.pop(labels, None)
             self._created.pop(labels, None)
 
-    def remove_matching(self, prefix: tuple[str, ...]) -> None:
-        """Drop every label set whose first values are `prefix` (a target's series of every reason)."""
-        width = len(prefix)
-        with self._lock:
-            for labels in [labels for labels in self._values if labels[:width] == prefix]:
-                del self._values[labels]
-                self._created.pop(labels, None)
-
     def label_sets(self) -> list[tuple[str, ...]]:
         """The label sets exported now."""
         with self._lock:
@@ -135,8 +157,7 @@ class Family:
             return self._values.get(labels)
 
     def _first(self, labels: tuple[str, ...]) -> None:
-        if len(labels) != len(self.labels) or not all(isinstance(label, str) for label in labels):
-            raise ValueError(f"{self.name}: wants one string per label {list(self.labels)}, got {labels!r}")
+        self._check(labels)
         if self.kind is MetricKind.COUNTER:
             self._created[labels] = time.time()
 
@@ -182,14 +203,14 @@ class _SuppressedLogLines(Family):
         return super().collect()
 
 
-class Histogram:
+class Histogram(_Labelled[list[float]]):
     """A histogram family: for each label set, how many observations fell at or under each bucket's
     upper bound, their count and their sum, as the client library's `Histogram` exports them.
 
     Safe to update from any thread, like `Family`; a label set appears from its first observation.
     """
 
-    __slots__ = ("_bounds", "_created", "_lock", "_values", "documentation", "labels", "name")
+    __slots__ = ("_bounds",)
 
     def __init__(
         self, name: str, documentation: str, labels: tuple[str, ...], buckets: tuple[float, ...]
@@ -209,15 +230,10 @@ class Histogram:
             raise ValueError(f"{name}: bucket bounds must increase, got {buckets!r}")
         if "le" in labels:
             raise ValueError(f"{name}: 'le' is the histogram's own label")
-        self.name = name
-        self.documentation = documentation
-        self.labels = labels
+        super().__init__(name, documentation, labels)
         self._bounds = buckets
-        self._values: dict[tuple[str, ...], list[float]] = {}
-        """Label set -> the count of each bucket on its own (not cumulative; the last is +Inf's),
-        then the sum of the observations."""
-        self._created: dict[tuple[str, ...], float] = {}
-        self._lock = threading.Lock()
+        """Each label set's value: the count of each bucket on its own (not cumulative; the last is
+        +Inf's), then the sum of the observations."""
 
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         """Count one observation of `value` for a label set.
@@ -231,10 +247,7 @@ class Histogram:
         try:
             counts = self._values.get(labels)
             if counts is None:
-                if len(labels) != len(self.labels) or not all(isinstance(label, str) for label in labels):
-                    raise ValueError(
-                        f"{self.name}: wants one string per label {list(self.labels)}, got {labels!r}"
-                    )
+                self._check(labels)
                 counts = self._values[labels] = [0.0] * (len(self._bounds) + 2)
                 self._created[labels] = time.time()
             counts[index] += 1
@@ -247,14 +260,6 @@ class Histogram:
         with self._lock:
             counts = self._values.get(labels)
             return None if counts is None else int(sum(counts[:-1]))
-
-    def remove_matching(self, prefix: tuple[str, ...]) -> None:
-        """Drop every label set whose first values are `prefix`."""
-        width = len(prefix)
-        with self._lock:
-            for labels in [labels for labels in self._values if labels[:width] == prefix]:
-                del self._values[labels]
-                self._created.pop(labels, None)
 
     def collect(self) -> Metric:
         """The family as the client library exports it (a consistent copy of its counts)."""
