@@ -385,8 +385,8 @@ class Metrics:
         self.proxied_bytes = Family(
             MetricKind.COUNTER,
             "router_proxied_bytes_total",
-            "Bytes relayed, counted when a connection closes; direction is client_to_target or "
-            "target_to_client.",
+            "Bytes relayed, open connections' included (read at each scrape); direction is "
+            "client_to_target or target_to_client.",
             ("router", "direction"),
         )
         self.auth_failures = Family(

@@ -381,10 +381,6 @@ class MetricUpdates:
     def _closed(self, event: Closed) -> None:
         m, router = self.metrics, event.conn.router
         m.active_connections.inc((router, event.node_id), -1)
-        if event.bytes_in:
-            m.proxied_bytes.inc((router, "client_to_target"), event.bytes_in)
-        if event.bytes_out:
-            m.proxied_bytes.inc((router, "target_to_client"), event.bytes_out)
         if event.reason.by_router:
             m.router_closes.inc((router, event.reason.value))
 

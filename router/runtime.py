@@ -132,6 +132,7 @@ class RouterRuntime:
         self._unsample = (
             metrics.sample_when_scraped(lambda: target_metrics(self.status().pool)),
             metrics.sample_when_scraped(self._sample_cache),
+            metrics.sample_when_scraped(self._sample_bytes),
         )
         """Takes this router's samplers off (`retire`)."""
         self._subscribers: tuple[Subscriber, ...] = (log_event, updates)
@@ -141,6 +142,8 @@ class RouterRuntime:
         """Keys operators evicted, for a shared cache to delete in ZooKeeper."""
         self._cache_reported = (0, 0, 0)
         """The cache's evictions, hits and misses at the last scrape."""
+        self._bytes_reported = (0, 0)
+        """The bytes relayed each way at the last scrape (`_sample_bytes`)."""
 
     def _sample_cache(self) -> None:
         """The cache's size, evictions, hits and misses, for a scrape (the metrics' thread)."""
@@ -159,6 +162,19 @@ class RouterRuntime:
         metrics.cache_lookups.inc((self.name, "hit"), hits)
         metrics.cache_lookups.inc((self.name, "miss"), misses)
         self._cache_reported = counts
+
+    def _sample_bytes(self) -> None:
+        """The bytes relayed since the last scrape, open connections' included, for a scrape (the
+        metrics' thread): a long-lived connection's traffic shows while it flows."""
+        with self._lock:
+            relayed = self._connections.relayed()
+        metrics, name = self.metrics, self.name
+        for direction, now, before in zip(
+            ("client_to_target", "target_to_client"), relayed, self._bytes_reported, strict=True
+        ):
+            if now > before:
+                metrics.proxied_bytes.inc((name, direction), now - before)
+        self._bytes_reported = relayed
 
     # -- reports --
 
@@ -495,6 +511,7 @@ class RouterRuntime:
         with self._lock:
             events = [] if self._pool is None else self._pool.reconfigure(self._pool.quorum_size, [])
         self._apply(events)
+        self._sample_bytes()  # what its connections relayed until now stays counted
         for unsample in (*self._unsample, self._updates.close):
             unsample()
         self._target_metrics(None)

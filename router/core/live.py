@@ -73,6 +73,7 @@ class LiveConnection:
         "address",
         "closed_by",
         "conn",
+        "counts",
         "cursor",
         "farewell",
         "key",
@@ -149,6 +150,10 @@ class LiveConnection:
         """Time of the latest bytes from the client (the relay stamps it on each read)."""
         self.closed_by: CloseReason | None = None
         """Why the router closed it, once it did."""
+        self.counts = [0, 0]
+        """Bytes relayed client -> target and target -> client so far. The data path adds each read
+        as it passes it on (one int store), so a scrape sees the bytes of connections still open
+        (`LiveConnections.relayed`); the client's replayed opening counts once connected."""
         self.peek_first_bytes = False
         """Whether the relay should pass the client's first bytes to `first_bytes`: a connection
         under a TTL whose opening was not read may be an MQTT client that is exempt."""
@@ -217,10 +222,12 @@ class LiveConnection:
 class LiveConnections:
     """The proxied connections open now, by target node id, in the order they were opened."""
 
-    __slots__ = ("_by_node", "_reported", "_with_ttl")
+    __slots__ = ("_by_node", "_ended", "_reported", "_with_ttl")
 
     def __init__(self) -> None:
         self._by_node: dict[str, dict[LiveConnection, None]] = {}
+        self._ended = (0, 0)
+        """The bytes each way of the connections discarded so far (`relayed`)."""
         self._with_ttl: dict[LiveConnection, None] = {}
         """The connections the TTL checker walks (an exempted one is dropped at its next check)."""
         self._reported: dict[str, tuple[int, int]] = {}
@@ -241,11 +248,25 @@ class LiveConnections:
     def discard(self, conn: LiveConnection) -> None:
         """Forget a connection that ended; unknown ones are ignored."""
         conns = self._by_node.get(conn.node_id)
-        if conns is not None:
-            conns.pop(conn, None)
-            if not conns:
-                del self._by_node[conn.node_id]
+        if conns is None or conn not in conns:
+            return
+        del conns[conn]
+        if not conns:
+            del self._by_node[conn.node_id]
         self._with_ttl.pop(conn, None)
+        ended_in, ended_out = self._ended
+        self._ended = (ended_in + conn.counts[0], ended_out + conn.counts[1])
+
+    def relayed(self) -> tuple[int, int]:
+        """The bytes relayed client -> target and target -> client by every connection registered
+        so far, ended or open. Never decreases, provided a data path counts nothing into a
+        connection after discarding it: an open one's bytes move to the ended total unchanged."""
+        ended_in, ended_out = self._ended
+        for conns in self._by_node.values():
+            for conn in conns:
+                ended_in += conn.counts[0]
+                ended_out += conn.counts[1]
+        return ended_in, ended_out
 
     def holds(self, conn: LiveConnection) -> bool:
         """Whether a connection is registered (it has not ended)."""

@@ -118,8 +118,6 @@ class Departing:
     """The connection (its cursor and farewell; registered until the trio side is done)."""
     pending: bytes
     """The broker's bytes read but not yet written to the client."""
-    counts: list[int]
-    """Bytes client->target, target->client so far (the trio side adds the rest of the frame)."""
     connected_at: float
     """When the connect to the target completed (the Closed's duration counts from it)."""
 
@@ -178,7 +176,6 @@ class _Conn(LiveConnection):
         "connected",
         "connected_at",
         "connector",
-        "counts",
         "eof",
         "fds",
         "handoff",
@@ -239,8 +236,6 @@ class _Conn(LiveConnection):
         """Bytes read from side i not yet written to the other side."""
         self.eof = [False, False]
         """Side i sent EOF (and we passed it on once its pending bytes were written)."""
-        self.counts = [0, 0]
-        """Bytes client->target, target->client."""
         self.masks = [0, 0]
 
     def end(self, reason: CloseReason) -> None:
@@ -747,10 +742,10 @@ class FastPath:
         """What the client sent first goes to the target first, unchanged, once connected (the
         plan hands server-first openings, whose target answer must be read, to the trio side)."""
         relayed.pending[0] = raw
-        relayed.counts[0] = len(raw)
 
     def _connected(self, relayed: _Conn) -> None:
         relayed.connected = True
+        relayed.counts[0] = len(relayed.pending[0])  # the opening, all pending: the client is not read yet
         relayed.opening = relayed.action = None
         relayed.connected_at = self._clock()
         relayed.acceptor.runtime.report(
@@ -1000,7 +995,6 @@ class FastPath:
                 _stdlib(upstream),
                 relayed,
                 relayed.pending[1],
-                relayed.counts,
                 relayed.connected_at,
             )
         )

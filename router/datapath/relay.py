@@ -58,11 +58,12 @@ class _Receiving:
 
 
 async def _pump_framed(
-    source: trio.abc.ReceiveStream, sink: trio.abc.SendStream, counter: list[int], live: LiveConnection
+    source: trio.abc.ReceiveStream, sink: trio.abc.SendStream, live: LiveConnection
 ) -> bool | None:
-    """`_pump` from the broker to the client of a connection that can be moved: each read is fed
-    to its cursor. Returns None when it is to be moved (then `leave`), else as `_pump`."""
-    cursor = live.cursor
+    """`_pump` from the broker to the client of a connection that can be moved (counted into its
+    `counts`): each read is fed to its cursor. Returns None when it is to be moved (then
+    `leave`), else as `_pump`."""
+    cursor, counts = live.cursor, live.counts
     assert cursor is not None, "only connections with a cursor are relayed framed"
     receiving = _Receiving(trio.CancelScope())
     live.on_depart = receiving.interrupt
@@ -74,7 +75,7 @@ async def _pump_framed(
             if not data:
                 break
             cursor.feed(data)
-            counter[0] += len(data)
+            counts[1] += len(data)
             await sink.send_all(data)
         else:
             return None
@@ -87,7 +88,6 @@ async def leave(
     client: trio.abc.Stream,
     upstream: trio.abc.Stream,
     live: LiveConnection,
-    counter: list[int],
     pending: bytes = b"",
 ) -> None:
     """Move a connection's client: finish the broker's frame under way (at most `FRAME_END_WAIT_S`),
@@ -98,8 +98,8 @@ async def leave(
     Args:
         client: the client's stream.
         upstream: the broker's stream.
-        live: the connection, moved (`farewell` set, `cursor` fed with every byte sent so far).
-        counter: the broker-to-client byte count, to which the frame's rest is added.
+        live: the connection, moved (`farewell` set, `cursor` fed with every byte sent so far); the
+            frame's rest is added to its `counts`.
         pending: bytes for the client read (and fed to the cursor) before, not yet sent.
     """
     cursor, farewell = live.cursor, live.farewell
@@ -112,7 +112,7 @@ async def leave(
                 while data := await upstream.receive_some(RELAY_CHUNK_BYTES):
                     cut = cursor.cut(data)
                     rest = data if cut is None else data[:cut]
-                    counter[0] += len(rest)
+                    live.counts[1] += len(rest)
                     pending += rest
                     if cut is not None:
                         said = True
@@ -131,10 +131,12 @@ async def leave(
 async def _pump(
     source: trio.abc.ReceiveStream,
     sink: trio.abc.SendStream,
-    counter: list[int],
+    counts: list[int],
+    side: int,
     activity: LiveConnection | None = None,
 ) -> bool:
-    """Copy until EOF; half-close the sink. Returns False when the sink cannot half-close (TLS).
+    """Copy until EOF, adding each read to `counts[side]`; half-close the sink. Returns False when
+    the sink cannot half-close (TLS).
 
     With `activity` (the client's direction of a connection under a TTL) each read stamps
     `activity.last_read_at`, a float store; the TTL checker reads it.
@@ -147,7 +149,7 @@ async def _pump(
             activity.last_read_at = trio.current_time()
             if activity.peek_first_bytes:  # once: an unsniffed client may be exempt MQTT
                 activity.first_bytes(data)
-        counter[0] += len(data)
+        counts[side] += len(data)
         await sink.send_all(data)
     return await _pass_eof(sink)
 
@@ -175,8 +177,8 @@ async def relay(
     Args:
         client: the client's stream (a socket, or TLS terminated by us).
         upstream: the target's stream.
-        counts: `[client -> target, target -> client]` byte counters, to which the relayed bytes
-            are added (also when the relay is cancelled).
+        counts: the connection's `LiveConnection.counts` (`[client -> target, target -> client]`),
+            to which each read is added as it passes (a scrape reads them while it lives).
         activity: a connection under a connection TTL: the time of every read from the client is
             stored in its `last_read_at`. None when there is no TTL (nothing done per read).
         live: the connection, when it can be moved (it has a `cursor`): relayed framed, and
@@ -185,7 +187,6 @@ async def relay(
     Returns:
         CLOSED when both directions ended (or a stream without half-close did), RESET when one broke.
     """
-    up, down = [0], [0]
     broke = moving = False
     try:
         async with trio.open_nursery() as nursery:
@@ -206,18 +207,16 @@ async def relay(
                     # TLS has no half-close: the target's EOF ends the whole connection.
                     nursery.cancel_scope.cancel(reason="EOF towards a stream without half-close")
 
-            nursery.start_soon(guarded, functools.partial(_pump, client, upstream, up, activity))
+            nursery.start_soon(guarded, functools.partial(_pump, client, upstream, counts, 0, activity))
             if live is not None and live.cursor is not None:
-                nursery.start_soon(guarded, functools.partial(_pump_framed, upstream, client, down, live))
+                nursery.start_soon(guarded, functools.partial(_pump_framed, upstream, client, live))
             else:
-                nursery.start_soon(guarded, functools.partial(_pump, upstream, client, down))
+                nursery.start_soon(guarded, functools.partial(_pump, upstream, client, counts, 1))
         if moving:
             assert live is not None
-            await leave(client, upstream, live, down)
+            await leave(client, upstream, live)
     finally:
         with trio.CancelScope(shield=True):  # closing must finish even when we are cancelled
             await upstream.aclose()
             await client.aclose()
-            counts[0] += up[0]
-            counts[1] += down[0]
     return CloseReason.RESET if broke else CloseReason.CLOSED

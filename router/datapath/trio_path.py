@@ -136,12 +136,12 @@ async def resume_connection(client: trio.SocketStream, acceptor: ServedAcceptor,
 async def depart(acceptor: ServedAcceptor, departing: Departing) -> None:
     """Finish a connection the fast path moves (`relay.leave`), then report its end and release its
     acceptor slot, as the fast path would have."""
-    live, counts, rest = departing.conn, departing.counts, [0]
+    live = departing.conn
     client = trio.SocketStream(trio.socket.from_stdlib_socket(departing.client))
     upstream = trio.SocketStream(trio.socket.from_stdlib_socket(departing.upstream))
     try:
         async with client, upstream:
-            await leave(client, upstream, live, rest, departing.pending)
+            await leave(client, upstream, live, departing.pending)
     finally:
         acceptor.runtime.unregister(live)
         try:
@@ -149,8 +149,8 @@ async def depart(acceptor: ServedAcceptor, departing: Departing) -> None:
                 Closed(
                     conn=live.conn,
                     node_id=live.node_id,
-                    bytes_in=counts[0],
-                    bytes_out=counts[1] + rest[0],
+                    bytes_in=live.counts[0],
+                    bytes_out=live.counts[1],
                     duration_s=trio.current_time() - departing.connected_at,
                     reason=live.closed_by or CloseReason.EVACUATED,
                 )
@@ -334,7 +334,7 @@ async def _answer(client: trio.abc.Stream, answer: bytes) -> None:
 class _Proxied:
     """How far a proxied connection got, for the events that end it."""
 
-    __slots__ = ("connected_at", "counts", "detail", "failed", "reason")
+    __slots__ = ("connected_at", "detail", "failed", "reason")
 
     def __init__(self) -> None:
         self.connected_at: float | None = None
@@ -343,7 +343,6 @@ class _Proxied:
         self.reason = CloseReason.INTERNAL_ERROR
         """How it ended, unless the router closed it (`LiveConnection.closed_by`)."""
         self.detail = ""
-        self.counts = [0, 0]
 
 
 async def _proxy_or_refuse(
@@ -429,14 +428,14 @@ async def _connect_and_relay(
         Connected(conn=conn, key=action.key, node_id=action.target.node_id, address=live.address)
     )
     async with upstream:  # closed by the relay, or here when the replay failed or was cancelled
-        state.counts[0] = len(opening.raw)  # the client's replayed bytes count, as on the fast path
+        live.counts[0] = len(opening.raw)  # the client's replayed bytes count, as on the fast path
         state.detail = await _replay(client, upstream, acceptor, action, opening)
         if state.detail:
             state.reason = CloseReason.REPLAY_FAILED
             return
         activity = None if live.ttl_s == math.inf else live
         movable = None if live.cursor is None else live
-        state.reason = await relay(client, upstream, state.counts, activity=activity, live=movable)
+        state.reason = await relay(client, upstream, live.counts, activity=activity, live=movable)
 
 
 def _report_end(
@@ -458,8 +457,8 @@ def _report_end(
             Closed(
                 conn=conn,
                 node_id=node_id,
-                bytes_in=state.counts[0],
-                bytes_out=state.counts[1],
+                bytes_in=live.counts[0],
+                bytes_out=live.counts[1],
                 duration_s=trio.current_time() - state.connected_at,
                 reason=closed_by or state.reason,
                 detail=state.detail,

@@ -215,12 +215,8 @@ def test_metric_updates_of_a_proxied_connection() -> None:
     assert samples[("router_connections_accepted_total", (("acceptor", "a"), ("router", "r")))] == 1.0
     assert samples[("router_routing_decisions_total", (("router", "r"), ("status", "OK")))] == 1.0
     assert samples[("router_proxied_connections", (("node_id", "b1"), ("router", "r")))] == 0.0
-    assert (
-        samples[("router_proxied_bytes_total", (("direction", "client_to_target"), ("router", "r")))] == 10.0
-    )
-    assert (
-        samples[("router_proxied_bytes_total", (("direction", "target_to_client"), ("router", "r")))] == 20.0
-    )
+    # Bytes are not counted from the Closed: RouterRuntime reads them while connections live.
+    assert not any(name == "router_proxied_bytes_total" for name, _ in samples)
     assert (
         samples[("router_proxied_connections_closed_total", (("reason", "shutdown"), ("router", "r")))] == 1.0
     )

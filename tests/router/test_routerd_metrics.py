@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import threading
 from typing import TYPE_CHECKING
 
+import paho.mqtt.client as mqtt
 import pytest
+from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.conftest import eventually, free_port
 from tests.router.conftest import ROUND_ROBIN_NODE_IDS, mqtt_round_trip, round_robin_config
@@ -85,3 +88,47 @@ def test_routerd_metrics_with_traffic_pass_promtool_check_metrics(
     assert 'router_target_state{node_id="b0",router="rr",state="down"} 1.0' in text
     assert "# TYPE router_target_connect_failures_total counter" in text
     assert "# TYPE router_routing_refusals_total counter" in text
+
+
+def _proxied_bytes(text: str, direction: str) -> float:
+    series = f'router_proxied_bytes_total{{direction="{direction}",router="rr"}}'
+    found = re.search(rf"^{re.escape(series)} (\S+)$", text, re.MULTILINE)
+    return 0.0 if found is None else float(found.group(1))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "trio-path"])
+def test_bytes_of_a_connection_still_open_show_in_the_metrics(
+    mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd], fast_path: bool
+) -> None:
+    """Scenario: an MQTT client stays connected after publishing 200 kB to itself through the
+    router: the scrape counts those bytes each way while the connection lives, not at its close."""
+    port = free_port()
+    acceptor = f"router=rr;mode=proxy;fastPath={str(fast_path).lower()}"
+    router = start_routerd(round_robin_config(mosquitto_fleet, port, "", acceptor))
+    router.wait_for_log(r"router=rr pool is active")
+    payload = bytes(200_000)
+    got, subscribed = threading.Event(), threading.Event()
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="long-lived")
+    client.on_message = lambda *_a: got.set()
+    client.on_subscribe = lambda *_a: subscribed.set()
+    client.connect("127.0.0.1", port, keepalive=60)
+    client.loop_start()
+    try:
+        client.subscribe("bytes/live", qos=1)
+        assert subscribed.wait(15)
+        client.publish("bytes/live", payload, qos=1)
+        assert got.wait(15)
+        assert eventually(
+            lambda: (
+                min(_proxied_bytes(router.metrics(), d) for d in ("client_to_target", "target_to_client"))
+                >= len(payload)
+            )
+        )
+        open_now = re.findall(
+            r'^router_proxied_connections\{node_id="b\d",router="rr"\} (\S+)$', router.metrics(), re.M
+        )
+        assert sum(map(float, open_now)) == 1.0  # still open
+    finally:
+        client.disconnect()
+        client.loop_stop()

@@ -407,6 +407,36 @@ class TestConnections:
         runtime.record_check("b1", False, "down")
         assert conn.closed_by is None  # not registered: not closed by the pool
 
+    def test_a_scrape_counts_the_bytes_of_open_connections(self) -> None:
+        """Scenario: a long-lived connection relays bytes between scrapes, then ends, then its
+        router retires: the counter follows the bytes while they flow, never counts one twice and
+        keeps what a retired router relayed."""
+        runtime = _runtime()
+        registry = runtime.metrics.registry
+
+        def scraped() -> tuple[float | None, ...]:
+            runtime.metrics.exposition()
+            return tuple(
+                registry.get_sample_value("router_proxied_bytes_total", {"router": "r", "direction": d})
+                for d in ("client_to_target", "target_to_client")
+            )
+
+        conn = live_connection()
+        runtime.register(conn)
+        conn.counts[0] += 100
+        assert scraped() == (100.0, None)  # no traffic that way yet: no series
+        conn.counts[1] += 7000
+        assert scraped() == (100.0, 7000.0)
+        conn.counts[0] += 1
+        runtime.unregister(conn)
+        runtime.unregister(conn)
+        assert scraped() == (101.0, 7000.0)
+        other = live_connection("127.0.0.2:5001")
+        runtime.register(other)
+        other.counts[1] += 9
+        runtime.retire()
+        assert scraped() == (101.0, 7009.0)
+
 
 def _reloaded(
     runtime: RouterRuntime,

@@ -42,6 +42,26 @@ async def _relay_into(ended: list[CloseReason], *args: trio.abc.Stream | list[in
     ended.append(await relay(client, upstream, counts))
 
 
+async def test_bytes_are_counted_as_they_pass_not_only_at_the_end() -> None:
+    """Scenario: a long-lived connection relays a little each way and stays open: its counts
+    already hold those bytes (a scrape reads them), before either side closes."""
+    client, router_client_side = _pair()
+    router_upstream_side, broker = _pair()
+    counts = [0, 0]
+    ended: list[CloseReason] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_relay_into, ended, router_client_side, router_upstream_side, counts)
+        await client.send_all(b"ping")
+        assert await broker.receive_some(100) == b"ping"
+        await broker.send_all(b"pong!")
+        assert await client.receive_some(100) == b"pong!"
+        assert counts == [4, 5]
+        assert ended == []  # still open
+        await client.aclose()
+        await broker.aclose()
+    assert ended
+
+
 async def test_relay_half_close_keeps_other_direction_open() -> None:
     """Scenario: the client sends and shuts its write side; the broker still answers afterwards."""
     client, router_client_side = _pair()
@@ -173,7 +193,7 @@ async def test_a_moved_connection_ends_the_brokers_frame_then_says_its_farewell(
     router_upstream_side, broker = _pair()
     sniffed = Sniffed(protocol=WireProtocol.MQTT, client_id="c", protocol_version="5")
     live = live_connection(sniffed=sniffed, ttl_ms=-1)
-    counts = [0, 0]
+    counts = live.counts
     ended: list[CloseReason] = []
     publish = b"\x30\x0a" + b"0123456789"
     async with trio.open_nursery() as nursery:
