@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final, assert_never
 
 from pools import PoolEvent, PoolEventKind
@@ -82,10 +81,6 @@ _CONNECT_FAILURE_CAUSES: Final = {
 for the errno (`describe_oserror`), or `timed out` for the connect deadline."""
 _CLOSED_BY_ROUTER: Final = "closed by the router: "
 """How `CloseReason.while_connecting` starts."""
-
-PENDING_CONNECT_MAX_S: Final = 600.0
-"""A connect still timed after this long lost its end (a connection whose report never came):
-dropped at the next scrape. Every connect ends within its deadline (5 s by default)."""
 
 
 def connect_failure_cause(reason: str) -> str:
@@ -310,19 +305,12 @@ class MetricUpdates:
     """Keeps the metric families (`router/metrics.py`) up to date with events.
 
     A label set appears in /metrics from its first update on, so /metrics shows only what happened.
-    A connect is timed from its connection's `Decided` (or the `ConnectFailed` before a redispatch)
-    to its `Connected`: the data paths report both right before and right after the connect.
     """
 
-    __slots__ = ("_connecting", "_updates", "close", "metrics")
+    __slots__ = ("_updates", "metrics")
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._connecting: dict[int, float] = {}
-        """Connection id -> `perf_counter()` when its connect began (either thread adds and pops:
-        single dict operations, atomic under the GIL)."""
-        self.close = metrics.sample_when_scraped(self._forget_lost_connects)
-        """Stop sampling (the router left the configuration)."""
         self._updates: Mapping[type[Event], Callable[[Any], None]] = {
             Accepted: self._accepted,
             Decided: self._decided,
@@ -357,8 +345,6 @@ class MetricUpdates:
 
     def _decided(self, event: Decided) -> None:
         m, router, mode = self.metrics, event.conn.router, event.mode
-        if mode is Mode.PROXY:
-            self._connecting[event.conn.id] = perf_counter()
         m.decisions.inc((router, event.status._value_))  # not the .value property
         if mode is Mode.REFUSE:
             m.refusals.inc((router, _REFUSAL_LABELS[event.reason._value_]))
@@ -366,17 +352,7 @@ class MetricUpdates:
     def _connected(self, event: Connected) -> None:
         m, labels = self.metrics, (event.conn.router, event.node_id)
         m.active_connections.inc(labels)
-        began = self._connecting.pop(event.conn.id, None)
-        if began is not None:
-            m.connect_duration.observe(labels, perf_counter() - began)
-
-    def _forget_lost_connects(self) -> None:
-        """Drop connects timed for longer than any connect lasts (at scrape time)."""
-        oldest = perf_counter() - PENDING_CONNECT_MAX_S
-        connecting = self._connecting
-        for conn_id, began in list(connecting.items()):  # a copy in one C call: threads add meanwhile
-            if began < oldest:
-                connecting.pop(conn_id, None)
+        m.connect_duration.observe(labels, event.connect_s)
 
     def _closed(self, event: Closed) -> None:
         m, router = self.metrics, event.conn.router
@@ -385,14 +361,12 @@ class MetricUpdates:
             m.router_closes.inc((router, event.reason.value))
 
     def _connect_failed(self, event: ConnectFailed) -> None:
-        m, router, conn_id = self.metrics, event.conn.router, event.conn.id
+        m, router = self.metrics, event.conn.router
         cause = connect_failure_cause(event.reason)
         m.connect_failures.inc((router, event.node_id, cause))
         if event.redispatched_to is not None:
-            self._connecting[conn_id] = perf_counter()  # the connect to the next target begins
             m.redispatches.inc((router,))
             return
-        self._connecting.pop(conn_id, None)
         if cause != "closed_by_router":  # the client is refused in its protocol
             m.refusals.inc((router, _REFUSAL_LABELS[DecisionReason.CONNECT_FAILED._value_]))
 

@@ -512,7 +512,7 @@ class RouterRuntime:
             events = [] if self._pool is None else self._pool.reconfigure(self._pool.quorum_size, [])
         self._apply(events)
         self._sample_bytes()  # what its connections relayed until now stays counted
-        for unsample in (*self._unsample, self._updates.close):
+        for unsample in self._unsample:
             unsample()
         self._target_metrics(None)
         for family in (self.metrics.pool_active, self.metrics.cache_entries):

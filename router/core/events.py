@@ -216,6 +216,8 @@ class Connected:
     node_id: str
     address: Address
     """The member connected to (one member of an HA pair)."""
+    connect_s: float
+    """How long the connect took, from its start on the data path to its completion."""
 
 
 @quick_init

@@ -747,9 +747,15 @@ class FastPath:
         relayed.connected = True
         relayed.counts[0] = len(relayed.pending[0])  # the opening, all pending: the client is not read yet
         relayed.opening = relayed.action = None
-        relayed.connected_at = self._clock()
+        began, relayed.connected_at = relayed.connected_at, self._clock()  # from `started`
         relayed.acceptor.runtime.report(
-            Connected(conn=relayed.conn, key=relayed.key, node_id=relayed.node_id, address=relayed.address)
+            Connected(
+                conn=relayed.conn,
+                key=relayed.key,
+                node_id=relayed.node_id,
+                address=relayed.address,
+                connect_s=relayed.connected_at - began,
+            )
         )
         self._update_masks(relayed)
 

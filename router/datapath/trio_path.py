@@ -416,16 +416,22 @@ async def _connect_and_relay(
     live: LiveConnection,
     state: _Proxied,
 ) -> None:
-    connector = action.connector
+    connector, began = action.connector, trio.current_time()
     try:
         with trio.fail_after(acceptor.limits.connect_timeout_s):
             upstream = await open_connection(connector.host, connector.port)
     except (OSError, trio.TooSlowError) as exc:
         state.failed = exc
         return
-    state.connected_at = trio.current_time()
+    state.connected_at = connected_at = trio.current_time()
     acceptor.runtime.report(
-        Connected(conn=conn, key=action.key, node_id=action.target.node_id, address=live.address)
+        Connected(
+            conn=conn,
+            key=action.key,
+            node_id=action.target.node_id,
+            address=live.address,
+            connect_s=connected_at - began,
+        )
     )
     async with upstream:  # closed by the relay, or here when the replay failed or was cancelled
         live.counts[0] = len(opening.raw)  # the client's replayed bytes count, as on the fast path
