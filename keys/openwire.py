@@ -16,7 +16,9 @@ can drop it on replay (the client already has the echo), and checks that the bro
 what the echo did.
 
 After the echo the client sends `ConnectionInfo` (data type 3), possibly after `KeepAliveInfo`
-(data type 10), in the negotiated encoding: "tight" (a leading booleans stream holds every flag,
+(data type 10) and, when a failover client reconnects, after the `ConnectionControl` (data type
+18, faultTolerant) that `FailoverTransport.restoreTransport` sends first, in the negotiated
+encoding: "tight" (a leading booleans stream holds every flag,
 null marker and ASCII marker) or "loose" (each in its own byte), with or without a 4-byte size
 prefix per command, and with or without the marshal cache (cached `DataStructure`s are sent with
 a cache index). The field layouts follow ActiveMQ's generated marshallers
@@ -631,7 +633,10 @@ def _find_connection_info(data: bytes, pos: int, fmt: WireFormat) -> _Credential
                 _check_pre_connection_type(data_type)
                 if data_type == _CONNECTION_INFO:
                     return _read_connection_info(r, fmt)
-                _read_base_command(r, fmt, "KeepAliveInfo")  # `KeepAliveInfoMarshaller`: nothing more
+                if data_type == _CONNECTION_CONTROL:
+                    _skip_connection_control(r, fmt)
+                else:
+                    _read_base_command(r, fmt, "KeepAliveInfo")  # `KeepAliveInfoMarshaller`: nothing more
             except _Short:
                 return None
             pos = r.pos
@@ -667,8 +672,29 @@ def _command_size(data: bytes, pos: int, who: str) -> int | None:
     return size
 
 
+def _skip_connection_control(r: _Reader, fmt: WireFormat) -> None:
+    """Read past a `ConnectionControl` (`ConnectionControlMarshaller` v1 … v12), as a failover
+    client sends before `ConnectionInfo` when it reconnects: after the `BaseCommand` fields the
+    flags close, exit, faultTolerant, resume and suspend; from v6 connectedBrokers and reconnectTo
+    (strings, empty rather than null by default) and rebalanceConnection; from v8 token (a byte
+    array: a present flag, an int length, the bytes)."""
+    bits = _read_base_command(r, fmt, "ConnectionControl")
+    for _ in range(5):
+        _read_flag(r, bits)
+    if fmt.version >= _MIN_REDIRECT_VERSION:
+        _read_string(r, bits, "ConnectionControl.connectedBrokers")
+        _read_string(r, bits, "ConnectionControl.reconnectTo")
+        _read_flag(r, bits)
+    if fmt.version >= _TOKEN_VERSION and _read_flag(r, bits):
+        r.take(_non_negative(r.i32(), "ConnectionControl.token"))
+
+
+_PRE_CONNECTION_TYPES: Final = frozenset({_CONNECTION_INFO, _KEEP_ALIVE_INFO, _CONNECTION_CONTROL})
+"""What a client may send between its `WireFormatInfo` and its `ConnectionInfo` (included)."""
+
+
 def _check_pre_connection_type(data_type: int) -> None:
-    if data_type not in (_CONNECTION_INFO, _KEEP_ALIVE_INFO):
+    if data_type not in _PRE_CONNECTION_TYPES:
         raise SniffError(_NAME, f"unexpected {_type_name(data_type)} before ConnectionInfo")
 
 

@@ -304,6 +304,37 @@ KEEP_ALIVE = {
     (False, False): _hex("0a", "00000002", "00"),  # loose, no size prefix
 }
 
+# ConnectionControl (data type 18) with faultTolerant true, which `FailoverTransport.restoreTransport`
+# sends before ConnectionInfo on every reconnect (not on the first connect). Marshalled on
+# 2026-11-24 by the 5.17.2 client's own `OpenWireFormat.marshal` (version 12, cache on) from
+# `new ConnectionControl()` + `setFaultTolerant(true)`, as restoreTransport builds it; commandId 0
+# (it goes to the transport below the response correlator). connectedBrokers and reconnectTo
+# default to "" (present, empty), not null.
+FAILOVER_CONTROL = {
+    (True, True): _hex(
+        "0000000c",  # size prefix: 12 bytes follow
+        "12",  # data type 18: ConnectionControl
+        "02c803",  # booleans stream, 2 bytes. c8: responseRequired, close, exit false, faultTolerant
+        # true, resume, suspend false, connectedBrokers present + ASCII; 03: reconnectTo present +
+        # ASCII, rebalanceConnection false, token null
+        "00000000",  # BaseCommand.commandId 0
+        "0000",  # connectedBrokers ""
+        "0000",  # reconnectTo ""
+    ),
+    (False, True): _hex(
+        "00000013",  # size prefix: 19 bytes follow
+        "12",  # data type 18: ConnectionControl
+        "0000000000",  # commandId 0, responseRequired false
+        "0000010000",  # close, exit, faultTolerant (true), resume, suspend
+        "010000",  # connectedBrokers present, "" (writeUTF)
+        "010000",  # reconnectTo present, ""
+        "00",  # rebalanceConnection false
+        "00",  # token null
+    ),
+    (True, False): _hex("12", "02c803", "00000000", "0000", "0000"),  # tight, no size prefix
+    (False, False): _hex("12", "0000000000", "0000010000", "010000", "010000", "00", "00"),  # loose
+}
+
 
 class TestCaptures:
     """R10 1-3 over every capture."""
@@ -343,6 +374,71 @@ class TestCaptures:
         assert SNIFFER.sniff(data) == cap.expected
         for i in range(len(cap.wfi), len(cap.wfi) + 2 * len(keep_alive) + 1):
             assert SNIFFER.sniff(data[:i]) == Reply(to_client=cap.wfi), i
+
+    @pytest.mark.parametrize("cap", CAPTURES)
+    def test_sniff_openwire_skips_failover_connection_control_before_connection_info(
+        self, cap: Capture
+    ) -> None:
+        """Scenario: a failover client reconnecting (after a broker failure or an evacuation)
+        sends ConnectionControl{faultTolerant} between its WireFormatInfo and its ConnectionInfo;
+        the sniffer reads past it (it used to refuse the client)."""
+        control = FAILOVER_CONTROL[cap.fmt.tight_encoding, not cap.fmt.size_prefix_disabled]
+        data = cap.wfi + control + cap.rest
+        assert SNIFFER.sniff(data) == cap.expected
+        for i in range(len(cap.wfi), len(cap.wfi) + len(control) + 1):
+            assert SNIFFER.sniff(data[:i]) == Reply(to_client=cap.wfi), i
+
+    @pytest.mark.parametrize(
+        ("version", "tight", "control"),
+        [
+            # Marshalled as FAILOVER_CONTROL, without size prefix, in older versions.
+            pytest.param(6, True, _hex("12", "02c803", "00000000", "0000", "0000"), id="v6-tight"),
+            pytest.param(1, True, _hex("12", "0108", "00000000"), id="v1-tight"),  # five flags only
+            pytest.param(
+                6, False, _hex("12", "0000000000", "0000010000", "010000", "010000", "00"), id="v6-loose"
+            ),
+            pytest.param(1, False, _hex("12", "0000000000", "0000010000"), id="v1-loose"),
+            # By hand, version 12 with a token of 3 bytes (present flag, int length, bytes).
+            pytest.param(
+                12,
+                True,
+                _hex("12", "02c80b", "00000000", "0000", "0000", "00000003", "010203"),
+                id="v12-token-tight",
+            ),
+            pytest.param(
+                12,
+                False,
+                _hex("12", "0000000000", "0000010000", "010000", "010000", "00", "01", "00000003", "010203"),
+                id="v12-token-loose",
+            ),
+        ],
+    )
+    def test_sniff_openwire_without_size_prefix_parses_connection_control_of_each_version(
+        self, version: int, tight: bool, control: bytes
+    ) -> None:
+        """Scenario: without size prefixes the only way past ConnectionControl is its fields, which
+        grew in v6 (connectedBrokers, reconnectTo, rebalanceConnection) and v8 (token)."""
+        if tight:
+            wfi = _version(_wfi_tcp(size_prefix_disabled="01"), version)
+            connection_info = CI_TCP_TIGHT_NO_PREFIX
+        else:
+            wfi = _version(_wfi_tcp(cache="00", size_prefix_disabled="01", tight="00"), version)
+            connection_info = CI_TCP_LOOSE_NO_PREFIX_NO_CACHE
+        result = SNIFFER.sniff(wfi + control + connection_info)
+        assert isinstance(result, Sniffed), result
+        assert (result.client_id, result.user_name, result.protocol_version) == (
+            "client-42",
+            "alice",
+            str(version),
+        )
+        for i in range(len(wfi), len(wfi) + len(control) + 1):
+            assert SNIFFER.sniff((wfi + control)[:i]) == Reply(to_client=wfi), i
+
+    def test_sniff_openwire_rejects_connection_control_with_negative_token_length(self) -> None:
+        wfi = _wfi_tcp(cache="00", size_prefix_disabled="01", tight="00")
+        control = _hex("12", "0000000000", "0000010000", "010000", "010000", "00", "01", "ffffffff")
+        with pytest.raises(SniffError, match=r"negative length -1 of ConnectionControl\.token"):
+            SNIFFER.sniff(wfi + control + CI_TCP_LOOSE_NO_PREFIX_NO_CACHE)
 
 
 # --- A small WireFormatInfo builder for the cases no client sends ----------------------------------

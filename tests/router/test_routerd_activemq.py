@@ -7,12 +7,16 @@ the two brokers), and a STOMP acceptor whose only target never answers. Every cl
 `routerctl route` predicts, proven from the broker's side: the Java client prints the name of the
 broker it is connected to, and STOMP observers subscribed directly on each broker see where a
 STOMP or MQTT message was published. Refusals and bad openings get what SPEC A6 and Part B say.
+An evacuation (issue 13, point 2) moves long-lived Java failover clients off one broker, paced,
+and each reconnects to the broker routerd's lookup names (section 7 says what the clients need).
 
 Brokers, the compiled Java probe and routerd are started once per module; every wait is bounded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import socket
 import struct
@@ -28,8 +32,17 @@ import pytest
 import stomp  # type: ignore[import-untyped]  # stomp.py ships no type hints
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from tests.conftest import JAVA_CLIENT_JARS, ActiveMQ, free_port, read_until_closed, require_java
-from tests.router.conftest import Routerd, acceptors_xml
+from tests.conftest import (
+    JAVA_CLIENT_JARS,
+    ActiveMQ,
+    LineLog,
+    eventually,
+    free_port,
+    read_until_closed,
+    require_java,
+    stop_process,
+)
+from tests.router.conftest import ROUTERCTL, Routerd, acceptors_xml, static_connectors
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -109,6 +122,126 @@ public class Probe {
 """
 
 
+_RESIDENT_JAVA = """
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import javax.jms.*;
+import org.apache.activemq.ActiveMQConnection;
+import org.apache.activemq.ActiveMQConnectionFactory;
+import org.apache.activemq.transport.TransportListener;
+
+/** Resident URL USER PASSWORD SECONDS CLIENT_ID...: one long-lived connection per client id.
+ *
+ *  Each connection makes a round trip (sends one message to its own queue and receives it back)
+ *  and prints "client=ID event=connected got=BODY want=BODY broker=NAME remote=ADDRESS". Then it
+ *  stays open; when its transport is interrupted it prints "client=ID event=interrupted", and when
+ *  the failover transport has connected it again (to whichever broker) it makes a round trip there
+ *  and prints event=resumed. Commands on stdin: "check" makes a round trip on every connection
+ *  (event=checked); "quit" (or EOF) closes them all, prints "event=bye" and exits 0. After SECONDS
+ *  it prints "event=timeout" and exits 3. The transport callbacks run with the failover
+ *  transport's lock held, so they only queue work for the main thread, which does all JMS calls. */
+public class Resident {
+  static final class Client {
+    final String id;
+    final ActiveMQConnection connection;
+    Session session;
+    MessageProducer producer;
+    MessageConsumer consumer;
+    int rounds;
+    volatile boolean settled;
+
+    Client(String id, ActiveMQConnection connection) {
+      this.id = id;
+      this.connection = connection;
+    }
+
+    void roundTrip(String event) throws JMSException {
+      String body = "hello-" + id + "-" + ++rounds;
+      producer.send(session.createTextMessage(body));
+      Message m = consumer.receive(10000);
+      String got = m instanceof TextMessage ? ((TextMessage) m).getText() : String.valueOf(m);
+      System.out.println("client=" + id + " event=" + event + " got=" + got + " want=" + body
+          + " broker=" + connection.getBrokerName()
+          + " remote=" + connection.getTransport().getRemoteAddress());
+    }
+  }
+
+  public static void main(String[] a) throws Exception {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(Long.parseLong(a[3]));
+    BlockingQueue<String[]> work = new LinkedBlockingQueue<>();
+    Map<String, Client> clients = new LinkedHashMap<>();
+    ActiveMQConnectionFactory factory = new ActiveMQConnectionFactory(a[1], a[2], a[0]);
+    for (int i = 4; i < a.length; i++) {
+      Client client = new Client(a[i], (ActiveMQConnection) factory.createConnection());
+      client.connection.addTransportListener(new TransportListener() {
+        public void onCommand(Object command) {}
+        public void onException(IOException error) {}
+        public void transportInterupted() {
+          if (client.settled) work.add(new String[] {"interrupted", client.id});
+        }
+        public void transportResumed() {
+          if (client.settled) work.add(new String[] {"resumed", client.id});
+        }
+      });
+      clients.put(client.id, client);
+      client.connection.setClientID(client.id);
+      client.connection.start();
+      client.session = client.connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+      Queue queue = client.session.createQueue("evacuation." + client.id);
+      client.consumer = client.session.createConsumer(queue);
+      client.producer = client.session.createProducer(queue);
+      client.roundTrip("connected");
+      // The first connect's transportResumed came before start() could send (it holds the lock).
+      client.settled = true;
+    }
+    Thread stdin = new Thread(() -> {
+      try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in))) {
+        for (String line; (line = in.readLine()) != null; ) {
+          work.add(new String[] {line.trim(), null});
+        }
+      } catch (IOException e) {
+        // treated as EOF
+      }
+      work.add(new String[] {"quit", null});
+    });
+    stdin.setDaemon(true);
+    stdin.start();
+    while (true) {
+      String[] job = work.poll(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+      if (job == null) {
+        System.out.println("event=timeout");
+        System.exit(3);
+      }
+      switch (job[0]) {
+        case "interrupted":
+          System.out.println("client=" + job[1] + " event=interrupted");
+          break;
+        case "resumed":
+          clients.get(job[1]).roundTrip("resumed");
+          break;
+        case "check":
+          for (Client c : clients.values()) c.roundTrip("checked");
+          break;
+        case "quit":
+          for (Client c : clients.values()) c.connection.close();
+          System.out.println("event=bye");
+          System.exit(0);
+          break;
+        default:
+          System.out.println("event=unknown command=" + job[0]);
+      }
+    }
+  }
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ActiveMQ]]:
     """The two brokers, started in parallel; stopped at the end of the module."""
@@ -127,12 +260,21 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Acti
 
 @pytest.fixture(scope="module")
 def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Probe.java compiled with javac against the Debian client jars."""
+    """Probe.java and Resident.java compiled with javac against the Debian client jars."""
     require_java()
     out = tmp_path_factory.mktemp("probe")
     (out / "Probe.java").write_text(_PROBE_JAVA)
+    (out / "Resident.java").write_text(_RESIDENT_JAVA)
     subprocess.run(
-        ["javac", "-cp", ":".join(JAVA_CLIENT_JARS), "-d", str(out), str(out / "Probe.java")],
+        [
+            "javac",
+            "-cp",
+            ":".join(JAVA_CLIENT_JARS),
+            "-d",
+            str(out),
+            str(out / "Probe.java"),
+            str(out / "Resident.java"),
+        ],
         check=True,
         timeout=TIMEOUT_S * 3,
     )
@@ -722,3 +864,254 @@ def test_bad_opening_closed_with_one_log_line_while_good_client_served(
     # Last, so that a failure here means only this is missing. SPEC Part B and STYLE R7: the line
     # names the protocol (known here: routerd picked the sniffer from the first byte).
     assert f"protocol={protocol} " in line, f"the log line does not name the protocol: {line}"
+
+
+# --- 7. Evacuation of OpenWire clients ---------------------------------------------------------------
+#
+# Issue 13, point 2: `routerctl evacuate` moves a broker's long-lived OpenWire clients elsewhere,
+# paced. The Java client follows only with the failover: transport (a plain tcp: connection just
+# fails): on a proxy acceptor routerd closes each client at a frame boundary and the failover
+# transport reconnects to its URL list, routerd itself, which routes the key again with the
+# evacuated target drained; with --refer routerd sends a ConnectionControl whose reconnectTo (and
+# connectedBrokers, rebalanceConnection) name the broker, and `FailoverTransport.reconnect(URI)`
+# replaces the client's URL list with that broker (`reconnectSupported=true`, the default), so it
+# then reaches the broker directly. Both brokers of the module serve; each test has its own routerd
+# (an evacuation leaves its target drained).
+
+EVACUATION_ROUTER = "ow-evac"
+EVACUATED = NODE_IDS[0]
+EVACUATION_IDS = {
+    # Client ids per case (each only once in the session: a broker refuses a client id in use), half
+    # of them on the evacuated broker (checked against `routerctl route` by the test).
+    "proxy": ["ev-alice", "ev-bob", "ev-carol", "ev-dave", "ev-erin", "ev-grace", "ev-heidi", "ev-ivan"],
+    "refer": ["ev-frank", "ev-judy", "ev-mallory", "ev-olivia", "ev-rupert", "ev-walter"],
+}
+EVACUATION_RATE = 4.0
+"""Connections a second: the evacuated broker's 3 or 4 clients are told over 0.5-0.75 s."""
+FAILOVER_OPTIONS = (
+    "maxReconnectAttempts=10&startupMaxReconnectAttempts=3&timeout=15000"
+    "&reconnectSupported=true&updateURIsSupported=true"
+)
+"""The failover: options of the moved clients: bounded reconnects and sends (the defaults retry
+forever), and the two that let a ConnectionControl redirect them (both true by default)."""
+RESIDENT_LIMIT_S = 180
+"""The Java residents exit by themselves after this long, whatever happens to the test."""
+RESIDENT_JARS = [
+    *(jar for jar in JAVA_CLIENT_JARS if not jar.endswith("/slf4j-nop.jar")),
+    "/usr/share/java/slf4j-simple.jar",  # same Debian package (libslf4j-java) as slf4j-nop
+]
+"""The residents' classpath: the client's INFO log (failover reconnects) goes to their stderr,
+which a failed wait shows."""
+
+
+def _evacuation_config(brokers: dict[str, ActiveMQ], port: int) -> str:
+    connectors, refs = static_connectors((name, broker.openwire) for name, broker in brokers.items())
+    acceptor = acceptors_xml(
+        {"ow-evac": f"router={EVACUATION_ROUTER};mode=proxy;protocols=OPENWIRE"}, {"ow-evac": port}
+    )
+    return f"""<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <connectors>{connectors}</connectors>
+  <acceptors>{acceptor}</acceptors>
+  <connection-routers>
+   <connection-router name="{EVACUATION_ROUTER}"><key-type>CLIENT_ID</key-type>
+    <policy name="CONSISTENT_HASH"/><pool><check-period>1000</check-period><quorum-timeout>0</quorum-timeout>
+     <static-connectors>{refs}</static-connectors></pool>
+   </connection-router>
+  </connection-routers>
+</core></configuration>"""
+
+
+@pytest.fixture
+def evacuation_router(brokers: dict[str, ActiveMQ], tmp_path: Path) -> Iterator[tuple[Routerd, int]]:
+    """A routerd of its own for one evacuation (router `ow-evac`, a proxy OpenWire acceptor over
+    both brokers), both targets ready; (it, the acceptor's port)."""
+    port = free_port()
+    router = Routerd(tmp_path, lambda _admin: _evacuation_config(brokers, port))
+    try:
+        router.start()
+        for node_id in NODE_IDS:
+            router.wait_for_log(
+                rf"router={EVACUATION_ROUTER} target={node_id} is ready", TIMEOUT_S, consume=False
+            )
+        yield router, port
+    finally:
+        router.stop()
+
+
+class _Residents:
+    """The Java `Resident` program: one long-lived failover connection per client id, and what
+    each reported (`client=ID event=… got=… want=… broker=… remote=…` lines)."""
+
+    def __init__(self, probe_dir: Path, url: str, client_ids: list[str], stderr: Path) -> None:
+        self.stderr = stderr
+        with stderr.open("w") as err:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [
+                    "java",
+                    "-cp",
+                    ":".join([*RESIDENT_JARS, str(probe_dir)]),
+                    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                    "Resident",
+                    url,
+                    "app-user",
+                    "app-secret",
+                    str(RESIDENT_LIMIT_S),
+                    *client_ids,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        assert self.proc.stdout is not None
+        self._out = LineLog(self.proc.stdout, "Resident")
+
+    def wait(self, client_id: str, event: str, timeout: float = TIMEOUT_S) -> dict[str, str]:
+        """The first report of `event` by `client_id`, waiting up to `timeout` for it."""
+        try:
+            match, _ = self._out.search(rf"^client={re.escape(client_id)} event={event}\b", timeout)
+        except (TimeoutError, RuntimeError) as exc:
+            raise AssertionError(f"{exc}\nResident's stderr:\n{self.stderr.read_text()[-3000:]}") from exc
+        return dict(part.split("=", 1) for part in match.string.split())
+
+    def events(self, client_id: str) -> list[str]:
+        """The events `client_id` reported so far, in order."""
+        self._out.take_in()
+        prefix = f"client={client_id} event="
+        return [line[len(prefix) :].split()[0] for line in self._out.lines if line.startswith(prefix)]
+
+    def command(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def quit(self) -> int:
+        """Close every connection and end the program: its exit status."""
+        self.command("quit")
+        self._out.search(r"^event=bye$", TIMEOUT_S)
+        return self.proc.wait(TIMEOUT_S)
+
+    def stop(self) -> None:
+        stop_process(self.proc, TIMEOUT_S)
+        self._out.close(TIMEOUT_S)
+        if self.proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):  # nothing unsent matters once it ended
+                self.proc.stdin.close()
+
+
+def _routerctl_json(router: Routerd, *args: str) -> tuple[int, dict[str, object]]:
+    """`routerctl COMMAND --admin … --json ARGS…`: its exit status and JSON answer."""
+    done = subprocess.run(
+        [*ROUTERCTL, args[0], "--admin", router.admin, "--json", *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.stdout, done.stderr
+    document = json.loads(done.stdout)
+    assert isinstance(document, dict), document
+    return done.returncode, document
+
+
+def _open_connections(router: Routerd) -> dict[str, int]:
+    """The proxied connections routerd holds to each target of the evacuation router."""
+    status = router.get(f"/api/v1/routers/{EVACUATION_ROUTER}")
+    assert isinstance(status, dict)
+    return {t["node_id"]: t["connections"] for t in status["pool"]["targets"]}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", ["proxy", "refer"])
+def test_openwire_evacuation_moves_failover_clients_to_the_broker_routerd_names(
+    evacuation_router: tuple[Routerd, int], probe_dir: Path, tmp_path: Path, case: str
+) -> None:
+    """Scenario: long-lived Java failover clients through a proxy acceptor, half of them on amq-a;
+    `routerctl evacuate ow-evac amq-a --rate 4 --wait` (with `--refer` in the second case) moves
+    exactly those, paced; each reconnects by itself (proxy: through routerd; refer: to the broker
+    named by the ConnectionControl) to the broker routerd's dry-run lookup names, and sends and
+    receives there; the other clients are not disturbed. The clients use the failover: transport
+    (FAILOVER_OPTIONS); a plain tcp: client would just lose its connection."""
+    router, port = evacuation_router
+    refer = case == "refer"
+    client_ids = EVACUATION_IDS[case]
+    predicted = _predicted_nodes(router, EVACUATION_ROUTER, "--client-id", client_ids)
+    moved_ids = [c for c in client_ids if predicted[c] == EVACUATED]
+    kept_ids = [c for c in client_ids if predicted[c] != EVACUATED]
+    assert len(moved_ids) >= 3, predicted
+    assert len(kept_ids) >= 3, predicted
+    via_router = f"tcp://127.0.0.1:{port}"
+    residents = _Residents(
+        probe_dir, f"failover:({via_router})?{FAILOVER_OPTIONS}", client_ids, tmp_path / "resident.err"
+    )
+    try:
+        for client_id in client_ids:
+            report = residents.wait(client_id, "connected", TIMEOUT_S * 2)
+            assert report["got"] == report["want"], report
+            assert (report["broker"], report["remote"]) == (predicted[client_id], via_router), report
+        before = {node_id: sum(predicted[c] == node_id for c in client_ids) for node_id in NODE_IDS}
+        assert eventually(lambda: _open_connections(router) == before, TIMEOUT_S), _open_connections(router)
+
+        refer_flag = ["--refer"] if refer else []
+        code, status = _routerctl_json(
+            router,
+            "evacuate",
+            EVACUATION_ROUTER,
+            EVACUATED,
+            "--rate",
+            str(EVACUATION_RATE),
+            *refer_flag,
+            "--wait",
+            "--timeout",
+            str(TIMEOUT_S),
+        )
+        assert code == 0, status
+        assert (status["state"], status["moved"], status["left"]) == ("done", len(moved_ids), 0), status
+        assert isinstance(status["started_at"], float)
+        assert isinstance(status["finished_at"], float)
+        # Paced: the first at once, then one every 1/rate s (not all at once).
+        assert status["finished_at"] - status["started_at"] >= (len(moved_ids) - 1) / EVACUATION_RATE - 0.05
+
+        now_on = dict(predicted)
+        for client_id in moved_ids:
+            lookup = router.get(f"/api/v1/routers/{EVACUATION_ROUTER}/target?key={client_id}&dry-run=true")
+            assert isinstance(lookup, dict)
+            assert lookup["status"] == "OK", lookup
+            assert lookup["node_id"] != EVACUATED, lookup  # drained
+            now_on[client_id] = lookup["node_id"]
+            report = residents.wait(client_id, "resumed")
+            assert report["got"] == report["want"], report
+            assert report["broker"] == lookup["node_id"], report
+            assert report["remote"] == (lookup["connector"] if refer else via_router), report
+
+        # Every client still works, each where it should be, and only the moved ones noticed.
+        residents.command("check")
+        for client_id in client_ids:
+            report = residents.wait(client_id, "checked")
+            assert report["got"] == report["want"], report
+            assert report["broker"] == now_on[client_id], report
+        for client_id in kept_ids:
+            assert residents.events(client_id) == ["connected", "checked"], client_id
+        for client_id in moved_ids:
+            events = residents.events(client_id)
+            if refer:  # the ConnectionControl reconnects it; the close may or may not come first
+                events = [e for e in events if e != "interrupted"]
+                assert events == ["connected", "resumed", "checked"], (client_id, residents.events(client_id))
+            else:  # the close interrupts the transport, then the failover transport reconnects
+                assert events == ["connected", "interrupted", "resumed", "checked"], client_id
+        # routerd holds the moved clients' connections to the other broker (proxy), or none (refer).
+        after = {EVACUATED: 0, NODE_IDS[1]: len(kept_ids) if refer else len(client_ids)}
+        assert eventually(lambda: _open_connections(router) == after, TIMEOUT_S), _open_connections(router)
+        assert residents.quit() == 0
+
+        closed = rf"router={EVACUATION_ROUTER} target={EVACUATED} closed .* reason=evacuated"
+        for _ in moved_ids:
+            router.wait_for_log(closed)  # each moved connection's closed line (in order, from the start)
+        router.wait_for_log(
+            rf"router={EVACUATION_ROUTER} evacuate of target={EVACUATED} done: moved={len(moved_ids)} left=0",
+            consume=False,
+        )
+        router.mark()
+        assert len([line for line in router.lines if re.search(closed, line)]) == len(moved_ids)
+    finally:
+        residents.stop()
