@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import sys
 
-from pipeline.session import SPLITS_PER_CORE, driver_memory
+from pipeline.session import LOCAL_GC, SPLITS_PER_CORE, driver_memory
 
 
 def test_session_runs_locally_on_loopback_without_ui(spark):
@@ -26,3 +26,16 @@ def test_python_workers_have_pandas(spark):
 
     rows = spark.range(5).mapInPandas(double, "id long").collect()
     assert sorted(r.id for r in rows) == [0, 2, 4, 6, 8]
+
+
+def test_a_local_jvm_started_here_collects_garbage_for_throughput(spark):
+    assert spark.conf.get("spark.driver.extraJavaOptions") == LOCAL_GC
+    jvm = spark.sparkContext._jvm
+    collectors = {
+        bean.getName() for bean in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    }
+    assert collectors == {"PS Scavenge", "PS MarkSweep"}  # the parallel collector's two
+
+
+def test_shuffle_partitions_given_are_kept(spark):
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"  # the fixture's, not 2 per core
