@@ -476,6 +476,7 @@ def _columns() -> tuple[str, ...]:
 _KINDS: Final = ("decision", "close")
 _STATUSES: Final = ("OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE")
 _TARGET_DOWN_CLOSES: Final = ("target_not_ready", "failover")
+_EVACUATED_CLOSE: Final = "evacuated"
 _TEMP_TABLES: Final = ("flagged", "dup_keys", "kept", "roll", "minutes", "flags")
 
 
@@ -748,19 +749,19 @@ def duckdb_analyze(
     x(
         f"""CREATE TEMP TABLE flags AS
         WITH closed AS (
-          SELECT DISTINCT router_id, conn, true AS closed_by_target FROM events
-          WHERE {is_close} AND reason IN ({down})
+          SELECT DISTINCT router_id, conn, reason AS close_reason FROM events
+          WHERE {is_close} AND reason IN ({down}, '{_EVACUATED_CLOSE}')
         ),
         d AS (
-          SELECT router, key, ts, router_id, seq, conn, status, reason, node_id, cache_hit, closed_by_target
+          SELECT router, key, ts, router_id, seq, conn, status, reason, node_id, cache_hit, close_reason
           FROM events LEFT JOIN closed USING (router_id, conn)
           WHERE {is_decision} AND key <> 'NULL'
         ),
         f AS (
           SELECT *, CASE WHEN status = 'OK' THEN node_id END AS ok_node,
             last_value(CASE WHEN status = 'OK' THEN node_id END IGNORE NULLS) OVER w AS prev_target,
-            last_value(CASE WHEN status = 'OK' THEN coalesce(closed_by_target, false) END IGNORE NULLS)
-              OVER w AS prev_closed_by_target,
+            last_value(CASE WHEN status = 'OK' THEN coalesce(close_reason, '') END IGNORE NULLS)
+              OVER w AS prev_close,
             coalesce(max(status = 'OK' AND cache_hit) OVER w, false) AS hits_before,
             date_trunc('minute', ts) AS minute
           FROM d WINDOW w AS {before}
@@ -776,7 +777,8 @@ def duckdb_analyze(
         )
         SELECT m.*, coalesce(a.prev_active, false) AS prev_active,
           CASE WHEN is_move THEN CASE
-            WHEN reason = 'redispatch' OR coalesce(prev_closed_by_target, false)
+            WHEN prev_close = '{_EVACUATED_CLOSE}' THEN 'evacuated'
+            WHEN reason = 'redispatch' OR coalesce(prev_close IN ({down}), false)
                  OR NOT coalesce(a.prev_active, false) THEN 'target_down'
             WHEN reason = 'policy' AND hits_before THEN 'cache_expiry'
             ELSE 'policy' END END AS cause

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BUCKETS_PER_OCTAVE",
     "COLUMNS",
+    "EVACUATED_CLOSE",
     "PERCENTILES",
     "PER_MINUTE",
     "SUMMED",
@@ -63,6 +64,8 @@ PERCENTILES: Final = {"p50": 500, "p90": 900, "p99": 990, "p999": 999}
 """Name -> per mille (integer, so `cumulative * 1000 >= total * q` is exact)."""
 TARGET_DOWN_CLOSES: Final = ("target_not_ready", "failover")
 """Close reasons that say the router took the connection off its target."""
+EVACUATED_CLOSE: Final = "evacuated"
+"""The close reason of a connection an operator's evacuation, rebalance or a reload moved."""
 NULL_KEY: Final = "NULL"
 TABLES: Final = (
     "per_target",
@@ -213,23 +216,26 @@ def balance(ok_counts: DataFrame, targets: DataFrame, group: list[str]) -> DataF
     )
 
 
-def move_cause(
-    reason: Column, prev_closed_by_target: Column, prev_active: Column, hits_before: Column
-) -> Column:
+def move_cause(reason: Column, prev_close: Column, prev_active: Column, hits_before: Column) -> Column:
     """Why a key moved to another target (the rule, first match wins):
 
-    1. `target_down`: the move's decision is a `redispatch` (the connect to the first pick failed),
+    1. `evacuated`: the key's previous connection, on the previous target, was moved by the
+       router (close reason `evacuated`: an evacuation, a rebalance, a target a reload removed);
+    2. `target_down`: the move's decision is a `redispatch` (the connect to the first pick failed),
        or the key's previous connection, on the previous target, was closed by the router with
        `target_not_ready` or `failover`, or the previous target got no OK decision of this
        connection router in the minute of the move (it was out of the pool);
-    2. `cache_expiry`: the move's decision came from the `policy` and the key had cache hits
+    3. `cache_expiry`: the move's decision came from the `policy` and the key had cache hits
        before (on this connection router): its entry expired, so the policy picked again;
-    3. `policy`: anything else (the policy's pick changed, e.g. a target came back or joined; or
+    4. `policy`: anything else (the policy's pick changed, e.g. a target came back or joined; or
        another routing process had another entry cached).
     """
     return (
-        F.when(
-            (reason == "redispatch") | F.coalesce(prev_closed_by_target, F.lit(False)) | ~prev_active,
+        F.when(F.coalesce(prev_close == EVACUATED_CLOSE, F.lit(False)), F.lit("evacuated"))
+        .when(
+            (reason == "redispatch")
+            | F.coalesce(prev_close.isin(*TARGET_DOWN_CLOSES), F.lit(False))
+            | ~prev_active,
             F.lit("target_down"),
         )
         .when((reason == "policy") & hits_before, F.lit("cache_expiry"))
@@ -312,14 +318,13 @@ def moves_table(keyed: DataFrame, events: DataFrame, active: DataFrame) -> DataF
     Args:
         keyed: `per_key` with `_moves`.
         events: deduplicated events (for the connections closed with a `TARGET_DOWN_CLOSES`
-            reason).
+            or the `EVACUATED_CLOSE` reason).
         active: `[router, minute, node_id]` with an OK decision (from `rollups`).
     """
     closed = (
-        events.where((F.col("kind") == "close") & F.col("reason").isin(*TARGET_DOWN_CLOSES))
-        .select(F.struct("router_id", "conn").alias("prev_conn"))
+        events.where((F.col("kind") == "close") & F.col("reason").isin(*TARGET_DOWN_CLOSES, EVACUATED_CLOSE))
+        .select(F.struct("router_id", "conn").alias("prev_conn"), F.col("reason").alias("prev_close"))
         .distinct()
-        .withColumn("prev_closed_by_target", F.lit(True))
     )
     seen = active.select(
         "router", "minute", F.col("node_id").alias("from_target"), F.lit(True).alias("prev_active")
@@ -342,7 +347,7 @@ def moves_table(keyed: DataFrame, events: DataFrame, active: DataFrame) -> DataF
         "reason",
         move_cause(
             F.col("reason"),
-            F.col("prev_closed_by_target"),
+            F.col("prev_close"),
             F.coalesce(F.col("prev_active"), F.lit(False)),
             F.col("hits_before"),
         ).alias("cause"),

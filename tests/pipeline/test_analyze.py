@@ -138,3 +138,23 @@ def test_counts_balance_and_latency(results):
     assert (latency["*"].p50_us, latency["*"].p90_us, latency["*"].p99_us) == (107.6, 107.6, 1024.0)
     refusals = [(r.status, r.reason, r.decisions) for r in results["refusals"].collect()]
     assert refusals == [("REFUSED_UNAVAILABLE", "no ready target", 2)]
+
+
+def test_a_key_moved_by_an_evacuation_says_so(spark):
+    """Scenario: the key's connection on n1 was closed with `evacuated` (an operator's evacuation,
+    a rebalance, a reload); its next decision is a cache hit on n2 (the evacuation routed the key
+    again and cached it): the move's cause is `evacuated`, not `policy`."""
+    events = [
+        _decision(1, 0, 1, "g", "n1"),
+        _decision(2, 0, 2, "h", "n2"),
+        _close(3, 0, 20, 1, "n1", "evacuated"),
+        _decision(4, 0, 21, "g", "n2", "cache", cache=True),
+    ]
+    rows = [tuple(event.get(name) for name in EVENT_SCHEMA.fieldNames()) for event in events]
+    out = tables(spark.createDataFrame(rows, EVENT_SCHEMA).select(*COLUMNS))
+    try:
+        moves = {(r.key, r.from_target, r.to_target, r.cause) for r in out["moves"].collect()}
+        assert moves == {("g", "n1", "n2", "evacuated")}
+        assert [(r.cause, r.moves) for r in out["moves_by_cause"].collect()] == [("evacuated", 1)]
+    finally:
+        spark.catalog.clearCache()

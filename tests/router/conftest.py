@@ -170,6 +170,22 @@ class MqttObserver:
         self.close()
 
 
+def routerctl_json(router: Routerd, command: str, *args: str) -> tuple[int, dict[str, object]]:
+    """`routerctl COMMAND --admin … --json ARGS…` against a running routerd: its exit status and
+    its JSON answer (an object)."""
+    done = subprocess.run(
+        [*ROUTERCTL, command, "--admin", router.admin, "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.stdout, done.stderr
+    document = json.loads(done.stdout)
+    assert isinstance(document, dict), document
+    return done.returncode, document
+
+
 class Routerd:
     """A real routerd process with its log read line by line."""
 

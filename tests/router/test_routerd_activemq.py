@@ -16,7 +16,6 @@ Brokers, the compiled Java probe and routerd are started once per module; every 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import socket
 import struct
@@ -42,7 +41,7 @@ from tests.conftest import (
     require_java,
     stop_process,
 )
-from tests.router.conftest import ROUTERCTL, Routerd, acceptors_xml, static_connectors
+from tests.router.conftest import Routerd, acceptors_xml, routerctl_json, static_connectors
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -999,21 +998,6 @@ class _Residents:
                 self.proc.stdin.close()
 
 
-def _routerctl_json(router: Routerd, *args: str) -> tuple[int, dict[str, object]]:
-    """`routerctl COMMAND --admin … --json ARGS…`: its exit status and JSON answer."""
-    done = subprocess.run(
-        [*ROUTERCTL, args[0], "--admin", router.admin, "--json", *args[1:]],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.stdout, done.stderr
-    document = json.loads(done.stdout)
-    assert isinstance(document, dict), document
-    return done.returncode, document
-
-
 def _open_connections(router: Routerd) -> dict[str, int]:
     """The proxied connections routerd holds to each target of the evacuation router."""
     status = router.get(f"/api/v1/routers/{EVACUATION_ROUTER}")
@@ -1053,7 +1037,7 @@ def test_openwire_evacuation_moves_failover_clients_to_the_broker_routerd_names(
         assert eventually(lambda: _open_connections(router) == before, TIMEOUT_S), _open_connections(router)
 
         refer_flag = ["--refer"] if refer else []
-        code, status = _routerctl_json(
+        code, status = routerctl_json(
             router,
             "evacuate",
             EVACUATION_ROUTER,

@@ -10,7 +10,6 @@ DISCONNECT 0x8B instead of closing them all at its end.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import threading
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from tests.router.conftest import ROUND_ROBIN_NODE_IDS, ROUTERCTL, round_robin_config
+from tests.router.conftest import ROUND_ROBIN_NODE_IDS, ROUTERCTL, round_robin_config, routerctl_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -98,20 +97,6 @@ def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = TIMEO
         time.sleep(0.1)
 
 
-def _routerctl(router: Routerd, *args: str) -> tuple[int, dict[str, object]]:
-    result = subprocess.run(
-        [*ROUTERCTL, *args[:1], "--admin", router.admin, "--json", *args[1:]],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.stdout, result.stderr
-    document = json.loads(result.stdout)
-    assert isinstance(document, dict)
-    return result.returncode, document
-
-
 def _client_ids(count: int) -> list[str]:
     run = uuid.uuid4().hex[:6]
     return [f"evac-{run}-{i:02d}" for i in range(count)]
@@ -129,7 +114,7 @@ def test_evacuate_moves_a_targets_clients_paced_in_their_protocol(
     try:
         _wait_until(lambda: sorted(_connections(router).values()) == [5, 5, 5], "5 clients per broker")
         evacuated = ROUND_ROBIN_NODE_IDS[0]
-        code, status = _routerctl(
+        code, status = routerctl_json(
             router, "evacuate", "rr", evacuated, "--rate", "10", "--wait", "--timeout", "30"
         )
         assert code == 0, status
@@ -170,7 +155,9 @@ def test_evacuate_on_the_trio_path_can_name_the_new_target(
     try:
         _wait_until(lambda: sorted(_connections(router).values()) == [2, 2, 2], "2 clients per broker")
         evacuated = ROUND_ROBIN_NODE_IDS[1]
-        code, status = _routerctl(router, "evacuate", "rr", evacuated, "--rate", "50", "--refer", "--wait")
+        code, status = routerctl_json(
+            router, "evacuate", "rr", evacuated, "--rate", "50", "--refer", "--wait"
+        )
         assert code == 0, status
         assert status["moved"] == 2
         ports = {f"127.0.0.1:{b.port}": n for n, b in zip(ROUND_ROBIN_NODE_IDS, mosquitto_fleet, strict=True)}
@@ -199,15 +186,15 @@ def test_abort_and_status(
     try:
         _wait_until(lambda: sorted(_connections(router).values()) == [4, 4, 4], "4 clients per broker")
         evacuated = ROUND_ROBIN_NODE_IDS[2]
-        code, status = _routerctl(router, "evacuate", "rr", evacuated, "--rate", "0.5")
+        code, status = routerctl_json(router, "evacuate", "rr", evacuated, "--rate", "0.5")
         assert code == 0
         assert status["state"] == "running"
         _wait_until(lambda: sum(bool(c.disconnects) for c in clients) == 1, "the first move")
-        code, status = _routerctl(router, "evacuate", "rr", evacuated, "--abort")
+        code, status = routerctl_json(router, "evacuate", "rr", evacuated, "--abort")
         assert (code, status["state"], status["moved"]) == (0, "aborted", 1)
         time.sleep(2.5)  # a running evacuation would have moved more by now
         assert sum(bool(c.disconnects) for c in clients) == 1
-        code, status = _routerctl(router, "evacuate", "rr", evacuated, "--status")
+        code, status = routerctl_json(router, "evacuate", "rr", evacuated, "--status")
         assert (status["state"], status["left"]) == ("aborted", 3)
         unknown = subprocess.run(
             [*ROUTERCTL, "evacuate", "--admin", router.admin, "rr", "nope"],
@@ -249,7 +236,7 @@ def test_rebalance_moves_just_enough_to_a_target_that_came_back(
             timeout=60,
         )
         _wait_until(lambda: router.get(f"/api/v1/routers/rr/targets/{back}")["state"] == "ready", "m2 ready")  # type: ignore[index]
-        code, status = _routerctl(router, "rebalance", "rr", "--rate", "20", "--band", "0.1", "--wait")
+        code, status = routerctl_json(router, "rebalance", "rr", "--rate", "20", "--band", "0.1", "--wait")
         assert code == 0, status
         assert (status["state"], status["moved"]) == ("done", 4)
         _wait_until(lambda: _connections(router) == dict.fromkeys(ROUND_ROBIN_NODE_IDS, 4), "4 + 4 + 4")
