@@ -392,7 +392,10 @@ class EventLog:
         """The reports thread: the writer's messages become metrics and log lines."""
         assert writer.stdout is not None
         metrics = self._metrics
-        for line in writer.stdout:
+        # Buffered: the pipe is raw (bufsize=0, for the sender's os.write), and a raw file's lines
+        # are read a byte per system call, each taking the interpreter lock from the data path.
+        reports = open(writer.stdout.fileno(), "rb", closefd=False)  # noqa: SIM115  # closed below
+        for line in reports:
             try:
                 message = json.loads(line)
             except ValueError:
@@ -413,6 +416,7 @@ class EventLog:
                 log.log(level, "%s", text)
             else:
                 answer.put(message)
+        reports.close()
         writer.stdout.close()
         self._current_file = None
         answer.put(None)
