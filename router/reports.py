@@ -243,15 +243,8 @@ def _log_connections_closed(event: ConnectionsClosed) -> None:
             if event.address is None
             else f"member {event.address} left the configuration"
         )
-        pool_log.warning(
-            "router=%s target=%s %s: closing its %d proxied connection(s)",
-            event.router,
-            event.node_id,
-            what,
-            event.count,
-        )
-        return
-    what = "is not ready" if event.address is None else f"member {event.address} is not active"
+    else:
+        what = "is not ready" if event.address is None else f"member {event.address} is not active"
     pool_log.warning(
         "router=%s target=%s %s: closing its %d proxied connection(s)",
         event.router,

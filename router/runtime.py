@@ -770,12 +770,16 @@ class RouterRuntime:
     def is_movable(self, conn: LiveConnection) -> bool:
         """Whether a connection is still open and neither closed nor moved by the router."""
         with self._lock:
-            return conn.closed_by is None and self._connections.holds(conn)
+            return self._movable(conn)
 
     def count_movable(self, conns: Iterable[LiveConnection]) -> int:
         """How many of these connections are still movable (`is_movable`)."""
         with self._lock:
-            return sum(1 for c in conns if c.closed_by is None and self._connections.holds(c))
+            return sum(1 for conn in conns if self._movable(conn))
+
+    def _movable(self, conn: LiveConnection) -> bool:
+        """`is_movable`, under the lock."""
+        return conn.closed_by is None and self._connections.holds(conn)
 
     def open_counts(self) -> dict[str, int]:
         """Connections not yet closed or moved, per target open to new connections (a rebalance's

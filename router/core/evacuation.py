@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import random
     from collections.abc import Mapping, Sequence
 
+    from router.config.settings import RouterConfig
     from router.core.live import LiveConnection
 
 __all__ = [
@@ -43,7 +44,9 @@ __all__ = [
     "MoveStatus",
     "due",
     "first_to_move",
+    "rebalance_destination",
     "rebalance_excess",
+    "rebalance_refusal",
     "shutdown_rate",
 ]
 
@@ -184,6 +187,27 @@ def rebalance_excess(counts: Mapping[str, int], band: float) -> dict[str, int]:
     ceiling = math.floor(mean * (1 + band))
     ceiling = max(ceiling, math.ceil(mean))  # a band too narrow for whole connections: the mean
     return {node_id: count - ceiling for node_id, count in counts.items() if count > ceiling}
+
+
+def rebalance_destination(planned: Mapping[str, int], leaving: str) -> str | None:
+    """Where a rebalance sends a connection moved off `leaving`: the emptiest other target of its
+    plan (`planned`: connections per ready target, those sent there since included), the first
+    node id on a tie; None when there is no other."""
+    others = {node_id: count for node_id, count in planned.items() if node_id != leaving}
+    return min(others, key=lambda node_id: (others[node_id], node_id)) if others else None
+
+
+def rebalance_refusal(router: RouterConfig) -> str | None:
+    """Why a router cannot rebalance, or None: a rebalance sends moved keys to the emptiest target
+    through the cache; without one, only LEAST_CONNECTIONS sends a returning client to the
+    emptiest target by itself (any other policy would send it back where it was)."""
+    policy = router.policy.name if router.policy is not None else None
+    if router.cache is None and policy != "LEAST_CONNECTIONS":
+        return (
+            f"router {router.name!r} cannot rebalance: without a <cache> its {policy} policy would send "
+            "moved clients back where they were (add a cache, or use LEAST_CONNECTIONS)"
+        )
+    return None
 
 
 def shutdown_rate(open_connections: int, grace_s: float) -> float:

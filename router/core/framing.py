@@ -41,6 +41,7 @@ __all__ = [
     "SizePrefixedFrames",
     "farewell",
     "frame_cursor",
+    "openwire_format",
 ]
 
 _MQTT_VARINT_MAX_BYTES: Final = 4
@@ -232,10 +233,19 @@ class SizePrefixedFrames(_Frames):
                     return i
 
 
-def frame_cursor(sniffed: Sniffed | None, raw: bytes) -> FrameCursor | None:
+def openwire_format(sniffed: Sniffed | None, raw: bytes) -> openwire.WireFormat | None:
+    """The OpenWire options of a client whose opening was sniffed as OpenWire, read once from its
+    opening `raw` (its cursor and its farewell depend on them); None for other protocols."""
+    if sniffed is None or sniffed.protocol is not WireProtocol.OPENWIRE:
+        return None
+    fmt = openwire.sniff_wire_format(raw)
+    return fmt if isinstance(fmt, openwire.WireFormat) else None
+
+
+def frame_cursor(sniffed: Sniffed | None, fmt: openwire.WireFormat | None) -> FrameCursor | None:
     """The cursor for a proxied connection's broker-to-client direction; None when the router
     cannot speak to the client mid-stream (its opening was not read, STOMP, TLS passed through,
-    OpenWire without size prefixes)."""
+    OpenWire without size prefixes). `fmt`: an OpenWire client's options (`openwire_format`)."""
     if sniffed is None:
         return None
     match sniffed.protocol:
@@ -244,10 +254,7 @@ def frame_cursor(sniffed: Sniffed | None, raw: bytes) -> FrameCursor | None:
         case WireProtocol.AMQP:
             return SizePrefixedFrames(amqp=True)
         case WireProtocol.OPENWIRE:
-            fmt = openwire.sniff_wire_format(raw)
-            if not isinstance(fmt, openwire.WireFormat) or fmt.size_prefix_disabled:
-                return None
-            return SizePrefixedFrames()
+            return None if fmt is None or fmt.size_prefix_disabled else SizePrefixedFrames()
         case WireProtocol.STOMP | WireProtocol.TLS:
             return None
         case _:
@@ -276,7 +283,7 @@ PLAIN_CLOSE: Final = Farewell(b"", b"", "close")
 def farewell(
     protocol: WireProtocol | None,
     version: str | None,
-    raw: bytes,
+    fmt: openwire.WireFormat | None,
     mode: AcceptorMode,
     destination: Connector | None,
     router: str,
@@ -297,7 +304,7 @@ def farewell(
         protocol: the client's protocol, as its opening was sniffed; None (not read) gets a plain
             close.
         version: its protocol version as sniffed (MQTT: "3.1", "3.1.1" or "5").
-        raw: the client's opening bytes (the OpenWire options are read from them).
+        fmt: an OpenWire client's options (`openwire_format`); None for other protocols.
         mode: the acceptor's mode.
         destination: where the client's key routes now; None when nowhere is ready.
         router: the router's name (AMQP container id and descriptions).
@@ -345,8 +352,7 @@ def farewell(
                 says = "amqp Close amqp:connection:forced"
             return Farewell(amqp.encode_open(router) + close, close, says)
         case WireProtocol.OPENWIRE:
-            fmt = openwire.sniff_wire_format(raw)
-            if not refer or destination is None or not isinstance(fmt, openwire.WireFormat):
+            if not refer or destination is None or fmt is None:
                 return PLAIN_CLOSE
             url = destination.url
             try:

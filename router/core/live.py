@@ -26,12 +26,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from keys import WireProtocol
 from pools import PoolEventKind
 from router.config.settings import AcceptorMode
 from router.core.address import Address
-from router.core.events import CloseReason
-from router.core.framing import frame_cursor
+from router.core.events import Closed, CloseReason
+from router.core.framing import frame_cursor, openwire_format
 from router.core.ttl import connection_ttl_s, sniff_mqtt_connect
 
 if TYPE_CHECKING:
@@ -87,7 +86,7 @@ class LiveConnection:
         "protocol_version",
         "ttl_ms",
         "ttl_s",
-        "wire_opening",
+        "wire_format",
     )
 
     def __init__(
@@ -129,12 +128,12 @@ class LiveConnection:
         opening itself is not kept: it may hold a password)."""
         self.protocol_version = None if sniffed is None else sniffed.protocol_version
         self.mode = mode
-        self.cursor = frame_cursor(sniffed, opening)
+        self.wire_format = openwire_format(sniffed, opening)
+        """An OpenWire client's options, read once from its opening (its cursor and farewell need
+        them; the opening is not kept); None for other protocols."""
+        self.cursor = frame_cursor(sniffed, self.wire_format)
         """Where the broker's frames end, for saying something to the client mid-stream (the
         relay feeds it what goes to the client); None: the router can only close it."""
-        openwire = self.cursor is not None and self.protocol is WireProtocol.OPENWIRE
-        self.wire_opening = opening if openwire else b""
-        """The opening bytes a farewell needs (OpenWire's options); b"" for other protocols."""
         self.farewell: Farewell | None = None
         """What the client is told before its connection ends, once `move` was called."""
         self.on_depart: Callable[[], None] | None = None
@@ -212,6 +211,25 @@ class LiveConnection:
             self.end(reason)
         else:
             hook()
+
+    def ended(self, duration_s: float, reason: CloseReason, detail: str = "") -> Closed:
+        """The `Closed` a data path reports once the connection ended: its bytes, and why it ended,
+        the router's own reason first (`closed_by`) else `reason`.
+
+        Args:
+            duration_s: how long it was connected to its target.
+            reason: how it ended, unless the router closed it.
+            detail: more about REPLAY_FAILED or INTERNAL_ERROR.
+        """
+        return Closed(
+            conn=self.conn,
+            node_id=self.node_id,
+            bytes_in=self.counts[0],
+            bytes_out=self.counts[1],
+            duration_s=duration_s,
+            reason=self.closed_by or reason,
+            detail=detail,
+        )
 
     def end(self, reason: CloseReason) -> None:
         """End the connection on its data path (`close` calls it at most once): calls the closer."""

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never, cast
 from keys import SniffError
 from router.core.address import Address, endpoint
 from router.core.engine import QuorumWait, SharedCacheWait
-from router.core.events import Closed, CloseReason, Connected, ConnectFailed, OpeningFailed, OpeningFailure
+from router.core.events import CloseReason, Connected, ConnectFailed, OpeningFailed, OpeningFailure
 from router.core.live import LiveConnection
 from router.core.opening import SniffBuffer
 from router.core.plan import (
@@ -1033,14 +1033,7 @@ class FastPath:
             return
         runtime = relayed.acceptor.runtime
         runtime.unregister(relayed)
-        closed = Closed(
-            conn=relayed.conn,
-            node_id=relayed.target.node_id,
-            bytes_in=relayed.counts[0],
-            bytes_out=relayed.counts[1],
-            duration_s=self._clock() - relayed.connected_at,
-            reason=relayed.closed_by or reason,
-        )
+        closed = relayed.ended(self._clock() - relayed.connected_at, reason)
         try:
             runtime.report(closed)  # before the close: a client that sees it finds it counted
         finally:

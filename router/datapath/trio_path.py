@@ -32,7 +32,6 @@ from router.core.address import Address, endpoint
 from router.core.auth import authenticate
 from router.core.engine import DecisionReason, RouteDecision, RouteStatus, Wait
 from router.core.events import (
-    Closed,
     CloseReason,
     Connected,
     ConnectFailed,
@@ -146,14 +145,7 @@ async def depart(acceptor: ServedAcceptor, departing: Departing) -> None:
         acceptor.runtime.unregister(live)
         try:
             acceptor.runtime.report(
-                Closed(
-                    conn=live.conn,
-                    node_id=live.node_id,
-                    bytes_in=live.counts[0],
-                    bytes_out=live.counts[1],
-                    duration_s=trio.current_time() - departing.connected_at,
-                    reason=live.closed_by or CloseReason.EVACUATED,
-                )
+                live.ended(trio.current_time() - departing.connected_at, CloseReason.EVACUATED)
             )
         finally:
             acceptor.release(live.conn.peer)
@@ -457,24 +449,13 @@ def _report_end(
     """Report how a proxied connection ended: Closed once connected, else ConnectFailed, with
     what the client gets next when the connect itself failed."""
     runtime, node_id = acceptor.runtime, action.target.node_id
-    closed_by = live.closed_by
     if state.connected_at is not None:
-        runtime.report(
-            Closed(
-                conn=conn,
-                node_id=node_id,
-                bytes_in=live.counts[0],
-                bytes_out=live.counts[1],
-                duration_s=trio.current_time() - state.connected_at,
-                reason=closed_by or state.reason,
-                detail=state.detail,
-            )
-        )
+        runtime.report(live.ended(trio.current_time() - state.connected_at, state.reason, state.detail))
         return None
     exc = state.failed
     then: Proxy | Refuse | None = None
     if exc is None:  # closed by the router (or shutdown) while connecting
-        reason = (closed_by or state.reason).while_connecting
+        reason = (live.closed_by or state.reason).while_connecting
     else:
         reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_oserror(exc)
         then = runtime.after_connect_failed(

@@ -29,7 +29,9 @@ from router.core.evacuation import (
     MoveStatus,
     due,
     first_to_move,
+    rebalance_destination,
     rebalance_excess,
+    rebalance_refusal,
 )
 from router.core.events import CloseReason
 from router.core.framing import farewell
@@ -314,26 +316,14 @@ class Moves:
         """Make up to `count` moves; False when nothing is left to move."""
         request = move.request
         rebalance = request.kind is MoveKind.REBALANCE
+        shutting_down = request.kind is MoveKind.SHUTDOWN
         for _ in range(count):
             conn = self._next(move, runtime)
             if conn is None:
                 return False
-            if request.kind is MoveKind.SHUTDOWN:
-                words = farewell(
-                    conn.protocol,
-                    conn.protocol_version,
-                    conn.wire_opening,
-                    conn.mode,
-                    None,
-                    request.router,
-                    shutting_down=True,
-                )
-                reason = CloseReason.SHUTDOWN
-            else:
-                to = None
-                if rebalance:  # each to the emptiest target, as planned
-                    others = {n: c for n, c in move.planned.items() if n != conn.node_id}
-                    to = min(others, key=lambda n: (others[n], n)) if others else None
+            destination = None
+            if not shutting_down:
+                to = rebalance_destination(move.planned, conn.node_id) if rebalance else None
                 decision = runtime.relocate(conn.key, conn.node_id, to=to)
                 if decision.status is not RouteStatus.OK or decision.target is None:
                     move.queue.appendleft(conn)  # it goes first once a target is open again
@@ -345,16 +335,18 @@ class Moves:
                     move.planned[decision.target.node_id] = move.planned.get(decision.target.node_id, 0) + 1
                     move.planned[conn.node_id] = move.planned.get(conn.node_id, 1) - 1
                     move.quota[conn.node_id] -= 1
-                words = farewell(
-                    conn.protocol,
-                    conn.protocol_version,
-                    conn.wire_opening,
-                    conn.mode,
-                    decision.connector,
-                    request.router,
-                    refer=request.refer,
-                )
-                reason = CloseReason.EVACUATED
+                destination = decision.connector
+            words = farewell(
+                conn.protocol,
+                conn.protocol_version,
+                conn.wire_format,
+                conn.mode,
+                destination,
+                request.router,
+                shutting_down=shutting_down,
+                refer=request.refer,
+            )
+            reason = CloseReason.SHUTDOWN if shutting_down else CloseReason.EVACUATED
             if runtime.move(conn, words, reason):
                 move.moved += 1
                 move.moved_since += 1
@@ -366,12 +358,6 @@ class Moves:
 
 
 def _check_rebalance(runtime: RouterRuntime) -> None:
-    """A rebalance sends moved keys to the emptiest target through the cache; without one, only
-    LEAST_CONNECTIONS sends a returning client to the emptiest target by itself."""
-    config = runtime.config
-    policy = config.policy.name if config.policy is not None else None
-    if config.cache is None and policy != "LEAST_CONNECTIONS":
-        raise MoveConflict(
-            f"router {runtime.name!r} cannot rebalance: without a <cache> its {policy} policy would send "
-            "moved clients back where they were (add a cache, or use LEAST_CONNECTIONS)"
-        )
+    why = rebalance_refusal(runtime.config)
+    if why is not None:
+        raise MoveConflict(why)

@@ -13,7 +13,9 @@ from router.core.evacuation import (
     MoveRequest,
     due,
     first_to_move,
+    rebalance_destination,
     rebalance_excess,
+    rebalance_refusal,
     shutdown_rate,
 )
 from router.core.events import ConnectionRef
@@ -66,6 +68,28 @@ class TestRebalance:
 
     def test_one_target_has_nothing_to_balance(self) -> None:
         assert rebalance_excess({"a": 9}, 0.1) == {}
+
+    def test_each_moved_connection_goes_to_the_emptiest_other_target(self) -> None:
+        assert rebalance_destination({"a": 6, "b": 3, "c": 3}, "a") == "b"  # a tie: the first node id
+        assert rebalance_destination({"a": 0, "b": 3}, "a") == "b"  # never back where it was
+        assert rebalance_destination({"a": 6}, "a") is None
+
+    def test_only_a_cache_or_least_connections_can_rebalance(self) -> None:
+        from cache import CacheConfig
+        from policies import PolicyConfig
+        from router.config.settings import RouterConfig
+
+        hashed = PolicyConfig(name="CONSISTENT_HASH")
+        refusal = rebalance_refusal(RouterConfig(name="r", policy=hashed))
+        assert refusal is not None
+        assert "without a <cache> its CONSISTENT_HASH policy" in refusal
+        assert (
+            rebalance_refusal(RouterConfig(name="r", policy=hashed, cache=CacheConfig(timeout_ms=1000)))
+            is None
+        )
+        assert (
+            rebalance_refusal(RouterConfig(name="r", policy=PolicyConfig(name="LEAST_CONNECTIONS"))) is None
+        )
 
 
 def test_shutdown_rate_spreads_over_most_of_the_grace_period() -> None:

@@ -18,6 +18,7 @@ from router.core.framing import (
     SizePrefixedFrames,
     farewell,
     frame_cursor,
+    openwire_format,
 )
 
 
@@ -159,7 +160,7 @@ def _speaks(protocol: WireProtocol, version: str | None = None) -> tuple[WirePro
 
 class TestFarewell:
     def test_mqtt5_redirect_acceptor_names_the_destination(self) -> None:
-        said = farewell(*_speaks(WireProtocol.MQTT, "5"), b"", AcceptorMode.REDIRECT, _CONNECTOR, "r")
+        said = farewell(*_speaks(WireProtocol.MQTT, "5"), None, AcceptorMode.REDIRECT, _CONNECTOR, "r")
         expected = mqtt.encode_disconnect_v5(0x9C, server_reference="10.0.0.5:1883")
         assert said.words(frames=3) == expected
         assert expected[:1] == b"\xe0"
@@ -168,47 +169,46 @@ class TestFarewell:
         )
 
     def test_mqtt5_proxy_acceptor_sends_no_reference(self) -> None:
-        said = farewell(*_speaks(WireProtocol.MQTT, "5"), b"", AcceptorMode.PROXY, _CONNECTOR, "r")
+        said = farewell(*_speaks(WireProtocol.MQTT, "5"), None, AcceptorMode.PROXY, _CONNECTOR, "r")
         assert said.words(frames=1) == b"\xe0\x02\x9c\x00"  # reason 0x9c, no properties
 
     def test_mqtt5_shutdown(self) -> None:
         said = farewell(
-            *_speaks(WireProtocol.MQTT, "5"), b"", AcceptorMode.AUTO, _CONNECTOR, "r", shutting_down=True
+            *_speaks(WireProtocol.MQTT, "5"), None, AcceptorMode.AUTO, _CONNECTOR, "r", shutting_down=True
         )
         assert said.words(frames=1) == b"\xe0\x02\x8b\x00"
 
     def test_mqtt311_is_closed(self) -> None:
         assert (
-            farewell(*_speaks(WireProtocol.MQTT, "3.1.1"), b"", AcceptorMode.AUTO, _CONNECTOR, "r")
+            farewell(*_speaks(WireProtocol.MQTT, "3.1.1"), None, AcceptorMode.AUTO, _CONNECTOR, "r")
             is PLAIN_CLOSE
         )
 
     def test_amqp_redirect_and_forced(self) -> None:
-        redirect = farewell(*_speaks(WireProtocol.AMQP), b"", AcceptorMode.AUTO, _CONNECTOR, "r")
+        redirect = farewell(*_speaks(WireProtocol.AMQP), None, AcceptorMode.AUTO, _CONNECTOR, "r")
         assert redirect.words(frames=1) == amqp.encode_close(
             "amqp:connection:redirect",
             "Connection router r moved this connection to 10.0.0.5:1883",
             {"network-host": "10.0.0.5", "port": 1883},
         )
         assert redirect.words(frames=0).startswith(amqp.encode_open("r"))
-        forced = farewell(*_speaks(WireProtocol.AMQP), b"", AcceptorMode.PROXY, _CONNECTOR, "r")
+        forced = farewell(*_speaks(WireProtocol.AMQP), None, AcceptorMode.PROXY, _CONNECTOR, "r")
         assert b"amqp:connection:forced" in forced.words(frames=1)
 
     def test_openwire_connection_control(self) -> None:
         client_wfi = openwire.encode_wire_format_info()
-        said = farewell(*_speaks(WireProtocol.OPENWIRE), client_wfi, AcceptorMode.REDIRECT, _CONNECTOR, "r")
+        fmt = openwire_format(_sniffed(WireProtocol.OPENWIRE), client_wfi)
+        assert fmt == openwire.sniff_wire_format(client_wfi)
+        said = farewell(*_speaks(WireProtocol.OPENWIRE), fmt, AcceptorMode.REDIRECT, _CONNECTOR, "r")
         assert said.words(frames=2) == openwire.encode_connection_control(
-            reconnect_to=_CONNECTOR.url,
-            connected_brokers=_CONNECTOR.url,
-            rebalance=True,
-            encoding=openwire.sniff_wire_format(client_wfi),  # type: ignore[arg-type]
+            reconnect_to=_CONNECTOR.url, connected_brokers=_CONNECTOR.url, rebalance=True, encoding=fmt
         )
 
     @pytest.mark.parametrize("protocol", [WireProtocol.STOMP, WireProtocol.TLS])
     def test_others_are_closed(self, protocol: WireProtocol) -> None:
-        assert farewell(*_speaks(protocol), b"", AcceptorMode.AUTO, _CONNECTOR, "r") is PLAIN_CLOSE
-        assert frame_cursor(_sniffed(protocol), b"") is None
+        assert farewell(*_speaks(protocol), None, AcceptorMode.AUTO, _CONNECTOR, "r") is PLAIN_CLOSE
+        assert frame_cursor(_sniffed(protocol), None) is None
 
     def test_no_opening_no_cursor(self) -> None:
-        assert frame_cursor(None, b"") is None
-        assert farewell(None, None, b"", AcceptorMode.PROXY, _CONNECTOR, "r") is PLAIN_CLOSE
+        assert frame_cursor(None, None) is None
+        assert farewell(None, None, None, AcceptorMode.PROXY, _CONNECTOR, "r") is PLAIN_CLOSE

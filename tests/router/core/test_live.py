@@ -10,7 +10,7 @@ import pytest
 
 from keys.mqtt import encode_connect
 from router.core.address import Address
-from router.core.events import CloseReason, ConnectionRef
+from router.core.events import Closed, CloseReason, ConnectionRef
 from router.core.live import LiveConnection, LiveConnections
 from tests.router.core.test_ttl import _mqtt
 
@@ -100,6 +100,22 @@ class TestLiveConnection:
         assert conn.closed_by is CloseReason.CONNECTION_TTL
         assert closer.calls == [CloseReason.CONNECTION_TTL]
         assert "127.0.0.2:5000" in repr(conn)
+
+
+def test_ended_reports_its_bytes_and_the_routers_reason_first() -> None:
+    conn = live_connection()
+    conn.counts[:] = [3, 4]
+    assert conn.ended(2.0, CloseReason.CLOSED, "x") == Closed(
+        conn=conn.conn,
+        node_id="b1",
+        bytes_in=3,
+        bytes_out=4,
+        duration_s=2.0,
+        reason=CloseReason.CLOSED,
+        detail="x",
+    )
+    conn.close(CloseReason.EVACUATED)
+    assert conn.ended(2.0, CloseReason.RESET).reason is CloseReason.EVACUATED
 
 
 class TestLiveConnections:
