@@ -186,13 +186,21 @@ def _state(status: object) -> str:
 
 
 def _gone(admin_url: str, timeout_s: float) -> bool:
-    """Wait until the admin API stops answering (the process ended); False after `timeout_s`."""
+    """Wait until the admin API refuses connections (the process ended); False after `timeout_s`.
+    Anything else (a slow answer while routerd drains, a connection closed at the admin API's
+    connection limit, an HTTP error) is not an end: a preStop hook that returned early would let
+    the kubelet's SIGTERM cut the paced shutdown short."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(admin_url.rstrip("/") + "/healthz", timeout=2):
                 pass
-        except (urllib.error.URLError, OSError):
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ConnectionRefusedError):
+                return True
+        except ConnectionRefusedError:
             return True
+        except OSError:
+            pass  # e.g. a reset or a timeout: ask again
         time.sleep(POLL_S)
     return False

@@ -123,8 +123,6 @@ class ServerInfo:
     """The fast path's epoll thread, when it serves any acceptor at start (`FastPath.acceptors`)."""
     reload: Callable[[], Awaitable[ConfigDiff]] | None = None
     """Read the configuration file again and apply it (`ReloadError`: nothing changed)."""
-    moves: Moves | None = None
-    """The paced moves (evacuations, rebalances, the paced shutdown)."""
 
 
 class StartupError(Exception):
@@ -744,7 +742,11 @@ class _Server:
             log.info("fast path (epoll relay thread) serves acceptor(s) %s", ", ".join(names))
             self.fast.start()
         self.process.serving(
-            ((a.served, self.bound[name]) for name, a in self.acceptors.items() if name in self.bound),
+            (
+                (a.served, self.bound[name], a.fast)
+                for name, a in self.acceptors.items()
+                if name in self.bound
+            ),
             self.fast if self.fast.started else None,
         )
 
@@ -803,7 +805,6 @@ class _Server:
                             runtimes=self.runtimes,
                             fast_path=fast if fast_serves else None,
                             reload=self.reload,
-                            moves=self.moves,
                         )
                         task_status.started(info)
                         await self.options.shutdown.wait()

@@ -172,10 +172,11 @@ class Admission:
         with self._lock:
             if limits is None:
                 self._limits.pop(acceptor, None)
-                for key in [k for k in self._by_source if k[0] == acceptor]:
-                    del self._by_source[key]
             else:
                 self._limits[acceptor] = limits
+            if limits is None or limits.per_source < 0:  # not counted by source from here on
+                for key in [k for k in self._by_source if k[0] == acceptor]:
+                    del self._by_source[key]
 
     def open_on(self, acceptor: str) -> int:
         """Open connections of an acceptor: admitted and not released yet."""

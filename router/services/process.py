@@ -71,13 +71,14 @@ class ProcessView:
         self._fast: FastPath | None = None
 
     def serving(
-        self, acceptors: Iterable[tuple[ServedAcceptor, tuple[str, int]]], fast: FastPath | None
+        self, acceptors: Iterable[tuple[ServedAcceptor, tuple[str, int], bool]], fast: FastPath | None
     ) -> None:
-        """The acceptors listening now, each with its bound address, and the fast path when it
-        serves any of them (those it serves are the fast ones); called again when they change."""
-        fast_names = frozenset() if fast is None else fast.acceptors
+        """The acceptors listening now, each with its bound address and whether the fast path
+        serves it, and the fast path when it serves any; called again when they change. (Which
+        acceptors are fast is the server's to say: the fast path's thread takes a reload's new
+        listeners in at its next wake-up.)"""
         self._served = tuple(
-            _Served(acceptor, host, port, acceptor.name in fast_names) for acceptor, (host, port) in acceptors
+            _Served(acceptor, host, port, fast_path) for acceptor, (host, port), fast_path in acceptors
         )
         self._fast = fast
 

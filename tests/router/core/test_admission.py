@@ -102,3 +102,15 @@ def test_open_by_acceptor_counts_acceptors_with_and_without_limits() -> None:
     admission.release("a", "10.0.0.1")
     assert admission.open_by_acceptor() == {"a": 0, "b": 1}
     assert admission.open == 1
+
+
+def test_a_reload_that_drops_the_per_source_limit_forgets_the_counts_by_source() -> None:
+    """Scenario: a source holds its one allowed connection; a reload drops the per-source limit;
+    the connection ends (not counted by source any more); a later reload brings the limit back:
+    the source starts from zero, not from a count of a connection long gone."""
+    admission = Admission(100, {"a": AcceptorLimits(connections=10, per_source=1)})
+    assert admission.admit("a", "10.0.0.1") is None
+    admission.set_limits("a", AcceptorLimits(connections=10))
+    admission.release("a", "10.0.0.1")
+    admission.set_limits("a", AcceptorLimits(connections=10, per_source=1))
+    assert admission.admit("a", "10.0.0.1") is None
