@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Final, Literal, NoReturn
 
 from benchmarks.event_log import EventLogCost, time_event_log
 from router.core.event_records import FIELDS, FieldType
+from router.core.events import CloseReason
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -476,7 +477,7 @@ def _columns() -> tuple[str, ...]:
 _KINDS: Final = ("decision", "close")
 _STATUSES: Final = ("OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE")
 _TARGET_DOWN_CLOSES: Final = ("target_not_ready", "failover")
-_EVACUATED_CLOSE: Final = "evacuated"
+_EVACUATED_CLOSE: Final = CloseReason.EVACUATED.value
 _TEMP_TABLES: Final = ("flagged", "dup_keys", "kept", "roll", "minutes", "flags")
 
 

@@ -28,6 +28,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from pipeline.ingest import ingest, write_text
+from router.core.events import CloseReason
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -64,7 +65,7 @@ PERCENTILES: Final = {"p50": 500, "p90": 900, "p99": 990, "p999": 999}
 """Name -> per mille (integer, so `cumulative * 1000 >= total * q` is exact)."""
 TARGET_DOWN_CLOSES: Final = ("target_not_ready", "failover")
 """Close reasons that say the router took the connection off its target."""
-EVACUATED_CLOSE: Final = "evacuated"
+EVACUATED_CLOSE: Final = CloseReason.EVACUATED.value
 """The close reason of a connection an operator's evacuation, rebalance or a reload moved."""
 NULL_KEY: Final = "NULL"
 TABLES: Final = (

@@ -17,9 +17,11 @@
     routerctl cache [--admin ADDRESS] pin ROUTER KEY NODE_ID [--for SECONDS]
     routerctl event-log [--admin ADDRESS] [--ring-size N]
     routerctl reload [--admin ADDRESS]
-    routerctl evacuate [--admin ADDRESS] ROUTER NODE_ID [--rate R] [--order oldest|random] [--wait]
-    routerctl rebalance [--admin ADDRESS] ROUTER [--rate R] [--band B] [--wait]
-    routerctl shutdown [--admin ADDRESS] [--wait]
+    routerctl evacuate [--admin ADDRESS] ROUTER NODE_ID [--rate R] [--order oldest|random]
+                       [--refer | --no-refer] [--wait [--timeout S]] | --status | --abort
+    routerctl rebalance [--admin ADDRESS] ROUTER [--rate R] [--band B] [--order oldest|random]
+                        [--wait [--timeout S]] | --status | --abort
+    routerctl shutdown [--admin ADDRESS] [--wait [--timeout S]]
     routerctl analyze EVENTS... --out DIR [--master URL] [--conf K=V]...
     routerctl simulate EVENTS... --config NEW.xml [--router NAME] --out DIR [--master URL]
     routerctl generate-events DIR --events N [...]
@@ -72,6 +74,7 @@ from router.config.settings import EventLogConfig, ZooKeeperConfig
 from router.core.admin_access import AdminAccess, Token, hosts_of, is_loopback, parse_tokens
 from router.core.admission import descriptors_for
 from router.core.engine import RoutingEngine, build_pool
+from router.ctl_moves import COMMANDS as MOVE_COMMANDS
 from router.ctl_moves import add_commands as add_move_commands
 from router.ctl_moves import run_command as run_move_command
 from router.ctl_output import (
@@ -1289,9 +1292,7 @@ _COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Output], int]]] = {
     "event-log": _event_log_command,
     "register": _register,
     "reload": _reload,
-    "evacuate": _move_command,
-    "rebalance": _move_command,
-    "shutdown": _move_command,
+    **dict.fromkeys(sorted(MOVE_COMMANDS), _move_command),
 }
 """routerctl's own commands (the pipeline's come from pipeline.cli)."""
 

@@ -213,12 +213,6 @@ async def _routerctl(*argv: str) -> int:
     return await trio.to_thread.run_sync(run)
 
 
-def _unused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class TestAdminCommands:
     """routerctl against a running server (in process): tables, --json, wait, exit statuses."""
 
@@ -382,7 +376,7 @@ class TestAdminCommands:
 
 
 def test_routerctl_without_router_running_is_one_line_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
-    port = _unused_port()
+    port = pick_port()
     with pytest.raises(SystemExit) as exit_info:
         main_routerctl(["target", "--admin", f"http://127.0.0.1:{port}", "demo", "k"])
     assert exit_info.value.code == 3
@@ -393,7 +387,7 @@ def test_routerctl_without_router_running_is_one_line_exit_3(capsys: pytest.Capt
 
 def test_wait_keeps_asking_while_the_admin_api_cannot_be_reached(capsys: pytest.CaptureFixture[str]) -> None:
     """Scenario: routerd not up yet: wait asks again until its timeout, then exits 5 saying why."""
-    port = _unused_port()
+    port = pick_port()
     with pytest.raises(SystemExit) as exit_info:
         main_routerctl(
             ["wait", "--admin", str(port), "--timeout", "0.3", "--interval", "0.1", "router", "r", "ready"]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
+from tests.conftest import eventually
 from tests.router.conftest import ROUND_ROBIN_NODE_IDS, ROUTERCTL, round_robin_config, routerctl_json
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def _config(brokers: Sequence[Mosquitto], port: int, *, fast_path: bool = True) 
 
 class _Client:
     """A paho MQTT 5 client connected through the router; it records the DISCONNECTs it is sent
-    and reconnects by itself (paho's loop)."""
+    and reconnects by itself (paho's loop), unless `reconnect` is False."""
 
     def __init__(self, port: int, client_id: str, *, reconnect: bool = True) -> None:
         self.client_id = client_id
@@ -48,18 +49,16 @@ class _Client:
         self.connects = 0
         self._connected = threading.Condition()
         self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id=client_id, protocol=MQTTProtocolVersion.MQTTv5
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=MQTTProtocolVersion.MQTTv5,
+            reconnect_on_failure=reconnect,
         )
         self.client.reconnect_delay_set(min_delay=1, max_delay=1)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
         self.client.connect("127.0.0.1", port, keepalive=60)
-        if reconnect:
-            self.client.loop_start()
-        else:
-            threading.Thread(
-                target=self.client.loop_forever, kwargs={"retry_first_connection": False}
-            ).start()
+        self.client.loop_start()
         self.wait_connects(1)
 
     def _on_connect(self, *_args: object) -> None:
@@ -90,11 +89,14 @@ def _connections(router: Routerd) -> dict[str, int]:
     return {t["node_id"]: t["connections"] for t in status["pool"]["targets"]}
 
 
+def _target(router: Routerd, node_id: str) -> dict[str, object]:
+    target = router.get(f"/api/v1/routers/rr/targets/{node_id}")
+    assert isinstance(target, dict)
+    return target
+
+
 def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    assert eventually(predicate, timeout), f"timed out waiting for {what}"
 
 
 def _client_ids(count: int) -> list[str]:
@@ -217,25 +219,15 @@ def test_rebalance_moves_just_enough_to_a_target_that_came_back(
     port = free_port()
     router = start_routerd(_config(mosquitto_fleet, port))
     back = ROUND_ROBIN_NODE_IDS[2]
-    subprocess.run(
-        [*ROUTERCTL, "state", "--admin", router.admin, "rr", back, "maint"],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    assert routerctl_json(router, "state", "rr", back, "maint")[0] == 0
     clients = [_Client(port, cid) for cid in _client_ids(12)]
     try:
         _wait_until(
             lambda: _connections(router) == {**dict.fromkeys(ROUND_ROBIN_NODE_IDS[:2], 6), back: 0},
             "6 + 6 + 0",
         )
-        subprocess.run(
-            [*ROUTERCTL, "state", "--admin", router.admin, "rr", back, "ready"],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-        _wait_until(lambda: router.get(f"/api/v1/routers/rr/targets/{back}")["state"] == "ready", "m2 ready")  # type: ignore[index]
+        assert routerctl_json(router, "state", "rr", back, "ready")[0] == 0
+        _wait_until(lambda: _target(router, back)["state"] == "ready", "m2 ready")
         code, status = routerctl_json(router, "rebalance", "rr", "--rate", "20", "--band", "0.1", "--wait")
         assert code == 0, status
         assert (status["state"], status["moved"]) == ("done", 4)

@@ -198,4 +198,10 @@ async def test_entries_evicted_here_to_make_room_leave_zookeeper_unless_used_els
     await trio.to_thread.run_sync(a.client.update, path, found[0], -1)  # another router extends it
     await small.decide(ConnectionFacts(client_id="second"))  # drops "kept"
     await _eventually(lambda: "kept" not in shared.known)  # the touch loop took the drop
+    await small.decide(ConnectionFacts(client_id="third"))  # drops "second", which nobody changed
+
+    async def second_gone() -> bool:
+        return await trio.to_thread.run_sync(read, "second") is None
+
+    await _eventually(second_gone)  # a later touch than the one that handled "kept"
     assert await trio.to_thread.run_sync(read, "kept") is not None
