@@ -21,6 +21,7 @@ tables.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
 from pyspark import StorageLevel
@@ -42,6 +43,7 @@ __all__ = [
     "EVACUATED_CLOSE",
     "PERCENTILES",
     "PER_MINUTE",
+    "SMALL_WRITERS",
     "SUMMED",
     "TABLES",
     "WHOLE_LOG",
@@ -108,6 +110,11 @@ COLUMNS: Final = (
 raw key are `simulate`'s)."""
 SMALL: Final = frozenset(TABLES) - {"per_key", "moves", "quarantine"}
 """Aggregate tables: written as one file each, read by the report."""
+SMALL_WRITERS: Final = 4
+"""Aggregate tables written at a time (after the large ones). Each is a Spark job of a few hundred
+rows whose time is mostly the driver's (planning, scheduling, the commit), so they overlap: on
+10 M events from Parquet, local[2], the whole job took 63.6 and 62.6 s against 67.3 and 71.1 s
+written one by one."""
 
 
 def latency_bucket(latency_us: Column) -> Column:
@@ -493,11 +500,16 @@ def analyze(
     results["quarantine_counts"] = spark.createDataFrame(
         sorted(ingested.malformed_by_reason.items()), "reason string, records long"
     )
-    for name in TABLES:
-        if name == "top_keys":
-            continue
+
+    def write(name: str) -> None:
         frame = results[name]
         (frame.coalesce(1) if name in SMALL else frame).write.mode("overwrite").parquet(f"{base}/{name}")
+
+    for name in TABLES:
+        if name not in SMALL:
+            write(name)
+    with ThreadPoolExecutor(SMALL_WRITERS, thread_name_prefix="analyze-write") as pool:
+        list(pool.map(write, [name for name in TABLES if name in SMALL and name != "top_keys"]))
     spark.catalog.clearCache()  # the per-key table and the moves (and ingest's repeated keys unstaged)
     per_key = spark.read.parquet(f"{base}/per_key")
     _top_keys(per_key, top).coalesce(1).write.mode("overwrite").parquet(f"{base}/top_keys")

@@ -246,6 +246,8 @@ def ingest(
     repeated events, with the copy of each to keep (the smallest `ROW`); every later scan of the
     events keeps a repeated event's copy by a broadcast lookup, so the repeated rows are never
     written apart. Without staging (small logs) the repeated events are dropped by a shuffle.
+    When the counts find no malformed record (the router's own files), the quarantine is an empty
+    relation that reads nothing.
 
     Args:
         spark: the session.
@@ -300,6 +302,8 @@ def ingest(
         .agg(F.sum("copies").alias("n"))
         .collect()
     }
+    if not counted:  # no malformed record: the quarantine is empty without another scan of the input
+        quarantine = quarantine.limit(0)
     dup_keys = groups.where(F.col(REASON).isNull()).select("router_id", "seq", "copies", KEEP)
     stats = dup_keys.agg(F.count("*").alias("keys"), F.sum(F.col("copies") - 1).alias("extra")).first()
     assert stats is not None

@@ -47,3 +47,16 @@ def test_event_files_user_errors(spark, tmp_path):
     with pytest.raises(InputError, match="no event files"):
         event_files(spark, [str(tmp_path / "only")])
     assert (tmp_path / "only" / "truth.json").read_text() == "{}"
+
+
+def test_ingest_without_malformed_records_quarantines_without_reading(spark, tmp_path):
+    """Scenario: a log with duplicates and no malformed line (the router's own files): the counts
+    say so, and the quarantine is an empty relation that reads no file."""
+    truth = generate(tmp_path / "log", 1000, routers=2, keys=50, duplicate_rate=0.02, malformed_rate=0.0)
+    result = ingest(spark, [str(tmp_path / "log")], staging=str(tmp_path / "staging"))
+    assert truth.malformed == result.malformed == 0
+    assert result.duplicates == truth.duplicates > 0
+    assert result.quarantine.columns == ["reason", "raw", "file"]
+    assert result.quarantine.count() == 0
+    plan = result.quarantine._jdf.queryExecution().optimizedPlan().toString()
+    assert "Relation" not in plan.replace("LocalRelation", ""), plan
