@@ -16,9 +16,7 @@ always one event.
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 from typing import TYPE_CHECKING, Any, Final, assert_never
 
 from pools import PoolEvent, PoolEventKind
@@ -30,6 +28,7 @@ from router.core.events import (
     CloseReason,
     Connected,
     ConnectFailed,
+    ConnectFailure,
     ConnectionsClosed,
     Decided,
     LookedUp,
@@ -48,7 +47,7 @@ if TYPE_CHECKING:
     from router.core.status import PoolStatus
     from router.metrics import Metrics
 
-__all__ = ["MetricUpdates", "TargetMetrics", "connect_failure_cause", "log_event"]
+__all__ = ["MetricUpdates", "TargetMetrics", "log_event"]
 
 conn_log = logging.getLogger("router.conn")
 """Client connections."""
@@ -62,34 +61,6 @@ _WARN_CLOSES = frozenset({CloseReason.REPLAY_FAILED.value, CloseReason.INTERNAL_
 
 _REFUSAL_LABELS: Final = {reason._value_: reason.name.lower() for reason in DecisionReason}
 """The `reason` label of `router_routing_refusals_total` for each decision reason, by value."""
-
-_CONNECT_FAILURE_CAUSES: Final = {
-    os.strerror(errno.ECONNREFUSED): "refused",
-    "timed out": "timeout",
-    os.strerror(errno.ETIMEDOUT): "timeout",
-    os.strerror(errno.EHOSTUNREACH): "unreachable",
-    os.strerror(errno.ENETUNREACH): "unreachable",
-    os.strerror(errno.ECONNRESET): "reset",
-    os.strerror(errno.ECONNABORTED): "reset",
-    # router/datapath/net.py's LOCAL_SHORTAGE_ERRNOS (this layer does not import the data paths)
-    **{
-        os.strerror(code): "local_shortage"
-        for code in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS, errno.EADDRNOTAVAIL)
-    },
-}
-"""The `reason` label of a connect failure, by the reason the data paths report: the system's text
-for the errno (`describe_oserror`), or `timed out` for the connect deadline."""
-_CLOSED_BY_ROUTER: Final = "closed by the router: "
-"""How `CloseReason.while_connecting` starts."""
-
-
-def connect_failure_cause(reason: str) -> str:
-    """The `reason` label of `router_target_connect_failures_total` for a `ConnectFailed` reason:
-    refused, timeout, unreachable, reset, local_shortage, closed_by_router or other (a bounded
-    set: the reason itself is free text)."""
-    if reason.startswith(_CLOSED_BY_ROUTER):
-        return "closed_by_router"
-    return _CONNECT_FAILURE_CAUSES.get(reason, "other")
 
 
 def log_event(event: Event) -> None:
@@ -355,12 +326,12 @@ class MetricUpdates:
 
     def _connect_failed(self, event: ConnectFailed) -> None:
         m, router = self.metrics, event.conn.router
-        cause = connect_failure_cause(event.reason)
-        m.connect_failures.inc((router, event.node_id, cause))
+        cause = event.cause
+        m.connect_failures.inc((router, event.node_id, cause._value_))
         if event.redispatched_to is not None:
             m.redispatches.inc((router,))
             return
-        if cause != "closed_by_router":  # the client is refused in its protocol
+        if cause is not ConnectFailure.CLOSED_BY_ROUTER:  # the client is refused in its protocol
             m.refusals.inc((router, _REFUSAL_LABELS[DecisionReason.CONNECT_FAILED._value_]))
 
     def _opening_failed(self, event: OpeningFailed) -> None:

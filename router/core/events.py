@@ -40,6 +40,7 @@ __all__ = [
     "CloseReason",
     "Closed",
     "ConnectFailed",
+    "ConnectFailure",
     "Connected",
     "ConnectionEvent",
     "ConnectionRef",
@@ -110,6 +111,24 @@ class OpeningFailure(enum.Enum):
     """The acceptor's handshake deadline passed."""
     TLS = "tls"
     """The TLS handshake with the router failed."""
+
+
+class ConnectFailure(enum.Enum):
+    """Why the connection to a target could not be opened: the `reason` label of
+    `router_target_connect_failures_total` (a closed set; the event's `reason` is the system's
+    text)."""
+
+    REFUSED = "refused"
+    TIMEOUT = "timeout"
+    """The connect deadline passed, or the system's connect timed out."""
+    UNREACHABLE = "unreachable"
+    RESET = "reset"
+    LOCAL_SHORTAGE = "local_shortage"
+    """This host ran short (descriptors, memory, buffers, ephemeral ports): says nothing about the
+    target."""
+    CLOSED_BY_ROUTER = "closed_by_router"
+    """The router closed the connection while it was connecting (shutdown, drain, ...)."""
+    OTHER = "other"
 
 
 class Mode(enum.Enum):
@@ -233,6 +252,7 @@ class ConnectFailed:
     address: Address
     reason: str
     """The system's reason (`Connection refused`, `timed out`)."""
+    cause: ConnectFailure
     redispatched_to: str | None = None
     """The node id of the ready target tried next (once per connection), if any."""
 

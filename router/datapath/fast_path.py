@@ -44,7 +44,14 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never, cast
 from keys import SniffError
 from router.core.address import Address, endpoint
 from router.core.engine import QuorumWait, SharedCacheWait
-from router.core.events import CloseReason, Connected, ConnectFailed, OpeningFailed, OpeningFailure
+from router.core.events import (
+    CloseReason,
+    Connected,
+    ConnectFailed,
+    ConnectFailure,
+    OpeningFailed,
+    OpeningFailure,
+)
 from router.core.live import LiveConnection
 from router.core.opening import SniffBuffer
 from router.core.plan import (
@@ -59,7 +66,7 @@ from router.core.plan import (
     plan,
     routing_facts,
 )
-from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, describe_oserror
+from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, connect_failure, describe_oserror
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -769,8 +776,10 @@ class FastPath:
         opening = relayed.opening
         if isinstance(exc, CloseReason):
             reason = exc.while_connecting
+            cause = ConnectFailure.CLOSED_BY_ROUTER
         else:
             reason = "timed out" if exc.errno == errno.ETIMEDOUT else describe_oserror(exc)
+            cause = connect_failure(exc)
             action = relayed.action
             assert opening is not None, "kept until connected"
             assert action is not None, "kept until connected"
@@ -784,6 +793,7 @@ class FastPath:
             node_id=relayed.target.node_id,
             address=relayed.address,
             reason=reason,
+            cause=cause,
             redispatched_to=then.target.node_id if isinstance(then, Proxy) else None,
         )
         client = relayed.socks[0]
@@ -793,7 +803,7 @@ class FastPath:
             self._forget(relayed)  # the client too (and released)
             raise
         self._forget(relayed, keep_client=then is not None)
-        if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
+        if cause is ConnectFailure.REFUSED:
             self._call_trio(runtime.connect_refused, relayed.target, relayed.connector, reason)
         if then is None:
             return
@@ -840,6 +850,7 @@ class FastPath:
             node_id=action.target.node_id,
             address=endpoint(connector.host, connector.port),
             reason=describe_oserror(exc),
+            cause=connect_failure(exc),
         )
         try:
             runtime.report(failed)

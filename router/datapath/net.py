@@ -11,14 +11,20 @@ import errno
 import ipaddress
 import os
 import socket
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import trio
+
+from router.core.events import ConnectFailure
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "ACCEPT_BACKOFF_S",
     "ACCEPT_CAPACITY_ERRNOS",
     "LOCAL_SHORTAGE_ERRNOS",
+    "connect_failure",
     "describe_oserror",
     "is_local_shortage",
     "open_connection",
@@ -37,12 +43,47 @@ buffers, ephemeral ports), not from the peer."""
 def is_local_shortage(exc: BaseException) -> bool:
     """Whether a connect failed because this host ran short (`LOCAL_SHORTAGE_ERRNOS`), looking
     through the causes and groups trio's connect wraps its attempts' errors in."""
-    if isinstance(exc, OSError) and exc.errno in LOCAL_SHORTAGE_ERRNOS:
-        return True
+    return any(code in LOCAL_SHORTAGE_ERRNOS for code in _errnos(exc))
+
+
+_FAILURES_BY_ERRNO: Final = (
+    (LOCAL_SHORTAGE_ERRNOS, ConnectFailure.LOCAL_SHORTAGE),
+    (frozenset({errno.ECONNREFUSED}), ConnectFailure.REFUSED),
+    (frozenset({errno.ECONNRESET, errno.ECONNABORTED}), ConnectFailure.RESET),
+    (frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH}), ConnectFailure.UNREACHABLE),
+    (frozenset({errno.ETIMEDOUT}), ConnectFailure.TIMEOUT),
+)
+"""A failed connect's cause by the errors found in it, the first that matches: trio's connect to
+a host name tries each address and raises one error whose cause is a group of the attempts'
+errors, so one attempt refused and another unreachable is `refused` (the host is up)."""
+
+
+def connect_failure(exc: BaseException) -> ConnectFailure:
+    """Why a connect failed, from its exception (`trio.TooSlowError`: the deadline), looking
+    through the causes and groups trio wraps its attempts' errors in (`_FAILURES_BY_ERRNO`)."""
+    if isinstance(exc, trio.TooSlowError):
+        return ConnectFailure.TIMEOUT
+    found = set(_errnos(exc))
+    for errnos, failure in _FAILURES_BY_ERRNO:
+        if found & errnos:
+            return failure
+    return ConnectFailure.OTHER
+
+
+def _errnos(exc: BaseException, seen: set[int] | None = None) -> Iterator[int]:
+    """The errnos of `exc`, of the groups' members and of the causes (each exception once)."""
+    seen = set() if seen is None else seen
+    if id(exc) in seen:
+        return
+    seen.add(id(exc))
+    if isinstance(exc, OSError) and exc.errno:
+        yield exc.errno
     if isinstance(exc, BaseExceptionGroup):
-        return any(is_local_shortage(inner) for inner in exc.exceptions)
+        for inner in exc.exceptions:
+            yield from _errnos(inner, seen)
     cause = exc.__cause__ or exc.__context__
-    return cause is not None and cause is not exc and is_local_shortage(cause)
+    if cause is not None:
+        yield from _errnos(cause, seen)
 
 
 ACCEPT_BACKOFF_S: Final = 0.1

@@ -35,6 +35,7 @@ from router.core.events import (
     CloseReason,
     Connected,
     ConnectFailed,
+    ConnectFailure,
     NotAuthorized,
     OpeningFailed,
     OpeningFailure,
@@ -51,7 +52,7 @@ from router.core.plan import (
     plan,
     routing_facts,
 )
-from router.datapath.net import describe_oserror, open_connection
+from router.datapath.net import connect_failure, describe_oserror, open_connection
 from router.datapath.reading import SniffProgress, read_past_preamble, read_proxy_header, read_until_sniffed
 from router.datapath.relay import leave, relay
 from router.datapath.tls import PrefixedStream, certificate_user
@@ -456,8 +457,10 @@ def _report_end(
     then: Proxy | Refuse | None = None
     if exc is None:  # closed by the router (or shutdown) while connecting
         reason = (live.closed_by or state.reason).while_connecting
+        cause = ConnectFailure.CLOSED_BY_ROUTER
     else:
         reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_oserror(exc)
+        cause = connect_failure(exc)
         then = runtime.after_connect_failed(
             acceptor.config, opening, action, trio.current_time(), retry=retry
         )
@@ -468,10 +471,11 @@ def _report_end(
         node_id=node_id,
         address=live.address,
         reason=reason,
+        cause=cause,
         redispatched_to=redispatched_to,
     )
     runtime.report(failed)
-    if isinstance(exc, ConnectionRefusedError):  # certain, unlike a timeout: skip the wait for a probe
+    if cause is ConnectFailure.REFUSED:  # certain, unlike a timeout: skip the wait for a probe
         runtime.connect_refused(action.target, action.connector, reason)
     return then
 

@@ -25,6 +25,7 @@ from router.core.events import (
     CloseReason,
     Connected,
     ConnectFailed,
+    ConnectFailure,
     ConnectionRef,
     ConnectionsClosed,
     Decided,
@@ -118,7 +119,12 @@ def _decided(
         ),
         (
             ConnectFailed(
-                conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="Connection refused"
+                conn=CONN,
+                key="k",
+                node_id="b1",
+                address=TARGET_ADDRESS,
+                reason="Connection refused",
+                cause=ConnectFailure.REFUSED,
             ),
             logging.WARNING,
             "peer=[::1]:5000 router=r key=k target=b1 outcome=CONNECT_FAILED reason=Connection refused",
@@ -230,7 +236,14 @@ def test_metric_updates_of_failures_refusals_and_lookups() -> None:
         OpeningFailed(conn=CONN, failure=OpeningFailure.TLS, protocol="tls"),
         NotAuthorized(conn=CONN, reason="no"),
         _decided(Mode.REFUSE, RouteStatus.REFUSED_USE_ANOTHER, DecisionReason.NO_POOL_OR_POLICY),
-        ConnectFailed(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="timed out"),
+        ConnectFailed(
+            conn=CONN,
+            key="k",
+            node_id="b1",
+            address=TARGET_ADDRESS,
+            reason="timed out",
+            cause=ConnectFailure.TIMEOUT,
+        ),
         LookedUp(router="r", key="k", status=RouteStatus.REFUSED_UNAVAILABLE),
         Closed(conn=CONN, node_id="b1", bytes_in=0, bytes_out=0, duration_s=0.0, reason=CloseReason.RESET),
     ):
@@ -272,8 +285,21 @@ def test_metric_updates_of_pool_events_and_a_target_that_leaves() -> None:
     assert samples[("router_target_ready", (("node_id", "b1"), ("router", "r")))] == 0.0
     updates(PoolEvent(kind=PoolEventKind.TARGET_READY, pool="r", node_id="b1"))
     updates(PoolEvent(kind=PoolEventKind.POOL_ACTIVE, pool="r"))
-    updates(ConnectFailed(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x"))
-    updates(ConnectFailed(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="timed out"))
+    updates(
+        ConnectFailed(
+            conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x", cause=ConnectFailure.OTHER
+        )
+    )
+    updates(
+        ConnectFailed(
+            conn=CONN,
+            key="k",
+            node_id="b1",
+            address=TARGET_ADDRESS,
+            reason="timed out",
+            cause=ConnectFailure.TIMEOUT,
+        )
+    )
     updates(_decided(Mode.PROXY))
     updates(Connected(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, connect_s=0.25))
     samples = _samples(metrics)
@@ -286,7 +312,11 @@ def test_metric_updates_of_pool_events_and_a_target_that_leaves() -> None:
     samples = _samples(metrics)
     assert ("router_target_ready", (("node_id", "b1"), ("router", "r"))) not in samples
     assert not [name for name, labels in samples if ("node_id", "b1") in labels and "target_connect" in name]
-    updates(ConnectFailed(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x"))
+    updates(
+        ConnectFailed(
+            conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x", cause=ConnectFailure.OTHER
+        )
+    )
     assert (
         _samples(metrics)[
             (
@@ -296,26 +326,6 @@ def test_metric_updates_of_pool_events_and_a_target_that_leaves() -> None:
         ]
         == 1.0
     )
-
-
-@pytest.mark.parametrize(
-    ("reason", "cause"),
-    [
-        ("Connection refused", "refused"),
-        ("timed out", "timeout"),
-        ("Connection timed out", "timeout"),
-        ("No route to host", "unreachable"),
-        ("Network is unreachable", "unreachable"),
-        ("Connection reset by peer", "reset"),
-        ("Too many open files", "local_shortage"),
-        ("Cannot assign requested address", "local_shortage"),
-        ("closed by the router: shutdown", "closed_by_router"),
-        ("Name or service not known", "other"),
-        ("", "other"),
-    ],
-)
-def test_connect_failure_cause_is_one_of_a_few_labels(reason: str, cause: str) -> None:
-    assert reports.connect_failure_cause(reason) == cause
 
 
 def test_metric_updates_observe_the_connect_time_the_data_path_reports() -> None:
@@ -329,6 +339,7 @@ def test_metric_updates_observe_the_connect_time_the_data_path_reports() -> None
             node_id="b1",
             address=TARGET_ADDRESS,
             reason="x",
+            cause=ConnectFailure.REFUSED,
             redispatched_to="b2",
         )
     )
@@ -359,6 +370,7 @@ def test_metric_updates_closed_while_connecting_is_no_refusal() -> None:
             node_id="b1",
             address=TARGET_ADDRESS,
             reason=CloseReason.SHUTDOWN.while_connecting,
+            cause=ConnectFailure.CLOSED_BY_ROUTER,
         )
     )
     samples = _samples(metrics)
@@ -510,7 +522,14 @@ def _client_events(value: str) -> list[Event]:
     """Every event whose line carries a client-supplied value, carrying `value`."""
     return [
         Connected(conn=CONN, key=value, node_id="b1", address=TARGET_ADDRESS, connect_s=0.25),
-        ConnectFailed(conn=CONN, key=value, node_id="b1", address=TARGET_ADDRESS, reason="timed out"),
+        ConnectFailed(
+            conn=CONN,
+            key=value,
+            node_id="b1",
+            address=TARGET_ADDRESS,
+            reason="timed out",
+            cause=ConnectFailure.TIMEOUT,
+        ),
         Decided(
             conn=CONN,
             key=value,
