@@ -63,11 +63,12 @@ Endpoints (docs/admin-api.yaml describes each in OpenAPI 3.1; tests check this s
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import logging
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 import h11
 import trio
@@ -83,7 +84,6 @@ from router.services.state_file import StateFileError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
-    from typing import TypeAlias
 
     _JsonBody: TypeAlias = Mapping[str, object] | Sequence[object]
 
@@ -111,36 +111,6 @@ CACHE_PAGE_MAX: Final = 10_000
 """The largest `limit` of a cache page (a page is built and sent in the trio thread)."""
 REQUEST_TIMEOUT_S: Final = 10.0
 """A client must send its whole request within this time."""
-
-ROUTES: Final = (
-    ("GET", "/healthz"),
-    ("GET", "/readyz"),
-    ("GET", "/metrics"),
-    ("POST", "/api/v1/reload"),
-    ("POST", "/api/v1/shutdown"),
-    ("GET", "/api/v1/moves"),
-    ("POST", "/api/v1/routers/{name}/targets/{node_id}/evacuation"),
-    ("GET", "/api/v1/routers/{name}/targets/{node_id}/evacuation"),
-    ("DELETE", "/api/v1/routers/{name}/targets/{node_id}/evacuation"),
-    ("POST", "/api/v1/routers/{name}/rebalance"),
-    ("GET", "/api/v1/routers/{name}/rebalance"),
-    ("DELETE", "/api/v1/routers/{name}/rebalance"),
-    ("GET", "/api/v1/status"),
-    ("GET", "/api/v1/routers"),
-    ("GET", "/api/v1/routers/{name}"),
-    ("GET", "/api/v1/routers/{name}/target"),
-    ("PUT", "/api/v1/routers/{name}/filters"),
-    ("GET", "/api/v1/routers/{name}/targets/{node_id}"),
-    ("PUT", "/api/v1/routers/{name}/targets/{node_id}"),
-    ("GET", "/api/v1/routers/{name}/cache"),
-    ("PUT", "/api/v1/routers/{name}/cache"),
-    ("DELETE", "/api/v1/routers/{name}/cache"),
-    ("GET", "/api/v1/event-log"),
-    ("PUT", "/api/v1/event-log"),
-)
-"""Every (method, path template) `_route` serves (HEAD too wherever GET is: the GET's headers).
-docs/admin-api.yaml describes each; tests/router/services/test_admin_api.py checks that the two
-list the same operations, and a real routerd against both. A new endpoint goes in all three."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,22 +216,19 @@ def _move_request(kind: MoveKind, router: str, node_id: str | None, body: bytes)
         raise _HttpError(400, str(exc)) from None
 
 
-def _moves(
-    method: str, kind: MoveKind, router: str, node_id: str | None, body: bytes, moves: Moves
-) -> tuple[int, str, bytes]:
+def _moves(call: _Call, kind: MoveKind, node_id: str | None) -> _Response:
     """An evacuation's or a rebalance's resource: POST starts, GET shows, DELETE aborts."""
+    router, moves = call.params["name"], call.admin.moves
     try:
-        if method == "POST":
-            return _json(202, moves.start(_move_request(kind, router, node_id, body)).to_json())
-        if method == "GET":
+        if call.method == "POST":
+            return _json(202, moves.start(_move_request(kind, router, node_id, call.body)).to_json())
+        if call.method == "GET":
             return _json(200, moves.status(kind, router, node_id).to_json())
-        if method == "DELETE":
-            return _json(200, moves.abort(kind, router, node_id).to_json())
+        return _json(200, moves.abort(kind, router, node_id).to_json())
     except LookupError as exc:
         raise _HttpError(404, str(exc.args[0]) if exc.args else str(exc)) from None
     except MoveConflict as exc:
         raise _HttpError(409, str(exc)) from None
-    raise _HttpError(405, f"{method} is not supported on a {kind.value}")
 
 
 def _parts(target: str) -> tuple[urllib.parse.SplitResult, list[str]]:
@@ -271,92 +238,161 @@ def _parts(target: str) -> tuple[urllib.parse.SplitResult, list[str]]:
     return url, [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
 
 
-def _route(method: str, target: str, body: bytes, admin: AdminContext) -> tuple[int, str, bytes]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Call:
+    """A request as its handler sees it."""
+
+    method: str
+    """HEAD is GET here (the server sends the GET's headers without the body)."""
+    params: Mapping[str, str]
+    """The values of the route's `{name}` and `{node_id}`."""
+    query: Mapping[str, list[str]]
+    body: bytes
+    admin: AdminContext
+
+    @property
+    def runtime(self) -> RouterRuntime:
+        """The connection router the path names.
+
+        Raises:
+            _HttpError: 404, there is none of that name.
+        """
+        name = self.params["name"]
+        runtime = self.admin.runtimes.get(name)
+        if runtime is None:
+            raise _HttpError(404, f"no connection router named {name!r}")
+        return runtime
+
+
+_Response: TypeAlias = tuple[int, str, bytes]
+_TEXT: Final = "text/plain; charset=utf-8"
+
+
+def _readyz(call: _Call) -> _Response:
+    why = _not_ready(call.admin.runtimes, call.admin.lifecycle)
+    if why is None:
+        return 200, _TEXT, b"ready\n"
+    return 503, _TEXT, f"not ready: {why}\n".encode()
+
+
+def _shutdown(call: _Call) -> _Response:
+    call.admin.stop()
+    return _json(202, {"shutdown": "started"})
+
+
+def _evacuation(call: _Call) -> _Response:
+    return _moves(call, MoveKind.EVACUATE, call.params["node_id"])
+
+
+def _rebalance(call: _Call) -> _Response:
+    return _moves(call, MoveKind.REBALANCE, None)
+
+
+def _lookup(call: _Call) -> _Response:
+    runtime = call.runtime
+    keys = call.query.get("key")
+    if not keys:
+        raise _HttpError(400, "query parameter 'key' is required")
+    dry_run = _one(call.query, "dry-run")
+    if dry_run not in (None, "true", "false"):
+        raise _HttpError(400, f"dry-run must be true or false, got {dry_run!r}")
+    return _json(200, runtime.lookup(keys[0], dry_run=dry_run == "true").to_json())
+
+
+def _cache_resource(call: _Call) -> _Response:
+    runtime = call.runtime
+    try:
+        return _json(200, _cache(runtime, call.method, call.query, call.body))
+    except LookupError as exc:
+        raise _HttpError(404, str(exc)) from None
+
+
+_ROUTE_TABLE: Final[tuple[tuple[str, str, Callable[[_Call], _Response | Awaitable[_Response]]], ...]] = (
+    ("GET", "/healthz", lambda call: (200, _TEXT, b"ok\n")),
+    ("GET", "/readyz", _readyz),
+    (
+        "GET",
+        "/metrics",
+        lambda call: (200, "text/plain; version=0.0.4; charset=utf-8", call.admin.metrics.exposition()),
+    ),
+    ("POST", "/api/v1/reload", lambda call: _reload(call.admin.reload)),
+    ("POST", "/api/v1/shutdown", _shutdown),
+    ("GET", "/api/v1/moves", lambda call: _json(200, [m.to_json() for m in call.admin.moves.all_statuses()])),
+    ("POST", "/api/v1/routers/{name}/targets/{node_id}/evacuation", _evacuation),
+    ("GET", "/api/v1/routers/{name}/targets/{node_id}/evacuation", _evacuation),
+    ("DELETE", "/api/v1/routers/{name}/targets/{node_id}/evacuation", _evacuation),
+    ("POST", "/api/v1/routers/{name}/rebalance", _rebalance),
+    ("GET", "/api/v1/routers/{name}/rebalance", _rebalance),
+    ("DELETE", "/api/v1/routers/{name}/rebalance", _rebalance),
+    ("GET", "/api/v1/status", lambda call: _json(200, call.admin.process.status().to_json())),
+    (
+        "GET",
+        "/api/v1/routers",
+        lambda call: _json(200, [r.status().to_json() for r in call.admin.runtimes.values()]),
+    ),
+    ("GET", "/api/v1/routers/{name}", lambda call: _json(200, call.runtime.status().to_json())),
+    ("GET", "/api/v1/routers/{name}/target", _lookup),
+    ("PUT", "/api/v1/routers/{name}/filters", lambda call: _json(200, _set_filters(call.runtime, call.body))),
+    ("GET", "/api/v1/routers/{name}/targets/{node_id}", lambda call: _json(200, _target(call))),
+    ("PUT", "/api/v1/routers/{name}/targets/{node_id}", lambda call: _json(200, _target(call))),
+    ("GET", "/api/v1/routers/{name}/cache", _cache_resource),
+    ("PUT", "/api/v1/routers/{name}/cache", _cache_resource),
+    ("DELETE", "/api/v1/routers/{name}/cache", _cache_resource),
+    ("GET", "/api/v1/event-log", lambda call: _event_log(call.method, call.body, call.admin.event_log)),
+    ("PUT", "/api/v1/event-log", lambda call: _event_log(call.method, call.body, call.admin.event_log)),
+)
+"""Every (method, path template) served and its handler (HEAD too wherever GET is: the GET's
+headers). A path that matches a template but not its method is a 405, any other a 404."""
+
+ROUTES: Final = tuple((method, template) for method, template, _ in _ROUTE_TABLE)
+"""Every (method, path template) served. docs/admin-api.yaml describes each;
+tests/router/services/test_admin_api.py checks that the two list the same operations, and a real
+routerd against both. A new endpoint goes in `_ROUTE_TABLE` and the document."""
+
+_TEMPLATES: Final = tuple(
+    (method, template.strip("/").split("/"), handler) for method, template, handler in _ROUTE_TABLE
+)
+
+
+async def _route(method: str, target: str, body: bytes, admin: AdminContext) -> _Response:
+    """The response to a request whose access is checked (`method`: HEAD as GET)."""
     url, parts = _parts(target)
-    query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
-    runtimes = admin.runtimes
-    if parts in (["metrics"], ["healthz"], ["readyz"]) and method != "GET":
-        raise _HttpError(405, f"{method} {url.path} is not supported")
-    if parts == ["metrics"]:
-        return 200, "text/plain; version=0.0.4; charset=utf-8", admin.metrics.exposition()
-    if parts == ["healthz"]:
-        return 200, "text/plain; charset=utf-8", b"ok\n"
-    if parts == ["readyz"]:
-        why = _not_ready(runtimes, admin.lifecycle)
-        if why is None:
-            return 200, "text/plain; charset=utf-8", b"ready\n"
-        return 503, "text/plain; charset=utf-8", f"not ready: {why}\n".encode()
-    if parts == ["api", "v1", "event-log"]:
-        return _event_log(method, body, admin.event_log)
-    if parts == ["api", "v1", "shutdown"]:
-        if method != "POST":
-            raise _HttpError(405, f"{method} {url.path} is not supported")
-        admin.stop()
-        return _json(202, {"shutdown": "started"})
-    if parts == ["api", "v1", "moves"]:
-        if method != "GET":
-            raise _HttpError(405, f"{method} {url.path} is not supported")
-        return _json(200, [status.to_json() for status in admin.moves.all_statuses()])
-    if (
-        len(parts) == 7
-        and parts[:3] == ["api", "v1", "routers"]
-        and parts[4] == "targets"
-        and parts[6] == "evacuation"
-    ):
-        return _moves(method, MoveKind.EVACUATE, parts[3], parts[5], body, admin.moves)
-    if len(parts) == 5 and parts[:3] == ["api", "v1", "routers"] and parts[4] == "rebalance":
-        return _moves(method, MoveKind.REBALANCE, parts[3], None, body, admin.moves)
-    if parts == ["api", "v1", "status"]:
-        if method != "GET":
-            raise _HttpError(405, f"{method} {url.path} is not supported")
-        return _json(200, admin.process.status().to_json())
-    if parts[:3] != ["api", "v1", "routers"]:
-        raise _HttpError(404, f"no such resource {url.path!r}")
-    if len(parts) == 3:
-        if method != "GET":
-            raise _HttpError(405, f"{method} {url.path} is not supported")
-        return _json(200, [r.status().to_json() for r in runtimes.values()])
-    runtime = runtimes.get(parts[3]) if len(parts) > 3 else None
-    if runtime is None:
-        raise _HttpError(404, f"no connection router named {parts[3]!r}")
-    rest = parts[4:]
-    if rest == [] and method == "GET":
-        return _json(200, runtime.status().to_json())
-    if rest == ["target"] and method == "GET":
-        keys = query.get("key")
-        if not keys:
-            raise _HttpError(400, "query parameter 'key' is required")
-        dry_run = _one(query, "dry-run")
-        if dry_run not in (None, "true", "false"):
-            raise _HttpError(400, f"dry-run must be true or false, got {dry_run!r}")
-        return _json(200, runtime.lookup(keys[0], dry_run=dry_run == "true").to_json())
-    if rest == ["filters"] and method == "PUT":
-        return _json(200, _set_filters(runtime, body))
-    if len(rest) == 2 and rest[0] == "targets" and method in ("GET", "PUT"):
-        return _json(200, _target(runtime, rest[1], method, body, runtimes, admin.states))
-    if rest == ["cache"] and method in ("GET", "DELETE", "PUT"):
-        try:
-            return _json(200, _cache(runtime, method, query, body))
-        except LookupError as exc:
-            raise _HttpError(404, str(exc)) from None
-    raise _HttpError(
-        405 if rest in ([], ["target"], ["filters"], ["cache"]) or rest[:1] == ["targets"] else 404,
-        f"{method} {url.path} is not supported",
-    )
+    allowed: list[str] = []
+    for served, template, handler in _TEMPLATES:
+        params = _params(template, parts)
+        if params is None:
+            continue
+        allowed.append(served)
+        if served == method:
+            query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+            call = _Call(method=method, params=params, query=query, body=body, admin=admin)
+            response = handler(call)
+            return await response if inspect.isawaitable(response) else response
+    if allowed:
+        raise _HttpError(405, f"{method} {url.path} is not supported (only {', '.join(allowed)})")
+    raise _HttpError(404, f"no such resource {url.path!r}")
 
 
-def _target(
-    runtime: RouterRuntime,
-    node_id: str,
-    method: str,
-    body: bytes,
-    runtimes: Mapping[str, RouterRuntime],
-    states: StateFile | None,
-) -> dict[str, object]:
+def _params(template: list[str], parts: list[str]) -> dict[str, str] | None:
+    """The values of a template's `{...}` parts in a path's parts, or None: it does not match."""
+    if len(template) != len(parts):
+        return None
+    params = {}
+    for want, got in zip(template, parts, strict=True):
+        if want.startswith("{"):
+            params[want[1:-1]] = got
+        elif want != got:
+            return None
+    return params
+
+
+def _target(call: _Call) -> dict[str, object]:
     """A target's status document (GET), after setting its administrative state (PUT
     `{"admin_state": "ready" | "drain" | "maint"}`), kept in the state file."""
-    if method == "PUT":
-        document = _json_object(body)
+    runtime, node_id = call.runtime, call.params["node_id"]
+    runtimes, states = call.admin.runtimes, call.admin.states
+    if call.method == "PUT":
+        document = _json_object(call.body)
         values = [s.value for s in AdminState]
         state = document.get("admin_state")
         if set(document) != {"admin_state"} or state not in values:
@@ -458,13 +494,12 @@ def _pin(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
     return entry.to_json()
 
 
-def _event_log(method: str, body: bytes, event_log: EventLog | None) -> tuple[int, str, bytes]:
+def _event_log(method: str, body: bytes, event_log: EventLog | None) -> _Response:
+    """GET: the event log's status; PUT `{"ring_size": N}`: resize its ring."""
     if event_log is None:
         raise _HttpError(404, "the event log is off (<event-log> or routerd --event-log DIR turns it on)")
     if method == "GET":
         return _json(200, event_log.status())
-    if method != "PUT":
-        raise _HttpError(405, f"{method} /api/v1/event-log is not supported")
     document = _json_object(body)
     size = document.get("ring_size")
     if set(document) != {"ring_size"} or not isinstance(size, int) or isinstance(size, bool) or size < 1:
@@ -502,10 +537,8 @@ def _set_filters(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
     return status.to_json()
 
 
-async def _reload(method: str, reload: Callable[[], Awaitable[ConfigDiff]]) -> tuple[int, str, bytes]:
+async def _reload(reload: Callable[[], Awaitable[ConfigDiff]]) -> _Response:
     """`POST /api/v1/reload`: what changed, or 400 with why nothing did."""
-    if method != "POST":
-        raise _HttpError(405, f"{method} /api/v1/reload is not supported (POST reloads)")
     try:
         diff = await reload()
     except ReloadError as exc:
@@ -513,7 +546,7 @@ async def _reload(method: str, reload: Callable[[], Awaitable[ConfigDiff]]) -> t
     return _json(200, diff.to_json())
 
 
-def _json(status: int, body: _JsonBody) -> tuple[int, str, bytes]:
+def _json(status: int, body: _JsonBody) -> _Response:
     return status, "application/json", json.dumps(body).encode() + b"\n"
 
 
@@ -573,10 +606,7 @@ async def _serve_one(stream: trio.SocketStream, admin: AdminContext) -> None:
             try:
                 if isinstance(verdict, Refused):
                     raise _HttpError(verdict.status, verdict.message)
-                if parts == ["api", "v1", "reload"]:
-                    status, ctype, payload = await _reload(method, admin.reload)
-                else:
-                    status, ctype, payload = _route("GET" if head else method, target, body, admin)
+                status, ctype, payload = await _route("GET" if head else method, target, body, admin)
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
             if isinstance(verdict, Refused):  # WARNING: rate-limited, whoever sends them

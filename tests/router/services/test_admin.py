@@ -187,7 +187,13 @@ class TestAdmin:
                 400,
                 "a pin's duration must be > 0 seconds, got -1.0",
             ),
-            ("POST", "/cache", None, 405, "POST /api/v1/routers/hash/cache is not supported"),
+            (
+                "POST",
+                "/cache",
+                None,
+                405,
+                "POST /api/v1/routers/hash/cache is not supported (only GET, PUT, DELETE)",
+            ),
         ],
     )
     async def test_admin_cache_errors(
@@ -305,7 +311,7 @@ class TestAdmin:
                 "/targets/broker1",
                 None,
                 405,
-                "DELETE /api/v1/routers/hash/targets/broker1 is not supported",
+                "DELETE /api/v1/routers/hash/targets/broker1 is not supported (only GET, PUT)",
             ),
         ],
     )
@@ -403,14 +409,17 @@ class TestAdminRobustness:
     async def test_admin_wrong_method_on_metrics_is_405(self, base: tuple[ServerInfo, str]) -> None:
         _, url = base
         status, body = await _call(url + "/metrics", "POST", b"x")
-        assert (status, json.loads(body)) == (405, {"error": "POST /metrics is not supported"})
+        assert (status, json.loads(body)) == (405, {"error": "POST /metrics is not supported (only GET)"})
         status, body = await _call(url + "/readyz", "POST", b"x")
-        assert (status, json.loads(body)) == (405, {"error": "POST /readyz is not supported"})
+        assert (status, json.loads(body)) == (405, {"error": "POST /readyz is not supported (only GET)"})
 
     async def test_admin_wrong_method_on_the_router_list_is_405(self, base: tuple[ServerInfo, str]) -> None:
         _, url = base
         status, body = await _call(url + "/api/v1/routers", "PUT", b"{}")
-        assert (status, json.loads(body)) == (405, {"error": "PUT /api/v1/routers is not supported"})
+        assert (status, json.loads(body)) == (
+            405,
+            {"error": "PUT /api/v1/routers is not supported (only GET)"},
+        )
 
     async def test_admin_oversized_body_gets_413(self, base: tuple[ServerInfo, str]) -> None:
         _, url = base
