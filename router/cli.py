@@ -511,7 +511,7 @@ def _wait_options(parser: argparse.ArgumentParser, *, again: bool = False) -> No
     )
     parser.add_argument(
         "--interval",
-        type=_bounded_seconds(low, high),
+        type=finite_number(zero=False, unit="seconds", least=low, most=high),
         default=argparse.SUPPRESS if again else WAIT_INTERVAL_S,
         metavar="SECONDS",
         help=f"ask this often, {low:g}-{high:g} (default {WAIT_INTERVAL_S:g})",
@@ -765,21 +765,6 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         help="how long to wait for ZooKeeper at start (default 10)",
     )
     return parser
-
-
-def _bounded_seconds(low: float, high: float) -> Callable[[str], float]:
-    """An argparse type: a number of seconds from `low` to `high`; anything else is a usage error."""
-
-    def parse(text: str) -> float:
-        try:
-            value: float | None = float(text)
-        except ValueError:
-            value = None
-        if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be a number of seconds {low:g}-{high:g}, got {text!r}")
-        return value
-
-    return parse
 
 
 # -- routerctl: the dry run -------------------------------------------------------------------

@@ -122,7 +122,7 @@ def add_commands(
     _pace_options(rebalance)
     rebalance.add_argument(
         "--band",
-        type=float,
+        type=finite_number(zero=True, unit="(a fraction of the mean)"),
         default=DEFAULT_BAND,
         metavar="FRACTION",
         help=f"tolerance above the mean, 0.1 = 10 %% (default {DEFAULT_BAND:g})",

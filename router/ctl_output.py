@@ -240,17 +240,24 @@ class Output:
             print(block if isinstance(block, str) else block.render(color=self.color), file=self.stream)
 
 
-def finite_number(*, zero: bool, unit: str) -> Callable[[str], float]:
-    """An argparse type: a finite number of `unit`, >= 0 (`zero`) or > 0; anything else (`nan`,
-    `inf`, `-1`) is a usage error, exit status 2."""
-    rule = ">= 0" if zero else "> 0"
+def finite_number(
+    *, zero: bool, unit: str, least: float = 0.0, most: float = math.inf
+) -> Callable[[str], float]:
+    """An argparse type: a finite number of `unit`, >= 0 (`zero`) or > 0, and from `least` to
+    `most` when given; anything else (`nan`, `inf`, `-1`) is a usage error, exit status 2."""
+    rule = f"{least:g}-{most:g}" if least > 0 or most < math.inf else ">= 0" if zero else "> 0"
 
     def parse(text: str) -> float:
         try:
             value: float | None = float(text)
         except ValueError:
             value = None
-        if value is None or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        if (
+            value is None
+            or not math.isfinite(value)
+            or not least <= value <= most
+            or (value == 0 and not zero)
+        ):
             raise argparse.ArgumentTypeError(f"must be a finite number of {unit} {rule}, got {text!r}")
         return value
 

@@ -25,13 +25,21 @@ def test_evacuate_options_and_defaults() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [["evacuate", "rr", "m0", "--rate", "0"], ["evacuate", "rr", "m0", "--status", "--abort"]]
+    "argv",
+    [
+        ["evacuate", "rr", "m0", "--rate", "0"],
+        ["evacuate", "rr", "m0", "--status", "--abort"],
+        ["rebalance", "rr", "--band", "nan"],
+        ["rebalance", "rr", "--band", "-0.1"],
+        ["wait", "--interval", "0.01", "router", "rr", "ready"],
+        ["wait", "--interval", "inf", "router", "rr", "ready"],
+    ],
 )
 def test_bad_options_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         _routerctl_parser().parse_args(argv)
     assert exc.value.code == 2
-    assert "routerctl evacuate: error:" in capsys.readouterr().err
+    assert f"routerctl {argv[0]}: error:" in capsys.readouterr().err
 
 
 def test_shutdown_and_rebalance_parse() -> None:
