@@ -85,7 +85,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
     from cache.cache import Row
-    from router.config.settings import AcceptorConfig, Config
+    from router.config.settings import AcceptorConfig, Config, RouterConfig
     from router.core.reload import ConfigDiff
     from router.datapath.fast_path import HandedOver, Handoff
 
@@ -488,23 +488,44 @@ def _open_cache_stores(
     stores: list[tuple[RouterRuntime, CacheStore]] = []
     try:
         for runtime in runtimes:
-            cache = runtime.config.cache
-            if cache is None or not cache.persisted:
-                continue
-            assert cache.file is not None, "the loader gives a persisted cache its file"
-            store = _open_cache_store(runtime.name, cache.file, discard_unreadable)
-            stores.append((runtime, store))
-            now, wall = trio.current_time(), time.time()  # read together: the offset between them
-            try:
-                rows = store.load(wall, cache.timeout_ms, wall - now)
-            except CacheStoreError as exc:
-                raise StartupError(f"router {runtime.name!r}: {exc}") from exc
-            loaded = runtime.restore_cache(rows, now)
-            log.info("router=%s persisted cache %s: %d entries loaded", runtime.name, cache.file, loaded)
+            loaded = _load_cache_store(runtime.config, discard_unreadable, time.time() - trio.current_time())
+            if loaded is not None:
+                store, rows = loaded
+                stores.append((runtime, store))
+                _restore_cache(runtime, rows)
     except StartupError:
         _close_cache_stores(stores)
         raise
     return stores
+
+
+def _load_cache_store(
+    config: RouterConfig, discard_unreadable: bool, offset: float
+) -> tuple[CacheStore, list[tuple[str, Row]]] | None:
+    """A router's persisted cache: its file opened and its entries read (`offset`: wall clock
+    minus trio clock); None when its cache is not persisted.
+
+    Raises:
+        StartupError: the file cannot be opened or read (unless `discard_unreadable`: then it is
+            renamed aside, logged, and the cache starts empty), or another routerd holds it.
+    """
+    cache = config.cache
+    if cache is None or not cache.persisted:
+        return None
+    assert cache.file is not None, "the loader gives a persisted cache its file"
+    store = _open_cache_store(config.name, cache.file, discard_unreadable)
+    try:
+        return store, store.load(time.time(), cache.timeout_ms, offset)
+    except CacheStoreError as exc:
+        store.close()
+        raise StartupError(f"router {config.name!r}: {exc}") from exc
+
+
+def _restore_cache(runtime: RouterRuntime, rows: list[tuple[str, Row]]) -> None:
+    loaded = runtime.restore_cache(rows, trio.current_time())
+    cache = runtime.config.cache
+    assert cache is not None
+    log.info("router=%s persisted cache %s: %d entries loaded", runtime.name, cache.file, loaded)
 
 
 def _open_cache_store(router: str, path: str, discard_unreadable: bool) -> CacheStore:
@@ -893,16 +914,9 @@ class _Server:
                 if acceptor.name in names:
                     prepared.stores[acceptor.name] = _acceptor_stores(acceptor)
             for name in diff.routers_added:
-                cache = config.router(name).cache
-                if cache is not None and cache.persisted:
-                    assert cache.file is not None, "the loader gives a persisted cache its file"
-                    store = _open_cache_store(name, cache.file, self.options.discard_unreadable_cache)
-                    prepared.caches[name] = (store, [])
-                    try:
-                        rows = list(store.load(time.time(), cache.timeout_ms, offset))
-                    except CacheStoreError as exc:
-                        raise StartupError(f"router {name!r}: {exc}") from exc
-                    prepared.caches[name] = (store, rows)
+                loaded = _load_cache_store(config.router(name), self.options.discard_unreadable_cache, offset)
+                if loaded is not None:
+                    prepared.caches[name] = loaded
 
         try:
             await trio.to_thread.run_sync(read_files)
@@ -1038,8 +1052,7 @@ class _Server:
         store = None
         if name in prepared.caches:
             store, rows = prepared.caches.pop(name)
-            loaded = runtime.restore_cache(rows, trio.current_time())
-            log.info("router=%s persisted cache: %d entries loaded", name, loaded)
+            _restore_cache(runtime, rows)
             self.stores.append((runtime, store))
         tasks = self.tasks[name] = _RouterTasks(core=trio.CancelScope(), data=trio.CancelScope())
         self._services.start_soon(self._serve_core, runtime, tasks.core)
