@@ -75,7 +75,7 @@ from router.services.discovery import serve_discovery
 from router.services.evacuation import MoveConflict, Moves
 from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
-from router.services.process import ProcessView
+from router.services.process import ProcessView, descriptors_open
 from router.services.shared_cache import SharedCache
 from router.services.state_file import StateFile, StateFileError
 from router.services.ttl_checks import serve_connection_ttl_checks
@@ -160,10 +160,7 @@ def _admission(
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if limit == resource.RLIM_INFINITY:
         limit = _UNLIMITED_DESCRIPTORS
-    try:
-        in_use = len(os.listdir("/proc/self/fd"))
-    except OSError:  # no /proc: count nothing, the reserve is there for it
-        in_use = 0
+    in_use = descriptors_open() or 0  # no /proc: count nothing, the reserve is there for it
     # Opened after this count: each acceptor's listeners (two for a dual-stack host) and the fast
     # path's copies of them, the fast path's epoll set and wake-up pipe, the admin listener.
     in_use += _DESCRIPTORS_PER_ACCEPTOR * len(config.acceptors) + _SERVER_DESCRIPTORS

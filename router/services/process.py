@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from router.datapath.acceptor import ServedAcceptor
     from router.datapath.fast_path import FastPath
 
-__all__ = ["DISTRIBUTION", "ProcessView", "package_version"]
+__all__ = ["DISTRIBUTION", "ProcessView", "descriptors_open", "package_version"]
 
 DISTRIBUTION: Final = "connection-router"
 """The distribution whose version `routerd` reports and `routerctl --version` prints."""
@@ -40,7 +40,8 @@ def package_version() -> str:
         return "unknown"
 
 
-def _descriptors_open() -> int | None:
+def descriptors_open() -> int | None:
+    """Descriptors the process has open now; None where there is no /proc."""
     try:
         # The listing's own descriptor is in it: not one of the process's.
         return len(os.listdir("/proc/self/fd")) - 1
@@ -109,7 +110,7 @@ class ProcessView:
             started_at=self._started_at,
             uptime_s=time.monotonic() - self._started,
             descriptor_limit=None if limit == resource.RLIM_INFINITY else limit,
-            descriptors_open=_descriptors_open(),
+            descriptors_open=descriptors_open(),
             client_budget=admission.budget,
             client_connections=admission.open,
         )
