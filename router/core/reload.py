@@ -98,8 +98,6 @@ class ConfigDiff:
     acceptors_changed: tuple[str, ...] = ()
     not_in_place: tuple[str, ...] = ()
     """One sentence per change that needs a restart."""
-    departed: Mapping[str, tuple[Departed, ...]] = field(default_factory=dict)
-    """Router name -> the connections whose target left the configuration (removed routers too)."""
 
     @property
     def changed(self) -> bool:
@@ -251,7 +249,6 @@ def diff_configs(old: Config, new: Config, *, held: Mapping[str, Config] | None 
     new_routers: dict[str, RouterConfig] = {}
     still_held: dict[str, Config] = {}
     changes: list[RouterChange] = []
-    departed: dict[str, tuple[Departed, ...]] = {}
     for router in new.routers:
         if router.name not in old_routers:
             new_routers[router.name] = router
@@ -292,12 +289,7 @@ def diff_configs(old: Config, new: Config, *, held: Mapping[str, Config] | None 
                     departed=gone,
                 )
             )
-            if gone:
-                departed[router.name] = gone
     routers_removed = tuple(name for name in old_routers if name not in new_routers)
-    for name in routers_removed:
-        before_config, before = old_routers[name]
-        departed[name] = tuple(Departed(node_id=n) for n in _targets(before_config, before))
 
     config = dataclasses.replace(
         new, event_log=event_log, routers=tuple(new_routers[r.name] for r in new.routers)
@@ -319,5 +311,4 @@ def diff_configs(old: Config, new: Config, *, held: Mapping[str, Config] | None 
         acceptors_removed=tuple(n for n in old_served if n not in new_served),
         acceptors_changed=tuple(n for n in new_served if n in old_served and new_served[n] != old_served[n]),
         not_in_place=tuple(notes),
-        departed=departed,
     )

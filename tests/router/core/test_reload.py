@@ -65,7 +65,6 @@ def test_diff_configs_of_the_same_file_changes_nothing() -> None:
         "acceptors": {"added": [], "removed": [], "changed": []},
         "not_in_place": [],
     }
-    assert diff.departed == {}
     assert diff.config == config()
 
 
@@ -75,7 +74,7 @@ class TestTargets:
         assert diff.routers_changed == (
             RouterChange(name="r", what=("pool", "targets"), targets_added=("b2",)),
         )
-        assert diff.departed == {}
+        assert diff.routers_changed[0].departed == ()
         assert diff.acceptors_changed == ()
         assert diff.summary() == "router r changed (pool, targets; targets added: b2)"
 
@@ -83,7 +82,7 @@ class TestTargets:
         diff = diff_configs(config(refs=("c0", "c1", "c2")), config(refs=("c0", "c2")))
         (change,) = diff.routers_changed
         assert change.targets_removed == ("b1",)
-        assert diff.departed == {"r": (Departed(node_id="b1"),)}
+        assert change.departed == (Departed(node_id="b1"),)
 
     def test_diff_configs_changed_connector_departs_only_the_addresses_that_went(self) -> None:
         moved = {**CONNECTORS, "c1": "(tcp://127.0.0.1:21002,tcp://127.0.0.1:21009)?nodeId=b1"}
@@ -93,13 +92,15 @@ class TestTargets:
         assert change.targets_changed == ("b1",)
         assert change.departed == ()  # the primary stays: nobody was connected to a gone address
         back = diff_configs(config(connectors=moved), config())
-        assert back.departed == {"r": (Departed(node_id="b1", addresses=(Address("127.0.0.1", 21009),)),)}
+        assert back.routers_changed[0].departed == (
+            Departed(node_id="b1", addresses=(Address("127.0.0.1", 21009),)),
+        )
 
     def test_diff_configs_connector_parameters_change_the_target_but_depart_nothing(self) -> None:
         probed = {**CONNECTORS, "c0": "tcp://127.0.0.1:21001?nodeId=b0;probe=mqtt"}
         diff = diff_configs(config(), config(connectors=probed))
         assert diff.routers_changed[0].targets_changed == ("b0",)
-        assert diff.departed == {}
+        assert diff.routers_changed[0].departed == ()
 
     def test_diff_configs_unused_connector_changes_nothing(self) -> None:
         diff = diff_configs(config(), config(connectors={**CONNECTORS, "c2": "tcp://127.0.0.1:29999"}))
@@ -125,7 +126,6 @@ class TestRouters:
         removed = diff_configs(two, config())
         assert removed.routers_removed == ("s",)
         assert removed.acceptors_removed == ("b",)
-        assert removed.departed == {"s": (Departed(node_id="b2"),)}
         assert removed.summary() == "routers removed: s; acceptors removed: b"
 
     def test_diff_configs_connection_ttl_changes_the_router_and_its_acceptor(self) -> None:
@@ -152,7 +152,6 @@ class TestAcceptors:
             ("a",),
         )
         assert diff.routers_changed == ()
-        assert diff.departed == {}
 
     def test_diff_configs_key_type_of_its_router_changes_an_acceptor(self) -> None:
         """Scenario: the key type decides the data path and whether the opening is read."""
