@@ -48,6 +48,19 @@ CONN = ConnectionRef(id=1, router="r", acceptor="a", peer=Address("::1", 5000))
 TARGET_ADDRESS = Address("127.0.0.1", 1883)
 
 
+def _failed(cause: ConnectFailure, *, reason: str = "x", redispatched_to: str | None = None) -> ConnectFailed:
+    """A failed connect of `CONN` (key k) to b1."""
+    return ConnectFailed(
+        conn=CONN,
+        key="k",
+        node_id="b1",
+        address=TARGET_ADDRESS,
+        reason=reason,
+        cause=cause,
+        redispatched_to=redispatched_to,
+    )
+
+
 def _decided(
     mode: Mode, status: RouteStatus = RouteStatus.OK, reason: DecisionReason = DecisionReason.POLICY
 ) -> Decided:
@@ -118,14 +131,7 @@ def _decided(
             "peer=[::1]:5000 router=r key=k target=b1 outcome=OK",
         ),
         (
-            ConnectFailed(
-                conn=CONN,
-                key="k",
-                node_id="b1",
-                address=TARGET_ADDRESS,
-                reason="Connection refused",
-                cause=ConnectFailure.REFUSED,
-            ),
+            _failed(ConnectFailure.REFUSED, reason="Connection refused"),
             logging.WARNING,
             "peer=[::1]:5000 router=r key=k target=b1 outcome=CONNECT_FAILED reason=Connection refused",
         ),
@@ -236,14 +242,7 @@ def test_metric_updates_of_failures_refusals_and_lookups() -> None:
         OpeningFailed(conn=CONN, failure=OpeningFailure.TLS, protocol="tls"),
         NotAuthorized(conn=CONN, reason="no"),
         _decided(Mode.REFUSE, RouteStatus.REFUSED_USE_ANOTHER, DecisionReason.NO_POOL_OR_POLICY),
-        ConnectFailed(
-            conn=CONN,
-            key="k",
-            node_id="b1",
-            address=TARGET_ADDRESS,
-            reason="timed out",
-            cause=ConnectFailure.TIMEOUT,
-        ),
+        _failed(ConnectFailure.TIMEOUT, reason="timed out"),
         LookedUp(router="r", key="k", status=RouteStatus.REFUSED_UNAVAILABLE),
         Closed(conn=CONN, node_id="b1", bytes_in=0, bytes_out=0, duration_s=0.0, reason=CloseReason.RESET),
     ):
@@ -285,21 +284,8 @@ def test_metric_updates_of_pool_events_and_a_target_that_leaves() -> None:
     assert samples[("router_target_ready", (("node_id", "b1"), ("router", "r")))] == 0.0
     updates(PoolEvent(kind=PoolEventKind.TARGET_READY, pool="r", node_id="b1"))
     updates(PoolEvent(kind=PoolEventKind.POOL_ACTIVE, pool="r"))
-    updates(
-        ConnectFailed(
-            conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x", cause=ConnectFailure.OTHER
-        )
-    )
-    updates(
-        ConnectFailed(
-            conn=CONN,
-            key="k",
-            node_id="b1",
-            address=TARGET_ADDRESS,
-            reason="timed out",
-            cause=ConnectFailure.TIMEOUT,
-        )
-    )
+    updates(_failed(ConnectFailure.OTHER))
+    updates(_failed(ConnectFailure.TIMEOUT, reason="timed out"))
     updates(_decided(Mode.PROXY))
     updates(Connected(conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, connect_s=0.25))
     samples = _samples(metrics)
@@ -312,11 +298,7 @@ def test_metric_updates_of_pool_events_and_a_target_that_leaves() -> None:
     samples = _samples(metrics)
     assert ("router_target_ready", (("node_id", "b1"), ("router", "r"))) not in samples
     assert not [name for name, labels in samples if ("node_id", "b1") in labels and "target_connect" in name]
-    updates(
-        ConnectFailed(
-            conn=CONN, key="k", node_id="b1", address=TARGET_ADDRESS, reason="x", cause=ConnectFailure.OTHER
-        )
-    )
+    updates(_failed(ConnectFailure.OTHER))
     assert (
         _samples(metrics)[
             (
@@ -332,17 +314,7 @@ def test_metric_updates_observe_the_connect_time_the_data_path_reports() -> None
     metrics = Metrics()
     updates = MetricUpdates(metrics)
     updates(_decided(Mode.PROXY))
-    updates(
-        ConnectFailed(
-            conn=CONN,
-            key="k",
-            node_id="b1",
-            address=TARGET_ADDRESS,
-            reason="x",
-            cause=ConnectFailure.REFUSED,
-            redispatched_to="b2",
-        )
-    )
+    updates(_failed(ConnectFailure.REFUSED, redispatched_to="b2"))
     updates(Connected(conn=CONN, key="k", node_id="b2", address=TARGET_ADDRESS, connect_s=0.003))
     registry = metrics.registry
     b2 = {"router": "r", "node_id": "b2"}
@@ -363,16 +335,7 @@ def test_metric_updates_closed_while_connecting_is_no_refusal() -> None:
     metrics = Metrics()
     updates = MetricUpdates(metrics)
     updates(_decided(Mode.PROXY))
-    updates(
-        ConnectFailed(
-            conn=CONN,
-            key="k",
-            node_id="b1",
-            address=TARGET_ADDRESS,
-            reason=CloseReason.SHUTDOWN.while_connecting,
-            cause=ConnectFailure.CLOSED_BY_ROUTER,
-        )
-    )
+    updates(_failed(ConnectFailure.CLOSED_BY_ROUTER, reason=CloseReason.SHUTDOWN.while_connecting))
     samples = _samples(metrics)
     assert not any(name == "router_routing_refusals_total" for name, _ in samples)
     assert (
