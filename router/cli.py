@@ -88,6 +88,7 @@ from router.ctl_output import (
     add_json_option,
     exit_code_for_http,
     finite_number,
+    poll,
 )
 from router.datapath.net import describe_oserror
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
@@ -1006,28 +1007,28 @@ def _wait_command(args: argparse.Namespace, out: Output) -> int:
     subject = (
         f"router {args.router!r}" if node_id is None else f"target {node_id!r} of router {args.router!r}"
     )
-    deadline = time.monotonic() + args.timeout
     seen = "nothing yet"
-    while True:
-        left = deadline - time.monotonic()
+
+    def ask(left: float) -> tuple[object] | None:
+        nonlocal seen
         try:
             document = _request(args, router_path, timeout_s=max(0.1, min(REQUEST_TIMEOUT_S, left)))
         except CtlError as exc:
             if exc.code is not ExitCode.UNREACHABLE:
                 raise
             seen = exc.message
-        else:
-            held, seen, shown = _condition(document, node_id, args.state)
-            if held:
-                out.emit(shown, _router_blocks if node_id is None else (lambda t: [_targets_table([t])]))
-                return ExitCode.OK
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise CtlError(
-                f"wait: {subject} did not become {args.state} within {args.timeout:g} s (last: {seen})",
-                ExitCode.TIMED_OUT,
-            )
-        time.sleep(min(args.interval, left))
+            return None
+        held, seen, shown = _condition(document, node_id, args.state)
+        return (shown,) if held else None
+
+    found = poll(ask, timeout_s=args.timeout, interval_s=args.interval)
+    if found is None:
+        raise CtlError(
+            f"wait: {subject} did not become {args.state} within {args.timeout:g} s (last: {seen})",
+            ExitCode.TIMED_OUT,
+        )
+    out.emit(found[0], _router_blocks if node_id is None else (lambda t: [_targets_table([t])]))
+    return ExitCode.OK
 
 
 def _condition(document: object, node_id: str | None, state: str) -> tuple[bool, str, object]:

@@ -14,14 +14,13 @@ aborted; 1 when, with --wait, it ended aborted, or the admin API answered an err
 
 from __future__ import annotations
 
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Final
 
 from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveOrder
-from router.ctl_output import CtlError, ExitCode, finite_number
+from router.ctl_output import CtlError, ExitCode, finite_number, poll
 
 if TYPE_CHECKING:
     import argparse
@@ -34,6 +33,8 @@ __all__ = ["COMMANDS", "add_commands", "run_command"]
 COMMANDS: Final = frozenset({"evacuate", "rebalance", "shutdown"})
 POLL_S: Final = 0.5
 """How often --wait asks for the status."""
+_UNFINISHED: Final = ("running", "waiting")
+"""A move's states before it ends."""
 DEFAULT_WAIT_S: Final = 600.0
 
 
@@ -166,15 +167,18 @@ def run_command(
         status = request(path, method="DELETE")
     else:
         status = request(path, method="POST", body=body)
-        if args.wait:
-            deadline = time.monotonic() + args.timeout
-            while _state(status) in ("running", "waiting") and time.monotonic() < deadline:
-                time.sleep(POLL_S)
+        if args.wait and _state(status) in _UNFINISHED:
+
+            def ask(_left: float) -> tuple[object] | None:
+                nonlocal status
                 status = request(path)
+                return None if _state(status) in _UNFINISHED else (status,)
+
+            poll(ask, timeout_s=args.timeout, interval_s=POLL_S)
     out.emit(status, render)
     if args.wait and not (args.status or args.abort):
         state = _state(status)
-        if state in ("running", "waiting"):
+        if state in _UNFINISHED:
             raise CtlError(f"not done after {args.timeout:g} s", ExitCode.TIMED_OUT)
         if state != "done":
             raise CtlError(f"the {args.command} ended {state}", ExitCode.FAILED)
@@ -190,8 +194,8 @@ def _gone(admin_url: str, timeout_s: float) -> bool:
     Anything else (a slow answer while routerd drains, a connection closed at the admin API's
     connection limit, an HTTP error) is not an end: a preStop hook that returned early would let
     the kubelet's SIGTERM cut the paced shutdown short."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def refused(_left: float) -> bool | None:
         try:
             with urllib.request.urlopen(admin_url.rstrip("/") + "/healthz", timeout=2):
                 pass
@@ -202,5 +206,6 @@ def _gone(admin_url: str, timeout_s: float) -> bool:
             return True
         except OSError:
             pass  # e.g. a reset or a timeout: ask again
-        time.sleep(POLL_S)
-    return False
+        return None
+
+    return poll(refused, timeout_s=timeout_s, interval_s=POLL_S) is not None

@@ -18,8 +18,9 @@ import json
 import math
 import os
 import sys
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, TextIO, TypeAlias
+from typing import TYPE_CHECKING, Final, TextIO, TypeAlias, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -36,6 +37,7 @@ __all__ = [
     "add_json_option",
     "exit_code_for_http",
     "finite_number",
+    "poll",
     "use_color",
 ]
 
@@ -262,3 +264,21 @@ def finite_number(
         return value
 
     return parse
+
+
+_T = TypeVar("_T")
+
+
+def poll(ask: Callable[[float], _T | None], *, timeout_s: float, interval_s: float) -> _T | None:
+    """Call `ask(seconds left)` until it answers something other than None, every `interval_s`,
+    for at most `timeout_s` (it is asked at least once, and once more at the end); None when it
+    never did. routerctl's waits: `wait`, a move's `--wait`, `shutdown --wait`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answer = ask(max(0.0, deadline - time.monotonic()))
+        if answer is not None:
+            return answer
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        time.sleep(min(interval_s, left))

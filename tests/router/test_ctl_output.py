@@ -18,6 +18,7 @@ from router.ctl_output import (
     Table,
     add_json_option,
     exit_code_for_http,
+    poll,
     use_color,
 )
 
@@ -161,3 +162,19 @@ def test_add_json_option_after_a_subcommand_keeps_the_commands_value() -> None:
     assert parser.parse_args(["--json", "list"]).json is True
     assert parser.parse_args(["list", "--json"]).json is True
     assert parser.parse_args(["list"]).json is False
+
+
+def test_poll_asks_until_an_answer_or_the_timeout() -> None:
+    asked: list[float] = []
+
+    def third_time(left: float) -> str | None:
+        asked.append(left)
+        return "done" if len(asked) == 3 else None
+
+    assert poll(third_time, timeout_s=5.0, interval_s=0.001) == "done"
+    assert len(asked) == 3
+    assert asked[0] <= 5.0
+    asked.clear()
+    assert poll(lambda left: asked.append(left), timeout_s=0.05, interval_s=0.01) is None
+    assert len(asked) >= 2
+    assert asked[-1] == 0.0  # asked once more when no time was left
