@@ -81,6 +81,10 @@ class _Client:
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
+        # The callbacks are bound methods of this object: without them the paho client is no
+        # longer in a reference cycle, so it is freed (and closes its socket pair) at once, not
+        # by a later garbage collection that warns of unclosed sockets.
+        self.client.on_connect = self.client.on_disconnect = None
 
 
 def _connections(router: Routerd) -> dict[str, int]:
@@ -258,6 +262,35 @@ def test_sigterm_moves_clients_over_the_grace_period(
         assert times[0] >= 0.2  # the first after one interval (0.4 s), not at once
         assert times[-1] - times[0] >= 1.5  # spread over the period (0.4 s apart)
         assert times[-1] < 4.0  # all before the end of the grace period
+        assert router.stop() == 0
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_routerctl_shutdown_wait_returns_once_routerd_is_gone(
+    mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd], free_port: Callable[[], int]
+) -> None:
+    """Scenario: a Kubernetes preStop: `routerctl shutdown --wait` with 4 clients and a 2 s grace
+    period returns 0 only after routerd has moved them and exited, not at the first slow answer."""
+    port = free_port()
+    router = start_routerd(_config(mosquitto_fleet, port), "--grace-period", "2")
+    clients = [_Client(port, cid, reconnect=False) for cid in _client_ids(4)]
+    try:
+        _wait_until(lambda: sum(_connections(router).values()) == 4, "4 clients")
+        assert router.proc is not None
+        started = time.monotonic()
+        done = subprocess.run(
+            [*ROUTERCTL, "shutdown", "--admin", router.admin, "--wait", "--timeout", "30"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert router.proc.poll() == 0  # gone, and exited cleanly, before routerctl returned
+        assert time.monotonic() - started >= 0.5  # the clients were moved over the grace period
+        assert all(c.disconnects and c.disconnects[0][1] == SERVER_SHUTTING_DOWN for c in clients)
         assert router.stop() == 0
     finally:
         for client in clients:
