@@ -645,9 +645,23 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="repeat the whole measurement this many times (fresh processes each time) and report "
         "the medians; the goals are computed within each run (default 1)",
     )
+    parser.add_argument(
+        "--event-log-pairs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="measure the event log's cost: N pairs of runs, without then with the event log (fresh "
+        "processes each), interleaved so that the machine's drift hits both; prints each figure's "
+        "change per pair and its median, and judges the log's goal (<= 5 %% of the short-connection "
+        "rate)",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.runs <= 10:
         parser.error(f"--runs must be 1-10, got {args.runs}")
+    if args.event_log_pairs and (args.runs > 1 or args.event_log):
+        parser.error("--event-log-pairs runs its own pairs: it takes neither --runs nor --event-log")
+    if not 0 <= args.event_log_pairs <= 20:
+        parser.error(f"--event-log-pairs must be 1-20, got {args.event_log_pairs}")
     groups = [g.strip() for g in str(args.only).split(",") if g.strip()]
     unknown = [g for g in groups if g not in GROUPS]
     if unknown or not groups:
@@ -688,6 +702,87 @@ def _measure(
         return bench.idle_connections
 
 
+EVENT_LOG_GOAL: Final = -0.05
+"""The event log's goal (issue 11): it costs at most 5 % of routerd's short-connection rate."""
+
+
+def pair_changes(pairs: Sequence[tuple[dict[str, Figure], dict[str, Figure]]]) -> dict[str, list[float]]:
+    """Per figure with a routerd value in every pair: routerd's value with the event log over its
+    value without, minus 1, for each pair (-0.156: 15.6 % less)."""
+    changes: dict[str, list[float]] = {}
+    for name in pairs[0][0]:
+        values = [(off[name].values.get("routerd"), on[name].values.get("routerd")) for off, on in pairs]
+        if all(a is not None and b is not None and a > 0 for a, b in values):
+            changes[name] = [b / a - 1 for a, b in values]  # type: ignore[operator]  # checked above
+    return changes
+
+
+def _report_pairs(
+    pairs: list[tuple[dict[str, Figure], dict[str, Figure]]],
+    args: argparse.Namespace,
+    json_path: Path,
+    workdir: Path,
+    started_at: datetime.datetime,
+    *,
+    interrupted: bool,
+) -> int:
+    """Print and write the event log's cost from the pairs; the exit status."""
+    changes = pair_changes(pairs)
+    lines = [f"the event log's cost, {len(pairs)} pair(s) of runs (off, then on; fresh processes each):"]
+    lines.append(f"{'figure':<44}  {'unit':<6}  {'off':>9}  {'on':>9}  change (median of pairs; each pair)")
+    for name, each in changes.items():
+        off = statistics.median(p[0][name].values["routerd"] or 0.0 for p in pairs)
+        on = statistics.median(p[1][name].values["routerd"] or 0.0 for p in pairs)
+        figure = pairs[0][0][name]
+        lines.append(
+            f"{figure.title:<44}  {figure.unit:<6}  {off:>9,.1f}  {on:>9,.1f}  "
+            f"{statistics.median(each):+.1%} ({', '.join(f'{c:+.1%}' for c in each)})"
+        )
+    rate = changes.get("connection_rate")
+    met = None if rate is None else statistics.median(rate) >= EVENT_LOG_GOAL
+    verdict = "not measured" if rate is None else "met" if met else "NOT met"
+    lines.append(
+        f"goal: the event log costs <= {-EVENT_LOG_GOAL:.0%} of the short-connection rate: "
+        f"{'-' if rate is None else f'{statistics.median(rate):+.1%}'}: {verdict}"
+    )
+    print("\n".join(lines), flush=True)
+    failures = [f for pair in pairs for run in pair for figure in run.values() for f in figure.failures()]
+    doc = {
+        "schema": "router-bench-event-log-pairs/1",
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "groups": args.groups,
+        "quick": bool(args.quick),
+        "interrupted": interrupted,
+        "versions": _versions(),
+        "pairs": [
+            {
+                side: {n: f.to_json() for n, f in run.items() if f.measured}
+                for side, run in zip(("off", "on"), pair, strict=True)
+            }
+            for pair in pairs
+        ],
+        "changes": {name: [round(c, 4) for c in each] for name, each in changes.items()},
+        "goal": {
+            "bound": EVENT_LOG_GOAL,
+            "median": None if rate is None else statistics.median(rate),
+            "met": met,
+        },
+        "failures": failures,
+    }
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"JSON: {json_path}", flush=True)
+    if failures or interrupted or args.keep_logs:
+        _say(f"logs kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    for failure in failures:
+        _say(f"FAILED {failure}")
+    if interrupted:
+        return 130
+    return 1 if failures else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; the exit status is 0, 1 (a measurement failed), 2 (a tool is missing)."""
     args = _parse_args(argv)
@@ -709,8 +804,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Ctrl-C and SIGTERM both unwind through the fleet's stop (also when started in the background,
     # where a shell leaves SIGINT ignored).
     previous = {sig: signal.signal(sig, handler) for sig, handler in _STOP_HANDLERS.items()}
+    pairs: list[tuple[dict[str, Figure], dict[str, Figure]]] = []
     try:
-        for number in range(1, args.runs + 1):
+        if args.event_log_pairs:
+            for number in range(1, args.event_log_pairs + 1):
+                pair = (new_figures(), new_figures())
+                for figures_of, on in zip(pair, (False, True), strict=True):
+                    _say(f"pair {number} of {args.event_log_pairs}: event log {'on' if on else 'off'}")
+                    run_dir = workdir / f"pair{number}-{'on' if on else 'off'}"
+                    run_dir.mkdir()
+                    idle_connections = _measure(
+                        groups, settings, figures_of, run_dir, args.routerd_log_level, event_log=on
+                    )
+                pairs.append(pair)
+                runs.extend(pair)
+        for number in range(1, 0 if args.event_log_pairs else args.runs + 1):
             if args.runs > 1:
                 _say(f"run {number} of {args.runs}")
             runs.append(new_figures())
@@ -727,6 +835,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if pairs:
+        return _report_pairs(pairs, args, json_path, workdir, started_at, interrupted=interrupted)
     figures = median_figures(runs) if len(runs) > 1 else runs[0] if runs else new_figures()
     goals = goal_results(runs)
     failures = [f for run in runs for figure in run.values() for f in figure.failures()]

@@ -27,6 +27,16 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 300
+PAIRS_COMMAND = (
+    sys.executable,
+    "-m",
+    "benchmarks.run",
+    "--quick",
+    "--only",
+    "rate",
+    "--event-log-pairs",
+    "2",
+)
 
 
 def _require_tools() -> None:
@@ -103,6 +113,58 @@ def test_main_runs_twice_and_reports_medians(tmp_path: Path, capsys: pytest.Capt
     (miss,) = [g for g in doc["goals"] if g["goal"] == "routing decision p99, cache miss (us)"]
     assert miss["per_run"] == [round(v, 4) for v in per_run]
     assert "medians of 2 runs:" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_event_log_pairs_measure_routerd_without_then_with_the_log(tmp_path: Path) -> None:
+    """Scenario: `--event-log-pairs 2 --only rate --quick`: four fresh routerds, the second of
+    each pair writing its event log; each pair's change and the goal's verdict come from them."""
+    _require_tools()
+    out = tmp_path / "pairs.json"
+    result = subprocess.run(
+        [*PAIRS_COMMAND, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(out.read_text())
+    assert doc["failures"] == []
+    assert len(doc["pairs"]) == 2
+    rates = [
+        (
+            pair["off"]["connection_rate"]["values"]["routerd"],
+            pair["on"]["connection_rate"]["values"]["routerd"],
+        )
+        for pair in doc["pairs"]
+    ]
+    assert doc["changes"]["connection_rate"] == [round(on / off - 1, 4) for off, on in rates]
+    median = sorted(on / off - 1 for off, on in rates)
+    assert doc["goal"]["median"] == pytest.approx((median[0] + median[1]) / 2)
+    assert doc["goal"]["met"] is (doc["goal"]["median"] >= -0.05)
+    assert "goal: the event log costs <= 5% of the short-connection rate" in result.stdout
+
+
+def test_pair_changes_are_with_over_without_per_pair() -> None:
+    pairs = []
+    for off, on in ((100.0, 90.0), (200.0, 190.0)):
+        without, with_log = new_figures(), new_figures()
+        without["connection_rate"].set("routerd", off)
+        with_log["connection_rate"].set("routerd", on)
+        pairs.append((without, with_log))
+    assert run.pair_changes(pairs) == {"connection_rate": [pytest.approx(-0.1), pytest.approx(-0.05)]}
+
+
+def test__parse_args_event_log_pairs_run_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--event-log-pairs", "2", "--runs", "2"], ["--event-log-pairs", "2", "--event-log"]):
+        with pytest.raises(SystemExit):
+            run._parse_args(argv)
+        assert "takes neither --runs nor --event-log" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run._parse_args(["--event-log-pairs", "21"])
+    assert "--event-log-pairs must be 1-20" in capsys.readouterr().err
 
 
 def test__parse_args_runs_is_bounded(capsys: pytest.CaptureFixture[str]) -> None:
