@@ -772,7 +772,13 @@ def _report_pairs(
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"JSON: {json_path}", flush=True)
-    if failures or interrupted or args.keep_logs:
+    return _finish(workdir, failures, interrupted=interrupted, keep=args.keep_logs)
+
+
+def _finish(workdir: Path, failures: list[str], *, interrupted: bool, keep: bool) -> int:
+    """Keep the work directory (failures, an interruption, `--keep-logs`) or delete it, name the
+    failures; the exit status."""
+    if failures or interrupted or keep:
         _say(f"logs kept in {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -876,15 +882,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"backends; load average {load_start[0]} at start, {_loadavg()[0]} at end. JSON: {json_path}",
         flush=True,
     )
-    if failures or interrupted or args.keep_logs:
-        _say(f"logs kept in {workdir}")
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
-    for failure in failures:
-        _say(f"FAILED {failure}")
-    if interrupted:
-        return 130
-    return 1 if failures else 0
+    return _finish(workdir, failures, interrupted=interrupted, keep=args.keep_logs)
 
 
 if __name__ == "__main__":

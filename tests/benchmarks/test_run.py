@@ -39,6 +39,21 @@ PAIRS_COMMAND = (
 )
 
 
+def _smoke(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m benchmarks.run ARGS` from the repository root; it must exit 0."""
+    _require_tools()
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
 def _require_tools() -> None:
     missing = [tool for tool in REQUIRED_TOOLS if find_tool(tool) is None]
     if missing:
@@ -48,17 +63,8 @@ def _require_tools() -> None:
 @pytest.mark.integration
 def test_run_quick_produces_every_figure(tmp_path: Path) -> None:
     """Scenario: `python -m benchmarks.run --quick` starts everything, fills every figure, stops all."""
-    _require_tools()
     out = tmp_path / "x.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--quick", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=SMOKE_TIMEOUT_S,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = _smoke("--quick", "--json", str(out))
     doc = json.loads(out.read_text())
     assert doc["failures"] == []
     assert doc["quick"] is True
@@ -119,17 +125,8 @@ def test_main_runs_twice_and_reports_medians(tmp_path: Path, capsys: pytest.Capt
 def test_event_log_pairs_measure_routerd_without_then_with_the_log(tmp_path: Path) -> None:
     """Scenario: `--event-log-pairs 2 --only rate --quick`: four fresh routerds, the second of
     each pair writing its event log; each pair's change and the goal's verdict come from them."""
-    _require_tools()
     out = tmp_path / "pairs.json"
-    result = subprocess.run(
-        [*PAIRS_COMMAND, "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=SMOKE_TIMEOUT_S,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = _smoke("--quick", "--only", "rate", "--event-log-pairs", "2", "--json", str(out))
     doc = json.loads(out.read_text())
     assert doc["failures"] == []
     assert len(doc["pairs"]) == 2

@@ -10,6 +10,7 @@ DISCONNECT 0x8B instead of closing them all at its end.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import threading
@@ -24,7 +25,7 @@ from tests.conftest import eventually
 from tests.router.conftest import ROUND_ROBIN_NODE_IDS, ROUTERCTL, round_robin_config, routerctl_json
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from tests.router.conftest import Mosquitto, Routerd
 
@@ -106,6 +107,18 @@ def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = TIMEO
 def _client_ids(count: int) -> list[str]:
     run = uuid.uuid4().hex[:6]
     return [f"evac-{run}-{i:02d}" for i in range(count)]
+
+
+@contextlib.contextmanager
+def _resident(router: Routerd, port: int, count: int) -> Iterator[list[_Client]]:
+    """`count` clients connected through the router that do not reconnect, closed at the end."""
+    clients = [_Client(port, cid, reconnect=False) for cid in _client_ids(count)]
+    try:
+        _wait_until(lambda: sum(_connections(router).values()) == count, f"{count} clients")
+        yield clients
+    finally:
+        for client in clients:
+            client.close()
 
 
 def test_evacuate_moves_a_targets_clients_paced_in_their_protocol(
@@ -249,9 +262,7 @@ def test_sigterm_moves_clients_over_the_grace_period(
     over the period (not all at once at its end), and routerd exits 0."""
     port = free_port()
     router = start_routerd(_config(mosquitto_fleet, port), "--grace-period", "4")
-    clients = [_Client(port, cid, reconnect=False) for cid in _client_ids(8)]
-    try:
-        _wait_until(lambda: sum(_connections(router).values()) == 8, "8 clients")
+    with _resident(router, port, 8) as clients:
         assert router.proc is not None
         started = time.monotonic()
         router.proc.send_signal(signal.SIGTERM)
@@ -263,9 +274,6 @@ def test_sigterm_moves_clients_over_the_grace_period(
         assert times[-1] - times[0] >= 1.5  # spread over the period (0.4 s apart)
         assert times[-1] < 4.0  # all before the end of the grace period
         assert router.stop() == 0
-    finally:
-        for client in clients:
-            client.close()
 
 
 def test_routerctl_shutdown_wait_returns_once_routerd_is_gone(
@@ -275,9 +283,7 @@ def test_routerctl_shutdown_wait_returns_once_routerd_is_gone(
     period returns 0 only after routerd has moved them and exited, not at the first slow answer."""
     port = free_port()
     router = start_routerd(_config(mosquitto_fleet, port), "--grace-period", "2")
-    clients = [_Client(port, cid, reconnect=False) for cid in _client_ids(4)]
-    try:
-        _wait_until(lambda: sum(_connections(router).values()) == 4, "4 clients")
+    with _resident(router, port, 4) as clients:
         assert router.proc is not None
         started = time.monotonic()
         done = subprocess.run(
@@ -292,6 +298,3 @@ def test_routerctl_shutdown_wait_returns_once_routerd_is_gone(
         assert time.monotonic() - started >= 0.5  # the clients were moved over the grace period
         assert all(c.disconnects and c.disconnects[0][1] == SERVER_SHUTTING_DOWN for c in clients)
         assert router.stop() == 0
-    finally:
-        for client in clients:
-            client.close()
