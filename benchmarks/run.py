@@ -739,11 +739,12 @@ def _report_pairs(
             f"{statistics.median(each):+.1%} ({', '.join(f'{c:+.1%}' for c in each)})"
         )
     rate = changes.get("connection_rate")
-    met = None if rate is None else statistics.median(rate) >= EVENT_LOG_GOAL
-    verdict = "not measured" if rate is None else "met" if met else "NOT met"
+    median = None if rate is None else statistics.median(rate)
+    met = None if median is None else median >= EVENT_LOG_GOAL
+    verdict = "not measured" if median is None else "met" if met else "NOT met"
     lines.append(
         f"goal: the event log costs <= {-EVENT_LOG_GOAL:.0%} of the short-connection rate: "
-        f"{'-' if rate is None else f'{statistics.median(rate):+.1%}'}: {verdict}"
+        f"{'-' if median is None else f'{median:+.1%}'}: {verdict}"
     )
     print("\n".join(lines), flush=True)
     failures = [f for pair in pairs for run in pair for figure in run.values() for f in figure.failures()]
@@ -762,11 +763,7 @@ def _report_pairs(
             for pair in pairs
         ],
         "changes": {name: [round(c, 4) for c in each] for name, each in changes.items()},
-        "goal": {
-            "bound": EVENT_LOG_GOAL,
-            "median": None if rate is None else statistics.median(rate),
-            "met": met,
-        },
+        "goal": {"bound": EVENT_LOG_GOAL, "median": median, "met": met},
         "failures": failures,
     }
     json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -819,22 +816,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _say(f"pair {number} of {args.event_log_pairs}: event log {'on' if on else 'off'}")
                     run_dir = workdir / f"pair{number}-{'on' if on else 'off'}"
                     run_dir.mkdir()
-                    idle_connections = _measure(
-                        groups, settings, figures_of, run_dir, args.routerd_log_level, event_log=on
-                    )
+                    _measure(groups, settings, figures_of, run_dir, args.routerd_log_level, event_log=on)
                 pairs.append(pair)
-                runs.extend(pair)
-        for number in range(1, 0 if args.event_log_pairs else args.runs + 1):
-            if args.runs > 1:
-                _say(f"run {number} of {args.runs}")
-            runs.append(new_figures())
-            run_dir = workdir / f"run{number}" if args.runs > 1 else workdir
-            run_dir.mkdir(exist_ok=True)
-            idle_connections = _measure(
-                groups, settings, runs[-1], run_dir, args.routerd_log_level, event_log=args.event_log
-            )
-            if args.runs > 1:
-                print(f"run {number} of {args.runs}:\n{format_table(runs[-1])}\n", flush=True)
+        else:
+            for number in range(1, args.runs + 1):
+                if args.runs > 1:
+                    _say(f"run {number} of {args.runs}")
+                runs.append(new_figures())
+                run_dir = workdir / f"run{number}" if args.runs > 1 else workdir
+                run_dir.mkdir(exist_ok=True)
+                idle_connections = _measure(
+                    groups, settings, runs[-1], run_dir, args.routerd_log_level, event_log=args.event_log
+                )
+                if args.runs > 1:
+                    print(f"run {number} of {args.runs}:\n{format_table(runs[-1])}\n", flush=True)
     except KeyboardInterrupt:
         interrupted = True
         _say("interrupted; every process started was stopped")

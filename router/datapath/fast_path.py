@@ -66,7 +66,7 @@ from router.core.plan import (
     plan,
     routing_facts,
 )
-from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, connect_failure, describe_oserror
+from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, connect_failed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -778,8 +778,7 @@ class FastPath:
             reason = exc.while_connecting
             cause = ConnectFailure.CLOSED_BY_ROUTER
         else:
-            reason = "timed out" if exc.errno == errno.ETIMEDOUT else describe_oserror(exc)
-            cause = connect_failure(exc)
+            reason, cause = connect_failed(exc)
             action = relayed.action
             assert opening is not None, "kept until connected"
             assert action is not None, "kept until connected"
@@ -844,13 +843,14 @@ class FastPath:
         runtime = acceptor.runtime
         then = runtime.after_connect_failed(acceptor.config, opening, action, self._clock(), retry=False)
         connector = action.connector
+        reason, cause = connect_failed(exc)
         failed = ConnectFailed(
             conn=conn,
             key=action.key,
             node_id=action.target.node_id,
             address=endpoint(connector.host, connector.port),
-            reason=describe_oserror(exc),
-            cause=connect_failure(exc),
+            reason=reason,
+            cause=cause,
         )
         try:
             runtime.report(failed)

@@ -24,6 +24,7 @@ __all__ = [
     "ACCEPT_BACKOFF_S",
     "ACCEPT_CAPACITY_ERRNOS",
     "LOCAL_SHORTAGE_ERRNOS",
+    "connect_failed",
     "connect_failure",
     "describe_oserror",
     "is_local_shortage",
@@ -68,6 +69,15 @@ def connect_failure(exc: BaseException) -> ConnectFailure:
         if found & errnos:
             return failure
     return ConnectFailure.OTHER
+
+
+def connect_failed(exc: OSError | trio.TooSlowError) -> tuple[str, ConnectFailure]:
+    """A failed connect's reason, in a few words for the log line (`timed out` for the connect
+    deadline, else `describe_oserror`), and its cause (`connect_failure`): what both data paths
+    report in `ConnectFailed`."""
+    if isinstance(exc, trio.TooSlowError) or exc.errno == errno.ETIMEDOUT:
+        return "timed out", connect_failure(exc)
+    return describe_oserror(exc), connect_failure(exc)
 
 
 def _errnos(exc: BaseException, seen: set[int] | None = None) -> Iterator[int]:

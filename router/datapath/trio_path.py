@@ -52,7 +52,7 @@ from router.core.plan import (
     plan,
     routing_facts,
 )
-from router.datapath.net import connect_failure, describe_oserror, open_connection
+from router.datapath.net import connect_failed, open_connection
 from router.datapath.reading import SniffProgress, read_past_preamble, read_proxy_header, read_until_sniffed
 from router.datapath.relay import leave, relay
 from router.datapath.tls import PrefixedStream, certificate_user
@@ -459,8 +459,7 @@ def _report_end(
         reason = (live.closed_by or state.reason).while_connecting
         cause = ConnectFailure.CLOSED_BY_ROUTER
     else:
-        reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_oserror(exc)
-        cause = connect_failure(exc)
+        reason, cause = connect_failed(exc)
         then = runtime.after_connect_failed(
             acceptor.config, opening, action, trio.current_time(), retry=retry
         )

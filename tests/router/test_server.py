@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pytest
 import trio
 
+from cache.cache import CacheConfig, Changes
 from keys import KeyType, mqtt
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
@@ -24,7 +25,8 @@ from router.core.reload import ReloadError
 from router.datapath import fast_path as fast_path_module
 from router.datapath.acceptor import ConnectionLimits
 from router.datapath.net import open_connection
-from router.server import ServerInfo, serve_router
+from router.server import ServerInfo, StartupError, _load_cache_store, serve_router
+from router.services.cache_store import CacheStore
 from tests.conftest import read_until_closed, recv_exactly
 from tests.keys.test_mqtt import connect_packet
 
@@ -821,10 +823,6 @@ def test_a_persisted_cache_is_loaded_alike_at_start_and_by_a_reload(tmp_path):
     """`_load_cache_store` (what start and a reload adding a router both use): the file's entries
     in the router's clock; None for a cache that is not persisted; a damaged file is one error that
     names the router, and leaves the file free (no lock held: it can be set aside and reopened)."""
-    from cache.cache import CacheConfig, Changes
-    from router.server import StartupError, _load_cache_store
-    from router.services.cache_store import CacheStore
-
     path = tmp_path / "r.sqlite"
     offset = time.time() - 100.0  # wall clock = the router's clock + offset
     writer = CacheStore.open(str(path))

@@ -9,7 +9,13 @@ import pytest
 import trio
 
 from router.core.events import ConnectFailure
-from router.datapath.net import connect_failure, describe_oserror, is_local_shortage, open_connection
+from router.datapath.net import (
+    connect_failed,
+    connect_failure,
+    describe_oserror,
+    is_local_shortage,
+    open_connection,
+)
 
 
 async def _listener() -> tuple[trio.SocketListener, int]:
@@ -95,3 +101,20 @@ def test_connect_failure_survives_a_cycle_of_causes() -> None:
     first, second = OSError("first"), OSError(errno.ECONNRESET, "second")
     first.__cause__, second.__cause__ = second, first
     assert connect_failure(first) is ConnectFailure.RESET
+
+
+@pytest.mark.parametrize(
+    ("exc", "said"),
+    [
+        (trio.TooSlowError(), ("timed out", ConnectFailure.TIMEOUT)),
+        (OSError(errno.ETIMEDOUT, "timed out"), ("timed out", ConnectFailure.TIMEOUT)),
+        (ConnectionRefusedError(errno.ECONNREFUSED, "x"), ("Connection refused", ConnectFailure.REFUSED)),
+        (OSError(errno.EMFILE, "x"), ("Too many open files", ConnectFailure.LOCAL_SHORTAGE)),
+    ],
+)
+def test_connect_failed_is_the_log_lines_words_and_the_cause(
+    exc: OSError | trio.TooSlowError, said: tuple[str, ConnectFailure]
+) -> None:
+    """What both data paths report of a failed connect (the fast path's deadline is an ETIMEDOUT,
+    the trio path's a TooSlowError)."""
+    assert connect_failed(exc) == said
