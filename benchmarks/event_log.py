@@ -11,10 +11,12 @@ itself.
   the lock is uncontended (in routerd it is almost always: the sender takes `TAKE_BATCH` at a time).
 * **sender**: what the sender thread does in routerd's interpreter per event: `encode_frame` of
   `TAKE_BATCH` events (`marshal`), timed alone; the pipe write after it releases the interpreter.
-* **writer**: the writer process over the full ring: started, then the ring sent to it, and stopped
-  when it has written, compressed (zstd level 3), synced and renamed its file — wall time from
-  `start()` returning to `stop()` returning, per event. Its formatting (`values_line`, as the
-  writer formats) and zstd are also timed alone on the same events, as a breakdown.
+* **writer**, for each file format (Parquet, the default, and JSON lines): the writer process over
+  the full ring: started, then the ring sent to it, and stopped when it has written, finished
+  (Parquet from its Arrow batches; zstd level 3 of the lines), synced and renamed its file — wall
+  time from `start()` returning to `stop()` returning, per event. The format's encoding alone
+  (`FileFormat.encode` of `PENDING_EVENTS` at a time, as the writer encodes) is timed on the same
+  events, as a breakdown, and the finished file's size per event is given.
 * **decision**: `benchmarks.decision.time_decisions` on the benchmark's routerd configuration
   (`echo`: SOURCE_IP, CONSISTENT_HASH over 2 targets, cache), cache miss and hit.
 
@@ -36,28 +38,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow.parquet as pq
 import zstandard
 
 from benchmarks.configs import Ports, routerd_config
 from benchmarks.decision import percentile, time_decisions
 from keys import ConnectionFacts, KeyType, WireProtocol
-from router.config.settings import EventLogConfig
+from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import Sequence, event_values, values_line
+from router.core.event_records import EventValues, event_values
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
-from router.services.event_files import ZSTD_LEVEL
+from router.services.event_files import PENDING_EVENTS
 from router.services.event_log import TAKE_BATCH, EventLog
-from router.services.event_writer import encode_frame
+from router.services.event_writer import encode_frame, file_format
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["EventLogCost", "make_events", "time_event_log"]
+__all__ = ["EventLogCost", "WriterCost", "make_events", "time_event_log"]
 
 _ROUTER = "mqtt"
 _ACCEPTOR = "mqtt"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriterCost:
+    """The writer process's cost per event in one file format."""
+
+    format: str
+    """`EventFileFormat`'s value."""
+    writer_us: float
+    """Wall time per event: encoding, writing, and the file's finishing."""
+    encode_us: float
+    """Of which the format's `encode`, timed alone."""
+    file_bytes_per_event: float
+    """In the finished file (compressed)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,16 +89,8 @@ class EventLogCost:
     """`EventLog.report`: the reporting thread's cost (values, clock read, ring put)."""
     sender_us: float
     """The sender thread's `encode_frame` per event (routerd's interpreter)."""
-    writer_us: float
-    """The writer process's wall time per event: line, write, and the file's finishing."""
-    format_us: float
-    """Of which `values_line` (the writer's formatting), timed alone."""
-    compress_us: float
-    """Of which zstd (level 3) of the lines, timed alone."""
-    bytes_per_event: float
-    """Uncompressed line length."""
-    compressed_bytes_per_event: float
-    """In the finished `.jsonl.zst` file."""
+    writers: tuple[WriterCost, ...]
+    """The writer process, per file format (the default first)."""
     decision_miss_p50_us: float
     decision_hit_p50_us: float
     decision_keys: int
@@ -132,25 +141,34 @@ def make_events(count: int) -> list[Decided | Closed]:
     return events
 
 
-def _format_and_compress(events: list[Decided | Closed]) -> tuple[float, float, float, int, int]:
-    """Seconds to encode every event's values into frames as the sender does, seconds to format
-    them as the writer does, seconds to compress the lines, and the bytes before and after."""
-    sequence = Sequence(int(time.time() * 1000))
+def _values(events: list[Decided | Closed]) -> list[tuple[int, EventValues]]:
     now = time.time()
-    values = [event_values(event, KeyType.CLIENT_ID, now + n * 1e-4) for n, event in enumerate(events)]
-    numbered = list(enumerate(values))
-    clock = time.perf_counter
-    started = clock()
+    return [(n, event_values(event, KeyType.CLIENT_ID, now + n * 1e-4)) for n, event in enumerate(events)]
+
+
+def _sender_seconds(numbered: list[tuple[int, EventValues]]) -> float:
+    """Seconds to encode every event's values into frames as the sender does."""
+    started = time.perf_counter()
     for begin in range(0, len(numbered), TAKE_BATCH):
         encode_frame(numbered[begin : begin + TAKE_BATCH])
-    encoded = clock() - started
-    started = clock()
-    lines = [values_line(v, router_id="bench", sequence=sequence, number=n) for n, v in numbered]
-    formatted = clock() - started
-    data = "".join(lines).encode("ascii")
-    started = clock()
-    compressed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
-    return encoded, formatted, clock() - started, len(data), len(compressed)
+    return time.perf_counter() - started
+
+
+def _encode_seconds(numbered: list[tuple[int, EventValues]], config: EventLogConfig) -> float:
+    """Seconds the format's `encode` takes for every event, `PENDING_EVENTS` at a time."""
+    encoder = file_format(config, "bench", int(time.time() * 1000))
+    started = time.perf_counter()
+    for begin in range(0, len(numbered), PENDING_EVENTS):
+        encoded = encoder.encode([numbered[begin : begin + PENDING_EVENTS]])
+        if encoded.failure is not None:
+            raise RuntimeError(f"the benchmark's events do not encode: {encoded.failure}")
+    return time.perf_counter() - started
+
+
+def _records(path: Path) -> int:
+    if path.name.endswith(".parquet"):
+        return int(pq.read_metadata(path).num_rows)
+    return zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes()).count(b"\n")
 
 
 def _time_reports(log: EventLog, items: list[Decided | Closed]) -> list[float]:
@@ -201,29 +219,17 @@ def time_event_log(events: int = 200_000, *, decision_keys: int = 20_000) -> Eve
 
 def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
     events = len(items)
-    encoded_s, formatted_s, compressed_s, raw_bytes, _ = _format_and_compress(items)
-    with tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as directory:
-        config = EventLogConfig(directory=directory, router_id="bench", ring_size=events + 1)
-        samples = _time_reports(EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics()), items)
-        log = EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics())
-        for event in items:
-            log.report(event)
-        log.start()
-        started = time.perf_counter()
-        if not log.stop(120):
-            raise RuntimeError("the event log's writer did not finish within 120 s")
-        writer_s = time.perf_counter() - started
-        status = log.status()
-        if status["written"] != events or status["dropped"] != 0 or status["lost"] != 0:
-            raise RuntimeError(f"the writer wrote {status['written']} of {events} events: {status}")
-        finished = list(Path(directory).glob("events-*.jsonl.zst"))
-        compressed_bytes = sum(p.stat().st_size for p in finished)
-        lines = sum(
-            zstandard.ZstdDecompressor().decompressobj().decompress(p.read_bytes()).count(b"\n")
-            for p in finished
-        )
-        if lines != events:
-            raise RuntimeError(f"the finished files hold {lines} lines, not {events}")
+    numbered = _values(items)
+    sender_s = _sender_seconds(numbered)
+    writers = []
+    samples: list[float] = []
+    for form in EventFileFormat:
+        with tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as directory:
+            config = EventLogConfig(directory=directory, router_id="bench", ring_size=events + 1, format=form)
+            if not samples:
+                log = EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics())
+                samples = _time_reports(log, items)
+            writers.append(_time_writer(config, items, numbered))
     decision = time_decisions(
         routerd_config(Ports.from_numbers(range(20001, 20001 + Ports.COUNT))), "echo", keys=decision_keys
     )
@@ -232,13 +238,37 @@ def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
         report_p50_us=percentile(samples, 0.50),
         report_p99_us=percentile(samples, 0.99),
         report_mean_us=statistics.fmean(samples),
-        sender_us=encoded_s * 1e6 / events,
-        writer_us=writer_s * 1e6 / events,
-        format_us=formatted_s * 1e6 / events,
-        compress_us=compressed_s * 1e6 / events,
-        bytes_per_event=raw_bytes / events,
-        compressed_bytes_per_event=compressed_bytes / events,
+        sender_us=sender_s * 1e6 / events,
+        writers=tuple(writers),
         decision_miss_p50_us=decision.miss_p50_us,
         decision_hit_p50_us=decision.hit_p50_us,
         decision_keys=decision.keys,
+    )
+
+
+def _time_writer(
+    config: EventLogConfig, items: list[Decided | Closed], numbered: list[tuple[int, EventValues]]
+) -> WriterCost:
+    """The writer process's wall time over the full ring, in `config`'s format (module docstring)."""
+    events = len(items)
+    log = EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics())
+    for event in items:
+        log.report(event)
+    log.start()
+    started = time.perf_counter()
+    if not log.stop(120):
+        raise RuntimeError("the event log's writer did not finish within 120 s")
+    writer_s = time.perf_counter() - started
+    status = log.status()
+    if status["written"] != events or status["dropped"] != 0 or status["lost"] != 0:
+        raise RuntimeError(f"the writer wrote {status['written']} of {events} events: {status}")
+    finished = list(Path(config.directory).glob("events-*"))
+    records = sum(_records(p) for p in finished)
+    if records != events:
+        raise RuntimeError(f"the finished files hold {records} records, not {events}")
+    return WriterCost(
+        format=config.format.value,
+        writer_us=writer_s * 1e6 / events,
+        encode_us=_encode_seconds(numbered, config) * 1e6 / events,
+        file_bytes_per_event=sum(p.stat().st_size for p in finished) / events,
     )

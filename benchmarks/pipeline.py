@@ -1037,10 +1037,11 @@ def format_event_log(cost: EventLogCost) -> str:
             f"  report (reporting thread: values + clock + ring put)  p50 {cost.report_p50_us:.2f} µs, "
             f"p99 {cost.report_p99_us:.2f} µs, mean {cost.report_mean_us:.2f} µs per event",
             f"  sender thread (marshal of a batch)  {cost.sender_us:.2f} µs per event",
-            f"  writer process (line, write, zstd, fsync)  {cost.writer_us:.2f} µs per event "
-            f"(format alone {cost.format_us:.2f}, zstd alone {cost.compress_us:.2f})",
-            f"  lines {cost.bytes_per_event:.0f} B per event, "
-            f"{cost.compressed_bytes_per_event:.1f} B compressed",
+            *(
+                f"  writer process, {w.format} (encode, write, finish, fsync)  {w.writer_us:.2f} µs "
+                f"per event (encoding alone {w.encode_us:.2f}); {w.file_bytes_per_event:.1f} B per event"
+                for w in cost.writers
+            ),
             f"  per short connection (decision + close): {cost.per_connection_us:.2f} µs of routerd's "
             "interpreter (the writer process's work beside it)",
             "  routing decision (echo, SOURCE_IP, CONSISTENT_HASH): "

@@ -56,6 +56,7 @@ from router.config.settings import (
     Config,
     ConnectionTtlConfig,
     DiscoveryGroupConfig,
+    EventFileFormat,
     EventLogConfig,
     RouterConfig,
     ZooKeeperConfig,
@@ -130,6 +131,7 @@ _VALUE_KINDS: Final[Mapping[str, ValueKind]] = {
     "flush-interval": ValueKind.POSITIVE,
     "max-size": ValueKind.POSITIVE,
     "compress": ValueKind.BOOLEAN,
+    "format": ValueKind.EVENT_FORMAT,
 }
 """Element or attribute name -> the kind of the simple type the XSD gives it, for wording value
 errors and converting values."""
@@ -156,6 +158,7 @@ _FIELDS: Final[Mapping[str, str]] = {
     "flush-interval": "flush_interval_ms",
     "max-size": "max_size",
     "compress": "compress",
+    "format": "format",
     "file": "file",
 }
 """Simple element or attribute -> the field it sets on its section's dataclass (`PoolConfig`,
@@ -369,20 +372,24 @@ def _as_reason(sentence: str) -> str:
     return sentence[:1].lower() + sentence[1:]
 
 
-def _value(kind: ValueKind, text: str) -> int | bool | KeyType | str:
+def _value(kind: ValueKind, text: str) -> int | bool | KeyType | EventFileFormat | str:
     """The value of schema-valid text of a simple type (xsd:boolean also has 1 and 0)."""
     match kind:
         case ValueKind.BOOLEAN:
             return text.lower() in ("true", "1")
         case ValueKind.KEY_TYPE:
             return KeyType(text)
+        case ValueKind.EVENT_FORMAT:
+            return EventFileFormat(text)
         case ValueKind.NAME:
             return text
         case _:
             return int(text)
 
 
-def _given(items: Iterable[tuple[str, str]]) -> Iterator[tuple[str, int | bool | KeyType | str]]:
+def _given(
+    items: Iterable[tuple[str, str]],
+) -> Iterator[tuple[str, int | bool | KeyType | EventFileFormat | str]]:
     """(field, value) for each of `items`, (element or attribute name, schema-valid text), that
     sets a field (`_FIELDS`).
 

@@ -37,6 +37,7 @@ __all__ = [
     "Config",
     "ConnectionTtlConfig",
     "DiscoveryGroupConfig",
+    "EventFileFormat",
     "EventLogConfig",
     "RouterConfig",
     "TlsConfig",
@@ -174,11 +175,21 @@ class ConnectionTtlConfig:
         return acceptor.connection_ttl_ms if self.override_ms == -1 else self.override_ms
 
 
+class EventFileFormat(enum.Enum):
+    """What the event log's finished files are (`<event-log><format>`)."""
+
+    PARQUET = "parquet"
+    """`events-….parquet`: columns typed by the records' field list, written by the writer process
+    with pyarrow."""
+    JSONL = "jsonl"
+    """`events-….jsonl[.zst]`: one JSON object per line."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EventLogConfig:
     """Our extension `<event-log>`, a direct child of `<core>` (or `routerd --event-log DIR`): the
-    routing event log, one JSON line per decision and per closed connection, written by
-    `router/services/event_log.py` (docs/pipeline.md). Off unless configured."""
+    routing event log, one record per decision and per closed connection, written by
+    `router/services/event_log.py` (docs/event-log.md). Off unless configured."""
 
     directory: str
     """Where the files go (created if missing)."""
@@ -189,7 +200,8 @@ class EventLogConfig:
     """Events waiting for the writer at most; when full the oldest is dropped and counted (about
     4 s of 8,000 connections/s; changeable at run time through the admin API)."""
     rotate_size: int = 64 * 1024 * 1024
-    """A file is finished when this many bytes of lines (before compression) are written."""
+    """A file is finished when this many bytes (JSON lines, or Arrow batches for Parquet; before
+    compression) are written to it."""
     rotate_interval_ms: int = 300_000
     """... or when it has been open this long (ms), so the pipeline sees recent events."""
     flush_interval_ms: int = 1_000
@@ -198,9 +210,11 @@ class EventLogConfig:
     max_size: int = 4 * 1024 * 1024 * 1024
     """Finished files of this router id kept at most (bytes, compressed); the oldest are deleted
     beyond it (counted, logged)."""
+    format: EventFileFormat = EventFileFormat.PARQUET
+    """The finished files' format (docs/event-log.md says why Parquet is the default)."""
     compress: bool = True
-    """zstd-compress finished files (`.jsonl.zst`, about 9x smaller; Spark reads them as they are);
-    false: plain `.jsonl`."""
+    """zstd-compress finished files: Parquet's pages, or JSON lines whole (`.jsonl.zst`, about 9x
+    smaller; Spark reads them as they are); false: uncompressed Parquet, plain `.jsonl`."""
 
     def __post_init__(self) -> None:
         check(ValueKind.NAME, "directory", self.directory)

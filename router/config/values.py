@@ -73,6 +73,8 @@ class ValueKind(enum.Enum):
     """An Artemis protocol name (`ARTEMIS_PROTOCOLS`), in any letter case."""
     NAME = "name"
     """A name: not empty after trimming."""
+    EVENT_FORMAT = "event-format"
+    """An `EventFileFormat` value: parquet or jsonl."""
 
 
 NumericKind: TypeAlias = Literal[
@@ -119,6 +121,8 @@ _RANGES: Final[Mapping[NumericKind, _Range]] = {
 }
 
 _BOOLEANS: Final[Mapping[str, bool]] = {"true": True, "false": False}
+_EVENT_FORMATS: Final = ("parquet", "jsonl")
+"""`settings.EventFileFormat`'s values (settings imports this module; a test checks they agree)."""
 
 
 def one_of(choices: Iterable[str]) -> str:
@@ -143,6 +147,8 @@ def _rule(kind: ValueKind, text: str) -> str:
             return one_of(ARTEMIS_PROTOCOLS)
         case ValueKind.NAME:
             return "must not be empty"
+        case ValueKind.EVENT_FORMAT:
+            return one_of(_EVENT_FORMATS)
         case _:
             assert_never(kind)
 
@@ -164,6 +170,8 @@ def is_valid(kind: ValueKind, text: str) -> bool:
             return text.upper() in ARTEMIS_PROTOCOLS
         case ValueKind.NAME:
             return bool(text.strip())
+        case ValueKind.EVENT_FORMAT:
+            return text in _EVENT_FORMATS
         case _:
             assert_never(kind)
 

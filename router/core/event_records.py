@@ -39,6 +39,8 @@ __all__ = [
     "FIELDS",
     "KINDS",
     "RAW_KEY_CAP",
+    "VALUE_HEAD",
+    "VALUE_NAMES",
     "CloseRecord",
     "DecisionRecord",
     "EventRecord",
@@ -68,8 +70,9 @@ also keeps the last boot in its directory and starts above it)."""
 EventValues: TypeAlias = tuple[Any, ...]
 """An event's values (`event_values`): the kind's index in `KINDS`, the epoch time, the connection's
 process-local number, then the kind's fields in declaration order without the writer's own
-(`router_id`, `seq`, `ts`, `conn`)."""
-_VALUES_HEAD: Final = 3
+(`router_id`, `seq`, `ts`, `conn`): `VALUE_NAMES`."""
+VALUE_HEAD: Final = 3
+"""The values before the kind's fields: the kind's index, the epoch time, the connection's number."""
 
 Timestamp: TypeAlias = str
 """ISO-8601 UTC with microseconds, `2026-11-23T10:00:00.123456Z`; a timestamp column in Spark."""
@@ -361,7 +364,7 @@ def _values_maker(kind: type[EventRecord]) -> Callable[..., EventValues]:
 
 
 def _values_writer(kind: type[EventRecord]) -> Callable[..., str]:
-    position = {name: index for index, name in enumerate(_value_names(kind), start=_VALUES_HEAD)}
+    position = {name: index for index, name in enumerate(_value_names(kind), start=VALUE_HEAD)}
     line = _line_source(kind, lambda name: name if name in _WRITER_FIELDS else f"v[{position[name]}]")
     source = f"def write(v, router_id, seq, conn, ts):\n    return {line}\n"
     return _generated("write", source)  # type: ignore[return-value]
@@ -371,6 +374,10 @@ def _record_writer(kind: type[EventRecord]) -> Callable[[Record], str]:
     source = f"def write(r):\n    return {_line_source(kind, lambda name: f'r.{name}')}\n"
     return _generated("write", source)  # type: ignore[return-value]
 
+
+VALUE_NAMES: Final = tuple(tuple(_value_names(kind)) for kind in KINDS)
+"""Per kind (its index in `KINDS`): the names of its fields in an event's values, after the
+`VALUE_HEAD`; the Parquet writer makes its columns from them."""
 
 _EVENT_KINDS: Final[dict[type, type[EventRecord]]] = {Decided: DecisionRecord, Closed: CloseRecord}
 _MAKERS: Final = {event: _record_maker(kind) for event, kind in _EVENT_KINDS.items()}

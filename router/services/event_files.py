@@ -1,22 +1,27 @@
 """The event log's files: the file in progress, rotation, finishing, retention and recovery. Run
 by the writer process (`router/services/event_writer.py`), never by routerd's routing threads.
 
-Files, in the configured directory, per router id:
+Files, in the configured directory, per router id, in one of two formats (`FileFormat`):
 
-    .events-ID-BOOT-NNNNNN.jsonl.part     in progress (a dot file: Spark and Hadoop skip it)
-    events-ID-BOOT-NNNNNN.jsonl.zst       finished: complete or absent (compressed to a dot file,
-                                          synced, then renamed into place)
+    .events-ID-BOOT-NNNNNN.arrows.part    in progress (a dot file: Spark and Hadoop skip it): an
+                                          Arrow IPC stream, one record batch per hand-over
+    events-ID-BOOT-NNNNNN.parquet         finished (`event_parquet.ParquetFormat`): complete or
+                                          absent (written to a dot file, synced, then renamed)
 
-A file is finished when it holds `rotate-size` bytes of lines or has been open `rotate-interval`,
-and at the end. Lines reach the operating system at least every `flush-interval` (or per
-`PENDING_MAX` bytes), with one system call; they count as written when that call succeeded. A
-write error (disk full) cuts the file back to its last whole line, counts the lines not written as
-lost, logs it, and the next lines start a new file. Finished files beyond `max-size` are deleted,
-oldest first (counted, logged).
+    .events-ID-BOOT-NNNNNN.jsonl.part     in progress: JSON lines (`JsonLines`)
+    events-ID-BOOT-NNNNNN.jsonl.zst       finished (compressed to a dot file, synced, renamed)
+
+Events are collected and encoded when they are handed to the operating system: at least every
+`flush-interval` (or per `PENDING_EVENTS` events), with one system call; they count as written when
+that call succeeded. A file is finished when it holds `rotate-size` bytes or has been open
+`rotate-interval`, and at the end. A write error (disk full) cuts the file back to its last whole
+unit (line or batch), counts the events not written as lost, logs it, and the next events start a
+new file. Finished files beyond `max-size` are deleted, oldest first (counted, logged).
 
 A file in progress is locked (`flock`) by the process that writes or finishes it. At start, a file
-left in progress by a process that is gone is cut after its last whole line and finished; one that
-is still locked belongs to a writer that outlives its routerd (killed) and is finishing it.
+left in progress by a process that is gone is finished from its whole units (a unit cut short by
+a crash is left out); one that is still locked belongs to a writer that outlives its routerd
+(killed) and is finishing it.
 """
 
 from __future__ import annotations
@@ -26,26 +31,125 @@ import fcntl
 import logging
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import zstandard
+
+from router.core.event_records import EventValues, Sequence, values_line
 
 if TYPE_CHECKING:
     from router.config.settings import EventLogConfig
 
-__all__ = ["PENDING_MAX", "ZSTD_LEVEL", "EventFiles", "Tally", "directory_error"]
+__all__ = [
+    "PENDING_EVENTS",
+    "ZSTD_LEVEL",
+    "Batch",
+    "Encoded",
+    "EventFiles",
+    "FileFormat",
+    "JsonLines",
+    "Tally",
+    "directory_error",
+]
 
 log = logging.getLogger("router.eventlog")
 
-PENDING_MAX: Final = 1024 * 1024
-"""Bytes of lines collected before they are written, at the latest (else every flush interval)."""
+PENDING_EVENTS: Final = 8192
+"""Events collected before they are encoded and written, at the latest (else every flush
+interval): a few MB of the writer's memory."""
 ZSTD_LEVEL: Final = 3
 """zstd's default level: about 9x smaller than the lines, hundreds of MB/s."""
 
-_FINISHED: Final = re.compile(r"events-(?P<name>.+)-(?P<boot>\d+)-(?P<index>\d{6})\.jsonl(?:\.zst)?")
+_FINISHED: Final = re.compile(
+    r"events-(?P<name>.+)-(?P<boot>\d+)-(?P<index>\d{6})\.(?:jsonl(?:\.zst)?|parquet)"
+)
+
+Batch = list[tuple[int, EventValues]]
+"""Events as routerd sends them: the ring's number of each, and its `event_values`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """Events encoded for the file in progress."""
+
+    data: bytes
+    """Whole units (lines, Arrow batches): a file cut after any of them is readable."""
+    events: int
+    """Events in `data`."""
+    failure: str | None = None
+    """Why the other events of the batches have no unit (a bug's event: lost, counted)."""
+
+
+class FileFormat(Protocol):
+    """How events become a file in progress and a finished file."""
+
+    @property
+    def part_suffix(self) -> str:
+        """The file in progress's suffix (after `.events-ID-BOOT-NNNNNN`)."""
+
+    def final_suffix(self, *, compress: bool) -> str:
+        """The finished file's suffix."""
+
+    def header(self) -> bytes:
+        """What a new file in progress starts with."""
+
+    def encode(self, batches: list[Batch]) -> Encoded:
+        """Events as whole units for the file in progress."""
+
+    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> bool:
+        """Write the finished file of the file in progress `fd` to `target` (a dot file, synced
+        here; the caller renames it), from its whole units; False when it holds no event (nothing
+        written). `recovering`: the file may end in a unit cut short by a crash."""
+
+
+class JsonLines:
+    """JSON lines (`values_line`), compressed whole with zstd on finishing."""
+
+    part_suffix: Final = ".jsonl.part"
+
+    def __init__(self, router_id: str, boot: int) -> None:
+        """Lines of `router_id`, numbered from `boot` (epoch ms)."""
+        self._router_id = router_id
+        self._sequence = Sequence(boot)
+        self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+
+    def final_suffix(self, *, compress: bool) -> str:
+        return ".jsonl.zst" if compress else ".jsonl"
+
+    def header(self) -> bytes:
+        return b""
+
+    def encode(self, batches: list[Batch]) -> Encoded:
+        router_id, sequence = self._router_id, self._sequence
+        lines = []
+        failed: Exception | None = None
+        for batch in batches:
+            for number, values in batch:
+                try:
+                    lines.append(values_line(values, router_id=router_id, sequence=sequence, number=number))
+                except (ValueError, TypeError, IndexError) as exc:  # a bug's event: lose it, not the rest
+                    failed = exc
+        failure = None if failed is None else f"an event has no line: {failed}"
+        return Encoded("".join(lines).encode("ascii"), len(lines), failure)  # the lines escape the rest
+
+    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> bool:
+        if recovering:
+            _cut_after_last_line(fd)
+        if os.fstat(fd).st_size == 0:
+            return False
+        with os.fdopen(os.dup(fd), "rb") as source, target.open("wb") as out:
+            source.seek(0)
+            if compress:
+                self._compressor.copy_stream(source, out)
+            else:
+                shutil.copyfileobj(source, out)
+            out.flush()
+            os.fsync(out.fileno())
+        return True
 
 
 @dataclass(slots=True)
@@ -83,26 +187,27 @@ class _Part:
     opened: float
     """Monotonic time it was opened."""
     size: int = 0
-    """Bytes written to it (whole lines only)."""
-    pending: list[bytes] = field(default_factory=list)
-    """Lines not handed to the operating system yet (at most `PENDING_MAX` bytes, one flush
-    interval): counted as written once they are."""
-    pending_bytes: int = 0
+    """Bytes written to it (whole units only)."""
+    pending: list[Batch] = field(default_factory=list)
+    """Events not encoded and handed to the operating system yet (at most `PENDING_EVENTS`, one
+    flush interval): counted as written once they are."""
     pending_events: int = 0
 
 
 class EventFiles:
     """One router id's files in one directory, written by one process."""
 
-    def __init__(self, config: EventLogConfig, name: str, boot: int) -> None:
-        """Files named `events-NAME-BOOT-…` (nothing is opened until lines come).
+    def __init__(self, config: EventLogConfig, name: str, boot: int, file_format: FileFormat) -> None:
+        """Files named `events-NAME-BOOT-…` (nothing is opened until events come).
 
         Args:
             config: `<event-log>`.
             name: the router id as it appears in file names (`file_name_part`).
             boot: the routing process's boot time (epoch ms), in its file names.
+            file_format: how events become files (`JsonLines`, `event_parquet.ParquetFormat`).
         """
         self.config = config
+        self.format = file_format
         self.tally = Tally()
         self._directory = Path(config.directory)
         self._name = name
@@ -111,29 +216,31 @@ class EventFiles:
         self._part: _Part | None = None
         self._unfinished: list[Path] = []
         """Files in progress that could not be finished yet (tried again at each rotation)."""
-        self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
 
     @property
     def current_file(self) -> str | None:
         """The name of the file in progress, if one is open."""
         return None if self._part is None else self._part.path.name
 
-    def add(self, data: bytes, events: int) -> None:
-        """Whole lines of `events` events, to the file in progress (written by `PENDING_MAX`
-        bytes or at the next `tick` that flushes)."""
+    def add(self, batch: Batch) -> None:
+        """Events, to the file in progress (encoded and written by `PENDING_EVENTS` or at the next
+        `tick` that flushes; the file is finished once it holds `rotate-size` bytes)."""
+        if not batch:
+            return
         part = self._part
         if part is None:
             try:
                 part = self._open_part()
             except OSError as exc:
-                self.lose(events, exc)
+                self.lose(len(batch), exc)
                 return
-        part.pending.append(data)
-        part.pending_bytes += len(data)
-        part.pending_events += events
-        if part.pending_bytes >= PENDING_MAX:
-            self._hand_over(part)
-        if part.size + part.pending_bytes >= self.config.rotate_size:
+        part.pending.append(batch)
+        part.pending_events += len(batch)
+        if part.pending_events >= PENDING_EVENTS and self._hand_over(part):
+            self._rotate_if_full(part)
+
+    def _rotate_if_full(self, part: _Part) -> None:
+        if part.size >= self.config.rotate_size:
             self.finish_part()
 
     def lose(self, count: int, why: OSError | str) -> None:
@@ -150,8 +257,8 @@ class EventFiles:
             return
         if now >= due:
             self.finish_part()
-        elif flush and self._part is not None:
-            self._hand_over(self._part)
+        elif flush and self._part is not None and self._hand_over(self._part):
+            self._rotate_if_full(self._part)
 
     def rotation_due(self) -> float | None:
         """When the file in progress is due to be finished (monotonic time); None: no file."""
@@ -180,7 +287,9 @@ class EventFiles:
         prefix = f".events-{self._name}-"
         with os.scandir(self._directory) as entries:  # raises for a directory that is not one
             parts = sorted(
-                e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(".jsonl.part")
+                e.name
+                for e in entries
+                if e.name.startswith(prefix) and e.name.endswith(self.format.part_suffix)
             )
         for name in parts:
             self._finish(self._directory / name, recovering=True)
@@ -190,48 +299,57 @@ class EventFiles:
 
     def _open_part(self) -> _Part:
         self._index += 1
-        path = self._directory / f".events-{self._name}-{self._boot}-{self._index:06d}.jsonl.part"
+        name = f".events-{self._name}-{self._boot}-{self._index:06d}{self.format.part_suffix}"
+        path = self._directory / name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new: nobody else holds it
-        self._part = _Part(path=path, fd=fd, opened=time.monotonic())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new: nobody else holds it
+            header = self.format.header()
+            _write_all(fd, header)
+        except OSError:
+            _close(fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        self._part = _Part(path=path, fd=fd, opened=time.monotonic(), size=len(header))
         return self._part
 
     def _hand_over(self, part: _Part) -> bool:
-        """Write what the file in progress has pending to the operating system; on a failure
-        (disk full) cut the file back to its last whole line, count the events lost and close
-        it (it is finished with the next rotation, or deleted if it holds nothing). False when it
-        failed."""
+        """Encode what the file in progress has pending and write it to the operating system; on
+        a failure (disk full) cut the file back to its last whole unit, count the events lost and
+        close it (it is finished with the next rotation, or deleted if it holds nothing). False
+        when it failed."""
         if not part.pending:
             return True
-        data = b"".join(part.pending)
-        events = part.pending_events
+        encoded = self.format.encode(part.pending)
+        lost = part.pending_events - encoded.events
         part.pending.clear()
-        part.pending_bytes = part.pending_events = 0
+        part.pending_events = 0
+        if lost:
+            self.lose(lost, encoded.failure or "an event has no record")
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(part.fd, view) :]
+            _write_all(part.fd, encoded.data)
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.ftruncate(part.fd, part.size)  # a partial line would corrupt the file
-            self.lose(events, exc)
+                os.ftruncate(part.fd, part.size)  # a partial unit would corrupt the file
+            self.lose(encoded.events, exc)
             self._part = None
-            if part.size == 0:  # nothing to finish: while the disk stays full, files do not pile up
+            if part.size == len(self.format.header()):  # nothing to finish: files do not pile up
                 with contextlib.suppress(OSError):
                     part.path.unlink()
             else:
                 self._unfinished.append(part.path)
             _close(part.fd)
             return False
-        part.size += len(data)
-        self.tally.written += events
+        part.size += len(encoded.data)
+        self.tally.written += encoded.events
         return True
 
     # -- finished files --
 
     def _final_path(self, part: Path) -> Path:
-        name = part.name.removeprefix(".").removesuffix(".part")
-        return part.with_name(name + ".zst" if self.config.compress else name)
+        name = part.name.removeprefix(".").removesuffix(self.format.part_suffix)
+        return part.with_name(name + self.format.final_suffix(compress=self.config.compress))
 
     def _finish(self, part: Path, *, recovering: bool = False) -> bool:
         """Make a file in progress a finished one, atomically, under its lock; False when it
@@ -265,25 +383,20 @@ class EventFiles:
         final = self._final_path(part)
         temporary = part.with_name(f".{final.name}.tmp")
         if recovering:
-            temporary.unlink(missing_ok=True)  # a compression cut short; its part is still here
-            _cut_after_last_line(fd)
-        if os.fstat(fd).st_size == 0 or final.exists():  # empty, or finished before a crash
+            temporary.unlink(missing_ok=True)  # a finishing cut short; its part is still here
+        if final.exists():  # finished before a crash
             part.unlink()
             return False
-        if self.config.compress:
-            with os.fdopen(os.dup(fd), "rb") as source, temporary.open("wb") as target:
-                source.seek(0)
-                self._compressor.copy_stream(source, target)
-                target.flush()
-                os.fsync(target.fileno())
+        try:
+            made = self.format.finish(fd, temporary, compress=self.config.compress, recovering=recovering)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        if made:
             temporary.replace(final)
             _sync_directory(final.parent)
-            part.unlink()
-        else:
-            os.fsync(fd)
-            part.replace(final)
-            _sync_directory(final.parent)
-        return True
+        part.unlink()
+        return made
 
     def _keep_within_max_size(self) -> None:
         """Delete the oldest finished files of this router id beyond `max-size` (never the newest)."""
@@ -324,6 +437,12 @@ def directory_error(directory: str, exc: OSError) -> str:
 def _close(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _cut_after_last_line(fd: int) -> None:

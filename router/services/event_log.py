@@ -1,11 +1,11 @@
-"""The routing event log: every decision and every closed proxied connection as one JSON line, in
-rotating, compressed files that the PySpark pipeline reads (docs/pipeline.md).
+"""The routing event log: every decision and every closed proxied connection as one record, in
+rotating Parquet (or JSON lines) files that the PySpark pipeline reads (docs/event-log.md).
 
 Routing never waits for it. The subscriber (`EventLog.report`, one more `RouterRuntime` subscriber
 beside the log lines and the metrics) takes the event's values at once (`event_values`: a flat
 tuple, while the event is fresh) and puts them into the bounded ring (`router.core.ring`) under a
 lock. A sender thread takes them from the ring in batches and writes them, `marshal`-ed, to the
-writer process (`router/services/event_writer.py`), which formats the lines and writes, rotates,
+writer process (`router/services/event_writer.py`), which encodes the records and writes, rotates,
 finishes and deletes the files (`router/services/event_files.py`) and reports back what it did:
 the counts become metrics here, its log lines routerd's. When the ring is full the oldest event is
 dropped, counted (`router_event_log_events_total{outcome="dropped"}`) and logged (rate-limited);

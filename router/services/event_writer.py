@@ -1,5 +1,6 @@
-"""The event log's writer process: it turns the events routerd sends into lines and files, so that
-neither the formatting nor the files cost the routing process's interpreter (measured: formatting
+"""The event log's writer process: it turns the events routerd sends into files (Parquet or JSON
+lines, `event_files.FileFormat`), so that neither the encoding nor the files cost the routing
+process's interpreter (measured: formatting
 in a thread of routerd cost a sixth of its short-connection rate; docs/event-log.md).
 
     python -m router.services.event_writer SETTINGS_JSON
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import marshal
@@ -35,9 +37,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from router.config.settings import EventLogConfig
-from router.core.event_records import Sequence, values_line
-from router.services.event_files import EventFiles, directory_error
+from router.config.settings import EventFileFormat, EventLogConfig
+from router.services.event_files import EventFiles, FileFormat, JsonLines, directory_error
 
 if TYPE_CHECKING:
     from collections.abc import Sequence as Seq
@@ -60,9 +61,17 @@ log = logging.getLogger("router.eventlog")
 
 def settings_argument(config: EventLogConfig, router_id: str, name: str, boot: int) -> str:
     """The writer's one argument: its settings as JSON."""
-    return json.dumps(
-        {"config": dataclasses.asdict(config), "router_id": router_id, "name": name, "boot": boot}
-    )
+    fields = dataclasses.asdict(config) | {"format": config.format.value}
+    return json.dumps({"config": fields, "router_id": router_id, "name": name, "boot": boot})
+
+
+def file_format(config: EventLogConfig, router_id: str, boot: int) -> FileFormat:
+    """The configured format's writer (pyarrow is imported only for Parquet)."""
+    if config.format is EventFileFormat.JSONL:
+        return JsonLines(router_id, boot)
+    from router.services.event_parquet import ParquetFormat  # pyarrow: only here
+
+    return ParquetFormat(router_id, boot)
 
 
 def encode_frame(batch: Seq[tuple[int, EventValues]]) -> bytes:
@@ -86,12 +95,10 @@ def _send(message: dict[str, Any]) -> None:
 
 
 class _Writer:
-    """Frames in, lines to the files, reports out."""
+    """Frames in, events to the files, reports out."""
 
-    def __init__(self, files: EventFiles, router_id: str, boot: int) -> None:
+    def __init__(self, files: EventFiles) -> None:
         self.files = files
-        self.router_id = router_id
-        self.sequence = Sequence(boot)
         self._buffer = bytearray()
         self._reported_file: str | None = None
 
@@ -111,23 +118,9 @@ class _Writer:
             end = start + _HEAD.size + size
             if len(buffer) < end:
                 break
-            self._write(marshal.loads(buffer[start + _HEAD.size : end]))
+            self.files.add(marshal.loads(buffer[start + _HEAD.size : end]))
             start = end
         del buffer[:start]
-
-    def _write(self, batch: list[tuple[int, EventValues]]) -> None:
-        router_id, sequence = self.router_id, self.sequence
-        lines = []
-        failed: Exception | None = None
-        for number, values in batch:
-            try:
-                lines.append(values_line(values, router_id=router_id, sequence=sequence, number=number))
-            except (ValueError, TypeError, IndexError) as exc:  # a bug's event: lose it, not the rest
-                failed = exc
-        if lines:
-            self.files.add("".join(lines).encode("ascii"), len(lines))  # the lines escape the rest
-        if failed is not None:
-            self.files.lose(len(batch) - len(lines), f"an event has no line: {failed}")
 
     def report(self) -> None:
         """Send what happened since the last report, if anything did."""
@@ -142,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the writer until stdin ends; the exit status (0, or 1 when it could not start)."""
     arguments = sys.argv[1:] if argv is None else argv
     settings = json.loads(arguments[0])
-    config = EventLogConfig(**settings["config"])
+    fields = settings["config"]
+    config = EventLogConfig(**(fields | {"format": EventFileFormat(fields["format"])}))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(OSError):
@@ -150,13 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     log.addHandler(_Reports())
     log.setLevel(logging.INFO)
     log.propagate = False
-    files = EventFiles(config, settings["name"], settings["boot"])
+    gc.disable()  # nothing here makes reference cycles: no collection is needed
+    boot = settings["boot"]
+    files = EventFiles(config, settings["name"], boot, file_format(config, settings["router_id"], boot))
     try:
         recovered = files.recover()
     except OSError as exc:
         _send({"failed": directory_error(config.directory, exc)})
         return 1
-    writer = _Writer(files, settings["router_id"], settings["boot"])
+    writer = _Writer(files)
     _send({"ready": recovered})
     writer.report()
     _run(writer, config)

@@ -17,8 +17,9 @@ def test_time_event_log_gives_positive_figures() -> None:
     assert cost.events == 2_000
     assert 0 < cost.report_p50_us <= cost.report_p99_us
     assert cost.sender_us > 0
-    assert cost.writer_us > 0
-    assert cost.format_us > 0
-    assert 0 < cost.compressed_bytes_per_event < cost.bytes_per_event
+    assert [w.format for w in cost.writers] == ["parquet", "jsonl"]
+    for writer in cost.writers:
+        assert 0 < writer.encode_us < writer.writer_us
+        assert 0 < writer.file_bytes_per_event < 400  # compressed, below a line's length
     assert cost.decision_miss_p50_us > 0
     assert cost.per_connection_us > 0

@@ -111,7 +111,8 @@ def test_pipeline_quick_counts_agree(tmp_path: Path) -> None:
     duck = {m["input"]: m["counts"] for m in doc["measurements"] if m["engine"] == "duckdb"}
     assert spark == duck
     assert doc["event_log"]["report_p50_us"] > 0
-    assert doc["event_log"]["writer_us"] > 0
+    assert [w["format"] for w in doc["event_log"]["writers"]] == ["parquet", "jsonl"]
+    assert all(w["writer_us"] > 0 for w in doc["event_log"]["writers"])
     assert "Spark/DuckDB" in result.stdout
     assert "event log, in process" in result.stdout
     jvm = re.search(r"stopped the JVM \(pid (\d+)\)", result.stderr)

@@ -1,4 +1,5 @@
-"""The event log end to end: routerd in front of real mosquitto brokers with `--event-log`, real
+"""The event log end to end: routerd in front of real mosquitto brokers with `--event-log` (its
+default format, Parquet), real
 paho clients, a kill -9 and a restart, one file shipped twice; `routerctl analyze` then reports
 each client's decision once, on the broker the client actually reached (seen by subscribers on
 every broker)."""
@@ -6,14 +7,16 @@ every broker)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 from typing import TYPE_CHECKING
 
+import pyarrow.parquet as pq
 import pytest
-import zstandard
 
 from router.cli import main_routerctl
+from router.services.event_parquet import read_part
 from tests.conftest import eventually
 from tests.router.conftest import (
     MqttObserver,
@@ -55,8 +58,16 @@ def _drive(brokers: list[Mosquitto], port: int, client_ids: list[str]) -> dict[s
     return {topic.removeprefix("log/"): node for topic, node in landed.items()}
 
 
-def _lines_in_progress(events: Path) -> int:
-    return sum(p.read_bytes().count(b"\n") for p in events.glob(".events-*.part"))
+def _rows_in_progress(events: Path) -> int:
+    """Events the writer has handed to the files in progress (whole Arrow batches)."""
+    rows = 0
+    for path in events.glob(".events-*.arrows.part"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            rows += read_part(fd).num_rows
+        finally:
+            os.close(fd)
+    return rows
 
 
 @pytest.mark.integration
@@ -76,7 +87,7 @@ def test_analyze_reports_each_clients_decision_once_where_it_landed_across_a_kil
         router.wait_for_log(r"target=node\d+ is ready")
     landed = _drive(mosquitto_fleet, port, first)
     assert eventually(
-        lambda: _lines_in_progress(events) == 2 * len(first)
+        lambda: _rows_in_progress(events) == 2 * len(first)
     )  # flushed: a decision and a close each
     assert router.proc is not None
     router.proc.send_signal(signal.SIGKILL)  # no chance to finish its file
@@ -87,14 +98,14 @@ def test_analyze_reports_each_clients_decision_once_where_it_landed_across_a_kil
         router.wait_for_log(r"target=node\d+ is ready")
     landed |= _drive(mosquitto_fleet, port, second)
     assert router.stop() == 0
-    files = sorted(events.glob("events-*.jsonl.zst"))
+    files = sorted(events.glob("events-*.parquet"))  # the default format
     assert len(files) == 2
     assert not list(events.glob(".events-*"))
 
     shipped = tmp_path / "shipped"
     shipped.mkdir()
-    shutil.copy(files[0], shipped / "copy-of-the-first.jsonl.zst")  # shipped twice
-    copied = zstandard.ZstdDecompressor().decompressobj().decompress(files[0].read_bytes()).count(b"\n")
+    shutil.copy(files[0], shipped / "copy-of-the-first.parquet")  # shipped twice
+    copied = pq.read_metadata(files[0]).num_rows
 
     out = tmp_path / "report"
     assert main_routerctl(["analyze", str(events), str(shipped), "--out", str(out)]) == 0

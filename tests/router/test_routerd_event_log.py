@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow.parquet as pq
 import pytest
 import zstandard
 
@@ -72,11 +73,11 @@ def event_log_config(brokers: list[Mosquitto], port: int, event_log: str) -> str
 """
 
 
-def _config(brokers: list[Mosquitto], port: int, events: Path) -> str:
+def _config(brokers: list[Mosquitto], port: int, events: Path, form: str) -> str:
     return event_log_config(
         brokers,
         port,
-        f"<directory>{events}</directory><router-id>small-disk</router-id>"
+        f"<directory>{events}</directory><router-id>small-disk</router-id><format>{form}</format>"
         "<rotate-size>8192</rotate-size><flush-interval>50</flush-interval>",
     )
 
@@ -93,20 +94,22 @@ def _counter(metrics: str, outcome: str) -> float:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
 def test_a_full_disk_loses_events_counted_and_never_a_client(
     mosquitto_fleet: list[Mosquitto],
     tmp_path: Path,
     free_port: Callable[[], int],
     run_routerd: Callable[[Routerd], Routerd],
+    form: str,
 ) -> None:
     events, port = tmp_path / "events", free_port()
     events.mkdir()
     router = run_routerd(
-        RouterdOnASmallDisk(tmp_path, lambda _admin: _config(mosquitto_fleet, port, events), events)
+        RouterdOnASmallDisk(tmp_path, lambda _admin: _config(mosquitto_fleet, port, events, form), events)
     )
     for _ in NODE_IDS:
         router.wait_for_log(r"target=node\d+ is ready")
-    for n in range(400):  # about 240 KB of lines: five times the disk
+    for n in range(400):  # about 240 KB of lines, 150 KB of Arrow batches: three to five times the disk
         assert mqtt_round_trip(port, client_id=f"dev-{n}", topic=f"full/{n}", timeout=10)
     router.wait_for_log(r"event log: \d+ event\(s\) lost: No space left on device", consume=False)
     assert eventually(lambda: _taken(router) == 2 * 400)  # every event taken: a decision and a close each
@@ -115,9 +118,12 @@ def test_a_full_disk_loses_events_counted_and_never_a_client(
     assert _counter(metrics, "written") > 0
     assert router.proc is not None  # its mount namespace's view of the directory:
     seen = Path(f"/proc/{router.proc.pid}/root") / events.relative_to("/")
-    files = sorted(seen.glob("events-*.jsonl.zst"))
+    files = sorted(seen.glob("events-*.parquet" if form == "parquet" else "events-*.jsonl.zst"))
     assert files, "the files finished before the disk filled are there"
-    for path in files:  # whole: every one decompresses to complete lines
-        data = zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes())
-        assert data.endswith(b"\n")
+    for path in files:  # whole: every one reads back, to complete lines
+        if form == "parquet":
+            assert pq.read_table(path).num_rows > 0
+        else:
+            data = zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes())
+            assert data.endswith(b"\n")
     assert router.stop() == 0

@@ -25,11 +25,12 @@ from router.config.settings import (
     Config,
     ConnectionTtlConfig,
     DiscoveryGroupConfig,
+    EventFileFormat,
     EventLogConfig,
     RouterConfig,
     ZooKeeperConfig,
 )
-from router.config.values import ValueKind
+from router.config.values import ValueKind, is_valid
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -427,6 +428,15 @@ def test_schema_key_types_are_the_key_type_enum():
     assert values == [k.value for k in KeyType]
 
 
+def test_schema_event_formats_are_the_event_file_format_enum():
+    schema = _packaged_schema()
+    ns = {"xsd": "http://www.w3.org/2001/XMLSchema"}
+    enumeration = "//xsd:simpleType[@name='event-format-type']//xsd:enumeration/@value"
+    values = schema.xpath(enumeration, namespaces=ns)
+    assert values == [f.value for f in EventFileFormat]
+    assert all(is_valid(ValueKind.EVENT_FORMAT, f.value) for f in EventFileFormat)
+
+
 def test__value_kinds_are_the_schema_types():
     """Scenario: the kind that words a value error is the kind of the XSD type that raised it."""
     types = {
@@ -435,6 +445,7 @@ def test__value_kinds_are_the_schema_types():
         "ttl-type": ValueKind.TTL,
         "boolean-type": ValueKind.BOOLEAN,
         "key-type-type": ValueKind.KEY_TYPE,
+        "event-format-type": ValueKind.EVENT_FORMAT,
         "name-type": ValueKind.NAME,
     }
     schema = _packaged_schema()
@@ -1938,13 +1949,17 @@ def test_load_config_reads_the_event_log_in_any_order_with_defaults(tmp_path):
             "  <compress>false</compress>\n"
             "  <directory> /var/log/router/events </directory>\n"
             "  <ring-size>1024</ring-size>\n"
+            "  <format>jsonl</format>\n"
             "</event-log>\n"
         ),
     )
     assert config.event_log == EventLogConfig(
-        directory="/var/log/router/events", ring_size=1024, compress=False
+        directory="/var/log/router/events", ring_size=1024, compress=False, format=EventFileFormat.JSONL
     )
     assert config.event_log.rotate_size == 64 * 1024 * 1024  # the dataclass's default
+    defaults = load(tmp_path, document(f"{BASE}<event-log><directory>/x</directory></event-log>\n"))
+    assert defaults.event_log is not None
+    assert defaults.event_log.format is EventFileFormat.PARQUET
     assert load(tmp_path, document(BASE)).event_log is None
 
 
@@ -1953,5 +1968,7 @@ def test_load_config_event_log_errors(tmp_path):
         f"{BASE}<event-log>\n  <directory>/x</directory>\n  <ring-size>0</ring-size>\n</event-log>\n"
     )
     assert_error(tmp_path, text, "<ring-size>", "ring-size", "must be > 0, got '0'")
+    text = document(f"{BASE}<event-log>\n  <directory>/x</directory>\n  <format>csv</format>\n</event-log>\n")
+    assert_error(tmp_path, text, "<format>", "format", "must be parquet or jsonl, got 'csv'")
     text = document(f"{BASE}<event-log>\n  <ring-size>5</ring-size>\n</event-log>\n")
     assert_error(tmp_path, text, "<event-log>", "event-log", "needs a <directory>: where the event files go")

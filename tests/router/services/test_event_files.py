@@ -1,4 +1,5 @@
-"""router/services/event_files.py: the files of the event log's writer, in process, on real files."""
+"""router/services/event_files.py and event_parquet.py: the files of the event log's writer, in both
+formats, in process, on real files."""
 
 from __future__ import annotations
 
@@ -7,24 +8,39 @@ import fcntl
 import os
 from typing import TYPE_CHECKING
 
-from router.config.settings import EventLogConfig
+import pytest
+
+from keys import KeyType
+from router.config.settings import EventFileFormat, EventLogConfig
+from router.core.event_records import event_values
 from router.services.event_files import EventFiles, Tally
+from router.services.event_writer import file_format
+from tests.router.services.conftest import all_records, finished
+from tests.router.services.test_event_log import decided
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-
-def _files(directory: Path, **settings: object) -> EventFiles:
-    config = EventLogConfig(directory=str(directory), compress=False, **settings)  # type: ignore[arg-type]
-    return EventFiles(config, "edge-1", 1000)
+NOW = 1_795_435_200.25
+FORMATS = list(EventFileFormat)
 
 
-def _finished(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.startswith("events-"))
+def _files(directory: Path, form: EventFileFormat = EventFileFormat.JSONL, **settings: object) -> EventFiles:
+    config = EventLogConfig(directory=str(directory), format=form, **({"compress": False} | settings))  # type: ignore[arg-type]
+    return EventFiles(config, "edge-1", 1000, file_format(config, "edge-1", 1000))
 
 
-def test_a_file_that_cannot_be_finished_is_tried_again_at_the_next_rotation(tmp_path, monkeypatch):
-    files = _files(tmp_path)
+def _batch(*numbers: int) -> list[tuple[int, tuple[object, ...]]]:
+    return [(n, event_values(decided(n), KeyType.CLIENT_ID, NOW + n)) for n in numbers]
+
+
+def _keys(directory: Path) -> list[object]:
+    return [record["key"] for record in all_records(directory)]
+
+
+@pytest.mark.parametrize("form", FORMATS)
+def test_a_file_that_cannot_be_finished_is_tried_again_at_the_next_rotation(tmp_path, monkeypatch, form):
+    files = _files(tmp_path, form)
     failing = [True]
     finish = EventFiles._finish_locked
 
@@ -35,13 +51,19 @@ def test_a_file_that_cannot_be_finished_is_tried_again_at_the_next_rotation(tmp_
         return finish(self, part, fd, recovering=recovering)
 
     monkeypatch.setattr(EventFiles, "_finish_locked", flaky)
-    files.add(b'{"n":1}\n', 1)
+    files.add(_batch(1))
     files.finish_part()
-    assert _finished(tmp_path) == []
-    assert [p.name for p in tmp_path.iterdir()] == [".events-edge-1-1000-000001.jsonl.part"]
-    files.add(b'{"n":2}\n', 1)
+    assert finished(tmp_path) == []
+    suffix = files.format.part_suffix
+    assert [p.name for p in tmp_path.iterdir()] == [f".events-edge-1-1000-000001{suffix}"]
+    files.add(_batch(2))
     files.finish_part()
-    assert _finished(tmp_path) == ["events-edge-1-1000-000001.jsonl", "events-edge-1-1000-000002.jsonl"]
+    final = files.format.final_suffix(compress=False)
+    assert [p.name for p in finished(tmp_path)] == [
+        f"events-edge-1-1000-000001{final}",
+        f"events-edge-1-1000-000002{final}",
+    ]
+    assert _keys(tmp_path) == ["dev-1", "dev-2"]
     assert files.tally.take() == {"written": 2, "finished": 2}
 
 
@@ -61,22 +83,31 @@ def test_recovery_leaves_a_file_another_writer_holds_and_finishes_it_once_releas
     assert files.tally.take() == {"finished": 1}
 
 
-def test_size_rotation_and_flush_by_time(tmp_path):
-    files = _files(tmp_path, rotate_size=20, rotate_interval_ms=60_000)
-    files.add(b'{"n":1}\n', 1)
-    assert files.current_file == ".events-edge-1-1000-000001.jsonl.part"
+@pytest.mark.parametrize(
+    ("form", "rotate_size"), [(EventFileFormat.JSONL, 1200), (EventFileFormat.PARQUET, 4000)]
+)
+def test_size_rotation_and_flush_by_time(tmp_path, form, rotate_size):
+    """One event is less than `rotate_size` bytes in the file (an Arrow batch carries its
+    metadata, ≈1.7 kB, after the schema's 1.2 kB), six are more."""
+    files = _files(tmp_path, form, rotate_size=rotate_size, rotate_interval_ms=60_000)
+    files.add(_batch(1))
+    suffix = files.format.part_suffix
+    assert files.current_file == f".events-edge-1-1000-000001{suffix}"
+    before = (tmp_path / files.current_file).stat().st_size
     files.tick(0.0, flush=True)  # long before its rotation: written, not finished
-    assert (tmp_path / ".events-edge-1-1000-000001.jsonl.part").read_bytes() == b'{"n":1}\n'
-    files.add(b'{"n":2}\n{"n":3}\n', 2)  # 24 bytes >= rotate-size
-    assert _finished(tmp_path) == ["events-edge-1-1000-000001.jsonl"]
+    assert (tmp_path / f".events-edge-1-1000-000001{suffix}").stat().st_size > before
+    files.add(_batch(2, 3, 4, 5, 6))
+    files.tick(0.0, flush=True)  # over rotate-size once written
+    assert len(finished(tmp_path)) == 1
     assert [files.current_file] == [None]  # (a list: mypy keeps the narrowing above)
     assert files.rotation_due() is None
-    files.add(b'{"n":4}\n', 1)
+    files.add(_batch(7))
     due = files.rotation_due()
     assert due is not None
     files.tick(due, flush=False)  # due: finished
-    assert len(_finished(tmp_path)) == 2
-    assert files.tally.take() == {"written": 4, "finished": 2}
+    assert len(finished(tmp_path)) == 2
+    assert _keys(tmp_path) == [f"dev-{n}" for n in range(1, 8)]
+    assert files.tally.take() == {"written": 7, "finished": 2}
 
 
 def test_a_tally_gives_what_is_not_zero_once():

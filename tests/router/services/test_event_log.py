@@ -3,15 +3,13 @@ real files (no sockets: events are made by hand and reported as the data paths r
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING
 
 import pytest
-import zstandard
 
 from keys import ConnectionFacts, KeyType
-from router.config.settings import EventLogConfig
+from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
 from router.core.event_records import BOOT_SPAN
@@ -20,6 +18,7 @@ from router.metrics import Metrics
 from router.services import event_log as event_log_module
 from router.services.event_log import EventLog, EventLogError, default_router_id, file_name_part
 from tests.conftest import eventually
+from tests.router.services.conftest import all_records, finished, records_in
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,24 +50,12 @@ def _closed(n: int) -> Closed:
     )
 
 
+JSONL = EventFileFormat.JSONL
+
+
 def _log(directory: Path, metrics: Metrics | None = None, **settings: object) -> EventLog:
     config = EventLogConfig(directory=str(directory), **settings)  # type: ignore[arg-type]
     return EventLog(config, "edge-1", {"r1": KeyType.CLIENT_ID}, metrics or Metrics(), clock=lambda: NOW)
-
-
-def _finished(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.iterdir() if p.name.startswith("events-"))
-
-
-def _lines(path: Path) -> list[dict[str, object]]:
-    data = path.read_bytes()
-    if path.suffix == ".zst":
-        data = zstandard.ZstdDecompressor().decompressobj().decompress(data)
-    return [json.loads(line) for line in data.decode().splitlines()]
-
-
-def _all_lines(directory: Path) -> list[dict[str, object]]:
-    return [line for path in _finished(directory) for line in _lines(path)]
 
 
 def test_decisions_and_closes_become_lines_of_one_compressed_file_at_stop(tmp_path):
@@ -79,10 +66,10 @@ def test_decisions_and_closes_become_lines_of_one_compressed_file_at_stop(tmp_pa
     event_log.report(decided(1))
     event_log.report(_closed(1))
     assert event_log.stop(5)
-    [path] = _finished(tmp_path)
+    [path] = finished(tmp_path)
     assert path.name.startswith("events-edge-1-")
-    assert path.name.endswith("-000001.jsonl.zst")
-    decision, close = _lines(path)
+    assert path.name.endswith("-000001.parquet")  # the default format
+    decision, close = records_in(path)
     boot = int(path.name.split("-")[3])
     assert abs(boot - NOW * 1000) <= 1
     assert (decision["kind"], decision["seq"], decision["conn"]) == (
@@ -103,17 +90,17 @@ def test_decisions_and_closes_become_lines_of_one_compressed_file_at_stop(tmp_pa
 
 
 def test_files_rotate_by_size_and_none_is_lost(tmp_path):
-    event_log = _log(tmp_path, rotate_size=2000, compress=False)
+    event_log = _log(tmp_path, rotate_size=2000, compress=False, format=JSONL, flush_interval_ms=1)
     event_log.start()
     for n in range(100):
         event_log.report(decided(n))
         if n % 10 == 9:
             assert eventually(lambda: len(event_log._ring) == 0)
     assert event_log.stop(5)
-    files = _finished(tmp_path)
+    files = finished(tmp_path)
     assert len(files) > 5
     assert all(p.suffix == ".jsonl" for p in files)
-    keys = [line["key"] for line in _all_lines(tmp_path)]
+    keys = [line["key"] for line in all_records(tmp_path)]
     assert keys == [f"dev-{n}" for n in range(100)]
 
 
@@ -121,11 +108,11 @@ def test_files_rotate_by_time(tmp_path):
     event_log = _log(tmp_path, rotate_interval_ms=1)
     event_log.start()
     event_log.report(decided(1))
-    assert eventually(lambda: len(_finished(tmp_path)) == 1)
+    assert eventually(lambda: len(finished(tmp_path)) == 1)
     event_log.report(decided(2))
-    assert eventually(lambda: len(_finished(tmp_path)) == 2)
+    assert eventually(lambda: len(finished(tmp_path)) == 2)
     assert event_log.stop(5)
-    assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-1", "dev-2"]
+    assert [line["key"] for line in all_records(tmp_path)] == ["dev-1", "dev-2"]
 
 
 def test_a_file_left_in_progress_is_cut_after_its_last_line_and_finished_at_start(tmp_path):
@@ -136,11 +123,11 @@ def test_a_file_left_in_progress_is_cut_after_its_last_line_and_finished_at_star
     done = tmp_path / f".events-{name}-999-000003.jsonl.part"  # renamed before the crash, not unlinked
     done.write_bytes(b"{}\n")
     (tmp_path / f"events-{name}-999-000003.jsonl.zst").write_bytes(b"the finished one")
-    event_log = _log(tmp_path)
+    event_log = _log(tmp_path, format=JSONL)
     event_log.start()
     assert event_log.stop(5)
     recovered = tmp_path / f"events-{name}-1000-000001.jsonl.zst"
-    assert _lines(recovered) == [{"kind": "decision", "seq": 1}, {"kind": "decision", "seq": 2}]
+    assert records_in(recovered) == [{"kind": "decision", "seq": 1}, {"kind": "decision", "seq": 2}]
     assert (tmp_path / f"events-{name}-999-000003.jsonl.zst").read_bytes() == b"the finished one"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".events")) == []
 
@@ -153,7 +140,7 @@ def test_boot_is_above_the_last_one_kept_so_seq_never_repeats(tmp_path):
     event_log.start()
     event_log.report(decided(1))
     assert event_log.stop(5)
-    [line] = _all_lines(tmp_path)
+    [line] = all_records(tmp_path)
     assert line["seq"] == (future + 1) * BOOT_SPAN
     assert (tmp_path / f".boot-{name}").read_text() == f"{future + 1}\n"
 
@@ -165,7 +152,7 @@ def test_a_full_ring_drops_the_oldest_counts_it_and_leaves_a_gap(tmp_path, caplo
         event_log.report(decided(n))
     event_log.start()
     assert event_log.stop(5)
-    lines = _all_lines(tmp_path)
+    lines = all_records(tmp_path)
     assert [line["key"] for line in lines] == ["dev-2", "dev-3", "dev-4"]
     assert [int(str(line["seq"])) % BOOT_SPAN for line in lines] == [2, 3, 4]  # 0 and 1 are the gap
     assert metrics.event_log_events.value(("dropped",)) == 2
@@ -179,7 +166,7 @@ def test_resize_at_run_time_keeps_what_the_ring_holds(tmp_path):
     event_log.resize(2)
     event_log.start()
     assert event_log.stop(5)
-    assert len(_all_lines(tmp_path)) == 8
+    assert len(all_records(tmp_path)) == 8
     assert event_log.status()["ring_size"] == 2
     with pytest.raises(ValueError, match="at least 1"):
         event_log.resize(0)
@@ -191,27 +178,27 @@ def test_a_write_error_loses_that_batch_only_and_the_writer_goes_on(tmp_path, ca
     event_log.start()
     name = file_name_part("edge-1")
     boot = event_log._boot
-    (tmp_path / f".events-{name}-{boot}-000001.jsonl.part").mkdir()  # the first file cannot be opened
+    (tmp_path / f".events-{name}-{boot}-000001.arrows.part").mkdir()  # the first file cannot be opened
     event_log.report(decided(1))
     assert eventually(lambda: event_log.lost == 1)
     event_log.report(decided(2))
     assert event_log.stop(5)
-    assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-2"]
+    assert [line["key"] for line in all_records(tmp_path)] == ["dev-2"]
     assert metrics.event_log_events.value(("lost",)) == 1
     assert "event log: 1 event(s) lost" in caplog.text
 
 
 def test_finished_files_beyond_max_size_are_deleted_oldest_first(tmp_path, caplog):
     metrics = Metrics()
-    event_log = _log(tmp_path, metrics, rotate_size=1, max_size=1500, compress=False)
+    event_log = _log(tmp_path, metrics, rotate_size=1, max_size=1500, compress=False, format=JSONL)
     event_log.start()
     for n in range(6):
         event_log.report(decided(n))
         assert eventually(lambda: event_log.files == n + 1)  # noqa: B023  # called before n moves on
     assert event_log.stop(5)
-    files = _finished(tmp_path)
+    files = finished(tmp_path)
     assert sum(p.stat().st_size for p in files) <= 1500
-    assert [line["key"] for line in _all_lines(tmp_path)] == [f"dev-{n}" for n in range(6 - len(files), 6)]
+    assert [line["key"] for line in all_records(tmp_path)] == [f"dev-{n}" for n in range(6 - len(files), 6)]
     assert metrics.event_log_files.value(("deleted",)) == 6 - len(files)
     assert "over max-size=1500" in caplog.text
 
@@ -259,7 +246,7 @@ def test_a_writer_process_that_dies_is_started_again_and_what_it_missed_is_count
     event_log.report(decided(3))  # to a new writer (which finishes the first's empty file: deletes it)
     assert event_log.stop(5)
     assert event_log._writer is not first
-    assert [line["key"] for line in _all_lines(tmp_path)] == ["dev-3"]
+    assert [line["key"] for line in all_records(tmp_path)] == ["dev-3"]
     assert metrics.event_log_events.value(("lost",)) == 2
     assert metrics.event_log_events.value(("written",)) == 1
     assert metrics.event_log_files.value(("finished",)) == 1
@@ -270,7 +257,7 @@ def test_the_writers_log_lines_are_routerds(tmp_path, caplog):
     name = file_name_part("edge-1")
     (tmp_path / f"events-{name}-4-000001.jsonl").write_bytes(b"{}\n")
     (tmp_path / f".events-{name}-5-000001.jsonl.part").write_bytes(b"{}\n")
-    event_log = _log(tmp_path, max_size=1, compress=False)
+    event_log = _log(tmp_path, max_size=1, compress=False, format=JSONL)
     event_log.start()  # the writer finishes the leftover, then deletes the older file (max-size)
     assert event_log.stop(5)
     [record] = [r for r in caplog.records if "max-size" in r.getMessage()]
@@ -278,4 +265,4 @@ def test_the_writers_log_lines_are_routerds(tmp_path, caplog):
     assert record.getMessage() == (
         f"event log: deleted events-{name}-4-000001.jsonl (3 bytes): finished files over max-size=1"
     )
-    assert [p.name for p in _finished(tmp_path)] == [f"events-{name}-5-000001.jsonl"]
+    assert [p.name for p in finished(tmp_path)] == [f"events-{name}-5-000001.jsonl"]

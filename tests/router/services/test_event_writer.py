@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from keys import KeyType
-from router.config.settings import EventLogConfig
+from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
 from router.core.event_records import BOOT_SPAN, event_values
 from router.core.events import Closed, CloseReason, ConnectionRef
 from router.services import event_writer
 from router.services.event_files import EventFiles
-from router.services.event_writer import FRAME_MAX, encode_frame, settings_argument
+from router.services.event_writer import FRAME_MAX, encode_frame, file_format, settings_argument
+from tests.router.services.conftest import all_records, records_in
 from tests.router.services.test_event_log import decided as _decided
 
 if TYPE_CHECKING:
@@ -31,33 +32,26 @@ def _values(n: int) -> tuple[object, ...]:
     return event_values(_decided(n), KeyType.CLIENT_ID, NOW)
 
 
-def _writer(directory: Path) -> event_writer._Writer:
-    config = EventLogConfig(directory=str(directory), compress=False)
-    return event_writer._Writer(EventFiles(config, "edge-1", 1000), "edge-1", 1000)
+def _writer(directory: Path, form: EventFileFormat = EventFileFormat.PARQUET) -> event_writer._Writer:
+    config = EventLogConfig(directory=str(directory), compress=False, format=form)
+    return event_writer._Writer(EventFiles(config, "edge-1", 1000, file_format(config, "edge-1", 1000)))
 
 
-def _lines(directory: Path) -> list[dict[str, object]]:
-    return [
-        json.loads(line)
-        for path in sorted(directory.glob("events-*"))
-        for line in path.read_text().splitlines()
-    ]
-
-
-def test_frames_cut_anywhere_become_whole_lines(tmp_path):
-    writer = _writer(tmp_path)
+@pytest.mark.parametrize("form", list(EventFileFormat))
+def test_frames_cut_anywhere_become_whole_records(tmp_path, form):
+    writer = _writer(tmp_path, form)
     data = encode_frame([(0, _values(0)), (1, _values(1))]) + encode_frame([(2, _values(2))])
     for i in range(len(data)):  # one byte at a time: the worst a pipe can do
         writer.feed(data[i : i + 1])
     writer.files.finish_part()
-    lines = _lines(tmp_path)
+    lines = all_records(tmp_path)
     assert [line["key"] for line in lines] == ["dev-0", "dev-1", "dev-2"]
     assert [line["seq"] for line in lines] == [1000 * BOOT_SPAN + n for n in range(3)]
     assert writer.files.tally.take() == {"written": 3, "finished": 1}
 
 
 def test_an_event_without_a_line_is_lost_counted_and_the_rest_written(tmp_path, caplog):
-    writer = _writer(tmp_path)
+    writer = _writer(tmp_path, EventFileFormat.JSONL)
     closed = Closed(
         conn=ConnectionRef(id=9, router="r1", acceptor="mqtt", peer=Address("10.0.0.1", 1)),
         node_id="node4",
@@ -69,7 +63,7 @@ def test_an_event_without_a_line_is_lost_counted_and_the_rest_written(tmp_path, 
     bad = event_values(closed, KeyType.CLIENT_ID, NOW)
     writer.feed(encode_frame([(0, _values(0)), (1, bad), (2, _values(2))]))
     writer.files.finish_part()
-    assert [line["key"] for line in _lines(tmp_path)] == ["dev-0", "dev-2"]
+    assert [line["key"] for line in all_records(tmp_path)] == ["dev-0", "dev-2"]
     assert writer.files.tally.take() == {"written": 2, "lost": 1, "finished": 1}
     assert "1 event(s) lost: an event has no line: a record field must be a finite number" in caplog.text
 
@@ -95,7 +89,7 @@ def test_the_process_finishes_its_file_when_its_input_ends_and_ignores_sigterm(t
         process.stdin.flush()
         assert json.loads(process.stdout.readline()) == {
             "counts": {},
-            "file": ".events-e_1-7-000001.jsonl.part",
+            "file": ".events-e_1-7-000001.arrows.part",
         }
         process.send_signal(signal.SIGTERM)  # a service stop: routerd, not the signal, ends it
         process.stdin.close()  # as when routerd ends, even by kill -9
@@ -107,8 +101,8 @@ def test_the_process_finishes_its_file_when_its_input_ends_and_ignores_sigterm(t
             process.kill()  # ours, by its PID
             process.wait()
     assert reports == [{"counts": {"written": 2, "finished": 1}, "file": None}]
-    [path] = tmp_path.glob("events-e_1-7-000001.jsonl.zst")
-    assert path.stat().st_size > 0
+    [path] = tmp_path.glob("events-e_1-7-000001.parquet")
+    assert [r["key"] for r in records_in(path)] == ["dev-0", "dev-1"]
 
 
 def test_a_directory_it_cannot_read_is_one_clear_failure(tmp_path):

@@ -1,0 +1,182 @@
+"""The event log's Parquet files, written by the writer process (`event_writer.py`) with pyarrow;
+routerd itself never imports this module.
+
+The schema is generated from the records' one field list (`router.core.event_records.FIELDS`), as
+the pipeline's Spark schema is: every column of every kind, a column a kind does not have null on
+its rows, `ts` a UTC timestamp in microseconds. The pipeline reads the files as they are
+(`pipeline/ingest.py`).
+
+A Parquet file is readable only once its footer is written, so the file in progress is an Arrow
+IPC stream instead (`.arrows.part`): the schema, then one record batch per hand-over, each
+appended whole with one system call. A file cut short by a crash keeps every batch before the cut.
+Finishing reads the stream's whole batches and writes them as one Parquet file (zstd pages unless
+`compress` is false), one row group per `ROW_GROUP_ROWS` rows.
+
+Events are grouped by kind, and each kind's values become columns at once (one `pyarrow.array`
+per column, in C), not row by row: about 1 µs per event, less than formatting a JSON line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc
+import pyarrow.parquet as pq
+
+from router.core.event_records import FIELDS, KINDS, VALUE_HEAD, VALUE_NAMES, FieldType, Sequence
+from router.services.event_files import Encoded
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from router.services.event_files import Batch
+
+__all__ = ["ARROW_SCHEMA", "ROW_GROUP_ROWS", "ParquetFormat", "arrow_type", "read_part", "write_parquet"]
+
+_ARROW_TYPES: Final[dict[FieldType, pa.DataType]] = {
+    FieldType.STRING: pa.string(),
+    FieldType.LONG: pa.int64(),
+    FieldType.DOUBLE: pa.float64(),
+    FieldType.BOOLEAN: pa.bool_(),
+    FieldType.TIMESTAMP: pa.timestamp("us", tz="UTC"),
+}
+
+
+def arrow_type(field_type: FieldType) -> pa.DataType:
+    """The Arrow type of a record field type."""
+    return _ARROW_TYPES[field_type]
+
+
+ARROW_SCHEMA: Final = pa.schema(
+    [pa.field(f.name, arrow_type(f.type), nullable=f.nullable or len(f.kinds) < len(KINDS)) for f in FIELDS]
+)
+"""Every column of every kind (`FIELDS`); a column some kind lacks is nullable."""
+
+ROW_GROUP_ROWS: Final = 1024 * 1024
+"""Rows per Parquet row group: a file of the default `rotate-size` is one row group, which Spark
+reads as one task."""
+
+_WRITER_COLUMNS: Final = frozenset({"kind", "router_id", "seq", "ts", "conn"})
+
+
+class ParquetFormat:
+    """Arrow IPC batches in progress, Parquet when finished (module docstring)."""
+
+    part_suffix: Final = ".arrows.part"
+
+    def __init__(self, router_id: str, boot: int) -> None:
+        """Rows of `router_id`, numbered from `boot` (epoch ms)."""
+        self._router_id = pa.scalar(router_id, pa.string())
+        self._base = Sequence(boot).of(0)
+        self._header: bytes = ARROW_SCHEMA.serialize().to_pybytes()
+
+    def final_suffix(self, *, compress: bool) -> str:
+        return ".parquet"
+
+    def header(self) -> bytes:
+        return self._header
+
+    def encode(self, batches: list[Batch]) -> Encoded:
+        numbers: tuple[list[int], ...] = tuple([] for _ in KINDS)
+        rows: tuple[list[tuple[object, ...]], ...] = tuple([] for _ in KINDS)
+        for batch in batches:
+            for number, values in batch:
+                kind = values[0]
+                numbers[kind].append(number)
+                rows[kind].append(values)
+        data: list[bytes] = []
+        events = 0
+        failure: str | None = None
+        for kind, kind_rows in enumerate(rows):
+            if not kind_rows:
+                continue
+            try:
+                record_batch = self._record_batch(kind, numbers[kind], kind_rows)
+            except (pa.ArrowException, ValueError, TypeError, IndexError) as exc:
+                record_batch, failure = self._salvage(kind, numbers[kind], kind_rows, exc)
+            if record_batch is not None:
+                data.append(record_batch.serialize().to_pybytes())
+                events += record_batch.num_rows
+        return Encoded(b"".join(data), events, failure)
+
+    def _salvage(
+        self, kind: int, numbers: list[int], rows: list[tuple[object, ...]], error: Exception
+    ) -> tuple[pa.RecordBatch | None, str]:
+        """A batch with an event that has no row (a bug's): the events that have one, one by one."""
+        good = []
+        for number, values in zip(numbers, rows, strict=True):
+            try:
+                self._record_batch(kind, [number], [values])
+            except (pa.ArrowException, ValueError, TypeError, IndexError):
+                continue
+            good.append((number, values))
+        failure = f"an event has no row: {error}"
+        if not good:
+            return None, failure
+        return self._record_batch(kind, [n for n, _ in good], [v for _, v in good]), failure
+
+    def _record_batch(self, kind: int, numbers: list[int], rows: list[tuple[object, ...]]) -> pa.RecordBatch:
+        count = len(rows)
+        columns = list(zip(*rows, strict=True))
+        given: dict[str, pa.Array] = {
+            "kind": pa.repeat(pa.scalar(KINDS[kind].KIND, pa.string()), count),
+            "router_id": pa.repeat(self._router_id, count),
+            "seq": pc.add(pa.array(numbers, pa.int64()), self._base),
+            "ts": _timestamps(pa.array(columns[1], pa.float64())),
+            "conn": pc.add(pa.array(columns[2], pa.int64()), self._base),
+        }
+        for position, name in enumerate(VALUE_NAMES[kind], start=VALUE_HEAD):
+            given[name] = pa.array(columns[position], ARROW_SCHEMA.field(name).type)
+        arrays = [given[f.name] if f.name in given else pa.nulls(count, f.type) for f in ARROW_SCHEMA]
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> bool:
+        table = read_part(fd)
+        if table.num_rows == 0:
+            return False
+        write_parquet(table, target, compress=compress)
+        return True
+
+
+def _timestamps(epoch_s: pa.Array) -> pa.Array:
+    """Epoch seconds as `ts`, rounded to the microsecond as `event_records.timestamp` rounds."""
+    seconds = pc.floor(epoch_s)
+    micros = pc.floor(pc.add(pc.multiply(pc.subtract(epoch_s, seconds), 1e6), 0.5))
+    total = pc.add(pc.multiply(seconds.cast(pa.int64()), 1_000_000), micros.cast(pa.int64()))
+    return total.cast(pa.timestamp("us", tz="UTC"))
+
+
+def read_part(fd: int) -> pa.Table:
+    """The whole batches of a file in progress, in the schema it was written with (one cut short
+    by a crash ends the table; a file too short for its schema is an empty table)."""
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, size, 0) if size else b""
+    try:
+        reader = pyarrow.ipc.open_stream(pa.BufferReader(data))
+    except (pa.ArrowException, OSError):  # OSError: pyarrow's IOError
+        return ARROW_SCHEMA.empty_table()
+    batches: list[pa.RecordBatch] = []
+    try:
+        while True:
+            batches.append(reader.read_next_batch())
+    except StopIteration:
+        pass
+    except (pa.ArrowException, OSError):  # a batch cut short by a crash: the batches before it
+        pass
+    return pa.Table.from_batches(batches, schema=reader.schema)
+
+
+def write_parquet(table: pa.Table, target: Path, *, compress: bool) -> None:
+    """A finished event file: `table` (in `ARROW_SCHEMA`) as Parquet at `target`, synced."""
+    with target.open("wb") as out:
+        pq.write_table(
+            table,
+            out,
+            compression="zstd" if compress else "none",
+            row_group_size=ROW_GROUP_ROWS,
+        )
+        out.flush()
+        os.fsync(out.fileno())
