@@ -96,6 +96,11 @@ def _generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--files", type=_positive, default=1, help="files per routing process (default 1)")
     parser.add_argument("--plain", action="store_true", help="write .jsonl, not .jsonl.zst")
     parser.add_argument(
+        "--parquet",
+        action="store_true",
+        help="write Parquet as the router does (its default format; needs --malformed-rate 0)",
+    )
+    parser.add_argument(
         "--seed", type=int, default=0, help="random seed: the same seed writes the same files (default 0)"
     )
 
@@ -136,6 +141,7 @@ def _analyze(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     from pipeline.generate import generate
+    from router.config.settings import EventFileFormat
 
     try:
         truth = generate(
@@ -147,6 +153,7 @@ def _generate(args: argparse.Namespace) -> int:
             malformed_rate=args.malformed_rate,
             files=args.files,
             compress=not args.plain,
+            file_format=EventFileFormat.PARQUET if args.parquet else EventFileFormat.JSONL,
             seed=args.seed,
         )
     except (ValueError, OSError) as exc:

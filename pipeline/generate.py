@@ -19,7 +19,9 @@ after a "failover", as a log replayed) and malformed lines (truncated JSON, garb
 types, missing router id or seq, unknown kind or status, a top-level array), each with the
 quarantine reason the ingest step gives it.
 
-No Spark here: numpy, zstandard and the router's pure modules only.
+The files are JSON lines (`.jsonl.zst`), or Parquet written by the router's own writer code
+(`router.services.event_parquet`, without malformed lines). No Spark here: numpy, zstandard,
+pyarrow and the router's modules only.
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.json
 import zstandard
 
 from keys import KeyType
 from policies import ConsistentHashPolicy
 from pools.target import Connector, Target
+from router.config.settings import EventFileFormat
 from router.core.event_records import BOOT_SPAN, RAW_KEY_CAP
+from router.services.event_parquet import ARROW_SCHEMA, write_parquet
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -393,6 +399,8 @@ class _Job:
     files: int
     out_dir: str
     compress: bool
+    file_format: str
+    """`EventFileFormat`'s value: the router's files as JSON lines or as Parquet."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -736,20 +744,33 @@ def _with_malformed(
 
 
 def _write(lines: list[str], job: _Job, router_id: str) -> list[str]:
-    """Split into `job.files` files, each written under a dot name and renamed when complete."""
+    """Split into `job.files` files, each written under a dot name and renamed when complete:
+    JSON lines, or the same events as the router's writer process writes them in Parquet."""
     names: list[str] = []
     out = Path(job.out_dir)
     bounds = np.linspace(0, len(lines), job.files + 1).round().astype(np.int64).tolist()
+    parquet = job.file_format == EventFileFormat.PARQUET.value
     for f in range(job.files):
-        name = f"events-{router_id}-{f:04d}.jsonl" + (".zst" if job.compress else "")
+        if parquet:
+            name = f"events-{router_id}-{f:04d}.parquet"
+        else:
+            name = f"events-{router_id}-{f:04d}.jsonl" + (".zst" if job.compress else "")
         data = "".join(lines[bounds[f] : bounds[f + 1]]).encode("latin-1")
-        if job.compress:
-            data = zstandard.ZstdCompressor(level=3).compress(data)
         temporary = out / f".{name}.tmp"
-        temporary.write_bytes(data)
+        if parquet:
+            write_parquet(_as_table(data), temporary, compress=job.compress)
+        else:
+            temporary.write_bytes(zstandard.ZstdCompressor(level=3).compress(data) if job.compress else data)
         temporary.replace(out / name)
         names.append(name)
     return names
+
+
+def _as_table(lines: bytes) -> pa.Table:
+    """Well-formed lines as the router's Parquet writer's table (`ARROW_SCHEMA`)."""
+    options = pyarrow.json.ParseOptions(explicit_schema=ARROW_SCHEMA, unexpected_field_behavior="error")
+    table = pyarrow.json.read_json(pa.BufferReader(lines), parse_options=options)
+    return table.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA)
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -766,6 +787,7 @@ def generate(
     malformed_rate: float = 0.001,
     files: int = 1,
     compress: bool = True,
+    file_format: EventFileFormat = EventFileFormat.JSONL,
     seed: int = 0,
     start_s: float = START_S,
     span_s: float = SPAN_S,
@@ -781,7 +803,9 @@ def generate(
         duplicate_rate: share of the lines that are extra copies of valid lines.
         malformed_rate: share of the lines that are malformed.
         files: files per routing process.
-        compress: `.jsonl.zst` files, else `.jsonl`.
+        compress: `.jsonl.zst` files, else `.jsonl` (Parquet: zstd pages, else none).
+        file_format: JSON lines, or Parquet as the router's writer writes it (`malformed_rate`
+            must then be 0: a Parquet file has no malformed lines).
         seed: the same seed and arguments give the same bytes.
         start_s: the log's first second (epoch seconds).
         span_s: the log's length in seconds.
@@ -799,6 +823,10 @@ def generate(
         )
     if min(duplicate_rate, malformed_rate) < 0 or duplicate_rate + malformed_rate >= 0.5:
         raise ValueError(f"rates must be >= 0 and sum below 0.5, got {duplicate_rate} and {malformed_rate}")
+    if file_format is EventFileFormat.PARQUET and malformed_rate:
+        raise ValueError(
+            f"Parquet files hold no malformed lines: malformed rate must be 0, got {malformed_rate}"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     duplicates = round(events * duplicate_rate)
@@ -823,6 +851,7 @@ def generate(
             files=files,
             out_dir=str(out),
             compress=compress,
+            file_format=file_format.value,
         )
         for i, (u, d, m) in enumerate(
             zip(_split(unique, routers), _split(duplicates, routers), _split(malformed, routers), strict=True)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import zstandard
 
 from pipeline.generate import FLEET, MALFORMED_KINDS, _router_id, generate, load_truth
 from router.config import load_config
+from router.config.settings import EventFileFormat
 from router.core.event_records import CloseRecord, DecisionRecord, json_line
+from router.services.event_parquet import ARROW_SCHEMA
+from tests.router.services.conftest import records_in
 
 
 def _valid(line: str) -> dict[str, object] | None:
@@ -67,6 +72,19 @@ def test_generate_lines_are_json_line_bytes_and_truth_counts_them(tmp_path):
     assert load_truth(tmp_path / "truth.json") == truth
 
 
+def test_generate_parquet_is_the_same_events_as_the_routers_writer_writes_them(tmp_path):
+    options = {"routers": 2, "keys": 300, "duplicate_rate": 0.02, "malformed_rate": 0.0, "span_s": 600}
+    lines = generate(tmp_path / "jsonl", 3000, compress=False, **options)  # type: ignore[arg-type]
+    truth = generate(tmp_path / "parquet", 3000, file_format=EventFileFormat.PARQUET, **options)  # type: ignore[arg-type]
+    assert truth == dataclasses.replace(lines, files=[n.replace(".jsonl", ".parquet") for n in lines.files])
+    for jsonl, parquet in zip(lines.files, truth.files, strict=True):
+        assert pq.read_schema(tmp_path / "parquet" / parquet).equals(ARROW_SCHEMA)
+        assert records_in(tmp_path / "parquet" / parquet) == [
+            {name: line.get(name) for name in ARROW_SCHEMA.names}
+            for line in records_in(tmp_path / "jsonl" / jsonl)
+        ]
+
+
 def test_generate_moves_keys_off_a_target_that_goes_down(tmp_path):
     """Scenario: the busiest target of each pool dies, is redispatched from, and its connections close."""
     truth = generate(tmp_path, 30_000, routers=2, keys=2000, span_s=600)
@@ -96,6 +114,8 @@ def test_generate_rejects_bad_arguments(tmp_path):
         generate(tmp_path, 100, duplicate_rate=0.4, malformed_rate=0.2)
     with pytest.raises(ValueError, match=">= 1"):
         generate(tmp_path, 0)
+    with pytest.raises(ValueError, match="Parquet files hold no malformed lines: malformed rate must be 0"):
+        generate(tmp_path, 100, file_format=EventFileFormat.PARQUET)
 
 
 def test__router_id():
