@@ -5,20 +5,20 @@ the same work on the same files, in the same run, plus the event log's cost insi
                                             [--json PATH] [--quick] [--only pipeline,event-log]
                                             [--conf KEY=VALUE ...] [--timeout S]
 
-1. **Data.** `pipeline.generate` writes N lines of synthetic event files in the router's own format
-   (`events-*.jsonl.zst`, rotated like the router's 64 MiB files; 4 routing processes, 100,000
-   Zipf keys, 1 % duplicates, 0.1 % malformed lines) and `truth.json`. With `--workdir` a set
-   generated before with the same arguments is reused.
-2. **Compaction** to Parquet, once per data set and timed on its own: the lines Spark can read into
-   the event schema, as they are (duplicates and rule-breaking records kept; the lines that cannot
-   be parsed have no typed form and are left out), zstd, one file per input file. This is the
-   "Parquet as the router would write it" of research §2.3; dedup and quarantine stay the job's.
-3. **Spark**: `pipeline.analyze.analyze(spark, [input], out, report=False)` in one `local[2]`
+1. **Data.** `pipeline.generate` writes N events of synthetic event files in both of the router's
+   formats, each with its `truth.json`, 4 routing processes, 100,000 Zipf keys, 1 % duplicates:
+   - **Parquet**, the router's default (`events-*.parquet`, written by the router's own writer code,
+     `router.services.event_parquet.write_parquet`, as many files as its 64 MiB Arrow file in
+     progress gives), no malformed record (a Parquet file has none);
+   - **JSON lines** (`<format>jsonl</format>`: `events-*.jsonl.zst`, rotated like the router's
+     64 MiB files), the same events and duplicates plus 0.1 % malformed lines.
+   With `--workdir` a set generated before with the same arguments is reused.
+2. **Spark**: `pipeline.analyze.analyze(spark, [input], out, report=False)` in one `local[2]`
    session (`pipeline.session.spark_session("local[2]", conf=...)`; the session's start is timed
-   apart), over the JSON files, then over the Parquet copy: ingest (quarantine with raw lines,
-   staged Parquet, audit dedup), every table (`pipeline.analyze.TABLES`), `summary.json`. The HTML
-   report is left out (≈1 s of matplotlib; DuckDB draws none).
-4. **DuckDB** (`threads=2`) does the same work on the same files (`duckdb_analyze`): every line
+   apart), over the JSON files, then over the Parquet files: ingest (quarantine with raw lines,
+   staged Parquet for JSON, audit dedup), every table (`pipeline.analyze.TABLES`),
+   `summary.json`. The HTML report is left out (≈1 s of matplotlib; DuckDB draws none).
+3. **DuckDB** (`threads=2`) does the same work on the same files (`duckdb_analyze`): every line
    read as text (`read_csv`, one column; lines that are not UTF-8 come back as its rejects, with
    the line), a line is unparseable unless it is a JSON object whose typed fields among the
    columns analyze reads (`pipeline.analyze.COLUMNS`) convert (as Spark's PERMISSIVE reader with
@@ -26,13 +26,14 @@ the same work on the same files, in the same run, plus the event log's cost insi
    seq), and the same tables written as Parquet, from the same two roll-ups and the same ordered
    per-key window. (Each engine plans the work its own way: Spark's roll-ups are one scan with
    grouping sets, and it keeps one copy of a repeated event by row id.)
-5. **Checks.** Both engines' counts (events after dedup, duplicates, malformed by reason,
+4. **Checks.** Both engines' counts (events after dedup, duplicates, malformed by reason,
    decisions by status and by target, keys, moved keys, moves by cause, cache hits, NULL keys)
-   must agree with each other and with `truth.json` (for the Parquet copy: without the
-   unparseable lines); a disagreement is a failure (exit 1).
+   must agree with each other and with the input's `truth.json`; a disagreement is a failure
+   (exit 1).
 
 It prints the table (time, events/s = input records / s, ratio Spark/DuckDB), the goals (10 M
-events: ≤ 90 s from the router's files, ≤ 50 s from Parquet, within 2x of DuckDB on each input),
+events: ≤ 90 s from the router's files, which are Parquet by default, ≤ 50 s from Parquet, within
+2x of DuckDB; the JSON-lines figures are judged beside them),
 the load average and the CPU time other processes used during each measurement (research §method:
 `cpu_others`), and writes everything (Spark conf, versions) to a JSON file. It stops the JVM it
 started, deletes what it generated unless `--keep`, and is bounded by `--timeout`.
@@ -100,7 +101,8 @@ FULL_EVENTS: Final = 10_000_000
 QUICK_EVENTS: Final = 20_000
 GOAL_EVENTS: Final = 10_000_000
 """The goals are stated for 10 M events; at other sizes they are shown, not judged."""
-GOAL_JSON_S: Final = 90.0
+GOAL_FILES_S: Final = 90.0
+"""From the router's own files: Parquet, its default format (and `.jsonl.zst`, shown beside)."""
 GOAL_PARQUET_S: Final = 50.0
 GOAL_RATIO: Final = 2.0
 ROUTERS: Final = 4
@@ -112,10 +114,11 @@ ROTATE_BYTES: Final = 64 * 1024 * 1024
 """The router's default `rotate-size` (`EventLogConfig.rotate_size`): lines per file follow from it."""
 LINE_BYTES: Final = 380
 """About what one synthetic line takes (research §2.1: 383 B)."""
+ARROW_BYTES: Final = 180
+"""About what one event takes in the router's Arrow file in progress (measured: 179 B), which
+`rotate-size` bounds: events per Parquet file follow from it."""
 SEED: Final = 0
 PARAMS_FILE: Final = "bench-params.json"
-PARQUET_DIR: Final = "parquet"
-COMPACTION_FILE: Final = "compaction.json"
 EVENT_LOG_EVENTS: Final = 200_000
 EVENT_LOG_EVENTS_QUICK: Final = 20_000
 GROUPS: Final = ("pipeline", "event-log")
@@ -144,41 +147,47 @@ class DataSet:
     """Generation time (0 when reused)."""
 
     @property
-    def json_files(self) -> list[Path]:
+    def files(self) -> list[Path]:
         return [self.directory / name for name in self.truth.files]
 
     @property
-    def json_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.json_files)
+    def bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.files)
 
 
-def _params(events: int, *, quick: bool) -> dict[str, object]:
-    files = max(1, math.ceil(events * LINE_BYTES / ROTATE_BYTES / ROUTERS))
+def _params(events: int, *, quick: bool, kind: InputKind) -> dict[str, object]:
+    per_event = LINE_BYTES if kind == "json" else ARROW_BYTES
+    files = max(1, math.ceil(events * per_event / ROTATE_BYTES / ROUTERS))
     return {
         "events": events,
         "routers": ROUTERS,
         "keys": 2_000 if quick else KEYS,
         "duplicate_rate": DUPLICATE_RATE,
-        "malformed_rate": MALFORMED_RATE,
+        "malformed_rate": MALFORMED_RATE if kind == "json" else 0.0,
         "files": files,
         "compress": True,
+        "file_format": "jsonl" if kind == "json" else "parquet",
         "seed": SEED,
     }
 
 
-def data_set(root: Path, events: int, *, quick: bool) -> DataSet:
+def data_set(root: Path, events: int, *, quick: bool, kind: InputKind = "json") -> DataSet:
     """The event files of `events` lines under `root`: reused when `truth.json` and the generator's
     arguments there match and every file is present, else generated.
 
     Args:
-        root: a directory (the data go to `root/data-<events>-<seed>`).
+        root: a directory (the data go to `root/data-<events>-<seed>[-parquet]`).
         events: lines to generate.
         quick: the small key space of the smoke run.
+        kind: the router's files as JSON lines (`.jsonl.zst`, with malformed lines), or as Parquet
+            (its default format; the same events and duplicates, no malformed line).
     """
     from pipeline.generate import generate, load_truth
+    from router.config.settings import EventFileFormat
 
-    params = _params(events, quick=quick)
-    directory = root / f"data-{events}-{params['seed']}{'-quick' if quick else ''}"
+    params = _params(events, quick=quick, kind=kind)
+    suffix = ("-quick" if quick else "") + ("-parquet" if kind == "parquet" else "")
+    directory = root / f"data-{events}-{params['seed']}{suffix}"
     truth_path, params_path = directory / "truth.json", directory / PARAMS_FILE
     if truth_path.exists() and params_path.exists():
         try:
@@ -193,6 +202,7 @@ def data_set(root: Path, events: int, *, quick: bool) -> DataSet:
     _say(f"generating {events:,} lines into {directory}")
     started = time.monotonic()
     kwargs = {k: v for k, v in params.items() if k != "events"}
+    kwargs["file_format"] = EventFileFormat(params["file_format"])
     truth = generate(directory, events, **kwargs)  # type: ignore[arg-type]  # the keyword arguments above
     params_path.write_text(json.dumps(params, indent=2) + "\n")
     seconds = time.monotonic() - started
@@ -249,11 +259,9 @@ class Counts:
         )
 
 
-def expected_counts(truth: Truth, kind: InputKind) -> Counts:
-    """What the generator says the job must find; the Parquet copy has no unparseable lines."""
+def expected_counts(truth: Truth) -> Counts:
+    """What the generator says the job must find."""
     by_reason = {k: v for k, v in truth.malformed_by_reason.items() if v}
-    if kind == "parquet":
-        by_reason.pop("unparseable", None)
     return Counts(
         events=truth.events,
         duplicates=truth.duplicates,
@@ -411,39 +419,6 @@ def _stop_spark(spark: SparkSession) -> int | None:
     SparkContext._gateway = None
     SparkContext._jvm = None
     return process.pid
-
-
-def compact(spark: SparkSession, data: DataSet, out: Path) -> tuple[int, float]:
-    """Convert the JSON files to Parquet (module docstring, step 2): rows written and seconds;
-    reused when `out` holds a finished copy of these same files."""
-    from pyspark.sql import functions as F
-
-    from pipeline.ingest import EVENT_COLUMNS
-    from pipeline.schema import CORRUPT_COLUMN, READ_SCHEMA
-
-    marker = out / COMPACTION_FILE
-    key = {"truth": data.truth.to_json(), "params": data.params}
-    if marker.exists():
-        done = json.loads(marker.read_text())
-        if done.get("key") == key and (out / "_SUCCESS").exists():
-            _say(f"reusing the Parquet copy in {out}")
-            return int(done["rows"]), float(done["seconds"])
-    shutil.rmtree(out, ignore_errors=True)
-    started = time.perf_counter()
-    lines = (
-        spark.read.schema(READ_SCHEMA)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-        .json([str(p) for p in data.json_files])
-    )
-    lines.where(F.col(CORRUPT_COLUMN).isNull()).select(*EVENT_COLUMNS).write.option(
-        "compression", "zstd"
-    ).parquet(str(out))
-    seconds = time.perf_counter() - started
-    rows = spark.read.parquet(str(out)).count()
-    marker.write_text(json.dumps({"key": key, "rows": rows, "seconds": seconds}) + "\n")
-    _say(f"compacted to Parquet in {seconds:.1f} s ({rows:,} rows)")
-    return rows, seconds
 
 
 def spark_analyze(spark: SparkSession, source: Path, out: Path) -> Counts:
@@ -873,8 +848,9 @@ class _Run:
     """Everything one invocation measured."""
 
     data: DataSet | None = None
-    parquet_rows: int = 0
-    compaction_s: float | None = None
+    """The router's files as JSON lines (`<format>jsonl</format>`)."""
+    parquet: DataSet | None = None
+    """The router's files as Parquet (its default format)."""
     spark_start_s: float | None = None
     jvm_pid: int | None = None
     measurements: list[Measurement] = field(default_factory=list)
@@ -890,18 +866,17 @@ def _measure(
     work: Path,
     spark: SparkSession | None,
 ) -> None:
-    assert run.data is not None
-    data = run.data
+    data = run.data if kind == "json" else run.parquet
+    assert data is not None
     m = Measurement(engine=engine, input=kind, run=number)
-    m.records = data.truth.lines if kind == "json" else run.parquet_rows
+    m.records = data.truth.lines
     out = work / f"out-{engine}-{kind}-{number}"
     shutil.rmtree(out, ignore_errors=True)
-    parquet = work / PARQUET_DIR
     _say(f"run {number}: {engine} on {kind}")
     try:
         if engine == "spark":
             assert spark is not None
-            source = data.directory if kind == "json" else parquet
+            source = data.directory
             with _Meter(m):
                 m.counts = spark_analyze(spark, source, out)
         else:
@@ -911,8 +886,8 @@ def _measure(
                 with _Meter(m):
                     m.counts = duckdb_analyze(
                         con,
-                        json_files=data.json_files if kind == "json" else None,
-                        parquet_dir=parquet if kind == "parquet" else None,
+                        json_files=data.files if kind == "json" else None,
+                        parquet_dir=data.directory if kind == "parquet" else None,
                         out=out,
                     )
             finally:
@@ -925,7 +900,7 @@ def _measure(
         shutil.rmtree(out, ignore_errors=True)
     if m.counts is not None:
         run.failures += compare(
-            m.counts, expected_counts(data.truth, kind), what=f"{engine}/{kind} run {number} vs truth.json"
+            m.counts, expected_counts(data.truth), what=f"{engine}/{kind} run {number} vs truth.json"
         )
     _say(
         f"run {number}: {engine} on {kind}: {m.seconds:.1f} s"
@@ -966,17 +941,18 @@ def _goals(run: _Run, events: int) -> list[dict[str, object]]:
         return {"goal": name, "value": value, "limit": limit, "unit": unit, "met": met}
 
     return [
-        goal("Spark from the router's files (.jsonl.zst)", spark_json, GOAL_JSON_S, "s"),
+        goal("Spark from the router's files (Parquet)", spark_pq, GOAL_FILES_S, "s"),
         goal("Spark from Parquet", spark_pq, GOAL_PARQUET_S, "s"),
-        goal(
-            "Spark/DuckDB, router's files",
-            None if spark_json is None or not duck_json else spark_json / duck_json,
-            GOAL_RATIO,
-            "x",
-        ),
         goal(
             "Spark/DuckDB, Parquet",
             None if spark_pq is None or not duck_pq else spark_pq / duck_pq,
+            GOAL_RATIO,
+            "x",
+        ),
+        goal("Spark from .jsonl.zst (<format>jsonl)", spark_json, GOAL_FILES_S, "s"),
+        goal(
+            "Spark/DuckDB, .jsonl.zst",
+            None if spark_json is None or not duck_json else spark_json / duck_json,
             GOAL_RATIO,
             "x",
         ),
@@ -994,7 +970,7 @@ def format_table(run: _Run, events: int) -> str:
     header = f"{'input':<22} {'engine':<7} " + " ".join(f"{'run ' + str(n) + ' s':>10}" for n in numbers)
     header += f" {'median s':>9} {'events/s':>10} {'others CPU-s':>13} {'Spark/DuckDB':>13}"
     lines.append(header)
-    labels = {"json": "router's .jsonl.zst", "parquet": "Parquet copy"}
+    labels = {"json": "router's .jsonl.zst", "parquet": "router's Parquet"}
     for kind in ("json", "parquet"):
         for engine in ("spark", "duckdb"):
             ms = [m for m in run.measurements if m.engine == engine and m.input == kind]
@@ -1129,13 +1105,13 @@ def _on_sigterm(_signum: int, _frame: FrameType | None) -> NoReturn:
 
 def _pipeline(run: _Run, args: argparse.Namespace, work: Path) -> None:
     run.data = data_set(work, args.events, quick=args.quick)
+    run.parquet = data_set(work, args.events, quick=args.quick, kind="parquet")
     spark, run.spark_start_s = _start_spark(args.spark_conf)
     gateway = spark.sparkContext._gateway
     process = getattr(gateway, "proc", None)
     run.jvm_pid = None if process is None else process.pid
     _say(f"Spark {MASTER} session started in {run.spark_start_s:.1f} s (JVM pid {run.jvm_pid})")
     try:
-        run.parquet_rows, run.compaction_s = compact(spark, run.data, work / PARQUET_DIR)
         for number in range(1, args.runs + 1):
             for engine, kind in (
                 ("spark", "json"),
@@ -1148,6 +1124,20 @@ def _pipeline(run: _Run, args: argparse.Namespace, work: Path) -> None:
         pid = _stop_spark(spark)
         _say(f"stopped the JVM (pid {pid})")
     _cross_check(run)
+
+
+def _data_json(data: DataSet | None) -> dict[str, object] | None:
+    if data is None:
+        return None
+    return {
+        "directory": str(data.directory),
+        "params": data.params,
+        "lines": data.truth.lines,
+        "files": len(data.truth.files),
+        "bytes": data.bytes if data.directory.exists() else None,
+        "generated": data.generated,
+        "generate_s": round(data.seconds, 1),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1185,12 +1175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.setitimer(signal.ITIMER_REAL, 0)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    if run.data is not None and run.data.generated and not args.keep:
-        shutil.rmtree(run.data.directory, ignore_errors=True)
-    if not args.keep:
-        shutil.rmtree(work / PARQUET_DIR, ignore_errors=True)
-        if made_workdir:
-            shutil.rmtree(work, ignore_errors=True)
+    for data in (run.data, run.parquet):
+        if data is not None and data.generated and not args.keep:
+            shutil.rmtree(data.directory, ignore_errors=True)
+    if not args.keep and made_workdir:
+        shutil.rmtree(work, ignore_errors=True)
     doc: dict[str, object] = {
         "schema": "router-pipeline-bench/1",
         "started_at": started_at.isoformat(timespec="seconds"),
@@ -1207,19 +1196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "versions": versions,
         "spark": {"master": MASTER, "conf": dict(args.spark_conf), "session_start_s": run.spark_start_s},
         "duckdb": {"threads": DUCKDB_THREADS},
-        "data": None
-        if run.data is None
-        else {
-            "directory": str(run.data.directory),
-            "params": run.data.params,
-            "lines": run.data.truth.lines,
-            "files": len(run.data.truth.files),
-            "bytes": run.data.json_bytes if run.data.directory.exists() else None,
-            "generated": run.data.generated,
-            "generate_s": round(run.data.seconds, 1),
-            "parquet_rows": run.parquet_rows,
-            "compaction_s": None if run.compaction_s is None else round(run.compaction_s, 1),
-        },
+        "data": _data_json(run.data),
+        "parquet_data": _data_json(run.parquet),
         "measurements": [m.to_json() for m in run.measurements],
         "goals": _goals(run, args.events),
         "event_log": None
@@ -1231,13 +1209,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path.write_text(json.dumps(doc, indent=2) + "\n")
     if run.measurements:
         print(format_table(run, args.events))
-        data = run.data
-        if data is not None:
-            print(
-                f"\n{data.truth.lines:,} lines in {len(data.truth.files)} .jsonl.zst files; Parquet copy "
-                f"{run.parquet_rows:,} rows, compaction {_fmt(run.compaction_s)} s; Spark {MASTER} session "
-                f"start {_fmt(run.spark_start_s)} s (not in the times); conf {dict(args.spark_conf)}"
-            )
+        files = [
+            f"{d.truth.lines:,} {what} in {len(d.truth.files)} files"
+            for d, what in ((run.data, ".jsonl.zst lines"), (run.parquet, "Parquet rows"))
+            if d is not None
+        ]
+        print(
+            f"\n{'; '.join(files)}; Spark {MASTER} session start {_fmt(run.spark_start_s)} s (not in the "
+            f"times); conf {dict(args.spark_conf)}"
+        )
     if run.event_log is not None:
         print("\n" + format_event_log(run.event_log))
     print(

@@ -48,10 +48,20 @@ def test_duckdb_analyze_json_matches_truth(events: Path, tmp_path: Path) -> None
     truth = load_truth(events / "truth.json")
     con = _duckdb()
     found = duckdb_analyze(con, json_files=[events / f for f in truth.files], out=tmp_path / "out")
-    assert compare(found, expected_counts(truth, "json"), what="duckdb") == []
+    assert compare(found, expected_counts(truth), what="duckdb") == []
     assert found.malformed_by_reason["unparseable"] > 0
     written = {p.name for p in (tmp_path / "out").iterdir()}
     assert {"per_key.parquet", "moves.parquet", "quarantine.parquet", "top_keys.parquet"} <= written
+
+
+def test_duckdb_analyze_routers_parquet_matches_truth(tmp_path: Path) -> None:
+    """Scenario: the same on the router's Parquet files (no malformed record)."""
+    data = data_set(tmp_path, 3_000, quick=True, kind="parquet")
+    assert all(p.name.endswith(".parquet") for p in data.files)
+    found = duckdb_analyze(_duckdb(), parquet_dir=data.directory, out=tmp_path / "out")
+    assert compare(found, expected_counts(data.truth), what="duckdb") == []
+    assert found.duplicates > 0
+    assert found.malformed == 0
 
 
 def test_compare_names_each_difference() -> None:
@@ -119,3 +129,4 @@ def test_pipeline_quick_counts_agree(tmp_path: Path) -> None:
     assert jvm is not None, result.stderr[-3000:]
     assert not pid_alive(int(jvm.group(1)))
     assert not Path(doc["data"]["directory"]).exists()
+    assert not Path(doc["parquet_data"]["directory"]).exists()
