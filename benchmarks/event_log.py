@@ -16,7 +16,9 @@ itself.
   (Parquet from its Arrow batches; zstd level 3 of the lines), synced and renamed its file — wall
   time from `start()` returning to `stop()` returning, per event. The format's encoding alone
   (`FileFormat.encode` of `PENDING_EVENTS` at a time, as the writer encodes) is timed on the same
-  events, as a breakdown, and the finished file's size per event is given.
+  events, as a breakdown, and the finished file's size per event is given. Then, as a router feeds
+  it, the writer's own CPU time per event while events come at 16,000 a second (12.5 s for 200,000)
+  (`TRICKLE_RATE`, from `/proc/PID/stat`; the finishing of its file is left out).
 * **decision**: `benchmarks.decision.time_decisions` on the benchmark's routerd configuration
   (`echo`: SOURCE_IP, CONSISTENT_HASH over 2 targets, cache), cache miss and hit.
 
@@ -30,13 +32,16 @@ with `benchmarks/bench --runs 3 [--event-log]` (benchmarks/README.md).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import math
+import os
 import statistics
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pyarrow.parquet as pq
 import zstandard
@@ -57,7 +62,7 @@ from router.services.event_writer import encode_frame, file_format
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["EventLogCost", "WriterCost", "make_events", "time_event_log"]
+__all__ = ["TRICKLE_RATE", "EventLogCost", "WriterCost", "make_events", "time_event_log"]
 
 _ROUTER = "mqtt"
 _ACCEPTOR = "mqtt"
@@ -75,6 +80,9 @@ class WriterCost:
     """Of which the format's `encode`, timed alone."""
     file_bytes_per_event: float
     """In the finished file (compressed)."""
+    steady_cpu_us: float
+    """The writer process's CPU time per event while events come at `TRICKLE_RATE` per second, as
+    from a busy router (its file's finishing excluded)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,6 +173,42 @@ def _encode_seconds(numbered: list[tuple[int, EventValues]], config: EventLogCon
     return time.perf_counter() - started
 
 
+TRICKLE_RATE: Final = 16_000
+"""Events per second of the steady measurement: a router at 8,000 short connections a second."""
+_TRICKLE_SLICE_S: Final = 0.01
+
+
+def _process_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _steady_cpu_us(config: EventLogConfig, items: list[Decided | Closed]) -> float:
+    """The writer's CPU per event while `items` are reported at `TRICKLE_RATE` (module docstring)."""
+    log = EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics())
+    log.start()
+    try:
+        writer = log._writer  # private: the benchmark reads its process's CPU time
+        if writer is None:
+            raise RuntimeError("the event log's writer did not start")
+        before = _process_cpu_s(writer.pid)
+        per_slice = round(TRICKLE_RATE * _TRICKLE_SLICE_S)
+        started = time.monotonic()
+        for number, begin in enumerate(range(0, len(items), per_slice), start=1):
+            for event in items[begin : begin + per_slice]:
+                log.report(event)
+            time.sleep(max(0.0, started + number * _TRICKLE_SLICE_S - time.monotonic()))
+        deadline = time.monotonic() + 30
+        while log.written < len(items) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        used = _process_cpu_s(writer.pid) - before
+    finally:
+        if not log.stop(120):
+            raise RuntimeError("the event log's writer did not finish within 120 s")
+    return used * 1e6 / len(items)
+
+
 def _records(path: Path) -> int:
     if path.name.endswith(".parquet"):
         return int(pq.read_metadata(path).num_rows)
@@ -229,7 +273,10 @@ def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
             if not samples:
                 log = EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics())
                 samples = _time_reports(log, items)
-            writers.append(_time_writer(config, items, numbered))
+            cost = _time_writer(config, items, numbered)
+        with tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as directory:
+            steady = dataclasses.replace(config, directory=directory)
+            writers.append(dataclasses.replace(cost, steady_cpu_us=_steady_cpu_us(steady, items)))
     decision = time_decisions(
         routerd_config(Ports.from_numbers(range(20001, 20001 + Ports.COUNT))), "echo", keys=decision_keys
     )
@@ -271,4 +318,5 @@ def _time_writer(
         writer_us=writer_s * 1e6 / events,
         encode_us=_encode_seconds(numbered, config) * 1e6 / events,
         file_bytes_per_event=sum(p.stat().st_size for p in finished) / events,
+        steady_cpu_us=math.nan,  # `_measure` measures it apart
     )

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, NoReturn
 
-from benchmarks.event_log import EventLogCost, time_event_log
+from benchmarks.event_log import TRICKLE_RATE, EventLogCost, time_event_log
 from router.core.event_records import FIELDS, FieldType
 from router.core.events import CloseReason
 
@@ -1015,7 +1015,8 @@ def format_event_log(cost: EventLogCost) -> str:
             f"  sender thread (marshal of a batch)  {cost.sender_us:.2f} µs per event",
             *(
                 f"  writer process, {w.format} (encode, write, finish, fsync)  {w.writer_us:.2f} µs "
-                f"per event (encoding alone {w.encode_us:.2f}); {w.file_bytes_per_event:.1f} B per event"
+                f"per event (encoding alone {w.encode_us:.2f}); {w.file_bytes_per_event:.1f} B per event; "
+                f"CPU {w.steady_cpu_us:.2f} µs per event at {TRICKLE_RATE:,} events/s"
                 for w in cost.writers
             ),
             f"  per short connection (decision + close): {cost.per_connection_us:.2f} µs of routerd's "

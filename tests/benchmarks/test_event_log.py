@@ -21,5 +21,6 @@ def test_time_event_log_gives_positive_figures() -> None:
     for writer in cost.writers:
         assert 0 < writer.encode_us < writer.writer_us
         assert 0 < writer.file_bytes_per_event < 400  # compressed, below a line's length
+        assert 0 < writer.steady_cpu_us < 1000
     assert cost.decision_miss_p50_us > 0
     assert cost.per_connection_us > 0

@@ -80,6 +80,16 @@ def test_an_event_without_a_row_is_lost_counted_and_the_rest_written(tmp_path, c
     assert "1 event(s) lost: an event has no row:" in caplog.text
 
 
+def test_an_event_of_no_kind_is_lost_and_the_rest_written(tmp_path, caplog):
+    files = _files(tmp_path, EventFileFormat.PARQUET)
+    bad = (7, *event_values(decided(1), KeyType.CLIENT_ID, NOW)[1:])
+    files.add([*_batch(0), (1, bad)])
+    files.finish_part()
+    assert _keys(tmp_path) == ["dev-0"]
+    assert files.tally.take() == {"written": 1, "lost": 1, "finished": 1}
+    assert "1 event(s) lost: an event has no row: no kind 7" in caplog.text
+
+
 def test_parquet_timestamps_round_as_the_lines_do():
     sequence = Sequence(1)
     times = [NOW, 1_795_435_200.9999996, 1_795_435_200.0000004, 1_795_435_199.1234565]
