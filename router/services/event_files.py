@@ -197,7 +197,14 @@ class _Part:
 class EventFiles:
     """One router id's files in one directory, written by one process."""
 
-    def __init__(self, config: EventLogConfig, name: str, boot: int, file_format: FileFormat) -> None:
+    def __init__(
+        self,
+        config: EventLogConfig,
+        name: str,
+        boot: int,
+        file_format: FileFormat,
+        others: tuple[FileFormat, ...] = (),
+    ) -> None:
         """Files named `events-NAME-BOOT-…` (nothing is opened until events come).
 
         Args:
@@ -205,9 +212,12 @@ class EventFiles:
             name: the router id as it appears in file names (`file_name_part`).
             boot: the routing process's boot time (epoch ms), in its file names.
             file_format: how events become files (`JsonLines`, `event_parquet.ParquetFormat`).
+            others: the other formats, to finish what a run with another `<format>` left in
+                progress (`recover`).
         """
         self.config = config
         self.format = file_format
+        self._formats = (file_format, *others)
         self.tally = Tally()
         self._directory = Path(config.directory)
         self._name = name
@@ -289,7 +299,7 @@ class EventFiles:
             parts = sorted(
                 e.name
                 for e in entries
-                if e.name.startswith(prefix) and e.name.endswith(self.format.part_suffix)
+                if e.name.startswith(prefix) and any(e.name.endswith(f.part_suffix) for f in self._formats)
             )
         for name in parts:
             self._finish(self._directory / name, recovering=True)
@@ -347,9 +357,12 @@ class EventFiles:
 
     # -- finished files --
 
-    def _final_path(self, part: Path) -> Path:
-        name = part.name.removeprefix(".").removesuffix(self.format.part_suffix)
-        return part.with_name(name + self.format.final_suffix(compress=self.config.compress))
+    def _format_of(self, part: Path) -> FileFormat:
+        return next((f for f in self._formats if part.name.endswith(f.part_suffix)), self.format)
+
+    def _final_path(self, part: Path, file_format: FileFormat) -> Path:
+        name = part.name.removeprefix(".").removesuffix(file_format.part_suffix)
+        return part.with_name(name + file_format.final_suffix(compress=self.config.compress))
 
     def _finish(self, part: Path, *, recovering: bool = False) -> bool:
         """Make a file in progress a finished one, atomically, under its lock; False when it
@@ -380,7 +393,8 @@ class EventFiles:
 
     def _finish_locked(self, part: Path, fd: int, *, recovering: bool) -> bool:
         """Whether a finished file was made (not when the part was empty or finished before)."""
-        final = self._final_path(part)
+        file_format = self._format_of(part)
+        final = self._final_path(part, file_format)
         temporary = part.with_name(f".{final.name}.tmp")
         if recovering:
             temporary.unlink(missing_ok=True)  # a finishing cut short; its part is still here
@@ -388,7 +402,7 @@ class EventFiles:
             part.unlink()
             return False
         try:
-            made = self.format.finish(fd, temporary, compress=self.config.compress, recovering=recovering)
+            made = file_format.finish(fd, temporary, compress=self.config.compress, recovering=recovering)
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise

@@ -18,6 +18,7 @@ per column, in C), not row by row: about 1 µs per event, less than formatting a
 
 from __future__ import annotations
 
+import mmap
 import os
 from typing import TYPE_CHECKING, Final
 
@@ -156,7 +157,9 @@ def read_part(fd: int) -> pa.Table:
     """The whole batches of a file in progress, in the schema it was written with (one cut short
     by a crash ends the table; a file too short for its schema is an empty table)."""
     size = os.fstat(fd).st_size
-    data = os.pread(fd, size, 0) if size else b""
+    # Mapped, not read: the table's columns are the file's pages (a large `rotate-size` costs
+    # page cache, not the writer's memory). The mapping lives as long as the table does.
+    data = pa.py_buffer(mmap.mmap(fd, size, prot=mmap.PROT_READ)) if size else pa.py_buffer(b"")
     try:
         reader = pyarrow.ipc.open_stream(pa.BufferReader(data))
     except (pa.ArrowException, OSError):  # OSError: pyarrow's IOError

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from router.core.event_records import EventValues
 
-__all__ = ["FRAME_MAX", "WRITER_NICE", "encode_frame", "main", "settings_argument"]
+__all__ = ["FRAME_MAX", "WRITER_NICE", "encode_frame", "file_format", "main", "settings_argument"]
 
 WRITER_NICE: Final = 10
 """The writer's scheduling niceness: when the CPUs are busy the kernel runs routing first; the
@@ -66,12 +66,17 @@ def settings_argument(config: EventLogConfig, router_id: str, name: str, boot: i
 
 
 def file_format(config: EventLogConfig, router_id: str, boot: int) -> FileFormat:
-    """The configured format's writer (pyarrow is imported only for Parquet)."""
-    if config.format is EventFileFormat.JSONL:
-        return JsonLines(router_id, boot)
-    from router.services.event_parquet import ParquetFormat  # pyarrow: only here
+    """The configured format's writer."""
+    return _formats(router_id, boot)[config.format]
 
-    return ParquetFormat(router_id, boot)
+
+def _formats(router_id: str, boot: int) -> dict[EventFileFormat, FileFormat]:
+    from router.services.event_parquet import ParquetFormat  # pyarrow: in the writer process only
+
+    return {
+        EventFileFormat.PARQUET: ParquetFormat(router_id, boot),
+        EventFileFormat.JSONL: JsonLines(router_id, boot),
+    }
 
 
 def encode_frame(batch: Seq[tuple[int, EventValues]]) -> bytes:
@@ -145,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     log.setLevel(logging.INFO)
     log.propagate = False
     gc.disable()  # nothing here makes reference cycles: no collection is needed
-    boot = settings["boot"]
-    files = EventFiles(config, settings["name"], boot, file_format(config, settings["router_id"], boot))
+    formats = _formats(settings["router_id"], settings["boot"])
+    chosen = formats.pop(config.format)
+    files = EventFiles(config, settings["name"], settings["boot"], chosen, tuple(formats.values()))
     try:
         recovered = files.recover()
     except OSError as exc:

@@ -13,7 +13,7 @@ import pytest
 from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.event_records import event_values
-from router.services.event_files import EventFiles, Tally
+from router.services.event_files import EventFiles, JsonLines, Tally
 from router.services.event_writer import file_format
 from tests.router.services.conftest import all_records, finished
 from tests.router.services.test_event_log import decided
@@ -81,6 +81,19 @@ def test_recovery_leaves_a_file_another_writer_holds_and_finishes_it_once_releas
     assert files.recover() == 1
     assert (tmp_path / "events-edge-1-900-000001.jsonl").read_bytes() == b'{"n":1}\n'  # cut after the line
     assert files.tally.take() == {"finished": 1}
+
+
+def test_recovery_finishes_a_file_another_format_left_in_progress(tmp_path):
+    """Scenario: routerd ran with <format>jsonl</format>, crashed, and starts with Parquet."""
+    part = tmp_path / ".events-edge-1-900-000001.jsonl.part"
+    part.write_bytes(b'{"n":1}\n{"n":')
+    config = EventLogConfig(directory=str(tmp_path), compress=False, format=EventFileFormat.PARQUET)
+    files = EventFiles(
+        config, "edge-1", 1000, file_format(config, "edge-1", 1000), (JsonLines("edge-1", 1000),)
+    )
+    assert files.recover() == 1
+    assert (tmp_path / "events-edge-1-900-000001.jsonl").read_bytes() == b'{"n":1}\n'
+    assert not part.exists()
 
 
 @pytest.mark.parametrize(
