@@ -18,7 +18,7 @@ itself.
   (`FileFormat.encode` of `PENDING_EVENTS` at a time, as the writer encodes) is timed on the same
   events, as a breakdown, and the finished file's size per event is given. Then, as a router feeds
   it, the writer's own CPU time per event while events come at 16,000 a second (12.5 s for 200,000)
-  (`TRICKLE_RATE`, from `/proc/PID/stat`; the finishing of its file is left out).
+  (`TRICKLE_RATE`, from `/proc/PID/task/*/schedstat`; the finishing of its file is left out).
 * **decision**: `benchmarks.decision.time_decisions` on the benchmark's routerd configuration
   (`echo`: SOURCE_IP, CONSISTENT_HASH over 2 targets, cache), cache miss and hit.
 
@@ -32,6 +32,7 @@ with `benchmarks/bench --runs 3 [--event-log]` (benchmarks/README.md).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import math
@@ -179,9 +180,13 @@ _TRICKLE_SLICE_S: Final = 0.01
 
 
 def _process_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of every thread of `pid`, in seconds, to the nanosecond (`schedstat`; `stat`
+    counts in 10 ms ticks)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+            total += int(stat.read().split()[0])
+    return total / 1e9
 
 
 def _steady_cpu_us(config: EventLogConfig, items: list[Decided | Closed]) -> float:
