@@ -45,6 +45,7 @@ from policies import ConsistentHashPolicy
 from pools.target import Connector, Target
 from router.config.settings import EventFileFormat
 from router.core.event_records import BOOT_SPAN, RAW_KEY_CAP
+from router.services.event_files import ZSTD_LEVEL
 from router.services.event_parquet import ARROW_SCHEMA, write_parquet
 
 if TYPE_CHECKING:
@@ -759,8 +760,10 @@ def _write(lines: list[str], job: _Job, router_id: str) -> list[str]:
         temporary = out / f".{name}.tmp"
         if parquet:
             write_parquet(_as_table(data), temporary, compress=job.compress)
+        elif job.compress:
+            temporary.write_bytes(zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data))
         else:
-            temporary.write_bytes(zstandard.ZstdCompressor(level=3).compress(data) if job.compress else data)
+            temporary.write_bytes(data)
         temporary.replace(out / name)
         names.append(name)
     return names

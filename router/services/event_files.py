@@ -27,11 +27,11 @@ a crash is left out); one that is still locked belongs to a writer that outlives
 from __future__ import annotations
 
 import contextlib
+import enum
 import fcntl
 import logging
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +51,7 @@ __all__ = [
     "Encoded",
     "EventFiles",
     "FileFormat",
+    "Finished",
     "JsonLines",
     "Tally",
     "directory_error",
@@ -63,10 +64,6 @@ PENDING_EVENTS: Final = 8192
 interval): a few MB of the writer's memory."""
 ZSTD_LEVEL: Final = 3
 """zstd's default level: about 9x smaller than the lines, hundreds of MB/s."""
-
-_FINISHED: Final = re.compile(
-    r"events-(?P<name>.+)-(?P<boot>\d+)-(?P<index>\d{6})\.(?:jsonl(?:\.zst)?|parquet)"
-)
 
 Batch = list[tuple[int, EventValues]]
 """Events as routerd sends them: the ring's number of each, and its `event_values`."""
@@ -82,6 +79,17 @@ class Encoded:
     """Events in `data`."""
     failure: str | None = None
     """Why the other events of the batches have no unit (a bug's event: lost, counted)."""
+
+
+class Finished(enum.Enum):
+    """What `FileFormat.finish` made of a file in progress."""
+
+    EMPTY = "empty"
+    """It held no event: nothing was written, the file in progress goes."""
+    WRITTEN = "written"
+    """The finished file is at the target."""
+    AS_IS = "as is"
+    """The file in progress is the finished file (synced): renamed, not copied."""
 
 
 class FileFormat(Protocol):
@@ -100,10 +108,10 @@ class FileFormat(Protocol):
     def encode(self, batches: list[Batch]) -> Encoded:
         """Events as whole units for the file in progress."""
 
-    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> bool:
+    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> Finished:
         """Write the finished file of the file in progress `fd` to `target` (a dot file, synced
-        here; the caller renames it), from its whole units; False when it holds no event (nothing
-        written). `recovering`: the file may end in a unit cut short by a crash."""
+        here; the caller renames it), from its whole units. `recovering`: the file may end in a
+        unit cut short by a crash."""
 
 
 class JsonLines:
@@ -126,30 +134,29 @@ class JsonLines:
     def encode(self, batches: list[Batch]) -> Encoded:
         router_id, sequence = self._router_id, self._sequence
         lines = []
-        failed: Exception | None = None
+        failure: str | None = None
         for batch in batches:
             for number, values in batch:
                 try:
                     lines.append(values_line(values, router_id=router_id, sequence=sequence, number=number))
-                except (ValueError, TypeError, IndexError) as exc:  # a bug's event: lose it, not the rest
-                    failed = exc
-        failure = None if failed is None else f"an event has no line: {failed}"
+                except (ValueError, TypeError, IndexError, ArithmeticError) as exc:  # a bug's: lose it alone
+                    failure = f"an event has no line: {exc}"  # the text: the exception would hold `lines`
         return Encoded("".join(lines).encode("ascii"), len(lines), failure)  # the lines escape the rest
 
-    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> bool:
+    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> Finished:
         if recovering:
             _cut_after_last_line(fd)
         if os.fstat(fd).st_size == 0:
-            return False
+            return Finished.EMPTY
+        if not compress:
+            os.fsync(fd)
+            return Finished.AS_IS
         with os.fdopen(os.dup(fd), "rb") as source, target.open("wb") as out:
             source.seek(0)
-            if compress:
-                self._compressor.copy_stream(source, out)
-            else:
-                shutil.copyfileobj(source, out)
+            self._compressor.copy_stream(source, out)
             out.flush()
             os.fsync(out.fileno())
-        return True
+        return Finished.WRITTEN
 
 
 @dataclass(slots=True)
@@ -218,6 +225,12 @@ class EventFiles:
         self.config = config
         self.format = file_format
         self._formats = (file_format, *others)
+        suffixes = sorted({f.final_suffix(compress=c) for f in self._formats for c in (True, False)})
+        endings = "|".join(map(re.escape, suffixes))
+        self._finished_name = re.compile(
+            rf"events-(?P<name>.+)-(?P<boot>\d+)-(?P<index>\d{{6}})(?:{endings})"
+        )
+        """A finished file of any of the formats (`max-size` counts them all)."""
         self.tally = Tally()
         self._directory = Path(config.directory)
         self._name = name
@@ -331,10 +344,15 @@ class EventFiles:
         when it failed."""
         if not part.pending:
             return True
-        encoded = self.format.encode(part.pending)
-        lost = part.pending_events - encoded.events
-        part.pending.clear()
+        pending, events = part.pending, part.pending_events
+        part.pending = []
         part.pending_events = 0
+        try:
+            encoded = self.format.encode(pending)
+        except Exception as exc:  # a bug must cost these events, counted, not the writer
+            log.exception("event log: cannot encode %d event(s)", events)
+            encoded = Encoded(b"", 0, f"cannot encode them: {exc}")
+        lost = events - encoded.events
         if lost:
             self.lose(lost, encoded.failure or "an event has no record")
         try:
@@ -384,12 +402,27 @@ class EventFiles:
         except OSError as exc:
             log.warning("event log: cannot finish %s: %s", part.name, exc.strerror or exc)
             return False
+        except Exception as exc:  # not the disk: the file itself (a bug's values, a garbled file)
+            self._set_aside(part, exc)
+            return True
         finally:
             _close(fd)
         if made:
             self.tally.finished += 1
             self._keep_within_max_size()
         return True
+
+    def _set_aside(self, part: Path, error: Exception) -> None:
+        """A file in progress that cannot be finished for what it holds: renamed `….bad` (still a
+        dot file, never read by the pipeline, never tried again) so that it does not stop every
+        later start; logged with its name for a person to look at."""
+        bad = part.with_name(part.name + ".bad")
+        try:
+            part.replace(bad)
+        except OSError as exc:
+            log.error("event log: cannot finish %s (%s) nor set it aside: %s", part.name, error, exc)
+            return
+        log.error("event log: cannot finish %s (%s); set aside as %s", part.name, error, bad.name)
 
     def _finish_locked(self, part: Path, fd: int, *, recovering: bool) -> bool:
         """Whether a finished file was made (not when the part was empty or finished before)."""
@@ -402,15 +435,19 @@ class EventFiles:
             part.unlink()
             return False
         try:
-            made = file_format.finish(fd, temporary, compress=self.config.compress, recovering=recovering)
+            finished = file_format.finish(fd, temporary, compress=self.config.compress, recovering=recovering)
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
-        if made:
-            temporary.replace(final)
+        if finished is Finished.AS_IS:
+            part.replace(final)
+        else:
+            if finished is Finished.WRITTEN:
+                temporary.replace(final)
+            part.unlink()
+        if finished is not Finished.EMPTY:
             _sync_directory(final.parent)
-        part.unlink()
-        return made
+        return finished is not Finished.EMPTY
 
     def _keep_within_max_size(self) -> None:
         """Delete the oldest finished files of this router id beyond `max-size` (never the newest)."""
@@ -436,7 +473,7 @@ class EventFiles:
     def _finished_files(self) -> list[tuple[tuple[int, int], int, Path]]:
         found = []
         for path in self._directory.iterdir():
-            match = _FINISHED.fullmatch(path.name)
+            match = self._finished_name.fullmatch(path.name)
             if match is not None and match["name"] == self._name:
                 with contextlib.suppress(OSError):
                     found.append(((int(match["boot"]), int(match["index"])), path.stat().st_size, path))

@@ -18,7 +18,6 @@ per column, in C), not row by row: about 1 µs per event, less than formatting a
 
 from __future__ import annotations
 
-import mmap
 import os
 from typing import TYPE_CHECKING, Final
 
@@ -28,7 +27,7 @@ import pyarrow.ipc
 import pyarrow.parquet as pq
 
 from router.core.event_records import FIELDS, KINDS, VALUE_HEAD, VALUE_NAMES, FieldType, Sequence
-from router.services.event_files import Encoded
+from router.services.event_files import Encoded, Finished
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,16 +50,17 @@ def arrow_type(field_type: FieldType) -> pa.DataType:
     return _ARROW_TYPES[field_type]
 
 
-ARROW_SCHEMA: Final = pa.schema(
-    [pa.field(f.name, arrow_type(f.type), nullable=f.nullable or len(f.kinds) < len(KINDS)) for f in FIELDS]
-)
-"""Every column of every kind (`FIELDS`); a column some kind lacks is nullable."""
+ARROW_SCHEMA: Final = pa.schema([pa.field(f.name, arrow_type(f.type), nullable=True) for f in FIELDS])
+"""Every column of every kind (`FIELDS`), all nullable as in the pipeline's schema: a column a kind
+lacks is null on its rows, and a record a bug left without a field is still written (the
+pipeline's quarantine says which rule it breaks) rather than failing its whole file."""
 
 ROW_GROUP_ROWS: Final = 1024 * 1024
 """Rows per Parquet row group: a file of the default `rotate-size` is one row group, which Spark
 reads as one task."""
 
-_WRITER_COLUMNS: Final = frozenset({"kind", "router_id", "seq", "ts", "conn"})
+_ROW_ERRORS: Final = (pa.ArrowException, ValueError, TypeError, IndexError, ArithmeticError)
+"""What a bug's values make pyarrow raise (a string where a number goes, a number out of range)."""
 
 
 class ParquetFormat:
@@ -85,10 +85,14 @@ class ParquetFormat:
         rows: tuple[list[tuple[object, ...]], ...] = tuple([] for _ in KINDS)
         failure: str | None = None
         for batch in batches:
-            for number, values in batch:
-                kind = values[0]
-                if type(kind) is not int or not 0 <= kind < len(KINDS):  # a bug's event: lose it
-                    failure = f"an event has no row: no kind {kind!r}"
+            for event in batch:
+                try:
+                    number, values = event
+                    kind = values[0]
+                    if type(kind) is not int or not 0 <= kind < len(KINDS):
+                        raise ValueError(f"no kind {kind!r}")
+                except (ValueError, TypeError, IndexError) as exc:  # a bug's event: lose it
+                    failure = f"an event has no row: {exc}"
                     continue
                 numbers[kind].append(number)
                 rows[kind].append(values)
@@ -99,22 +103,22 @@ class ParquetFormat:
                 continue
             try:
                 record_batch = self._record_batch(kind, numbers[kind], kind_rows)
-            except (pa.ArrowException, ValueError, TypeError, IndexError) as exc:
-                record_batch, failure = self._salvage(kind, numbers[kind], kind_rows, exc)
+            except _ROW_ERRORS as exc:
+                record_batch, failure = self._salvage(kind, numbers[kind], kind_rows, f"{exc}")
             if record_batch is not None:
                 data.append(record_batch.serialize().to_pybytes())
                 events += record_batch.num_rows
         return Encoded(b"".join(data), events, failure)
 
     def _salvage(
-        self, kind: int, numbers: list[int], rows: list[tuple[object, ...]], error: Exception
+        self, kind: int, numbers: list[int], rows: list[tuple[object, ...]], error: str
     ) -> tuple[pa.RecordBatch | None, str]:
         """A batch with an event that has no row (a bug's): the events that have one, one by one."""
         good = []
         for number, values in zip(numbers, rows, strict=True):
             try:
                 self._record_batch(kind, [number], [values])
-            except (pa.ArrowException, ValueError, TypeError, IndexError):
+            except _ROW_ERRORS:
                 continue
             good.append((number, values))
         failure = f"an event has no row: {error}"
@@ -137,12 +141,12 @@ class ParquetFormat:
         arrays = [given[f.name] if f.name in given else pa.nulls(count, f.type) for f in ARROW_SCHEMA]
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
-    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> bool:
+    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> Finished:
         table = read_part(fd)
         if table.num_rows == 0:
-            return False
+            return Finished.EMPTY
         write_parquet(table, target, compress=compress)
-        return True
+        return Finished.WRITTEN
 
 
 def _timestamps(epoch_s: pa.Array) -> pa.Array:
@@ -154,12 +158,12 @@ def _timestamps(epoch_s: pa.Array) -> pa.Array:
 
 
 def read_part(fd: int) -> pa.Table:
-    """The whole batches of a file in progress, in the schema it was written with (one cut short
-    by a crash ends the table; a file too short for its schema is an empty table)."""
+    """The whole, valid batches of a file in progress, in the schema it was written with: a batch
+    cut short or garbled by a crash (a power cut can leave a range of zeros) ends the table; a file
+    too short for its schema is an empty table. The file is read into memory: at most `rotate-size`
+    and one hand-over (a mapping would turn an I/O error into a signal that kills the writer)."""
     size = os.fstat(fd).st_size
-    # Mapped, not read: the table's columns are the file's pages (a large `rotate-size` costs
-    # page cache, not the writer's memory). The mapping lives as long as the table does.
-    data = pa.py_buffer(mmap.mmap(fd, size, prot=mmap.PROT_READ)) if size else pa.py_buffer(b"")
+    data = os.pread(fd, size, 0) if size else b""
     try:
         reader = pyarrow.ipc.open_stream(pa.BufferReader(data))
     except (pa.ArrowException, OSError):  # OSError: pyarrow's IOError
@@ -167,10 +171,12 @@ def read_part(fd: int) -> pa.Table:
     batches: list[pa.RecordBatch] = []
     try:
         while True:
-            batches.append(reader.read_next_batch())
+            batch = reader.read_next_batch()
+            batch.validate(full=True)
+            batches.append(batch)
     except StopIteration:
         pass
-    except (pa.ArrowException, OSError):  # a batch cut short by a crash: the batches before it
+    except (pa.ArrowException, OSError):  # cut short or garbled: the batches before it
         pass
     return pa.Table.from_batches(batches, schema=reader.schema)
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import json
 import logging
 import marshal
@@ -149,7 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     log.addHandler(_Reports())
     log.setLevel(logging.INFO)
     log.propagate = False
-    gc.disable()  # nothing here makes reference cycles: no collection is needed
     formats = _formats(settings["router_id"], settings["boot"])
     chosen = formats.pop(config.format)
     files = EventFiles(config, settings["name"], settings["boot"], chosen, tuple(formats.values()))

@@ -12,9 +12,9 @@ from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.event_records import BOOT_SPAN, VALUE_HEAD, VALUE_NAMES, Sequence, event_values, values_line
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided
-from router.services.event_parquet import ARROW_SCHEMA, read_part
+from router.services.event_parquet import ARROW_SCHEMA, ParquetFormat, read_part
 from router.services.event_writer import file_format
-from tests.router.services.conftest import finished, records_in
+from tests.router.services.conftest import all_records, finished, records_in
 from tests.router.services.test_event_files import FORMATS, NOW, _batch, _files, _keys
 from tests.router.services.test_event_log import decided
 
@@ -110,3 +110,63 @@ def test_read_part_of_an_empty_file_is_an_empty_table(tmp_path):
         assert read_part(fd).num_rows == 0
     finally:
         os.close(fd)
+
+
+def test_a_batch_garbled_by_a_crash_ends_what_recovery_keeps(tmp_path):
+    (tmp_path / "a").mkdir()
+    writing = _files(tmp_path / "a", EventFileFormat.PARQUET)
+    for n in range(3):
+        writing.add(_batch(n))
+        writing.tick(0.0, flush=True)  # three whole batches
+    [part] = (tmp_path / "a").iterdir()
+    data = bytearray(part.read_bytes())
+    header = len(ARROW_SCHEMA.serialize().to_pybytes())
+    second = header + (len(data) - header) // 3  # the batches are the same size
+    data[second + 300 : second + 364] = bytes(64)  # zeros in the second batch, as a power cut leaves
+    crashed = tmp_path / ".events-edge-1-900-000001.arrows.part"
+    crashed.write_bytes(bytes(data))
+    assert _files(tmp_path, EventFileFormat.PARQUET).recover() == 1
+    assert [r["key"] for r in records_in(tmp_path / "events-edge-1-900-000001.parquet")] == ["dev-0"]
+
+
+def test_a_file_that_cannot_be_finished_for_what_it_holds_is_set_aside(tmp_path, monkeypatch, caplog):
+    part = tmp_path / ".events-edge-1-900-000001.arrows.part"
+    part.write_bytes(b"x")
+
+    def broken(*_args: object, **_kwargs: object) -> object:
+        raise ValueError("a garbled file")
+
+    monkeypatch.setattr(ParquetFormat, "finish", broken)
+    assert _files(tmp_path, EventFileFormat.PARQUET).recover() == 0  # and the start goes on
+    assert [p.name for p in tmp_path.iterdir()] == [part.name + ".bad"]
+    assert f"cannot finish {part.name} (a garbled file); set aside as {part.name}.bad" in caplog.text
+    assert _files(tmp_path, EventFileFormat.PARQUET).recover() == 0  # never tried again
+
+
+def test_a_record_without_a_field_a_kind_has_is_still_written(tmp_path):
+    files = _files(tmp_path, EventFileFormat.PARQUET)
+    values = list(event_values(decided(1), KeyType.CLIENT_ID, NOW))
+    values[VALUE_HEAD + VALUE_NAMES[0].index("router")] = None  # a bug's: the pipeline quarantines it
+    files.add([(0, tuple(values))])
+    files.finish_part()
+    [record] = all_records(tmp_path)
+    assert (record["router"], record["key"]) == (None, "dev-1")
+
+
+def test_numbers_out_of_range_and_failed_encodings_are_lost_and_counted(tmp_path, monkeypatch, caplog):
+    files = _files(tmp_path, EventFileFormat.PARQUET)
+    close = list(event_values(decided(1), KeyType.CLIENT_ID, NOW))
+    close[VALUE_HEAD + VALUE_NAMES[0].index("raw_key_length")] = 2**64
+    files.add([*_batch(0), (1, tuple(close)), (2, ())])
+    files.finish_part()
+    assert _keys(tmp_path) == ["dev-0"]
+    assert files.tally.take() == {"written": 1, "lost": 2, "finished": 1}
+
+    def failing(*_args: object) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(ParquetFormat, "encode", failing)
+    files.add(_batch(3, 4))
+    files.finish_part()
+    assert files.tally.take() == {"lost": 2}
+    assert "2 event(s) lost: cannot encode them: a bug" in caplog.text
