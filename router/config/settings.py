@@ -205,8 +205,8 @@ class EventLogConfig:
     rotate_interval_ms: int = 300_000
     """... or when it has been open this long (ms), so the pipeline sees recent events."""
     flush_interval_ms: int = 1_000
-    """Lines are handed to the operating system at least this often (ms): what a crash of the
-    writer process loses (a kill -9 of routerd alone does not: its writer finishes the file)."""
+    """Events are encoded and handed to the operating system at least this often (ms): what a crash
+    of the writer process loses (a kill -9 of routerd alone does not: its writer finishes the file)."""
     max_size: int = 4 * 1024 * 1024 * 1024
     """Finished files of this router id kept at most (bytes, compressed); the oldest are deleted
     beyond it (counted, logged)."""

@@ -1,13 +1,15 @@
-"""The routing event log's records: what one line of an event file says, one frozen dataclass per
-kind, and the one field list both the router's writer and the PySpark pipeline's schema come from.
+"""The routing event log's records: what one record of an event file says (a Parquet row or a JSON
+line), one frozen dataclass per kind, and the one field list the writer's Arrow schema and the
+PySpark pipeline's schema come from.
 
 Pure: no I/O, no clock (the time is a field), no logging. The event log
 (`router/services/event_log.py`) takes a connection's event's values at once (`event_values`), and
-its writer process writes the line from them (`values_line`): `json_line(record_of(event, ...))`
-without the record in between, and with the formatting out of the routing process. The pipeline
-(`pipeline/schema.py`) derives its Spark schema from `FIELDS`, so a field is declared once.
+its writer process encodes them: as a JSON line (`values_line`: `json_line(record_of(event, ...))`
+without the record in between), or as columns (`router/services/event_parquet.py`, by
+`VALUE_NAMES`), out of the routing process. The pipeline (`pipeline/schema.py`) derives its Spark
+schema from `FIELDS`, so a field is declared once.
 
-Every line carries `kind`, `router_id`, `seq` and `ts`. (`router_id`, `seq`) identifies an event:
+Every record carries `kind`, `router_id`, `seq` and `ts`. (`router_id`, `seq`) identifies an event:
 `seq` is unique per router id across restarts (`Sequence`), so the same line shipped twice, or a
 log replayed after a failover, is recognised as a duplicate. `conn` links a connection's decision
 and close lines (unique per router id the same way).

@@ -105,10 +105,10 @@ class EventLog:
 
         Args:
             config: `<event-log>`.
-            router_id: this process in the lines (`default_router_id` when not configured).
+            router_id: this process in the records (`default_router_id` when not configured).
             key_types: connection router name -> its key type (the raw key of a decision).
             metrics: where the counts go.
-            clock: the wall clock (epoch seconds) of the lines' `ts`.
+            clock: the wall clock (epoch seconds) of the records' `ts`.
         """
         self.config = config
         self.router_id = router_id
