@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import math
 import os
 import statistics
 import tempfile
@@ -270,18 +269,10 @@ def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
     events = len(items)
     numbered = _values(items)
     sender_s = _sender_seconds(numbered)
-    writers = []
-    samples: list[float] = []
-    for form in EventFileFormat:
-        with tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as directory:
-            config = EventLogConfig(directory=directory, router_id="bench", ring_size=events + 1, format=form)
-            if not samples:
-                log = EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics())
-                samples = _time_reports(log, items)
-            cost = _time_writer(config, items, numbered)
-        with tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as directory:
-            steady = dataclasses.replace(config, directory=directory)
-            writers.append(dataclasses.replace(cost, steady_cpu_us=_steady_cpu_us(steady, items)))
+    with tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as directory:
+        config = EventLogConfig(directory=directory, router_id="bench", ring_size=events + 1)
+        samples = _time_reports(EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics()), items)
+    writers = tuple(_writer_cost(form, items, numbered) for form in EventFileFormat)
     decision = time_decisions(
         routerd_config(Ports.from_numbers(range(20001, 20001 + Ports.COUNT))), "echo", keys=decision_keys
     )
@@ -291,17 +282,42 @@ def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
         report_p99_us=percentile(samples, 0.99),
         report_mean_us=statistics.fmean(samples),
         sender_us=sender_s * 1e6 / events,
-        writers=tuple(writers),
+        writers=writers,
         decision_miss_p50_us=decision.miss_p50_us,
         decision_hit_p50_us=decision.hit_p50_us,
         decision_keys=decision.keys,
     )
 
 
-def _time_writer(
-    config: EventLogConfig, items: list[Decided | Closed], numbered: list[tuple[int, EventValues]]
+def _writer_cost(
+    form: EventFileFormat, items: list[Decided | Closed], numbered: list[tuple[int, EventValues]]
 ) -> WriterCost:
-    """The writer process's wall time over the full ring, in `config`'s format (module docstring)."""
+    """The writer process's figures in one format (module docstring), each run on a directory of
+    its own."""
+    events = len(items)
+    with (
+        tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as full,
+        tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as steady,
+    ):
+        config = EventLogConfig(directory=full, router_id="bench", ring_size=events + 1, format=form)
+        writer_s, file_bytes = _time_writer(config, items)
+        steady_cpu_us = _steady_cpu_us(dataclasses.replace(config, directory=steady), items)
+    return WriterCost(
+        format=form.value,
+        writer_us=writer_s * 1e6 / events,
+        encode_us=_encode_seconds(numbered, config) * 1e6 / events,
+        file_bytes_per_event=file_bytes / events,
+        steady_cpu_us=steady_cpu_us,
+    )
+
+
+def _time_writer(config: EventLogConfig, items: list[Decided | Closed]) -> tuple[float, int]:
+    """The writer process's wall time over the full ring (module docstring), and the bytes of the
+    files it finished.
+
+    Raises:
+        RuntimeError: it did not finish, or its files do not hold every event.
+    """
     events = len(items)
     log = EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics())
     for event in items:
@@ -318,10 +334,4 @@ def _time_writer(
     records = sum(_records(p) for p in finished)
     if records != events:
         raise RuntimeError(f"the finished files hold {records} records, not {events}")
-    return WriterCost(
-        format=config.format.value,
-        writer_us=writer_s * 1e6 / events,
-        encode_us=_encode_seconds(numbered, config) * 1e6 / events,
-        file_bytes_per_event=sum(p.stat().st_size for p in finished) / events,
-        steady_cpu_us=math.nan,  # `_measure` measures it apart
-    )
+    return writer_s, sum(p.stat().st_size for p in finished)
