@@ -41,6 +41,7 @@ from router.config.settings import EventFileFormat, EventLogConfig
 from router.services.event_files import EventFiles, FileFormat, JsonLines, directory_error
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from collections.abc import Sequence as Seq
 
     from router.core.event_records import EventValues
@@ -69,16 +70,13 @@ def settings_argument(config: EventLogConfig, router_id: str, name: str, boot: i
 
 def file_format(config: EventLogConfig, router_id: str, boot: int) -> FileFormat:
     """The configured format's writer."""
-    return _formats(router_id, boot)[config.format]
+    return _format_types()[config.format](router_id, boot)
 
 
-def _formats(router_id: str, boot: int) -> dict[EventFileFormat, FileFormat]:
+def _format_types() -> dict[EventFileFormat, Callable[[str, int], FileFormat]]:
     from router.services.event_parquet import ParquetFormat  # pyarrow: in the writer process only
 
-    return {
-        EventFileFormat.PARQUET: ParquetFormat(router_id, boot),
-        EventFileFormat.JSONL: JsonLines(router_id, boot),
-    }
+    return {EventFileFormat.PARQUET: ParquetFormat, EventFileFormat.JSONL: JsonLines}
 
 
 def encode_frame(batch: Seq[tuple[int, EventValues]]) -> bytes:
@@ -156,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     log.addHandler(_Reports())
     log.setLevel(logging.INFO)
     log.propagate = False
-    formats = _formats(settings["router_id"], settings["boot"])
+    formats = {name: make(settings["router_id"], settings["boot"]) for name, make in _format_types().items()}
     chosen = formats.pop(config.format)
     files = EventFiles(config, settings["name"], settings["boot"], chosen, tuple(formats.values()))
     try:
