@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pyspark.sql import functions as F
 
-from pipeline.analyze import COLUMNS, tables
+from pipeline import analyze
+from pipeline.analyze import COLUMNS, SHARED_ID, per_key_flags, per_key_table, tables
 from pipeline.schema import EVENT_SCHEMA
 
 T0 = datetime(2026, 11, 18, 11, 0, tzinfo=UTC)
@@ -156,5 +158,38 @@ def test_a_key_moved_by_an_evacuation_says_so(spark):
         moves = {(r.key, r.from_target, r.to_target, r.cause) for r in out["moves"].collect()}
         assert moves == {("g", "n1", "n2", "evacuated")}
         assert [(r.cause, r.moves) for r in out["moves_by_cause"].collect()] == [("evacuated", 1)]
+    finally:
+        spark.catalog.clearCache()
+
+
+def test_keys_that_share_an_id_are_told_apart_by_their_names(spark, monkeypatch):
+    """Two (router, key) with the same `KEY_ID` (a 64-bit hash: a chance in 2^64 per pair, forced
+    here by giving every key the same id): the per-key table flags the shared id, and `tables`
+    orders the window by the router and the key instead, with the same moves and counts as
+    `results`."""
+    rows = [tuple(event.get(name) for name in EVENT_SCHEMA.fieldNames()) for event in EVENTS]
+    events = spark.createDataFrame(rows, EVENT_SCHEMA).select(*COLUMNS)
+    monkeypatch.setattr(analyze, "key_id", lambda: F.lit(7).cast("long"))
+    assert [r[SHARED_ID] for r in per_key_table(per_key_flags(events)).collect()] == [True]
+    out = tables(events)
+    try:
+        moves = {(r.key, r.from_target, r.to_target, r.cause) for r in out["moves"].collect()}
+        assert moves == {
+            ("a", "n1", "n2", "cache_expiry"),
+            ("b", "n1", "n2", "target_down"),
+            ("c", "n2", "n1", "target_down"),
+            ("d", "n3", "n1", "target_down"),
+            ("e", "n1", "n3", "policy"),
+        }
+        per_key = {r.key: (r.decisions, r.ok, r.moves, r.last_target) for r in out["per_key"].collect()}
+        assert per_key == {
+            "a": (4, 3, 1, "n2"),
+            "b": (2, 2, 1, "n2"),
+            "c": (2, 2, 1, "n1"),
+            "d": (2, 2, 1, "n1"),
+            "e": (2, 2, 1, "n3"),
+            "f": (1, 0, 0, None),
+        }
+        assert SHARED_ID not in out["per_key"].columns
     finally:
         spark.catalog.clearCache()
