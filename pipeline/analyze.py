@@ -8,9 +8,10 @@ with pure DataFrame functions a test can feed hand-written events:
   target, status, cache hit, NULL key and log2 latency bucket; every count table is derived from
   them;
 * `per_key_flags`: one ordered window per (router, key) (partitioned by its 64-bit hash,
-  `KEY_ID`, checked), over the few columns it needs, that finds the moves; `per_key_table`
-  aggregates it per key and keeps each key's moves as a list, so the window runs once;
-  `moves_table` gives those moves their cause (`move_cause`) with small joins on the moves only.
+  `KEY_ID`, checked), over the few columns it needs, that finds the moves and keeps each key's
+  running figures; `per_key_rows` keeps the few rows the tables need (each key's last decision,
+  its moves), so the window runs once for `per_key_table` and for `moves_table`, which gives
+  the moves their cause (`move_cause`) with small joins on the moves only.
 
 Keys are per connection router: (router, key); `NULL` is not a key. It writes Parquet tables under
 `--out` (`TABLES`), `summary.json` and `report.html` (`pipeline.report`), and brings to the driver
@@ -76,11 +77,11 @@ NULL_KEY: Final = "NULL"
 KEY_ID: Final = "_key_id"
 """A (router, key)'s 64-bit hash (xxhash64): the per-key window partitions and sorts by it, a long
 that the sort compares in its 8-byte prefix, where two strings (the router, the same in every row,
-then the key) made the sort compare whole rows. `per_key_table` checks that each id stands for one
-(router, key), and `tables` orders by the strings instead when two share one (10 M events, local[2]:
-the window took 8.9-10.5 s against 11.0-13.8 s)."""
+then the key) made the sort compare whole rows. `per_key_flags` flags a key that shares its id
+with another (`SHARED_ID`), and `tables` then partitions by the strings instead."""
 SHARED_ID: Final = "_shared_id"
-"""`per_key_table`'s flag: more than one (router, key) had this row's `KEY_ID`."""
+"""`per_key_flags`'s flag: this decision's (router, key) differs from the one before it in its
+window, so two keys share a `KEY_ID`."""
 TABLES: Final = (
     "per_target",
     "per_router",
@@ -268,18 +269,21 @@ def key_id() -> Column:
 
 
 def per_key_flags(events: DataFrame, *, by_id: bool = True) -> DataFrame:
-    """Every decision with a key, narrow, with what the key's previous OK decision (in (router,
-    key) order of `ts, router_id, seq`) said: `prev_target`, `prev_conn` (its `router_id` and
-    `conn`, to look up how its connection was closed), `hits_before` (the key had cache hits
-    before), `is_move` (an OK decision on another target than `prev_target`); `ok` and `ok_node`
-    (the target of an OK decision, else null); `KEY_ID`. One ordered window, no join.
+    """Every decision with a key, narrow, in one ordered window per (router, key) (order: `ts,
+    router_id, seq`), with what the key's previous OK decision said: `prev_target`, `prev_conn`
+    (its `router_id` and `conn`, to look up how its connection was closed), `hits_before` (the
+    key had cache hits before), `is_move` (an OK decision on another target than `prev_target`);
+    and the key's running figures, whole at its last decision (`is_last`): `decisions`, `ok`,
+    `cache_hits`, `first_ts`, `first_target` and `last_target` (of the OK decisions so far).
+    `SHARED_ID` marks a decision whose (router, key) differs from the one before it in the same
+    window (by id only: two keys share an id). One window, no join, no aggregation.
 
     Args:
         events: deduplicated events.
         by_id: partition the window by `KEY_ID` (fast; wrong where two keys share an id, which
-            `per_key_table` flags), else by the router and the key themselves.
+            `SHARED_ID` flags), else by the router and the key themselves.
     """
-    ok = F.col("status") == "OK"
+    is_ok = F.col("status") == "OK"
     decisions = events.where((F.col("kind") == "decision") & (F.col("key") != NULL_KEY)).select(
         key_id().alias(KEY_ID),
         "router",
@@ -288,17 +292,19 @@ def per_key_flags(events: DataFrame, *, by_id: bool = True) -> DataFrame:
         "router_id",
         "seq",
         "conn",
-        ok.alias("ok"),
+        is_ok.alias("ok"),
         "reason",
         "node_id",
         "cache_hit",
     )
-    before = (
-        Window.partitionBy(*([KEY_ID] if by_id else ["router", "key"]))
-        .orderBy("ts", "router_id", "seq")
-        .rowsBetween(Window.unboundedPreceding, -1)
-    )
+    window = Window.partitionBy(*([KEY_ID] if by_id else ["router", "key"])).orderBy("ts", "router_id", "seq")
+    before = window.rowsBetween(Window.unboundedPreceding, -1)
+    upto = window.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     ok = F.col("ok")
+    ok_node = F.when(ok, F.col("node_id"))
+    other_key = (F.col("key") != F.lag("key").over(window)) | (
+        F.col("router") != F.lag("router").over(window)
+    )
     return decisions.select(
         KEY_ID,
         "router",
@@ -309,62 +315,63 @@ def per_key_flags(events: DataFrame, *, by_id: bool = True) -> DataFrame:
         "ok",
         "reason",
         "node_id",
-        "cache_hit",
-        F.when(ok, F.col("node_id")).alias("ok_node"),
-        F.last(F.when(ok, F.col("node_id")), ignorenulls=True).over(before).alias("prev_target"),
+        F.last(ok_node, ignorenulls=True).over(before).alias("prev_target"),
         F.last(F.when(ok, F.struct("router_id", "conn")), ignorenulls=True).over(before).alias("prev_conn"),
         F.coalesce(F.max(ok & F.col("cache_hit")).over(before), F.lit(False)).alias("hits_before"),
+        F.count("*").over(upto).alias("decisions"),
+        F.sum(ok.cast("long")).over(upto).alias("ok_count"),
+        F.sum((ok & F.col("cache_hit")).cast("long")).over(upto).alias("cache_hits"),
+        F.first("ts").over(upto).alias("first_ts"),
+        F.first(ok_node, ignorenulls=True).over(upto).alias("first_target"),
+        F.last(ok_node, ignorenulls=True).over(upto).alias("last_target"),
+        F.lead(F.lit(True)).over(window).isNull().alias("is_last"),
+        F.coalesce(other_key, F.lit(False)).alias(SHARED_ID),
     ).withColumn(
         "is_move", ok & F.col("prev_target").isNotNull() & (F.col("node_id") != F.col("prev_target"))
     )
 
 
-def per_key_table(flags: DataFrame, *, by_id: bool = True) -> DataFrame:
-    """One row per (router, key) from `per_key_flags` (grouped the way it was partitioned,
-    `by_id` or not): the `per_key` table's columns plus `_moves`, the key's moves (`ts, router_id,
-    seq, from_target, to_target, reason, hits_before, prev_conn`), so that the window runs once
-    for both tables, and `SHARED_ID` (by id: more than one (router, key) had the row's id, so its
-    figures mix them)."""
-    ok = F.col("ok")
-    order = F.when(ok, F.struct("ts", "router_id", "seq"))
-    move = F.struct(
-        "ts",
-        "router_id",
-        "seq",
-        F.col("prev_target").alias("from_target"),
-        F.col("node_id").alias("to_target"),
-        "reason",
-        "hits_before",
-        "prev_conn",
+def per_key_rows(flags: DataFrame) -> DataFrame:
+    """The few rows of `per_key_flags` the tables need: each key's last decision (its figures),
+    its moves, and any decision that flags a shared id."""
+    return flags.where(F.col("is_last") | F.col("is_move") | F.col(SHARED_ID)).drop("ok")
+
+
+def per_key_table(rows: DataFrame) -> DataFrame:
+    """The `per_key` table, one row per (router, key), from `per_key_rows`: a key's last decision
+    holds its running figures; its moves give `moves` and, with its first OK target, `targets`
+    (every target a key was routed to is its first or the target of a move)."""
+    moved = (
+        rows.where(F.col("is_move"))
+        .groupBy(KEY_ID, "router", "key")
+        .agg(F.count("*").alias("moves"), F.collect_set("node_id").alias("_to"))
     )
-    if by_id:
-        grouped = flags.groupBy(KEY_ID)
-        names = [F.min("router").alias("router"), F.min("key").alias("key")]
-        shared = (F.min("router") != F.max("router")) | (F.min("key") != F.max("key"))
-    else:
-        grouped = flags.groupBy("router", "key")
-        names, shared = [], F.lit(False)
-    return grouped.agg(
-        *names,
-        shared.alias(SHARED_ID),
-        F.count("*").alias("decisions"),
-        _count_if(ok).alias("ok"),
-        _count_if(~ok).alias("refused"),
-        _count_if(ok & F.col("cache_hit")).alias("cache_hits"),
-        F.size(F.collect_set("ok_node")).cast("long").alias("targets"),
-        _count_if(F.col("is_move")).alias("moves"),
-        F.max_by("ok_node", order).alias("last_target"),
-        F.min("ts").alias("first_ts"),
-        F.max("ts").alias("last_ts"),
-        F.collect_list(F.when(F.col("is_move"), move)).alias("_moves"),
-    ).drop(KEY_ID)
+    first = F.when(F.col("first_target").isNotNull(), F.array("first_target")).otherwise(F.array())
+    targets = F.array_union(first, F.coalesce(F.col("_to"), F.array()))
+    return (
+        rows.where(F.col("is_last"))
+        .join(moved, [KEY_ID, "router", "key"], "left")
+        .select(
+            "router",
+            "key",
+            "decisions",
+            F.col("ok_count").alias("ok"),
+            (F.col("decisions") - F.col("ok_count")).alias("refused"),
+            "cache_hits",
+            F.size(targets).cast("long").alias("targets"),
+            F.coalesce(F.col("moves"), F.lit(0)).alias("moves"),
+            "last_target",
+            "first_ts",
+            F.col("ts").alias("last_ts"),
+        )
+    )
 
 
-def moves_table(keyed: DataFrame, events: DataFrame, active: DataFrame) -> DataFrame:
-    """The `moves` table: every move of `per_key`'s `_moves` with its `cause` (`move_cause`).
+def moves_table(rows: DataFrame, events: DataFrame, active: DataFrame) -> DataFrame:
+    """The `moves` table: every move of `per_key_rows` with its `cause` (`move_cause`).
 
     Args:
-        keyed: `per_key` with `_moves`.
+        rows: `per_key_rows`.
         events: deduplicated events (for the connections closed with a `TARGET_DOWN_CLOSES`
             or the `EVACUATED_CLOSE` reason).
         active: `[router, minute, node_id]` with an OK decision (from `rollups`).
@@ -378,8 +385,19 @@ def moves_table(keyed: DataFrame, events: DataFrame, active: DataFrame) -> DataF
         "router", "minute", F.col("node_id").alias("from_target"), F.lit(True).alias("prev_active")
     )
     found = (
-        keyed.select("router", "key", F.explode("_moves").alias("m"))
-        .select("router", "key", "m.*")
+        rows.where(F.col("is_move"))
+        .select(
+            "router",
+            "key",
+            "ts",
+            "router_id",
+            "seq",
+            F.col("prev_target").alias("from_target"),
+            F.col("node_id").alias("to_target"),
+            "reason",
+            "hits_before",
+            "prev_conn",
+        )
         .withColumn("minute", F.date_trunc("minute", "ts"))
         .join(closed, "prev_conn", "left")
         .join(seen, ["router", "minute", "from_target"], "left")
@@ -492,14 +510,12 @@ def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame
     )
 
     active = minutes.where(is_ok).select("router", "minute", "node_id").distinct()
-    keyed = per_key_table(per_key_flags(events)).persist(StorageLevel.MEMORY_AND_DISK)
-    if keyed.where(F.col(SHARED_ID)).count():  # computes the kept table: two keys share an id
-        keyed.unpersist()
-        exact = per_key_table(per_key_flags(events, by_id=False), by_id=False)
-        keyed = exact.persist(StorageLevel.MEMORY_AND_DISK)
-    keyed = keyed.drop(SHARED_ID)
-    out["per_key"] = keyed.drop("_moves")
-    found = moves_table(keyed, events, active).persist(StorageLevel.MEMORY_AND_DISK)
+    rows = per_key_rows(per_key_flags(events)).persist(StorageLevel.MEMORY_AND_DISK)
+    if rows.where(F.col(SHARED_ID)).count():  # computes the kept rows: two keys share an id
+        rows.unpersist()
+        rows = per_key_rows(per_key_flags(events, by_id=False)).persist(StorageLevel.MEMORY_AND_DISK)
+    out["per_key"] = per_key_table(rows)
+    found = moves_table(rows, events, active).persist(StorageLevel.MEMORY_AND_DISK)
     out["moves"] = found
     out["moves_by_cause"] = found.groupBy("router", "cause").agg(
         F.count("*").alias("moves"), F.countDistinct("key").alias("keys")
