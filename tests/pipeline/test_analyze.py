@@ -90,6 +90,14 @@ EVENTS = [
     _decision(13, 0, 7, "f", None, "no ready target", status="REFUSED_UNAVAILABLE", latency=0.5),
     _decision(14, 0, 8, "NULL", "n1"),
 ]
+MOVES = {
+    ("a", "n1", "n2", "cache_expiry"),
+    ("b", "n1", "n2", "target_down"),
+    ("c", "n2", "n1", "target_down"),
+    ("d", "n3", "n1", "target_down"),
+    ("e", "n1", "n3", "policy"),
+}
+"""EVENTS' moves (key, from, to, cause)."""
 
 
 @pytest.fixture(scope="module")
@@ -103,13 +111,7 @@ def results(spark):
 
 def test_moves_and_their_causes(results):
     moves = {(r.key, r.from_target, r.to_target, r.cause) for r in results["moves"].collect()}
-    assert moves == {
-        ("a", "n1", "n2", "cache_expiry"),
-        ("b", "n1", "n2", "target_down"),
-        ("c", "n2", "n1", "target_down"),
-        ("d", "n3", "n1", "target_down"),
-        ("e", "n1", "n3", "policy"),
-    }
+    assert moves == MOVES
     per_key = {r.key: r for r in results["per_key"].collect()}
     assert sorted(per_key) == ["a", "b", "c", "d", "e", "f"]
     a = per_key["a"]
@@ -174,13 +176,7 @@ def test_keys_that_share_an_id_are_told_apart_by_their_names(spark, monkeypatch)
     out = tables(events)
     try:
         moves = {(r.key, r.from_target, r.to_target, r.cause) for r in out["moves"].collect()}
-        assert moves == {
-            ("a", "n1", "n2", "cache_expiry"),
-            ("b", "n1", "n2", "target_down"),
-            ("c", "n2", "n1", "target_down"),
-            ("d", "n3", "n1", "target_down"),
-            ("e", "n1", "n3", "policy"),
-        }
+        assert moves == MOVES
         per_key = {r.key: (r.decisions, r.ok, r.moves, r.last_target) for r in out["per_key"].collect()}
         assert per_key == {
             "a": (4, 3, 1, "n2"),
