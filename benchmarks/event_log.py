@@ -18,7 +18,7 @@ itself.
   (`FileFormat.encode` of `PENDING_EVENTS` at a time, as the writer encodes) is timed on the same
   events, as a breakdown, and the finished file's size per event is given. Then, as a router feeds
   it, the writer's own CPU time per event while events come at 16,000 a second (12.5 s for 200,000)
-  (`TRICKLE_RATE`, from `/proc/PID/task/*/schedstat`; the finishing of its file is left out).
+  (`TRICKLE_RATE`, `benchmarks.fleet.cpu_ns`; the finishing of its file is left out).
 * **decision**: `benchmarks.decision.time_decisions` on the benchmark's routerd configuration
   (`echo`: SOURCE_IP, CONSISTENT_HASH over 2 targets, cache), cache miss and hit.
 
@@ -32,10 +32,8 @@ with `benchmarks/bench --runs 3 [--event-log]` (benchmarks/README.md).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
-import os
 import statistics
 import tempfile
 import time
@@ -48,6 +46,7 @@ import zstandard
 
 from benchmarks.configs import Ports, routerd_config
 from benchmarks.decision import percentile, time_decisions
+from benchmarks.fleet import cpu_ns
 from keys import ConnectionFacts, KeyType, WireProtocol
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
@@ -178,16 +177,6 @@ TRICKLE_RATE: Final = 16_000
 _TRICKLE_SLICE_S: Final = 0.01
 
 
-def _process_cpu_s(pid: int) -> float:
-    """CPU time of every thread of `pid`, in seconds, to the nanosecond (`schedstat`; `stat`
-    counts in 10 ms ticks)."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as stat:
-            total += int(stat.read().split()[0])
-    return total / 1e9
-
-
 def _steady_cpu_us(config: EventLogConfig, items: list[Decided | Closed]) -> float:
     """The writer's CPU per event while `items` are reported at `TRICKLE_RATE` (module docstring)."""
     log = EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics())
@@ -196,7 +185,7 @@ def _steady_cpu_us(config: EventLogConfig, items: list[Decided | Closed]) -> flo
         writer = log._writer  # private: the benchmark reads its process's CPU time
         if writer is None:
             raise RuntimeError("the event log's writer did not start")
-        before = _process_cpu_s(writer.pid)
+        before = cpu_ns(writer.pid)
         per_slice = round(TRICKLE_RATE * _TRICKLE_SLICE_S)
         started = time.monotonic()
         for number, begin in enumerate(range(0, len(items), per_slice), start=1):
@@ -206,11 +195,11 @@ def _steady_cpu_us(config: EventLogConfig, items: list[Decided | Closed]) -> flo
         deadline = time.monotonic() + 30
         while log.written < len(items) and time.monotonic() < deadline:
             time.sleep(0.05)
-        used = _process_cpu_s(writer.pid) - before
+        used_ns = cpu_ns(writer.pid) - before
     finally:
         if not log.stop(120):
             raise RuntimeError("the event log's writer did not finish within 120 s")
-    return used * 1e6 / len(items)
+    return used_ns / 1e3 / len(items)
 
 
 def _records(path: Path) -> int:

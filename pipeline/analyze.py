@@ -76,8 +76,8 @@ EVACUATED_CLOSE: Final = CloseReason.EVACUATED.value
 NULL_KEY: Final = "NULL"
 KEY_ID: Final = "_key_id"
 """A (router, key)'s 64-bit hash (xxhash64): the per-key window partitions and sorts by it, a long
-that the sort compares in its 8-byte prefix, where two strings (the router, the same in every row,
-then the key) made the sort compare whole rows. `per_key_flags` flags a key that shares its id
+that the sort compares in its 8-byte prefix, where two strings (the router, often the same in every
+row, then the key) made the sort compare whole rows. `per_key_flags` flags a key that shares its id
 with another (`SHARED_ID`), and `tables` then partitions by the strings instead."""
 SHARED_ID: Final = "_shared_id"
 """`per_key_flags`'s flag: this decision's (router, key) differs from the one before it in its
@@ -273,8 +273,9 @@ def per_key_flags(events: DataFrame, *, by_id: bool = True) -> DataFrame:
     router_id, seq`), with what the key's previous OK decision said: `prev_target`, `prev_conn`
     (its `router_id` and `conn`, to look up how its connection was closed), `hits_before` (the
     key had cache hits before), `is_move` (an OK decision on another target than `prev_target`);
-    and the key's running figures, whole at its last decision (`is_last`): `decisions`, `ok`,
-    `cache_hits`, `first_ts`, `first_target` and `last_target` (of the OK decisions so far).
+    and the key's running figures, whole at its last decision (`is_last`): `decisions`,
+    `ok_count`, `cache_hits`, `first_ts`, `first_target` and `last_target` (of the OK decisions so
+    far).
     `SHARED_ID` marks a decision whose (router, key) differs from the one before it in the same
     window (by id only: two keys share an id). One window, no join, no aggregation.
 
@@ -424,10 +425,11 @@ def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame
     """Every analysis table over deduplicated events (quarantine tables excepted), computed
     when written, but for two parts computed here.
 
-    `rollups` are checkpointed (small: one scan of the events for every count table); the per-key table
-    (one row per key, with its moves) is computed and kept (small; by `KEY_ID`, and again by the
-    strings when two keys shared an id), and the moves are persisted, since `per_key`, `moves`
-    and `moves_by_cause` read them; `analyze` unpersists them when the tables are written."""
+    `rollups` are checkpointed (small: one scan of the events for every count table); the per-key
+    window's kept rows (`per_key_rows`: each key's last decision and its moves) are computed and
+    kept (small; by `KEY_ID`, and again by the strings when two keys shared an id), and the moves
+    are persisted, since `per_key`, `moves` and `moves_by_cause` read them; `analyze` unpersists
+    them when the tables are written."""
     roll, minutes = rollups(events)
     is_decision = F.col("kind") == "decision"
     is_ok = is_decision & (F.col("status") == "OK")

@@ -400,8 +400,8 @@ class _Job:
     files: int
     out_dir: str
     compress: bool
-    file_format: str
-    """`EventFileFormat`'s value: the router's files as JSON lines or as Parquet."""
+    file_format: EventFileFormat
+    """The router's files as JSON lines or as Parquet."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -750,7 +750,7 @@ def _write(lines: list[str], job: _Job, router_id: str) -> list[str]:
     names: list[str] = []
     out = Path(job.out_dir)
     bounds = np.linspace(0, len(lines), job.files + 1).round().astype(np.int64).tolist()
-    parquet = job.file_format == EventFileFormat.PARQUET.value
+    parquet = job.file_format is EventFileFormat.PARQUET
     for f in range(job.files):
         if parquet:
             name = f"events-{router_id}-{f:04d}.parquet"
@@ -854,7 +854,7 @@ def generate(
             files=files,
             out_dir=str(out),
             compress=compress,
-            file_format=file_format.value,
+            file_format=file_format,
         )
         for i, (u, d, m) in enumerate(
             zip(_split(unique, routers), _split(duplicates, routers), _split(malformed, routers), strict=True)
