@@ -4,12 +4,19 @@ rotating Parquet (or JSON lines) files that the PySpark pipeline reads (docs/eve
 Routing never waits for it. The subscriber (`EventLog.report`, one more `RouterRuntime` subscriber
 beside the log lines and the metrics) takes the event's values at once (`event_values`: a flat
 tuple, while the event is fresh) and puts them into the bounded ring (`router.core.ring`) under a
-lock. A sender thread takes them from the ring in batches and writes them, `marshal`-ed, to the
-writer process (`router/services/event_writer.py`), which encodes the records and writes, rotates,
-finishes and deletes the files (`router/services/event_files.py`) and reports back what it did:
-the counts become metrics here, its log lines routerd's. When the ring is full the oldest event is
-dropped, counted (`router_event_log_events_total{outcome="dropped"}`) and logged (rate-limited);
-its `seq` is missing from the files.
+lock. Once `SEND_BATCH` events are in the ring, the reporting thread takes them and writes them,
+`marshal`-ed, to the writer process (`router/services/event_writer.py`) itself, without waiting:
+the pipe is non-blocking, and what it does not take waits for the next send (meanwhile the ring
+fills). A sender thread sends what is left when traffic is light (every `SEND_INTERVAL_S`), at the
+end, and starts a writer that died again. Sending from the reporting thread is cheaper than
+handing each batch to another thread: the events do not wait long enough in the ring for the
+garbage collector to walk them, and the interpreter lock does not change hands.
+
+The writer process encodes the records and writes, rotates, finishes and deletes the files
+(`router/services/event_files.py`) and reports back what it did: the counts become metrics here,
+its log lines routerd's. When the ring is full the oldest event is dropped, counted
+(`router_event_log_events_total{outcome="dropped"}`) and logged (rate-limited); its `seq` is
+missing from the files.
 
 The writer outlives a kill -9 of routerd long enough to finish its file; one that dies is started
 again (at most every `WRITER_RESTART_S`) and the events sent meanwhile are counted as lost.
@@ -22,12 +29,14 @@ runs cannot repeat a number.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import queue
 import re
+import select
 import subprocess
 import sys
 import threading
@@ -55,10 +64,18 @@ __all__ = ["EventLog", "EventLogError", "default_router_id", "file_name_part"]
 log = logging.getLogger("router.eventlog")
 
 TAKE_BATCH: Final = 1024
-"""Events the sender takes from the ring and sends at a time (one `marshal` and one write)."""
+"""Events taken from the ring and sent at a time, at most (one `marshal` and one write)."""
+SEND_BATCH: Final = 256
+"""Events in the ring at which the reporting thread sends them itself (module docstring): a
+frame of about 20 kB, well within the pipe's buffer."""
 SEND_INTERVAL_S: Final = 0.05
-"""How long the sender sleeps once it has caught up with the ring: each wake-up takes the
-interpreter from routing and wakes the writer process, so events go in batches, not one by one."""
+"""How often the sender thread sends what the reporting threads left in the ring (fewer than
+`SEND_BATCH` events): each wake-up takes the interpreter from routing and wakes the writer
+process, so events go in batches, not one by one."""
+PIPE_BYTES: Final = 1024 * 1024
+"""The pipe to the writer process holds this much (Linux's `pipe-max-size` default; 64 kB when
+the system allows less): about a second of events at 15,000 connections a second, on top of the
+ring, while the writer finishes a file."""
 WRITER_START_S: Final = 30.0
 """How long the writer process may take to start and finish the files a previous run left."""
 WRITER_RESTART_S: Final = 5.0
@@ -120,6 +137,15 @@ class EventLog:
         self._ring: Ring[EventValues] = Ring(config.ring_size)
         self._boot = 0
         self._stop = threading.Event()
+        self._sending = threading.Lock()
+        """Held while events are taken from the ring and written to the writer: the reporting
+        threads only try it (another thread is sending: the ring keeps the events)."""
+        self._frame: memoryview | None = None
+        """What the pipe has not taken yet of the last frame (under `_sending`)."""
+        self._frame_events = 0
+        """Events in `_frame`."""
+        self._broken = False
+        """A write to the writer failed: the sender thread ends it and starts another."""
         self._sender: threading.Thread | None = None
         self._writer: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
@@ -152,7 +178,15 @@ class EventLog:
             except Exception:  # a bug must not cost the connection its routing
                 self._not_loggable(event)
                 return
-            self._ring.put(values)
+            ring = self._ring
+            ring.put(values)
+            if len(ring) >= SEND_BATCH and self._sending.acquire(blocking=False):
+                try:
+                    self._send_ready()
+                except Exception:  # the sender thread logs a broken pipe; routing goes on
+                    self._broken = True
+                finally:
+                    self._sending.release()
 
     def _not_loggable(self, event: Event) -> None:
         self._metrics.event_log_events.inc(("lost",))
@@ -197,10 +231,12 @@ class EventLog:
             self._sender.join(_left(deadline))
             if self._sender.is_alive():
                 return False
-        writer, reader = self._writer, self._reader
-        if writer is None or reader is None:
-            return True
-        _close_pipe(writer.stdin)
+        with self._sending:  # a reporting thread sends no more: the pipe closes
+            writer, reader = self._writer, self._reader
+            self._writer = None
+            if writer is None or reader is None:
+                return True
+            _close_pipe(writer.stdin)
         try:
             writer.wait(_left(deadline))
         except subprocess.TimeoutExpired:
@@ -208,7 +244,7 @@ class EventLog:
         reader.join(_left(deadline))
         if reader.is_alive():
             return False
-        if missing := self._missed():
+        if missing := self._frame_events + self._missed():
             self._lose(missing, f"the writer process ended (exit status {writer.returncode}) without them")
         return True
 
@@ -256,18 +292,56 @@ class EventLog:
         metrics.event_log_ring_size.set((), self._ring.size)
         metrics.event_log_ring_used.set((), len(self._ring))
 
+    # -- sending (a reporting thread or the sender thread, under `_sending`) --
+
+    def _send_ready(self) -> bool:
+        """Write what the pipe has not taken of the last frame, then a frame of the oldest events
+        in the ring, without waiting. Whether all of it was written (False: the pipe is full,
+        broken, or there is no writer)."""
+        writer = self._writer
+        if writer is None or writer.stdin is None or self._broken:
+            return False
+        if self._frame is not None and not self._write_frame(writer.stdin.fileno()):
+            return False
+        batch = self._ring.take(TAKE_BATCH)
+        if not batch:
+            return True
+        try:
+            frame = encode_frame(batch)
+        except ValueError as exc:  # a value marshal cannot write: a bug's, lose the batch
+            self._lose(len(batch), f"they cannot be sent ({exc})")
+            return True
+        self._frame, self._frame_events = memoryview(frame), len(batch)
+        return self._write_frame(writer.stdin.fileno())
+
+    def _write_frame(self, fd: int) -> bool:
+        view = self._frame
+        assert view is not None, "a frame to write"
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            self._frame = view
+            return False
+        except OSError:  # the writer ended: the sender thread counts the frame lost
+            self._frame = view
+            self._broken = True
+            return False
+        self._sent += self._frame_events
+        self._frame, self._frame_events = None, 0
+        return True
+
     # -- the sender thread --
 
     def _run(self) -> None:
         while True:
             try:
-                batch = self._ring.take(TAKE_BATCH)
-                if batch:
-                    self._send(batch)
-                elif self._stop.is_set():
+                with self._sending:
+                    self._mend()
+                    caught_up = self._send_all()
+                if caught_up and self._stop.is_set():
                     break
-                if len(batch) < TAKE_BATCH:  # caught up: wait for more rather than send a few at a time
-                    self._stop.wait(SEND_INTERVAL_S)
+                self._wait(caught_up)
                 self._count_drops()
             except Exception:  # the sender must outlive a bug; routing goes on regardless
                 log.exception("event log: sender error")
@@ -279,35 +353,50 @@ class EventLog:
             self._ring.dropped,
         )
 
-    def _send(self, batch: list[tuple[int, EventValues]]) -> None:
+    def _send_all(self) -> bool:
+        """Send the ring's events until it is empty (True) or the pipe is full (False); without a
+        writer process, they are lost."""
+        while True:
+            if self._writer is None:
+                batch = self._ring.take(TAKE_BATCH)
+                if not batch:
+                    return True
+                self._lose(len(batch), "no writer process")
+            elif not self._send_ready():
+                return False  # the pipe is full, or broken (mended on the next round)
+            elif self._frame is None and not len(self._ring):
+                return True
+
+    def _wait(self, caught_up: bool) -> None:
+        """Until the next round: `SEND_INTERVAL_S`, or until the pipe takes more (or the stop)."""
         writer = self._writer
-        if writer is None and time.monotonic() - self._started_at >= WRITER_RESTART_S:
-            try:
-                self._start_writer()
-            except EventLogError as exc:
-                log.error("%s", exc)
-            writer = self._writer
-        if writer is None or writer.stdin is None:
-            self._lose(len(batch), "no writer process")
+        if caught_up or writer is None or writer.stdin is None or self._broken:
+            self._stop.wait(SEND_INTERVAL_S)
             return
-        try:
-            view = memoryview(encode_frame(batch))
-            while view:
-                view = view[os.write(writer.stdin.fileno(), view) :]
-        except OSError:
-            self._writer = None
+        with contextlib.suppress(OSError, ValueError):  # closed meanwhile: the next round mends it
+            select.select([], [writer.stdin], [], SEND_INTERVAL_S)
+
+    def _mend(self) -> None:
+        """End a writer whose pipe broke and count what it lost; start another one when due."""
+        writer = self._writer
+        if self._broken and writer is not None:
+            self._writer, self._broken = None, False
             _close_pipe(writer.stdin)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 writer.wait(WRITER_START_S)
             if self._reader is not None:
                 self._reader.join(WRITER_START_S)  # its last reports, then EOF
             self._lose(
-                len(batch) + self._missed(),
+                self._frame_events + self._missed(),
                 f"the writer process ended (exit status {writer.returncode}); another one starts "
                 f"within {WRITER_RESTART_S:g} s",
             )
-            return
-        self._sent += len(batch)
+            self._frame, self._frame_events = None, 0
+        if self._writer is None and time.monotonic() - self._started_at >= WRITER_RESTART_S:
+            try:
+                self._start_writer()
+            except EventLogError as exc:
+                log.error("%s", exc)
 
     def _missed(self) -> int:
         """Of the events sent to the writer that ended, those it neither wrote nor counted lost
@@ -380,6 +469,10 @@ class EventLog:
             reader.join()
             why = f"event log: the writer process ended at start (exit status {writer.returncode})"
             raise EventLogError(why if first is None else str(first["failed"]))
+        assert writer.stdin is not None, "started with stdin=PIPE"
+        with contextlib.suppress(OSError):  # not allowed this big: the system's default
+            fcntl.fcntl(writer.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        os.set_blocking(writer.stdin.fileno(), False)  # routing never waits for the writer
         self._writer, self._reader = writer, reader
         self._sent = self._accounted = 0
         recovered = first["ready"]

@@ -4,6 +4,7 @@ real files (no sockets: events are made by hand and reported as the data paths r
 from __future__ import annotations
 
 import os
+import signal
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,7 +17,13 @@ from router.core.event_records import BOOT_SPAN
 from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
 from router.services import event_log as event_log_module
-from router.services.event_log import EventLog, EventLogError, default_router_id, file_name_part
+from router.services.event_log import (
+    SEND_BATCH,
+    EventLog,
+    EventLogError,
+    default_router_id,
+    file_name_part,
+)
 from tests.conftest import eventually
 from tests.router.services.conftest import all_records, finished, records_in
 
@@ -157,6 +164,44 @@ def test_a_full_ring_drops_the_oldest_counts_it_and_leaves_a_gap(tmp_path, caplo
     assert [int(str(line["seq"])) % BOOT_SPAN for line in lines] == [2, 3, 4]  # 0 and 1 are the gap
     assert metrics.event_log_events.value(("dropped",)) == 2
     assert "ring full: 2 event(s) dropped (ring-size=3)" in caplog.text
+
+
+def test_the_reporting_thread_sends_a_full_batch_itself(tmp_path, monkeypatch):
+    monkeypatch.setattr(event_log_module, "SEND_INTERVAL_S", 3600.0)  # the sender thread sleeps
+    event_log = _log(tmp_path, flush_interval_ms=10)
+    event_log.start()
+    for n in range(SEND_BATCH - 1):
+        event_log.report(decided(n))
+    assert event_log.status()["ring_used"] == SEND_BATCH - 1
+    event_log.report(decided(SEND_BATCH - 1))
+    assert event_log.status()["ring_used"] == 0  # taken and written to the pipe in `report`
+    assert eventually(lambda: event_log.written == SEND_BATCH)
+    event_log.report(decided(SEND_BATCH))  # a few: they wait for the sender thread, here the stop
+    assert event_log.stop(5)
+    assert [line["key"] for line in all_records(tmp_path)] == [f"dev-{n}" for n in range(SEND_BATCH + 1)]
+
+
+def test_a_writer_that_reads_nothing_costs_routing_no_wait_and_the_ring_drops_the_oldest(tmp_path):
+    metrics = Metrics()
+    event_log = _log(tmp_path, metrics, ring_size=1000)
+    event_log.start()
+    writer = event_log._writer
+    assert writer is not None
+    os.kill(writer.pid, signal.SIGSTOP)  # the writer this test started, by its PID
+    try:
+        count = 40_000  # more than the pipe (at most 1 MB) and the ring hold
+        for n in range(count):
+            event_log.report(decided(n))  # a blocking write would hang here
+    finally:
+        os.kill(writer.pid, signal.SIGCONT)
+    assert event_log.stop(30)
+    dropped = int(metrics.event_log_events.value(("dropped",)) or 0)
+    assert dropped > 0
+    assert event_log.lost == 0
+    numbers = [int(str(line["seq"])) % BOOT_SPAN for line in all_records(tmp_path)]
+    assert len(numbers) == event_log.written == count - dropped
+    assert numbers == sorted(set(numbers))  # each once, in order; the gaps are the drops
+    assert numbers[-1] == count - 1  # the newest are kept
 
 
 def test_resize_at_run_time_keeps_what_the_ring_holds(tmp_path):
