@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias
 
-from keys.resolve import raw_value
+from keys import KeyType
+from keys.resolve import RAW_VALUE_OF
 from router.core.engine import DecisionReason
 from router.core.events import Closed, Decided
 from router.core.records import quick_init
@@ -34,13 +35,14 @@ from router.core.records import quick_init
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from keys import KeyType
+    from keys import ConnectionFacts
 
 __all__ = [
     "BOOT_SPAN",
     "FIELDS",
     "KINDS",
     "RAW_KEY_CAP",
+    "VALUE_FINISHERS",
     "VALUE_HEAD",
     "VALUE_NAMES",
     "CloseRecord",
@@ -229,12 +231,18 @@ def _second(seconds: int) -> str:
 def raw_key(key_type: KeyType, decided: Decided) -> str | None:
     """The value a decision's key came from, before filter and transform (ROLE_NAME: the roles,
     comma-separated)."""
-    if decided.facts is None:
-        return None
-    value = raw_value(key_type, decided.facts)
-    if isinstance(value, tuple):
-        return ",".join(value) if value else None
-    return value
+    facts = decided.facts
+    return None if facts is None else _RAW_KEY_OF[key_type](facts)
+
+
+def _roles(facts: ConnectionFacts) -> str | None:
+    return ",".join(facts.roles) or None
+
+
+_RAW_KEY_OF: Final[dict[KeyType, Callable[[ConnectionFacts], str | None]]] = {
+    key_type: _roles if key_type is KeyType.ROLE_NAME else value_of  # type: ignore[misc]  # one fact, a string
+    for key_type, value_of in RAW_VALUE_OF.items()
+}
 
 
 # -- where each field's value comes from, once per kind ----------------------------------------
@@ -246,9 +254,12 @@ def raw_key(key_type: KeyType, decided: Decided) -> str | None:
 # its reference `ref`, the decision's raw key `raw`, and the arguments `router_id`, `seq`, `conn`,
 # `ts`, `key_type`. Enum values are read as `_value_` (the `value` property is a Python-level
 # call). A test checks the line from the values is the record's line on every kind.
+#
+# A field in `_FINISHED` is taken as it is and made the record's value by the writer: rounding a
+# float to some digits costs a quarter of a microsecond, which the routing thread does not pay.
 
 _PRELUDE: Final[dict[str, str]] = {
-    "decision": "ref = e.conn\n    raw = raw_key(key_type, e)",
+    "decision": "ref = e.conn\n    facts = e.facts\n    raw = None if facts is None else _RAW_KEY_OF[key_type](facts)",
     "close": "ref = e.conn",
 }
 _COMMON: Final[dict[str, str]] = {
@@ -274,17 +285,30 @@ _VALUES: Final[dict[str, dict[str, str]]] = {
         "node_id": "e.node_id",
         "local": "e.local",
         "cache_hit": "e.reason is _CACHE",
-        "latency_us": "round(e.latency_s * 1e6, 1)",
+        "latency_us": "e.latency_s",
     },
     "close": _COMMON
     | {
         "node_id": "e.node_id",
-        "duration_s": "round(e.duration_s, 6)",
+        "duration_s": "e.duration_s",
         "bytes_in": "e.bytes_in",
         "bytes_out": "e.bytes_out",
         "reason": "e.reason._value_",
     },
 }
+_FINISHED: Final[dict[str, str]] = {
+    "latency_us": "round({v} * 1e6, 1)",
+    "duration_s": "round({v}, 6)",
+}
+"""A record's value of these fields from the value taken (`{v}`): the decision's latency in µs to a
+tenth, the close's duration in seconds to the microsecond."""
+
+
+def _finished(name: str, taken: str) -> str:
+    """The expression of a field's record value from the expression of the value taken."""
+    finish = _FINISHED.get(name)
+    return taken if finish is None else finish.format(v=f"({taken})")
+
 
 _CHARS: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii
 """JSON's string encoder in C: quotes, escapes every control and non-ASCII character."""
@@ -317,7 +341,7 @@ _NAMESPACE: Final[dict[str, object]] = {
     "_BOOLEANS": ("false", "true"),
     "_CACHE": DecisionReason.CACHE,
     "RAW_KEY_CAP": RAW_KEY_CAP,
-    "raw_key": raw_key,
+    "_RAW_KEY_OF": _RAW_KEY_OF,
 }
 
 
@@ -343,7 +367,7 @@ _ARGUMENTS: Final = "e, router_id, seq, conn, ts, key_type"
 
 def _record_maker(kind: type[EventRecord]) -> Callable[..., Record]:
     values = _VALUES[kind.KIND]
-    fields = ", ".join(f"{f.name}={values[f.name]}" for f in dataclasses.fields(kind))
+    fields = ", ".join(f"{f.name}={_finished(f.name, values[f.name])}" for f in dataclasses.fields(kind))
     source = f"def make({_ARGUMENTS}):\n    {_PRELUDE[kind.KIND]}\n    return Kind({fields})\n"
     return _generated("make", source, Kind=kind)  # type: ignore[return-value]
 
@@ -367,7 +391,9 @@ def _values_maker(kind: type[EventRecord]) -> Callable[..., EventValues]:
 
 def _values_writer(kind: type[EventRecord]) -> Callable[..., str]:
     position = {name: index for index, name in enumerate(_value_names(kind), start=VALUE_HEAD)}
-    line = _line_source(kind, lambda name: name if name in _WRITER_FIELDS else f"v[{position[name]}]")
+    line = _line_source(
+        kind, lambda name: name if name in _WRITER_FIELDS else _finished(name, f"v[{position[name]}]")
+    )
     source = f"def write(v, router_id, seq, conn, ts):\n    return {line}\n"
     return _generated("write", source)  # type: ignore[return-value]
 
@@ -379,7 +405,24 @@ def _record_writer(kind: type[EventRecord]) -> Callable[[Record], str]:
 
 VALUE_NAMES: Final = tuple(tuple(_value_names(kind)) for kind in KINDS)
 """Per kind (its index in `KINDS`): the names of its fields in an event's values, after the
-`VALUE_HEAD`; the Parquet writer makes its columns from them."""
+`VALUE_HEAD`; the Parquet writer makes its columns from them (a value of a field in
+`VALUE_FINISHERS` is made the field's by the function there)."""
+
+
+def _finisher(name: str) -> Callable[[Any], Any]:
+    return _generated("finish", f"def finish(v):\n    return {_finished(name, 'v')}\n")  # type: ignore[return-value]
+
+
+VALUE_FINISHERS: Final = tuple(
+    {
+        position: _finisher(name)
+        for position, name in enumerate(_value_names(kind), start=VALUE_HEAD)
+        if name in _FINISHED
+    }
+    for kind in KINDS
+)
+"""Per kind: position in an event's values -> what makes the value taken the record's (the
+decision's latency in µs, rounded; the close's duration, rounded): the writer applies it."""
 
 _EVENT_KINDS: Final[dict[type, type[EventRecord]]] = {Decided: DecisionRecord, Closed: CloseRecord}
 _MAKERS: Final = {event: _record_maker(kind) for event, kind in _EVENT_KINDS.items()}

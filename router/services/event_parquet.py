@@ -26,7 +26,15 @@ import pyarrow.compute as pc
 import pyarrow.ipc
 import pyarrow.parquet as pq
 
-from router.core.event_records import FIELDS, KINDS, VALUE_HEAD, VALUE_NAMES, FieldType, Sequence
+from router.core.event_records import (
+    FIELDS,
+    KINDS,
+    VALUE_FINISHERS,
+    VALUE_HEAD,
+    VALUE_NAMES,
+    FieldType,
+    Sequence,
+)
 from router.services.event_files import Encoded, Finished
 
 if TYPE_CHECKING:
@@ -136,8 +144,13 @@ class ParquetFormat:
             "ts": _timestamps(pa.array(columns[1], pa.float64())),
             "conn": pc.add(pa.array(columns[2], pa.int64()), self._base),
         }
+        finishers = VALUE_FINISHERS[kind]
         for position, name in enumerate(VALUE_NAMES[kind], start=VALUE_HEAD):
-            given[name] = pa.array(columns[position], ARROW_SCHEMA.field(name).type)
+            column = columns[position]
+            finish = finishers.get(position)
+            if finish is not None:
+                column = tuple(map(finish, column))
+            given[name] = pa.array(column, ARROW_SCHEMA.field(name).type)
         arrays = [given[f.name] if f.name in given else pa.nulls(count, f.type) for f in ARROW_SCHEMA]
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 

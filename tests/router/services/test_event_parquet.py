@@ -52,7 +52,7 @@ def test_parquet_rows_say_what_the_json_lines_say(tmp_path):
         node_id="node4",
         bytes_in=11,
         bytes_out=13,
-        duration_s=0.5,
+        duration_s=0.123_456_789,  # the writer rounds it, to 0.123457 in both
         reason=CloseReason.RESET,
     )
     events: list[Decided | Closed] = [decided(1), decided(2), close]
@@ -66,6 +66,8 @@ def test_parquet_rows_say_what_the_json_lines_say(tmp_path):
     columns = [f.name for f in ARROW_SCHEMA]
     assert parquet == [{name: line.get(name) for name in columns} for line in jsonl]
     assert [r["seq"] for r in parquet] == [1000 * BOOT_SPAN + n for n in range(3)]
+    assert [r["latency_us"] for r in parquet] == [2.0, 2.0, None]
+    assert parquet[2]["duration_s"] == 0.123457
     assert pq.read_schema(finished(tmp_path / "parquet")[0]).equals(ARROW_SCHEMA)
 
 
