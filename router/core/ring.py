@@ -57,8 +57,9 @@ class Ring(Generic[_T]):
         with self._lock:
             self._size = size
 
-    def put(self, item: _T) -> None:
-        """Append `item`; when the ring holds `size` items or more, drop the oldest one first."""
+    def put(self, item: _T) -> int:
+        """Append `item`; when the ring holds `size` items or more, drop the oldest one first. How
+        many items the ring holds now."""
         lock = self._lock
         lock.acquire()  # not `with`: every routed connection pays this, twice
         try:
@@ -69,6 +70,7 @@ class Ring(Generic[_T]):
                 items.popleft()
                 self._dropped += 1
             items.append((number, item))
+            return len(items)
         finally:
             lock.release()
 

@@ -146,6 +146,10 @@ class EventLog:
         """Events in `_frame`."""
         self._broken = False
         """A write to the writer failed: the sender thread ends it and starts another."""
+        self._send_at = SEND_BATCH
+        """Events in the ring at which a reporting thread sends: `SEND_BATCH` more than the ring
+        held when the pipe was last found full, so that a full pipe costs routing one attempt
+        per `SEND_BATCH` events, not one per event (the sender thread waits for the pipe)."""
         self._sender: threading.Thread | None = None
         self._writer: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
@@ -178,12 +182,10 @@ class EventLog:
             except Exception:  # a bug must not cost the connection its routing
                 self._not_loggable(event)
                 return
-            ring = self._ring
-            ring.put(values)
-            if len(ring) >= SEND_BATCH and self._sending.acquire(blocking=False):
+            if self._ring.put(values) >= self._send_at and self._sending.acquire(blocking=False):
                 try:
                     self._send_ready()
-                except Exception:  # the sender thread logs a broken pipe; routing goes on
+                except Exception:  # a bug: the sender thread mends the pipe; routing goes on
                     self._broken = True
                 finally:
                     self._sending.release()
@@ -297,7 +299,12 @@ class EventLog:
     def _send_ready(self) -> bool:
         """Write what the pipe has not taken of the last frame, then a frame of the oldest events
         in the ring, without waiting. Whether all of it was written (False: the pipe is full,
-        broken, or there is no writer)."""
+        broken, or there is no writer: a reporting thread tries again `SEND_BATCH` events later)."""
+        sent = self._send_frame()
+        self._send_at = SEND_BATCH if sent else len(self._ring) + SEND_BATCH
+        return sent
+
+    def _send_frame(self) -> bool:
         writer = self._writer
         if writer is None or writer.stdin is None or self._broken:
             return False

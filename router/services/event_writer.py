@@ -56,6 +56,11 @@ GC_YOUNG_THRESHOLD: Final = 100_000
 FRAME_MAX: Final = 64 * 1024 * 1024
 """The largest frame the writer accepts (a batch is far smaller); a larger length is a broken
 stream and ends the writer."""
+READ_PAUSE_S: Final = 0.1
+"""How long the writer lets events gather in the pipe after reading what was there (at most the
+flush interval): routerd sends a frame every few hundred events, and a writer woken for each frame
+took the second CPU from the load it serves more often than the events needed (the pipe holds
+about a second of them, and routerd's ring more)."""
 _HEAD: Final = struct.Struct("<I")
 _READ_SIZE: Final = 1024 * 1024
 
@@ -174,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(writer: _Writer, config: EventLogConfig) -> None:
     files = writer.files
     flush_s = config.flush_interval_ms / 1000
+    pause_s = min(READ_PAUSE_S, flush_s)
     last_flush = time.monotonic()
     stdin = sys.stdin.fileno()
     while True:
@@ -198,6 +204,8 @@ def _run(writer: _Writer, config: EventLogConfig) -> None:
             last_flush = now
         files.tick(now, flush=flush)
         writer.report()
+        if readable:
+            time.sleep(pause_s)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,9 @@ from router.core.ring import Ring
 
 def test_seed_example_ring_of_three_drops_the_head_when_d_arrives():
     ring: Ring[str] = Ring(3)
-    for value in "ABC":
-        ring.put(value)
+    assert [ring.put(value) for value in "ABC"] == [1, 2, 3]  # a put says how many the ring holds
     assert (len(ring), ring.dropped) == (3, 0)
-    ring.put("D")
+    assert ring.put("D") == 3
     assert ring.dropped == 1
     assert ring.take(10) == [(1, "B"), (2, "C"), (3, "D")]  # numbers count puts: A was 0
 
