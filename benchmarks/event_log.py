@@ -1,16 +1,16 @@
-"""The routing event log's cost, in process: what the reporting thread pays per event, what the
-sender thread pays per event, what the writer process takes per event, next to the routing decision
-itself.
+"""The routing event log's cost, in process: what the reporting thread pays per event to record it
+and to send it, what the writer process takes per event, next to the routing decision itself.
 
 `EventLog` (router/services/event_log.py) is built as routerd builds it, on a directory under
 `/tmp`, with a ring large enough that nothing is dropped. Then:
 
 * **report**: `EventLog.report(event)` for every event (the event's values, a wall-clock read and a
   ring put under its lock), each call timed with `time.perf_counter_ns` (whose own ~0.1 µs is
-  included), in the calling thread as routing calls it. The sender is not running meanwhile, so
-  the lock is uncontended (in routerd it is almost always: the sender takes `TAKE_BATCH` at a time).
-* **sender**: what the sender thread does in routerd's interpreter per event: `encode_frame` of
-  `TAKE_BATCH` events (`marshal`), timed alone; the pipe write after it releases the interpreter.
+  included), in the calling thread as routing calls it. The ring is drained every `SEND_BATCH`
+  events, where routerd's reporting thread sends them, and no writer runs meanwhile: the send is
+  the next figure.
+* **send**: what sending costs the reporting thread per event: `encode_frame` of `SEND_BATCH`
+  events (`marshal`), timed alone; the pipe write after it releases the interpreter.
 * **writer**, for each file format (Parquet, the default, and JSON lines): the writer process over
   the full ring: started, then the ring sent to it, and stopped when it has written, finished
   (Parquet from its Arrow batches; zstd level 3 of the lines), synced and renamed its file — wall
@@ -25,7 +25,7 @@ itself.
 The events are what a short proxied MQTT connection produces: a `Decided` (CLIENT_ID key, OK by
 policy, proxy) and a `Closed`, alternating, with distinct client ids and connection ids.
 
-Routing pays `report`, and the sender shares its interpreter; the writer process runs beside it
+Routing pays `report` and the send; the writer process runs beside it
 (another CPU when there is one). Neither is the router's connection rate: the lead measures that
 with `benchmarks/bench --runs 3 [--event-log]` (benchmarks/README.md).
 """
@@ -55,7 +55,7 @@ from router.core.event_records import EventValues, event_values
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
 from router.services.event_files import PENDING_EVENTS
-from router.services.event_log import TAKE_BATCH, EventLog
+from router.services.event_log import SEND_BATCH, EventLog
 from router.services.event_writer import encode_frame, file_format
 
 if TYPE_CHECKING:
@@ -94,8 +94,9 @@ class EventLogCost:
     report_p99_us: float
     report_mean_us: float
     """`EventLog.report`: the reporting thread's cost (values, clock read, ring put)."""
-    sender_us: float
-    """The sender thread's `encode_frame` per event (routerd's interpreter)."""
+    send_us: float
+    """The reporting thread's `encode_frame` per event, every `SEND_BATCH` events (routerd's
+    interpreter)."""
     writers: tuple[WriterCost, ...]
     """The writer process, per file format (the default first)."""
     decision_miss_p50_us: float
@@ -106,7 +107,7 @@ class EventLogCost:
     def per_connection_us(self) -> float:
         """What a short proxied connection (one decision, one close) costs routerd's interpreter:
         two reports and two events sent (the writer process's work is beside it)."""
-        return 2 * (self.report_mean_us + self.sender_us)
+        return 2 * (self.report_mean_us + self.send_us)
 
 
 def make_events(count: int) -> list[Decided | Closed]:
@@ -153,11 +154,11 @@ def _values(events: list[Decided | Closed]) -> list[tuple[int, EventValues]]:
     return [(n, event_values(event, KeyType.CLIENT_ID, now + n * 1e-4)) for n, event in enumerate(events)]
 
 
-def _sender_seconds(numbered: list[tuple[int, EventValues]]) -> float:
-    """Seconds to encode every event's values into frames as the sender does."""
+def _send_seconds(numbered: list[tuple[int, EventValues]]) -> float:
+    """Seconds to encode every event's values into frames as the reporting thread does."""
     started = time.perf_counter()
-    for begin in range(0, len(numbered), TAKE_BATCH):
-        encode_frame(numbered[begin : begin + TAKE_BATCH])
+    for begin in range(0, len(numbered), SEND_BATCH):
+        encode_frame(numbered[begin : begin + SEND_BATCH])
     return time.perf_counter() - started
 
 
@@ -209,22 +210,23 @@ def _records(path: Path) -> int:
 
 
 def _time_reports(log: EventLog, items: list[Decided | Closed]) -> list[float]:
-    """Each `report` call's time (µs), in batches of the sender's `TAKE_BATCH`, the ring drained
-    between batches as the sender drains it, so it stays as short as in a router that keeps up."""
+    """Each `report` call's time (µs), in batches of `SEND_BATCH`, the ring drained between batches
+    where the reporting thread would send them (timed apart: `_send_seconds`), so it stays as
+    short as in a router that keeps up."""
     report: Callable[[Decided | Closed], None] = log.report
     clock = time.perf_counter_ns
     for event in items[:200]:  # the first calls pay for lazy work; not in the figures
         report(event)
-    ring = log._ring  # private: the sender's side of the ring, taken here without a sender
+    ring = log._ring  # private: the sending side of the ring, taken here without a writer
     ring.take(len(items))
     samples: list[float] = [0.0] * len(items)
-    for begin in range(0, len(items), TAKE_BATCH):
-        for n in range(begin, min(begin + TAKE_BATCH, len(items))):
+    for begin in range(0, len(items), SEND_BATCH):
+        for n in range(begin, min(begin + SEND_BATCH, len(items))):
             event = items[n]
             start = clock()
             report(event)
             samples[n] = (clock() - start) / 1000
-        ring.take(TAKE_BATCH)
+        ring.take(SEND_BATCH)
     return samples
 
 
@@ -257,7 +259,7 @@ def time_event_log(events: int = 200_000, *, decision_keys: int = 20_000) -> Eve
 def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
     events = len(items)
     numbered = _values(items)
-    sender_s = _sender_seconds(numbered)
+    send_s = _send_seconds(numbered)
     with tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as directory:
         config = EventLogConfig(directory=directory, router_id="bench", ring_size=events + 1)
         samples = _time_reports(EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics()), items)
@@ -270,7 +272,7 @@ def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
         report_p50_us=percentile(samples, 0.50),
         report_p99_us=percentile(samples, 0.99),
         report_mean_us=statistics.fmean(samples),
-        sender_us=sender_s * 1e6 / events,
+        send_us=send_s * 1e6 / events,
         writers=writers,
         decision_miss_p50_us=decision.miss_p50_us,
         decision_hit_p50_us=decision.hit_p50_us,

@@ -16,7 +16,7 @@ def test_time_event_log_gives_positive_figures() -> None:
     cost = time_event_log(2_000, decision_keys=300)
     assert cost.events == 2_000
     assert 0 < cost.report_p50_us <= cost.report_p99_us
-    assert cost.sender_us > 0
+    assert cost.send_us > 0
     assert [w.format for w in cost.writers] == ["parquet", "jsonl"]
     for writer in cost.writers:
         assert 0 < writer.encode_us < writer.writer_us
