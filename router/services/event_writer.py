@@ -57,10 +57,13 @@ FRAME_MAX: Final = 64 * 1024 * 1024
 """The largest frame the writer accepts (a batch is far smaller); a larger length is a broken
 stream and ends the writer."""
 READ_PAUSE_S: Final = 0.1
-"""How long the writer lets events gather in the pipe after reading what was there (at most the
-flush interval): routerd sends a frame every few hundred events, and a writer woken for each frame
-took the second CPU from the load it serves more often than the events needed (the pipe holds
-about a second of them, and routerd's ring more)."""
+"""How long the writer lets events gather in the pipe after a read of fewer than `PAUSE_BELOW`
+bytes (at most the flush interval): routerd sends a frame every few hundred events, and a writer
+woken for each frame takes the second CPU from the load it serves more often than the events need
+(the pipe holds about a second of them, and routerd's ring more). A writer with a backlog reads
+on without a pause."""
+PAUSE_BELOW: Final = 256 * 1024
+"""A read of fewer bytes than this (about 3,000 events) means the writer has caught up."""
 _HEAD: Final = struct.Struct("<I")
 _READ_SIZE: Final = 1024 * 1024
 
@@ -189,10 +192,12 @@ def _run(writer: _Writer, config: EventLogConfig) -> None:
         if due is not None:
             wake = min(wake, due)
         readable, _, _ = select.select([stdin], [], [], max(0.0, wake - now))
+        caught_up = False
         if readable:
             chunk = os.read(stdin, _READ_SIZE)
             if not chunk:
                 return  # routerd closed the pipe, or ended
+            caught_up = len(chunk) < PAUSE_BELOW
             try:
                 writer.feed(chunk)
             except ValueError as exc:
@@ -204,7 +209,7 @@ def _run(writer: _Writer, config: EventLogConfig) -> None:
             last_flush = now
         files.tick(now, flush=flush)
         writer.report()
-        if readable:
+        if caught_up:  # the pipe is empty now: let the next events gather in it
             time.sleep(pause_s)
 
 

@@ -1,0 +1,234 @@
+"""The event log's cost to routerd, side by side: routerds with and without the log in one fleet,
+measured in turn many times, each run with the log set against the run without it next to it.
+
+    .venv/bin/python -m benchmarks.event_log_side [--rounds N] [--connections N] [--instances K]
+                                                  [--baseline DIR] [--json PATH]
+
+Why not pairs of fresh fleets (`benchmarks.run --event-log-pairs`): on this 2-core machine the
+speed of the same routerd drifts by ±20 % within seconds (other tenants of the host), and one
+routerd's rate differs between two starts. Here every routerd runs for the whole measurement, the
+runs are short (`--connections`, about a second each), and each round measures every routerd
+once, the order reversed every other round; the figure is the median over the rounds of each
+run's change against the run without the log in the same round. `--instances` starts each
+configuration that many times (K processes, so that one process's luck does not decide).
+
+It starts a C echo server (two backends), then for each configuration `--instances` routerds on
+the benchmark's configuration (`benchmarks.configs.routerd_config`, ports chosen at run time):
+`off` (no event log), `on` (`--event-log` into the work directory), and with `--baseline DIR`
+`baseline` (the routerd of another checkout, DIR, with the log on: a change against the code
+before it). Each run is `loadgen rate` (connect, 16 B echo, close; 50 in parallel, from
+127.0.0.2-.9) through one routerd's echo acceptor. Per run it reads the connection rate, the CPU
+time per connection of routerd's routing thread (the busiest one), of its other threads, and of
+its writer process (`/proc/PID/task/TID/schedstat`). It prints each configuration's medians and
+its change against `off`, the goal's verdict (the event log costs at most 5 % of the
+short-connection rate), and writes the runs as JSON. Every process is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from benchmarks.clients import Loadgen, build_c_tools
+from benchmarks.configs import Ports, routerd_config
+from benchmarks.fleet import Fleet, pick_ports, raise_fd_limit
+from benchmarks.run import EVENT_LOG_GOAL, ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+CONCURRENCY: Final = 50
+WARMUP_CONNECTIONS: Final = 3_000
+RUN_SECONDS: Final = 30.0
+"""Upper bound of one run (it ends at `--connections` long before)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run through one routerd."""
+
+    configuration: str
+    instance: int
+    rate: float
+    """Connections per second."""
+    routing_us: float
+    """CPU time of routerd's busiest thread per connection (µs)."""
+    other_threads_us: float
+    writer_us: float
+    """CPU time of routerd's child processes (the event log's writer) per connection (µs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Routerd:
+    configuration: str
+    instance: int
+    pid: int
+    port: int
+
+
+def _cpu_by_thread(pid: int) -> tuple[dict[int, int], int]:
+    """CPU ns of each thread of `pid`, and of its children's threads together."""
+    threads: dict[int, int] = {}
+    children = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+                threads[int(tid)] = int(stat.read().split()[0])
+            with open(f"/proc/{pid}/task/{tid}/children") as listed:
+                for child in listed.read().split():
+                    children += sum(_cpu_by_thread(int(child))[0].values())
+    return threads, children
+
+
+def _measure(routerd: _Routerd, loadgen: Loadgen, connections: int) -> Run:
+    threads_before, children_before = _cpu_by_thread(routerd.pid)
+    result = loadgen.rate(
+        routerd.port, kind="echo", concurrency=CONCURRENCY, total=connections, seconds=RUN_SECONDS
+    )
+    threads_after, children_after = _cpu_by_thread(routerd.pid)
+    if result.ok == 0:
+        raise RuntimeError(f"no connection through {routerd.configuration} succeeded: {result.last_error}")
+    used = {tid: (ns - threads_before.get(tid, 0)) / 1000 / result.ok for tid, ns in threads_after.items()}
+    routing = max(used.values())
+    return Run(
+        configuration=routerd.configuration,
+        instance=routerd.instance,
+        rate=result.rate,
+        routing_us=routing,
+        other_threads_us=sum(used.values()) - routing,
+        writer_us=(children_after - children_before) / 1000 / result.ok,
+    )
+
+
+def _start(
+    fleet: Fleet, work: Path, configurations: list[tuple[str, Path, bool]], instances: int
+) -> tuple[list[_Routerd], Loadgen]:
+    """The echo backends, then every routerd: the routerds in measuring order, and the load client."""
+    binaries = build_c_tools(work)
+    echo = pick_ports(2)
+    fleet.start("echo backends", [str(binaries["echo_srv"]), "127.0.0.1", *map(str, echo)], ports=echo)
+    used = set(echo)
+    routerds = []
+    for instance in range(instances):
+        for name, root, event_log in configurations:
+            numbers = [p for p in pick_ports(Ports.COUNT + len(used)) if p not in used][: Ports.COUNT - 2]
+            ports = Ports.from_numbers([*echo, *numbers])  # iperf and mosquitto: not started, not used
+            used.update(ports.all())
+            label = f"{name}-{instance}"
+            config = work / f"routerd-{label}.xml"
+            config.write_text(routerd_config(ports))
+            argv = [sys.executable, "-m", "router", "--config", str(config), "--log-level", "WARNING"]
+            argv += ["--admin", f"127.0.0.1:{ports.routerd_admin}"]
+            if event_log:
+                argv += ["--event-log", str(work / f"events-{label}")]
+            proc = fleet.start(f"routerd-{label}", argv, ports=[ports.routerd_echo], cwd=root)
+            routerds.append(_Routerd(name, instance, proc.pid, ports.routerd_echo))
+    return routerds, Loadgen(binaries["loadgen"], fleet)
+
+
+def _median_change(runs: list[Run], configuration: str, attribute: str, relative: bool) -> float:
+    """Median over rounds of (configuration's run - off's run), per instance and round."""
+    off = [r for r in runs if r.configuration == "off"]
+    mine = [r for r in runs if r.configuration == configuration]
+    changes = []
+    for base, run in zip(off, mine, strict=True):
+        a, b = getattr(base, attribute), getattr(run, attribute)
+        changes.append(b / a - 1 if relative else b - a)
+    return float(statistics.median(changes))
+
+
+def report(runs: list[Run]) -> str:
+    """Each configuration's medians and its changes against `off`, and the goal's verdict."""
+    lines = []
+    names = list(dict.fromkeys(r.configuration for r in runs))
+    for name in names:
+        mine = [r for r in runs if r.configuration == name]
+        line = (
+            f"{name:9s} {statistics.median(r.rate for r in mine):8,.0f} conn/s; CPU per connection: routing "
+            f"thread {statistics.median(r.routing_us for r in mine):6.1f} µs, other threads "
+            f"{statistics.median(r.other_threads_us for r in mine):4.1f} µs, writer "
+            f"{statistics.median(r.writer_us for r in mine):4.1f} µs"
+        )
+        if name != "off":
+            line += (
+                f" | against off in the same round: rate {_median_change(runs, name, 'rate', True):+.1%}, "
+                f"routing thread {_median_change(runs, name, 'routing_us', False):+.1f} µs"
+            )
+        lines.append(line)
+    change = _median_change(runs, "on", "rate", True)
+    verdict = "met" if change >= EVENT_LOG_GOAL else "not met"
+    lines.append(
+        f"goal: the event log costs <= {-EVENT_LOG_GOAL:.0%} of the short-connection rate: "
+        f"{change:+.1%}, {verdict}"
+    )
+    return "\n".join(lines)
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.event_log_side",
+        description="The event log's cost to routerd's short-connection rate, routerds side by side.",
+    )
+    parser.add_argument("--rounds", type=int, default=12, help="rounds (each measures every routerd once)")
+    parser.add_argument("--connections", type=int, default=8_000, help="connections per run")
+    parser.add_argument("--instances", type=int, default=2, help="routerd processes per configuration")
+    parser.add_argument("--baseline", type=Path, help="another checkout's root: its routerd, log on")
+    parser.add_argument("--json", type=Path, help="where the runs go (default: the work directory)")
+    args = parser.parse_args(argv)
+    for name, low, high in (("rounds", 1, 100), ("connections", 100, 100_000), ("instances", 1, 4)):
+        if not low <= getattr(args, name) <= high:
+            parser.error(f"--{name} must be {low}-{high}, got {getattr(args, name)}")
+    if args.baseline is not None and not (args.baseline / "router" / "__main__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no router package there")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the measurement; 0, or 1 when it failed."""
+    args = _parse_args(argv)
+    configurations = [("off", ROOT, False), ("on", ROOT, True)]
+    if args.baseline is not None:
+        configurations.append(("baseline", args.baseline.resolve(), True))
+    work = Path(tempfile.mkdtemp(prefix="event-log-side-"))
+    raise_fd_limit()
+    runs: list[Run] = []
+    with Fleet(work, say=lambda text: print(f"bench: {text}", file=sys.stderr)) as fleet:
+        try:
+            routerds, loadgen = _start(fleet, work, configurations, args.instances)
+            for routerd in routerds:  # the first connections pay for lazily made state
+                loadgen.rate(
+                    routerd.port,
+                    kind="echo",
+                    concurrency=CONCURRENCY,
+                    total=WARMUP_CONNECTIONS,
+                    seconds=RUN_SECONDS,
+                )
+            time.sleep(1.0)
+            for round_number in range(args.rounds):
+                order = routerds if round_number % 2 == 0 else routerds[::-1]
+                measured = {
+                    (r.configuration, r.instance): _measure(r, loadgen, args.connections) for r in order
+                }
+                runs.extend(measured[(r.configuration, r.instance)] for r in routerds)
+        except (OSError, RuntimeError) as exc:
+            print(f"bench: failed: {exc}", file=sys.stderr)
+            return 1
+    print(report(runs))
+    path = args.json or work / "event-log-side.json"
+    document = {"format": "router-bench-event-log-side/1", "runs": [asdict(r) for r in runs]}
+    path.write_text(json.dumps(document, indent=1))
+    print(f"runs in {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""benchmarks/event_log_side.py: routerds with and without the event log, side by side."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+
+from benchmarks import event_log_side
+from benchmarks.event_log_side import Run, report
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def _run(configuration: str, rate: float, routing_us: float) -> Run:
+    return Run(configuration, 0, rate, routing_us, other_threads_us=1.0, writer_us=0.0)
+
+
+def test_each_run_is_set_against_the_run_without_the_log_of_its_round() -> None:
+    runs = [
+        *(_run("off", 1000.0, 100.0), _run("on", 960.0, 103.0)),  # round 1: -4 %
+        *(_run("off", 500.0, 200.0), _run("on", 490.0, 204.0)),  # round 2, the machine slower: -2 %
+        *(_run("off", 800.0, 125.0), _run("on", 752.0, 130.0)),  # round 3: -6 %
+    ]
+    text = report(runs)
+    assert "rate -4.0%, routing thread +4.0 µs" in text  # medians of the rounds' changes
+    assert text.endswith("goal: the event log costs <= 5% of the short-connection rate: -4.0%, met")
+    runs[1] = _run("on", 900.0, 110.0)  # round 1: -10 %
+    assert report(runs).endswith("-6.0%, not met")
+
+
+@pytest.mark.parametrize(
+    "argv", [["--rounds", "0"], ["--connections", "10"], ["--instances", "5"], ["--baseline", "/nonexistent"]]
+)
+def test_bad_arguments_are_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        event_log_side.main(argv)
+    assert exited.value.code == 2
+    assert "error: --" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_a_small_side_by_side_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "side.json"
+    argv = ["--rounds", "2", "--connections", "300", "--instances", "1", "--json", str(path)]
+    assert event_log_side.main(argv) == 0
+    runs = json.loads(path.read_text())["runs"]
+    assert [r["configuration"] for r in runs] == ["off", "on", "off", "on"]
+    assert all(r["rate"] > 0 and r["routing_us"] > 0 for r in runs)
+    assert all(r["writer_us"] == 0 for r in runs if r["configuration"] == "off")  # no writer process
+    assert "goal: the event log costs <= 5% of the short-connection rate" in capsys.readouterr().out
