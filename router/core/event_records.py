@@ -259,7 +259,9 @@ _RAW_KEY_OF: Final[dict[KeyType, Callable[[ConnectionFacts], str | None]]] = {
 # float to some digits costs a quarter of a microsecond, which the routing thread does not pay.
 
 _PRELUDE: Final[dict[str, str]] = {
-    "decision": "ref = e.conn\n    facts = e.facts\n    raw = None if facts is None else _RAW_KEY_OF[key_type](facts)",
+    "decision": (
+        "ref = e.conn\n    facts = e.facts\n    raw = None if facts is None else _RAW_KEY_OF[key_type](facts)"
+    ),
     "close": "ref = e.conn",
 }
 _COMMON: Final[dict[str, str]] = {
@@ -410,7 +412,7 @@ VALUE_NAMES: Final = tuple(tuple(_value_names(kind)) for kind in KINDS)
 
 
 def _finisher(name: str) -> Callable[[Any], Any]:
-    return _generated("finish", f"def finish(v):\n    return {_finished(name, 'v')}\n")  # type: ignore[return-value]
+    return _generated("finish", f"def finish(v):\n    return {_finished(name, 'v')}\n")
 
 
 VALUE_FINISHERS: Final = tuple(
