@@ -10,8 +10,9 @@ size as the writer takes items. A larger size lets the ring grow at once.
 Every put gets a number, counting from 0 in put order, dropped items included: the writer makes
 its line's `seq` from it, so a gap in a router's sequence is an item the ring dropped.
 
-Pure: no I/O, no clock. Thread-safe (routing reports from the trio thread and the fast path's; the
-writer takes from its own thread); a put is one uncontended lock and a deque append.
+Pure: no I/O, no clock. Thread-safe (routing reports from the trio thread and the fast path's, and
+the event log takes from those or from its sender thread); a put is one uncontended lock and a
+deque append.
 """
 
 from __future__ import annotations
