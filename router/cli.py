@@ -116,7 +116,7 @@ GC_YOUNG_THRESHOLD: Final = 10_000
 collection walks every young object still alive, and what survives it is walked again by the
 older generations' collections: the objects of the connections in flight, and the event log's
 events on their way to its writer, which at the default made the collections tens of times more
-frequent (measured with the event log on: about 5 µs of the routing thread per short connection,
+frequent (measured with the event log on: 2-5 µs of the routing thread per short connection,
 docs/event-log.md). Garbage cycles wait a little longer: at most this many objects."""
 
 _E = TypeVar("_E", bound=BaseException)

@@ -187,6 +187,7 @@ class EventLog:
                     self._send_ready()
                 except Exception:  # a bug: the sender thread mends the pipe; routing goes on
                     self._broken = True
+                    log.exception("event log: send error (the writer process is started again)")
                 finally:
                     self._sending.release()
 
@@ -315,7 +316,7 @@ class EventLog:
             return True
         try:
             frame = encode_frame(batch)
-        except ValueError as exc:  # a value marshal cannot write: a bug's, lose the batch
+        except Exception as exc:  # a value marshal cannot write (a bug's): the batch is lost, counted
             self._lose(len(batch), f"they cannot be sent ({exc})")
             return True
         self._frame, self._frame_events = memoryview(frame), len(batch)

@@ -24,6 +24,7 @@ from router.services.event_log import (
     default_router_id,
     file_name_part,
 )
+from router.services.event_writer import encode_frame
 from tests.conftest import eventually
 from tests.router.services.conftest import all_records, finished, records_in
 
@@ -179,6 +180,26 @@ def test_the_reporting_thread_sends_a_full_batch_itself(tmp_path, monkeypatch):
     event_log.report(decided(SEND_BATCH))  # a few: they wait for the sender thread, here the stop
     assert event_log.stop(5)
     assert [line["key"] for line in all_records(tmp_path)] == [f"dev-{n}" for n in range(SEND_BATCH + 1)]
+
+
+def test_a_batch_that_cannot_be_sent_is_counted_lost_and_the_next_ones_go(tmp_path, monkeypatch, caplog):
+    calls = []
+
+    def encode_once_broken(batch):
+        calls.append(len(batch))
+        if len(calls) == 1:
+            raise ValueError("unmarshallable object")  # what marshal says of a bug's value
+        return encode_frame(batch)
+
+    monkeypatch.setattr(event_log_module, "encode_frame", encode_once_broken)
+    event_log = _log(tmp_path)
+    event_log.start()
+    for n in range(SEND_BATCH + 1):
+        event_log.report(decided(n))
+    assert event_log.stop(5)
+    assert event_log.lost == SEND_BATCH
+    assert "256 event(s) lost: they cannot be sent (unmarshallable object)" in caplog.text
+    assert [line["key"] for line in all_records(tmp_path)] == [f"dev-{SEND_BATCH}"]
 
 
 def test_a_writer_that_reads_nothing_costs_routing_no_wait_and_the_ring_drops_the_oldest(tmp_path):
