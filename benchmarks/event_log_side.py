@@ -27,9 +27,7 @@ short-connection rate), and writes the runs as JSON. Every process is stopped by
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -40,7 +38,7 @@ from typing import TYPE_CHECKING, Final
 
 from benchmarks.clients import Loadgen, build_c_tools
 from benchmarks.configs import Ports, routerd_config
-from benchmarks.fleet import Fleet, pick_ports, raise_fd_limit
+from benchmarks.fleet import Fleet, cpu_ns_by_thread, pick_ports, raise_fd_limit
 from benchmarks.run import EVENT_LOG_GOAL, ROOT
 
 if TYPE_CHECKING:
@@ -75,26 +73,12 @@ class _Routerd:
     port: int
 
 
-def _cpu_by_thread(pid: int) -> tuple[dict[int, int], int]:
-    """CPU ns of each thread of `pid`, and of its children's threads together."""
-    threads: dict[int, int] = {}
-    children = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
-                threads[int(tid)] = int(stat.read().split()[0])
-            with open(f"/proc/{pid}/task/{tid}/children") as listed:
-                for child in listed.read().split():
-                    children += sum(_cpu_by_thread(int(child))[0].values())
-    return threads, children
-
-
 def _measure(routerd: _Routerd, loadgen: Loadgen, connections: int) -> Run:
-    threads_before, children_before = _cpu_by_thread(routerd.pid)
+    threads_before, children_before = cpu_ns_by_thread(routerd.pid)
     result = loadgen.rate(
         routerd.port, kind="echo", concurrency=CONCURRENCY, total=connections, seconds=RUN_SECONDS
     )
-    threads_after, children_after = _cpu_by_thread(routerd.pid)
+    threads_after, children_after = cpu_ns_by_thread(routerd.pid)
     if result.ok == 0:
         raise RuntimeError(f"no connection through {routerd.configuration} succeeded: {result.last_error}")
     used = {tid: (ns - threads_before.get(tid, 0)) / 1000 / result.ok for tid, ns in threads_after.items()}

@@ -30,6 +30,7 @@ __all__ = [
     "FleetError",
     "admin_get",
     "cpu_ns",
+    "cpu_ns_by_thread",
     "listening_ports",
     "pick_ports",
     "pid_alive",
@@ -129,7 +130,18 @@ def fd_count(pid: int) -> int:
 
 def cpu_ns(pid: int) -> int:
     """CPU time a process and the processes it started (routerd's event log writer) have used so
-    far, in nanoseconds, summed over their threads.
+    far, in nanoseconds, summed over their threads (`cpu_ns_by_thread`).
+
+    Raises:
+        FleetError: the process is gone.
+    """
+    threads, children = cpu_ns_by_thread(pid)
+    return sum(threads.values()) + children
+
+
+def cpu_ns_by_thread(pid: int) -> tuple[dict[int, int], int]:
+    """CPU time each thread of a process has used so far (thread id -> ns), and the processes it
+    started, all their threads together.
 
     Read from /proc/PID/task/TID/schedstat (first field: time on CPU), which is exact where
     /proc/PID/stat counts in clock ticks of 10 ms. A child that ended meanwhile is not counted.
@@ -137,21 +149,22 @@ def cpu_ns(pid: int) -> int:
     Raises:
         FleetError: the process is gone.
     """
-    threads = _threads(pid)
-    if not threads:
+    tids = _threads(pid)
+    if not tids:
         raise FleetError(f"pid {pid} is gone")
-    total = 0
-    for tid in threads:
+    threads: dict[int, int] = {}
+    children = 0
+    for tid in tids:
         with (
             contextlib.suppress(OSError, ValueError, IndexError),
             open(f"/proc/{pid}/task/{tid}/schedstat") as stat,
         ):
-            total += int(stat.read().split()[0])
-        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as children:
-            for child in children.read().split():
+            threads[tid] = int(stat.read().split()[0])
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/children") as listed:
+            for child in listed.read().split():
                 with contextlib.suppress(FleetError):
-                    total += cpu_ns(int(child))
-    return total
+                    children += cpu_ns(int(child))
+    return threads, children
 
 
 def _threads(pid: int) -> list[int]:

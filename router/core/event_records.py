@@ -44,6 +44,7 @@ __all__ = [
     "RAW_KEY_CAP",
     "VALUE_FINISHERS",
     "VALUE_HEAD",
+    "VALUE_MAKERS",
     "VALUE_NAMES",
     "CloseRecord",
     "DecisionRecord",
@@ -259,9 +260,7 @@ _RAW_KEY_OF: Final[dict[KeyType, Callable[[ConnectionFacts], str | None]]] = {
 # float to some digits costs a quarter of a microsecond, which the routing thread does not pay.
 
 _PRELUDE: Final[dict[str, str]] = {
-    "decision": (
-        "ref = e.conn\n    facts = e.facts\n    raw = None if facts is None else _RAW_KEY_OF[key_type](facts)"
-    ),
+    "decision": "ref = e.conn\n    raw = raw_key(key_type, e)",
     "close": "ref = e.conn",
 }
 _COMMON: Final[dict[str, str]] = {
@@ -343,7 +342,7 @@ _NAMESPACE: Final[dict[str, object]] = {
     "_BOOLEANS": ("false", "true"),
     "_CACHE": DecisionReason.CACHE,
     "RAW_KEY_CAP": RAW_KEY_CAP,
-    "_RAW_KEY_OF": _RAW_KEY_OF,
+    "raw_key": raw_key,
 }
 
 
@@ -428,7 +427,12 @@ decision's latency in µs, rounded; the close's duration, rounded): the writer a
 
 _EVENT_KINDS: Final[dict[type, type[EventRecord]]] = {Decided: DecisionRecord, Closed: CloseRecord}
 _MAKERS: Final = {event: _record_maker(kind) for event, kind in _EVENT_KINDS.items()}
-_VALUE_MAKERS: Final = {event: _values_maker(kind) for event, kind in _EVENT_KINDS.items()}
+VALUE_MAKERS: Final[dict[type, Callable[..., EventValues]]] = {
+    event: _values_maker(kind) for event, kind in _EVENT_KINDS.items()
+}
+"""Per logged event type (`Decided`, `Closed`): what takes its values, `(event, key_type, when)`
+as `event_values` takes them; a subscriber looks its event's type up once, and other events are
+not in it."""
 _VALUE_LINES: Final = tuple(_values_writer(kind) for kind in KINDS)
 _RECORD_LINES: Final = {kind: _record_writer(kind) for kind in KINDS}
 
@@ -444,7 +448,7 @@ def event_values(event: Decided | Closed, key_type: KeyType, when: float) -> Eve
     """What the line of a connection's event will say, taken at once in the reporting thread: a
     flat tuple of strings, numbers, booleans and None (`marshal` sends it to the writer process);
     `when` is the epoch time of the line's `ts`."""
-    return _VALUE_MAKERS[type(event)](event, key_type, when)
+    return VALUE_MAKERS[type(event)](event, key_type, when)
 
 
 def values_line(values: EventValues, *, router_id: str, sequence: Sequence, number: int) -> str:

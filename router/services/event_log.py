@@ -45,8 +45,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
 from keys import KeyType
-from router.core.event_records import event_values
-from router.core.events import Closed, Decided
+from router.core.event_records import VALUE_MAKERS
 from router.core.ring import Ring
 from router.services.event_files import directory_error
 from router.services.event_writer import encode_frame, settings_argument
@@ -81,7 +80,6 @@ WRITER_START_S: Final = 30.0
 WRITER_RESTART_S: Final = 5.0
 """A writer process that died is started again at most this often."""
 
-_LOGGED: Final = frozenset({Decided, Closed})
 _SAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
 _PACKAGE_ROOT: Final = str(Path(__file__).resolve().parents[2])
 """Where the `router` package is, for the writer process's `python -m`."""
@@ -175,10 +173,11 @@ class EventLog:
     def report(self, event: Event) -> None:
         """The subscriber: put a decision's or a close's values into the ring (any reporting
         thread; never raises)."""
-        if type(event) in _LOGGED:
+        make = VALUE_MAKERS.get(type(event))
+        if make is not None:  # a decision or a close
             try:
                 key_type = self._key_types.get(event.conn.router, KeyType.SOURCE_IP)  # type: ignore[union-attr]
-                values = event_values(event, key_type, self._clock())  # type: ignore[arg-type]  # checked above
+                values = make(event, key_type, self._clock())
             except Exception:  # a bug must not cost the connection its routing
                 self._not_loggable(event)
                 return

@@ -7,6 +7,7 @@ import random
 import resource
 import socket
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,6 +16,8 @@ from benchmarks.fleet import (
     PORT_RANGE,
     Fleet,
     FleetError,
+    cpu_ns,
+    cpu_ns_by_thread,
     listening_ports,
     pick_ports,
     pid_alive,
@@ -45,6 +48,15 @@ def test_rss_kib_of_this_process_is_positive() -> None:
 def test_rss_kib_of_missing_process_raises() -> None:
     with pytest.raises(FleetError, match="cannot read the RSS"):
         rss_kib(2**22 + 1)  # above pid_max's default maximum
+
+
+def test_cpu_ns_is_the_sum_of_the_threads_and_children() -> None:
+    sum(range(200_000))  # some CPU time on this thread
+    threads, children = cpu_ns_by_thread(os.getpid())
+    assert threads[threading.get_native_id()] > 0
+    assert cpu_ns(os.getpid()) >= sum(threads.values()) + children
+    with pytest.raises(FleetError, match="is gone"):
+        cpu_ns_by_thread(2**22 + 1)  # above pid_max's default: no such process
 
 
 def test_raise_fd_limit_reaches_the_hard_limit() -> None:
