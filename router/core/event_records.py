@@ -42,10 +42,10 @@ __all__ = [
     "FIELDS",
     "KINDS",
     "RAW_KEY_CAP",
-    "VALUE_FINISHERS",
     "VALUE_HEAD",
     "VALUE_MAKERS",
     "VALUE_NAMES",
+    "VALUE_ROUNDINGS",
     "CloseRecord",
     "DecisionRecord",
     "EventRecord",
@@ -53,6 +53,7 @@ __all__ = [
     "Field",
     "FieldType",
     "Record",
+    "Rounding",
     "Sequence",
     "event_values",
     "json_line",
@@ -297,18 +298,35 @@ _VALUES: Final[dict[str, dict[str, str]]] = {
         "reason": "e.reason._value_",
     },
 }
-_FINISHED: Final[dict[str, str]] = {
-    "latency_us": "round({v} * 1e6, 1)",
-    "duration_s": "round({v}, 6)",
+
+
+@dataclass(frozen=True, slots=True)
+class Rounding:
+    """How a field's record value is made from the value taken: `round(value * scale, digits)`,
+    Python's `round` (the decimal of that many digits nearest to the exact binary value, halves to
+    even, as the nearest float)."""
+
+    scale: float
+    digits: int
+
+    def expression(self, taken: str) -> str:
+        """The Python expression of the record's value, given the expression of the value taken."""
+        scaled = f"({taken})" if self.scale == 1.0 else f"({taken}) * {self.scale!r}"
+        return f"round({scaled}, {self.digits})"
+
+
+_FINISHED: Final[dict[str, Rounding]] = {
+    "latency_us": Rounding(1e6, 1),
+    "duration_s": Rounding(1.0, 6),
 }
-"""A record's value of these fields from the value taken (`{v}`): the decision's latency in µs to a
-tenth, the close's duration in seconds to the microsecond."""
+"""A record's value of these fields from the value taken: the decision's latency in µs to a tenth,
+the close's duration in seconds to the microsecond."""
 
 
 def _finished(name: str, taken: str) -> str:
     """The expression of a field's record value from the expression of the value taken."""
-    finish = _FINISHED.get(name)
-    return taken if finish is None else finish.format(v=f"({taken})")
+    rounding = _FINISHED.get(name)
+    return taken if rounding is None else rounding.expression(taken)
 
 
 _CHARS: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii
@@ -407,23 +425,19 @@ def _record_writer(kind: type[EventRecord]) -> Callable[[Record], str]:
 VALUE_NAMES: Final = tuple(tuple(_value_names(kind)) for kind in KINDS)
 """Per kind (its index in `KINDS`): the names of its fields in an event's values, after the
 `VALUE_HEAD`; the Parquet writer makes its columns from them (a value of a field in
-`VALUE_FINISHERS` is made the field's by the function there)."""
+`VALUE_ROUNDINGS` is rounded as it says)."""
 
-
-def _finisher(name: str) -> Callable[[Any], Any]:
-    return _generated("finish", f"def finish(v):\n    return {_finished(name, 'v')}\n")
-
-
-VALUE_FINISHERS: Final = tuple(
+VALUE_ROUNDINGS: Final = tuple(
     {
-        position: _finisher(name)
+        position: _FINISHED[name]
         for position, name in enumerate(_value_names(kind), start=VALUE_HEAD)
         if name in _FINISHED
     }
     for kind in KINDS
 )
-"""Per kind: position in an event's values -> what makes the value taken the record's (the
-decision's latency in µs, rounded; the close's duration, rounded): the writer applies it."""
+"""Per kind: position in an event's values -> how the value taken is made the record's (the
+decision's latency in µs, the close's duration): the writer applies it, a whole column at a time
+in the Parquet writer (`event_parquet.rounded`), exactly as the record's and the line's code do."""
 
 _EVENT_KINDS: Final[dict[type, type[EventRecord]]] = {Decided: DecisionRecord, Closed: CloseRecord}
 _MAKERS: Final = {event: _record_maker(kind) for event, kind in _EVENT_KINDS.items()}

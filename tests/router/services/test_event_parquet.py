@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
+import struct
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
-from router.core.event_records import BOOT_SPAN, VALUE_HEAD, VALUE_NAMES, Sequence, event_values, values_line
+from router.core.event_records import (
+    BOOT_SPAN,
+    VALUE_HEAD,
+    VALUE_NAMES,
+    VALUE_ROUNDINGS,
+    Rounding,
+    Sequence,
+    event_values,
+    values_line,
+)
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided
-from router.services.event_parquet import ARROW_SCHEMA, ParquetFormat, read_part
+from router.services.event_parquet import ARROW_SCHEMA, ParquetFormat, read_part, rounded
 from router.services.event_writer import file_format
 from tests.router.services.conftest import all_records, finished, records_in
 from tests.router.services.test_event_files import FORMATS, NOW, _batch, _files, _keys
@@ -172,3 +185,40 @@ def test_numbers_out_of_range_and_failed_encodings_are_lost_and_counted(tmp_path
     files.finish_part()
     assert files.tally.take() == {"lost": 2}
     assert "2 event(s) lost: cannot encode them: a bug" in caplog.text
+
+
+def _bits(value: float | None) -> object:
+    return None if value is None else struct.pack("<d", value)
+
+
+def _hard_values(rounding: Rounding) -> list[float | None]:
+    """Values whose scaled product is at, next to and near a half, with random ones of every
+    size, both signs, zeros, infinities, NaN, nulls and the extremes."""
+    rng = random.Random(11)
+    power = 10.0**rounding.digits
+    values: list[float | None] = [None, 0.0, -0.0, math.inf, -math.inf, math.nan, 5e-324, 1e300, -1e300]
+    for whole in range(-3000, 3000):
+        half = (whole + 0.5) / power / rounding.scale
+        values += [half, math.nextafter(half, math.inf), math.nextafter(half, -math.inf)]
+        values.append((whole + 0.5 + rng.uniform(-1e-3, 1e-3)) / power / rounding.scale)
+    values += [rng.uniform(-1, 1) * 10 ** rng.uniform(-12, 12) for _ in range(20_000)]
+    values += [float(n) for n in range(-50, 50)]
+    return values
+
+
+def test_rounded_columns_are_bit_for_bit_the_records_values():
+    """The Parquet writer's rounding in C gives what the record's and the line's code give with
+    Python's `round`, on every rounded field, at and next to every half."""
+    roundings = {rounding for kind in VALUE_ROUNDINGS for rounding in kind.values()}
+    assert roundings == {Rounding(1e6, 1), Rounding(1.0, 6)}
+    for rounding in roundings:
+        record_value = eval(f"lambda v: {rounding.expression('v')}")  # the generated code's expression
+        values = _hard_values(rounding)
+        expected = [None if v is None else record_value(v) for v in values]
+        got = rounded(values, rounding).to_pylist()
+        assert [_bits(v) for v in got] == [_bits(v) for v in expected], rounding
+
+
+def test_a_column_with_a_value_that_is_not_a_number_does_not_round():
+    with pytest.raises(pa.ArrowException):
+        rounded([1.0, "long"], Rounding(1.0, 6))
