@@ -30,6 +30,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from pipeline.ingest import ingest, write_text
+from pipeline.session import SHUFFLE_PARTITIONS, setting
 from router.core.events import CloseReason
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ __all__ = [
     "EVACUATED_CLOSE",
     "KEY_ID",
     "PERCENTILES",
+    "PER_KEY_SHUFFLES",
     "PER_MINUTE",
     "SHARED_ID",
     "SMALL_WRITERS",
@@ -129,6 +131,14 @@ commit), so they overlap, and with the two large tables (started first): on 10 M
 Parquet, local[2], the whole job took 63.6 and 62.6 s against 67.3 and 71.1 s written one by one;
 overlapping the large tables and the reads too, 37.9-43.5 s (median 39.5) against 38.8-42.3 s
 (median 40.6), six runs each."""
+
+
+PER_KEY_SHUFFLES: Final = 2
+"""The per-key window's shuffle writes this many times the session's shuffle partitions
+(`spark.sql.shuffle.partitions`): Zipf keys make its tasks uneven (on 10 M events, 4 tasks of
+3.8-7.0 s on 2 cores, one core idle at the end), and smaller tasks even them out: that step took
+11.5-13.6 s against 12.0-13.5 s (medians 11.7 and 12.8 s, six runs each, a cold first run of
+19.7 s left out)."""
 
 
 def latency_bucket(latency_us: Column) -> Column:
@@ -514,10 +524,13 @@ def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame
     )
 
     active = minutes.where(is_ok).select("router", "minute", "node_id").distinct()
-    rows = per_key_rows(per_key_flags(events)).persist(StorageLevel.MEMORY_AND_DISK)
-    if rows.where(F.col(SHARED_ID)).count():  # computes the kept rows: two keys share an id
-        rows.unpersist()
-        rows = per_key_rows(per_key_flags(events, by_id=False)).persist(StorageLevel.MEMORY_AND_DISK)
+    spark = events.sparkSession
+    shuffles = int(spark.conf.get(SHUFFLE_PARTITIONS, None) or "200")  # unset: Spark's default
+    with setting(spark, SHUFFLE_PARTITIONS, str(PER_KEY_SHUFFLES * shuffles)):
+        rows = per_key_rows(per_key_flags(events)).persist(StorageLevel.MEMORY_AND_DISK)
+        if rows.where(F.col(SHARED_ID)).count():  # computes the kept rows: two keys share an id
+            rows.unpersist()
+            rows = per_key_rows(per_key_flags(events, by_id=False)).persist(StorageLevel.MEMORY_AND_DISK)
     out["per_key"] = per_key_table(rows)
     found = moves_table(rows, events, active).persist(StorageLevel.MEMORY_AND_DISK)
     out["moves"] = found

@@ -17,16 +17,16 @@ duplicates.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from pyspark.sql import functions as F
 
 from pipeline.schema import CORRUPT_COLUMN, EVENT_SCHEMA, READ_SCHEMA
+from pipeline.session import setting
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -186,20 +186,6 @@ def _union(frames: list[DataFrame]) -> DataFrame:
     return union
 
 
-@contextmanager
-def _conf(spark: SparkSession, name: str, value: str) -> Iterator[None]:
-    """A runtime SQL setting for the actions inside the block, then the session's own again."""
-    before = spark.conf.get(name)
-    spark.conf.set(name, value)
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(name)
-        else:
-            spark.conf.set(name, before)
-
-
 def _reason() -> Column:
     """The first rule a record breaks (`REASONS`), or null."""
     rules = (
@@ -292,7 +278,7 @@ def ingest(
         parsed = flag(_read_json(spark, json_files), columns)
         if staging is not None:
             staged = f"{staging.rstrip('/')}/parsed"
-            with _conf(spark, "spark.sql.files.maxPartitionBytes", str(JSON_SPLIT_BYTES)):
+            with setting(spark, "spark.sql.files.maxPartitionBytes", str(JSON_SPLIT_BYTES)):
                 parsed.drop(ROW).write.mode("overwrite").option("compression", "zstd").parquet(staged)
             parsed = spark.read.parquet(staged).withColumn(ROW, _row_id())
         parts.append(parsed)
@@ -309,7 +295,7 @@ def ingest(
     )
     if staging is not None:
         path = f"{staging.rstrip('/')}/groups"
-        with _conf(spark, "spark.sql.execution.bypassPartialAggregation", "true"):  # ~every key is unique
+        with setting(spark, "spark.sql.execution.bypassPartialAggregation", "true"):  # ~every key is unique
             groups.write.mode("overwrite").parquet(path)
         groups = spark.read.parquet(path)
     else:

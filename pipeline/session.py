@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
     from pyspark.sql import SparkSession
 
@@ -24,8 +25,10 @@ __all__ = [
     "DEFAULT_CONF",
     "LOCAL_GC",
     "SHUFFLES_PER_CORE",
+    "SHUFFLE_PARTITIONS",
     "SPLITS_PER_CORE",
     "driver_memory",
+    "setting",
     "spark_session",
 ]
 
@@ -115,3 +118,17 @@ def spark_session(
     if not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):  # Spark's default: 200
         spark.conf.set(SHUFFLE_PARTITIONS, str(SHUFFLES_PER_CORE * cores))
     return spark
+
+
+@contextmanager
+def setting(spark: SparkSession, name: str, value: str) -> Iterator[None]:
+    """A runtime SQL setting for the actions inside the block, then the session's own again."""
+    before = spark.conf.get(name, None)
+    spark.conf.set(name, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(name)
+        else:
+            spark.conf.set(name, before)

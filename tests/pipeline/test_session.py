@@ -3,7 +3,9 @@ from __future__ import annotations
 import os
 import sys
 
-from pipeline.session import LOCAL_GC, SPLITS_PER_CORE, driver_memory
+import pytest
+
+from pipeline.session import LOCAL_GC, SPLITS_PER_CORE, driver_memory, setting
 
 
 def test_session_runs_locally_on_loopback_without_ui(spark):
@@ -39,3 +41,14 @@ def test_a_local_jvm_started_here_collects_garbage_for_throughput(spark):
 
 def test_shuffle_partitions_given_are_kept(spark):
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"  # the fixture's, not 2 per core
+
+
+def test_a_setting_holds_inside_its_block_and_the_sessions_own_after(spark):
+    given, unset = "spark.sql.shuffle.partitions", "spark.sql.files.maxPartitionBytes"
+    with setting(spark, given, "7"), setting(spark, unset, "1234"):
+        assert (spark.conf.get(given), spark.conf.get(unset)) == ("7", "1234")
+    assert spark.conf.get(given) == "2"
+    assert spark.conf.get(unset, None) is None  # unset again: Spark's default applies
+    with pytest.raises(RuntimeError), setting(spark, given, "9"):
+        raise RuntimeError("a failed action")
+    assert spark.conf.get(given) == "2"
