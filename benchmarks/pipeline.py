@@ -24,8 +24,9 @@ the same work on the same files, in the same run, plus the event log's cost insi
    columns analyze reads (`pipeline.analyze.COLUMNS`) convert (as Spark's PERMISSIVE reader with
    that schema), the same quarantine rules in the same order, the same audit dedup on (router_id,
    seq), and the same tables written as Parquet, from the same two roll-ups and the same ordered
-   per-key window. (Each engine plans the work its own way: Spark's roll-ups are one scan with
-   grouping sets, and it keeps one copy of a repeated event by row id.)
+   per-key window. (Each engine plans the work its own way: Spark's roll-ups are one scan, one
+   aggregation over every grouping column of both, and it keeps one copy of a repeated event by
+   row id.)
 4. **Checks.** Both engines' counts (events after dedup, duplicates, malformed by reason,
    decisions by status and by target, keys, moved keys, moves by cause, cache hits, NULL keys)
    must agree with each other and with the input's `truth.json`; a disagreement is a failure
