@@ -528,7 +528,7 @@ def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame
 
     active = minutes.where(is_ok).select("router", "minute", "node_id").distinct()
     spark = events.sparkSession
-    shuffles = int(spark.conf.get(SHUFFLE_PARTITIONS, None) or "200")  # unset: Spark's default
+    shuffles = int(str(spark.conf.get(SHUFFLE_PARTITIONS)))  # Spark's default when unset
     with setting(spark, SHUFFLE_PARTITIONS, str(PER_KEY_SHUFFLES * shuffles)):
         rows = per_key_rows(per_key_flags(events)).persist(StorageLevel.MEMORY_AND_DISK)
         if rows.where(F.col(SHARED_ID)).count():  # computes the kept rows: two keys share an id

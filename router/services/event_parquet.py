@@ -78,8 +78,6 @@ ROW_GROUP_ROWS: Final = 1024 * 1024
 """Rows per Parquet row group: a file of the default `rotate-size` is one row group, which Spark
 reads as one task."""
 
-_KIND_CODES: Final = range(len(KINDS))
-"""An event's first value, its kind: an index into `KINDS`."""
 _ROW_ERRORS: Final = (pa.ArrowException, ValueError, TypeError, IndexError, ArithmeticError)
 """What a bug's values make pyarrow raise (a string where a number goes, a number out of range)."""
 
@@ -104,21 +102,19 @@ class ParquetFormat:
     def encode(self, batches: list[Batch]) -> Encoded:
         numbers: tuple[list[int], ...] = tuple([] for _ in KINDS)
         rows: tuple[list[tuple[object, ...]], ...] = tuple([] for _ in KINDS)
-        add_number = tuple(kind_numbers.append for kind_numbers in numbers)
-        add_row = tuple(kind_rows.append for kind_rows in rows)
         failure: str | None = None
         for batch in batches:
             for event in batch:
                 try:
                     number, values = event
                     kind = values[0]
-                    if type(kind) is not int or kind not in _KIND_CODES:
+                    if type(kind) is not int or not 0 <= kind < len(KINDS):
                         raise ValueError(f"no kind {kind!r}")
                 except (ValueError, TypeError, IndexError) as exc:  # a bug's event: lose it
                     failure = f"an event has no row: {exc}"
                     continue
-                add_number[kind](number)
-                add_row[kind](values)
+                numbers[kind].append(number)
+                rows[kind].append(values)
         data: list[bytes] = []
         events = 0
         for kind, kind_rows in enumerate(rows):
