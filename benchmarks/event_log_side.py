@@ -2,7 +2,7 @@
 measured in turn many times, each run with the log set against the run without it next to it.
 
     .venv/bin/python -m benchmarks.event_log_side [--rounds N] [--connections N] [--instances K]
-                                                  [--baseline DIR] [--json PATH]
+                                                  [--baseline DIR]... [--json PATH]
 
 Why not pairs of fresh fleets (`benchmarks.run --event-log-pairs`): on this 2-core machine the
 speed of the same routerd drifts by ±20 % within seconds (other tenants of the host), and one
@@ -14,14 +14,17 @@ configuration that many times (K processes, so that one process's luck does not 
 
 It starts a C echo server (two backends), then for each configuration `--instances` routerds on
 the benchmark's configuration (`benchmarks.configs.routerd_config`, ports chosen at run time):
-`off` (no event log), `on` (`--event-log` into the work directory), and with `--baseline DIR`
-`baseline` (the routerd of another checkout, DIR, with the log on: a change against the code
-before it). Each run is `loadgen rate` (connect, 16 B echo, close; 50 in parallel, from
-127.0.0.2-.9) through one routerd's echo acceptor. Per run it reads the connection rate, the CPU
-time per connection of routerd's routing thread (the busiest one), of its other threads, and of
-its writer process (`/proc/PID/task/TID/schedstat`). It prints each configuration's medians and
-its change against `off`, the goal's verdict (the event log costs at most 5 % of the
-short-connection rate), and writes the runs as JSON. Every process is stopped by its PID.
+`off` (no event log), `on` (`--event-log` into the work directory), and one configuration per
+`--baseline DIR`, named after DIR (the routerd of another checkout, with the log on: a change
+against the code before it, or a part of the log's work left out, to see what each part costs).
+Each run is `loadgen rate` (connect, 16 B echo, close; 50 in parallel, from 127.0.0.2-.9)
+through one routerd's echo acceptor. Per run it reads the connection rate, the CPU time per
+connection of routerd's routing thread (the busiest one), of its other threads, and of its writer
+process (`/proc/PID/task/TID/schedstat`), and the routing thread's split between user space and the
+kernel (`/proc/PID/task/TID/stat`, in ticks of 10 ms): the log's cost is in user space. It prints
+each configuration's medians and its change against `off`, the goal's verdict (the event log
+costs at most 5 % of the short-connection rate), and writes the runs as JSON. Every process is
+stopped by its PID.
 """
 
 from __future__ import annotations
@@ -38,7 +41,14 @@ from typing import TYPE_CHECKING, Final
 
 from benchmarks.clients import Loadgen, build_c_tools
 from benchmarks.configs import Ports, routerd_config
-from benchmarks.fleet import Fleet, cpu_ns_by_thread, pick_ports, raise_fd_limit
+from benchmarks.fleet import (
+    CLOCK_TICK_S,
+    Fleet,
+    cpu_ns_by_thread,
+    cpu_ticks_by_thread,
+    pick_ports,
+    raise_fd_limit,
+)
 from benchmarks.run import EVENT_LOG_GOAL, ROOT
 
 if TYPE_CHECKING:
@@ -60,6 +70,11 @@ class Run:
     """Connections per second."""
     routing_us: float
     """CPU time of routerd's busiest thread per connection (µs)."""
+    routing_user_us: float
+    """Of which in user space (µs, from clock ticks of 10 ms: about ±1.3 µs on a run of 8,000
+    connections)."""
+    routing_system_us: float
+    """Of which in the kernel (the same ticks)."""
     other_threads_us: float
     writer_us: float
     """CPU time of routerd's child processes (the event log's writer) per connection (µs)."""
@@ -75,19 +90,28 @@ class _Routerd:
 
 def _measure(routerd: _Routerd, loadgen: Loadgen, connections: int) -> Run:
     threads_before, children_before = cpu_ns_by_thread(routerd.pid)
+    ticks_before = cpu_ticks_by_thread(routerd.pid)
     result = loadgen.rate(
         routerd.port, kind="echo", concurrency=CONCURRENCY, total=connections, seconds=RUN_SECONDS
     )
     threads_after, children_after = cpu_ns_by_thread(routerd.pid)
+    ticks_after = cpu_ticks_by_thread(routerd.pid)
     if result.ok == 0:
         raise RuntimeError(f"no connection through {routerd.configuration} succeeded: {result.last_error}")
     used = {tid: (ns - threads_before.get(tid, 0)) / 1000 / result.ok for tid, ns in threads_after.items()}
     routing = max(used.values())
+    busiest = max(used, key=used.__getitem__)
+    (user_before, system_before), (user_after, system_after) = (
+        ticks.get(busiest, (0, 0)) for ticks in (ticks_before, ticks_after)
+    )
+    per_connection_us = CLOCK_TICK_S * 1e6 / result.ok
     return Run(
         configuration=routerd.configuration,
         instance=routerd.instance,
         rate=result.rate,
         routing_us=routing,
+        routing_user_us=(user_after - user_before) * per_connection_us,
+        routing_system_us=(system_after - system_before) * per_connection_us,
         other_threads_us=sum(used.values()) - routing,
         writer_us=(children_after - children_before) / 1000 / result.ok,
     )
@@ -138,14 +162,17 @@ def report(runs: list[Run]) -> str:
         mine = [r for r in runs if r.configuration == name]
         line = (
             f"{name:9s} {statistics.median(r.rate for r in mine):8,.0f} conn/s; CPU per connection: routing "
-            f"thread {statistics.median(r.routing_us for r in mine):6.1f} µs, other threads "
+            f"thread {statistics.median(r.routing_us for r in mine):6.1f} µs (user "
+            f"{statistics.median(r.routing_user_us for r in mine):.1f}, system "
+            f"{statistics.median(r.routing_system_us for r in mine):.1f}), other threads "
             f"{statistics.median(r.other_threads_us for r in mine):4.1f} µs, writer "
             f"{statistics.median(r.writer_us for r in mine):4.1f} µs"
         )
         if name != "off":
             line += (
                 f" | against off in the same round: rate {_median_change(runs, name, 'rate', True):+.1%}, "
-                f"routing thread {_median_change(runs, name, 'routing_us', False):+.1f} µs"
+                f"routing thread {_median_change(runs, name, 'routing_us', False):+.1f} µs (user "
+                f"{_median_change(runs, name, 'routing_user_us', False):+.1f})"
             )
         lines.append(line)
     change = _median_change(runs, "on", "rate", True)
@@ -165,14 +192,27 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=12, help="rounds (each measures every routerd once)")
     parser.add_argument("--connections", type=int, default=8_000, help="connections per run")
     parser.add_argument("--instances", type=int, default=2, help="routerd processes per configuration")
-    parser.add_argument("--baseline", type=Path, help="another checkout's root: its routerd, log on")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        default=[],
+        help="another checkout's root: its routerd, log on (repeatable: each is a configuration named "
+        "after its directory)",
+    )
     parser.add_argument("--json", type=Path, help="where the runs go (default: the work directory)")
     args = parser.parse_args(argv)
     for name, low, high in (("rounds", 1, 100), ("connections", 100, 100_000), ("instances", 1, 4)):
         if not low <= getattr(args, name) <= high:
             parser.error(f"--{name} must be {low}-{high}, got {getattr(args, name)}")
-    if args.baseline is not None and not (args.baseline / "router" / "__main__.py").is_file():
-        parser.error(f"--baseline {args.baseline}: no router package there")
+    for root in args.baseline:
+        if not (root / "router" / "__main__.py").is_file():
+            parser.error(f"--baseline {root}: no router package there")
+    names = [root.resolve().name for root in args.baseline]
+    if len(set(names)) < len(names) or {"off", "on"} & set(names):
+        parser.error(
+            f"--baseline: each directory's name names its configuration: distinct, not off or on; got {names}"
+        )
     return args
 
 
@@ -180,8 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the measurement; 0, or 1 when it failed."""
     args = _parse_args(argv)
     configurations = [("off", ROOT, False), ("on", ROOT, True)]
-    if args.baseline is not None:
-        configurations.append(("baseline", args.baseline.resolve(), True))
+    configurations += [(root.resolve().name, root.resolve(), True) for root in args.baseline]
     work = Path(tempfile.mkdtemp(prefix="event-log-side-"))
     raise_fd_limit()
     runs: list[Run] = []
@@ -208,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     print(report(runs))
     path = args.json or work / "event-log-side.json"
-    document = {"format": "router-bench-event-log-side/1", "runs": [asdict(r) for r in runs]}
+    document = {"format": "router-bench-event-log-side/2", "runs": [asdict(r) for r in runs]}
     path.write_text(json.dumps(document, indent=1))
     print(f"runs in {path}", file=sys.stderr)
     return 0

@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 __all__ = [
+    "CLOCK_TICK_S",
     "PORT_RANGE",
     "Fleet",
     "FleetError",
     "admin_get",
     "cpu_ns",
     "cpu_ns_by_thread",
+    "cpu_ticks_by_thread",
     "listening_ports",
     "pick_ports",
     "pid_alive",
@@ -165,6 +167,25 @@ def cpu_ns_by_thread(pid: int) -> tuple[dict[int, int], int]:
                 with contextlib.suppress(FleetError):
                     children += cpu_ns(int(child))
     return threads, children
+
+
+CLOCK_TICK_S: Final = 1 / os.sysconf("SC_CLK_TCK")
+"""The unit of `cpu_ticks_by_thread` (10 ms on Linux)."""
+
+
+def cpu_ticks_by_thread(pid: int) -> dict[int, tuple[int, int]]:
+    """The user and the system CPU time each thread of a process has used so far, in clock ticks
+    (`CLOCK_TICK_S`): /proc/PID/task/TID/stat, coarse, but the only place that splits the two.
+    A thread that ended meanwhile is left out."""
+    ticks: dict[int, tuple[int, int]] = {}
+    for tid in _threads(pid):
+        with (
+            contextlib.suppress(OSError, ValueError, IndexError),
+            open(f"/proc/{pid}/task/{tid}/stat") as stat,
+        ):
+            fields = stat.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+            ticks[tid] = (int(fields[11]), int(fields[12]))  # utime and stime: fields 14 and 15 of stat(5)
+    return ticks
 
 
 def _threads(pid: int) -> list[int]:

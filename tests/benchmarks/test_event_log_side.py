@@ -15,7 +15,16 @@ if TYPE_CHECKING:
 
 
 def _run(configuration: str, rate: float, routing_us: float) -> Run:
-    return Run(configuration, 0, rate, routing_us, other_threads_us=1.0, writer_us=0.0)
+    return Run(
+        configuration,
+        0,
+        rate,
+        routing_us,
+        routing_user_us=routing_us / 4,
+        routing_system_us=routing_us * 3 / 4,
+        other_threads_us=1.0,
+        writer_us=0.0,
+    )
 
 
 def test_each_run_is_set_against_the_run_without_the_log_of_its_round() -> None:
@@ -25,7 +34,7 @@ def test_each_run_is_set_against_the_run_without_the_log_of_its_round() -> None:
         *(_run("off", 800.0, 125.0), _run("on", 752.0, 130.0)),  # round 3: -6 %
     ]
     text = report(runs)
-    assert "rate -4.0%, routing thread +4.0 µs" in text  # medians of the rounds' changes
+    assert "rate -4.0%, routing thread +4.0 µs (user +1.0)" in text  # medians of the rounds' changes
     assert text.endswith("goal: the event log costs <= 5% of the short-connection rate: -4.0%, met")
     runs[1] = _run("on", 900.0, 110.0)  # round 1: -10 %
     assert report(runs).endswith("-6.0%, not met")
@@ -49,5 +58,23 @@ def test_a_small_side_by_side_run(tmp_path: Path, capsys: pytest.CaptureFixture[
     runs = json.loads(path.read_text())["runs"]
     assert [r["configuration"] for r in runs] == ["off", "on", "off", "on"]
     assert all(r["rate"] > 0 and r["routing_us"] > 0 for r in runs)
+    assert all(r["routing_user_us"] + r["routing_system_us"] > 0 for r in runs)
     assert all(r["writer_us"] == 0 for r in runs if r["configuration"] == "off")  # no writer process
     assert "goal: the event log costs <= 5% of the short-connection rate" in capsys.readouterr().out
+
+
+def _checkout(path: Path) -> Path:
+    (path / "router").mkdir(parents=True)
+    (path / "router" / "__main__.py").write_text("")
+    return path
+
+
+@pytest.mark.parametrize("names", [["a/same", "b/same"], ["a/on"], ["a/off"]])
+def test_baselines_are_named_by_their_directories_which_must_differ(
+    names: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [arg for name in names for arg in ("--baseline", str(_checkout(tmp_path / name)))]
+    with pytest.raises(SystemExit) as exited:
+        event_log_side.main(argv)
+    assert exited.value.code == 2
+    assert "error: --baseline: each directory's name names its configuration" in capsys.readouterr().err

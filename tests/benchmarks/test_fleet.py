@@ -8,16 +8,19 @@ import resource
 import socket
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING
 
 import pytest
 
 from benchmarks.fleet import (
+    CLOCK_TICK_S,
     PORT_RANGE,
     Fleet,
     FleetError,
     cpu_ns,
     cpu_ns_by_thread,
+    cpu_ticks_by_thread,
     listening_ports,
     pick_ports,
     pid_alive,
@@ -57,6 +60,18 @@ def test_cpu_ns_is_the_sum_of_the_threads_and_children() -> None:
     assert cpu_ns(os.getpid()) >= sum(threads.values()) + children
     with pytest.raises(FleetError, match="is gone"):
         cpu_ns_by_thread(2**22 + 1)  # above pid_max's default: no such process
+
+
+def test_cpu_ticks_split_this_threads_time_into_user_and_system() -> None:
+    me = threading.get_native_id()
+    user_before, system_before = cpu_ticks_by_thread(os.getpid())[me]
+    deadline = time.thread_time() + 5 * CLOCK_TICK_S
+    while time.thread_time() < deadline:  # user time: several ticks of it
+        sum(range(1_000))
+    user_after, system_after = cpu_ticks_by_thread(os.getpid())[me]
+    assert user_after - user_before >= 2
+    assert system_after >= system_before
+    assert cpu_ticks_by_thread(2**22 + 1) == {}  # no such process: no threads
 
 
 def test_raise_fd_limit_reaches_the_hard_limit() -> None:
