@@ -99,8 +99,8 @@ def _measure(routerd: _Routerd, loadgen: Loadgen, connections: int) -> Run:
     if result.ok == 0:
         raise RuntimeError(f"no connection through {routerd.configuration} succeeded: {result.last_error}")
     used = {tid: (ns - threads_before.get(tid, 0)) / 1000 / result.ok for tid, ns in threads_after.items()}
-    routing = max(used.values())
     busiest = max(used, key=used.__getitem__)
+    routing = used[busiest]
     (user_before, system_before), (user_after, system_after) = (
         ticks.get(busiest, (0, 0)) for ticks in (ticks_before, ticks_after)
     )
