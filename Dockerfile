@@ -12,7 +12,7 @@ FROM python:3.11-slim
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin router
 
 WORKDIR /opt/connection-router
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY router ./router
 COPY keys ./keys
 COPY pools ./pools
@@ -20,7 +20,13 @@ COPY policies ./policies
 COPY cache ./cache
 COPY tls_sni ./tls_sni
 COPY pipeline ./pipeline
-RUN pip install --no-cache-dir . && rm -rf /root/.cache
+# gcc for the event log's native recorder (setup.py), removed once it is built.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install --no-cache-dir . \
+    && python -c "import router.services._event_recorder" \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* /root/.cache
 
 USER router
 STOPSIGNAL SIGTERM

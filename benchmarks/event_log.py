@@ -4,13 +4,13 @@ and to send it, what the writer process takes per event, next to the routing dec
 `EventLog` (router/services/event_log.py) is built as routerd builds it, on a directory under
 `/tmp`, with a ring large enough that nothing is dropped. Then:
 
-* **report**: `EventLog.report(event)` for every event (the event's values, a wall-clock read and a
-  ring put under its lock), each call timed with `time.perf_counter_ns` (whose own ~0.1 µs is
-  included), in the calling thread as routing calls it. The ring is drained every `SEND_BATCH`
-  events, where routerd's reporting thread sends them, and no writer runs meanwhile: the send is
-  the next figure.
-* **send**: what sending costs the reporting thread per event: `encode_frame` of `SEND_BATCH`
-  events (`marshal`), timed alone; the pipe write after it releases the interpreter.
+* **report**: `EventLog.report(event)` for every event (the recorder's record into its ring: the
+  native one's when it is built, router/services/event_recorder.py), each call timed with
+  `time.perf_counter_ns` (whose own ~0.1 µs is included), in the calling thread as routing calls
+  it. The ring is drained every `SEND_BATCH` events, where routerd's reporting thread sends them,
+  and no writer runs meanwhile: the send is the next figure.
+* **send**: what sending costs the reporting thread per event: the recorder's `take_frame` of
+  `SEND_BATCH` events, timed alone; the pipe write after it releases the interpreter.
 * **writer**, for each file format (Parquet, the default, and JSON lines): the writer process over
   the full ring: started, then the ring sent to it, and stopped when it has written, finished
   (Parquet from its Arrow batches; zstd level 3 of the lines), synced and renamed its file — wall
@@ -51,12 +51,12 @@ from keys import ConnectionFacts, KeyType, WireProtocol
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import EventValues, event_values
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
 from router.services.event_files import PENDING_EVENTS
 from router.services.event_log import SEND_BATCH, EventLog
-from router.services.event_writer import encode_frame, file_format
+from router.services.event_recorder import FRAME_HEAD, Batch, decode_frame, make_recorder
+from router.services.event_writer import file_format
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -95,7 +95,7 @@ class EventLogCost:
     report_mean_us: float
     """`EventLog.report`: the reporting thread's cost (values, clock read, ring put)."""
     send_us: float
-    """The reporting thread's `encode_frame` per event, every `SEND_BATCH` events (routerd's
+    """The reporting thread's `take_frame` per event, every `SEND_BATCH` events (routerd's
     interpreter)."""
     writers: tuple[WriterCost, ...]
     """The writer process, per file format (the default first)."""
@@ -149,25 +149,27 @@ def make_events(count: int) -> list[Decided | Closed]:
     return events
 
 
-def _values(events: list[Decided | Closed]) -> list[tuple[int, EventValues]]:
-    now = time.time()
-    return [(n, event_values(event, KeyType.CLIENT_ID, now + n * 1e-4)) for n, event in enumerate(events)]
-
-
-def _send_seconds(numbered: list[tuple[int, EventValues]]) -> float:
-    """Seconds to encode every event's values into frames as the reporting thread does."""
+def _sent(events: list[Decided | Closed]) -> tuple[float, list[Batch]]:
+    """Seconds to take every event from the ring as frames, as the reporting thread does, and the
+    frames as the writer reads them."""
+    recorder = make_recorder(len(events), {_ROUTER: KeyType.CLIENT_ID}, time.time)
+    for event in events:
+        recorder.record(event)
+    frames = []
     started = time.perf_counter()
-    for begin in range(0, len(numbered), SEND_BATCH):
-        encode_frame(numbered[begin : begin + SEND_BATCH])
-    return time.perf_counter() - started
+    for _ in range(0, len(events), SEND_BATCH):
+        frames.append(recorder.take_frame(SEND_BATCH)[0])
+    send_s = time.perf_counter() - started
+    return send_s, [decode_frame(frame[FRAME_HEAD.size :]) for frame in frames]
 
 
-def _encode_seconds(numbered: list[tuple[int, EventValues]], config: EventLogConfig) -> float:
+def _encode_seconds(batches: list[Batch], config: EventLogConfig) -> float:
     """Seconds the format's `encode` takes for every event, `PENDING_EVENTS` at a time."""
     encoder = file_format(config, "bench", int(time.time() * 1000))
+    per_encode = max(1, PENDING_EVENTS // SEND_BATCH)
     started = time.perf_counter()
-    for begin in range(0, len(numbered), PENDING_EVENTS):
-        encoded = encoder.encode([numbered[begin : begin + PENDING_EVENTS]])
+    for begin in range(0, len(batches), per_encode):
+        encoded = encoder.encode(batches[begin : begin + per_encode])
         if encoded.failure is not None:
             raise RuntimeError(f"the benchmark's events do not encode: {encoded.failure}")
     return time.perf_counter() - started
@@ -218,7 +220,7 @@ def _time_reports(log: EventLog, items: list[Decided | Closed]) -> list[float]:
     for event in items[:200]:  # the first calls pay for lazy work; not in the figures
         report(event)
     ring = log._ring  # private: the sending side of the ring, taken here without a writer
-    ring.take(len(items))
+    ring.discard(len(items))
     samples: list[float] = [0.0] * len(items)
     for begin in range(0, len(items), SEND_BATCH):
         for n in range(begin, min(begin + SEND_BATCH, len(items))):
@@ -226,7 +228,7 @@ def _time_reports(log: EventLog, items: list[Decided | Closed]) -> list[float]:
             start = clock()
             report(event)
             samples[n] = (clock() - start) / 1000
-        ring.take(SEND_BATCH)
+        ring.discard(SEND_BATCH)
     return samples
 
 
@@ -258,12 +260,11 @@ def time_event_log(events: int = 200_000, *, decision_keys: int = 20_000) -> Eve
 
 def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
     events = len(items)
-    numbered = _values(items)
-    send_s = _send_seconds(numbered)
+    send_s, batches = _sent(items)
     with tempfile.TemporaryDirectory(prefix="router-eventlog-bench-") as directory:
         config = EventLogConfig(directory=directory, router_id="bench", ring_size=events + 1)
         samples = _time_reports(EventLog(config, "bench", {_ROUTER: KeyType.CLIENT_ID}, Metrics()), items)
-    writers = tuple(_writer_cost(form, items, numbered) for form in EventFileFormat)
+    writers = tuple(_writer_cost(form, items, batches) for form in EventFileFormat)
     decision = time_decisions(
         routerd_config(Ports.from_numbers(range(20001, 20001 + Ports.COUNT))), "echo", keys=decision_keys
     )
@@ -280,9 +281,7 @@ def _measure(items: list[Decided | Closed], decision_keys: int) -> EventLogCost:
     )
 
 
-def _writer_cost(
-    form: EventFileFormat, items: list[Decided | Closed], numbered: list[tuple[int, EventValues]]
-) -> WriterCost:
+def _writer_cost(form: EventFileFormat, items: list[Decided | Closed], batches: list[Batch]) -> WriterCost:
     """The writer process's figures in one format (module docstring), each run on a directory of
     its own."""
     events = len(items)
@@ -296,7 +295,7 @@ def _writer_cost(
     return WriterCost(
         format=form.value,
         writer_us=writer_s * 1e6 / events,
-        encode_us=_encode_seconds(numbered, config) * 1e6 / events,
+        encode_us=_encode_seconds(batches, config) * 1e6 / events,
         file_bytes_per_event=file_bytes / events,
         steady_cpu_us=steady_cpu_us,
     )

@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # systemd: systemd-analyze checks deploy/systemd's unit; procps: its ExecReload's /bin/kill;
-# prometheus: promtool and a real Prometheus for the metrics, dashboard and alert tests.
-APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev activemq libactivemq-java libmqtt-client-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps prometheus)
+# prometheus: promtool and a real Prometheus for the metrics, dashboard and alert tests;
+# gcc, libc6-dev, python3-dev: the event log's native recorder (setup.py) and the benchmark's tools.
+APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev python3-dev activemq libactivemq-java libmqtt-client-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps prometheus)
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 
@@ -39,8 +40,10 @@ install_apt() {
 
 install_venv() {
     local stamp=.venv/.installed stamp_value
-    stamp_value=$(sha256sum pyproject.toml | cut -d' ' -f1)
-    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_value" ] && [ -x .venv/bin/routerd ]; then
+    # The C source is built in place by the editable install: a change to it installs again.
+    stamp_value=$(cat pyproject.toml setup.py router/services/event_recorder.c | sha256sum | cut -d' ' -f1)
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_value" ] && [ -x .venv/bin/routerd ] \
+        && .venv/bin/python -c "import router.services._event_recorder" 2>/dev/null; then
         return 0
     fi
     [ -x .venv/bin/python ] || { log "creating .venv"; python3 -m venv .venv; }
@@ -49,6 +52,8 @@ install_venv() {
     .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/python -c "import router, trio, lxml, paho.mqtt, pytest" \
         || { log "the venv is incomplete; see pip's output above"; exit 1; }
+    .venv/bin/python -c "import router.services._event_recorder" \
+        || log "the event log's native recorder did not build (a C compiler and Python's headers are needed); routerd uses the Python one"
     echo "$stamp_value" > "$stamp"
 }
 

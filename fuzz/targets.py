@@ -48,6 +48,8 @@ from policies import policy_names
 from router.config import ConfigError, load_config_text
 from router.config.acceptor_params import ACCEPTOR_PARAMS
 from router.core.opening import SniffBuffer
+from router.services.event_recorder import NativeBatch, decode_frame, events_of
+from router.services.event_recorder import columns as event_columns
 from tls_sni import ClientHello, parse_client_hello
 
 if TYPE_CHECKING:
@@ -502,6 +504,31 @@ def config_dictionary() -> list[bytes]:
 # --- the registry ------------------------------------------------------------------------------
 
 
+# --- the event log's frames (routerd -> its writer process) -------------------------------------
+
+
+def fuzz_event_frames(data: bytes) -> None:
+    """A frame's payload as the event log's writer reads it (router/services/event_recorder.py):
+    `decode_frame`, then a native batch decoded as values and as Arrow columns. ValueError only;
+    records decoded as values decode as columns too, the same number per kind."""
+    batch = _outcome(decode_frame, data, ValueError)
+    if not isinstance(batch, NativeBatch):
+        return
+    try:
+        columns = event_columns([batch])
+    except ValueError:
+        columns = None
+    try:
+        rows = events_of(batch)
+    except ValueError:
+        return
+    if columns is None:
+        raise InvariantBroken("records decoded as values but not as columns")
+    per_kind = [sum(1 for _, values in rows if values[0] == kind) for kind in range(len(columns))]
+    if per_kind != [0 if kind is None else kind[0] for kind in columns]:
+        raise InvariantBroken(f"values per kind {per_kind}, columns {[k and k[0] for k in columns]}")
+
+
 def _target(name: str, fuzz: Callable[[bytes], None], checks: str) -> tuple[str, Target]:
     return name, Target(fuzz=fuzz, corpus=CORPUS / name, checks=checks)
 
@@ -522,6 +549,7 @@ TARGETS: Final[dict[str, Target]] = dict(
         _target("detect", fuzz_detect, "make_detector, looks_like: never raise, decide in 16 bytes"),
         _target("opening", fuzz_opening, "SniffBuffer over split reads: SniffError only, split-independent"),
         _target("users", fuzz_users, "UserStore.parse: UserStoreError only, passwords verify"),
+        _target("event_frames", fuzz_event_frames, "event log frames: ValueError only, values = columns"),
         (
             "config",
             Target(

@@ -22,14 +22,16 @@ import enum
 import functools
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias
 
 from keys import KeyType
 from keys.resolve import RAW_VALUE_OF
+from router.core.address import Address
 from router.core.engine import DecisionReason
-from router.core.events import Closed, Decided
+from router.core.events import Closed, ConnectionRef, Decided
 from router.core.records import quick_init
 
 if TYPE_CHECKING:
@@ -39,9 +41,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BOOT_SPAN",
+    "COLUMN_CODES",
     "FIELDS",
     "KINDS",
     "RAW_KEY_CAP",
+    "RAW_KEY_OF",
+    "RECORDER_PROGRAMS",
     "VALUE_HEAD",
     "VALUE_MAKERS",
     "VALUE_NAMES",
@@ -53,6 +58,8 @@ __all__ = [
     "Field",
     "FieldType",
     "Record",
+    "RecorderProgram",
+    "RecorderStep",
     "Rounding",
     "Sequence",
     "event_values",
@@ -509,3 +516,85 @@ class Sequence:
     def of(self, n: int) -> int:
         """Process-local number `n` (a connection id) as a number unique per router id."""
         return self._base + n
+
+
+# -- the native recorder's program, compiled from the same table --------------------------------
+#
+# The event log's native recorder (`router/services/event_recorder.c`) takes the same values as
+# `VALUE_MAKERS`, reading the event's slots in C: each expression of `_VALUES` is one of a few
+# forms, and each form is a step the C code runs. An expression of another form is an error here,
+# at import; a test checks the recorder's values are `event_values`' on every kind.
+
+RecorderStep: TypeAlias = tuple[str, bool, str | None, str | None, object]
+"""(step, on the connection reference, its slot, a second slot of the reference, an argument)."""
+RecorderProgram: TypeAlias = tuple[type, int, str, tuple[RecorderStep, ...]]
+"""(event type, kind index, the event's slot of its `ConnectionRef`, a step per `VALUE_NAMES`)."""
+
+_REF_SLOT: Final = "conn"
+"""`ref = e.conn` (`_PRELUDE`)."""
+_FACTS_SLOT: Final = "facts"
+"""What `raw_key` reads the raw key from."""
+_BY_ANNOTATION: Final = {
+    "str": "str",
+    "str | None": "opt_str",
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+}
+_FORMS: Final[tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], RecorderStep]], ...]] = (
+    (re.compile(r"(e|ref)\.(\w+)"), lambda m, a: (_BY_ANNOTATION[a], m[1] == "ref", m[2], None, None)),
+    (re.compile(r"e\.(\w+)\._value_"), lambda m, a: ("enum", False, m[1], None, None)),
+    (
+        re.compile(r"None if e\.(\w+) is None else e\.\1\._value_"),
+        lambda m, a: ("opt_enum", False, m[1], None, None),
+    ),
+    (re.compile(r"e\.(\w+) is (_\w+)"), lambda m, a: ("is", False, m[1], None, _NAMESPACE[m[2]])),
+    (
+        re.compile(r"\(ref\.(\w+) if e\.(\w+) is None else e\.\2\)\.host"),
+        lambda m, a: ("address_host", False, m[2], m[1], None),
+    ),
+    (re.compile(r"key_type\._value_"), lambda m, a: ("key_type", False, None, None, None)),
+    (
+        re.compile(r"None if raw is None else raw\[:RAW_KEY_CAP\]"),
+        lambda m, a: ("raw_key", False, _FACTS_SLOT, None, None),
+    ),
+    (
+        re.compile(r"0 if raw is None else len\(raw\)"),
+        lambda m, a: ("raw_key_length", False, None, None, None),
+    ),
+)
+assert Address._fields[0] == "host", "address_host reads the address tuple's first item"
+assert ConnectionRef.__slots__  # the recorder reads the reference's slots
+
+
+def _recorder_step(kind: type[EventRecord], name: str) -> RecorderStep:
+    expression = _VALUES[kind.KIND][name]
+    annotation = str(next(f.type for f in dataclasses.fields(kind) if f.name == name))
+    for pattern, step in _FORMS:
+        match = pattern.fullmatch(expression)
+        if match is not None:
+            return step(match, annotation)
+    raise TypeError(f"{kind.__name__}.{name}: no recorder step for {expression!r}")
+
+
+RECORDER_PROGRAMS: Final[tuple[RecorderProgram, ...]] = tuple(
+    (event, KINDS.index(kind), _REF_SLOT, tuple(_recorder_step(kind, name) for name in _value_names(kind)))
+    for event, kind in _EVENT_KINDS.items()
+)
+"""The native recorder's program, per logged event type."""
+
+RAW_KEY_OF: Final = _RAW_KEY_OF
+"""Key type -> the raw key's getter (`ConnectionFacts` -> str | None), as `raw_key` uses it."""
+
+_COLUMN_CODE: Final = {
+    FieldType.STRING: "s",
+    FieldType.LONG: "q",
+    FieldType.DOUBLE: "d",
+    FieldType.BOOLEAN: "b",
+}
+_FIELD_TYPES: Final = {f.name: f.type for f in FIELDS}
+COLUMN_CODES: Final = tuple(
+    "".join(_COLUMN_CODE[_FIELD_TYPES[name]] for name in names).encode() for names in VALUE_NAMES
+)
+"""Per kind: the column type of each of its values after the `VALUE_HEAD` (s string, q int64,
+d double, b boolean), as the native decoder builds the columns."""

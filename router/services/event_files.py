@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import zstandard
 
-from router.core.event_records import EventValues, Sequence, values_line
+from router.core.event_records import Sequence, values_line
+from router.services.event_recorder import Batch, events_of
 
 if TYPE_CHECKING:
     from router.config.settings import EventLogConfig
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 __all__ = [
     "PENDING_EVENTS",
     "ZSTD_LEVEL",
-    "Batch",
     "Encoded",
     "EventFiles",
     "FileFormat",
@@ -64,9 +64,6 @@ PENDING_EVENTS: Final = 8192
 interval): a few MB of the writer's memory."""
 ZSTD_LEVEL: Final = 3
 """zstd's default level: about 9x smaller than the lines, hundreds of MB/s."""
-
-Batch = list[tuple[int, EventValues]]
-"""Events as routerd sends them: the ring's number of each, and its `event_values`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +133,12 @@ class JsonLines:
         lines = []
         failure: str | None = None
         for batch in batches:
-            for number, values in batch:
+            try:
+                events = events_of(batch)
+            except ValueError as exc:  # broken records: the batch is lost, counted
+                failure = f"{len(batch)} event(s) have no line: {exc}"
+                continue
+            for number, values in events:
                 try:
                     lines.append(values_line(values, router_id=router_id, sequence=sequence, number=number))
                 except (ValueError, TypeError, IndexError, ArithmeticError) as exc:  # a bug's: lose it alone

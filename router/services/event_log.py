@@ -2,10 +2,11 @@
 rotating Parquet (or JSON lines) files that the PySpark pipeline reads (docs/event-log.md).
 
 Routing never waits for it. The subscriber (`EventLog.report`, one more `RouterRuntime` subscriber
-beside the log lines and the metrics) takes the event's values at once (`event_values`: a flat
-tuple, while the event is fresh) and puts them into the bounded ring (`router.core.ring`) under a
-lock. Once `SEND_BATCH` events are in the ring, the reporting thread takes them and writes them,
-`marshal`-ed, to the writer process (`router/services/event_writer.py`) itself, without waiting:
+beside the log lines and the metrics) records the event at once into the bounded ring of its
+recorder (`router/services/event_recorder.py`: in C, one encoded record read from the event's
+slots; without the C extension, the `event_values` tuple in `router.core.ring`). Once `SEND_BATCH`
+events are in the ring, the reporting thread takes them and writes them as one frame to the writer
+process (`router/services/event_writer.py`) itself, without waiting:
 the pipe is non-blocking, and what it does not take waits for the next send (meanwhile the ring
 fills). A sender thread sends what is left when traffic is light (every `SEND_INTERVAL_S`), at the
 end, and starts a writer that died again. Sending from the reporting thread is cheaper than
@@ -44,17 +45,15 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
-from keys import KeyType
-from router.core.event_records import VALUE_MAKERS
-from router.core.ring import Ring
 from router.services.event_files import directory_error
-from router.services.event_writer import encode_frame, settings_argument
+from router.services.event_recorder import FrameError, make_recorder
+from router.services.event_writer import settings_argument
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
+    from keys import KeyType
     from router.config.settings import EventLogConfig
-    from router.core.event_records import EventValues
     from router.core.events import Event
     from router.metrics import Metrics
 
@@ -115,6 +114,7 @@ class EventLog:
         metrics: Metrics,
         *,
         clock: Callable[[], float] = time.time,
+        native: bool = True,
     ) -> None:
         """Set up (nothing is opened or started until `start`).
 
@@ -124,6 +124,7 @@ class EventLog:
             key_types: connection router name -> its key type (the raw key of a decision).
             metrics: where the counts go.
             clock: the wall clock (epoch seconds) of the records' `ts`.
+            native: record in C when the extension is built (False: the Python recorder).
         """
         self.config = config
         self.router_id = router_id
@@ -132,7 +133,8 @@ class EventLog:
         self._key_types = dict(key_types)
         self._metrics = metrics
         self._clock = clock
-        self._ring: Ring[EventValues] = Ring(config.ring_size)
+        self._ring = make_recorder(config.ring_size, self._key_types, clock, native=native)
+        self._record = self._ring.record
         self._boot = 0
         self._stop = threading.Event()
         self._sending = threading.Lock()
@@ -165,30 +167,27 @@ class EventLog:
 
     def set_key_type(self, router: str, key_type: KeyType) -> None:
         """A configuration reload added a router or changed its key type (trio thread; one dict
-        store, which the reporting threads read without a lock)."""
+        store, which the recorder reads without a lock)."""
         self._key_types[router] = key_type
 
     # -- the reporting threads --
 
     def report(self, event: Event) -> None:
-        """The subscriber: put a decision's or a close's values into the ring (any reporting
-        thread; never raises)."""
-        make = VALUE_MAKERS.get(type(event))
-        if make is not None:  # a decision or a close
+        """The subscriber: record a decision or a close into the ring (any reporting thread;
+        never raises)."""
+        try:
+            held = self._record(event)  # -1: not a decision or a close
+        except Exception:  # a bug must not cost the connection its routing
+            self._not_loggable(event)
+            return
+        if held >= self._send_at and self._sending.acquire(blocking=False):
             try:
-                key_type = self._key_types.get(event.conn.router, KeyType.SOURCE_IP)  # type: ignore[union-attr]
-                values = make(event, key_type, self._clock())
-            except Exception:  # a bug must not cost the connection its routing
-                self._not_loggable(event)
-                return
-            if self._ring.put(values) >= self._send_at and self._sending.acquire(blocking=False):
-                try:
-                    self._send_ready()
-                except Exception:  # a bug: the sender thread mends the pipe; routing goes on
-                    self._broken = True
-                    log.exception("event log: send error (the writer process is started again)")
-                finally:
-                    self._sending.release()
+                self._send_ready()
+            except Exception:  # a bug: the sender thread mends the pipe; routing goes on
+                self._broken = True
+                log.exception("event log: send error (the writer process is started again)")
+            finally:
+                self._sending.release()
 
     def _not_loggable(self, event: Event) -> None:
         self._metrics.event_log_events.inc(("lost",))
@@ -212,12 +211,18 @@ class EventLog:
             raise EventLogError(directory_error(str(self._directory), exc)) from exc
         recovered = self._start_writer()
         log.info(
-            "event log: router_id=%s directory=%s ring-size=%d%s",
+            "event log: router_id=%s directory=%s ring-size=%d recorder=%s%s",
             self.router_id,
             self._directory,
             self._ring.size,
+            self._ring.name,
             f" (finished {recovered} file(s) left in progress)" if recovered else "",
         )
+        if self._ring.name != "native":
+            log.warning(
+                "event log: the native recorder is not built (no C compiler at install?): the Python "
+                "recorder costs routing more per connection (docs/event-log.md)"
+            )
         self._sender = threading.Thread(target=self._run, name="event-log-sender", daemon=True)
         self._sender.start()
 
@@ -264,6 +269,7 @@ class EventLog:
         return {
             "router_id": self.router_id,
             "directory": str(self._directory),
+            "recorder": self._ring.name,
             "ring_size": self._ring.size,
             "ring_used": len(self._ring),
             "events": self._ring.puts,
@@ -310,15 +316,14 @@ class EventLog:
             return False
         if self._frame is not None and not self._write_frame(writer.stdin.fileno()):
             return False
-        batch = self._ring.take(TAKE_BATCH)
-        if not batch:
-            return True
         try:
-            frame = encode_frame(batch)
-        except Exception as exc:  # a value marshal cannot write (a bug's): the batch is lost, counted
-            self._lose(len(batch), f"they cannot be sent ({exc})")
+            frame, events = self._ring.take_frame(TAKE_BATCH)
+        except FrameError as exc:  # a value marshal cannot write (a bug's): the batch is lost, counted
+            self._lose(exc.events, str(exc))
             return True
-        self._frame, self._frame_events = memoryview(frame), len(batch)
+        if not events:
+            return True
+        self._frame, self._frame_events = memoryview(frame), events
         return self._write_frame(writer.stdin.fileno())
 
     def _write_frame(self, fd: int) -> bool:
@@ -365,10 +370,10 @@ class EventLog:
         writer process, they are lost."""
         while True:
             if self._writer is None:
-                batch = self._ring.take(TAKE_BATCH)
-                if not batch:
+                taken = self._ring.discard(TAKE_BATCH)
+                if not taken:
                     return True
-                self._lose(len(batch), "no writer process")
+                self._lose(taken, "no writer process")
             elif not self._send_ready():
                 return False  # the pipe is full, or broken (mended on the next round)
             elif self._frame is None and not len(self._ring):

@@ -12,13 +12,16 @@ appended whole with one system call. A file cut short by a crash keeps every bat
 Finishing reads the stream's whole batches and writes them as one Parquet file (zstd pages unless
 `compress` is false), one row group per `ROW_GROUP_ROWS` rows.
 
-Events are grouped by kind, and each kind's values become columns at once (one `pyarrow.array`
-per column, in C; the rounded fields rounded a column at a time too, `rounded`), not row by row:
-about 1 µs per event, less than formatting a JSON line.
+Events are grouped by kind, and each kind's values become columns at once, not row by row. The
+native recorder's records (`event_recorder.NativeBatch`) are decoded in C straight into Arrow's
+buffers, which pyarrow wraps without a Python object per value; the Python recorder's values
+tuples become one `pyarrow.array` per column. The rounded fields are rounded a column at a time
+too (`rounded`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING, Final
 
@@ -38,12 +41,13 @@ from router.core.event_records import (
     Sequence,
 )
 from router.services.event_files import Encoded, Finished
+from router.services.event_recorder import NativeBatch, columns, events_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
 
-    from router.services.event_files import Batch
+    from router.services.event_recorder import Batch, KindColumns
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -100,11 +104,29 @@ class ParquetFormat:
         return self._header
 
     def encode(self, batches: list[Batch]) -> Encoded:
+        native = [batch for batch in batches if isinstance(batch, NativeBatch)]
+        record_batches: list[pa.RecordBatch] = []
+        failure: str | None = None
+        in_columns = False
+        if native:
+            # Broken records, or text that is not UTF-8 (a lone surrogate in a key): the batches
+            # are decoded again as values, below, and only the events that have no row are lost.
+            with contextlib.suppress(ValueError, pa.ArrowException):
+                record_batches, in_columns = self._native_batches(native), True
         numbers: tuple[list[int], ...] = tuple([] for _ in KINDS)
         rows: tuple[list[tuple[object, ...]], ...] = tuple([] for _ in KINDS)
-        failure: str | None = None
         for batch in batches:
-            for event in batch:
+            if isinstance(batch, NativeBatch):
+                if in_columns:
+                    continue
+                try:
+                    events = events_of(batch)
+                except ValueError as exc:  # broken records: the batch is lost, counted
+                    failure = f"{len(batch)} event(s) have no row: {exc}"
+                    continue
+            else:
+                events = batch
+            for event in events:
                 try:
                     number, values = event
                     kind = values[0]
@@ -115,8 +137,6 @@ class ParquetFormat:
                     continue
                 numbers[kind].append(number)
                 rows[kind].append(values)
-        data: list[bytes] = []
-        events = 0
         for kind, kind_rows in enumerate(rows):
             if not kind_rows:
                 continue
@@ -125,9 +145,39 @@ class ParquetFormat:
             except _ROW_ERRORS as exc:
                 record_batch, failure = self._salvage(kind, numbers[kind], kind_rows, f"{exc}")
             if record_batch is not None:
-                data.append(record_batch.serialize().to_pybytes())
-                events += record_batch.num_rows
-        return Encoded(b"".join(data), events, failure)
+                record_batches.append(record_batch)
+        data = b"".join(batch.serialize().to_pybytes() for batch in record_batches)
+        return Encoded(data, sum(batch.num_rows for batch in record_batches), failure)
+
+    def _native_batches(self, batches: list[NativeBatch]) -> list[pa.RecordBatch]:
+        """The native recorder's records as one record batch per kind, checked whole.
+
+        Raises:
+            ValueError: a record is broken.
+            pyarrow.ArrowException: a string is not UTF-8.
+        """
+        made = []
+        for kind, decoded in enumerate(columns(batches)):
+            if decoded is not None:
+                record_batch = self._columns_batch(kind, decoded)
+                record_batch.validate(full=True)
+                made.append(record_batch)
+        return made
+
+    def _columns_batch(self, kind: int, decoded: KindColumns) -> pa.RecordBatch:
+        count, numbers, whens, conns, fields = decoded
+        taken = []
+        for name, (validity, offsets, values) in zip(VALUE_NAMES[kind], fields, strict=True):
+            buffers = [_buffer(validity), *([] if offsets is None else [_buffer(offsets)]), _buffer(values)]
+            taken.append(pa.Array.from_buffers(ARROW_SCHEMA.field(name).type, count, buffers))
+        return self._batch(
+            kind,
+            count,
+            numbers=pa.Array.from_buffers(pa.int64(), count, [None, _buffer(numbers)]),
+            whens=pa.Array.from_buffers(pa.float64(), count, [None, _buffer(whens)]),
+            conns=pa.Array.from_buffers(pa.int64(), count, [None, _buffer(conns)]),
+            taken=taken,
+        )
 
     def _salvage(
         self, kind: int, numbers: list[int], rows: list[tuple[object, ...]], error: str
@@ -146,23 +196,44 @@ class ParquetFormat:
         return self._record_batch(kind, [n for n, _ in good], [v for _, v in good]), failure
 
     def _record_batch(self, kind: int, numbers: list[int], rows: list[tuple[object, ...]]) -> pa.RecordBatch:
-        count = len(rows)
-        columns = list(zip(*rows, strict=True))
+        values = list(zip(*rows, strict=True))
+        taken = [
+            pa.array(values[position], ARROW_SCHEMA.field(name).type)
+            for position, name in enumerate(VALUE_NAMES[kind], start=VALUE_HEAD)
+        ]
+        return self._batch(
+            kind,
+            len(rows),
+            numbers=pa.array(numbers, pa.int64()),
+            whens=pa.array(values[1], pa.float64()),
+            conns=pa.array(values[2], pa.int64()),
+            taken=taken,
+        )
+
+    def _batch(
+        self,
+        kind: int,
+        count: int,
+        *,
+        numbers: pa.Array,
+        whens: pa.Array,
+        conns: pa.Array,
+        taken: list[pa.Array],
+    ) -> pa.RecordBatch:
+        """A kind's record batch from the ring's numbers, the values' head and the values taken
+        (`VALUE_NAMES`' order), whichever recorder took them."""
         given: dict[str, pa.Array] = {
             "kind": pa.repeat(pa.scalar(KINDS[kind].KIND, pa.string()), count),
             "router_id": pa.repeat(self._router_id, count),
-            "seq": pc.add(pa.array(numbers, pa.int64()), self._base),
-            "ts": _timestamps(pa.array(columns[1], pa.float64())),
-            "conn": pc.add(pa.array(columns[2], pa.int64()), self._base),
+            "seq": pc.add(numbers, self._base),
+            "ts": _timestamps(whens),
+            "conn": pc.add(conns, self._base),
         }
         roundings = VALUE_ROUNDINGS[kind]
-        for position, name in enumerate(VALUE_NAMES[kind], start=VALUE_HEAD):
-            column = columns[position]
+        named = zip(VALUE_NAMES[kind], taken, strict=True)
+        for position, (name, column) in enumerate(named, start=VALUE_HEAD):
             rounding = roundings.get(position)
-            if rounding is None:
-                given[name] = pa.array(column, ARROW_SCHEMA.field(name).type)
-            else:
-                given[name] = rounded(column, rounding)
+            given[name] = column if rounding is None else rounded(column, rounding)
         arrays = [given[f.name] if f.name in given else pa.nulls(count, f.type) for f in ARROW_SCHEMA]
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
@@ -181,7 +252,7 @@ _COARSE: Final = 2.0**40
 is too coarse to tell how near a half it is)."""
 
 
-def rounded(column: Iterable[object], rounding: Rounding) -> pa.Array:
+def rounded(column: Iterable[object] | pa.Array, rounding: Rounding) -> pa.Array:
     """The record's values of a column of values taken (a null stays null), bit for bit as the
     record's code gives them with Python's `round`, a column at a time in C (`round` is a quarter
     of a microsecond per value).
@@ -195,7 +266,7 @@ def rounded(column: Iterable[object], rounding: Rounding) -> pa.Array:
     Raises:
         pyarrow.ArrowException: a value that is not a number (an event with no row).
     """
-    taken = pa.array(column, pa.float64())
+    taken = column if isinstance(column, pa.Array) else pa.array(column, pa.float64())
     scaled = taken if rounding.scale == 1.0 else pc.multiply(taken, rounding.scale)
     power = 10.0**rounding.digits
     product = pc.multiply(scaled, power)
@@ -209,6 +280,10 @@ def rounded(column: Iterable[object], rounding: Rounding) -> pa.Array:
         return result
     exact = [round(scaled[index].as_py(), rounding.digits) for index in pc.indices_nonzero(slow).to_pylist()]
     return pc.replace_with_mask(result, slow, pa.array(exact, pa.float64()))
+
+
+def _buffer(data: bytes | None) -> pa.Buffer | None:
+    return None if data is None else pa.py_buffer(data)
 
 
 def _timestamps(epoch_s: pa.Array) -> pa.Array:

@@ -7,8 +7,9 @@ in a thread of routerd cost a sixth of its short-connection rate; docs/event-log
 
 routerd (`router/services/event_log.py`) starts it and talks to it over two pipes:
 
-* **stdin**: frames of events, each a 4-byte little-endian length and a `marshal`-ed list of
-  `(number, values)`: the ring's number of the event and its `event_values`. EOF means routerd
+* **stdin**: frames of events (`router/services/event_recorder.py`: each a 4-byte little-endian
+  length and the events, as encoded records or a `marshal`-ed list of `(number, event_values)`,
+  with the ring's number of each). EOF means routerd
   stopped, or died: the writer finishes its file and exits either way, so a kill -9 of routerd
   loses only what its ring held.
 * **stdout**: one JSON object per line: `{"ready": N}` once the files a previous run left in
@@ -28,34 +29,27 @@ import dataclasses
 import gc
 import json
 import logging
-import marshal
 import os
 import select
 import signal
-import struct
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Final
 
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.services.event_files import EventFiles, FileFormat, JsonLines, directory_error
+from router.services.event_recorder import FRAME_HEAD, FRAME_MAX, decode_frame
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from collections.abc import Sequence as Seq
 
-    from router.core.event_records import EventValues
-
-__all__ = ["FRAME_MAX", "WRITER_NICE", "encode_frame", "file_format", "main", "settings_argument"]
+__all__ = ["WRITER_NICE", "file_format", "main", "settings_argument"]
 
 WRITER_NICE: Final = 10
 """The writer's scheduling niceness: when the CPUs are busy the kernel runs routing first; the
 ring absorbs the writer's delay."""
 GC_YOUNG_THRESHOLD: Final = 100_000
 """Allocations between the writer's young garbage collections (`main`)."""
-FRAME_MAX: Final = 64 * 1024 * 1024
-"""The largest frame the writer accepts (a batch is far smaller); a larger length is a broken
-stream and ends the writer."""
 READ_PAUSE_S: Final = 0.1
 """How long the writer lets events gather in the pipe after a read of fewer than `PAUSE_BELOW`
 bytes (at most the flush interval): routerd sends a frame every few hundred events, and a writer
@@ -64,7 +58,6 @@ woken for each frame takes the second CPU from the load it serves more often tha
 on without a pause."""
 PAUSE_BELOW: Final = 256 * 1024
 """A read of fewer bytes than this (about 3,000 events) means the writer has caught up."""
-_HEAD: Final = struct.Struct("<I")
 _READ_SIZE: Final = 1024 * 1024
 
 log = logging.getLogger("router.eventlog")
@@ -85,12 +78,6 @@ def _format_types() -> dict[EventFileFormat, Callable[[str, int], FileFormat]]:
     from router.services.event_parquet import ParquetFormat  # pyarrow: in the writer process only
 
     return {EventFileFormat.PARQUET: ParquetFormat, EventFileFormat.JSONL: JsonLines}
-
-
-def encode_frame(batch: Seq[tuple[int, EventValues]]) -> bytes:
-    """A frame of numbered events for the writer's stdin."""
-    data = marshal.dumps(list(batch))
-    return _HEAD.pack(len(data)) + data
 
 
 class _Reports(logging.Handler):
@@ -119,19 +106,19 @@ class _Writer:
         """Bytes from stdin: write every complete frame.
 
         Raises:
-            ValueError: a frame longer than `FRAME_MAX` (the stream is broken).
+            ValueError: a frame longer than `FRAME_MAX`, or not a frame (the stream is broken).
         """
         buffer = self._buffer
         buffer += chunk
         start = 0
-        while len(buffer) - start >= _HEAD.size:
-            (size,) = _HEAD.unpack_from(buffer, start)
+        while len(buffer) - start >= FRAME_HEAD.size:
+            (size,) = FRAME_HEAD.unpack_from(buffer, start)
             if size > FRAME_MAX:
                 raise ValueError(f"a frame of {size} bytes (at most {FRAME_MAX})")
-            end = start + _HEAD.size + size
+            end = start + FRAME_HEAD.size + size
             if len(buffer) < end:
                 break
-            self.files.add(marshal.loads(buffer[start + _HEAD.size : end]))
+            self.files.add(decode_frame(bytes(buffer[start + FRAME_HEAD.size : end])))
             start = end
         del buffer[:start]
 

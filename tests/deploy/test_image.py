@@ -14,7 +14,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 def test_image_copies_every_installed_package() -> None:
     top_level = {name.split(".")[0] for name in PYPROJECT["tool"]["setuptools"]["packages"]}
     copied = dockerfile().copied
-    assert {"pyproject.toml", "README.md"} <= copied  # the build reads both
+    assert {"pyproject.toml", "setup.py", "README.md"} <= copied  # the build reads them
     assert sorted(top_level - copied) == []
 
 

@@ -1,5 +1,6 @@
 """router/services/event_log.py with its writer process: the files, rotation, recovery and bounds, on
-real files (no sockets: events are made by hand and reported as the data paths report them)."""
+real files (no sockets: events are made by hand and reported as the data paths report them). Every
+test runs with each recorder (router/services/event_recorder.py), the native one and the Python one."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from router.core.event_records import BOOT_SPAN
 from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
 from router.services import event_log as event_log_module
+from router.services import event_recorder
 from router.services.event_log import (
     SEND_BATCH,
     EventLog,
@@ -24,7 +26,7 @@ from router.services.event_log import (
     default_router_id,
     file_name_part,
 )
-from router.services.event_writer import encode_frame
+from router.services.event_recorder import encode_frame
 from tests.conftest import eventually
 from tests.router.services.conftest import all_records, finished, records_in
 
@@ -61,9 +63,26 @@ def _closed(n: int) -> Closed:
 JSONL = EventFileFormat.JSONL
 
 
-def _log(directory: Path, metrics: Metrics | None = None, **settings: object) -> EventLog:
+_NATIVE = {"native": True}
+"""Whether `_log` makes an event log with the native recorder (the `recorders` fixture's)."""
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["native", "python"])
+def recorders(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    monkeypatch.setitem(_NATIVE, "native", request.param)
+    return bool(request.param)
+
+
+def _log(
+    directory: Path, metrics: Metrics | None = None, *, native: bool | None = None, **settings: object
+) -> EventLog:
     config = EventLogConfig(directory=str(directory), **settings)  # type: ignore[arg-type]
-    return EventLog(config, "edge-1", {"r1": KeyType.CLIENT_ID}, metrics or Metrics(), clock=lambda: NOW)
+    native = _NATIVE["native"] if native is None else native
+    event_log = EventLog(
+        config, "edge-1", {"r1": KeyType.CLIENT_ID}, metrics or Metrics(), clock=lambda: NOW, native=native
+    )
+    assert event_log.status()["recorder"] == ("native" if native else "python")
+    return event_log
 
 
 def test_decisions_and_closes_become_lines_of_one_compressed_file_at_stop(tmp_path):
@@ -191,8 +210,8 @@ def test_a_batch_that_cannot_be_sent_is_counted_lost_and_the_next_ones_go(tmp_pa
             raise ValueError("unmarshallable object")  # what marshal says of a bug's value
         return encode_frame(batch)
 
-    monkeypatch.setattr(event_log_module, "encode_frame", encode_once_broken)
-    event_log = _log(tmp_path)
+    monkeypatch.setattr(event_recorder, "encode_frame", encode_once_broken)
+    event_log = _log(tmp_path, native=False)  # the native recorder's records are bytes already
     event_log.start()
     for n in range(SEND_BATCH + 1):
         event_log.report(decided(n))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import random
 import struct
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,10 +28,16 @@ from router.core.event_records import (
 )
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided
 from router.services.event_parquet import ARROW_SCHEMA, ParquetFormat, read_part, rounded
+from router.services.event_recorder import FRAME_HEAD, NativeBatch, decode_frame, make_recorder
 from router.services.event_writer import file_format
 from tests.router.services.conftest import all_records, finished, records_in
 from tests.router.services.test_event_files import FORMATS, NOW, _batch, _files, _keys
 from tests.router.services.test_event_log import decided
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence as Seq
+
+    from router.core.event_records import EventValues
 
 
 def test_a_parquet_file_in_progress_cut_by_a_crash_keeps_its_whole_batches(tmp_path):
@@ -222,3 +230,51 @@ def test_rounded_columns_are_bit_for_bit_the_records_values():
 def test_a_column_with_a_value_that_is_not_a_number_does_not_round():
     with pytest.raises(pa.ArrowException):
         rounded([1.0, "long"], Rounding(1.0, 6))
+
+
+def _both_batches(events: Seq[Decided | Closed]) -> tuple[NativeBatch, list[tuple[int, EventValues]]]:
+    """The events as the native recorder sends them, and as the Python recorder does."""
+    sent = []
+    for native in (True, False):
+        recorder = make_recorder(len(events), {"r1": KeyType.CLIENT_ID}, lambda: NOW + 0.25, native=native)
+        for event in events:
+            recorder.record(event)
+        frame, _ = recorder.take_frame(len(events))
+        sent.append(decode_frame(frame[FRAME_HEAD.size :]))
+    native_batch, values_batch = sent
+    assert isinstance(native_batch, NativeBatch)
+    assert isinstance(values_batch, list)
+    return native_batch, values_batch
+
+
+@pytest.mark.parametrize("form", FORMATS)
+def test_the_native_recorder_s_records_make_the_same_files(tmp_path, form):
+    """Decoded into Arrow's buffers (Parquet) or into values (JSON lines), the native records give
+    the rows the Python recorder's values give, a rounded field and a null included."""
+    events: list[Decided | Closed] = [decided(n) for n in range(300)]
+    events += [dataclasses.replace(decided(300), node_id=None, latency_s=0.123_456_789e-3)]
+    events += [
+        Closed(conn=e.conn, node_id="n", bytes_in=n, bytes_out=7, duration_s=n / 7, reason=CloseReason.RESET)
+        for n, e in enumerate(events[:50])
+    ]
+    native_batch, values_batch = _both_batches(events)
+    for name, batch in (("native", native_batch), ("values", values_batch)):
+        (tmp_path / name).mkdir()
+        files = _files(tmp_path / name, form, compress=True)
+        files.add(batch)
+        files.finish_part()
+    [native_file], [values_file] = finished(tmp_path / "native"), finished(tmp_path / "values")
+    assert records_in(native_file) == records_in(values_file)
+    assert len(records_in(native_file)) == len(events)
+
+
+def test_a_key_that_is_not_utf_8_costs_the_parquet_file_that_event_alone(tmp_path):
+    """A lone surrogate (keys/users.py keeps one) is no Arrow string: the batch is decoded again
+    event by event, and only that event is lost, as with the Python recorder."""
+    events = [decided(1), dataclasses.replace(decided(2), key="bad \udc80"), decided(3)]
+    native_batch, values_batch = _both_batches(events)
+    for batch in (native_batch, values_batch):
+        encoded = file_format(EventLogConfig(directory=str(tmp_path)), "edge-1", 900).encode([batch])
+        assert encoded.events == 2
+        assert encoded.failure is not None
+        assert "surrogate" in encoded.failure

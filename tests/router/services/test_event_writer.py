@@ -18,7 +18,8 @@ from router.core.event_records import BOOT_SPAN, event_values
 from router.core.events import Closed, CloseReason, ConnectionRef
 from router.services import event_writer
 from router.services.event_files import EventFiles
-from router.services.event_writer import FRAME_MAX, encode_frame, file_format, settings_argument
+from router.services.event_recorder import FRAME_MAX, encode_frame
+from router.services.event_writer import file_format, settings_argument
 from tests.router.services.conftest import all_records, records_in
 from tests.router.services.test_event_log import decided as _decided
 

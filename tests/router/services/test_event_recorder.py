@@ -1,0 +1,456 @@
+"""router/services/event_recorder.py and event_recorder.c: both recorders take what `event_values`
+takes, keep the ring's semantics, and the native records decode only whole."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import TYPE_CHECKING
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from keys import ConnectionFacts, KeyType, WireProtocol
+from router.core.address import Address
+from router.core.engine import DecisionReason, RouteStatus
+from router.core.event_records import COLUMN_CODES, RAW_KEY_CAP, VALUE_NAMES, event_values
+from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
+from router.services import event_recorder
+from router.services.event_recorder import (
+    FRAME_HEAD,
+    NATIVE,
+    FrameError,
+    NativeBatch,
+    Recorder,
+    ValuesRecorder,
+    columns,
+    decode_frame,
+    encode_frame,
+    events_of,
+    make_recorder,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from router.core.event_records import EventValues
+
+WHEN = 1795435200.25
+CONN = ConnectionRef(id=7, router="r", acceptor="mqtt", peer=Address("10.0.0.1", 4000))
+KEY_TYPES = {"r": KeyType.CLIENT_ID, "roles": KeyType.ROLE_NAME}
+
+
+def test_the_native_recorder_is_built():
+    """`pip install` builds it (setup.py); without it routerd logs through the slower Python one."""
+    assert NATIVE
+
+
+@pytest.fixture(params=[True, False], ids=["native", "python"])
+def native(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+def recorder(size: int, native: bool, *, clock: float = WHEN) -> Recorder:
+    made = make_recorder(size, dict(KEY_TYPES), lambda: clock, native=native)
+    assert made.name == ("native" if native else "python")
+    return made
+
+
+def taken(ring: Recorder, most: int) -> list[tuple[int, EventValues]]:
+    """What the writer gets of up to `most` events: the frame decoded."""
+    frame, count = ring.take_frame(most)
+    if not count:
+        assert frame == b""
+        return []
+    (size,) = FRAME_HEAD.unpack_from(frame)
+    assert size == len(frame) - FRAME_HEAD.size
+    events = events_of(decode_frame(frame[FRAME_HEAD.size :]))
+    assert len(events) == count
+    return events
+
+
+def closed(n: int) -> Closed:
+    return Closed(
+        conn=ConnectionRef(id=n, router="r", acceptor="a", peer=Address("::1", 1)),
+        node_id=f"n{n}",
+        bytes_in=n,
+        bytes_out=2 * n,
+        duration_s=n / 3,
+        reason=CloseReason.CLOSED,
+    )
+
+
+def decision(**changes: object) -> Decided:
+    values: dict[str, object] = {
+        "conn": CONN,
+        "key": "dev-1",
+        "status": RouteStatus.OK,
+        "reason": DecisionReason.CACHE,
+        "mode": Mode.PROXY,
+        "node_id": "node4",
+        "protocol": WireProtocol.MQTT,
+        "facts": ConnectionFacts(source_ip="10.0.0.9", client_id="dev-1-abc", roles=("a", "b")),
+        "source": Address("10.0.0.9", 5555),
+        "latency_s": 12.34e-6,
+    }
+    return Decided(**(values | changes))  # type: ignore[arg-type]
+
+
+# -- the values: what `event_values` takes --------------------------------------------------------
+
+EVENTS = [
+    decision(),
+    decision(key="ключ 😀\n", facts=None, node_id=None, protocol=None, source=None, local=True),
+    decision(reason=DecisionReason.POLICY, status=RouteStatus.REFUSED_UNAVAILABLE, mode=Mode.REFUSE),
+    decision(facts=ConnectionFacts(client_id="x" * 300)),
+    decision(facts=ConnectionFacts(client_id="é" * (RAW_KEY_CAP + 1))),
+    decision(facts=ConnectionFacts(client_id="lone \udc80 surrogate"), key="k\udfff"),
+    decision(conn=ConnectionRef(id=8, router="roles", acceptor="a", peer=Address("::1", 1))),
+    decision(conn=ConnectionRef(id=9, router="unknown", acceptor="a", peer=Address("::1", 1))),
+    decision(latency_s=0),
+    Closed(conn=CONN, node_id="n", bytes_in=0, bytes_out=2**62, duration_s=1 / 3, reason=CloseReason.RESET),
+]
+
+
+@pytest.mark.parametrize("event", EVENTS)
+def test_both_recorders_take_what_event_values_takes(native, event):
+    ring = recorder(10, native)
+    assert ring.record(event) == 1
+    key_type = KEY_TYPES.get(event.conn.router, KeyType.SOURCE_IP)
+    expected = event_values(event, key_type, WHEN)
+    [(number, values)] = taken(ring, 10)
+    assert number == 0
+    assert values == expected
+    if event is not EVENTS[8]:  # an int latency: the native recorder takes it as a float
+        assert [type(v) for v in values] == [type(v) for v in expected]
+
+
+_TEXT = st.text(max_size=40) | st.sampled_from(["", "a" * 300, "\udc80", "😀" * 260])
+
+
+@st.composite
+def _events(draw: st.DrawFn) -> Decided | Closed:
+    conn = ConnectionRef(
+        id=draw(st.integers(0, 2**62)),
+        router=draw(st.sampled_from(["r", "roles", "other"])),
+        acceptor=draw(_TEXT),
+        peer=Address(draw(_TEXT), draw(st.integers(0, 65535))),
+    )
+    if draw(st.booleans()):
+        return Closed(
+            conn=conn,
+            node_id=draw(_TEXT),
+            bytes_in=draw(st.integers(0, 2**63 - 1)),
+            bytes_out=draw(st.integers(0, 2**63 - 1)),
+            duration_s=draw(st.floats(allow_nan=False)),
+            reason=draw(st.sampled_from(CloseReason)),
+        )
+    facts = draw(
+        st.none()
+        | st.builds(
+            ConnectionFacts,
+            client_id=st.none() | _TEXT,
+            user_name=st.none() | _TEXT,
+            sni_host=st.none() | _TEXT,
+            roles=st.lists(_TEXT, max_size=3).map(tuple),
+        )
+    )
+    return Decided(
+        conn=conn,
+        key=draw(_TEXT),
+        status=draw(st.sampled_from(RouteStatus)),
+        reason=draw(st.sampled_from(DecisionReason)),
+        mode=draw(st.sampled_from(Mode)),
+        node_id=draw(st.none() | _TEXT),
+        local=draw(st.booleans()),
+        protocol=draw(st.none() | st.sampled_from(WireProtocol)),
+        facts=facts,
+        source=draw(st.none() | st.builds(Address, _TEXT, st.integers(0, 65535))),
+        latency_s=draw(st.floats(allow_nan=False)),
+    )
+
+
+@given(st.lists(_events(), min_size=1, max_size=8))
+def test_the_native_recorder_takes_event_values_on_any_event(events):
+    ring = recorder(100, native=True)
+    for event in events:
+        ring.record(event)
+    got = taken(ring, 100)
+    key_types = [KEY_TYPES.get(e.conn.router, KeyType.SOURCE_IP) for e in events]
+    expected = [(n, event_values(e, key_types[n], WHEN)) for n, e in enumerate(events)]
+    assert got == expected
+
+
+def test_other_events_are_not_recorded(native):
+    ring = recorder(10, native)
+    assert ring.record(Accepted(conn=CONN)) == -1
+    assert (len(ring), ring.puts) == (0, 0)
+    assert ring.take_frame(10) == (b"", 0)
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (decision(key=5), "a string field: a string, got int"),
+        (decision(node_id=b"n"), "a string field: a string or None, got bytes"),
+        (decision(local=1), "a bool field: a bool, got int"),
+        (decision(latency_s="1"), "a float field: a float, got str"),
+        (decision(source=("10.0.0.1",)[0]), "an address: a .host, port. tuple, got str"),
+        (decision(status="OK"), "_value_"),
+        (decision(conn=ConnectionRef(id=1.5, router="r", acceptor="a", peer=CONN.peer)), "an int, got float"),  # type: ignore[arg-type]
+        (decision(conn=ConnectionRef(id=2**64, router="r", acceptor="a", peer=CONN.peer)), "too big"),
+        (decision(conn="c"), "a ConnectionRef, got str"),
+    ],
+)
+def test_the_native_recorder_refuses_a_value_of_the_wrong_type_and_puts_nothing(event, message):
+    """A bug's value: the event log counts the event lost (EventLog.report), routing goes on."""
+    ring = recorder(10, native=True)
+    with pytest.raises((TypeError, AttributeError, OverflowError), match=message):
+        ring.record(event)
+    assert (len(ring), ring.puts) == (0, 0)
+    assert ring.record(decision()) == 1  # and it records the next one
+
+
+def test_a_clock_that_fails_puts_nothing(native):
+    def broken() -> float:
+        raise RuntimeError("no clock")
+
+    ring = make_recorder(10, {}, broken, native=native)
+    with pytest.raises(RuntimeError, match="no clock"):
+        ring.record(decision())
+    assert (len(ring), ring.puts) == (0, 0)
+
+
+def test_key_types_are_read_at_each_event(native):
+    """The event log's `set_key_type` (a reload) changes the dict the recorder reads."""
+    key_types = {"r": KeyType.CLIENT_ID}
+    ring = make_recorder(10, key_types, lambda: WHEN, native=native)
+    ring.record(decision())
+    key_types["r"] = KeyType.SOURCE_IP
+    ring.record(decision())
+    [(_, first), (_, second)] = taken(ring, 10)
+    position = 3 + VALUE_NAMES[0].index("raw_key")
+    assert (first[position], second[position]) == ("dev-1-abc", "10.0.0.9")
+
+
+# -- the ring: seed 001's ring queue, on both -----------------------------------------------------
+
+
+def numbers(ring: Recorder, most: int) -> list[int]:
+    return [number for number, _ in taken(ring, most)]
+
+
+def conns(ring: Recorder, most: int) -> list[int]:
+    return [values[2] for _, values in taken(ring, most)]
+
+
+def test_a_ring_of_three_drops_the_head_when_the_fourth_arrives(native):
+    ring = recorder(3, native)
+    assert [ring.record(closed(n)) for n in range(3)] == [1, 2, 3]
+    assert ring.record(closed(3)) == 3
+    assert (ring.dropped, ring.puts, len(ring)) == (1, 4, 3)
+    assert [(n, values[2]) for n, values in taken(ring, 10)] == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_size_one_keeps_only_the_newest(native):
+    ring = recorder(1, native)
+    for n in range(4):
+        ring.record(closed(n))
+    assert numbers(ring, 5) == [3]
+    assert (ring.dropped, ring.puts, len(ring)) == (3, 4, 0)
+
+
+def test_take_is_fifo_and_bounded_by_most(native):
+    ring = recorder(10, native)
+    for n in range(5):
+        ring.record(closed(n))
+    assert numbers(ring, 2) == [0, 1]
+    assert numbers(ring, 0) == []
+    assert numbers(ring, 10) == [2, 3, 4]
+    assert numbers(ring, 1) == []
+
+
+def test_shrink_while_full_deletes_nothing_and_reaches_the_new_size_as_it_drains(native):
+    ring = recorder(5, native)
+    for n in range(5):
+        ring.record(closed(n))
+    ring.resize(2)
+    assert (len(ring), ring.size) == (5, 2)
+    ring.record(closed(5))  # at or over size: the oldest goes first, the ring does not grow
+    assert (len(ring), ring.dropped) == (5, 1)
+    assert conns(ring, 2) == [1, 2]
+    ring.record(closed(6))
+    assert (len(ring), ring.dropped) == (3, 2)
+    assert conns(ring, 10) == [4, 5, 6]
+    for n in (7, 8, 9):
+        ring.record(closed(n))
+    assert conns(ring, 10) == [8, 9]
+
+
+def test_grow_takes_effect_at_once(native):
+    ring = recorder(2, native)
+    ring.record(closed(0))
+    ring.record(closed(1))
+    ring.resize(4)
+    ring.record(closed(2))
+    ring.record(closed(3))
+    assert ring.dropped == 0
+    assert conns(ring, 10) == [0, 1, 2, 3]
+
+
+def test_bad_sizes_are_refused(native):
+    with pytest.raises(ValueError, match="got 0"):
+        recorder(0, native)
+    ring = recorder(1, native)
+    with pytest.raises(ValueError, match="got -5"):
+        ring.resize(-5)
+    assert ring.size == 1
+
+
+def test_discard_removes_the_oldest(native):
+    ring = recorder(10, native)
+    for n in range(5):
+        ring.record(closed(n))
+    assert ring.discard(3) == 3
+    assert conns(ring, 10) == [3, 4]
+
+
+def test_concurrent_records_lose_nothing_but_the_counted_drops(native):
+    ring = recorder(1000, native)
+    got: list[tuple[int, EventValues]] = []
+
+    def record_many(base: int) -> None:
+        for n in range(base, base + 5_000):
+            ring.record(closed(n) if n % 2 else decision())
+
+    threads = [threading.Thread(target=record_many, args=(i * 100_000,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        got.extend(taken(ring, 500))
+    for thread in threads:
+        thread.join()
+    got.extend(taken(ring, 10_000))
+    seen = [number for number, _ in got]
+    assert seen == sorted(set(seen))
+    assert len(got) + ring.dropped == ring.puts == 15_000
+
+
+def test_the_native_ring_gives_a_burst_s_memory_back():
+    ring = recorder(200_000, native=True)
+    for n in range(100_000):
+        ring.record(closed(n))
+    assert ring._ring.held_bytes > 1024 * 1024  # type: ignore[attr-defined]
+    while ring.discard(10_000):
+        pass
+    assert ring._ring.held_bytes == 0  # type: ignore[attr-defined]
+
+
+# -- frames and decoding ------------------------------------------------------------------------
+
+
+def test_a_python_frame_that_marshal_cannot_write_is_counted():
+    ring = ValuesRecorder(10, {}, lambda: WHEN)
+    ring._ring.put((1, WHEN, 0, {1, object()}))  # a bug's value
+    with pytest.raises(FrameError, match="they cannot be sent"):
+        ring.take_frame(10)
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"", "format b''"),
+        (b"X123", "format b'X'"),
+        (b"N\x00\x01", "a native frame of 3 bytes"),
+        (b"M\x00", "marshal cannot read"),
+        (b"M" + __import__("marshal").dumps({"a": 1}), "a frame of dict"),
+    ],
+)
+def test_a_broken_frame_is_a_clear_error(payload, message):
+    with pytest.raises(ValueError, match=message):
+        decode_frame(payload)
+
+
+def _native_batch(events: Sequence[Decided | Closed]) -> NativeBatch:
+    ring = recorder(len(events) + 1, native=True)
+    for event in events:
+        ring.record(event)
+    frame, _ = ring.take_frame(len(events))
+    batch = decode_frame(frame[FRAME_HEAD.size :])
+    assert isinstance(batch, NativeBatch)
+    return batch
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda b: b[:-1], "length out of range"),
+        (lambda b: b + b"\x00", "cut short"),
+        (lambda b: b"\xff\xff\xff\x7f" + b[4:], "length out of range"),
+        (lambda b: b[:4] + b"\x09" + b[5:], "no such kind"),
+        (lambda b: b[:21] + b"\x07" + b[22:], "no such field tag"),
+        (lambda b: b[:21] + b"\x02" + b[22:], "a field of another type|runs past|fewer fields|more fields"),
+    ],
+)
+def test_broken_records_decode_to_a_clear_error(change, message):
+    batch = _native_batch([decision(), closed(1)])
+    broken = NativeBatch(batch.first, batch.count, change(batch.records))
+    with pytest.raises(ValueError, match=message):
+        events_of(broken)
+    with pytest.raises(ValueError, match=message):
+        columns([broken])
+
+
+def test_a_count_that_does_not_match_the_records_is_an_error():
+    batch = _native_batch([decision(), closed(1)])
+    with pytest.raises(ValueError, match="a frame of 2 event records says it has 3"):
+        events_of(NativeBatch(batch.first, 3, batch.records))
+
+
+@given(st.binary(max_size=300), st.integers(0, 5))
+def test_any_bytes_decode_to_events_or_a_value_error(data, count):
+    """Fuzz: the writer never crashes on what the pipe brings."""
+    for decode in (lambda b: events_of(b), lambda b: columns([b])):
+        with contextlib.suppress(ValueError):
+            decode(NativeBatch(0, count, data))
+
+
+@given(st.lists(_events(), min_size=1, max_size=4), st.integers(0, 10_000), st.integers(0, 255))
+def test_a_record_with_one_byte_changed_decodes_or_is_refused(events, where, byte):
+    batch = _native_batch(events)
+    records = bytearray(batch.records)
+    records[where % len(records)] = byte
+    for decode in (events_of, lambda b: columns([b])):
+        with contextlib.suppress(ValueError):
+            decode(NativeBatch(batch.first, batch.count, bytes(records)))
+
+
+def test_columns_are_the_values_in_arrow_s_layout():
+    events: list[Decided | Closed] = [
+        decision(),
+        closed(1),
+        decision(node_id=None, local=True, facts=None),
+        closed(2),
+    ]
+    batch = _native_batch(events)
+    decision_columns, close_columns = columns([batch, batch])
+    assert decision_columns is not None
+    assert close_columns is not None
+    rows, numbers, whens, conns_, fields = decision_columns
+    assert rows == 4  # two batches of two decisions
+    assert numbers == b"".join(n.to_bytes(8, "little") for n in (0, 2, 0, 2))
+    assert len(whens) == 32
+    assert conns_ == (7).to_bytes(8, "little") * 4
+    assert len(fields) == len(VALUE_NAMES[0]) == len(COLUMN_CODES[0])
+    validity, offsets, values = fields[VALUE_NAMES[0].index("node_id")]
+    assert validity == bytes([0b0101])  # null on the second and fourth rows
+    assert offsets == b"".join(n.to_bytes(4, "little") for n in (0, 5, 5, 10, 10))
+    assert values == b"node4node4"
+    validity, offsets, values = fields[VALUE_NAMES[0].index("local")]
+    assert (validity, offsets, values) == (None, None, bytes([0b1010]))
+
+
+def test_the_module_says_which_recorder_is_used():
+    assert event_recorder.make_recorder(1, {}, lambda: WHEN, native=False).name == "python"
+    assert encode_frame([(0, (1,))])[FRAME_HEAD.size : FRAME_HEAD.size + 1] == b"M"
