@@ -3,11 +3,12 @@ line), one frozen dataclass per kind, and the one field list the writer's Arrow 
 PySpark pipeline's schema come from.
 
 Pure: no I/O, no clock (the time is a field), no logging. The event log
-(`router/services/event_log.py`) takes a connection's event's values at once (`event_values`), and
-its writer process encodes them: as a JSON line (`values_line`: `json_line(record_of(event, ...))`
-without the record in between), or as columns (`router/services/event_parquet.py`, by
-`VALUE_NAMES`), out of the routing process. The pipeline (`pipeline/schema.py`) derives its Spark
-schema from `FIELDS`, so a field is declared once.
+(`router/services/event_log.py`) takes a connection's event's values at once: in C, by the program
+compiled here from the same table (`RECORDER_PROGRAMS`, `router/services/event_recorder.c`), or
+without the C extension by `event_values`; its writer process encodes them: as a JSON line
+(`values_line`: `json_line(record_of(event, ...))` without the record in between), or as columns
+(`router/services/event_parquet.py`, by `VALUE_NAMES`), out of the routing process. The pipeline
+(`pipeline/schema.py`) derives its Spark schema from `FIELDS`, so a field is declared once.
 
 Every record carries `kind`, `router_id`, `seq` and `ts`. (`router_id`, `seq`) identifies an event:
 `seq` is unique per router id across restarts (`Sequence`), so the same line shipped twice, or a

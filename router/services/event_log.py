@@ -62,10 +62,10 @@ __all__ = ["EventLog", "EventLogError", "default_router_id", "file_name_part"]
 log = logging.getLogger("router.eventlog")
 
 TAKE_BATCH: Final = 1024
-"""Events taken from the ring and sent at a time, at most (one `marshal` and one write)."""
+"""Events taken from the ring and sent at a time, at most (one frame, one write)."""
 SEND_BATCH: Final = 256
 """Events in the ring at which the reporting thread sends them itself (module docstring): a
-frame of about 20 kB, well within the pipe's buffer."""
+frame of about 33 kB (native records; 20 kB `marshal`-ed), well within the pipe's buffer."""
 SEND_INTERVAL_S: Final = 0.05
 """How often the sender thread sends what the reporting threads left in the ring (fewer than
 `SEND_BATCH` events): each wake-up takes the interpreter from routing and wakes the writer

@@ -880,63 +880,143 @@ done:
     return rows;
 }
 
-/* A growable byte buffer of one column. */
-typedef struct {
-    char *data;
-    Py_ssize_t size, capacity;
-} Bytes;
-
-static int grow(Bytes *b, Py_ssize_t need) {
-    if (b->size + need <= b->capacity)
-        return 0;
-    Py_ssize_t capacity = b->capacity ? b->capacity : 256;
-    while (capacity < b->size + need)
-        capacity *= 2;
-    char *data = PyMem_RawRealloc(b->data, capacity);
-    if (data == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->data = data;
-    b->capacity = capacity;
-    return 0;
-}
-
-static int append(Bytes *b, const void *p, Py_ssize_t n) {
-    if (grow(b, n) < 0)
-        return -1;
-    memcpy(b->data + b->size, p, n);
-    b->size += n;
-    return 0;
-}
-
-static int set_bit(Bytes *bits, Py_ssize_t index, int on) {
-    Py_ssize_t byte = index / 8;
-    if (byte >= bits->size) {
-        if (grow(bits, byte + 1 - bits->size) < 0)
-            return -1;
-        memset(bits->data + bits->size, 0, byte + 1 - bits->size);
-        bits->size = byte + 1;
-    }
-    if (on)
-        bits->data[byte] |= (char)(1 << (index % 8));
-    return 0;
-}
+/* Columns are decoded in two walks over the records: the first checks every record and counts
+ * the rows and string bytes of each column, the second writes the values into bytes objects of
+ * exactly that size (no buffer grows, nothing is copied again). */
 
 typedef struct {
-    Bytes validity, offsets, values;
+    PyObject *validity, *offsets, *values;
+    Py_ssize_t text;   /* string bytes: counted by the first walk, written so far by the second */
     Py_ssize_t nulls;
 } Column;
 
 typedef struct {
-    Py_ssize_t rows;
-    Bytes numbers, whens, conns;
+    Py_ssize_t rows, row;
+    PyObject *numbers, *whens, *conns;
     Column columns[MAX_FIELDS];
 } KindColumns;
 
-static void free_bytes(Bytes *b) { PyMem_RawFree(b->data); }
+static char *at(PyObject *bytes) { return PyBytes_AS_STRING(bytes); }
 
-static PyObject *bytes_of(Bytes *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", b->size); }
+static PyObject *zeroed(Py_ssize_t size) {
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, size);
+    if (bytes != NULL)
+        memset(PyBytes_AS_STRING(bytes), 0, size);
+    return bytes;
+}
+
+static void set_bit(PyObject *bits, Py_ssize_t index) { at(bits)[index / 8] |= (char)(1 << (index % 8)); }
+
+static int fill_field(Column *c, char code, Py_ssize_t row, int tag, const char *text, Py_ssize_t size) {
+    if (!tag_fits(tag, code) || (tag == TAG_STR && c->text + size > PyBytes_GET_SIZE(c->values))) {
+        PyErr_SetString(PyExc_ValueError, "event records changed while they were decoded");
+        return -1;
+    }
+    if (tag == TAG_NULL)
+        c->nulls++;
+    else
+        set_bit(c->validity, row);
+    if (code == 's') {
+        if (tag == TAG_STR) {
+            memcpy(at(c->values) + c->text, text, size);
+            c->text += size;
+        }
+        int32_t offset = (int32_t)c->text;
+        memcpy(at(c->offsets) + 4 * (row + 1), &offset, 4);
+    } else if (code == 'b') {
+        if (tag == TAG_TRUE)
+            set_bit(c->values, row);
+    } else if (tag == TAG_NULL)
+        memset(at(c->values) + 8 * row, 0, 8);
+    else
+        memcpy(at(c->values) + 8 * row, text, 8);
+    return 0;
+}
+
+/* One walk over every record of every frame: checking and counting (`fill` 0), or writing. */
+static int walk(PyObject *frames, int kinds, const char **codes, const Py_ssize_t *counts, KindColumns *all,
+                int fill) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(frames); i++) {
+        long long first;
+        Py_ssize_t count;
+        Py_buffer data;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(frames, i), "Lny*", &first, &count, &data))
+            return -1;
+        Reader r = {data.buf, data.len, 0, 0};
+        int failed = 0;
+        for (; r.pos < r.size && !failed; r.record++) {
+            Head head;
+            if (read_head(&r, kinds, &head) < 0) {
+                failed = 1;
+                break;
+            }
+            KindColumns *kc = &all[head.kind];
+            Py_ssize_t row = kc->row++;
+            if (fill && row >= kc->rows) {
+                PyErr_SetString(PyExc_ValueError, "event records changed while they were decoded");
+                failed = 1;
+                break;
+            }
+            if (fill) {
+                long long number = first + (long long)r.record;
+                memcpy(at(kc->numbers) + 8 * row, &number, 8);
+                memcpy(at(kc->whens) + 8 * row, &head.when, 8);
+                memcpy(at(kc->conns) + 8 * row, &head.conn, 8);
+            }
+            for (Py_ssize_t f = 0; f < counts[head.kind] && !failed; f++) {
+                int tag;
+                const char *text;
+                Py_ssize_t size;
+                Column *c = &kc->columns[f];
+                if (read_field(&r, head.end, &tag, &text, &size) < 0)
+                    failed = 1;
+                else if (fill)
+                    failed = fill_field(c, codes[head.kind][f], row, tag, text, size) < 0;
+                else if (!tag_fits(tag, codes[head.kind][f]))
+                    failed = broken(&r, "a field of another type") < 0;
+                else if ((c->text += size * (tag == TAG_STR)) > INT32_MAX) {
+                    PyErr_SetString(PyExc_ValueError, "more than 2 GB of strings in one column");
+                    failed = 1;
+                }
+            }
+            if (!failed && r.pos != head.end)
+                failed = broken(&r, "more fields than the kind has") < 0;
+        }
+        if (!failed && r.record != count) {
+            PyErr_Format(PyExc_ValueError, "a frame of %zd event records says it has %zd", r.record, count);
+            failed = 1;
+        }
+        PyBuffer_Release(&data);
+        if (failed)
+            return -1;
+    }
+    return 0;
+}
+
+/* The bytes objects of one kind's columns, sized by the first walk. */
+static int allocate(KindColumns *kc, const char *codes, Py_ssize_t n) {
+    Py_ssize_t rows = kc->rows, bits = (rows + 7) / 8;
+    if ((kc->numbers = PyBytes_FromStringAndSize(NULL, 8 * rows)) == NULL
+        || (kc->whens = PyBytes_FromStringAndSize(NULL, 8 * rows)) == NULL
+        || (kc->conns = PyBytes_FromStringAndSize(NULL, 8 * rows)) == NULL)
+        return -1;
+    for (Py_ssize_t f = 0; f < n; f++) {
+        Column *c = &kc->columns[f];
+        if ((c->validity = zeroed(bits)) == NULL)
+            return -1;
+        if (codes[f] == 's') {
+            c->values = PyBytes_FromStringAndSize(NULL, c->text);
+            c->offsets = zeroed(4 * (rows + 1)); /* offsets[0] = 0 */
+            if (c->offsets == NULL)
+                return -1;
+        } else
+            c->values = codes[f] == 'b' ? zeroed(bits) : PyBytes_FromStringAndSize(NULL, 8 * rows);
+        if (c->values == NULL)
+            return -1;
+        c->text = 0;
+    }
+    return 0;
+}
 
 static PyObject *kind_result(KindColumns *kc, const char *codes, Py_ssize_t n) {
     PyObject *fields = PyList_New(n);
@@ -944,46 +1024,15 @@ static PyObject *kind_result(KindColumns *kc, const char *codes, Py_ssize_t n) {
         return NULL;
     for (Py_ssize_t f = 0; f < n; f++) {
         Column *c = &kc->columns[f];
-        PyObject *validity = c->nulls ? bytes_of(&c->validity) : Py_NewRef(Py_None);
-        PyObject *offsets = codes[f] == 's' ? bytes_of(&c->offsets) : Py_NewRef(Py_None);
-        PyObject *values = bytes_of(&c->values);
-        PyObject *field = validity && offsets && values ? PyTuple_Pack(3, validity, offsets, values) : NULL;
-        Py_XDECREF(validity);
-        Py_XDECREF(offsets);
-        Py_XDECREF(values);
+        PyObject *field = PyTuple_Pack(3, c->nulls ? c->validity : Py_None, c->offsets ? c->offsets : Py_None,
+                                       c->values);
         if (field == NULL) {
             Py_DECREF(fields);
             return NULL;
         }
         PyList_SET_ITEM(fields, f, field);
     }
-    return Py_BuildValue("(nNNNN)", kc->rows, bytes_of(&kc->numbers), bytes_of(&kc->whens), bytes_of(&kc->conns),
-                         fields);
-}
-
-static int column_append(Column *c, char code, Py_ssize_t row, int tag, const char *text, Py_ssize_t size) {
-    if (set_bit(&c->validity, row, tag != TAG_NULL) < 0)
-        return -1;
-    c->nulls += tag == TAG_NULL;
-    if (code == 's') {
-        if (row == 0) {
-            int32_t zero = 0;
-            if (append(&c->offsets, &zero, 4) < 0)
-                return -1;
-        }
-        if (tag == TAG_STR && append(&c->values, text, size) < 0)
-            return -1;
-        if (c->values.size > INT32_MAX) {
-            PyErr_SetString(PyExc_ValueError, "more than 2 GB of strings in one column");
-            return -1;
-        }
-        int32_t offset = (int32_t)c->values.size;
-        return append(&c->offsets, &offset, 4);
-    }
-    if (code == 'b')
-        return set_bit(&c->values, row, tag == TAG_TRUE);
-    static const char zeros[8] = {0};
-    return append(&c->values, tag == TAG_NULL ? zeros : text, 8);
+    return Py_BuildValue("(nOOON)", kc->rows, kc->numbers, kc->whens, kc->conns, fields);
 }
 
 static PyObject *decode_columns(PyObject *module, PyObject *args) {
@@ -997,47 +1046,15 @@ static PyObject *decode_columns(PyObject *module, PyObject *args) {
     if (all == NULL)
         return PyErr_NoMemory();
     PyObject *result = NULL;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(frames); i++) {
-        long long first;
-        Py_ssize_t count;
-        Py_buffer data;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(frames, i), "Lny*", &first, &count, &data))
-            goto done;
-        Reader r = {data.buf, data.len, 0, 0};
-        int failed = 0;
-        for (; r.pos < r.size && !failed; r.record++) {
-            Head head;
-            if (read_head(&r, kinds, &head) < 0) {
-                failed = 1;
-                break;
-            }
-            KindColumns *kc = &all[head.kind];
-            long long number = first + (long long)r.record;
-            Py_ssize_t row = kc->rows;
-            failed = append(&kc->numbers, &number, 8) < 0 || append(&kc->whens, &head.when, 8) < 0
-                     || append(&kc->conns, &head.conn, 8) < 0;
-            for (Py_ssize_t f = 0; f < counts[head.kind] && !failed; f++) {
-                int tag;
-                const char *text;
-                Py_ssize_t size;
-                failed = read_field(&r, head.end, &tag, &text, &size) < 0
-                         || (!tag_fits(tag, codes[head.kind][f]) && broken(&r, "a field of another type") < 0)
-                         || column_append(&kc->columns[f], codes[head.kind][f], row, tag, text, size) < 0;
-            }
-            if (!failed && r.pos != head.end)
-                failed = broken(&r, "more fields than the kind has") < 0;
-            kc->rows++;
-        }
-        if (!failed && r.record != count) {
-            PyErr_Format(PyExc_ValueError, "a frame of %zd event records says it has %zd", r.record, count);
-            failed = 1;
-        }
-        PyBuffer_Release(&data);
-        if (failed)
+    if (walk(frames, kinds, codes, counts, all, 0) < 0)
+        goto done;
+    for (int k = 0; k < kinds; k++) {
+        all[k].rows = all[k].row;
+        all[k].row = 0;
+        if (all[k].rows && allocate(&all[k], codes[k], counts[k]) < 0)
             goto done;
     }
-    result = PyTuple_New(kinds);
-    if (result == NULL)
+    if (walk(frames, kinds, codes, counts, all, 1) < 0 || (result = PyTuple_New(kinds)) == NULL)
         goto done;
     for (int k = 0; k < kinds; k++) {
         PyObject *one = all[k].rows ? kind_result(&all[k], codes[k], counts[k]) : Py_NewRef(Py_None);
@@ -1049,13 +1066,13 @@ static PyObject *decode_columns(PyObject *module, PyObject *args) {
     }
 done:
     for (int k = 0; k < kinds; k++) {
-        free_bytes(&all[k].numbers);
-        free_bytes(&all[k].whens);
-        free_bytes(&all[k].conns);
+        Py_XDECREF(all[k].numbers);
+        Py_XDECREF(all[k].whens);
+        Py_XDECREF(all[k].conns);
         for (int f = 0; f < MAX_FIELDS; f++) {
-            free_bytes(&all[k].columns[f].validity);
-            free_bytes(&all[k].columns[f].offsets);
-            free_bytes(&all[k].columns[f].values);
+            Py_XDECREF(all[k].columns[f].validity);
+            Py_XDECREF(all[k].columns[f].offsets);
+            Py_XDECREF(all[k].columns[f].values);
         }
     }
     PyMem_RawFree(all);

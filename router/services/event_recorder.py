@@ -93,7 +93,8 @@ class NativeBatch:
 
     first: int
     count: int
-    records: bytes
+    records: bytes | memoryview
+    """The records (a slice of what the writer read)."""
 
     def __len__(self) -> int:
         return self.count
@@ -283,7 +284,7 @@ def encode_frame(batch: Sequence[tuple[int, EventValues]]) -> bytes:
     return FRAME_HEAD.pack(len(data)) + data
 
 
-def decode_frame(payload: bytes) -> Batch:
+def decode_frame(payload: bytes | memoryview) -> Batch:
     """The events of a frame's payload (what follows its length).
 
     Raises:
@@ -295,7 +296,7 @@ def decode_frame(payload: bytes) -> Batch:
         if len(body) < _NATIVE_HEAD.size:
             raise ValueError(f"a native frame of {len(payload)} bytes")
         first, count = _NATIVE_HEAD.unpack_from(body)
-        return NativeBatch(first, count, bytes(body[_NATIVE_HEAD.size :]))
+        return NativeBatch(first, count, body[_NATIVE_HEAD.size :])
     if form == _VALUES_FORMAT:
         try:
             batch = marshal.loads(body)

@@ -99,28 +99,29 @@ class _Writer:
 
     def __init__(self, files: EventFiles) -> None:
         self.files = files
-        self._buffer = bytearray()
+        self._rest = b""
+        """The start of a frame the last read cut."""
         self._reported_file: str | None = None
 
     def feed(self, chunk: bytes) -> None:
-        """Bytes from stdin: write every complete frame.
+        """Bytes from stdin: write every complete frame. The frames are slices of the read, not
+        copies (a native batch holds on to its read until it is encoded).
 
         Raises:
             ValueError: a frame longer than `FRAME_MAX`, or not a frame (the stream is broken).
         """
-        buffer = self._buffer
-        buffer += chunk
+        data = memoryview(self._rest + chunk if self._rest else chunk)
         start = 0
-        while len(buffer) - start >= FRAME_HEAD.size:
-            (size,) = FRAME_HEAD.unpack_from(buffer, start)
+        while len(data) - start >= FRAME_HEAD.size:
+            (size,) = FRAME_HEAD.unpack_from(data, start)
             if size > FRAME_MAX:
                 raise ValueError(f"a frame of {size} bytes (at most {FRAME_MAX})")
             end = start + FRAME_HEAD.size + size
-            if len(buffer) < end:
+            if len(data) < end:
                 break
-            self.files.add(decode_frame(bytes(buffer[start + FRAME_HEAD.size : end])))
+            self.files.add(decode_frame(data[start + FRAME_HEAD.size : end]))
             start = end
-        del buffer[:start]
+        self._rest = bytes(data[start:])
 
     def report(self) -> None:
         """Send what happened since the last report, if anything did."""
