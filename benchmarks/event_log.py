@@ -93,7 +93,7 @@ class EventLogCost:
     report_p50_us: float
     report_p99_us: float
     report_mean_us: float
-    """`EventLog.report`: the reporting thread's cost (values, clock read, ring put)."""
+    """`EventLog.report`: the reporting thread's cost (the recorder's record, clock read included)."""
     send_us: float
     """The reporting thread's `take_frame` per event, every `SEND_BATCH` events (routerd's
     interpreter)."""

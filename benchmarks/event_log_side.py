@@ -22,7 +22,8 @@ through one routerd's echo acceptor. Per run it reads the connection rate, the C
 connection of routerd's routing thread (the busiest one), of its other threads, and of its writer
 process (`/proc/PID/task/TID/schedstat`), and the routing thread's split between user space and the
 kernel (`/proc/PID/task/TID/stat`, in ticks of 10 ms): the log's cost is in user space. It prints
-each configuration's medians and its change against `off`, the goal's verdict (the event log
+each configuration's medians and its change against `off` (the rate's with a 95 % bootstrap
+interval of its median: a single run's median moves by a few points), the goal's verdict (the event log
 costs at most 5 % of the short-connection rate), and writes the runs as JSON. Every process is
 stopped by its PID.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -58,6 +60,8 @@ CONCURRENCY: Final = 50
 WARMUP_CONNECTIONS: Final = 3_000
 RUN_SECONDS: Final = 30.0
 """Upper bound of one run (it ends at `--connections` long before)."""
+BOOTSTRAP_RESAMPLES: Final = 2000
+"""Resamples of the rounds' changes for the interval of their median (`median_interval`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,15 +147,28 @@ def _start(
     return routerds, Loadgen(binaries["loadgen"], fleet)
 
 
-def _median_change(runs: list[Run], configuration: str, attribute: str, relative: bool) -> float:
-    """Median over rounds of (configuration's run - off's run), per instance and round."""
+def _changes(runs: list[Run], configuration: str, attribute: str, relative: bool) -> list[float]:
+    """(configuration's run - off's run), per instance and round."""
     off = [r for r in runs if r.configuration == "off"]
     mine = [r for r in runs if r.configuration == configuration]
     changes = []
     for base, run in zip(off, mine, strict=True):
         a, b = getattr(base, attribute), getattr(run, attribute)
         changes.append(b / a - 1 if relative else b - a)
-    return float(statistics.median(changes))
+    return changes
+
+
+def _median_change(runs: list[Run], configuration: str, attribute: str, relative: bool) -> float:
+    """Median over rounds of (configuration's run - off's run), per instance and round."""
+    return float(statistics.median(_changes(runs, configuration, attribute, relative)))
+
+
+def median_interval(values: list[float], *, resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float]:
+    """A 95 % bootstrap interval of the median of `values` (percentile method; the resampling
+    seeded, so the same runs give the same interval)."""
+    draw = random.Random(0)
+    medians = sorted(statistics.median(draw.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(resamples * 0.025)], medians[int(resamples * 0.975) - 1]
 
 
 def report(runs: list[Run]) -> str:
@@ -169,8 +186,10 @@ def report(runs: list[Run]) -> str:
             f"{statistics.median(r.writer_us for r in mine):4.1f} µs"
         )
         if name != "off":
+            low, high = median_interval(_changes(runs, name, "rate", True))
             line += (
-                f" | against off in the same round: rate {_median_change(runs, name, 'rate', True):+.1%}, "
+                f" | against off in the same round: rate {_median_change(runs, name, 'rate', True):+.1%} "
+                f"[95 %: {low:+.1%}, {high:+.1%}], "
                 f"routing thread {_median_change(runs, name, 'routing_us', False):+.1f} µs (user "
                 f"{_median_change(runs, name, 'routing_user_us', False):+.1f})"
             )

@@ -1011,9 +1011,9 @@ def format_event_log(cost: EventLogCost) -> str:
     return "\n".join(
         [
             f"event log, in process ({cost.events:,} events, half decisions, half closes):",
-            f"  report (reporting thread: values + clock + ring put)  p50 {cost.report_p50_us:.2f} µs, "
+            f"  report (reporting thread: the recorder's record)  p50 {cost.report_p50_us:.2f} µs, "
             f"p99 {cost.report_p99_us:.2f} µs, mean {cost.report_mean_us:.2f} µs per event",
-            f"  send (marshal of a batch)           {cost.send_us:.2f} µs per event",
+            f"  send (the frame of a batch)        {cost.send_us:.2f} µs per event",
             *(
                 f"  writer process, {w.format} (encode, write, finish, fsync)  {w.writer_us:.2f} µs "
                 f"per event (encoding alone {w.encode_us:.2f}); {w.file_bytes_per_event:.1f} B per event; "

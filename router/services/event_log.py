@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
 from router.services.event_files import directory_error
-from router.services.event_recorder import FrameError, make_recorder
+from router.services.event_recorder import NATIVE, FrameError, make_recorder
 from router.services.event_writer import settings_argument
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ class EventLog:
             self._ring.name,
             f" (finished {recovered} file(s) left in progress)" if recovered else "",
         )
-        if self._ring.name != "native":
+        if not NATIVE:
             log.warning(
                 "event log: the native recorder is not built (no C compiler at install?): the Python "
                 "recorder costs routing more per connection (docs/event-log.md)"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from benchmarks import event_log_side
-from benchmarks.event_log_side import Run, report
+from benchmarks.event_log_side import Run, median_interval, report
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,10 +34,21 @@ def test_each_run_is_set_against_the_run_without_the_log_of_its_round() -> None:
         *(_run("off", 800.0, 125.0), _run("on", 752.0, 130.0)),  # round 3: -6 %
     ]
     text = report(runs)
-    assert "rate -4.0%, routing thread +4.0 µs (user +1.0)" in text  # medians of the rounds' changes
+    # the medians of the rounds' changes
+    assert "rate -4.0% [95 %: -6.0%, -2.0%], routing thread +4.0 µs (user +1.0)" in text
     assert text.endswith("goal: the event log costs <= 5% of the short-connection rate: -4.0%, met")
     runs[1] = _run("on", 900.0, 110.0)  # round 1: -10 %
     assert report(runs).endswith("-6.0%, not met")
+
+
+def test_the_interval_of_a_median_holds_it_and_narrows_with_more_rounds() -> None:
+    few = [-0.10, -0.02, -0.05, 0.01, -0.04, -0.03]
+    low, high = median_interval(few)
+    assert low <= -0.035 <= high  # the median of the six
+    assert (low, high) == median_interval(few)  # seeded: the same runs, the same interval
+    many_low, many_high = median_interval(few * 8)
+    assert high - low > many_high - many_low
+    assert median_interval([0.5]) == (0.5, 0.5)
 
 
 @pytest.mark.parametrize(

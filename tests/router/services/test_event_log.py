@@ -4,6 +4,7 @@ test runs with each recorder (router/services/event_recorder.py), the native one
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from typing import TYPE_CHECKING
@@ -358,3 +359,19 @@ def test_the_writers_log_lines_are_routerds(tmp_path, caplog):
         f"event log: deleted events-{name}-4-000001.jsonl (3 bytes): finished files over max-size=1"
     )
     assert [p.name for p in finished(tmp_path)] == [f"events-{name}-5-000001.jsonl"]
+
+
+def test_without_the_native_recorder_the_python_one_logs_and_routerd_says_so(tmp_path, monkeypatch, caplog):
+    """An install without a C compiler: the same files, through the Python recorder, and a WARNING."""
+    caplog.set_level(logging.INFO, "router.eventlog")
+    monkeypatch.setattr(event_recorder, "NATIVE", False)
+    monkeypatch.setattr(event_log_module, "NATIVE", False)
+    config = EventLogConfig(directory=str(tmp_path))
+    event_log = EventLog(config, "edge-1", {"r1": KeyType.CLIENT_ID}, Metrics(), clock=lambda: NOW)
+    assert event_log.status()["recorder"] == "python"
+    event_log.start()
+    event_log.report(decided(1))
+    assert event_log.stop(5)
+    assert [r["key"] for r in all_records(tmp_path)] == ["dev-1"]
+    assert "recorder=python" in caplog.text
+    assert "the native recorder is not built" in caplog.text
