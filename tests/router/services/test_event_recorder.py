@@ -30,6 +30,7 @@ from router.services.event_recorder import (
     events_of,
     make_recorder,
 )
+from tests.router.core.test_event_records import CONN, decision
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from router.core.event_records import EventValues
 
 WHEN = 1795435200.25
-CONN = ConnectionRef(id=7, router="r", acceptor="mqtt", peer=Address("10.0.0.1", 4000))
 KEY_TYPES = {"r": KeyType.CLIENT_ID, "roles": KeyType.ROLE_NAME}
 
 
@@ -79,22 +79,6 @@ def closed(n: int) -> Closed:
         duration_s=n / 3,
         reason=CloseReason.CLOSED,
     )
-
-
-def decision(**changes: object) -> Decided:
-    values: dict[str, object] = {
-        "conn": CONN,
-        "key": "dev-1",
-        "status": RouteStatus.OK,
-        "reason": DecisionReason.CACHE,
-        "mode": Mode.PROXY,
-        "node_id": "node4",
-        "protocol": WireProtocol.MQTT,
-        "facts": ConnectionFacts(source_ip="10.0.0.9", client_id="dev-1-abc", roles=("a", "b")),
-        "source": Address("10.0.0.9", 5555),
-        "latency_s": 12.34e-6,
-    }
-    return Decided(**(values | changes))  # type: ignore[arg-type]
 
 
 # -- the values: what `event_values` takes --------------------------------------------------------
