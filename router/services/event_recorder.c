@@ -569,20 +569,27 @@ static int setup_program(Recorder *self, Program *program, PyObject *spec) {
             PyErr_Format(PyExc_ValueError, "no recorder step %s", op);
             return -1;
         }
+        int slotless = step->op == OP_KEY_TYPE || step->op == OP_RAW_KEY_LENGTH;
+        if ((name == Py_None) != slotless || (name2 == Py_None) != (step->op != OP_ADDRESS_HOST)
+            || (step->op == OP_RAW_KEY && (step->on_ref || program->raw >= 0))) {
+            PyErr_Format(PyExc_ValueError, "recorder step %d (%s): a slot for every step but key_type and "
+                         "raw_key_length, a second for address_host, one raw_key of the event", i, op);
+            return -1;
+        }
         PyTypeObject *holder = step->on_ref ? self->ref_type : program->type;
-        if (name != Py_None && slot_offset(holder, name, &step->offset) < 0)
+        if (!slotless && slot_offset(holder, name, &step->offset) < 0)
             return -1;
         if (name2 != Py_None && slot_offset(self->ref_type, name2, &step->offset2) < 0)
             return -1;
         step->arg = Py_NewRef(arg);
-        if (step->op == OP_RAW_KEY) {
-            if (name == Py_None || step->on_ref) {
-                PyErr_SetString(PyExc_ValueError, "a raw key step names the event's facts slot");
-                return -1;
-            }
+        if (step->op == OP_RAW_KEY)
             program->raw = i;
-        }
     }
+    for (int i = 0; i < program->n; i++)
+        if (program->steps[i].op == OP_RAW_KEY_LENGTH && program->raw < 0) {
+            PyErr_SetString(PyExc_ValueError, "a raw_key_length step needs a raw_key step");
+            return -1;
+        }
     return 0;
 }
 
@@ -819,6 +826,15 @@ static int tag_fits(int tag, char code) {
     }
 }
 
+/* A frame's numbers: `count` events from `first`, all of them an int64 >= 0. */
+static int check_numbers(long long first, Py_ssize_t count) {
+    if (first < 0 || count < 0 || first > LLONG_MAX - count) {
+        PyErr_Format(PyExc_ValueError, "a frame of %zd events from number %lld", count, first);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *decode_rows(PyObject *module, PyObject *args) {
     long long first;
     Py_ssize_t count;
@@ -829,7 +845,7 @@ static PyObject *decode_rows(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Lny*O", &first, &count, &data, &types))
         return NULL;
     PyObject *rows = NULL;
-    if (parse_types(types, codes, counts) < 0 || count < 0 || (rows = PyList_New(0)) == NULL)
+    if (parse_types(types, codes, counts) < 0 || check_numbers(first, count) < 0 || (rows = PyList_New(0)) == NULL)
         goto done;
     Reader r = {data.buf, data.len, 0, 0};
     for (; r.pos < r.size; r.record++) {
@@ -840,9 +856,15 @@ static PyObject *decode_rows(PyObject *module, PyObject *args) {
         PyObject *values = PyTuple_New(3 + n);
         if (values == NULL)
             goto fail;
-        PyTuple_SET_ITEM(values, 0, PyLong_FromLong(head.kind));
-        PyTuple_SET_ITEM(values, 1, PyFloat_FromDouble(head.when));
-        PyTuple_SET_ITEM(values, 2, PyLong_FromLongLong(head.conn));
+        PyObject *kind = PyLong_FromLong(head.kind), *when = PyFloat_FromDouble(head.when),
+                 *conn = PyLong_FromLongLong(head.conn);
+        PyTuple_SET_ITEM(values, 0, kind);
+        PyTuple_SET_ITEM(values, 1, when);
+        PyTuple_SET_ITEM(values, 2, conn);
+        if (kind == NULL || when == NULL || conn == NULL) {
+            Py_DECREF(values);
+            goto fail;
+        }
         for (Py_ssize_t f = 0; f < n; f++) {
             int tag;
             const char *text;
@@ -934,15 +956,18 @@ static int fill_field(Column *c, char code, Py_ssize_t row, int tag, const char 
 }
 
 /* One walk over every record of every frame: checking and counting (`fill` 0), or writing. */
-static int walk(PyObject *frames, int kinds, const char **codes, const Py_ssize_t *counts, KindColumns *all,
-                int fill) {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(frames); i++) {
-        long long first;
-        Py_ssize_t count;
-        Py_buffer data;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(frames, i), "Lny*", &first, &count, &data))
-            return -1;
-        Reader r = {data.buf, data.len, 0, 0};
+typedef struct {
+    long long first;
+    Py_ssize_t count;
+    Py_buffer data;
+} Frame;
+
+static int walk(const Frame *frames, Py_ssize_t n, int kinds, const char **codes, const Py_ssize_t *counts,
+                KindColumns *all, int fill) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long first = frames[i].first;
+        Py_ssize_t count = frames[i].count;
+        Reader r = {frames[i].data.buf, frames[i].data.len, 0, 0};
         int failed = 0;
         for (; r.pos < r.size && !failed; r.record++) {
             Head head;
@@ -986,7 +1011,6 @@ static int walk(PyObject *frames, int kinds, const char **codes, const Py_ssize_
             PyErr_Format(PyExc_ValueError, "a frame of %zd event records says it has %zd", r.record, count);
             failed = 1;
         }
-        PyBuffer_Release(&data);
         if (failed)
             return -1;
     }
@@ -1041,12 +1065,30 @@ static PyObject *decode_columns(PyObject *module, PyObject *args) {
     Py_ssize_t counts[MAX_KINDS];
     if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &frames, &types) || parse_types(types, codes, counts) < 0)
         return NULL;
+    /* Every frame parsed once, from a tuple of them that holds each one, before anything is read:
+     * the walks run no Python code, so nothing can change what they read between them. */
+    PyObject *held = PySequence_Tuple(frames);
+    if (held == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(held), parsed = 0;
     int kinds = (int)PyTuple_GET_SIZE(types);
     KindColumns *all = PyMem_RawCalloc(kinds, sizeof(KindColumns));
-    if (all == NULL)
-        return PyErr_NoMemory();
+    Frame *parts = PyMem_RawCalloc(n ? n : 1, sizeof(Frame));
     PyObject *result = NULL;
-    if (walk(frames, kinds, codes, counts, all, 0) < 0)
+    if (all == NULL || parts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; parsed < n; parsed++) {
+        Frame *f = &parts[parsed];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(held, parsed), "Lny*", &f->first, &f->count, &f->data))
+            goto done;
+        if (check_numbers(f->first, f->count) < 0) {
+            parsed++; /* its buffer is held: released below */
+            goto done;
+        }
+    }
+    if (walk(parts, n, kinds, codes, counts, all, 0) < 0)
         goto done;
     for (int k = 0; k < kinds; k++) {
         all[k].rows = all[k].row;
@@ -1054,7 +1096,16 @@ static PyObject *decode_columns(PyObject *module, PyObject *args) {
         if (all[k].rows && allocate(&all[k], codes[k], counts[k]) < 0)
             goto done;
     }
-    if (walk(frames, kinds, codes, counts, all, 1) < 0 || (result = PyTuple_New(kinds)) == NULL)
+    if (walk(parts, n, kinds, codes, counts, all, 1) < 0)
+        goto done;
+    for (int k = 0; k < kinds; k++) /* the second walk wrote every row and byte the first counted */
+        for (Py_ssize_t f = 0; f < counts[k] && all[k].rows; f++)
+            if (all[k].row != all[k].rows
+                || (codes[k][f] == 's' && all[k].columns[f].text != PyBytes_GET_SIZE(all[k].columns[f].values))) {
+                PyErr_SetString(PyExc_ValueError, "event records changed while they were decoded");
+                goto done;
+            }
+    if ((result = PyTuple_New(kinds)) == NULL)
         goto done;
     for (int k = 0; k < kinds; k++) {
         PyObject *one = all[k].rows ? kind_result(&all[k], codes[k], counts[k]) : Py_NewRef(Py_None);
@@ -1065,7 +1116,11 @@ static PyObject *decode_columns(PyObject *module, PyObject *args) {
         PyTuple_SET_ITEM(result, k, one);
     }
 done:
-    for (int k = 0; k < kinds; k++) {
+    for (Py_ssize_t i = 0; i < parsed; i++)
+        PyBuffer_Release(&parts[i].data);
+    PyMem_RawFree(parts);
+    Py_DECREF(held);
+    for (int k = 0; all != NULL && k < kinds; k++) {
         Py_XDECREF(all[k].numbers);
         Py_XDECREF(all[k].whens);
         Py_XDECREF(all[k].conns);

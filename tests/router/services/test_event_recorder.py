@@ -438,3 +438,58 @@ def test_columns_are_the_values_in_arrow_s_layout():
 def test_the_module_says_which_recorder_is_used():
     assert event_recorder.make_recorder(1, {}, lambda: WHEN, native=False).name == "python"
     assert encode_frame([(0, (1,))])[FRAME_HEAD.size : FRAME_HEAD.size + 1] == b"M"
+
+
+# -- the C module's own arguments (found by a review with ASan and UBSan) ---------------------
+
+
+def test_numbers_out_of_range_are_refused():
+    batch = _native_batch([closed(1), closed(2)])
+    for first, count in ((2**63 - 1, 2), (-1, 2), (0, -1)):
+        with pytest.raises(ValueError, match="a frame of"):
+            events_of(NativeBatch(first, count, batch.records))
+        with pytest.raises(ValueError, match="a frame of"):
+            columns([NativeBatch(first, count, batch.records)])
+
+
+def test_frames_changed_by_python_code_while_parsed_are_read_safely():
+    """`columns` holds every frame, and reads each one's numbers once, before it reads records."""
+    from router.services import _event_recorder as native  # type: ignore[attr-defined]
+
+    good = _native_batch([closed(1)])
+    frames: list[tuple[object, int, bytes]] = []
+
+    class Shrinking:
+        def __index__(self) -> int:
+            frames.clear()  # drops the frame being parsed, and the one after it
+            return 0
+
+    frames += [(Shrinking(), 1, bytes(good.records)), (0, 1, bytes(good.records))]
+    close_columns = native.columns(frames, COLUMN_CODES)[1]
+    assert close_columns[0] == 2  # both frames, as they were when the call began
+
+
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        (("str", False, None, None, None), "a slot for every step"),
+        (("raw_key_length", False, None, None, None), "needs a raw_key step"),
+        (("address_host", False, "source", None, None), "a second for address_host"),
+        (("str", False, "no_such_slot", None, None), "is not a slot"),
+        (("no_such_step", False, "key", None, None), "no recorder step"),
+    ],
+)
+def test_a_program_the_c_code_cannot_run_is_refused_when_the_recorder_is_made(step, message):
+    from router.services import _event_recorder as native  # type: ignore[attr-defined]
+
+    with pytest.raises((ValueError, TypeError), match=message):
+        native.Recorder(
+            size=1,
+            programs=((Decided, 0, "conn", (step,)),),
+            ref_type=ConnectionRef,
+            key_types={},
+            default_key_type=KeyType.SOURCE_IP,
+            raw_of={},
+            clock=lambda: WHEN,
+            raw_cap=RAW_KEY_CAP,
+        )
