@@ -33,7 +33,7 @@ enum { TAG_NULL = 0, TAG_STR = 1, TAG_INT = 2, TAG_FLOAT = 3, TAG_FALSE = 4, TAG
 #define MAX_KINDS 8
 #define MAX_CACHED 64
 #define MIN_CAPACITY (64 * 1024)
-#define RECORD_MAX ((Py_ssize_t)1 << 30)
+#define RECORD_MAX ((Py_ssize_t)16 << 20) /* well within a frame (event_recorder.FRAME_MAX, 64 MiB) */
 
 /* -- the program ---------------------------------------------------------------------------- */
 
@@ -246,7 +246,10 @@ static int gather(Recorder *self, PyObject *event, Program *program, PyObject *r
                 return -1;
             key_type = self->default_key_type;
         }
-        if (key_type_of(self, key_type, &getter, &key_type_name) < 0)
+        Py_INCREF(key_type); /* the lookup runs Python code, and a reload may replace the dict's entry */
+        int failed = key_type_of(self, key_type, &getter, &key_type_name);
+        Py_DECREF(key_type);
+        if (failed < 0)
             return -1;
     }
     if (program->raw >= 0) {
@@ -508,15 +511,19 @@ static PyObject *Recorder_record(Recorder *self, PyObject *event) {
     return result;
 }
 
-static PyObject *Recorder_take(Recorder *self, PyObject *arg) {
-    Py_ssize_t most = PyLong_AsSsize_t(arg);
-    if (most == -1 && PyErr_Occurred())
+static PyObject *Recorder_take(Recorder *self, PyObject *args) {
+    Py_ssize_t most, max_bytes;
+    if (!PyArg_ParseTuple(args, "nn", &most, &max_bytes))
         return NULL;
-    Py_ssize_t n = most < self->count ? (most < 0 ? 0 : most) : self->count;
+    Py_ssize_t limit = most < self->count ? (most < 0 ? 0 : most) : self->count, n = 0;
     long long first = self->puts - self->count;
     Py_ssize_t span = 0;
-    for (Py_ssize_t i = 0; i < n; i++)
-        span += length_at(self->buf + self->start + span);
+    for (; n < limit; n++) { /* at least one record: none is longer than RECORD_MAX */
+        uint32_t length = length_at(self->buf + self->start + span);
+        if (n > 0 && span + length > max_bytes)
+            break;
+        span += length;
+    }
     PyObject *data = PyBytes_FromStringAndSize(n ? self->buf + self->start : "", span);
     if (data == NULL)
         return NULL;
@@ -672,8 +679,9 @@ static PyMethodDef Recorder_methods[] = {
      "record(event) -> int: put a logged event's record into the ring (the oldest goes when full): how many the "
      "ring holds; -1 for an event that is not logged. Raises TypeError/ValueError for a value of the wrong type "
      "(nothing is put)."},
-    {"take", (PyCFunction)Recorder_take, METH_O,
-     "take(most) -> (first number, count, records): up to `most` of the oldest records, removed."},
+    {"take", (PyCFunction)Recorder_take, METH_VARARGS,
+     "take(most, max_bytes) -> (first number, count, records): up to `most` of the oldest records, removed, "
+     "in at most `max_bytes` (at least one record)."},
     {"resize", (PyCFunction)Recorder_resize, METH_O, "resize(size): the ring size (>= 1), as Ring.resize."},
     {NULL, NULL, 0, NULL},
 };

@@ -76,6 +76,8 @@ stream and ends the writer."""
 _VALUES_FORMAT: Final = b"M"
 _NATIVE_FORMAT: Final = b"N"
 _NATIVE_HEAD: Final = struct.Struct("<qI")
+_NATIVE_RECORDS_MAX: Final = FRAME_MAX - 1 - _NATIVE_HEAD.size
+"""The records of one native frame, in bytes at most (a record is at most 16 MiB, event_recorder.c)."""
 
 
 class FrameError(Exception):
@@ -198,14 +200,14 @@ class NativeRecorder:
         self._ring.resize(size)
 
     def take_frame(self, most: int) -> tuple[bytes, int]:
-        first, count, records = self._ring.take(most)
+        first, count, records = self._ring.take(most, _NATIVE_RECORDS_MAX)
         if not count:
             return b"", 0
         head = FRAME_HEAD.pack(1 + _NATIVE_HEAD.size + len(records)) + _NATIVE_FORMAT
         return b"".join((head, _NATIVE_HEAD.pack(first, count), records)), count
 
     def discard(self, most: int) -> int:
-        return int(self._ring.take(most)[1])
+        return int(self._ring.take(most, _NATIVE_RECORDS_MAX)[1])
 
 
 class ValuesRecorder:

@@ -493,3 +493,19 @@ def test_a_program_the_c_code_cannot_run_is_refused_when_the_recorder_is_made(st
             clock=lambda: WHEN,
             raw_cap=RAW_KEY_CAP,
         )
+
+
+def test_a_frame_holds_at_least_one_record_and_stays_under_its_byte_bound():
+    ring = recorder(10, native=True)
+    for n in range(3):
+        ring.record(closed(n))
+    assert ring._ring.take(10, 1)[1] == 1  # type: ignore[attr-defined]  # one record, over the bound
+    first, count, _ = ring._ring.take(10, 10**6)  # type: ignore[attr-defined]
+    assert (first, count) == (1, 2)
+
+
+def test_an_event_too_big_for_a_frame_is_refused():
+    ring = recorder(10, native=True)
+    with pytest.raises(ValueError, match=r"an event of \d+ bytes"):
+        ring.record(decision(key="k" * (17 << 20)))
+    assert len(ring) == 0
