@@ -32,7 +32,7 @@ from keys import KeyType
 from keys.resolve import RAW_VALUE_OF
 from router.core.address import Address
 from router.core.engine import DecisionReason
-from router.core.events import Closed, ConnectionRef, Decided
+from router.core.events import Closed, Decided
 from router.core.records import quick_init
 
 if TYPE_CHECKING:
@@ -242,17 +242,19 @@ def raw_key(key_type: KeyType, decided: Decided) -> str | None:
     """The value a decision's key came from, before filter and transform (ROLE_NAME: the roles,
     comma-separated)."""
     facts = decided.facts
-    return None if facts is None else _RAW_KEY_OF[key_type](facts)
+    return None if facts is None else RAW_KEY_OF[key_type](facts)
 
 
 def _roles(facts: ConnectionFacts) -> str | None:
     return ",".join(facts.roles) or None
 
 
-_RAW_KEY_OF: Final[dict[KeyType, Callable[[ConnectionFacts], str | None]]] = {
+RAW_KEY_OF: Final[dict[KeyType, Callable[[ConnectionFacts], str | None]]] = {
     key_type: _roles if key_type is KeyType.ROLE_NAME else value_of  # type: ignore[misc]  # one fact, a string
     for key_type, value_of in RAW_VALUE_OF.items()
 }
+"""Key type -> the raw key's getter (`ConnectionFacts` -> str | None): `raw_key`'s, and the native
+recorder's."""
 
 
 # -- where each field's value comes from, once per kind ----------------------------------------
@@ -268,9 +270,11 @@ _RAW_KEY_OF: Final[dict[KeyType, Callable[[ConnectionFacts], str | None]]] = {
 # A field in `_FINISHED` is taken as it is and made the record's value by the writer: rounding a
 # float to some digits costs a quarter of a microsecond, which the routing thread does not pay.
 
+_REF_SLOT: Final = "conn"
+"""The event's slot of its `ConnectionRef` (`ref`)."""
 _PRELUDE: Final[dict[str, str]] = {
-    "decision": "ref = e.conn\n    raw = raw_key(key_type, e)",
-    "close": "ref = e.conn",
+    "decision": f"ref = e.{_REF_SLOT}\n    raw = raw_key(key_type, e)",
+    "close": f"ref = e.{_REF_SLOT}",
 }
 _COMMON: Final[dict[str, str]] = {
     "router_id": "router_id",
@@ -531,8 +535,6 @@ RecorderStep: TypeAlias = tuple[str, bool, str | None, str | None, object]
 RecorderProgram: TypeAlias = tuple[type, int, str, tuple[RecorderStep, ...]]
 """(event type, kind index, the event's slot of its `ConnectionRef`, a step per `VALUE_NAMES`)."""
 
-_REF_SLOT: Final = "conn"
-"""`ref = e.conn` (`_PRELUDE`)."""
 _FACTS_SLOT: Final = "facts"
 """What `raw_key` reads the raw key from."""
 _BY_ANNOTATION: Final = {
@@ -565,7 +567,6 @@ _FORMS: Final[tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], Record
     ),
 )
 assert Address._fields[0] == "host", "address_host reads the address tuple's first item"
-assert ConnectionRef.__slots__  # the recorder reads the reference's slots
 
 
 def _recorder_step(kind: type[EventRecord], name: str) -> RecorderStep:
@@ -583,9 +584,6 @@ RECORDER_PROGRAMS: Final[tuple[RecorderProgram, ...]] = tuple(
     for event, kind in _EVENT_KINDS.items()
 )
 """The native recorder's program, per logged event type."""
-
-RAW_KEY_OF: Final = _RAW_KEY_OF
-"""Key type -> the raw key's getter (`ConnectionFacts` -> str | None), as `raw_key` uses it."""
 
 _COLUMN_CODE: Final = {
     FieldType.STRING: "s",

@@ -59,6 +59,7 @@ typedef struct {
     int kind;
     Py_ssize_t conn;       /* the event's slot of its connection reference */
     int raw;               /* the slot of the facts the raw key comes from: index of a step, or -1 */
+    int needs_key_type;    /* a step takes the key type or the raw key (the router's key type) */
     int n;
     Step steps[MAX_FIELDS];
 } Program;
@@ -227,12 +228,7 @@ static const char *const OP_WHAT[OP_COUNT] = {
 
 static int gather(Recorder *self, PyObject *event, Program *program, PyObject *ref, Value *values) {
     PyObject *getter = NULL, *key_type_name = NULL, *raw = NULL;
-    int needs_key_type = 0;
-    for (int i = 0; i < program->n; i++) {
-        int op = program->steps[i].op;
-        needs_key_type |= op == OP_KEY_TYPE || op == OP_RAW_KEY || op == OP_RAW_KEY_LENGTH;
-    }
-    if (needs_key_type) {
+    if (program->needs_key_type) {
         PyObject *router = read_slot(ref, self->ref_router);
         if (router == NULL)
             return -1;
@@ -591,6 +587,7 @@ static int setup_program(Recorder *self, Program *program, PyObject *spec) {
         step->arg = Py_NewRef(arg);
         if (step->op == OP_RAW_KEY)
             program->raw = i;
+        program->needs_key_type |= slotless || step->op == OP_RAW_KEY;
     }
     for (int i = 0; i < program->n; i++)
         if (program->steps[i].op == OP_RAW_KEY_LENGTH && program->raw < 0) {

@@ -99,29 +99,44 @@ class _Writer:
 
     def __init__(self, files: EventFiles) -> None:
         self.files = files
-        self._rest = b""
-        """The start of a frame the last read cut."""
+        self._rest: list[bytes] = []
+        """The reads a frame spans, while it is not whole (its start, then what came after it)."""
+        self._rest_size = 0
+        self._rest_needed = 0
+        """Bytes the first frame in `_rest` needs (its head's, until the head is whole)."""
         self._reported_file: str | None = None
 
     def feed(self, chunk: bytes) -> None:
         """Bytes from stdin: write every complete frame. The frames are slices of the read, not
-        copies (a native batch holds on to its read until it is encoded).
+        copies (a native batch holds on to its read until it is encoded); a frame cut by reads is
+        joined once, when it is whole.
 
         Raises:
             ValueError: a frame longer than `FRAME_MAX`, or not a frame (the stream is broken).
         """
-        data = memoryview(self._rest + chunk if self._rest else chunk)
+        if self._rest:
+            self._rest.append(chunk)
+            self._rest_size += len(chunk)
+            if self._rest_size < self._rest_needed:
+                return
+            chunk = b"".join(self._rest)
+            self._rest = []
+        data = memoryview(chunk)
         start = 0
+        needed = FRAME_HEAD.size
         while len(data) - start >= FRAME_HEAD.size:
             (size,) = FRAME_HEAD.unpack_from(data, start)
             if size > FRAME_MAX:
                 raise ValueError(f"a frame of {size} bytes (at most {FRAME_MAX})")
             end = start + FRAME_HEAD.size + size
             if len(data) < end:
+                needed = FRAME_HEAD.size + size
                 break
             self.files.add(decode_frame(data[start + FRAME_HEAD.size : end]))
             start = end
-        self._rest = bytes(data[start:])
+        if start < len(data):
+            self._rest = [bytes(data[start:])]
+            self._rest_size, self._rest_needed = len(data) - start, needed
 
     def report(self) -> None:
         """Send what happened since the last report, if anything did."""
