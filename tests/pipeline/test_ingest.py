@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pipeline.generate import generate
@@ -60,3 +62,25 @@ def test_ingest_without_malformed_records_quarantines_without_reading(spark, tmp
     assert result.quarantine.count() == 0
     plan = result.quarantine._jdf.queryExecution().optimizedPlan().toString()
     assert "Relation" not in plan.replace("LocalRelation", ""), plan
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["in-place", "staged"])
+def test_ingest_finds_repeated_events_at_bucket_edges_and_far_apart(spark, tmp_path, staged):
+    """Scenario: sequence numbers at the edges of the first step's buckets (63, 64, -1, -64),
+    far apart (2^62), the same number under two router ids (two events, not a copy), and a
+    bucket holding 128, 129, 130 and 130 again (four rows, as many as 128-131 would be: only the
+    mask of the numbers seen tells). Exactly the copies go, whatever the bucket."""
+    copies = [63, 64, -1, -64, 1 << 62, 130]
+    once = [0, 62, 65, -2, -65, (1 << 62) + 1, 1 << 40, 128, 129]
+    rows = [
+        {"kind": "close", "router_id": "r1", "seq": seq, "ts": "2026-11-18T11:00:00Z", "conn": 1}
+        for seq in copies * 2 + once
+    ] + [{"kind": "close", "router_id": "r2", "seq": 63, "ts": "2026-11-18T11:00:00Z", "conn": 2}]
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "a.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    staging = str(tmp_path / "staging") if staged else None
+    result = ingest(spark, [str(tmp_path / "log")], staging=staging)
+    assert result.duplicates == len(copies)
+    assert result.malformed == 0
+    kept = sorted((r.router_id, r.seq) for r in result.events.select("router_id", "seq").collect())
+    assert kept == sorted([("r1", seq) for seq in copies + once] + [("r2", 63)])
