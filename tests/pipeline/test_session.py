@@ -5,7 +5,14 @@ import sys
 
 import pytest
 
-from pipeline.session import LOCAL_GC, SPLITS_PER_CORE, driver_memory, setting
+from pipeline.session import (
+    CODEGEN_CACHE,
+    CODEGEN_CACHE_ENTRIES,
+    LOCAL_GC,
+    SPLITS_PER_CORE,
+    driver_memory,
+    setting,
+)
 
 
 def test_session_runs_locally_on_loopback_without_ui(spark):
@@ -14,6 +21,13 @@ def test_session_runs_locally_on_loopback_without_ui(spark):
     assert spark.conf.get("spark.ui.enabled") == "false"
     assert spark.conf.get("spark.driver.memory") == driver_memory()  # this Python started the JVM
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_spark_keeps_the_generated_classes_of_a_whole_job(spark):
+    """A static setting: it holds only when given before the session starts, as `spark_session`
+    does."""
+    assert spark.conf.get(CODEGEN_CACHE) == str(CODEGEN_CACHE_ENTRIES)
+    assert CODEGEN_CACHE_ENTRIES > 100  # Spark's default, which one analyze outgrows
 
 
 def test_files_are_read_in_several_splits_per_core(spark):
