@@ -233,8 +233,8 @@ def flag(raw: DataFrame, columns: Sequence[str]) -> DataFrame:
     )
 
 
-_DUP_SEQ: Final = "_dup_seq"
-_DUP_ROUTER: Final = "_dup_router_id"
+_LOOKUP_KEY: Final = "_lookup_key"
+_LOOKUP_ROUTER: Final = "_lookup_router_id"
 _SEEN: Final = "_seen"
 
 
@@ -248,28 +248,15 @@ def _seen() -> Column:
     return F.expr(f"shiftleft(1L, cast(seq & {BUCKET_SIZE - 1} as int))")
 
 
-def _in_suspect(suspect: DataFrame, *, broadcast: bool) -> tuple[DataFrame, Column]:
-    """The suspect buckets named apart, and the condition that a row is in one of them (the
-    bucket, a long, is the join's key and the router id is compared where it matches, as in
-    `_copy`)."""
-    ids = suspect.select(F.col(BUCKET).alias(_DUP_SEQ), F.col("router_id").alias(_DUP_ROUTER))
-    same_router = F.coalesce(F.col("router_id") == F.col(_DUP_ROUTER), F.lit(False))
-    return (F.broadcast(ids) if broadcast else ids), (_bucket() == F.col(_DUP_SEQ)) & same_router
-
-
-def _copies(dup_keys: DataFrame, *, broadcast: bool) -> DataFrame:
-    """The repeated keys with the copy of each to keep, named apart for `_copy`."""
-    ids = dup_keys.select(F.col("seq").alias(_DUP_SEQ), F.col("router_id").alias(_DUP_ROUTER), KEEP)
-    return F.broadcast(ids) if broadcast else ids
-
-
-def _copy() -> Column:
-    """A row is a copy to drop: its key is repeated, and it is not the copy kept. The join's key is
-    `seq` alone, a long (a lookup without building a key row per event, ≈1 s less per scan of 10 M
-    events than (router_id, seq)); `coalesce` keeps the router id out of the join's key, so that it
-    is compared only when the `seq` matches."""
-    same_router = F.coalesce(F.col("router_id") == F.col(_DUP_ROUTER), F.lit(False))
-    return (F.col("seq") == F.col(_DUP_SEQ)) & same_router & (F.col(ROW) != F.col(KEEP))
+def _lookup(ids: DataFrame, key: str, row_key: Column, *, broadcast: bool) -> tuple[DataFrame, Column]:
+    """`ids` (router_id, `key`, and any other column) named apart, and the condition that a row
+    is one of them: the row's `row_key` is their `key`, a long, the join's key alone (a lookup
+    without building a key row per event, ≈1 s less per scan of 10 M events than with the router
+    id), and the router id is compared only where the key matches (`coalesce` keeps it out of the
+    join's key)."""
+    named = ids.withColumnsRenamed({key: _LOOKUP_KEY, "router_id": _LOOKUP_ROUTER})
+    same_router = F.coalesce(F.col("router_id") == F.col(_LOOKUP_ROUTER), F.lit(False))
+    return (F.broadcast(named) if broadcast else named), (row_key == F.col(_LOOKUP_KEY)) & same_router
 
 
 def ingest(
@@ -349,8 +336,11 @@ def ingest(
     valid = flagged.where(F.col(REASON).isNull()) if counted else flagged
     keys = extra = 0
     if suspect:
-        ids, inside = _in_suspect(
-            buckets.where(F.col(REASON).isNull()), broadcast=suspect <= BROADCAST_DUP_KEYS
+        ids, inside = _lookup(
+            buckets.where(F.col(REASON).isNull()).select("router_id", BUCKET),
+            BUCKET,
+            _bucket(),
+            broadcast=suspect <= BROADCAST_DUP_KEYS,
         )
         dup_keys = kept(
             valid.join(ids, inside, "left_semi")
@@ -367,7 +357,9 @@ def ingest(
     elif staging is None:
         events = valid.dropDuplicates(["router_id", "seq"])
     else:
-        events = valid.join(_copies(dup_keys, broadcast=keys <= BROADCAST_DUP_KEYS), _copy(), "left_anti")
+        repeated = dup_keys.select("router_id", "seq", KEEP)
+        ids, is_repeated = _lookup(repeated, "seq", F.col("seq"), broadcast=keys <= BROADCAST_DUP_KEYS)
+        events = valid.join(ids, is_repeated & (F.col(ROW) != F.col(KEEP)), "left_anti")  # a copy not kept
     return Ingested(
         events=events.select(*columns),
         quarantine=quarantine,
