@@ -411,6 +411,20 @@ class Metrics:
             "(connectionsAllowed) or source_limit (connectionsAllowedPerSource).",
             ("acceptor", "reason"),
         )
+        self.admin_auth_failures = Family(
+            MetricKind.COUNTER,
+            "router_admin_auth_failures_total",
+            "Admin API requests refused 401: no token, or a token that is none of --admin-tokens "
+            "(past a few from one address in a minute, that address's requests are slowed).",
+            (),
+        )
+        self.admin_connections_displaced = Family(
+            MetricKind.COUNTER,
+            "router_admin_connections_displaced_total",
+            "Admin API connections closed before their request was read, to make room for a new "
+            "connection (the admin API's connection limit, or its limit per address).",
+            (),
+        )
         self.connection_budget = Family(
             MetricKind.GAUGE,
             "router_client_connection_budget",

@@ -62,6 +62,7 @@ Endpoints (docs/admin-api.yaml describes each in OpenAPI 3.1; tests check this s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -74,7 +75,19 @@ import h11
 import trio
 
 from pools import AdminState
-from router.core.admin_access import READ_METHODS, AdminAccess, Refused
+from router.core.admin_access import (
+    ADMIN_MAX_CONNECTIONS,
+    HEAD_TIMEOUT_S,
+    MAX_REQUEST_BYTES,
+    OPEN_PATHS,
+    READ_METHODS,
+    REQUEST_TIMEOUT_S,
+    AdminAccess,
+    AdminConnections,
+    AuthFailures,
+    Refused,
+    check_content_length,
+)
 from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveKind, MoveOrder, MoveRequest
 from router.core.reload import ReloadError
 from router.datapath.net import open_listeners
@@ -99,18 +112,10 @@ __all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "ROUTES", "Lifecycle", 
 
 log = logging.getLogger("router.admin")
 
-MAX_REQUEST_BYTES: Final = 64 * 1024
-"""Largest request (head and body) the admin API reads; h11's own default cap for heads is 16 KiB."""
-ADMIN_MAX_CONNECTIONS: Final = 16
-"""Admin connections served at once; more are closed at once. Part of the descriptors the process
-keeps back from clients (`router.core.admission.DESCRIPTOR_RESERVE`), so the admin API still
-answers when client connections have used their whole budget."""
 CACHE_PAGE: Final = 100
 """Cache entries in a page when the request says no `limit`."""
 CACHE_PAGE_MAX: Final = 10_000
 """The largest `limit` of a cache page (a page is built and sent in the trio thread)."""
-REQUEST_TIMEOUT_S: Final = 10.0
-"""A client must send its whole request within this time."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -550,27 +555,42 @@ def _json(status: int, body: _JsonBody) -> _Response:
     return status, "application/json", json.dumps(body).encode() + b"\n"
 
 
-async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> tuple[h11.Request | None, bytes]:
-    """The request and its body; (None, b"") when the peer closed before sending one.
+async def _read_head(conn: h11.Connection, stream: trio.SocketStream) -> h11.Request | None:
+    """The request's head; None when the peer closed before sending one.
 
     Raises:
-        _HttpError: the body is over MAX_REQUEST_BYTES (413).
-        h11.RemoteProtocolError: not HTTP/1.1, or a head over h11's size cap.
+        h11.RemoteProtocolError: not HTTP/1.1, a bad header (a Content-Length that is not a
+            number), or a head over MAX_REQUEST_BYTES.
     """
-    request: h11.Request | None = None
-    body = bytearray()
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
             conn.receive_data(await stream.receive_some(16384))
         elif isinstance(event, h11.Request):
-            request = event
+            return event
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+
+
+async def _read_body(conn: h11.Connection, stream: trio.SocketStream) -> bytes:
+    """The body of the request whose head was read.
+
+    Raises:
+        _HttpError: the body is over MAX_REQUEST_BYTES (413; a chunked one, or one that is longer
+            than its Content-Length said).
+        h11.RemoteProtocolError: the peer closed in the middle of it.
+    """
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await stream.receive_some(16384))
         elif isinstance(event, h11.Data):
             body += event.data
             if len(body) > MAX_REQUEST_BYTES:
                 raise _HttpError(413, f"request body over {MAX_REQUEST_BYTES} bytes")
         elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-            return request, bytes(body)
+            return bytes(body)
 
 
 async def _respond(
@@ -583,17 +603,26 @@ async def _respond(
     await stream.send_all(conn.send(h11.EndOfMessage()))
 
 
-async def _serve_one(stream: trio.SocketStream, admin: AdminContext) -> None:
+class _Guard:
+    """The listener's share of rules 3 and 4 of router/core/admin_access.py: the open connections
+    (each with the cancel scope that closes it when a new one takes its place) and the wrong
+    tokens per address."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.connections = AdminConnections()
+        self.failures = AuthFailures()
+        self.metrics = metrics
+        self.scopes: dict[int, trio.CancelScope] = {}
+
+
+async def _serve_one(stream: trio.SocketStream, admin: AdminContext, guard: _Guard, conn_id: int) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+    peer = _peer(stream)
+    source = peer.rpartition(":")[0] or peer
     try:
         with trio.fail_after(REQUEST_TIMEOUT_S):
-            try:
-                request, body = await _read_request(conn, stream)
-            except _HttpError as exc:
-                if conn.their_state is h11.SEND_BODY or conn.our_state is h11.SEND_RESPONSE:
-                    status, ctype, payload = _json(exc.status, {"error": exc.message})
-                    await _respond(conn, stream, status, ctype, payload, head=False)
-                return
+            with trio.fail_after(HEAD_TIMEOUT_S):
+                request = await _read_head(conn, stream)
             if request is None:
                 return
             method = request.method.decode()
@@ -602,29 +631,68 @@ async def _serve_one(stream: trio.SocketStream, admin: AdminContext) -> None:
             headers = {name.decode().lower(): value.decode("latin-1") for name, value in request.headers}
             _, parts = _parts(target)
             path = "/" + "/".join(parts)
+            if admin.access.tokens and not (path in OPEN_PATHS and method in READ_METHODS):
+                # Rule 4: an address that sent wrong tokens waits before its token is checked (it
+                # holds no place meanwhile: the connection is still `waiting`).
+                await trio.sleep(guard.failures.delay_s(source, trio.current_time()))
             verdict = admin.access.check(method, path, headers.get("host"), headers.get("authorization"))
+            failures = 0
+            if isinstance(verdict, Refused) and verdict.status == 401:
+                failures = guard.failures.failed(source, trio.current_time())
+                guard.metrics.admin_auth_failures.inc(())
             try:
-                if isinstance(verdict, Refused):
+                if isinstance(verdict, Refused):  # answered at once: nothing more of it is read
                     raise _HttpError(verdict.status, verdict.message)
+                guard.connections.serving(conn_id)
+                too_long = check_content_length(
+                    value.decode("latin-1") for name, value in request.headers if name == b"content-length"
+                )
+                if too_long is not None:
+                    raise _HttpError(too_long.status, too_long.message)
+                body = await _read_body(conn, stream)
                 status, ctype, payload = await _route("GET" if head else method, target, body, admin)
             except _HttpError as exc:
                 status, ctype, payload = _json(exc.status, {"error": exc.message})
-            if isinstance(verdict, Refused):  # WARNING: rate-limited, whoever sends them
+            if failures:  # WARNING: rate-limited, whoever sends them
                 log.warning(
-                    "admin request refused from %s: %s %s -> %d", _peer(stream), method, shown(target), status
+                    "admin request without a valid token from %s: %s %s -> %d (%d from %s in %g s; its "
+                    "requests now wait %.2f s)",
+                    peer,
+                    method,
+                    shown(target),
+                    status,
+                    failures,
+                    source,
+                    guard.failures.window_s,
+                    guard.failures.delay_s(source, trio.current_time()),
                 )
+            elif isinstance(verdict, Refused):
+                log.warning("admin request refused from %s: %s %s -> %d", peer, method, shown(target), status)
             elif method not in READ_METHODS:
-                log.info(
-                    "admin %s from %s: %s %s -> %d", verdict.who, _peer(stream), method, shown(target), status
-                )
+                log.info("admin %s from %s: %s %s -> %d", verdict.who, peer, method, shown(target), status)
             await _respond(conn, stream, status, ctype, payload, head=head)
-    except (h11.ProtocolError, trio.TooSlowError, trio.BrokenResourceError) as exc:
-        log.info("admin request failed: %s", exc)
+    except h11.RemoteProtocolError as exc:
+        # A request h11 cannot read (a bad request line or header, a Content-Length that is not a
+        # number, a head over the cap): its status (400, 431) at once, if nothing was sent yet.
+        log.info("admin request from %s failed: %s", peer, exc)
+        if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            status, ctype, payload = _json(exc.error_status_hint, {"error": f"bad request: {exc}"})
+            response = (
+                f"HTTP/1.1 {status} {_REASONS.get(status, 'Bad Request')}\r\ncontent-type: {ctype}\r\n"
+                f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"
+            ).encode() + payload
+            with contextlib.suppress(trio.BrokenResourceError):
+                await stream.send_all(response)
+    except (h11.LocalProtocolError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+        log.info("admin request from %s failed: %s", peer, exc or "too slow")
     except Exception:
         # The admin API must never take the router (and its proxied connections) down with it.
         log.exception("admin request handler failed")
     finally:
         await stream.aclose()
+
+
+_REASONS: Final = {400: "Bad Request", 413: "Content Too Large", 431: "Request Header Fields Too Large"}
 
 
 async def serve_admin(
@@ -639,22 +707,36 @@ async def serve_admin(
     bound = (str(sockname[0]), int(sockname[1]))
     log.info("admin API listening on http://%s:%d", *bound)
     task_status.started(bound)
-
-    open_now = 0
+    guard = _Guard(admin.metrics)
 
     async def handler(stream: trio.SocketStream) -> None:
-        nonlocal open_now
-        if open_now >= ADMIN_MAX_CONNECTIONS:  # their descriptors come out of the process's reserve
+        peer = _peer(stream)
+        source = peer.rpartition(":")[0] or peer
+        admission = guard.connections.open(source)
+        if admission is None:  # their descriptors come out of the process's reserve
             log.warning(
-                "admin API: %d connections open already, the most it serves at once: closing a new one",
-                open_now,
+                "admin API: %d connections being served already, the most it holds at once (%d from "
+                "one address): closing a new one from %s",
+                len(guard.connections),
+                ADMIN_MAX_CONNECTIONS,
+                peer,
             )
             await stream.aclose()
             return
-        open_now += 1
-        try:
-            await _serve_one(stream, admin)
-        finally:
-            open_now -= 1
+        if admission.displaced is not None:
+            guard.scopes.pop(admission.displaced).cancel(reason="its place went to a new connection")
+            guard.metrics.admin_connections_displaced.inc(())
+            log.warning(
+                "admin API: a connection that sent no request yet was closed to make room for one from %s",
+                peer,
+            )
+        # Cancelled when a new connection takes its place; `_serve_one` closes it on the way out.
+        with trio.CancelScope() as scope:
+            guard.scopes[admission.conn] = scope
+            try:
+                await _serve_one(stream, admin, guard, admission.conn)
+            finally:
+                guard.connections.close(admission.conn)
+                guard.scopes.pop(admission.conn, None)
 
     await trio.serve_listeners(handler, listeners)
