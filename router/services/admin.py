@@ -67,6 +67,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import re
 import urllib.parse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias
@@ -555,21 +556,38 @@ def _json(status: int, body: _JsonBody) -> _Response:
     return status, "application/json", json.dumps(body).encode() + b"\n"
 
 
-async def _read_head(conn: h11.Connection, stream: trio.SocketStream) -> h11.Request | None:
-    """The request's head; None when the peer closed before sending one.
+async def _read_head(conn: h11.Connection, stream: trio.SocketStream, seen: bytearray) -> h11.Request | None:
+    """The request's head; None when the peer closed before sending one. What was received is
+    added to `seen` (at most MAX_REQUEST_BYTES and one read more: h11 stops at its cap).
 
     Raises:
         h11.RemoteProtocolError: not HTTP/1.1, a bad header (a Content-Length that is not a
-            number), or a head over MAX_REQUEST_BYTES.
+            number of at most 20 digits), or a head over MAX_REQUEST_BYTES.
     """
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            conn.receive_data(await stream.receive_some(16384))
+            data = await stream.receive_some(16384)
+            seen += data
+            conn.receive_data(data)
         elif isinstance(event, h11.Request):
             return event
         elif isinstance(event, h11.ConnectionClosed):
             return None
+
+
+_CONTENT_LENGTH: Final = re.compile(rb"^content-length[ \t]*:(.*?)\r?$", re.IGNORECASE | re.MULTILINE)
+
+
+def _bad_request(exc: h11.RemoteProtocolError, seen: bytes) -> tuple[int, str]:
+    """The status and error of a request h11 refused: a Content-Length h11 will not read (over its
+    20 digits) is still a 413 when it is a number (`check_content_length`)."""
+    head = seen.partition(b"\r\n\r\n")[0]
+    values = [m[1].decode("latin-1") for m in _CONTENT_LENGTH.finditer(head)]
+    refused = check_content_length(values)
+    if refused is not None:
+        return refused.status, refused.message
+    return exc.error_status_hint, f"bad request: {exc}"
 
 
 async def _read_body(conn: h11.Connection, stream: trio.SocketStream) -> bytes:
@@ -617,12 +635,13 @@ class _Guard:
 
 async def _serve_one(stream: trio.SocketStream, admin: AdminContext, guard: _Guard, conn_id: int) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+    seen = bytearray()
     peer = _peer(stream)
     source = peer.rpartition(":")[0] or peer
     try:
         with trio.fail_after(REQUEST_TIMEOUT_S):
             with trio.fail_after(HEAD_TIMEOUT_S):
-                request = await _read_head(conn, stream)
+                request = await _read_head(conn, stream, seen)
             if request is None:
                 return
             method = request.method.decode()
@@ -673,10 +692,11 @@ async def _serve_one(stream: trio.SocketStream, admin: AdminContext, guard: _Gua
             await _respond(conn, stream, status, ctype, payload, head=head)
     except h11.RemoteProtocolError as exc:
         # A request h11 cannot read (a bad request line or header, a Content-Length that is not a
-        # number, a head over the cap): its status (400, 431) at once, if nothing was sent yet.
+        # number, a head over the cap): its status (400, 413, 431) at once, if nothing was sent yet.
         log.info("admin request from %s failed: %s", peer, exc)
         if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-            status, ctype, payload = _json(exc.error_status_hint, {"error": f"bad request: {exc}"})
+            status, error = _bad_request(exc, bytes(seen))
+            status, ctype, payload = _json(status, {"error": error})
             response = (
                 f"HTTP/1.1 {status} {_REASONS.get(status, 'Bad Request')}\r\ncontent-type: {ctype}\r\n"
                 f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"
