@@ -405,9 +405,9 @@ class AuthFailures:
     def delay_s(self, source: str, now: float) -> float:
         """How long a request from `source` that needs a token waits before it is checked."""
         over = self.failures(source, now) - self.free
-        if over < 0:
+        if over <= 0:
             return 0.0
-        return min(self.max_delay_s, self.base_delay_s * 2.0 ** min(over, 64))
+        return min(self.max_delay_s, self.base_delay_s * 2.0 ** min(over - 1, 64))
 
     def failed(self, source: str, now: float) -> int:
         """Count a wrong token from `source` at `now`; the failures in its window, this one too."""

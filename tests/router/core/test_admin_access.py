@@ -1,15 +1,22 @@
-"""Tests for router/core/admin_access.py: the admin API's Host rule, tokens and levels."""
+"""Tests for router/core/admin_access.py: the admin API's Host rule, tokens and levels, its
+connection places, the wrong-token delays and the Content-Length rule."""
 
 from __future__ import annotations
 
 import pytest
 
 from router.core.admin_access import (
+    AUTH_MAX_DELAY_S,
+    MAX_REQUEST_BYTES,
     AdminAccess,
+    AdminConnections,
+    Admission,
     Allowed,
+    AuthFailures,
     Level,
     Refused,
     Token,
+    check_content_length,
     hosts_of,
     is_loopback,
     parse_tokens,
@@ -132,3 +139,102 @@ def test_tokens_and_levels(method, path, authorization, verdict):
 )
 def test_is_loopback(host, loopback):
     assert is_loopback(host) is loopback
+
+
+class TestAdminConnections:
+    def test_admin_connections_take_places_until_the_limit(self) -> None:
+        table = AdminConnections(max_connections=3, max_per_source=2)
+        assert table.open("a") == Admission(conn=0, displaced=None)
+        assert table.open("b") == Admission(conn=1, displaced=None)
+        assert len(table) == 2
+
+    def test_admin_connections_over_the_source_limit_displace_their_own_oldest_waiting(self) -> None:
+        table = AdminConnections(max_connections=8, max_per_source=2)
+        other = table.open("b")
+        assert other is not None
+        first, second = table.open("a"), table.open("a")
+        assert first is not None
+        assert second is not None
+        assert table.open("a") == Admission(conn=3, displaced=first.conn)  # never b's
+        table.serving(second.conn)
+        assert table.open("a") == Admission(conn=4, displaced=3)
+
+    def test_admin_connections_over_the_limit_displace_the_oldest_waiting_of_any_source(self) -> None:
+        table = AdminConnections(max_connections=2, max_per_source=2)
+        assert table.open("a") is not None
+        assert table.open("b") is not None
+        table.serving(0)
+        assert table.open("c") == Admission(conn=2, displaced=1)
+
+    def test_admin_connections_refuse_when_every_place_is_being_served(self) -> None:
+        table = AdminConnections(max_connections=2, max_per_source=1)
+        for source in ("a", "b"):
+            admitted = table.open(source)
+            assert admitted is not None
+            table.serving(admitted.conn)
+        assert table.open("c") is None
+        assert table.open("a") is None
+        table.waiting(0)  # waiting out a delay again: displaceable
+        assert table.open("a") == Admission(conn=2, displaced=0)
+        table.close(1)
+        table.close(99)  # unknown: ignored
+        assert table.open("c") == Admission(conn=3, displaced=None)
+
+    def test_admin_connections_reject_bad_limits(self) -> None:
+        with pytest.raises(ValueError, match="max_per_source <= max_connections"):
+            AdminConnections(max_connections=2, max_per_source=3)
+
+
+class TestAuthFailures:
+    def test_auth_failures_first_few_are_free_then_the_delay_doubles_up_to_the_cap(self) -> None:
+        failures = AuthFailures(window_s=60, free=2, base_delay_s=0.1, max_delay_s=0.5)
+        delays = []
+        for _ in range(7):
+            delays.append(failures.delay_s("a", 1.0))
+            failures.failed("a", 1.0)
+        assert delays == [0.0, 0.0, 0.0, 0.1, 0.2, 0.4, 0.5]
+        assert failures.delay_s("b", 1.0) == 0.0  # another source is not slowed
+
+    def test_auth_failures_window_ends(self) -> None:
+        failures = AuthFailures(window_s=60, free=0, base_delay_s=0.1, max_delay_s=1.0)
+        assert failures.failed("a", 0.0) == 1
+        assert failures.delay_s("a", 59.9) == 0.1
+        assert failures.delay_s("a", 60.0) == 0.0
+        assert failures.failed("a", 60.0) == 1
+
+    def test_auth_failures_table_is_bounded(self) -> None:
+        failures = AuthFailures(max_sources=3)
+        for i in range(10):
+            failures.failed(f"10.0.0.{i}", float(i))
+        assert len(failures) == 3
+        assert failures.failures("10.0.0.9", 9.0) == 1
+        assert failures.failures("10.0.0.0", 9.0) == 0
+
+    def test_auth_failures_delay_of_many_failures_stays_bounded(self) -> None:
+        failures = AuthFailures()
+        for _ in range(10_000):
+            failures.failed("a", 0.0)
+        assert failures.delay_s("a", 0.0) == AUTH_MAX_DELAY_S
+
+    def test_auth_failures_reject_bad_settings(self) -> None:
+        with pytest.raises(ValueError, match="base_delay_s <= max_delay_s"):
+            AuthFailures(base_delay_s=3.0, max_delay_s=1.0)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([], None),
+        (["0"], None),
+        ([str(MAX_REQUEST_BYTES)], None),
+        ([" 12 ", "12"], None),
+        ([str(MAX_REQUEST_BYTES + 1)], Refused(413, "request body over 65536 bytes (Content-Length 65537)")),
+        (["9" * 400], Refused(413, f"request body over 65536 bytes (Content-Length {'9' * 32})")),
+        (["1e20"], Refused(400, "Content-Length must be one decimal length, got '1e20'")),
+        (["-1"], Refused(400, "Content-Length must be one decimal length, got '-1'")),
+        (["١٢"], Refused(400, "Content-Length must be one decimal length, got '١٢'")),  # Arabic-Indic digits
+        (["1", "2"], Refused(400, "Content-Length must be one decimal length, got '1', '2'")),
+    ],
+)
+def test_check_content_length(values: list[str], expected: Refused | None) -> None:
+    assert check_content_length(values) == expected
