@@ -117,6 +117,16 @@ def test_kubernetes_probes_are_readyz_and_healthz_on_the_admin_port() -> None:
     assert CONTAINER["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
 
 
+def test_kubernetes_probes_outlast_what_the_health_checks_take_under_attack() -> None:
+    """Scenario (issue #30): the health endpoints answer within 1 s while other clients hold the
+    admin port (tests/router/test_routerd_admin_abuse.py); each probe's timeout leaves twice that,
+    and a failed liveness check needs several in a row, so an attack cannot get the pod restarted."""
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert CONTAINER[probe]["timeoutSeconds"] >= 2, probe
+        assert CONTAINER[probe].get("failureThreshold", 3) >= 2, probe
+    assert "httpHeaders" not in CONTAINER["livenessProbe"]["httpGet"]  # no token: none needed
+
+
 def test_kubernetes_shutdown_fits_in_the_termination_grace_period() -> None:
     """preStop evacuates (routerctl shutdown, at most --timeout s), then SIGTERM gives the rest
     --grace-period: both within terminationGracePeriodSeconds."""
