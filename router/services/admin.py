@@ -78,6 +78,7 @@ import trio
 from pools import AdminState
 from router.core.admin_access import (
     ADMIN_MAX_CONNECTIONS,
+    ADMIN_MAX_PER_SOURCE,
     HEAD_TIMEOUT_S,
     MAX_REQUEST_BYTES,
     OPEN_PATHS,
@@ -735,11 +736,12 @@ async def serve_admin(
         admission = guard.connections.open(source)
         if admission is None:  # their descriptors come out of the process's reserve
             log.warning(
-                "admin API: %d connections being served already, the most it holds at once (%d from "
-                "one address): closing a new one from %s",
+                "admin API: no place for a new connection from %s: %d being served (at most %d, %d from "
+                "one address)",
+                peer,
                 len(guard.connections),
                 ADMIN_MAX_CONNECTIONS,
-                peer,
+                ADMIN_MAX_PER_SOURCE,
             )
             await stream.aclose()
             return
