@@ -3,7 +3,11 @@
 A small HTTP/1.1 server on h11 (one request per connection, then close). It binds to loopback by
 default; who may call what (the Host rule, tokens and their levels) is router/core/admin_access.py,
 checked before any resource is touched, and every state-changing or refused request is logged
-with the caller.
+with the caller. So are its limits, which keep /healthz and /readyz answering whoever else calls:
+which connection a new one displaces (`AdminConnections`), how long an address that sent wrong
+tokens waits (`AuthFailures`), the head and request deadlines and the Content-Length rule; this
+module carries them out (one `_Guard` per listener) and reads nothing of a request's body before
+its access is checked.
 
 Endpoints (docs/admin-api.yaml describes each in OpenAPI 3.1; tests check this server against it):
   GET  /api/v1/status                         the process (pid, version, uptime, descriptors, client
