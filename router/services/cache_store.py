@@ -1,14 +1,19 @@
 """A persisted sticky cache's file (SPEC A5, `<persisted>true</persisted>`): SQLite, written off the
 data path.
 
-Why SQLite in WAL mode: it is in Python's standard library; a transaction is all or nothing, so a
-crash (`kill -9`, a panic) at any moment leaves the file as of its last commit, never half
-written; with `synchronous=NORMAL` a commit is a write to the WAL without an fsync, which is safe
-against a crash of the process (the data is in the operating system's cache) and, on a power
-loss, loses at most the last commits, never the file's consistency; readers (`routerctl route
---cache`) read while routerd writes. One table, keyed by the key (WITHOUT ROWID):
+Why SQLite with a rollback journal: it is in Python's standard library; a transaction is all or
+nothing, so a crash (`kill -9`, a panic) at any moment leaves the file as of its last commit, never
+half written (a journal left by a crash is rolled back at the next open); readers (`routerctl
+route --cache`) read between routerd's writes. One table, keyed by the key (WITHOUT ROWID):
 
     cache_entries(key TEXT PRIMARY KEY, node_id TEXT, last_access REAL, pinned_until REAL)
+
+Nothing of the file is mapped into memory (`mmap_size = 0`, and no WAL: WAL's `-shm` index is a
+shared memory map, and a page of a map whose file turns unwritable (`chattr +i`, a security
+agent) kills the process with SIGBUS at its next write, with no log line). With plain reads and
+writes every disk fault is an error SQLite returns: it is logged and counted, and routing goes on
+from memory. A file left in WAL mode by an older release is converted at open, with the WAL
+index in heap memory (`locking_mode = EXCLUSIVE` before the first read), never mapped.
 
 Times in the file are wall-clock seconds (Unix time), so an entry's expiry runs on while routerd is
 stopped; the cache itself keeps the trio clock's time, and `serve_cache_store` converts. A pin's
@@ -16,8 +21,10 @@ stopped; the cache itself keeps the trio clock's time, and `serve_cache_store` c
 
 Decisions never wait for the disk: the cache journals what changed (cache/cache.py) and
 `serve_cache_store` writes the journal every `WRITE_INTERVAL_S` in a worker thread. A `kill -9`
-loses at most the changes of the last interval. A write that fails (disk full) is logged and
-counted, and the next write is the whole cache, so nothing is lost that the cache still holds.
+loses at most the changes of the last interval. A write that fails (disk full, an I/O error, an
+unwritable file) is logged and counted, and the next write is the whole cache, so nothing is lost
+that the cache still holds. A write that hangs (a frozen filesystem) holds up nobody: the loop
+abandons it when cancelled, and the write at exit (`close_cache_store`) has a deadline.
 
 A routerd holds an `flock` on the file while it runs: a second one configured with the same file
 is refused at start, not left to interleave its entries with the first one's.
@@ -32,6 +39,7 @@ import logging
 import math
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -39,6 +47,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from cache.cache import NO_PIN
+from router.services.files import PROBE_TIMEOUT_S, takes_writes
 
 if TYPE_CHECKING:
     from cache.cache import Changes, Row
@@ -48,6 +57,7 @@ __all__ = [
     "WRITE_INTERVAL_S",
     "CacheStore",
     "CacheStoreError",
+    "close_cache_store",
     "serve_cache_store",
     "set_aside",
     "write_cache_changes",
@@ -61,6 +71,8 @@ APPLICATION_ID: Final = 0x43525443
 """SQLite's `application_id` of our files ("CRTC"): a file of anything else is not ours."""
 SCHEMA_VERSION: Final = 1
 """`user_version` of the layout above."""
+JOURNAL_MODE: Final = "DELETE"
+"""A rollback journal: no WAL, so no `-shm` shared memory map (see the module docstring)."""
 BUSY_TIMEOUT_MS: Final = 5000
 """How long a statement waits for a reader's or writer's lock before it fails."""
 
@@ -94,6 +106,8 @@ class CacheStore:
         self._db = connection
         self._lock = lock
         """The descriptor holding the `flock` (None: opened read-only)."""
+        self._busy = threading.Lock()
+        """Held by the thread in `write`: a write abandoned on a hung disk still holds it."""
 
     @classmethod
     def open(cls, path: str, *, read_only: bool = False) -> CacheStore:
@@ -121,9 +135,16 @@ class CacheStore:
             raise CacheStoreError(f"{where} cannot be opened: {_why(exc)}") from exc
         try:
             db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA mmap_size = 0")  # reads and writes only: see the module docstring
+            if not read_only:
+                # Before the first read: a file in WAL mode gets its WAL index in heap memory.
+                db.execute("PRAGMA locking_mode = EXCLUSIVE")
             _check(db, where, read_only=read_only)
             if not read_only:
-                db.execute("PRAGMA journal_mode = WAL")
+                mode = db.execute(f"PRAGMA journal_mode = {JOURNAL_MODE}").fetchone()[0]
+                if mode != JOURNAL_MODE.lower():
+                    raise sqlite3.OperationalError(f"journal_mode is {mode!r}, not {JOURNAL_MODE}")
+                db.execute("PRAGMA locking_mode = NORMAL")  # readers read between writes
                 db.execute("PRAGMA synchronous = NORMAL")
                 db.execute(_SCHEMA)
                 db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -186,6 +207,11 @@ class CacheStore:
                 node_id, access, until = row
                 upserts.append((key, node_id, access + offset, None if math.isnan(until) else until + offset))
         db = self._db
+        if not self._busy.acquire(blocking=False):
+            raise CacheStoreError(
+                f"persisted cache {self.path!r} cannot be written: a former write has not returned "
+                "(a hung or frozen filesystem?)"
+            )
         try:
             with db:
                 db.execute("BEGIN")
@@ -195,10 +221,12 @@ class CacheStore:
                 db.executemany(_UPSERT, upserts)
         except sqlite3.Error as exc:
             raise CacheStoreError(f"persisted cache {self.path!r} cannot be written: {_why(exc)}") from exc
+        finally:
+            self._busy.release()
         return len(upserts) + len(deletes)
 
     def close(self) -> None:
-        """Close the file (checkpointing the WAL into it) and release the lock."""
+        """Close the file and release the lock."""
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
         if self._lock is not None:
@@ -259,17 +287,49 @@ async def serve_cache_store(runtime: RouterRuntime, store: CacheStore) -> None:
 
 async def write_cache_changes(runtime: RouterRuntime, store: CacheStore) -> None:
     """Write what changed in the router's cache since the last write, in a worker thread; a failed
-    write is logged and counted, and the next one writes the whole cache."""
+    write is logged and counted, and the next one writes the whole cache. Cancelled, it abandons
+    the thread (a write hung on a frozen filesystem), and the next write is the whole cache."""
     now = trio.current_time()
     changes = runtime.take_cache_changes(now)
     if not changes.rows and not changes.full:
         return
     offset = time.time() - now
     try:
-        written = await trio.to_thread.run_sync(store.write, changes, offset)
+        written = await trio.to_thread.run_sync(store.write, changes, offset, abandon_on_cancel=True)
     except CacheStoreError as exc:
-        runtime.cache_store_failed()
-        runtime.metrics.cache_store_errors.inc((runtime.name,))
-        log.error("router=%s %s; the next write is the whole cache", runtime.name, exc)
+        _write_failed(runtime, f"{exc}; the next write is the whole cache")
         return
+    except trio.Cancelled:
+        runtime.cache_store_failed()  # the abandoned write may never land
+        raise
     runtime.metrics.cache_store_rows.inc((runtime.name,), written)
+
+
+async def close_cache_store(runtime: RouterRuntime, store: CacheStore, timeout_s: float) -> None:
+    """At exit (or when a reload removes the router): write the last changes and close the file,
+    within `timeout_s`. On a filesystem that does not take writes within `PROBE_TIMEOUT_S` (frozen)
+    the last changes are not written; a write or close that outlasts `timeout_s` is abandoned.
+    Either is an ERROR naming the file, and counted."""
+    with trio.move_on_after(timeout_s) as scope:
+        if await takes_writes(store.path):
+            await write_cache_changes(runtime, store)
+            await trio.to_thread.run_sync(store.close, abandon_on_cancel=True)
+            return
+        _write_failed(
+            runtime,
+            f"persisted cache {store.path!r}: its filesystem takes no writes within {PROBE_TIMEOUT_S:g} s "
+            "(frozen?): the changes since its last write are not written",
+        )
+        return
+    if scope.cancelled_caught:
+        _write_failed(
+            runtime,
+            f"persisted cache {store.path!r}: its last write did not end within {timeout_s:g} s (a hung "
+            "or frozen filesystem?): abandoned, the changes since its last write are not written",
+        )
+
+
+def _write_failed(runtime: RouterRuntime, message: str) -> None:
+    runtime.cache_store_failed()
+    runtime.metrics.cache_store_errors.inc((runtime.name,))
+    log.error("router=%s %s", runtime.name, message)
