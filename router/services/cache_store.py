@@ -268,10 +268,11 @@ def _why(exc: BaseException) -> str:
 
 
 def set_aside(path: str) -> str:
-    """Rename an unreadable cache file (and its WAL) out of the way; the new name."""
+    """Rename an unreadable cache file (and its journal, or an older release's WAL) out of the way;
+    the new name."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     aside = f"{path}.unreadable-{stamp}"
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-journal", "-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.replace(path + suffix, aside + suffix)
     return aside

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cache.cache import NO_PIN, Changes, Row
-from router.services.cache_store import CacheStore, CacheStoreError, set_aside
+from router.services.cache_store import APPLICATION_ID, CacheStore, CacheStoreError, set_aside
 
 
 def test_store_round_trips_entries_and_pins_in_wall_clock_time(tmp_path):
@@ -114,16 +114,65 @@ def test_a_damaged_file_is_found_at_open(tmp_path):
     assert info.value.damaged is True
 
 
-def test_set_aside_renames_the_file_and_its_wal(tmp_path):
+def test_set_aside_renames_the_file_its_journal_and_its_wal(tmp_path):
     path = tmp_path / "c.sqlite"
     path.write_bytes(b"x")
     (tmp_path / "c.sqlite-wal").write_bytes(b"y")
+    (tmp_path / "c.sqlite-journal").write_bytes(b"z")
     aside = set_aside(str(path))
     assert not path.exists()
     assert not (tmp_path / "c.sqlite-wal").exists()
+    assert not (tmp_path / "c.sqlite-journal").exists()
     assert Path(aside).read_bytes() == b"x"
     assert Path(aside + "-wal").read_bytes() == b"y"
+    assert Path(aside + "-journal").read_bytes() == b"z"
     assert aside.startswith(f"{path}.unreadable-")
+
+
+def test_store_maps_nothing_of_its_file(tmp_path):
+    """Scenario: a rollback journal, no WAL: no `-shm` memory map for a fault to turn into SIGBUS."""
+    path = tmp_path / "c.sqlite"
+    store = CacheStore.open(str(path))
+    store.write(Changes({"a": ("b1", 5.0, NO_PIN)}), 0.0)
+    try:
+        maps = Path("/proc/self/maps").read_text()
+        assert str(tmp_path) not in maps
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.sqlite"]
+        with sqlite3.connect(path) as db:
+            assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        assert [k for k, _ in CacheStore.open(str(path), read_only=True).load(6.0, 0)] == ["a"]
+    finally:
+        store.close()
+
+
+def test_store_converts_a_file_left_in_wal_mode_without_mapping_its_index(tmp_path):
+    """Scenario: an older release's file, with a WAL a `kill -9` left and no `-shm`: its entries are
+    read, and the file is in rollback-journal mode after."""
+    path = tmp_path / "c.sqlite"
+    older = sqlite3.connect(path, isolation_level=None)
+    older.execute("PRAGMA journal_mode = WAL")
+    older.execute("PRAGMA wal_autocheckpoint = 0")
+    store = CacheStore(str(path), older, None)
+    older.execute(
+        "CREATE TABLE cache_entries (key TEXT PRIMARY KEY, node_id TEXT NOT NULL, "
+        "last_access REAL NOT NULL, pinned_until REAL) WITHOUT ROWID"
+    )
+    older.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    older.execute("PRAGMA user_version = 1")
+    store.write(Changes({"a": ("b1", 5.0, NO_PIN)}), 0.0)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("c.sqlite", "c.sqlite-wal"):  # as a crash leaves them, the -shm aside
+        (copy / name).write_bytes((tmp_path / name).read_bytes())
+    older.close()
+    converted = CacheStore.open(str(copy / "c.sqlite"))
+    try:
+        assert str(copy) not in Path("/proc/self/maps").read_text()
+        assert not (copy / "c.sqlite-shm").exists()
+        assert [k for k, _ in converted.load(6.0, 0)] == ["a"]
+        assert sorted(p.name for p in copy.iterdir()) == ["c.sqlite"]
+    finally:
+        converted.close()
 
 
 def test_read_only_open_of_a_missing_file_is_an_error(tmp_path):
