@@ -538,7 +538,9 @@ def _load_cache_store(
     assert cache.file is not None, "the loader gives a persisted cache its file"
     store = _open_cache_store(config.name, cache.file, discard_unreadable)
     try:
-        return store, store.load(time.time(), cache.timeout_ms, offset)
+        rows = store.load(time.time(), cache.timeout_ms, offset)
+        store.start_writer()  # the writes go through a process of their own (cache_store.py)
+        return store, rows
     except CacheStoreError as exc:
         store.close()
         raise StartupError(f"router {config.name!r}: {exc}") from exc

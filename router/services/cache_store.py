@@ -23,8 +23,15 @@ Decisions never wait for the disk: the cache journals what changed (cache/cache.
 `serve_cache_store` writes the journal every `WRITE_INTERVAL_S` in a worker thread. A `kill -9`
 loses at most the changes of the last interval. A write that fails (disk full, an I/O error, an
 unwritable file) is logged and counted, and the next write is the whole cache, so nothing is lost
-that the cache still holds. A write that hangs (a frozen filesystem) holds up nobody: the loop
-abandons it when cancelled, and the write at exit (`close_cache_store`) has a deadline.
+that the cache still holds.
+
+routerd's writes go through a writer process of their own (`start_writer`; `main` below), one
+per persisted cache: a write that hangs on a frozen filesystem (`fsfreeze`, a snapshot tool)
+waits in the kernel where no signal reaches it, and a process ends only when all its threads
+have, so in routerd such a write would keep routerd (its sockets, its ports) alive until the
+filesystem thaws. The writer process may wait; routerd waits for it only up to a deadline
+(`close_cache_store`), and exits. The writer shares routerd's `flock`, ends when its input
+does (routerd exits, or is killed), and ignores SIGINT and SIGTERM.
 
 A routerd holds an `flock` on the file while it runs: a second one configured with the same file
 is refused at start, not left to interleave its entries with the first one's.
@@ -38,7 +45,11 @@ import fcntl
 import logging
 import math
 import os
+import pickle
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -47,9 +58,10 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from cache.cache import NO_PIN
-from router.services.files import PROBE_TIMEOUT_S, takes_writes
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from cache.cache import Changes, Row
     from router.runtime import RouterRuntime
 
@@ -73,8 +85,17 @@ SCHEMA_VERSION: Final = 1
 """`user_version` of the layout above."""
 JOURNAL_MODE: Final = "DELETE"
 """A rollback journal: no WAL, so no `-shm` shared memory map (see the module docstring)."""
+WRITER_CLOSE_S: Final = 5.0
+"""How long closing waits for the writer process to write its last changes and end."""
+_PACKAGE_ROOT: Final = str(Path(__file__).resolve().parents[2])
+"""Where the `router` package is, for the writer process's `python -m`."""
+_LEFT_WRITING: Final[list[subprocess.Popen[bytes]]] = []
+"""Writer processes closed (kept, so that nothing warns that one still runs on a hung disk)."""
 BUSY_TIMEOUT_MS: Final = 5000
 """How long a statement waits for a reader's or writer's lock before it fails."""
+
+_Upsert = tuple[str, str, float, float | None]
+"""An upsert's parameters: key, node id, last access, pinned until (wall-clock times)."""
 
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS cache_entries (key TEXT PRIMARY KEY, node_id TEXT NOT NULL, "
@@ -108,10 +129,18 @@ class CacheStore:
         """The descriptor holding the `flock` (None: opened read-only)."""
         self._busy = threading.Lock()
         """Held by the thread in `write`: a write abandoned on a hung disk still holds it."""
+        self._writer: subprocess.Popen[bytes] | None = None
+        """The writer process, once `start_writer` has handed it the writes."""
 
     @classmethod
-    def open(cls, path: str, *, read_only: bool = False) -> CacheStore:
+    def open(cls, path: str, *, read_only: bool = False, locked: int | None = None) -> CacheStore:
         """Open (or create, unless read-only) the file and check that it is ours and readable.
+
+        Args:
+            path: the file.
+            read_only: open it only to read (`routerctl route --cache`).
+            locked: a descriptor that holds the file's `flock` already (the writer process's,
+                inherited from routerd); None: take the lock.
 
         Raises:
             CacheStoreError: it cannot be opened, is not a cache file, is damaged, or another
@@ -127,7 +156,7 @@ class CacheStore:
                     f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, isolation_level=None
                 )
             else:
-                lock = _lock(path, where)
+                lock = _lock(path, where) if locked is None else locked
                 db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             if lock is not None:
@@ -206,27 +235,91 @@ class CacheStore:
             else:
                 node_id, access, until = row
                 upserts.append((key, node_id, access + offset, None if math.isnan(until) else until + offset))
-        db = self._db
         if not self._busy.acquire(blocking=False):
             raise CacheStoreError(
                 f"persisted cache {self.path!r} cannot be written: a former write has not returned "
                 "(a hung or frozen filesystem?)"
             )
         try:
+            if self._writer is not None:
+                return self._send(changes.full, deletes, upserts)
+            return self._apply(changes.full, deletes, upserts)
+        finally:
+            self._busy.release()
+
+    def _apply(self, full: bool, deletes: Sequence[tuple[str]], upserts: Sequence[_Upsert]) -> int:
+        db = self._db
+        try:
             with db:
                 db.execute("BEGIN")
-                if changes.full:
+                if full:
                     db.execute("DELETE FROM cache_entries")
                 db.executemany("DELETE FROM cache_entries WHERE key = ?", deletes)
                 db.executemany(_UPSERT, upserts)
         except sqlite3.Error as exc:
             raise CacheStoreError(f"persisted cache {self.path!r} cannot be written: {_why(exc)}") from exc
-        finally:
-            self._busy.release()
         return len(upserts) + len(deletes)
 
+    def start_writer(self) -> None:
+        """Hand the writes to a writer process of its own (see the module docstring); this
+        process's connection closes, its `flock` stays (the writer shares it).
+
+        Raises:
+            CacheStoreError: the writer cannot start, or cannot open the file.
+        """
+        assert self._lock is not None, "a read-only store writes nothing"
+        self._db.close()
+        python_path = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+        where = f"persisted cache {self.path!r}"
+        try:
+            writer = subprocess.Popen(
+                [sys.executable, "-m", "router.services.cache_store", self.path, str(self._lock)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                pass_fds=(self._lock,),
+                env={**os.environ, "PYTHONPATH": python_path},
+                start_new_session=True,  # a Ctrl-C reaches routerd, which ends the writer
+            )
+        except OSError as exc:
+            raise CacheStoreError(f"{where}: cannot start its writer process: {_why(exc)}") from exc
+        assert writer.stdout is not None
+        answer = writer.stdout.readline().decode(errors="replace").rstrip("\n")
+        if answer != "ready":
+            writer.kill()
+            writer.wait()
+            raise CacheStoreError(answer.removeprefix("E ") or f"{where}: its writer process did not start")
+        self._writer = writer
+
+    def _send(self, full: bool, deletes: Sequence[tuple[str]], upserts: Sequence[_Upsert]) -> int:
+        """One write through the writer process: the rows it changed."""
+        writer = self._writer
+        assert writer is not None
+        assert writer.stdin is not None
+        assert writer.stdout is not None
+        frame = pickle.dumps((full, deletes, upserts), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            writer.stdin.write(len(frame).to_bytes(4, "big") + frame)
+            writer.stdin.flush()
+            answer = writer.stdout.readline().decode(errors="replace").rstrip("\n")
+        except OSError as exc:
+            answer = f"E persisted cache {self.path!r} cannot be written: its writer process: {_why(exc)}"
+        if not answer:
+            answer = f"E persisted cache {self.path!r} cannot be written: its writer process has ended"
+        if answer.startswith("E "):
+            raise CacheStoreError(answer[2:])
+        return int(answer)
+
     def close(self) -> None:
-        """Close the file and release the lock."""
+        """Close the file and release the lock; a writer process gets `WRITER_CLOSE_S` to end (a
+        writer still waiting on a hung disk is left to finish, and holds the lock until then)."""
+        if self._writer is not None:
+            with contextlib.suppress(OSError):
+                if self._writer.stdin is not None:
+                    self._writer.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._writer.wait(WRITER_CLOSE_S)
+            _LEFT_WRITING.append(self._writer)
+            self._writer = None
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
         if self._lock is not None:
@@ -308,25 +401,16 @@ async def write_cache_changes(runtime: RouterRuntime, store: CacheStore) -> None
 
 async def close_cache_store(runtime: RouterRuntime, store: CacheStore, timeout_s: float) -> None:
     """At exit (or when a reload removes the router): write the last changes and close the file,
-    within `timeout_s`. On a filesystem that does not take writes within `PROBE_TIMEOUT_S` (frozen)
-    the last changes are not written; a write or close that outlasts `timeout_s` is abandoned.
-    Either is an ERROR naming the file, and counted."""
+    within `timeout_s`; beyond it (a hung or frozen filesystem) the writer process is left to
+    finish when the filesystem answers, with an ERROR naming the file, counted."""
     with trio.move_on_after(timeout_s) as scope:
-        if await takes_writes(store.path):
-            await write_cache_changes(runtime, store)
-            await trio.to_thread.run_sync(store.close, abandon_on_cancel=True)
-            return
-        _write_failed(
-            runtime,
-            f"persisted cache {store.path!r}: its filesystem takes no writes within {PROBE_TIMEOUT_S:g} s "
-            "(frozen?): the changes since its last write are not written",
-        )
-        return
+        await write_cache_changes(runtime, store)
+        await trio.to_thread.run_sync(store.close, abandon_on_cancel=True)
     if scope.cancelled_caught:
         _write_failed(
             runtime,
             f"persisted cache {store.path!r}: its last write did not end within {timeout_s:g} s (a hung "
-            "or frozen filesystem?): abandoned, the changes since its last write are not written",
+            "or frozen filesystem?): left to its writer process, which ends once the filesystem answers",
         )
 
 
@@ -334,3 +418,37 @@ def _write_failed(runtime: RouterRuntime, message: str) -> None:
     runtime.cache_store_failed()
     runtime.metrics.cache_store_errors.inc((runtime.name,))
     log.error("router=%s %s", runtime.name, message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The writer process (`python -m router.services.cache_store FILE LOCK_FD`): open the file
+    with routerd's lock, say `ready` (or `E reason`), then apply each write routerd sends (a
+    4-byte length, then the pickled rows) and answer the rows changed (or `E reason`), until its
+    input ends. SIGINT and SIGTERM are routerd's to act on: ignored here."""
+    path, lock = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    out = sys.stdout.buffer
+    try:
+        store = CacheStore.open(path, locked=int(lock))
+    except CacheStoreError as exc:
+        out.write(f"E {exc}\n".encode())
+        out.flush()
+        return 1
+    out.write(b"ready\n")
+    out.flush()
+    source = sys.stdin.buffer
+    while len(header := source.read(4)) == 4:
+        full, deletes, upserts = pickle.loads(source.read(int.from_bytes(header, "big")))  # routerd's
+        try:
+            answer = str(store._apply(full, deletes, upserts))
+        except CacheStoreError as exc:
+            answer = f"E {exc}"
+        out.write(f"{answer}\n".encode())
+        out.flush()
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

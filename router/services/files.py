@@ -1,5 +1,5 @@
-"""Whether a file's filesystem takes writes now: the probe routerd runs before a write that must
-not hang it (at exit, and before each write of the state file).
+"""Whether a file's filesystem takes writes now: the probe routerd runs before it writes the state
+file itself (the persisted cache and the event log have writer processes instead).
 
 Why a probe, and why in a child process: a thread that writes to a frozen filesystem (`fsfreeze`,
 a snapshot tool) waits in the kernel where no signal reaches it, and a process exits only when

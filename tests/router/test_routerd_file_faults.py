@@ -144,6 +144,15 @@ def _stored(cache_file: Path) -> set[str] | None:
         return None
 
 
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            children += [int(c) for c in (task / "children").read_text().split()]
+    return [pid, *(p for child in children for p in _process_tree(child))]
+
+
 def _metric(router: Routerd, name: str) -> float:
     match = re.search(rf'^{name}\{{router="rr"\}} (\S+)$', router.metrics(), re.MULTILINE)
     return 0.0 if match is None else float(match.group(1))
@@ -201,8 +210,9 @@ def test_routerd_survives_its_persisted_cache_files_turned_immutable(
             assert router.proc.poll() is None, f"routerd died: exit status {router.proc.returncode}"
         router.wait_for_log(r" ERROR router\.cache: router=rr persisted cache .* cannot be written: ")
         assert _metric(router, "router_cache_store_errors_total") >= 1
-        maps = Path(f"/proc/{router.proc.pid}/maps").read_text()
-        assert str(loop_fs.path) not in maps, "a file of the persisted cache is mapped into memory"
+        for pid in _process_tree(router.proc.pid):  # routerd and its cache's writer process
+            maps = Path(f"/proc/{pid}/maps").read_text()
+            assert str(loop_fs.path) not in maps, f"process {pid} maps a file of the persisted cache"
     assert eventually(lambda: _stored(cache_file) == {*before, *during})  # the next write: all
     assert router.stop() == 0
 
@@ -215,10 +225,11 @@ def test_routerd_exits_within_its_grace_period_on_a_frozen_filesystem(
     free_port: Callable[[], int],
 ) -> None:
     """Scenario: the filesystem of routerd's persisted cache, state file and event log is frozen
-    (`fsfreeze -f`), a target is drained, then SIGTERM. Before the fix the drain's state-file
-    write blocked the whole event loop, and the exit waited for the filesystem to thaw; now the
-    drain is in force at once (the PUT says it is not kept yet, the status too), and routerd
-    exits within the grace period and the files' bound, an ERROR naming each file it gave up."""
+    (`fsfreeze -f`), keys are routed (the cache's writes wait), a target is drained, then SIGTERM.
+    Before the fix the drain's state-file write blocked the whole event loop, and the exit waited
+    for the filesystem to thaw; now the drain is in force at once (the PUT says it is not kept
+    yet, the status too), and routerd exits within the grace period and the files' bound, an
+    ERROR naming each file it gave up (the cache's writer process finishes after the thaw)."""
     cache_file = loop_fs.path / "cache.sqlite"
     state_file = loop_fs.path / "state.json"
     events = loop_fs.path / "events"
@@ -235,6 +246,7 @@ def test_routerd_exits_within_its_grace_period_on_a_frozen_filesystem(
     assert eventually(lambda: _stored(cache_file) == set(keys))
     assert router.proc is not None
     with loop_fs.frozen():
+        _look_up(router, [f"frozen-{i}" for i in range(5)])  # routing goes on: writes wait
         started = time.monotonic()
         code, answer = _put_state(router, "b1", "drain")
         assert time.monotonic() - started < 8.0, "the PUT waited on the frozen filesystem"
@@ -261,7 +273,7 @@ def test_routerd_exits_within_its_grace_period_on_a_frozen_filesystem(
             pytest.fail(f"routerd did not exit within {bound:g} s of SIGTERM on a frozen filesystem")
         took = time.monotonic() - stopping
         assert status_code == 0
-        cache_line = f"ERROR router.cache: router=rr persisted cache {str(cache_file)!r}: its filesystem"
+        cache_line = f"ERROR router.cache: router=rr persisted cache {str(cache_file)!r}: its last write"
         router.wait_for_log(re.escape(cache_line), timeout=1, consume=False)
         state_line = f"ERROR router.server: state file {str(state_file)!r}: the administrative states in"
         router.wait_for_log(re.escape(state_line), timeout=1, consume=False)

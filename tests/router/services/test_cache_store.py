@@ -209,3 +209,39 @@ def test_kill_9_mid_writes_leaves_the_last_committed_write(tmp_path):
     store.close()
     assert len(rows) == 2000
     assert len({node for _, (node, _, _) in rows}) == 1  # one whole batch, never a mix
+
+
+def test_store_writes_through_its_writer_process_and_shares_its_lock(tmp_path):
+    """Scenario: routerd's store hands its writes to a writer process; a second opener is refused
+    while the writer holds the lock; closing ends the writer, and the file holds the writes."""
+    path = str(tmp_path / "c.sqlite")
+    store = CacheStore.open(path)
+    store.start_writer()
+    try:
+        assert store.write(Changes({"a": ("b1", 5.0, NO_PIN), "b": ("b2", 5.0, NO_PIN)}), 0.0) == 2
+        assert store.write(Changes({"a": None}), 0.0) == 1
+        with pytest.raises(CacheStoreError, match="in use by another routerd"):
+            CacheStore.open(path)
+        reader = CacheStore.open(path, read_only=True)
+        assert [k for k, _ in reader.load(6.0, 0)] == ["b"]
+        reader.close()
+    finally:
+        store.close()
+    reopened = CacheStore.open(path)
+    assert [k for k, _ in reopened.load(6.0, 0)] == ["b"]
+    reopened.close()
+
+
+def test_store_write_fails_with_a_clear_error_when_its_writer_process_is_gone(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    store = CacheStore.open(path)
+    store.start_writer()
+    try:
+        writer = store._writer
+        assert writer is not None
+        writer.kill()
+        writer.wait()
+        with pytest.raises(CacheStoreError, match=r"cannot be written: its writer process"):
+            store.write(Changes({"a": ("b1", 5.0, NO_PIN)}), 0.0)
+    finally:
+        store.close()
