@@ -318,6 +318,9 @@ class CacheStore:
                     self._writer.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._writer.wait(WRITER_CLOSE_S)
+            if self._writer.stdout is not None:
+                self._writer.stdout.close()  # a writer left on a hung disk: its answer is not read
+            _LEFT_WRITING[:] = [w for w in _LEFT_WRITING if w.poll() is None]
             _LEFT_WRITING.append(self._writer)
             self._writer = None
         with contextlib.suppress(sqlite3.Error):

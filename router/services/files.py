@@ -21,9 +21,10 @@ PROBE_TIMEOUT_S: Final = 1.0
 """How long the probe may take: a write of one file's time stamps takes microseconds unless the
 filesystem is frozen (on a local disk; a slow remote one may take longer, and counts as frozen)."""
 
-_LEFT_WAITING: Final[list[trio.Process]] = []
-"""Probes left waiting on a frozen filesystem (kept, so that nothing warns that they still run;
-each ends when its filesystem thaws)."""
+_LEFT_WAITING: Final[dict[str, trio.Process]] = {}
+"""Path -> its probe left waiting on a frozen filesystem (kept, so that nothing warns that it
+still runs; it ends when its filesystem thaws). One per path at most: while it waits, the
+filesystem is still frozen, and no other probe starts."""
 
 
 async def takes_writes(path: str) -> bool:
@@ -31,6 +32,11 @@ async def takes_writes(path: str) -> bool:
     time within `PROBE_TIMEOUT_S` (`touch -c -m` in a child process). A `touch` that fails (no such
     file, an immutable file) counts as taking writes: the real write then fails, and says why.
     """
+    waiting = _LEFT_WAITING.get(path)
+    if waiting is not None:
+        if waiting.poll() is None:
+            return False  # the last probe still waits: frozen still
+        del _LEFT_WAITING[path]
     process = await trio.lowlevel.open_process(
         ["touch", "-c", "-m", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -38,5 +44,5 @@ async def takes_writes(path: str) -> bool:
         await process.wait()
         return True
     process.kill()  # takes effect when the filesystem thaws; never waited for
-    _LEFT_WAITING.append(process)
+    _LEFT_WAITING[path] = process
     return False
