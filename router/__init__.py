@@ -63,9 +63,10 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 connections share), `reading`, `relay`, `net` and `tls`.
 7. `services/`  beside the data paths: health probes (`health`, `probes`), ZooKeeper discovery
                 (`discovery`), the admin API (`admin`), connection-TTL checks (`ttl_checks`), a
-                persisted cache's file (`cache_store`), the cache shared through ZooKeeper
-                (`shared_cache`), the state file of targets' administrative states
-                (`state_file`), the process's status document (`process`), the event log
+                persisted cache's file and its writer process (`cache_store`), the cache shared
+                through ZooKeeper (`shared_cache`), the state file of targets' administrative
+                states (`state_file`), whether a filesystem takes writes (`files`), the process's
+                status document (`process`), the event log
                 (`event_log`: ring and sender in routerd; `event_writer`, its writer process, with
                 `event_files`), paced moves of clients (`evacuation`). They may use the data
                 paths' I/O helpers (`net`, `reading`).

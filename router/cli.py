@@ -1150,6 +1150,15 @@ def _status_blocks(document: object) -> list[Renderable]:
     fields.add("uptime", _duration(_field(process, "uptime_s")))
     fields.add("descriptors", _of(_field(descriptors, "open"), _field(descriptors, "limit")))
     fields.add("client connections", _of(_field(clients, "open"), _field(clients, "budget")))
+    state_file = _field(document, "state_file")
+    if state_file is not None:
+        path, error = _field(state_file, "path"), _field(state_file, "error")
+        if _field(state_file, "persisted"):
+            fields.add("state file", f"{path} (drain/maint states kept)")
+        else:
+            why = "a write is under way" if error is None else f"{error}; retried"
+            lost = "a restart would lose drain/maint states"
+            fields.add("state file", f"{path}: NOT PERSISTED, {lost} ({why})")
     acceptors = Table(["acceptor", "router", "address", "mode", "path", "open", "pending", "limit"])
     for a in _items(document, "acceptors"):
         host = str(_field(a, "host"))

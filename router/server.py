@@ -67,9 +67,9 @@ from router.services.admin import AdminContext, Lifecycle, serve_admin
 from router.services.cache_store import (
     CacheStore,
     CacheStoreError,
+    close_cache_store,
     serve_cache_store,
     set_aside,
-    write_cache_changes,
 )
 from router.services.discovery import serve_discovery
 from router.services.evacuation import MoveConflict, Moves
@@ -77,7 +77,7 @@ from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
 from router.services.process import ProcessView, descriptors_open
 from router.services.shared_cache import SharedCache
-from router.services.state_file import StateFile, StateFileError
+from router.services.state_file import KeptStates, StateFile, StateFileError
 from router.services.ttl_checks import serve_connection_ttl_checks
 
 if TYPE_CHECKING:
@@ -103,10 +103,12 @@ _DISCOVERED_PROBES: Final = 16
 """Probes counted for a discovery pool, whose members are not known at start."""
 
 _FAST_PATH_JOIN_S: Final = 5.0
-EVENT_LOG_STOP_S: Final = 30.0
-"""At shutdown, how long the event log's writer may take to write what its ring holds and finish
-its file (a full ring of 65,536 events takes well under a second; compressing 64 MB, about one)."""
 """How long shutdown waits for the fast-path thread once told to close everything."""
+EXIT_FILES_S: Final = 5.0
+"""At exit, after the grace period, how long the files may take: the persisted caches' last writes
+and the event log's writer writing what its ring holds and finishing its file (a full ring of
+65,536 events takes well under a second; compressing 64 MB, about one); beyond it each is
+abandoned with an ERROR naming the file (a hung or frozen filesystem)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -413,7 +415,10 @@ async def serve_router(
     served = [
         _serve_acceptor(a, runtimes[a.router], ttl.ttl_ms(a), limits, admission) for a in config.acceptors
     ]
-    states = None if state_file is None else _restore_admin_states(StateFile(state_file), runtimes)
+    states = None
+    if state_file is not None:
+        kept = _restore_admin_states(StateFile(state_file), runtimes)
+        states = KeptStates(kept, lambda: {r.name: r.admin_states() for r in runtimes.values()})
     stores = _open_cache_stores(runtimes.values(), discard_unreadable_cache)
     try:
         event_log = _start_event_log(config, runtimes.values(), metrics)
@@ -434,15 +439,36 @@ async def serve_router(
         server = _Server(config, runtimes, metrics, admission, limits, event_log, stores, options)
         await server.serve(served, admin, grace_s, task_status)
     finally:
-        with trio.CancelScope(shield=True):  # the last decisions' changes reach the file
-            for runtime, store in stores:
-                await write_cache_changes(runtime, store)
-        _close_cache_stores(stores)
-        if event_log is not None:
-            with trio.CancelScope(shield=True):  # what the ring holds is written, the file finished
-                if not await trio.to_thread.run_sync(event_log.stop, EVENT_LOG_STOP_S):
-                    log.warning("event log: the writer did not finish within %g s", EVENT_LOG_STOP_S)
+        # Cleanup, shielded: the last decisions' changes reach the files, within EXIT_FILES_S.
+        with trio.CancelScope(shield=True):
+            await _close_files(stores, event_log, states)
     log.info("stopped")
+
+
+async def _close_files(
+    stores: Iterable[tuple[RouterRuntime, CacheStore]], event_log: EventLog | None, states: KeptStates | None
+) -> None:
+    """At exit: the persisted caches' last writes, the event log's rest and the state file's last
+    try, side by side, each within `EXIT_FILES_S` (a hung or frozen filesystem holds up the exit
+    no longer: see router/services/files.py)."""
+    async with trio.open_nursery() as nursery:
+        if states is not None:
+            nursery.start_soon(states.close, EXIT_FILES_S)
+        for runtime, store in stores:
+            nursery.start_soon(close_cache_store, runtime, store, EXIT_FILES_S)
+        if event_log is not None:
+            nursery.start_soon(_stop_event_log, event_log)
+
+
+async def _stop_event_log(event_log: EventLog) -> None:
+    """What the ring holds is sent to the writer process, which finishes its file."""
+    if not await trio.to_thread.run_sync(event_log.stop, EXIT_FILES_S, abandon_on_cancel=True):
+        log.error(
+            "event log %s: the writer did not finish within %g s (a hung or frozen filesystem?): "
+            "events not yet written may be lost",
+            event_log.config.directory,
+            EXIT_FILES_S,
+        )
 
 
 def _restore_admin_states(states: StateFile, runtimes: Mapping[str, RouterRuntime]) -> StateFile:
@@ -512,7 +538,9 @@ def _load_cache_store(
     assert cache.file is not None, "the loader gives a persisted cache its file"
     store = _open_cache_store(config.name, cache.file, discard_unreadable)
     try:
-        return store, store.load(time.time(), cache.timeout_ms, offset)
+        rows = store.load(time.time(), cache.timeout_ms, offset)
+        store.start_writer()  # the writes go through a process of their own (cache_store.py)
+        return store, rows
     except CacheStoreError as exc:
         store.close()
         raise StartupError(f"router {config.name!r}: {exc}") from exc
@@ -783,6 +811,9 @@ class _Server:
             for runtime in self.runtimes.values():
                 await self._start_router_tasks(runtime)
             await services.start(self.moves.serve)
+            if self.options.states is not None:
+                await services.start(self.options.states.serve)
+                self.process.states = self.options.states
             admin_bound = None
             if admin is not None:
                 options = self.options
@@ -1059,8 +1090,7 @@ class _Server:
 async def _close_store(runtime: RouterRuntime, store: CacheStore) -> None:
     """A removed router's persisted cache: its last changes written, its file closed."""
     with trio.CancelScope(shield=True):  # cleanup: the last decisions' changes reach the file
-        await write_cache_changes(runtime, store)
-    store.close()
+        await close_cache_store(runtime, store, EXIT_FILES_S)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1070,7 +1100,7 @@ class _Options:
     shutdown: trio.Event
     load: Callable[[], Config]
     reloads: trio.MemoryReceiveChannel[None] | None
-    states: StateFile | None
+    states: KeptStates | None
     access: AdminAccess
     discard_unreadable_cache: bool
     round_robin_start: int | None

@@ -35,6 +35,7 @@ __all__ = [
     "ProcessStatus",
     "RouterStatus",
     "ServerStatus",
+    "StateFileStatus",
     "TargetHistory",
     "TargetStatus",
     "operational_state",
@@ -411,15 +412,37 @@ class ProcessStatus:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StateFileStatus:
+    """The state file (routerd's `--state-file`): whether the administrative states in force are
+    in it, so that they outlive a restart."""
+
+    path: str
+    persisted: bool
+    """Every drain/maint state in force is in the file; False while a change is not written yet (a
+    write is under way, or failed and is retried)."""
+    error: str | None
+    """Why the last write failed (None: it did not fail)."""
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "persisted": self.persisted, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServerStatus:
-    """The document of `GET /api/v1/status`: the process and its acceptors (the routers have a
-    resource of their own, `GET /api/v1/routers`)."""
+    """The document of `GET /api/v1/status`: the process, its acceptors and its state file (the
+    routers have a resource of their own, `GET /api/v1/routers`)."""
 
     process: ProcessStatus
     acceptors: tuple[AcceptorStatus, ...]
+    state_file: StateFileStatus | None = None
+    """None: routerd keeps administrative states in memory only."""
 
     def to_json(self) -> dict[str, object]:
-        return {"process": self.process.to_json(), "acceptors": [a.to_json() for a in self.acceptors]}
+        return {
+            "process": self.process.to_json(),
+            "acceptors": [a.to_json() for a in self.acceptors],
+            "state_file": None if self.state_file is None else self.state_file.to_json(),
+        }
 
 
 def _why_not_ready(

@@ -99,7 +99,6 @@ from router.core.reload import ReloadError
 from router.datapath.net import open_listeners
 from router.logs import shown
 from router.services.evacuation import MoveConflict
-from router.services.state_file import StateFileError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -112,7 +111,7 @@ if TYPE_CHECKING:
     from router.services.evacuation import Moves
     from router.services.event_log import EventLog
     from router.services.process import ProcessView
-    from router.services.state_file import StateFile
+    from router.services.state_file import KeptStates
 
 __all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "ROUTES", "Lifecycle", "serve_admin"]
 
@@ -122,6 +121,9 @@ CACHE_PAGE: Final = 100
 """Cache entries in a page when the request says no `limit`."""
 CACHE_PAGE_MAX: Final = 10_000
 """The largest `limit` of a cache page (a page is built and sent in the trio thread)."""
+STATE_WRITE_WAIT_S: Final = 3.0
+"""How long a PUT of an administrative state waits for the state file (a write takes a few ms;
+within `REQUEST_TIMEOUT_S`, and above the probe's 1 s of a frozen filesystem)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,7 +190,7 @@ class AdminContext:
     """The process's status (`GET /api/v1/status`)."""
     event_log: EventLog | None = None
     """None: the event log is off."""
-    states: StateFile | None = None
+    states: KeptStates | None = None
     """Where administrative states are kept; None: in memory only."""
 
 
@@ -344,8 +346,8 @@ _ROUTE_TABLE: Final[tuple[tuple[str, str, Callable[[_Call], _Response | Awaitabl
     ("GET", "/api/v1/routers/{name}", lambda call: _json(200, call.runtime.status().to_json())),
     ("GET", "/api/v1/routers/{name}/target", _lookup),
     ("PUT", "/api/v1/routers/{name}/filters", lambda call: _json(200, _set_filters(call.runtime, call.body))),
-    ("GET", "/api/v1/routers/{name}/targets/{node_id}", lambda call: _json(200, _target(call))),
-    ("PUT", "/api/v1/routers/{name}/targets/{node_id}", lambda call: _json(200, _target(call))),
+    ("GET", "/api/v1/routers/{name}/targets/{node_id}", lambda call: _target(call)),
+    ("PUT", "/api/v1/routers/{name}/targets/{node_id}", lambda call: _target(call)),
     ("GET", "/api/v1/routers/{name}/cache", _cache_resource),
     ("PUT", "/api/v1/routers/{name}/cache", _cache_resource),
     ("DELETE", "/api/v1/routers/{name}/cache", _cache_resource),
@@ -397,11 +399,13 @@ def _params(template: list[str], parts: list[str]) -> dict[str, str] | None:
     return params
 
 
-def _target(call: _Call) -> dict[str, object]:
+async def _target(call: _Call) -> _Response:
     """A target's status document (GET), after setting its administrative state (PUT
-    `{"admin_state": "ready" | "drain" | "maint"}`), kept in the state file."""
+    `{"admin_state": "ready" | "drain" | "maint"}`), kept in the state file: the answer waits up to
+    `STATE_WRITE_WAIT_S` for the file, and is a 500 when it is not written (the state is in force,
+    and the write is retried)."""
     runtime, node_id = call.runtime, call.params["node_id"]
-    runtimes, states = call.admin.runtimes, call.admin.states
+    states = call.admin.states
     if call.method == "PUT":
         document = _json_object(call.body)
         values = [s.value for s in AdminState]
@@ -415,19 +419,24 @@ def _target(call: _Call) -> dict[str, object]:
         except ValueError as exc:
             raise _HttpError(404, str(exc)) from None
         if changed and states is not None:
-            try:
-                states.save({r.name: r.admin_states() for r in runtimes.values()})
-            except StateFileError as exc:
+            error = await states.changed_and_written(STATE_WRITE_WAIT_S)
+            if error is not None:
                 log.error(
-                    "router=%s target=%s admin state %s is in force but not kept: %s",
+                    "router=%s target=%s admin state %s is in force but not kept yet: %s",
                     runtime.name,
                     shown(node_id),
                     state,
-                    exc,
+                    error,
                 )
                 raise _HttpError(
-                    500, f"admin state {state} is in force, but not kept across a restart: {exc}"
-                ) from None
+                    500,
+                    f"admin state {state} is in force, but not kept across a restart yet: {error}; "
+                    "routerd retries the write (routerctl status shows when it is kept)",
+                )
+    return _json(200, _target_document(runtime, node_id))
+
+
+def _target_document(runtime: RouterRuntime, node_id: str) -> dict[str, object]:
     status = runtime.status().pool
     for target in () if status is None else status.targets:
         if target.node_id == node_id:

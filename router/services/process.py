@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from router.core.admission import Admission
     from router.datapath.acceptor import ServedAcceptor
     from router.datapath.fast_path import FastPath
+    from router.services.state_file import KeptStates
 
 __all__ = ["DISTRIBUTION", "ProcessView", "descriptors_open", "package_version"]
 
@@ -70,6 +71,8 @@ class ProcessView:
         self._version = package_version()
         self._served: tuple[_Served, ...] = ()
         self._fast: FastPath | None = None
+        self.states: KeptStates | None = None
+        """The state file, whose status the document shows (None: no state file)."""
 
     def serving(
         self, acceptors: Iterable[tuple[ServedAcceptor, tuple[str, int], bool]], fast: FastPath | None
@@ -114,7 +117,8 @@ class ProcessView:
             client_budget=admission.budget,
             client_connections=admission.open,
         )
-        return ServerStatus(process=process, acceptors=acceptors)
+        states = None if self.states is None else self.states.status()
+        return ServerStatus(process=process, acceptors=acceptors, state_file=states)
 
 
 def _limit(value: int) -> int | None:

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from router.core.admission import descriptors_for
-from router.server import EVENT_LOG_STOP_S
+from router.server import EXIT_FILES_S
 from tests.conftest import eventually, free_port
 from tests.deploy.conftest import ROOT, SYSTEMD_UNIT, parse, systemd_command_lines, systemd_directives
 from tests.router.conftest import Mosquitto, Routerd, acceptors_xml, running, static_connectors
@@ -116,7 +116,7 @@ def test_systemd_unit_fits_routerd() -> None:
     assert Path("/bin/kill").exists()
     assert args.max_connections is not None
     assert int(directives["LimitNOFILE"][0]) >= descriptors_for(args.max_connections)
-    assert float(directives["TimeoutStopSec"][0]) > args.grace_period + EVENT_LOG_STOP_S
+    assert float(directives["TimeoutStopSec"][0]) > args.grace_period + EXIT_FILES_S
     (state_directory,) = directives["StateDirectory"]
     assert Path(args.state_file).parent == Path("/var/lib") / state_directory
     assert directives["WorkingDirectory"] == [f"%S/{state_directory}"]

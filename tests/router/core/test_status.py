@@ -15,6 +15,7 @@ from router.core.status import (
     OperationalState,
     ProcessStatus,
     ServerStatus,
+    StateFileStatus,
     TargetHistory,
     operational_state,
     rfc3339,
@@ -162,6 +163,28 @@ def test_server_status_document() -> None:
                 "connections_allowed_per_source": 2,
             }
         ],
+        "state_file": None,
+    }
+
+
+def test_server_status_document_says_whether_the_state_file_keeps_the_states() -> None:
+    """Scenario: a drain the state file does not hold yet shows as not persisted, with the reason."""
+    process = ProcessStatus(
+        pid=1,
+        version="1",
+        started_at=0.0,
+        uptime_s=0.0,
+        descriptor_limit=None,
+        descriptors_open=None,
+        client_budget=1,
+        client_connections=0,
+    )
+    kept = StateFileStatus(path="/var/lib/s.json", persisted=False, error="state file '/var/lib/s.json': x")
+    document = ServerStatus(process=process, acceptors=(), state_file=kept).to_json()
+    assert document["state_file"] == {
+        "path": "/var/lib/s.json",
+        "persisted": False,
+        "error": "state file '/var/lib/s.json': x",
     }
 
 

@@ -136,6 +136,9 @@ def test_routerd_answers_every_operation_as_the_document_says(
     check("GET", template, f"{r}/targets/b0", 200)
     assert check("PUT", template, f"{r}/targets/b1", 200, {"admin_state": "drain"})["admin_state"] == "drain"
     check("PUT", template, f"{r}/targets/b1", 200, {"admin_state": "ready"})
+    kept = check("GET", "/api/v1/status", "/api/v1/status", 200)["state_file"]
+    expected = (str(tmp_path / "router-state.json"), True, None)
+    assert (kept["path"], kept["persisted"], kept["error"]) == expected
     template = "/api/v1/routers/{name}/cache"
     assert check("GET", template, f"{r}/cache?key=k1", 200)["key"] == "k1"
     assert check("GET", template, f"{r}/cache?limit=1", 200)["entries"]

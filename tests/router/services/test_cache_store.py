@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cache.cache import NO_PIN, Changes, Row
-from router.services.cache_store import CacheStore, CacheStoreError, set_aside
+from router.services.cache_store import APPLICATION_ID, CacheStore, CacheStoreError, set_aside
 
 
 def test_store_round_trips_entries_and_pins_in_wall_clock_time(tmp_path):
@@ -114,16 +114,65 @@ def test_a_damaged_file_is_found_at_open(tmp_path):
     assert info.value.damaged is True
 
 
-def test_set_aside_renames_the_file_and_its_wal(tmp_path):
+def test_set_aside_renames_the_file_its_journal_and_its_wal(tmp_path):
     path = tmp_path / "c.sqlite"
     path.write_bytes(b"x")
     (tmp_path / "c.sqlite-wal").write_bytes(b"y")
+    (tmp_path / "c.sqlite-journal").write_bytes(b"z")
     aside = set_aside(str(path))
     assert not path.exists()
     assert not (tmp_path / "c.sqlite-wal").exists()
+    assert not (tmp_path / "c.sqlite-journal").exists()
     assert Path(aside).read_bytes() == b"x"
     assert Path(aside + "-wal").read_bytes() == b"y"
+    assert Path(aside + "-journal").read_bytes() == b"z"
     assert aside.startswith(f"{path}.unreadable-")
+
+
+def test_store_maps_nothing_of_its_file(tmp_path):
+    """Scenario: a rollback journal, no WAL: no `-shm` memory map for a fault to turn into SIGBUS."""
+    path = tmp_path / "c.sqlite"
+    store = CacheStore.open(str(path))
+    store.write(Changes({"a": ("b1", 5.0, NO_PIN)}), 0.0)
+    try:
+        maps = Path("/proc/self/maps").read_text()
+        assert str(tmp_path) not in maps
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.sqlite"]
+        with sqlite3.connect(path) as db:
+            assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        assert [k for k, _ in CacheStore.open(str(path), read_only=True).load(6.0, 0)] == ["a"]
+    finally:
+        store.close()
+
+
+def test_store_converts_a_file_left_in_wal_mode_without_mapping_its_index(tmp_path):
+    """Scenario: an older release's file, with a WAL a `kill -9` left and no `-shm`: its entries are
+    read, and the file is in rollback-journal mode after."""
+    path = tmp_path / "c.sqlite"
+    older = sqlite3.connect(path, isolation_level=None)
+    older.execute("PRAGMA journal_mode = WAL")
+    older.execute("PRAGMA wal_autocheckpoint = 0")
+    store = CacheStore(str(path), older, None)
+    older.execute(
+        "CREATE TABLE cache_entries (key TEXT PRIMARY KEY, node_id TEXT NOT NULL, "
+        "last_access REAL NOT NULL, pinned_until REAL) WITHOUT ROWID"
+    )
+    older.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    older.execute("PRAGMA user_version = 1")
+    store.write(Changes({"a": ("b1", 5.0, NO_PIN)}), 0.0)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("c.sqlite", "c.sqlite-wal"):  # as a crash leaves them, the -shm aside
+        (copy / name).write_bytes((tmp_path / name).read_bytes())
+    older.close()
+    converted = CacheStore.open(str(copy / "c.sqlite"))
+    try:
+        assert str(copy) not in Path("/proc/self/maps").read_text()
+        assert not (copy / "c.sqlite-shm").exists()
+        assert [k for k, _ in converted.load(6.0, 0)] == ["a"]
+        assert sorted(p.name for p in copy.iterdir()) == ["c.sqlite"]
+    finally:
+        converted.close()
 
 
 def test_read_only_open_of_a_missing_file_is_an_error(tmp_path):
@@ -160,3 +209,39 @@ def test_kill_9_mid_writes_leaves_the_last_committed_write(tmp_path):
     store.close()
     assert len(rows) == 2000
     assert len({node for _, (node, _, _) in rows}) == 1  # one whole batch, never a mix
+
+
+def test_store_writes_through_its_writer_process_and_shares_its_lock(tmp_path):
+    """Scenario: routerd's store hands its writes to a writer process; a second opener is refused
+    while the writer holds the lock; closing ends the writer, and the file holds the writes."""
+    path = str(tmp_path / "c.sqlite")
+    store = CacheStore.open(path)
+    store.start_writer()
+    try:
+        assert store.write(Changes({"a": ("b1", 5.0, NO_PIN), "b": ("b2", 5.0, NO_PIN)}), 0.0) == 2
+        assert store.write(Changes({"a": None}), 0.0) == 1
+        with pytest.raises(CacheStoreError, match="in use by another routerd"):
+            CacheStore.open(path)
+        reader = CacheStore.open(path, read_only=True)
+        assert [k for k, _ in reader.load(6.0, 0)] == ["b"]
+        reader.close()
+    finally:
+        store.close()
+    reopened = CacheStore.open(path)
+    assert [k for k, _ in reopened.load(6.0, 0)] == ["b"]
+    reopened.close()
+
+
+def test_store_write_fails_with_a_clear_error_when_its_writer_process_is_gone(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    store = CacheStore.open(path)
+    store.start_writer()
+    try:
+        writer = store._writer
+        assert writer is not None
+        writer.kill()
+        writer.wait()
+        with pytest.raises(CacheStoreError, match=r"cannot be written: its writer process"):
+            store.write(Changes({"a": ("b1", 5.0, NO_PIN)}), 0.0)
+    finally:
+        store.close()

@@ -5,9 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+import trio
 
 from pools import AdminState
-from router.services.state_file import StateFile, StateFileError, default_state_file
+from router.services.state_file import (
+    RETRY_MAX_S,
+    KeptStates,
+    StateFile,
+    StateFileError,
+    default_state_file,
+    retry_delay_s,
+)
 
 
 def test_a_missing_file_holds_nothing(tmp_path):
@@ -57,3 +65,48 @@ def test_a_write_that_fails_leaves_no_temporary_and_the_old_file(tmp_path):
 
 def test_the_default_file_is_beside_the_configuration():
     assert default_state_file("/etc/cr/broker.xml") == "/etc/cr/broker-state.json"
+
+
+def test_retry_delay_s_doubles_from_one_second_up_to_the_bound():
+    assert [retry_delay_s(n) for n in (1, 2, 3, 4, 5, 6, 7, 1000)] == [
+        1.0,
+        2.0,
+        4.0,
+        8.0,
+        16.0,
+        30.0,
+        30.0,
+        30.0,
+    ]
+    assert RETRY_MAX_S == 30.0
+
+
+async def test_kept_states_retry_a_failed_write_until_it_succeeds(tmp_path):
+    """Scenario: the file's directory is missing when a drain is set; once it is there, the retry
+    writes the drain, and the status says so (real files, real clock: the probe is a process)."""
+    path = tmp_path / "later" / "s.json"
+    states = {"r": {"b1": AdminState.DRAIN}}
+    kept = KeptStates(StateFile(str(path)), lambda: states)
+    assert kept.status().persisted
+    async with trio.open_nursery() as nursery:
+        await nursery.start(kept.serve)
+        error = await kept.changed_and_written(5.0)
+        assert error is not None
+        assert error.startswith(f"state file {str(path)!r} cannot be written: ")
+        status = kept.status()
+        assert (status.persisted, status.error) == (False, error)
+        (tmp_path / "later").mkdir()
+        with trio.fail_after(5):  # the next try: 1 s after the first failure
+            assert await kept.changed_and_written(5.0) is None
+        nursery.cancel_scope.cancel()
+    assert json.loads(path.read_text())["routers"] == {"r": {"b1": "drain"}}
+    assert kept.status().error is None
+
+
+async def test_kept_states_close_writes_what_the_file_lacks(tmp_path):
+    path = tmp_path / "s.json"
+    kept = KeptStates(StateFile(str(path)), lambda: {"r": {"b1": AdminState.MAINT}})
+    assert await kept.changed_and_written(0) is not None  # nobody serves: not written
+    await kept.close(5.0)
+    assert json.loads(path.read_text())["routers"] == {"r": {"b1": "maint"}}
+    assert kept.status().persisted

@@ -1,0 +1,48 @@
+"""Whether a file's filesystem takes writes now: the probe routerd runs before it writes the state
+file itself (the persisted cache and the event log have writer processes instead).
+
+Why a probe, and why in a child process: a thread that writes to a frozen filesystem (`fsfreeze`,
+a snapshot tool) waits in the kernel where no signal reaches it, and a process exits only when
+all its threads have: one such thread keeps routerd (its sockets, its ports) alive until the
+filesystem thaws, whatever the main thread does. A child process left waiting keeps nothing of
+routerd's alive. No decisions here, only the probe.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Final
+
+import trio
+
+__all__ = ["PROBE_TIMEOUT_S", "takes_writes"]
+
+PROBE_TIMEOUT_S: Final = 1.0
+"""How long the probe may take: a write of one file's time stamps takes microseconds unless the
+filesystem is frozen (on a local disk; a slow remote one may take longer, and counts as frozen)."""
+
+_LEFT_WAITING: Final[dict[str, trio.Process]] = {}
+"""Path -> its probe left waiting on a frozen filesystem (kept, so that nothing warns that it
+still runs; it ends when its filesystem thaws). One per path at most: while it waits, the
+filesystem is still frozen, and no other probe starts."""
+
+
+async def takes_writes(path: str) -> bool:
+    """Whether the filesystem of `path` (a file or a directory) takes a write of its modification
+    time within `PROBE_TIMEOUT_S` (`touch -c -m` in a child process). A `touch` that fails (no such
+    file, an immutable file) counts as taking writes: the real write then fails, and says why.
+    """
+    waiting = _LEFT_WAITING.get(path)
+    if waiting is not None:
+        if waiting.poll() is None:
+            return False  # the last probe still waits: frozen still
+        del _LEFT_WAITING[path]
+    process = await trio.lowlevel.open_process(
+        ["touch", "-c", "-m", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    with trio.move_on_after(PROBE_TIMEOUT_S):
+        await process.wait()
+        return True
+    process.kill()  # takes effect when the filesystem thaws; never waited for
+    _LEFT_WAITING[path] = process
+    return False
