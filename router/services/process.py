@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Final
 from router.core.status import AcceptorStatus, ProcessStatus, ServerStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from router.core.admission import Admission
+    from router.core.status import ZooKeeperStatus
     from router.datapath.acceptor import ServedAcceptor
     from router.datapath.fast_path import FastPath
 
@@ -70,6 +71,8 @@ class ProcessView:
         self._version = package_version()
         self._served: tuple[_Served, ...] = ()
         self._fast: FastPath | None = None
+        self.zookeeper: Callable[[], Iterable[ZooKeeperStatus]] = tuple
+        """The ZooKeeper sessions of every router now (the server sets it)."""
 
     def serving(
         self, acceptors: Iterable[tuple[ServedAcceptor, tuple[str, int], bool]], fast: FastPath | None
@@ -114,7 +117,8 @@ class ProcessView:
             client_budget=admission.budget,
             client_connections=admission.open,
         )
-        return ServerStatus(process=process, acceptors=acceptors)
+        zookeeper = tuple(sorted(self.zookeeper(), key=lambda z: (z.router, z.use)))
+        return ServerStatus(process=process, acceptors=acceptors, zookeeper=zookeeper)
 
 
 def _limit(value: int) -> int | None:
