@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -19,11 +20,14 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
+from jsonschema import Draft202012Validator
 from kazoo.client import KazooClient
 
 from router.config import load_config
 from tests.conftest import LineLog
 from tests.router.conftest import ROUTERCTL, ZooKeeperServer, mqtt_round_trip
+from tests.router.services.test_admin_api import BASE_URI, REGISTRY
+from tests.router.test_routerd_metrics import promtool_check_metrics
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -332,12 +336,17 @@ def _zookeeper_states(router: Routerd) -> dict[str, str]:
 
 
 def _wait_states(router: Routerd, state: str, timeout: float) -> float:
-    """Wait until both sessions show `state` in /api/v1/status; how long it took (seconds)."""
+    """Wait until both sessions show `state` in /api/v1/status (each answer checked against
+    docs/admin-api.yaml); how long it took (seconds)."""
+    validator = Draft202012Validator(
+        {"$ref": f"{BASE_URI}#/components/schemas/ServerStatus"}, registry=REGISTRY
+    )
     started = time.monotonic()
     deadline = started + timeout
     while True:
         document = router.get("/api/v1/status")
         assert isinstance(document, dict)
+        assert [e.message for e in validator.iter_errors(document)] == []
         states = {z["use"]: z["state"] for z in document["zookeeper"]}
         if states == {"discovery": state, "shared_cache": state}:
             return time.monotonic() - started
@@ -384,6 +393,20 @@ def test_routerd_zookeeper_frozen_server_is_suspended_then_connected_and_lost_wh
         took = _wait_states(router, "suspended", SUSPENDED_WITHIN_S)
         print(f"suspended {took:.2f} s after SIGSTOP")
         assert _zookeeper_states(router) == {"discovery": "suspended", "shared_cache": "suspended"}
+        table = subprocess.run(
+            [*ROUTERCTL, "status", "--admin", router.admin],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert re.search(r"^ROUTER +ZOOKEEPER +STATE +SINCE +AT$", table, re.MULTILINE), table
+        for use in ("discovery", "shared_cache"):
+            assert re.search(
+                rf"^fleet +{use} +suspended +\S+Z +{own_zookeeper.connect}/", table, re.MULTILINE
+            )
+        checked = promtool_check_metrics(router.metrics())
+        assert checked.returncode == 0, checked.stderr
         metrics = _state_metrics(router)
         assert metrics[("discovery", "suspended")] == metrics[("shared_cache", "suspended")] == 1.0
         assert metrics[("discovery", "connected")] == metrics[("shared_cache", "connected")] == 0.0
