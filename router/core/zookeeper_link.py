@@ -18,7 +18,8 @@ The state (`LinkState`), decided by `_derive` from the facts, first rule that ap
    itself would decide: the server expires a session it has not heard from within its timeout
    (ZooKeeper Programmer's Guide, "ZooKeeper Sessions"; Curator's client does the same);
 4. kazoo reported SUSPENDED (the connection dropped): SUSPENDED;
-5. a heartbeat unanswered for `answer_timeout_s` (frozen): SUSPENDED;
+5. a heartbeat unanswered for `answer_timeout_s` (frozen; at most two thirds of the session
+   timeout, so suspended comes before lost): SUSPENDED;
 6. otherwise CONNECTED.
 
 Each change of `state` is reported once (`LinkStep.changed`), so each is logged once however many
@@ -34,12 +35,16 @@ from typing import Final
 
 from router.core.discovery_session import Session
 
-__all__ = ["HEARTBEATS_PER_ANSWER_TIMEOUT", "LinkState", "LinkStep", "ZooKeeperLink"]
+__all__ = ["ANSWER_TIMEOUT_SHARE", "HEARTBEATS_PER_ANSWER_TIMEOUT", "LinkState", "LinkStep", "ZooKeeperLink"]
 
 HEARTBEATS_PER_ANSWER_TIMEOUT: Final = 4
 """Heartbeats are asked every answer timeout / 4, so a freeze is noticed within 1.25 answer
 timeouts (a quarter to ask, then the answer timeout): 2.5 s with the default answer timeout of
 2 s (`ZooKeeperConfig.answer_timeout_ms`), two reads a second."""
+
+ANSWER_TIMEOUT_SHARE: Final = 2 / 3
+"""The answer timeout is at most this share of the session timeout: the ZooKeeper Java client's
+own read timeout (`ClientCnxn`: two thirds of the negotiated session timeout; kazoo's too)."""
 
 
 class LinkState(enum.Enum):
@@ -96,10 +101,14 @@ class ZooKeeperLink:
 
     @classmethod
     def start(cls, *, answer_timeout_ms: int, session_timeout_ms: int, now: float) -> ZooKeeperLink:
-        """The link of a client that starts connecting at `now`."""
-        return cls(
-            answer_timeout_s=answer_timeout_ms / 1000, session_timeout_s=session_timeout_ms / 1000, since=now
-        )
+        """The link of a client that starts connecting at `now`.
+
+        The answer timeout is at most `ANSWER_TIMEOUT_SHARE` of the session timeout, so that a
+        session is suspended before it is lost.
+        """
+        session_s = session_timeout_ms / 1000
+        answer_s = min(answer_timeout_ms / 1000, session_s * ANSWER_TIMEOUT_SHARE)
+        return cls(answer_timeout_s=answer_s, session_timeout_s=session_s, since=now)
 
     @property
     def heartbeat_interval_s(self) -> float:

@@ -514,7 +514,7 @@ class SessionWatch:
         name, link = self.runtime.name, step.link
         if step.changed is LinkState.SUSPENDED and link.reported is Session.CONNECTED:
             log.warning(
-                "router=%s %s (%s) does not answer within %g s: counting the session as suspended",
+                "router=%s %s (%s) does not answer within %.3g s: counting the session as suspended",
                 name,
                 self.where,
                 self.use,
@@ -556,7 +556,7 @@ class SessionWatch:
             state=state,
             since=now,
             session_timeout_ms=self.zookeeper.session_timeout_ms,
-            answer_timeout_ms=self.zookeeper.answer_timeout_ms,
+            answer_timeout_ms=round(self.link.answer_timeout_s * 1000),  # as in force (capped)
         )
         for each in LinkState:
             metrics.zookeeper_state.set((name, self.use, each.value), 1.0 if each is state else 0.0)

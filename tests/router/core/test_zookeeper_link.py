@@ -8,7 +8,12 @@ import math
 import pytest
 
 from router.core.discovery_session import Session
-from router.core.zookeeper_link import HEARTBEATS_PER_ANSWER_TIMEOUT, LinkState, ZooKeeperLink
+from router.core.zookeeper_link import (
+    ANSWER_TIMEOUT_SHARE,
+    HEARTBEATS_PER_ANSWER_TIMEOUT,
+    LinkState,
+    ZooKeeperLink,
+)
 
 ANSWER_S = 2.0
 SESSION_S = 10.0
@@ -118,12 +123,17 @@ def test_zookeeper_link_kazoo_lost_is_lost_at_once() -> None:
     assert step.link.since == 1.0
 
 
-def test_zookeeper_link_answer_timeout_beyond_the_session_timeout_goes_straight_to_lost() -> None:
-    link = ZooKeeperLink.start(answer_timeout_ms=5000, session_timeout_ms=1000, now=0.0)
+def test_zookeeper_link_answer_timeout_is_at_most_two_thirds_of_the_session_timeout() -> None:
+    """Scenario: answer-timeout 5 s, session timeout 1.5 s: a heartbeat unanswered for 1 s is
+    suspended, and lost comes after (at 1.5 s since the last answer)."""
+    link = ZooKeeperLink.start(answer_timeout_ms=5000, session_timeout_ms=1500, now=0.0)
+    assert link.answer_timeout_s == 1.5 * ANSWER_TIMEOUT_SHARE == 1.0
     link = link.report(Session.CONNECTED, 0.0).link
     link, _number = link.ask(0.0)
-    assert link.tick(4.9).changed is None
-    assert link.tick(5.0).changed is LinkState.LOST
+    assert link.tick(0.99).changed is None
+    suspended = link.tick(1.0)
+    assert suspended.changed is LinkState.SUSPENDED
+    assert suspended.link.tick(1.5).changed is LinkState.LOST
 
 
 @pytest.mark.parametrize(("answer", "session"), [(0, 1000), (1000, 0), (-1, 1000)])
