@@ -454,6 +454,7 @@ class SessionWatch:
         zookeeper: ZooKeeperConfig,
         client: DiscoveryClient,
         deliver: Callable[[Session], None],
+        deliver_watch: Callable[[Signal], None] | None = None,
     ) -> None:
         """Make it in the trio thread.
 
@@ -463,11 +464,15 @@ class SessionWatch:
             zookeeper: the ensemble, path and timeouts.
             client: the client whose session it is (its heartbeats ask about `zookeeper.path`).
             deliver: called in the trio thread with each change of state.
+            deliver_watch: called with what `post_watch` was given, in order with the changes of
+                state (kazoo fires every watch when the connection drops, right after reporting
+                SUSPENDED: that report must come first, or a reading would start and wait for a
+                connection that is gone).
         """
         self.runtime, self.use, self.zookeeper, self.client = runtime, use, zookeeper, client
-        self.deliver = deliver
+        self.deliver, self.deliver_watch = deliver, deliver_watch
         self.where = f"zookeeper {zookeeper.connect}{zookeeper.path}"
-        self._inbox = Inbox[Session | _Heartbeat]()
+        self._inbox = Inbox[Session | Signal | _Heartbeat]()
         self.link = ZooKeeperLink.start(
             answer_timeout_ms=zookeeper.answer_timeout_ms,
             session_timeout_ms=zookeeper.session_timeout_ms,
@@ -478,6 +483,10 @@ class SessionWatch:
     def post(self, session: Session) -> None:
         """kazoo's session listener (any thread)."""
         self._inbox.post(session)
+
+    def post_watch(self, signal: Signal) -> None:
+        """A watch fired (any thread): passed on to `deliver_watch` in order with the reports."""
+        self._inbox.post(signal)
 
     def _answered(self, number: int, ok: bool) -> None:
         """A heartbeat's callback (any thread)."""
@@ -492,13 +501,16 @@ class SessionWatch:
                 if self.link.heartbeat_due(now):
                     self.link, number = self.link.ask(now)
                     self.client.heartbeat(self.zookeeper.path, functools.partial(self._answered, number))
-                batch: list[Session | _Heartbeat] = []
+                batch: list[Session | Signal | _Heartbeat] = []
                 with trio.move_on_at(self.link.wake_at()):
                     batch = await self._inbox.next_batch()
                 now = trio.current_time()
                 for item in batch:
                     if isinstance(item, Session):
                         self._apply(self.link.report(item, now))
+                    elif isinstance(item, Signal):
+                        if self.deliver_watch is not None:
+                            self.deliver_watch(item)
                     else:
                         self._apply(self.link.answered(item.number, ok=item.ok, now=now))
                 self._apply(self.link.tick(now))
@@ -617,9 +629,9 @@ async def serve_discovery(
     inbox = Inbox[_Item]()
     client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
     # The table hears of the session from the watch: kazoo's reports, and a frozen server.
-    watch = SessionWatch(runtime, "discovery", zookeeper, client, inbox.post)
+    watch = SessionWatch(runtime, "discovery", zookeeper, client, inbox.post, inbox.post)
     client.on_session(watch.post)
-    client.on_change(lambda: inbox.post(Signal.WATCH_FIRED))
+    client.on_change(lambda: watch.post_watch(Signal.WATCH_FIRED))
     try:
         async with trio.open_nursery() as nursery:
             client.start()

@@ -513,6 +513,26 @@ class TestServeDiscoveryScenarios:
         ]
         assert fake.reads == [0.0, 4.5]
 
+    async def test_serve_discovery_watches_fired_by_a_dropped_connection_start_no_reading(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """Scenario: as kazoo does, the connection drops (SUSPENDED) and every watch fires right
+        after: the table hears of the suspension first, so no reading starts (it would wait for a
+        connection that is gone, and hold the loop)."""
+        fake = FakeZooKeeper()
+        fake.members = {"b1": _doc("b1")}
+        runtime = _runtime(FAKE_ZK)
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, runtime, fake)
+            fake.report(Session.CONNECTED)
+            await trio.sleep(1)
+            fake.report(Session.SUSPENDED)
+            assert fake._on_change is not None
+            fake._on_change()  # kazoo's _reset_watchers, after the listener
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()
+        assert fake.reads == [0.0]
+
     async def test_serve_discovery_lost_session_reads_again_in_a_new_session(
         self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
     ) -> None:
