@@ -29,6 +29,7 @@ import functools
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar, assert_never
 
 import trio
@@ -431,13 +432,13 @@ class Inbox(Generic[_T]):
                 return batch
 
 
+@dataclass(frozen=True, slots=True)
 class _Heartbeat:
     """A heartbeat's outcome, posted from a kazoo thread."""
 
-    __slots__ = ("number", "ok")
-
-    def __init__(self, number: int, ok: bool) -> None:
-        self.number, self.ok = number, ok
+    number: int
+    ok: bool
+    """Whether ZooKeeper answered (False: kazoo failed the request)."""
 
 
 class SessionWatch:
