@@ -45,6 +45,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                                  each target's probes and state changes (`TargetHistory`)
                   `address`      (host, port) of peers and members
                   `discovery_session`  ZooKeeper discovery's session as a state table
+                  `zookeeper_link`  a ZooKeeper session's state as status shows it: kazoo's
+                                 reports and heartbeats (a frozen server is suspended)
                   `records`      `quick_init`, a cheaper `__init__` for per-connection records
                   `event_records`  the routing event log's lines: one record per kind, the one
                                  field list the pipeline's schema comes from

@@ -1186,7 +1186,15 @@ def _status_blocks(document: object) -> list[Renderable]:
             None if pool is None else f"{ready}/{len(targets)}",
             _field(r, "cache_entries"),
         )
-    return [fields, acceptors, routers]
+    blocks: list[Renderable] = [fields, acceptors, routers]
+    sessions = _items(document, "zookeeper")
+    if sessions:  # only where a router uses ZooKeeper
+        zookeeper = Table(["router", "zookeeper", "state", "since", "at"])
+        for z in sessions:
+            at = f"{_field(z, 'connect')}{_field(z, 'path')}"
+            zookeeper.add(_field(z, "router"), _field(z, "use"), _field(z, "state"), _field(z, "since"), at)
+        blocks.append(zookeeper)
+    return blocks
 
 
 def _cache_table(entries: Sequence[object]) -> Table:

@@ -130,6 +130,10 @@ _STATE_STYLES: Final = {
     "unknown": Style.WARN,
     "drain": Style.WARN,
     "maint": Style.WARN,
+    "connected": Style.GOOD,
+    "connecting": Style.WARN,
+    "suspended": Style.WARN,
+    "lost": Style.BAD,
 }
 """Values that get a colour wherever they appear in a table or a field."""
 

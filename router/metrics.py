@@ -484,6 +484,23 @@ class Metrics:
             "this router's cache alone).",
             ("router",),
         )
+        self.zookeeper_state = Family(
+            MetricKind.GAUGE,
+            "router_zookeeper_state",
+            "1 for the state of a router's ZooKeeper session, 0 for the others, by use (discovery: "
+            "its pool's members; shared_cache: its cache): connecting (not connected yet since the "
+            "start), connected (and answering), suspended (the connection dropped, or no answer "
+            "within the answer timeout) or lost (the session expired, or nothing was heard for the "
+            "session timeout).",
+            ("router", "use", "state"),
+        )
+        self.zookeeper_last_change = Family(
+            MetricKind.GAUGE,
+            "router_zookeeper_state_last_change_timestamp_seconds",
+            "When a router's ZooKeeper session (router_zookeeper_state) last changed state, in "
+            "seconds since the epoch; when its client started until then.",
+            ("router", "use"),
+        )
         self.cache_shared_conflicts = Family(
             MetricKind.COUNTER,
             "router_cache_shared_conflicts_total",

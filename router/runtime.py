@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from router.core.plan import Opening, Proxy, Refuse
     from router.core.reload import Departed
     from router.core.shared_cache import Answer
-    from router.core.status import RouterStatus
+    from router.core.status import RouterStatus, ZooKeeperStatus
     from router.metrics import Metrics
 
 __all__ = ["RouterRuntime", "SharedCacheClient", "close_removed"]
@@ -138,6 +138,9 @@ class RouterRuntime:
         self._subscribers: tuple[Subscriber, ...] = (log_event, updates)
         self._shared: SharedCacheClient | None = None
         """The cache shared through ZooKeeper (router/services/shared_cache.py), once attached."""
+        self.zookeeper: dict[str, ZooKeeperStatus] = {}
+        """Its ZooKeeper sessions by use (`discovery`, `shared_cache`), as `SessionWatch`
+        (router/services/discovery.py) last saw them; `GET /api/v1/status` shows them."""
         self._shared_evicted: set[str] = set()
         """Keys operators evicted, for a shared cache to delete in ZooKeeper."""
         self._cache_reported = (0, 0, 0)

@@ -681,6 +681,7 @@ class _Server:
         """/readyz: 503 from the moment shutdown is set."""
         self.process = ProcessView(admission)
         """GET /api/v1/status: told which acceptors listen whenever they change."""
+        self.process.zookeeper = lambda: [z for r in self.runtimes.values() for z in r.zookeeper.values()]
 
     # -- the services of each router --
 

@@ -121,6 +121,7 @@ _VALUE_KINDS: Final[Mapping[str, ValueKind]] = {
     "env": ValueKind.NAME,
     "file": ValueKind.NAME,
     "session-timeout": ValueKind.POSITIVE,
+    "answer-timeout": ValueKind.POSITIVE,
     "connect": ValueKind.NAME,
     "path": ValueKind.NAME,
     "directory": ValueKind.NAME,
@@ -145,6 +146,7 @@ _FIELDS: Final[Mapping[str, str]] = {
     "timeout": "timeout_ms",
     "refresh-timeout": "refresh_timeout_ms",
     "session-timeout": "session_timeout_ms",
+    "answer-timeout": "answer_timeout_ms",
     "key-type": "key_type",
     "key-max-length": "key_max_length",
     "max-entries": "max_entries",
@@ -669,8 +671,8 @@ class _Loader:
             )
 
     def _zookeeper(self, element: etree._Element) -> ZooKeeperConfig:
-        """Our `<zookeeper connect= path= session-timeout=/>` (the schema checked the attributes'
-        presence and the timeout's type)."""
+        """Our `<zookeeper connect= path= session-timeout= answer-timeout=/>` (the schema checked
+        the attributes' presence and the timeouts' type)."""
         fields: dict[str, Any] = dict(_given(element.attrib.items()))  # Any: see _given
         try:
             return ZooKeeperConfig(

@@ -238,11 +238,18 @@ class ZooKeeperConfig:
     """The znode whose children are the members (`pools.members` describes their data)."""
     session_timeout_ms: int = 10_000
     """The session timeout the router asks for; the server clamps it to 2-20 times its tickTime."""
+    answer_timeout_ms: int = 2000
+    """How long ZooKeeper may leave a heartbeat unanswered before the session counts as suspended
+    (router/core/zookeeper_link.py). ZooKeeper answers a read from memory in milliseconds (2.6 ms
+    a synchronous call here, ENVIRONMENT.md §3.2) and a JVM's GC pause rarely lasts a second;
+    kazoo's own limit, two thirds of the session timeout (6.7 s at the default), holds only while
+    the client is idle."""
 
     def __post_init__(self) -> None:
         parse_ensemble(self.connect)
         check_znode_path(self.path)
         check(ValueKind.POSITIVE, "session-timeout", self.session_timeout_ms)
+        check(ValueKind.POSITIVE, "answer-timeout", self.answer_timeout_ms)
         if self.session_timeout_ms > MAX_SESSION_TIMEOUT_MS:
             raise ValueError(
                 f"session-timeout must be at most {MAX_SESSION_TIMEOUT_MS} (ZooKeeper's int), "

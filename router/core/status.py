@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from router.config.settings import RouterConfig
     from router.core.engine import RoutingEngine
     from router.core.live import LiveConnections
+    from router.core.zookeeper_link import LinkState
 
 __all__ = [
     "AcceptorStatus",
@@ -38,6 +39,7 @@ __all__ = [
     "StateFileStatus",
     "TargetHistory",
     "TargetStatus",
+    "ZooKeeperStatus",
     "operational_state",
     "rfc3339",
     "snapshot",
@@ -428,20 +430,54 @@ class StateFileStatus:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ZooKeeperStatus:
+    """One ZooKeeper session of a router: its discovery pool's, or its shared cache's
+    (router/core/zookeeper_link.py says what each state means)."""
+
+    router: str
+    use: str
+    """`discovery` or `shared_cache`."""
+    connect: str
+    """The ensemble, `host:port[,host:port…]`."""
+    path: str
+    state: LinkState
+    since: float
+    """When `state` began, in seconds since the epoch (until the first change: when the client
+    started)."""
+    session_timeout_ms: int
+    answer_timeout_ms: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "router": self.router,
+            "use": self.use,
+            "connect": self.connect,
+            "path": self.path,
+            "state": self.state.value,
+            "since": rfc3339(self.since),
+            "session_timeout_ms": self.session_timeout_ms,
+            "answer_timeout_ms": self.answer_timeout_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServerStatus:
-    """The document of `GET /api/v1/status`: the process, its acceptors and its state file (the
-    routers have a resource of their own, `GET /api/v1/routers`)."""
+    """The document of `GET /api/v1/status`: the process, its acceptors, its state file and its
+    ZooKeeper sessions (the routers have a resource of their own, `GET /api/v1/routers`)."""
 
     process: ProcessStatus
     acceptors: tuple[AcceptorStatus, ...]
     state_file: StateFileStatus | None = None
     """None: routerd keeps administrative states in memory only."""
+    zookeeper: tuple[ZooKeeperStatus, ...] = ()
+    """Every router's ZooKeeper sessions (discovery, shared cache), by router and use."""
 
     def to_json(self) -> dict[str, object]:
         return {
             "process": self.process.to_json(),
             "acceptors": [a.to_json() for a in self.acceptors],
             "state_file": None if self.state_file is None else self.state_file.to_json(),
+            "zookeeper": [z.to_json() for z in self.zookeeper],
         }
 
 

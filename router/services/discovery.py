@@ -25,8 +25,11 @@ keeps its last membership and the probes go on; each session transition is logge
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar, assert_never
 
 import trio
@@ -49,6 +52,8 @@ from router.core.discovery_session import (
     Signal,
     Step,
 )
+from router.core.status import ZooKeeperStatus
+from router.core.zookeeper_link import LinkState, LinkStep, ZooKeeperLink
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -64,6 +69,7 @@ __all__ = [
     "NodeExistsError",
     "RegistrationError",
     "Session",
+    "SessionWatch",
     "VersionMismatchError",
     "ZooKeeper",
     "ZooKeeperError",
@@ -159,6 +165,9 @@ class DiscoveryClient(Protocol):
     def start(self) -> None:
         """Start connecting in the background; never blocks."""
 
+    def heartbeat(self, path: str, callback: Callable[[bool], None]) -> None:
+        """Ask ZooKeeper a cheap question about `path`; never blocks (see `ZooKeeper.heartbeat`)."""
+
     async def read_members(self, path: str) -> dict[str, bytes] | None:
         """Every child of `path` with its data, setting watches (see `ZooKeeper.read_children`)."""
 
@@ -209,6 +218,17 @@ class ZooKeeper:
     def start(self) -> None:
         """Start connecting in the background (kazoo's threads retry until `close`)."""
         self._client.start_async()
+
+    def heartbeat(self, path: str, callback: Callable[[bool], None]) -> None:
+        """Ask whether `path` exists, without blocking; `callback` (in a kazoo thread) gets True
+        when ZooKeeper answered (whatever the answer), False when kazoo failed the request (not
+        connected, the connection dropped). Nothing calls it while a frozen server holds it."""
+        try:
+            result = self._client.exists_async(path)
+        except (KazooException, KazooTimeoutError):  # kazoo is closed
+            callback(False)
+            return
+        result.rawlink(lambda done: callback(bool(done.successful())))
 
     @property
     def session_id(self) -> int:
@@ -412,6 +432,150 @@ class Inbox(Generic[_T]):
                 return batch
 
 
+@dataclass(frozen=True, slots=True)
+class _Heartbeat:
+    """A heartbeat's outcome, posted from a kazoo thread."""
+
+    number: int
+    ok: bool
+    """Whether ZooKeeper answered (False: kazoo failed the request)."""
+
+
+class SessionWatch:
+    """One ZooKeeper session's state as status and metrics show it (`router_zookeeper_state`),
+    and as the service using it acts on it: kazoo's session reports and heartbeats, combined by
+    router/core/zookeeper_link.py. Register `post` as the client's session listener and run
+    `serve`; each change of state reaches `deliver` as a `Session` (CONNECTED, SUSPENDED, LOST)
+    once, so a frozen server is followed like a dropped connection."""
+
+    def __init__(
+        self,
+        runtime: RouterRuntime,
+        use: str,
+        zookeeper: ZooKeeperConfig,
+        client: DiscoveryClient,
+        deliver: Callable[[Session], None],
+        deliver_watch: Callable[[Signal], None] | None = None,
+    ) -> None:
+        """Make it in the trio thread.
+
+        Args:
+            runtime: the router whose status and metrics show the session.
+            use: `discovery` or `shared_cache`.
+            zookeeper: the ensemble, path and timeouts.
+            client: the client whose session it is (its heartbeats ask about `zookeeper.path`).
+            deliver: called in the trio thread with each change of state.
+            deliver_watch: called with what `post_watch` was given, in order with the changes of
+                state (kazoo fires every watch when the connection drops, right after reporting
+                SUSPENDED: that report must come first, or a reading would start and wait for a
+                connection that is gone).
+        """
+        self.runtime, self.use, self.zookeeper, self.client = runtime, use, zookeeper, client
+        self.deliver, self.deliver_watch = deliver, deliver_watch
+        self.where = f"zookeeper {zookeeper.connect}{zookeeper.path}"
+        self._inbox = Inbox[Session | Signal | _Heartbeat]()
+        self.link = ZooKeeperLink.start(
+            answer_timeout_ms=zookeeper.answer_timeout_ms,
+            session_timeout_ms=zookeeper.session_timeout_ms,
+            now=trio.current_time(),
+        )
+        self._show(time.time())
+
+    def post(self, session: Session) -> None:
+        """kazoo's session listener (any thread)."""
+        self._inbox.post(session)
+
+    def post_watch(self, signal: Signal) -> None:
+        """A watch fired (any thread): passed on to `deliver_watch` in order with the reports."""
+        self._inbox.post(signal)
+
+    def _answered(self, number: int, ok: bool) -> None:
+        """A heartbeat's callback (any thread)."""
+        self._inbox.post(_Heartbeat(number, ok))
+
+    async def serve(self) -> None:
+        """Ask the heartbeats and follow the session until cancelled; then the session's status
+        and metrics go (a router a reload removed, or the process stopping)."""
+        try:
+            while True:
+                now = trio.current_time()
+                if self.link.heartbeat_due(now):
+                    self.link, number = self.link.ask(now)
+                    self.client.heartbeat(self.zookeeper.path, functools.partial(self._answered, number))
+                batch: list[Session | Signal | _Heartbeat] = []
+                with trio.move_on_at(self.link.wake_at()):
+                    batch = await self._inbox.next_batch()
+                now = trio.current_time()
+                for item in batch:
+                    if isinstance(item, Session):
+                        self._apply(self.link.report(item, now))
+                    elif isinstance(item, Signal):
+                        if self.deliver_watch is not None:
+                            self.deliver_watch(item)
+                    else:
+                        self._apply(self.link.answered(item.number, ok=item.ok, now=now))
+                self._apply(self.link.tick(now))
+        finally:
+            self.runtime.zookeeper.pop(self.use, None)
+            self.runtime.metrics.zookeeper_state.remove_matching((self.runtime.name, self.use))
+            self.runtime.metrics.zookeeper_last_change.remove((self.runtime.name, self.use))
+
+    def _apply(self, step: LinkStep) -> None:
+        before, self.link = self.link, step.link
+        if step.changed is None:
+            return
+        name, link = self.runtime.name, step.link
+        if step.changed is LinkState.SUSPENDED and link.reported is Session.CONNECTED:
+            log.warning(
+                "router=%s %s (%s) does not answer within %.3g s: counting the session as suspended",
+                name,
+                self.where,
+                self.use,
+                link.answer_timeout_s,
+            )
+        elif step.changed is LinkState.LOST and link.reported is not Session.LOST:
+            log.warning(
+                "router=%s nothing heard from %s (%s) for the session timeout (%g s): counting the "
+                "session as lost",
+                name,
+                self.where,
+                self.use,
+                link.session_timeout_s,
+            )
+        elif step.changed is LinkState.CONNECTED and before.reported is Session.CONNECTED:
+            # no new connection (kazoo's reports are logged by the service): it answers again
+            log.info("router=%s %s (%s) answers again", name, self.where, self.use)
+        self._show(time.time())
+        match step.changed:
+            case LinkState.CONNECTED:
+                self.deliver(Session.CONNECTED)
+            case LinkState.SUSPENDED:
+                self.deliver(Session.SUSPENDED)
+            case LinkState.LOST:
+                self.deliver(Session.LOST)
+            case LinkState.CONNECTING:  # only at the start, which is no change
+                pass
+            case _:
+                assert_never(step.changed)
+
+    def _show(self, now: float) -> None:
+        """The session's status and metrics as of now (`now`: seconds since the epoch)."""
+        name, state, metrics = self.runtime.name, self.link.state, self.runtime.metrics
+        self.runtime.zookeeper[self.use] = ZooKeeperStatus(
+            router=name,
+            use=self.use,
+            connect=self.zookeeper.connect,
+            path=self.zookeeper.path,
+            state=state,
+            since=now,
+            session_timeout_ms=self.zookeeper.session_timeout_ms,
+            answer_timeout_ms=round(self.link.answer_timeout_s * 1000),  # as in force (capped)
+        )
+        for each in LinkState:
+            metrics.zookeeper_state.set((name, self.use, each.value), 1.0 if each is state else 0.0)
+        metrics.zookeeper_last_change.set((name, self.use), now)
+
+
 async def _close(client: DiscoveryClient) -> None:
     # Shielded: a router that is being cancelled must still end its session (and kazoo's threads),
     # but only for a bounded time.
@@ -465,32 +629,36 @@ async def serve_discovery(
     )
     inbox = Inbox[_Item]()
     client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
-    client.on_session(inbox.post)
-    client.on_change(lambda: inbox.post(Signal.WATCH_FIRED))
+    # The table hears of the session from the watch: kazoo's reports, and a frozen server.
+    watch = SessionWatch(runtime, "discovery", zookeeper, client, inbox.post, inbox.post)
+    client.on_session(watch.post)
+    client.on_change(lambda: watch.post_watch(Signal.WATCH_FIRED))
     try:
-        client.start()
-        log.info("router=%s discovering members at %s", runtime.name, where)
-        task_status.started()
-        # ZooKeeper gets one session timeout to answer at start (the router serves meanwhile,
-        # without members); the table says once whether it did not.
-        no_answer_at = trio.current_time() + zookeeper.session_timeout_ms / 1000
-        state = DiscoveryState()
-        while True:
-            batch: list[_Item] = [Signal.NO_ANSWER]  # unless something comes before the deadline
-            with trio.move_on_at(no_answer_at if state.awaiting_answer else math.inf):
-                batch = await inbox.next_batch()
-            for item in batch:
-                state = _log_step(runtime, state.handle(item), membership, where)
-            if not state.reading_due:
-                continue
-            try:
-                documents = await client.read_members(zookeeper.path)
-            except ZooKeeperError as exc:
-                state = _log_step(runtime, state.handle(ReadFailed(message=str(exc))), membership, where)
-                continue
-            outcome = Read.PATH_MISSING if documents is None else Read.MEMBERS
-            state = _log_step(runtime, state.handle(outcome), membership, where)
-            _apply(runtime, membership.update(documents or {}), where)
+        async with trio.open_nursery() as nursery:
+            client.start()
+            nursery.start_soon(watch.serve)
+            log.info("router=%s discovering members at %s", runtime.name, where)
+            task_status.started()
+            # ZooKeeper gets one session timeout to answer at start (the router serves meanwhile,
+            # without members); the table says once whether it did not.
+            no_answer_at = trio.current_time() + zookeeper.session_timeout_ms / 1000
+            state = DiscoveryState()
+            while True:
+                batch: list[_Item] = [Signal.NO_ANSWER]  # unless something comes before the deadline
+                with trio.move_on_at(no_answer_at if state.awaiting_answer else math.inf):
+                    batch = await inbox.next_batch()
+                for item in batch:
+                    state = _log_step(runtime, state.handle(item), membership, where)
+                if not state.reading_due:
+                    continue
+                try:
+                    documents = await client.read_members(zookeeper.path)
+                except ZooKeeperError as exc:
+                    state = _log_step(runtime, state.handle(ReadFailed(message=str(exc))), membership, where)
+                    continue
+                outcome = Read.PATH_MISSING if documents is None else Read.MEMBERS
+                state = _log_step(runtime, state.handle(outcome), membership, where)
+                _apply(runtime, membership.update(documents or {}), where)
     finally:
         await _close(client)
 

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Final
 from router.core.status import AcceptorStatus, ProcessStatus, ServerStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from router.core.admission import Admission
+    from router.core.status import ZooKeeperStatus
     from router.datapath.acceptor import ServedAcceptor
     from router.datapath.fast_path import FastPath
     from router.services.state_file import KeptStates
@@ -73,6 +74,8 @@ class ProcessView:
         self._fast: FastPath | None = None
         self.states: KeptStates | None = None
         """The state file, whose status the document shows (None: no state file)."""
+        self.zookeeper: Callable[[], Iterable[ZooKeeperStatus]] = tuple
+        """The ZooKeeper sessions of every router now (the server sets it)."""
 
     def serving(
         self, acceptors: Iterable[tuple[ServedAcceptor, tuple[str, int], bool]], fast: FastPath | None
@@ -118,7 +121,8 @@ class ProcessView:
             client_connections=admission.open,
         )
         states = None if self.states is None else self.states.status()
-        return ServerStatus(process=process, acceptors=acceptors, state_file=states)
+        zookeeper = tuple(sorted(self.zookeeper(), key=lambda z: (z.router, z.use)))
+        return ServerStatus(process=process, acceptors=acceptors, state_file=states, zookeeper=zookeeper)
 
 
 def _limit(value: int) -> int | None:

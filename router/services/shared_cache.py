@@ -22,12 +22,13 @@ router/core/shared_cache.py) and is asked only when a router's own copy has noth
   connect, an entry bypassed) is claimed again; an operator's eviction is deleted. Expired
   znodes are deleted by the sweep, every bucket once per timeout (at most once per 256 s),
   version-checked (a router that extends one meanwhile wins).
-- **While ZooKeeper does not answer** each router goes on with its own cache and decides misses
-  alone (`lookup` answers at once when the session is not connected); the keys it decided
-  meanwhile are remembered (at most `max-entries`, beyond that every key it holds) and claimed
-  as soon as ZooKeeper answers again (`reconcile`), adopting the ZooKeeper entry when another
-  router got there first. After a session expiry (its watches are gone), and at start when the
-  cache was loaded from its file, every key it holds is read again.
+- **While ZooKeeper does not answer** (the connection dropped, or a frozen server left a
+  heartbeat unanswered for the answer timeout: `SessionWatch`) each router goes on with its own
+  cache and decides misses alone (`lookup` answers at once when the session is not connected);
+  the keys it decided meanwhile are remembered (at most `max-entries`, beyond that every key it
+  holds) and claimed as soon as ZooKeeper answers again (`reconcile`), adopting the ZooKeeper
+  entry when another router got there first. After a session expiry (its watches are gone), and
+  at start when the cache was loaded from its file, every key it holds is read again.
 - **Pins are not shared**: a pinned key is neither written to ZooKeeper nor changed by it.
 
 kazoo's blocking calls run in worker threads, the background's (watches, extensions, sweeps,
@@ -63,6 +64,7 @@ from router.services.discovery import (
     NodeExistsError,
     NoNodeError,
     Session,
+    SessionWatch,
     VersionMismatchError,
     ZooKeeper,
     ZooKeeperError,
@@ -142,7 +144,9 @@ class SharedCache:
         self._changes = Inbox[str]()
         """Paths whose watch fired (at most one watch per znode and session: bounded by the keys
         this router read or wrote)."""
-        self.client.on_session(self._sessions.post)
+        # Sessions as the watch sees them: kazoo's reports, and a server that does not answer.
+        self.watch = SessionWatch(runtime, "shared_cache", zookeeper, self.client, self._sessions.post)
+        self.client.on_session(self.watch.post)
         self.client.on_znode_change(self._changes.post)
         self._nursery: trio.Nursery | None = None
         """`serve`'s, where the background runs."""
@@ -271,6 +275,7 @@ class SharedCache:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                nursery.start_soon(self.watch.serve)
                 nursery.start_soon(self._touch_loop)
                 nursery.start_soon(self._sweep_loop)
                 for _ in range(BACKGROUND_TASKS):
@@ -302,7 +307,8 @@ class SharedCache:
             self.connected = False
             self.resync_all = True  # the watches went with the session
             log.warning(
-                "router=%s session with %s expired: every key held is read again when connected",
+                "router=%s session with %s expired (or nothing heard for its timeout): every key "
+                "held is read again when connected",
                 self.name,
                 self.where,
             )

@@ -797,3 +797,29 @@ def test__evicted_line() -> None:
         "evicted 1 entry",
         "evicted 7 entries",
     ]
+
+
+def test__status_blocks_show_zookeeper_sessions_only_when_there_are_some() -> None:
+    from router.cli import _status_blocks
+
+    document: dict[str, object] = {"process": {}, "acceptors": [], "routers": [], "zookeeper": []}
+    assert len(_status_blocks(document)) == 3
+    document["zookeeper"] = [
+        {
+            "router": "r",
+            "use": "discovery",
+            "connect": "127.0.0.1:2181",
+            "path": "/members",
+            "state": "suspended",
+            "since": "2026-05-01T12:00:00.000Z",
+            "session_timeout_ms": 10_000,
+            "answer_timeout_ms": 2000,
+        }
+    ]
+    blocks = _status_blocks(document)
+    table = blocks[-1]
+    assert not isinstance(table, str)
+    assert table.render().splitlines() == [
+        "ROUTER  ZOOKEEPER  STATE      SINCE                     AT",
+        "r       discovery  suspended  2026-05-01T12:00:00.000Z  127.0.0.1:2181/members",
+    ]

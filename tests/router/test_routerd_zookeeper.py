@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -19,11 +20,14 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
+from jsonschema import Draft202012Validator
 from kazoo.client import KazooClient
 
 from router.config import load_config
 from tests.conftest import LineLog
 from tests.router.conftest import ROUTERCTL, ZooKeeperServer, mqtt_round_trip
+from tests.router.services.test_admin_api import BASE_URI, REGISTRY
+from tests.router.test_routerd_metrics import promtool_check_metrics
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -282,6 +286,155 @@ def test_routerd_zookeeper_down_keeps_membership_then_resynchronises(
     assert not any("target=b0 left the pool" in line for line in router.lines)
     _routed_to(router, port, "b0")  # still first in pool order: it never left
     assert sum("lost the connection to zookeeper" in line for line in router.lines) == 1
+    assert router.stop() == 0
+
+
+FROZEN_SESSION_TIMEOUT_MS = 12_000
+"""Of the router's sessions when its ZooKeeper is frozen: kazoo alone would notice an idle frozen
+server after about two thirds of it (8 s), and never while requests keep coming."""
+SUSPENDED_WITHIN_S = 4.5
+"""The default answer timeout (2 s) and a quarter of it to ask, and a margin for a loaded machine
+(well below kazoo's own 8 s)."""
+
+
+def _frozen_config(zookeeper: ZooKeeperServer, path: str, port: int) -> str:
+    """A discovery pool and a shared cache at one ZooKeeper (the default answer timeout)."""
+    attributes = f'connect="{zookeeper.connect}" session-timeout="{FROZEN_SESSION_TIMEOUT_MS}"'
+    return f"""<?xml version="1.0"?>
+<configuration xmlns="urn:activemq">
+ <core xmlns="urn:activemq:core">
+  <acceptors>
+   <acceptor name="mqtt">tcp://127.0.0.1:{port}?router=fleet;protocols=MQTT;mode=proxy</acceptor>
+  </acceptors>
+  <discovery-groups>
+   <discovery-group name="zk"><zookeeper {attributes} path="{path}"/></discovery-group>
+  </discovery-groups>
+  <connection-routers>
+   <connection-router name="fleet">
+    <key-type>CLIENT_ID</key-type>
+    <cache><timeout>600000</timeout><zookeeper {attributes} path="{path}-cache"/></cache>
+    <policy name="FIRST_ELEMENT"/>
+    <pool><check-period>200</check-period><quorum-timeout>0</quorum-timeout>
+     <discovery-group-ref discovery-group-name="zk"/></pool>
+   </connection-router>
+  </connection-routers>
+ </core>
+</configuration>
+"""
+
+
+def _zookeeper_states(router: Routerd) -> dict[str, str]:
+    """`routerctl status --json` (a real process) -> use -> the state of router fleet's session."""
+    out = subprocess.run(
+        [*ROUTERCTL, "status", "--json", "--admin", router.admin],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return {z["use"]: z["state"] for z in json.loads(out)["zookeeper"] if z["router"] == "fleet"}
+
+
+def _wait_states(router: Routerd, state: str, timeout: float) -> float:
+    """Wait until both sessions show `state` in /api/v1/status (each answer checked against
+    docs/admin-api.yaml); how long it took (seconds)."""
+    validator = Draft202012Validator(
+        {"$ref": f"{BASE_URI}#/components/schemas/ServerStatus"}, registry=REGISTRY
+    )
+    started = time.monotonic()
+    deadline = started + timeout
+    while True:
+        document = router.get("/api/v1/status")
+        assert isinstance(document, dict)
+        assert [e.message for e in validator.iter_errors(document)] == []
+        states = {z["use"]: z["state"] for z in document["zookeeper"]}
+        if states == {"discovery": state, "shared_cache": state}:
+            return time.monotonic() - started
+        assert time.monotonic() < deadline, f"not {state} within {timeout:g} s: {states}"
+        time.sleep(0.1)
+
+
+def _state_metrics(router: Routerd) -> dict[tuple[str, str], float]:
+    """(use, state) -> router_zookeeper_state of router fleet."""
+    found = {}
+    for line in router.metrics().splitlines():
+        if line.startswith("router_zookeeper_state{"):
+            labels = dict(
+                part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(",")
+            )
+            if labels["router"] == '"fleet"':
+                found[(labels["use"].strip('"'), labels["state"].strip('"'))] = float(line.split()[-1])
+    return found
+
+
+@pytest.mark.integration
+def test_routerd_zookeeper_frozen_server_is_suspended_then_connected_and_lost_when_killed(
+    own_zookeeper: ZooKeeperServer,
+    path: str,
+    start_routerd: Callable[[Callable[[int], str]], Routerd],
+    free_port: Callable[[], int],
+) -> None:
+    """Scenario: a router's discovery pool and shared cache use one ZooKeeper, which is SIGSTOPped
+    (the connection stays up, nothing is answered): both sessions show suspended within the
+    default answer timeout (status, routerctl status, metrics; the shared cache no longer counts as
+    connected), each transition logged once; SIGCONT:
+    connected again; SIGKILL: suspended at once, lost after the session timeout."""
+    port = free_port()
+    router = start_routerd(lambda _admin: _frozen_config(own_zookeeper, path, port))
+    router.wait_for_log(r"router=fleet connected to zookeeper \S+: reading the members", consume=False)
+    router.wait_for_log(r"router=fleet connected to zookeeper \S+: reconciling the cache", consume=False)
+    _wait_states(router, "connected", TIMEOUT_S)
+    assert _zookeeper_states(router) == {"discovery": "connected", "shared_cache": "connected"}
+    assert own_zookeeper.proc is not None
+    pid = own_zookeeper.proc.pid
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        took = _wait_states(router, "suspended", SUSPENDED_WITHIN_S)
+        print(f"suspended {took:.2f} s after SIGSTOP")
+        assert _zookeeper_states(router) == {"discovery": "suspended", "shared_cache": "suspended"}
+        table = subprocess.run(
+            [*ROUTERCTL, "status", "--admin", router.admin],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert re.search(r"^ROUTER +ZOOKEEPER +STATE +SINCE +AT$", table, re.MULTILINE), table
+        for use in ("discovery", "shared_cache"):
+            assert re.search(
+                rf"^fleet +{use} +suspended +\S+Z +{own_zookeeper.connect}/", table, re.MULTILINE
+            )
+        checked = promtool_check_metrics(router.metrics())
+        assert checked.returncode == 0, checked.stderr
+        metrics = _state_metrics(router)
+        assert metrics[("discovery", "suspended")] == metrics[("shared_cache", "suspended")] == 1.0
+        assert metrics[("discovery", "connected")] == metrics[("shared_cache", "connected")] == 0.0
+        assert 'router_cache_shared_connected{router="fleet"} 0.0' in router.metrics()
+        router.wait_for_log(
+            r"\(discovery\) does not answer within 2 s: counting the session as suspended", consume=False
+        )
+        router.wait_for_log(
+            r"\(shared_cache\) does not answer within 2 s: counting the session as suspended", consume=False
+        )
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    _wait_states(router, "connected", TIMEOUT_S)
+    router.wait_for_log(r"router=fleet connected to zookeeper \S+: reading the members again")
+    for use in ("discovery", "shared_cache"):
+        assert sum(f"({use}) does not answer" in line for line in router.lines) == 1
+
+    own_zookeeper.proc.kill()  # by its PID
+    own_zookeeper.proc.wait(TIMEOUT_S)
+    _wait_states(router, "suspended", SUSPENDED_WITHIN_S)
+    took = _wait_states(router, "lost", FROZEN_SESSION_TIMEOUT_MS / 1000 + TIMEOUT_S)
+    print(f"lost {took:.2f} s after suspended")
+    metrics = _state_metrics(router)
+    assert metrics[("discovery", "lost")] == metrics[("shared_cache", "lost")] == 1.0
+    for use in ("discovery", "shared_cache"):
+        router.wait_for_log(
+            rf"\({use}\) for the session timeout \(12 s\): counting the session as lost", consume=False
+        )
     assert router.stop() == 0
 
 

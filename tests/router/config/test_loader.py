@@ -784,6 +784,8 @@ def test_load_config_reads_zookeeper_discovery_groups(tmp_path):
               <refresh-timeout>2500</refresh-timeout>
            </discovery-group>
            <discovery-group name="plain"><zookeeper connect="zk:2181" path="/p"/></discovery-group>
+           <discovery-group name="quick">
+              <zookeeper connect="zk:2181" path="/q" answer-timeout="500"/></discovery-group>
         </discovery-groups>
         <cluster-connections><cluster-connection name="c-zk">
            <discovery-group-ref discovery-group-name="zk"/></cluster-connection></cluster-connections>
@@ -799,12 +801,15 @@ def test_load_config_reads_zookeeper_discovery_groups(tmp_path):
         """
     )
     config = load(tmp_path, text)
-    zk, plain = config.discovery_groups
+    zk, plain, quick = config.discovery_groups
+    assert quick.zookeeper == ZooKeeperConfig(connect="zk:2181", path="/q", answer_timeout_ms=500)
     assert zk.zookeeper == ZooKeeperConfig(
         connect="10.0.0.1:2181,10.0.0.2:2181", path="/connection-router/fleet", session_timeout_ms=4000
     )
     assert zk.refresh_timeout_ms == 2500
-    assert plain.zookeeper == ZooKeeperConfig(connect="zk:2181", path="/p", session_timeout_ms=10_000)
+    assert plain.zookeeper == ZooKeeperConfig(
+        connect="zk:2181", path="/p", session_timeout_ms=10_000, answer_timeout_ms=2000
+    )
     assert config.pool_discovery_group(config.router("by-group")) == zk
     assert config.pool_discovery_group(config.router("by-cluster")) == zk
     assert config.pool_discovery_group(config.router("static")) is None
@@ -823,6 +828,14 @@ def test_load_config_reads_zookeeper_discovery_groups(tmp_path):
         (
             '<zookeeper connect="h:1" path="/x" session-timeout="2s"/>',
             "attribute 'session-timeout' must be an integer > 0, got '2s'",
+        ),
+        (
+            '<zookeeper connect="h:1" path="/x" answer-timeout="0"/>',
+            "attribute 'answer-timeout' must be > 0, got '0'",
+        ),
+        (
+            '<zookeeper connect="h:1" path="/x" answer-timeout="-5"/>',
+            "attribute 'answer-timeout' must be > 0, got '-5'",
         ),
         ('<zookeeper connect="h" path="/x"/>', "connect string must be host:port[,host:port…], got 'h'"),
         (

@@ -17,10 +17,12 @@ from router.core.status import (
     ServerStatus,
     StateFileStatus,
     TargetHistory,
+    ZooKeeperStatus,
     operational_state,
     rfc3339,
     snapshot,
 )
+from router.core.zookeeper_link import LinkState
 from tests.router.core.test_live import live_connection
 
 
@@ -140,7 +142,17 @@ def test_server_status_document() -> None:
         connections_allowed=None,
         connections_allowed_per_source=2,
     )
-    assert ServerStatus(process=process, acceptors=(acceptor,)).to_json() == {
+    zookeeper = ZooKeeperStatus(
+        router="r",
+        use="shared_cache",
+        connect="127.0.0.1:2181",
+        path="/cache",
+        state=LinkState.SUSPENDED,
+        since=1_700_000_001.25,
+        session_timeout_ms=10_000,
+        answer_timeout_ms=2000,
+    )
+    assert ServerStatus(process=process, acceptors=(acceptor,), zookeeper=(zookeeper,)).to_json() == {
         "process": {
             "pid": 42,
             "version": "1.2.3",
@@ -164,6 +176,18 @@ def test_server_status_document() -> None:
             }
         ],
         "state_file": None,
+        "zookeeper": [
+            {
+                "router": "r",
+                "use": "shared_cache",
+                "connect": "127.0.0.1:2181",
+                "path": "/cache",
+                "state": "suspended",
+                "since": "2023-11-14T22:13:21.250Z",
+                "session_timeout_ms": 10_000,
+                "answer_timeout_ms": 2000,
+            }
+        ],
     }
 
 

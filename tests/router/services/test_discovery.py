@@ -23,6 +23,7 @@ from kazoo.client import KazooClient
 from policies import PolicyConfig
 from pools import Connector, Member, PoolConfig, PoolKind, Target, TargetState
 from router.config.settings import Config, DiscoveryGroupConfig, RouterConfig, ZooKeeperConfig
+from router.core.zookeeper_link import LinkState
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
 from router.services.discovery import (
@@ -249,6 +250,9 @@ class FakeZooKeeper:
         self.reads: list[float] = []
         """When each reading started."""
         self.started = self.closed = self._connected = self._watching = False
+        self.frozen = False
+        """While set, heartbeats wait (a SIGSTOPped server: the connection stays up)."""
+        self.held: list[Callable[[bool], None]] = []
         self._on_session: Callable[[Session], None] | None = None
         self._on_change: Callable[[], None] | None = None
 
@@ -260,6 +264,22 @@ class FakeZooKeeper:
 
     def start(self) -> None:
         self.started = True
+
+    def heartbeat(self, path: str, callback: Callable[[bool], None]) -> None:
+        """Answered at once while connected and not frozen; held while frozen; failed when not connected."""
+        if not self._connected:
+            callback(False)
+        elif self.frozen:
+            self.held.append(callback)
+        else:
+            callback(True)
+
+    def thaw(self) -> None:
+        """The frozen server goes on: it answers what it held."""
+        self.frozen = False
+        held, self.held = self.held, []
+        for callback in held:
+            callback(True)
 
     async def read_members(self, path: str) -> dict[str, bytes] | None:
         # What the reading finds is decided when it starts; its answer comes `read_s` later.
@@ -284,6 +304,10 @@ class FakeZooKeeper:
         self._connected = session is Session.CONNECTED
         if session is Session.LOST:
             self._watching = False
+        if not self._connected:  # kazoo fails the requests of a dropped connection
+            held, self.held = self.held, []
+            for callback in held:
+                callback(False)
         self._on_session(session)
 
     def change(self, members: dict[str, bytes] | None) -> None:
@@ -316,6 +340,11 @@ def discovery_log() -> Iterator[_TimedLog]:
     yield handler
     logger.removeHandler(handler)
     logger.setLevel(level)
+
+
+def _zk_state(runtime: RouterRuntime) -> LinkState:
+    """The discovery session's state as status shows it (a call: mypy does not narrow it)."""
+    return runtime.zookeeper["discovery"].state
 
 
 async def _start(nursery: trio.Nursery, runtime: RouterRuntime, fake: FakeZooKeeper) -> None:
@@ -373,7 +402,7 @@ class TestServeDiscoveryScenarios:
             await _start(nursery, runtime, fake)
             await trio.sleep(3.5)
             fake.report(Session.CONNECTED)
-            await trio.sleep(3.5)  # past the session timeout
+            await trio.sleep(3.7)  # past the session timeout
             fake.report(Session.SUSPENDED)  # and never back
             await trio.sleep(60)
             nursery.cancel_scope.cancel()
@@ -381,9 +410,20 @@ class TestServeDiscoveryScenarios:
             DISCOVERING[::2],
             (3.5, f"router=r connected to {WHERE}: reading the members"),
             (
-                7.0,
+                7.2,
                 f"router=r lost the connection to {WHERE}: keeping the last 0 member(s) and probing "
                 "them until it is back",
+            ),
+            # Nothing heard since the last heartbeat's answer (7.0) for the session timeout (4 s).
+            (
+                11.0,
+                f"router=r nothing heard from {WHERE} (discovery) for the session timeout (4 s): "
+                "counting the session as lost",
+            ),
+            (
+                11.0,
+                f"router=r session with {WHERE} expired or closed: keeping the last 0 member(s) until "
+                "a new session reads them again",
             ),
         ]
         assert fake.reads == [3.5]
@@ -425,6 +465,74 @@ class TestServeDiscoveryScenarios:
         ]
         assert (fake.reads, _ids(runtime)) == ([0.0, 1.0, 5.0], ["b2"])
 
+    async def test_serve_discovery_frozen_server_is_suspended_then_answers_again(
+        self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
+    ) -> None:
+        """Scenario: kazoo stays CONNECTED but the server stops answering at 1.2 s (SIGSTOP): the
+        heartbeat asked at 1.5 s is unanswered at 3.5 s (the answer timeout, 2 s): suspended, said
+        once, in status and metrics; the server goes on at 4.5 s: connected, and the members are read
+        again."""
+        fake = FakeZooKeeper()
+        fake.members = {"b1": _doc("b1")}
+        runtime = _runtime(FAKE_ZK)
+        metrics = runtime.metrics
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, runtime, fake)
+            assert _zk_state(runtime) is LinkState.CONNECTING
+            fake.report(Session.CONNECTED)
+            await trio.sleep(1.2)
+            fake.frozen = True
+            await trio.sleep(2.2)
+            assert _zk_state(runtime) is LinkState.CONNECTED
+            await trio.sleep(0.1)
+            assert _zk_state(runtime) is LinkState.SUSPENDED
+            assert metrics.zookeeper_state.value(("r", "discovery", "suspended")) == 1.0
+            assert metrics.zookeeper_state.value(("r", "discovery", "connected")) == 0.0
+            await trio.sleep(1.0)  # lost at 5 s: the session timeout (4 s) after the last answer
+            fake.thaw()
+            await trio.sleep(0.1)
+            assert _zk_state(runtime) is LinkState.CONNECTED
+            assert metrics.zookeeper_state.value(("r", "discovery", "connected")) == 1.0
+            nursery.cancel_scope.cancel()
+        assert "discovery" not in runtime.zookeeper  # gone with the task
+        assert metrics.zookeeper_state.label_sets() == []
+        assert [(t, message) for t, _, message in discovery_log.lines] == [
+            DISCOVERING[::2],
+            (0.0, f"router=r connected to {WHERE}: reading the members"),
+            (
+                3.5,
+                f"router=r {WHERE} (discovery) does not answer within 2 s: counting the session as suspended",
+            ),
+            (
+                3.5,
+                f"router=r lost the connection to {WHERE}: keeping the last 1 member(s) and probing "
+                "them until it is back",
+            ),
+            (4.5, f"router=r {WHERE} (discovery) answers again"),
+            (4.5, f"router=r connected to {WHERE}: reading the members again"),
+        ]
+        assert fake.reads == [0.0, 4.5]
+
+    async def test_serve_discovery_watches_fired_by_a_dropped_connection_start_no_reading(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """Scenario: as kazoo does, the connection drops (SUSPENDED) and every watch fires right
+        after: the table hears of the suspension first, so no reading starts (it would wait for a
+        connection that is gone, and hold the loop)."""
+        fake = FakeZooKeeper()
+        fake.members = {"b1": _doc("b1")}
+        runtime = _runtime(FAKE_ZK)
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, runtime, fake)
+            fake.report(Session.CONNECTED)
+            await trio.sleep(1)
+            fake.report(Session.SUSPENDED)
+            assert fake._on_change is not None
+            fake._on_change()  # kazoo's _reset_watchers, after the listener
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()
+        assert fake.reads == [0.0]
+
     async def test_serve_discovery_lost_session_reads_again_in_a_new_session(
         self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
     ) -> None:
@@ -436,7 +544,7 @@ class TestServeDiscoveryScenarios:
             fake.report(Session.CONNECTED)
             await trio.sleep(2)
             fake.report(Session.SUSPENDED)
-            await trio.sleep(4)
+            await trio.sleep(3)  # within the session timeout (4 s) of the last answer: kazoo says so
             fake.report(Session.LOST)
             await trio.sleep(1)
             fake.change({"b1": _doc("b1"), "b2": _doc("b2", 1884)})  # no watch: it went with the session
@@ -455,14 +563,14 @@ class TestServeDiscoveryScenarios:
                 "them until it is back",
             ),
             (
-                6.0,
+                5.0,
                 "WARNING",
                 f"router=r session with {WHERE} expired or closed: keeping the last 1 member(s) until a "
                 "new session reads them again",
             ),
-            (8.0, "INFO", f"router=r connected to {WHERE}: reading the members again"),
+            (7.0, "INFO", f"router=r connected to {WHERE}: reading the members again"),
         ]
-        assert (fake.reads, _ids(runtime)) == ([0.0, 8.0], ["b1", "b2"])
+        assert (fake.reads, _ids(runtime)) == ([0.0, 7.0], ["b1", "b2"])
 
     async def test_serve_discovery_path_missing_until_created(
         self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
@@ -545,7 +653,7 @@ class TestServeDiscoveryScenarios:
         async with trio.open_nursery() as nursery:
             await _start(nursery, runtime, fake)
             fake.report(Session.CONNECTED)
-            fake.report(Session.CONNECTED)  # two reports before the reading starts: one reading
+            fake.report(Session.CONNECTED)  # kazoo never repeats itself; the watch drops a repeat
             await trio.sleep(0.2)
             fake.change({"b1": _doc("b1"), "b2": _doc("b2", 1884)})  # the watch set at 0 s fires
             await trio.sleep(0.1)
@@ -559,7 +667,6 @@ class TestServeDiscoveryScenarios:
         assert [(t, message) for t, _, message in discovery_log.lines] == [
             DISCOVERING[::2],
             (0.0, f"router=r connected to {WHERE}: reading the members"),
-            (0.0, f"router=r connected to {WHERE}: reading the members again"),
         ]
 
 
