@@ -592,13 +592,13 @@ class TestTargetHistory:
 
         runtime.record_check("b1", True, duration_s=0.01)
         runtime.set_admin_state("b1", AdminState.DRAIN)
-        assert one_hot() == {"up": 0.0, "down": 0.0, "drain": 1.0, "maint": 0.0}
+        assert one_hot() == {"up": 0.0, "down": 0.0, "drain": 1.0, "maint": 0.0, "ejected": 0.0}
         runtime.set_admin_state("b1", AdminState.MAINT)
-        assert one_hot() == {"up": 0.0, "down": 0.0, "drain": 0.0, "maint": 1.0}
+        assert one_hot() == {"up": 0.0, "down": 0.0, "drain": 0.0, "maint": 1.0, "ejected": 0.0}
         runtime.record_check("b1", False, "late", duration_s=9.0)  # began before maintenance
         b1 = _target_status(runtime, "b1")
         assert b1.last_check is not None
         assert b1.last_check.duration_s == 0.01
         runtime.set_admin_state("b1", AdminState.READY)
-        assert one_hot() == {"up": 0.0, "down": 1.0, "drain": 0.0, "maint": 0.0}
+        assert one_hot() == {"up": 0.0, "down": 1.0, "drain": 0.0, "maint": 0.0, "ejected": 0.0}
         assert _target_status(runtime, "b1").not_ready_reason == "not probed yet"
