@@ -130,6 +130,7 @@ _STATE_STYLES: Final = {
     "unknown": Style.WARN,
     "drain": Style.WARN,
     "maint": Style.WARN,
+    "ejected": Style.WARN,
 }
 """Values that get a colour wherever they appear in a table or a field."""
 
