@@ -1988,13 +1988,17 @@ def _outlier_pool(children: str) -> str:
 
 def test_load_config_outlier_detection_defaults_and_values(tmp_path):
     config = load(tmp_path, routers(f'<connection-router name="r">{STATIC_POOL}</connection-router>'))
-    assert config.routers[0].pool.outlier_detection == OutlierConfig()
+    pool = config.routers[0].pool
+    assert pool is not None
+    assert pool.outlier_detection == OutlierConfig()
     text = _outlier_pool(
         "<enabled>false</enabled><consecutive-failures>3</consecutive-failures><window>500</window>"
         "<base-ejection-time>1000</base-ejection-time><max-ejection-time>4000</max-ejection-time>"
         "<max-ejected-percent>50</max-ejected-percent>"
     )
-    assert load(tmp_path, text).routers[0].pool.outlier_detection == OutlierConfig(
+    pool = load(tmp_path, text).routers[0].pool
+    assert pool is not None
+    assert pool.outlier_detection == OutlierConfig(
         enabled=False,
         consecutive_failures=3,
         window_ms=500,
