@@ -15,7 +15,17 @@ import trio.testing
 from cache import CacheConfig
 from keys import ConnectionFacts
 from policies import PolicyConfig
-from pools import AdminState, Connector, PoolConfig, PoolEvent, PoolEventKind, PoolKind, Target, TargetState
+from pools import (
+    AdminState,
+    Connector,
+    OutlierConfig,
+    PoolConfig,
+    PoolEvent,
+    PoolEventKind,
+    PoolKind,
+    Target,
+    TargetState,
+)
 from router.config.settings import Config, RouterConfig
 from router.core.address import Address
 from router.core.engine import QuorumWait, RouteDecision, RouteStatus
@@ -444,6 +454,7 @@ def _reloaded(
     *,
     policy: str = "FIRST_ELEMENT",
     cache_ms: int | None = None,
+    outlier: OutlierConfig | None = None,
 ) -> RouterConfig:
     """Reconfigure `runtime` as `_runtime` would build it, with the targets `pool` (of b1-b4)."""
     connectors = tuple(Connector.from_url(f"b{i}", f"tcp://127.0.0.1:{20000 + i}") for i in (1, 2, 3, 4))
@@ -451,7 +462,12 @@ def _reloaded(
         name="r",
         policy=PolicyConfig(name=policy),
         cache=None if cache_ms is None else CacheConfig(timeout_ms=cache_ms, max_entries=100),
-        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=pool, quorum_timeout_ms=0),
+        pool=PoolConfig(
+            kind=PoolKind.STATIC,
+            static_connectors=pool,
+            quorum_timeout_ms=0,
+            outlier_detection=outlier or OutlierConfig(),
+        ),
     )
     runtime.reconfigure(Config(source="test.xml", connectors=connectors, routers=(router,)), router)
     return router
@@ -647,3 +663,16 @@ class TestPassiveHealth:
             failures = {"router": "r", "reason": "broker_closed_early"}
             assert registry.get_sample_value("router_target_outlier_failures_total", failures) == 5
             nursery.cancel_scope.cancel()
+
+    async def test_reload_keeps_an_ejection_and_turning_it_off_ends_it(self) -> None:
+        runtime = _runtime()
+        for node_id in ("b1", "b2", "b3"):
+            runtime.record_check(node_id, True)
+        for _ in range(5):
+            runtime.broker_failed(self._closed("b1"))
+        _reloaded(runtime, ("b1", "b2", "b3"), outlier=OutlierConfig(consecutive_failures=3))
+        assert not runtime.target_ready("b1")  # kept across a reload
+        events = _recorded(runtime)
+        _reloaded(runtime, ("b1", "b2", "b3"), outlier=OutlierConfig(enabled=False))
+        assert runtime.target_ready("b1")
+        assert [e.kind for e in events if isinstance(e, PoolEvent)] == [PoolEventKind.TARGET_RETURNED]
