@@ -205,6 +205,8 @@ class LiveConnection:
     def broker_answered(self, data: bytes | bytearray | memoryview) -> bool:
         """The data path's report of the broker's first bytes (its first read): whether they are
         an answer, not its protocol's refusal (keys/refusal.py)."""
+        if self.protocol is None:  # not read: no refusal is recognised (keys/refusal.py)
+            return True
         self.refusal = parse_refusal(self.protocol, bytes(data[:64]))
         return self.refusal is None
 
