@@ -43,6 +43,8 @@ from keys import (
     stomp,
 )
 from keys.detect import SNIFFERS, TLS, detect_tls, make_detector
+from keys.refusal import parse_refusal
+from keys.sniff import WireProtocol
 from keys.users import HashedPassword, PlainPassword, UserStore, UserStoreError
 from policies import policy_names
 from router.config import ConfigError, load_config_text
@@ -355,6 +357,20 @@ def _check_proxy_round_trip(header: proxy_protocol.ProxyHeader) -> None:
         raise InvariantBroken(f"proxy header {header!r} re-encodes as {again!r}")
 
 
+def fuzz_refusal(data: bytes) -> None:
+    """A broker's first answer read as a refusal (passive health); the first input byte picks the
+    client's protocol (or none). It never raises, returns None or words, and a refusal seen in a
+    prefix is still one when more bytes come."""
+    protocols = [*WireProtocol, None]
+    protocol, answer = (protocols[data[0] % len(protocols)], data[1:]) if data else (None, b"")
+    full = parse_refusal(protocol, answer)
+    if full is not None and not isinstance(full, str):
+        raise InvariantBroken(f"parse_refusal gave {full!r}")
+    for cut in _cuts(answer):
+        if parse_refusal(protocol, answer[:cut]) is not None and full is None:
+            raise InvariantBroken(f"a refusal in {cut} bytes is none in {len(answer)}")
+
+
 _PROTOCOL_NAMES: Final = ("AMQP", "MQTT", "OPENWIRE", "STOMP")
 
 
@@ -546,6 +562,7 @@ TARGETS: Final[dict[str, Target]] = dict(
         _target("stomp_broker", fuzz_stomp_broker, "stomp.parse_server_frame"),
         _target("openwire_broker", fuzz_openwire_broker, "openwire probe answer parsers, proxy preamble"),
         _target("proxy_protocol", fuzz_proxy_protocol, "parse_proxy_header: SniffError only, re-encodes"),
+        _target("refusal", fuzz_refusal, "parse_refusal: never raises, a refusal stays one"),
         _target("detect", fuzz_detect, "make_detector, looks_like: never raise, decide in 16 bytes"),
         _target("opening", fuzz_opening, "SniffBuffer over split reads: SniffError only, split-independent"),
         _target("users", fuzz_users, "UserStore.parse: UserStoreError only, passwords verify"),

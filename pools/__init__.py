@@ -13,6 +13,9 @@ from pools.members import check_znode_path as check_znode_path
 from pools.members import parse_ensemble as parse_ensemble
 from pools.members import parse_member as parse_member
 from pools.members import znode_name as znode_name
+from pools.outlier import BrokerFailure as BrokerFailure
+from pools.outlier import Ejection as Ejection
+from pools.outlier import OutlierConfig as OutlierConfig
 from pools.pool import AdminState as AdminState
 from pools.pool import Pool as Pool
 from pools.pool import PoolConfig as PoolConfig

@@ -28,6 +28,12 @@ UNKNOWN until its next probe). Connections already open stay in every state. A s
 node id not in the pool (a discovered member that left, or has not arrived) is kept and applies
 when it joins. Each change is reported as TARGET_ADMIN_STATE.
 
+Passive health (`pools/outlier.py`, its own table): a target whose broker keeps refusing or
+dropping clients is ejected for a back-off (TARGET_EJECTED, then TARGET_RETURNED): closed to new
+connections, cached keys included, like DRAIN; its readiness is unchanged (probes go on, and a
+probe's success does not end the ejection), it counts for the quorum, and its open connections
+stay.
+
 Membership: static pools keep their targets; discovery pools gain targets (`add_target`, state
 UNKNOWN, TARGET_ADDED) and lose them (`remove_target`, TARGET_REMOVED, then POOL_INACTIVE when a
 ready target leaves and the quorum no longer holds) while the router runs. A configuration reload
@@ -40,9 +46,12 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pools.outlier import OutlierConfig, Outliers
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from pools.outlier import BrokerFailure, Ejection
     from pools.target import Connector, Target
 
 __all__ = [
@@ -89,6 +98,8 @@ class PoolConfig:
     """How long a routing decision waits for the quorum."""
     local_target_enabled: bool = False
     """Whether the local target is the first member of the pool."""
+    outlier_detection: OutlierConfig = field(default_factory=OutlierConfig)
+    """Passive health: when a target whose broker drops clients is ejected (`<outlier-detection>`)."""
 
     def __post_init__(self) -> None:
         if self.check_period_ms <= 0:
@@ -138,6 +149,10 @@ class PoolEventKind(enum.Enum):
     """The active member of an HA-pair target changed (failover or fail-back); the target stayed ready."""
     TARGET_ADMIN_STATE = "target-admin-state"
     """An operator changed the target's administrative state; detail is `new (was old)`."""
+    TARGET_EJECTED = "target-ejected"
+    """Passive health ejected the target (`pools/outlier.py`); detail is why, for how long."""
+    TARGET_RETURNED = "target-returned"
+    """The target's ejection ended: open to new connections again (when ready)."""
     POOL_ACTIVE = "pool-active"
     POOL_INACTIVE = "pool-inactive"
 
@@ -201,10 +216,17 @@ class Pool:
     then discovered members in arrival order (SPEC A3 FIRST_ELEMENT).
     """
 
-    __slots__ = ("_active", "_admin", "_slots", "name", "quorum_size")
+    __slots__ = ("_active", "_admin", "_outliers", "_slots", "name", "quorum_size")
 
-    def __init__(self, name: str, quorum_size: int, targets: Iterable[Target] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        quorum_size: int,
+        targets: Iterable[Target] = (),
+        outlier_detection: OutlierConfig | None = None,
+    ) -> None:
         self.name = name
+        self._outliers = Outliers(OutlierConfig() if outlier_detection is None else outlier_detection)
         self.quorum_size = quorum_size
         # By node id, in pool order: a dict keeps insertion order, and targets are only appended.
         self._slots: dict[str, _Slot] = {}
@@ -262,17 +284,21 @@ class Pool:
             KeyError: no target with this node id.
         """
         state = self._slots.pop(node_id).state
+        self._outliers.keep_only(self._slots)
         events = [
             PoolEvent(kind=PoolEventKind.TARGET_REMOVED, pool=self.name, node_id=node_id, detail=state.value)
         ]
         events.extend(self._update_active())
         return events
 
-    def reconfigure(self, quorum_size: int, targets: Sequence[Target]) -> list[PoolEvent]:
+    def reconfigure(
+        self, quorum_size: int, targets: Sequence[Target], outlier_detection: OutlierConfig | None = None
+    ) -> list[PoolEvent]:
         """A configuration reload: the pool's targets become `targets`, in this order, and its
         quorum `quorum_size`. A target equal to one the pool has (same node id and connector) keeps
-        its state and its `Target` object; a new or changed one starts UNKNOWN. Administrative
-        states stay.
+        its state, its ejection and its `Target` object; a new or changed one starts UNKNOWN.
+        Administrative states stay. New outlier-detection settings apply from the next failure
+        (turned off, ejections end now: TARGET_RETURNED).
 
         Returns:
             TARGET_REMOVED for each target that left or changed, TARGET_ADDED for each that came or
@@ -303,8 +329,64 @@ class Pool:
             else:
                 events.extend(self.add_target(target))
         self.quorum_size = quorum_size
+        self._outliers.keep_only(kept)
+        if outlier_detection is not None:
+            for ejection in self._outliers.reconfigure(outlier_detection):
+                events.append(self._returned(ejection))
         events.extend(self._update_active())
         return events
+
+    # -- passive health (pools/outlier.py) --
+
+    def broker_failed(
+        self, node_id: str, reason: BrokerFailure, now: float, detail: str = ""
+    ) -> list[PoolEvent]:
+        """Count a failure of a target's broker (a client refused or dropped right after the
+        connect); nothing when the target has left the pool.
+
+        Returns:
+            TARGET_EJECTED when this failure ejects it, else nothing.
+        """
+        if node_id not in self._slots:
+            return []
+        ejection = self._outliers.failed(node_id, reason, now, pool_size=len(self._slots), detail=detail)
+        if ejection is None:
+            return []
+        return [
+            PoolEvent(kind=PoolEventKind.TARGET_EJECTED, pool=self.name, node_id=node_id, detail=ejection.why)
+        ]
+
+    def failing(self, node_id: str) -> bool:
+        """Whether a target has failures counted (one dict lookup: an answer then matters)."""
+        return self._outliers.failing(node_id)
+
+    def broker_answered(self, node_id: str) -> None:
+        """A target's broker answered a client: its failures in a row end (no event)."""
+        self._outliers.answered(node_id)
+
+    def return_ejected(self, now: float) -> list[PoolEvent]:
+        """End the ejections that are over at `now`.
+
+        Returns:
+            TARGET_RETURNED for each.
+        """
+        return [self._returned(ejection) for ejection in self._outliers.returns(now)]
+
+    def _returned(self, ejection: Ejection) -> PoolEvent:
+        return PoolEvent(
+            kind=PoolEventKind.TARGET_RETURNED,
+            pool=self.name,
+            node_id=ejection.node_id,
+            detail=f"after {ejection.duration_s:g} s",
+        )
+
+    def ejection(self, node_id: str) -> Ejection | None:
+        """The target's ejection under way, if any."""
+        return self._outliers.ejected.get(node_id)
+
+    def next_return(self) -> float | None:
+        """When the earliest ejection ends (None: none is ejected)."""
+        return self._outliers.next_return()
 
     def target(self, node_id: str) -> Target | None:
         """The target with this node id, ready or not, or None when it is not in the pool."""
@@ -445,25 +527,33 @@ class Pool:
         )
 
     def ready_targets(self) -> list[Target]:
-        """The targets open to new connections (ready, administrative state READY) in pool order,
+        """The targets open to new connections (ready, administrative state READY, not ejected) in
+        pool order,
         whether or not quorum holds."""
-        admin = self._admin
-        if not admin:  # the usual case, once per decision that asks the pool: no lookups
+        admin, ejected = self._admin, self._outliers.ejected
+        if not admin and not ejected:  # the usual case, once per decision that asks the pool
             return [slot.target for slot in self._slots.values() if slot.active is not None]
-        return [slot.target for n, slot in self._slots.items() if slot.active is not None and n not in admin]
+        return [
+            slot.target
+            for n, slot in self._slots.items()
+            if slot.active is not None and n not in admin and n not in ejected
+        ]
 
     def routing_targets(self) -> list[Target]:
         """What the pool hands to a policy: the targets open to new connections while quorum
         holds, else nothing."""
         ready = self.ready_targets()
-        counted = len(ready) if not self._admin else self.ready_count()  # the same without states
+        # Without states or ejections, the same: an ejected target counts for the quorum.
+        counted = len(ready) if not self._admin and not self._outliers.ejected else self.ready_count()
         return ready if counted >= self.quorum_size else []
 
     def ready_target(self, node_id: str) -> Target | None:
         """The target with this node id if it is in the pool, ready and open to new connections (no
         quorum check: SPEC A1 6; a drained target's cached keys go elsewhere)."""
         slot = self._slots.get(node_id)
-        return None if slot is None or slot.active is None or node_id in self._admin else slot.target
+        if slot is None or slot.active is None or node_id in self._admin or node_id in self._outliers.ejected:
+            return None
+        return slot.target
 
     def probed(self, node_id: str) -> bool:
         """Whether a target of the pool is probed (it is not in maintenance)."""

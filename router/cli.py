@@ -1109,9 +1109,10 @@ def _targets_table(targets: Sequence[object]) -> Table:
         if _field(t, "in_pool") is False:
             table.add(_field(t, "node_id"), "absent", _field(t, "admin_state"), None, None)
             continue
+        ejected = _field(t, "operational_state") == "ejected"  # ready, but passive health took it out
         table.add(
             _field(t, "node_id"),
-            _field(t, "state"),
+            "ejected" if ejected else _field(t, "state"),
             _field(t, "admin_state"),
             _field(t, "connections"),
             _field(t, "connector"),

@@ -134,6 +134,7 @@ _STATE_STYLES: Final = {
     "connecting": Style.WARN,
     "suspended": Style.WARN,
     "lost": Style.BAD,
+    "ejected": Style.WARN,
 }
 """Values that get a colour wherever they appear in a table or a field."""
 

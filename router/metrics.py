@@ -365,6 +365,21 @@ class Metrics:
             "memory or ports), closed_by_router (closed while connecting) or other.",
             ("router", "node_id", "reason"),
         )
+        self.outlier_failures = Family(
+            MetricKind.COUNTER,
+            "router_target_outlier_failures_total",
+            "Proxied connections that passive health counted against their target's broker, by "
+            "router and reason: broker_closed_early (closed or reset without a byte soon after "
+            "the connect) or broker_refused (its protocol's refusal, such as an MQTT CONNACK "
+            "with an error code).",
+            ("router", "reason"),
+        )
+        self.ejections = Family(
+            MetricKind.COUNTER,
+            "router_target_ejections_total",
+            "Times passive health (outlier detection) ejected a target, by router and target.",
+            ("router", "node_id"),
+        )
         self.connect_duration = Histogram(
             "router_target_connect_duration_seconds",
             "How long connects to a target took, from the routing decision (or the failed connect "

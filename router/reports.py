@@ -240,6 +240,10 @@ def _log_pool_event(event: PoolEvent) -> None:
             pool_log.warning("router=%s target=%s left the pool (it was %s)", router, node_id, detail)
         case PoolEventKind.TARGET_ADMIN_STATE:
             pool_log.warning("router=%s target=%s admin state %s", router, node_id, detail)
+        case PoolEventKind.TARGET_EJECTED:
+            pool_log.warning("router=%s target=%s is %s", router, node_id, detail)
+        case PoolEventKind.TARGET_RETURNED:
+            pool_log.info("router=%s target=%s returns from its ejection (%s)", router, node_id, detail)
         case PoolEventKind.POOL_ACTIVE:
             pool_log.info("router=%s pool is active (%s)", router, detail)
         case PoolEventKind.POOL_INACTIVE:
@@ -363,12 +367,19 @@ class MetricUpdates:
                 # Its state, probe and last change go with the next scrape (`TargetMetrics`).
                 m.target_ready.remove(labels)
                 m.connect_failures.remove_matching(labels)
+                m.ejections.remove(labels)
                 m.connect_duration.remove_matching(labels)
             case PoolEventKind.POOL_ACTIVE:
                 m.pool_active.set((event.pool,), 1)
             case PoolEventKind.POOL_INACTIVE:
                 m.pool_active.set((event.pool,), 0)
-            case PoolEventKind.TARGET_ADMIN_STATE | PoolEventKind.TARGET_FAILOVER:
+            case PoolEventKind.TARGET_EJECTED:
+                m.ejections.inc(labels)
+            case (
+                PoolEventKind.TARGET_ADMIN_STATE
+                | PoolEventKind.TARGET_FAILOVER
+                | PoolEventKind.TARGET_RETURNED
+            ):
                 pass  # router_target_state is read from the router's status when scraped
             case _:
                 assert_never(event.kind)

@@ -34,7 +34,7 @@ from router.core.engine import (
     build_pool,
 )
 from router.core.events import Accepted, CloseReason, ConnectionRef, ConnectionsClosed, LookedUp
-from router.core.live import LiveConnections, closed_by_pool_change
+from router.core.live import LiveConnections, broker_failure, closed_by_pool_change
 from router.core.plan import after_connect_failed
 from router.core.shared_cache import UNANSWERED, SharedEntry
 from router.core.status import CheckRecord, TargetHistory, operational_state, snapshot
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from router.config.settings import AcceptorConfig, Config, RouterConfig
     from router.core.address import Address
     from router.core.engine import Wait
-    from router.core.events import Event, Subscriber
+    from router.core.events import Closed, Event, Subscriber
     from router.core.framing import Farewell
     from router.core.live import LiveConnection
     from router.core.plan import Opening, Proxy, Refuse
@@ -122,6 +122,8 @@ class RouterRuntime:
             router, pool, local, round_robin_start=round_robin_start, counts=self._connections
         )
         self._changed = trio.Event()
+        self._outliers_changed = trio.Event()
+        """Set when an ejection begins, so `serve_outlier_returns` looks at its end."""
         self._history = TargetHistory()
         """Each target's last probes, why it is not ready, when its state last changed."""
         self._updates = updates = MetricUpdates(metrics)
@@ -484,7 +486,7 @@ class RouterRuntime:
                 targets = list(built.targets)
                 if config.pool_discovery_group(router) is not None:  # discovered members stay
                     targets += [t for t in pool.targets if not t.local]
-                events = pool.reconfigure(router.pool.quorum_size, targets)
+                events = pool.reconfigure(router.pool.quorum_size, targets, router.pool.outlier_detection)
             new = RoutingEngine(
                 router, pool, local, round_robin_start=self._round_robin_start, counts=self._connections
             )
@@ -590,6 +592,48 @@ class RouterRuntime:
             events = pool.record_check(target.node_id, False, detail, member=member)
         self._apply(events)
 
+    # -- passive health (pools/outlier.py) --
+
+    def first_answer(self, live: LiveConnection, data: bytes | bytearray | memoryview) -> None:
+        """A data path's report of a target's first bytes on a proxied connection (b"": it ended
+        its side without a byte), from either thread: an answer ends the target's failures in a
+        row (the lock is taken only when it has some)."""
+        if not data:
+            live.broker_ended_silently()
+            return
+        pool = self._pool
+        if live.broker_answered(data) and pool is not None and pool.failing(live.node_id):
+            with self._lock:
+                pool.broker_answered(live.node_id)
+
+    def broker_failed(self, closed: Closed) -> None:
+        """Count a proxied connection that the broker refused or dropped (trio thread): the
+        target may be ejected (TARGET_EJECTED, logged and counted)."""
+        failure = broker_failure(closed.reason)
+        pool = self._pool
+        if failure is None or pool is None:
+            return
+        self.metrics.outlier_failures.inc((self.name, failure.value))
+        with self._lock:
+            events = pool.broker_failed(closed.node_id, failure, trio.current_time(), closed.detail)
+        if events:
+            self._apply(events)
+            self._outliers_changed.set()
+
+    async def serve_outlier_returns(self) -> None:
+        """End each ejection when its time is over (TARGET_RETURNED), whatever its probes said."""
+        while True:
+            with self._lock:
+                pool = self._pool
+                until = None if pool is None else pool.next_return()
+            self._outliers_changed = changed = trio.Event()
+            with trio.move_on_at(math.inf if until is None else until):
+                await changed.wait()
+            with self._lock:
+                pool = self._pool
+                events = [] if pool is None else pool.return_ejected(trio.current_time())
+            self._apply(events)
+
     def set_admin_state(self, node_id: str, state: AdminState) -> bool:
         """Set what operators allow a target: `ready`, `drain` (no new connections, cached keys
         included) or `maint` (as drain, and not probed); open connections stay. A discovery pool
@@ -675,7 +719,8 @@ class RouterRuntime:
         assert pool is not None
         for node_id in node_ids:
             if pool.target(node_id) is not None:  # an administrative state may name an absent one
-                state = operational_state(pool.state(node_id), pool.admin_state(node_id))
+                ejected = pool.ejection(node_id) is not None
+                state = operational_state(pool.state(node_id), pool.admin_state(node_id), ejected=ejected)
                 self._history.observe(node_id, state, now)
 
     def _apply(self, events: Iterable[PoolEvent]) -> None:

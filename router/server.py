@@ -695,6 +695,7 @@ class _Server:
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_health_checks, runtime)
                 nursery.start_soon(runtime.serve_cache_purge)
+                nursery.start_soon(runtime.serve_outlier_returns)
                 if self.config.ttl_acceptors(runtime.name):
                     interval_s = self.config.connection_ttl.check_interval_ms / 1000
                     nursery.start_soon(serve_connection_ttl_checks, runtime, interval_s)

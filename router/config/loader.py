@@ -46,7 +46,7 @@ from lxml import etree
 from cache import CacheConfig
 from keys import KeyType
 from policies import PolicyConfig
-from pools import LOCAL_NODE_ID, Connector, PoolConfig, PoolKind, parse_url_params
+from pools import LOCAL_NODE_ID, Connector, OutlierConfig, PoolConfig, PoolKind, parse_url_params
 from router.config import values
 from router.config.acceptor_params import acceptor_config, acceptor_files
 from router.config.passwords import resolve_password
@@ -108,6 +108,12 @@ _VALUE_KINDS: Final[Mapping[str, ValueKind]] = {
     "connection-ttl-check-interval": ValueKind.POSITIVE,
     "persisted": ValueKind.BOOLEAN,
     "local-target-enabled": ValueKind.BOOLEAN,
+    "enabled": ValueKind.BOOLEAN,
+    "consecutive-failures": ValueKind.POSITIVE,
+    "window": ValueKind.POSITIVE,
+    "base-ejection-time": ValueKind.POSITIVE,
+    "max-ejection-time": ValueKind.POSITIVE,
+    "max-ejected-percent": ValueKind.NON_NEGATIVE,
     "allow-direct-connections-only": ValueKind.BOOLEAN,
     "key-type": ValueKind.KEY_TYPE,
     "name": ValueKind.NAME,
@@ -142,6 +148,12 @@ _FIELDS: Final[Mapping[str, str]] = {
     "quorum-size": "quorum_size",
     "quorum-timeout": "quorum_timeout_ms",
     "local-target-enabled": "local_target_enabled",
+    "enabled": "enabled",
+    "consecutive-failures": "consecutive_failures",
+    "window": "window_ms",
+    "base-ejection-time": "base_ejection_ms",
+    "max-ejection-time": "max_ejection_ms",
+    "max-ejected-percent": "max_ejected_percent",
     "persisted": "persisted",
     "timeout": "timeout_ms",
     "refresh-timeout": "refresh_timeout_ms",
@@ -868,6 +880,13 @@ class _Loader:
         username = None if (u := children.get("username")) is None else _text(u) or None
         password = None if (p := children.get("password")) is None else self._password(p)
         fields: dict[str, Any] = dict(_given(_texts(children)))  # Any: see _given
+        outlier_element = children.get("outlier-detection")
+        if outlier_element is not None:
+            outlier: dict[str, Any] = dict(_given(_texts(self._unique_children(outlier_element))))
+            try:
+                fields["outlier_detection"] = OutlierConfig(**outlier)
+            except ValueError as exc:
+                raise self.error(outlier_element, str(exc)) from exc
         try:
             config = PoolConfig(
                 kind=kind,

@@ -175,7 +175,7 @@ def build_pool(config: Config, router: RouterConfig) -> tuple[Pool | None, Targe
         assert pool_config.cluster_connection is not None
         names = config.cluster_connection(pool_config.cluster_connection).static_connectors
     targets.extend(Target.remote(config.connector(name)) for name in names)
-    return Pool(router.name, pool_config.quorum_size, targets), local
+    return Pool(router.name, pool_config.quorum_size, targets, pool_config.outlier_detection), local
 
 
 class RoutingEngine:

@@ -81,6 +81,13 @@ class CloseReason(enum.Enum):
     TARGET_REMOVED = "target_removed"
     """The router closed it: a configuration reload removed its target (or the member address it
     went to, or its router) from the configuration."""
+    BROKER_CLOSED_EARLY = "broker_closed_early"
+    """The broker closed (or reset) it without a byte, within `BROKER_EARLY_CLOSE_S` of the
+    connect, after the client had sent its opening (a broker at its connection limit does this);
+    counted by passive health (pools/outlier.py)."""
+    BROKER_REFUSED = "broker_refused"
+    """The broker's first answer was its protocol's refusal (keys/refusal.py; the closed line's
+    detail gives its code), then it ended; counted by passive health."""
     INTERNAL_ERROR = "internal_error"
     """A bug in the router; logged with its traceback."""
 

@@ -24,9 +24,10 @@ direction of connections under a TTL; no timer is armed per read or per connecti
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from pools import PoolEventKind
+from keys.refusal import parse_refusal
+from pools import BrokerFailure, PoolEventKind
 from router.config.settings import AcceptorMode
 from router.core.address import Address
 from router.core.events import Closed, CloseReason
@@ -41,7 +42,28 @@ if TYPE_CHECKING:
     from router.core.events import ConnectionRef
     from router.core.framing import Farewell
 
-__all__ = ["LiveConnection", "LiveConnections", "closed_by_pool_change"]
+__all__ = [
+    "BROKER_EARLY_CLOSE_S",
+    "LiveConnection",
+    "LiveConnections",
+    "broker_failure",
+    "closed_by_pool_change",
+]
+
+BROKER_EARLY_CLOSE_S: Final = 2.0
+"""A broker that closes a connection without a byte this soon after the connect dropped its client
+(passive health counts it). Brokers answer an opening in milliseconds (a mosquitto CONNACK on
+loopback: under 1 ms); a broker's own handshake timeout is 10 s or more (mosquitto, Artemis), so a
+close for a client that said nothing in time is not mistaken for one."""
+
+
+def broker_failure(reason: CloseReason) -> BrokerFailure | None:
+    """The passive-health failure a close reason is, if any."""
+    if reason is CloseReason.BROKER_CLOSED_EARLY:
+        return BrokerFailure.CLOSED_EARLY
+    if reason is CloseReason.BROKER_REFUSED:
+        return BrokerFailure.REFUSED
+    return None
 
 
 def closed_by_pool_change(event: PoolEvent) -> tuple[str, CloseReason, Address | None] | None:
@@ -84,6 +106,8 @@ class LiveConnection:
         "peek_first_bytes",
         "protocol",
         "protocol_version",
+        "refusal",
+        "silent_close",
         "ttl_ms",
         "ttl_s",
         "wire_format",
@@ -153,6 +177,10 @@ class LiveConnection:
         """Bytes relayed client -> target and target -> client so far. The data path adds each read
         as it passes it on (one int store), so a scrape sees the bytes of connections still open
         (`LiveConnections.relayed`); the client's replayed opening counts once connected."""
+        self.refusal: str | None = None
+        """The broker's first answer, when it was its protocol's refusal (`broker_answered`)."""
+        self.silent_close = False
+        """The broker ended its side before sending a byte, after the client sent some."""
         self.peek_first_bytes = False
         """Whether the relay should pass the client's first bytes to `first_bytes`: a connection
         under a TTL whose opening was not read may be an MQTT client that is exempt."""
@@ -173,6 +201,20 @@ class LiveConnection:
         the TTL stays (the safe side: a quiet client is closed, not kept forever)."""
         self.peek_first_bytes = False
         self.ttl_s = connection_ttl_s(self.ttl_ms, sniff_mqtt_connect(bytes(data)))
+
+    def broker_answered(self, data: bytes | bytearray | memoryview) -> bool:
+        """The data path's report of the broker's first bytes (its first read): whether they are
+        an answer, not its protocol's refusal (keys/refusal.py)."""
+        if self.protocol is None:  # not read: no refusal is recognised (keys/refusal.py)
+            return True
+        self.refusal = parse_refusal(self.protocol, bytes(data[:64]))
+        return self.refusal is None
+
+    def broker_ended_silently(self) -> None:
+        """The data path's report that the broker ended its side (EOF or reset) before sending a
+        byte; it counts only when the client had sent something to answer."""
+        if self.counts[0] > 0:
+            self.silent_close = True
 
     def close(self, reason: CloseReason) -> bool:
         """Have the data path end the connection.
@@ -214,20 +256,30 @@ class LiveConnection:
 
     def ended(self, duration_s: float, reason: CloseReason, detail: str = "") -> Closed:
         """The `Closed` a data path reports once the connection ended: its bytes, and why it ended,
-        the router's own reason first (`closed_by`) else `reason`.
+        the router's own reason first (`closed_by`) else `reason`; a connection that ended by
+        itself is BROKER_REFUSED when the broker's first answer refused the client, and
+        BROKER_CLOSED_EARLY when the broker ended it without a byte within
+        `BROKER_EARLY_CLOSE_S` (passive health counts both).
 
         Args:
             duration_s: how long it was connected to its target.
             reason: how it ended, unless the router closed it.
             detail: more about REPLAY_FAILED or INTERNAL_ERROR.
         """
+        if self.closed_by is not None:
+            reason = self.closed_by
+        elif reason is CloseReason.CLOSED or reason is CloseReason.RESET:
+            if self.refusal is not None:
+                reason, detail = CloseReason.BROKER_REFUSED, self.refusal
+            elif self.silent_close and duration_s <= BROKER_EARLY_CLOSE_S:
+                reason = CloseReason.BROKER_CLOSED_EARLY
         return Closed(
             conn=self.conn,
             node_id=self.node_id,
             bytes_in=self.counts[0],
             bytes_out=self.counts[1],
             duration_s=duration_s,
-            reason=self.closed_by or reason,
+            reason=reason,
             detail=detail,
         )
 

@@ -58,16 +58,20 @@ class OperationalState(enum.Enum):
     """Ready, and drained by an operator: no new connections."""
     MAINT = "maint"
     """In maintenance: not probed, no new connections."""
+    EJECTED = "ejected"
+    """Ready, and ejected by passive health (pools/outlier.py) for a while: no new connections."""
 
 
-def operational_state(state: TargetState, admin: AdminState) -> OperationalState:
-    """The operational state of a target with this readiness and administrative state."""
+def operational_state(state: TargetState, admin: AdminState, *, ejected: bool = False) -> OperationalState:
+    """The operational state of a target with this readiness, administrative state and ejection."""
     if admin is AdminState.MAINT:
         return OperationalState.MAINT
     if state is not TargetState.READY:
         return OperationalState.DOWN
     if admin is AdminState.DRAIN:
         return OperationalState.DRAIN
+    if ejected:
+        return OperationalState.EJECTED
     return OperationalState.UP
 
 
@@ -191,10 +195,11 @@ class TargetStatus:
     admin_state: AdminState = AdminState.READY
     """What operators allow it: ready, drain or maint."""
     operational_state: OperationalState = OperationalState.DOWN
-    """Both in one word: up, down, drain or maint (`router_target_state`)."""
+    """Both in one word: up, down, drain, maint or ejected (`router_target_state`)."""
     not_ready_reason: str | None = None
     """Why it is not ready (its last failed probe's or connect's words, not probed yet, no
-    connector, in maintenance); None when ready."""
+    connector, in maintenance), or why passive health ejected it and for how long; None when
+    ready and not ejected."""
     last_check: CheckRecord | None = None
     """Its last probe (of any member of an HA pair); None before any."""
     last_change: float | None = None
@@ -325,15 +330,16 @@ def _target(pool: Pool, target: Target, connections: LiveConnections, history: T
             )
             for i, (m, state) in enumerate(zip(connector.members, states, strict=True))
         )
-    state, admin = pool.state(node_id), pool.admin_state(node_id)
+    state, admin, ejection = pool.state(node_id), pool.admin_state(node_id), pool.ejection(node_id)
     return TargetStatus(
         node_id=node_id,
         local=target.local,
         connector=None if connector is None else connector.display_url,
         state=state,
         admin_state=admin,
-        operational_state=operational_state(state, admin),
-        not_ready_reason=_why_not_ready(target, state, admin, history),
+        operational_state=operational_state(state, admin, ejected=ejection is not None),
+        not_ready_reason=_why_not_ready(target, state, admin, history)
+        or (None if ejection is None or admin is not AdminState.READY else ejection.why),
         last_check=history.last_check(node_id),
         last_change=history.last_change(node_id),
         connections=connections.connection_count(node_id),

@@ -52,7 +52,7 @@ from router.core.events import (
     OpeningFailed,
     OpeningFailure,
 )
-from router.core.live import LiveConnection
+from router.core.live import LiveConnection, broker_failure
 from router.core.opening import SniffBuffer
 from router.core.plan import (
     HandOver,
@@ -939,10 +939,14 @@ class FastPath:
         except BlockingIOError:
             return
         except OSError:
+            if side and not relayed.counts[1]:  # the broker reset it without a byte
+                relayed.acceptor.runtime.first_answer(relayed, b"")
             self._close(relayed, CloseReason.RESET)
             return
         other = 1 - side
         if n == 0:
+            if side and not relayed.counts[1]:  # the broker ended its side without a byte
+                relayed.acceptor.runtime.first_answer(relayed, b"")
             relayed.eof[side] = True
             if relayed.eof[other]:  # both ways done (nothing is pending either way): close, which
                 self._close(relayed, CloseReason.CLOSED)  # also takes the sockets out of epoll
@@ -950,6 +954,8 @@ class FastPath:
             self._update_masks(relayed)
             self._pass_eof(relayed, side)  # nothing of this side is pending: we were reading it
             return
+        if side and not relayed.counts[1]:  # the broker's first answer (passive health)
+            relayed.acceptor.runtime.first_answer(relayed, self._view[:n])
         relayed.counts[side] += n
         if side and relayed.cursor is not None:  # the broker's frames, for moving the client
             relayed.cursor.feed(self._view[:n])
@@ -958,6 +964,8 @@ class FastPath:
         except BlockingIOError:
             sent = 0
         except OSError:
+            if other and not relayed.counts[1]:  # the broker reset it without a byte
+                relayed.acceptor.runtime.first_answer(relayed, b"")
             self._close(relayed, CloseReason.RESET)
             return
         if sent < n:  # the other side is slow: keep the rest, stop reading this side until written
@@ -972,6 +980,8 @@ class FastPath:
         except BlockingIOError:
             return
         except OSError:
+            if other and not relayed.counts[1]:  # the broker reset it without a byte
+                relayed.acceptor.runtime.first_answer(relayed, b"")
             self._close(relayed, CloseReason.RESET)
             return
         if sent < len(data):
@@ -1049,6 +1059,8 @@ class FastPath:
             runtime.report(closed)  # before the close: a client that sees it finds it counted
         finally:
             self._forget(relayed)
+        if broker_failure(closed.reason) is not None:  # passive health counts it, in the trio thread
+            self._call_trio(runtime.broker_failed, closed)
 
 
 def _stdlib(sock: _Socket) -> socket.socket:

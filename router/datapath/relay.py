@@ -58,7 +58,10 @@ class _Receiving:
 
 
 async def _pump_framed(
-    source: trio.abc.ReceiveStream, sink: trio.abc.SendStream, live: LiveConnection
+    source: trio.abc.ReceiveStream,
+    sink: trio.abc.SendStream,
+    live: LiveConnection,
+    first: Callable[[bytes | bytearray], None] | None = None,
 ) -> bool | None:
     """`_pump` from the broker to the client of a connection that can be moved (counted into its
     `counts`): each read is fed to its cursor. Returns None when it is to be moved (then
@@ -72,6 +75,8 @@ async def _pump_framed(
             receiving.now = True
             data = await source.receive_some(RELAY_CHUNK_BYTES)
             receiving.now = False
+            if first is not None and not counts[1]:
+                first(data)
             if not data:
                 break
             cursor.feed(data)
@@ -134,15 +139,20 @@ async def _pump(
     counts: list[int],
     side: int,
     activity: LiveConnection | None = None,
+    first: Callable[[bytes | bytearray], None] | None = None,
+    send_broke: Callable[[], None] | None = None,
 ) -> bool:
     """Copy until EOF, adding each read to `counts[side]`; half-close the sink. Returns False when
     the sink cannot half-close (TLS).
 
     With `activity` (the client's direction of a connection under a TTL) each read stamps
-    `activity.last_read_at`, a float store; the TTL checker reads it.
+    `activity.last_read_at`, a float store; the TTL checker reads it. `first` is given the first
+    read (b"": EOF before any byte); `send_broke` is called when a send to the sink breaks.
     """
     while True:
         data = await source.receive_some(RELAY_CHUNK_BYTES)
+        if first is not None and not counts[side]:
+            first(data)
         if not data:
             break
         if activity is not None:
@@ -150,7 +160,12 @@ async def _pump(
             if activity.peek_first_bytes:  # once: an unsniffed client may be exempt MQTT
                 activity.first_bytes(data)
         counts[side] += len(data)
-        await sink.send_all(data)
+        try:
+            await sink.send_all(data)
+        except _BROKEN:
+            if send_broke is not None:
+                send_broke()
+            raise
     return await _pass_eof(sink)
 
 
@@ -171,6 +186,7 @@ async def relay(
     *,
     activity: LiveConnection | None = None,
     live: LiveConnection | None = None,
+    first_answer: Callable[[bytes | bytearray], None] | None = None,
 ) -> CloseReason:
     """Relay bytes both ways until both directions ended or one broke, then close both streams.
 
@@ -183,19 +199,30 @@ async def relay(
             stored in its `last_read_at`. None when there is no TTL (nothing done per read).
         live: the connection, when it can be moved (it has a `cursor`): relayed framed, and
             moved by `leave` when `LiveConnection.move` asks.
+        first_answer: given the target's first read, once, or b"" when the target ended its side
+            (EOF or a reset) before sending a byte (passive health).
 
     Returns:
         CLOSED when both directions ended (or a stream without half-close did), RESET when one broke.
     """
     broke = moving = False
+
+    def target_broke() -> None:
+        """A send to the target broke (it reset the connection): before its first byte, that is
+        its answer (a broker at its connection limit closes at once)."""
+        if first_answer is not None and not counts[1]:
+            first_answer(b"")
+
     try:
         async with trio.open_nursery() as nursery:
 
-            async def guarded(pump: Callable[[], Awaitable[bool | None]]) -> None:
+            async def guarded(pump: Callable[[], Awaitable[bool | None]], side: int = 0) -> None:
                 nonlocal broke, moving
                 try:
                     done = await pump()
                 except _BROKEN:
+                    if side and first_answer is not None and not counts[1]:
+                        first_answer(b"")  # a receive from the target broke: nothing sent yet
                     # A reset or failure in one direction ends the whole connection.
                     broke = True
                     nursery.cancel_scope.cancel(reason="the other direction broke")
@@ -207,11 +234,14 @@ async def relay(
                     # TLS has no half-close: the target's EOF ends the whole connection.
                     nursery.cancel_scope.cancel(reason="EOF towards a stream without half-close")
 
-            nursery.start_soon(guarded, functools.partial(_pump, client, upstream, counts, 0, activity))
+            from_client = functools.partial(_pump, client, upstream, counts, 0, activity, None, target_broke)
+            nursery.start_soon(guarded, from_client)
+            pump: Callable[[], Awaitable[bool | None]]
             if live is not None and live.cursor is not None:
-                nursery.start_soon(guarded, functools.partial(_pump_framed, upstream, client, live))
+                pump = functools.partial(_pump_framed, upstream, client, live, first_answer)
             else:
-                nursery.start_soon(guarded, functools.partial(_pump, upstream, client, counts, 1))
+                pump = functools.partial(_pump, upstream, client, counts, 1, None, first_answer)
+            nursery.start_soon(guarded, pump, 1)
         if moving:
             assert live is not None
             await leave(client, upstream, live)

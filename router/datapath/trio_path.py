@@ -434,7 +434,15 @@ async def _connect_and_relay(
             return
         activity = None if live.ttl_s == math.inf else live
         movable = None if live.cursor is None else live
-        state.reason = await relay(client, upstream, live.counts, activity=activity, live=movable)
+        runtime = acceptor.runtime
+        state.reason = await relay(
+            client,
+            upstream,
+            live.counts,
+            activity=activity,
+            live=movable,
+            first_answer=lambda data: runtime.first_answer(live, data),
+        )
 
 
 def _report_end(
@@ -451,7 +459,9 @@ def _report_end(
     what the client gets next when the connect itself failed."""
     runtime, node_id = acceptor.runtime, action.target.node_id
     if state.connected_at is not None:
-        runtime.report(live.ended(trio.current_time() - state.connected_at, state.reason, state.detail))
+        closed = live.ended(trio.current_time() - state.connected_at, state.reason, state.detail)
+        runtime.report(closed)
+        runtime.broker_failed(closed)  # passive health: nothing unless the broker dropped it
         return None
     exc = state.failed
     then: Proxy | Refuse | None = None

@@ -415,6 +415,7 @@ def test_target_metrics_export_state_check_and_change_and_drop_targets_that_left
         "down": 0.0,
         "drain": 1.0,
         "maint": 0.0,
+        "ejected": 0.0,
     }
     assert value("router_target_state", "b2", state="down") == 1.0
     assert value("router_target_check_duration_seconds", "b1") == 0.25

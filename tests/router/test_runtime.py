@@ -15,11 +15,21 @@ import trio.testing
 from cache import CacheConfig
 from keys import ConnectionFacts
 from policies import PolicyConfig
-from pools import AdminState, Connector, PoolConfig, PoolEvent, PoolEventKind, PoolKind, Target, TargetState
+from pools import (
+    AdminState,
+    Connector,
+    OutlierConfig,
+    PoolConfig,
+    PoolEvent,
+    PoolEventKind,
+    PoolKind,
+    Target,
+    TargetState,
+)
 from router.config.settings import Config, RouterConfig
 from router.core.address import Address
 from router.core.engine import QuorumWait, RouteDecision, RouteStatus
-from router.core.events import Accepted, CloseReason, ConnectionsClosed, LookedUp
+from router.core.events import Accepted, Closed, CloseReason, ConnectionsClosed, LookedUp
 from router.core.reload import Departed
 from router.core.status import OperationalState, TargetStatus
 from router.metrics import Metrics
@@ -444,6 +454,7 @@ def _reloaded(
     *,
     policy: str = "FIRST_ELEMENT",
     cache_ms: int | None = None,
+    outlier: OutlierConfig | None = None,
 ) -> RouterConfig:
     """Reconfigure `runtime` as `_runtime` would build it, with the targets `pool` (of b1-b4)."""
     connectors = tuple(Connector.from_url(f"b{i}", f"tcp://127.0.0.1:{20000 + i}") for i in (1, 2, 3, 4))
@@ -451,7 +462,12 @@ def _reloaded(
         name="r",
         policy=PolicyConfig(name=policy),
         cache=None if cache_ms is None else CacheConfig(timeout_ms=cache_ms, max_entries=100),
-        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=pool, quorum_timeout_ms=0),
+        pool=PoolConfig(
+            kind=PoolKind.STATIC,
+            static_connectors=pool,
+            quorum_timeout_ms=0,
+            outlier_detection=outlier or OutlierConfig(),
+        ),
     )
     runtime.reconfigure(Config(source="test.xml", connectors=connectors, routers=(router,)), router)
     return router
@@ -592,13 +608,71 @@ class TestTargetHistory:
 
         runtime.record_check("b1", True, duration_s=0.01)
         runtime.set_admin_state("b1", AdminState.DRAIN)
-        assert one_hot() == {"up": 0.0, "down": 0.0, "drain": 1.0, "maint": 0.0}
+        assert one_hot() == {"up": 0.0, "down": 0.0, "drain": 1.0, "maint": 0.0, "ejected": 0.0}
         runtime.set_admin_state("b1", AdminState.MAINT)
-        assert one_hot() == {"up": 0.0, "down": 0.0, "drain": 0.0, "maint": 1.0}
+        assert one_hot() == {"up": 0.0, "down": 0.0, "drain": 0.0, "maint": 1.0, "ejected": 0.0}
         runtime.record_check("b1", False, "late", duration_s=9.0)  # began before maintenance
         b1 = _target_status(runtime, "b1")
         assert b1.last_check is not None
         assert b1.last_check.duration_s == 0.01
         runtime.set_admin_state("b1", AdminState.READY)
-        assert one_hot() == {"up": 0.0, "down": 1.0, "drain": 0.0, "maint": 0.0}
+        assert one_hot() == {"up": 0.0, "down": 1.0, "drain": 0.0, "maint": 0.0, "ejected": 0.0}
         assert _target_status(runtime, "b1").not_ready_reason == "not probed yet"
+
+
+class TestPassiveHealth:
+    def _closed(self, node_id: str, reason: CloseReason = CloseReason.BROKER_CLOSED_EARLY) -> Closed:
+        conn = live_connection(node_id=node_id)
+        return Closed(conn=conn.conn, node_id=node_id, bytes_in=1, bytes_out=0, duration_s=0.0, reason=reason)
+
+    async def test_ejected_after_failures_returns_after_its_time_whatever_probes_say(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """Scenario: five early closes eject b1 for 30 s; probes keep passing meanwhile; it returns
+        at 30 s (virtual), logged and counted once each."""
+        runtime = _runtime()
+        for node_id in ("b1", "b2", "b3"):
+            runtime.record_check(node_id, True)
+        events = _recorded(runtime)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.serve_outlier_returns)
+            await trio.sleep(1)
+            runtime.broker_failed(self._closed("b1", CloseReason.CLOSED))  # not a failure
+            for _ in range(5):
+                runtime.broker_failed(self._closed("b1"))
+            assert [e.kind for e in events if isinstance(e, PoolEvent)] == [PoolEventKind.TARGET_EJECTED]
+            assert not runtime.target_ready("b1")
+            assert runtime.status().pool is not None
+            (b1,) = [t for t in runtime.status().pool.targets if t.node_id == "b1"]  # type: ignore[union-attr]
+            assert b1.operational_state is OperationalState.EJECTED
+            assert b1.not_ready_reason is not None
+            assert "ejected by outlier detection for 30 s" in b1.not_ready_reason
+            runtime.record_check("b1", True)  # a probe's success does not end it
+            assert not runtime.target_ready("b1")
+            await trio.sleep(29.5)
+            assert not runtime.target_ready("b1")
+            await trio.sleep(1)
+            assert runtime.target_ready("b1")
+            kinds = [e.kind for e in events if isinstance(e, PoolEvent)]
+            assert kinds == [PoolEventKind.TARGET_EJECTED, PoolEventKind.TARGET_RETURNED]
+            registry = runtime.metrics.registry
+            assert (
+                registry.get_sample_value("router_target_ejections_total", {"router": "r", "node_id": "b1"})
+                == 1
+            )
+            failures = {"router": "r", "reason": "broker_closed_early"}
+            assert registry.get_sample_value("router_target_outlier_failures_total", failures) == 5
+            nursery.cancel_scope.cancel()
+
+    async def test_reload_keeps_an_ejection_and_turning_it_off_ends_it(self) -> None:
+        runtime = _runtime()
+        for node_id in ("b1", "b2", "b3"):
+            runtime.record_check(node_id, True)
+        for _ in range(5):
+            runtime.broker_failed(self._closed("b1"))
+        _reloaded(runtime, ("b1", "b2", "b3"), outlier=OutlierConfig(consecutive_failures=3))
+        assert not runtime.target_ready("b1")  # kept across a reload
+        events = _recorded(runtime)
+        _reloaded(runtime, ("b1", "b2", "b3"), outlier=OutlierConfig(enabled=False))
+        assert runtime.target_ready("b1")
+        assert [e.kind for e in events if isinstance(e, PoolEvent)] == [PoolEventKind.TARGET_RETURNED]

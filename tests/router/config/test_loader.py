@@ -17,7 +17,7 @@ from cache.cache import DEFAULT_MAX_ENTRIES
 from keys import KeyType
 from keys.resolve import DEFAULT_KEY_MAX_LENGTH
 from policies import PolicyConfig
-from pools import PoolConfig, PoolKind
+from pools import OutlierConfig, PoolConfig, PoolKind
 from router.config import SECTIONS, ConfigError, load_config, load_config_text
 from router.config.loader import _VALUE_KINDS, MAX_CONFIG_BYTES
 from router.config.settings import (
@@ -1985,3 +1985,55 @@ def test_load_config_event_log_errors(tmp_path):
     assert_error(tmp_path, text, "<format>", "format", "must be parquet or jsonl, got 'csv'")
     text = document(f"{BASE}<event-log>\n  <ring-size>5</ring-size>\n</event-log>\n")
     assert_error(tmp_path, text, "<event-log>", "event-log", "needs a <directory>: where the event files go")
+
+
+def _outlier_pool(children: str) -> str:
+    return routers(
+        f"""\
+        <connection-router name="r">
+           <pool><static-connectors><connector-ref>c1</connector-ref></static-connectors>
+              <outlier-detection>{children}</outlier-detection>
+           </pool>
+        </connection-router>
+        """
+    )
+
+
+def test_load_config_outlier_detection_defaults_and_values(tmp_path):
+    config = load(tmp_path, routers(f'<connection-router name="r">{STATIC_POOL}</connection-router>'))
+    pool = config.routers[0].pool
+    assert pool is not None
+    assert pool.outlier_detection == OutlierConfig()
+    text = _outlier_pool(
+        "<enabled>false</enabled><consecutive-failures>3</consecutive-failures><window>500</window>"
+        "<base-ejection-time>1000</base-ejection-time><max-ejection-time>4000</max-ejection-time>"
+        "<max-ejected-percent>50</max-ejected-percent>"
+    )
+    pool = load(tmp_path, text).routers[0].pool
+    assert pool is not None
+    assert pool.outlier_detection == OutlierConfig(
+        enabled=False,
+        consecutive_failures=3,
+        window_ms=500,
+        base_ejection_ms=1000,
+        max_ejection_ms=4000,
+        max_ejected_percent=50,
+    )
+
+
+def test_load_config_outlier_detection_rejects_unknown_child_and_bad_values(tmp_path):
+    with pytest.raises(ConfigError, match="bogus"):
+        load(tmp_path, _outlier_pool("<bogus>1</bogus>"))
+    with pytest.raises(ConfigError, match=r"consecutive-failures.*must be > 0, got '0'"):
+        load(tmp_path, _outlier_pool("<consecutive-failures>0</consecutive-failures>"))
+    with pytest.raises(
+        ConfigError, match=r"<outlier-detection>: max-ejected-percent must be in 0\.\.100, got 101"
+    ):
+        load(tmp_path, _outlier_pool("<max-ejected-percent>101</max-ejected-percent>"))
+    with pytest.raises(ConfigError, match="max-ejection-time must be >= base-ejection-time"):
+        load(
+            tmp_path,
+            _outlier_pool(
+                "<base-ejection-time>5000</base-ejection-time><max-ejection-time>10</max-ejection-time>"
+            ),
+        )

@@ -29,6 +29,8 @@ def test_close_reasons_by_the_router_are_the_ones_it_decides() -> None:
         "shutdown",
         "evacuated",
         "target_removed",
+        "broker_closed_early",
+        "broker_refused",
         "internal_error",
     ]
 

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from keys.mqtt import encode_connect
+from pools import BrokerFailure
 from router.core.address import Address
 from router.core.events import Closed, CloseReason, ConnectionRef
-from router.core.live import LiveConnection, LiveConnections
+from router.core.live import BROKER_EARLY_CLOSE_S, LiveConnection, LiveConnections, broker_failure
 from tests.router.core.test_ttl import _mqtt
 
 if TYPE_CHECKING:
@@ -116,6 +117,40 @@ def test_ended_reports_its_bytes_and_the_routers_reason_first() -> None:
     )
     conn.close(CloseReason.EVACUATED)
     assert conn.ended(2.0, CloseReason.RESET).reason is CloseReason.EVACUATED
+
+
+class TestBrokerAnswer:
+    """What passive health learns from a connection's end (pools/outlier.py)."""
+
+    def test_broker_closed_without_a_byte_soon_is_closed_early(self) -> None:
+        conn = live_connection(sniffed=_mqtt(0))
+        conn.counts[0] = 20
+        conn.broker_ended_silently()
+        assert conn.ended(BROKER_EARLY_CLOSE_S, CloseReason.RESET).reason is CloseReason.BROKER_CLOSED_EARLY
+        assert broker_failure(CloseReason.BROKER_CLOSED_EARLY) is BrokerFailure.CLOSED_EARLY
+        assert conn.ended(BROKER_EARLY_CLOSE_S + 0.1, CloseReason.CLOSED).reason is CloseReason.CLOSED
+
+    def test_broker_silent_before_the_client_said_anything_does_not_count(self) -> None:
+        conn = live_connection()
+        conn.broker_ended_silently()
+        assert conn.ended(0.1, CloseReason.CLOSED).reason is CloseReason.CLOSED
+        assert broker_failure(CloseReason.CLOSED) is None
+
+    def test_connack_refusal_is_broker_refused_with_its_code(self) -> None:
+        conn = live_connection(sniffed=_mqtt(0))
+        assert conn.broker_answered(memoryview(bytes.fromhex("20020005"))) is False
+        closed = conn.ended(0.1, CloseReason.CLOSED)
+        assert (closed.reason, closed.detail) == (
+            CloseReason.BROKER_REFUSED,
+            "mqtt CONNACK 0x05 not authorized",
+        )
+        assert live_connection(sniffed=_mqtt(0)).broker_answered(bytes.fromhex("20020000")) is True
+
+    def test_router_close_wins_over_what_the_broker_did(self) -> None:
+        conn = live_connection(sniffed=_mqtt(0))
+        conn.broker_answered(bytes.fromhex("20020005"))
+        conn.close(CloseReason.SHUTDOWN)
+        assert conn.ended(0.1, CloseReason.CLOSED).reason is CloseReason.SHUTDOWN
 
 
 class TestLiveConnections:
