@@ -2,13 +2,20 @@
 
 SNI is read by our own ClientHello parser (`tls_sni`) before OpenSSL sees the bytes, the same
 way for passthrough and termination; the bytes already read are then handed to trio's
-`SSLStream` through `PrefixedStream`. A client certificate's subject CN is the authenticated
-user (SPEC A2 USER_NAME).
+`SSLStream` through `PrefixedStream` (`open_terminated`). A client certificate's subject CN is
+the authenticated user (SPEC A2 USER_NAME).
+
+After the handshake, our ACK of the client's last flight is sent at once (`TCP_QUICKACK`). trio
+holds a TLS 1.3 server's session tickets back until the first application write, so nothing
+carries that ACK; the kernel delays it (up to 40 ms), and a client with Nagle's algorithm on
+(paho-mqtt, most clients) holds its first request until then: 40 ms on every first exchange.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
 import ssl
 from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
@@ -17,7 +24,7 @@ import trio
 if TYPE_CHECKING:
     from router.config.settings import TlsConfig
 
-__all__ = ["PrefixedStream", "certificate_user", "server_context"]
+__all__ = ["PrefixedStream", "certificate_user", "open_terminated", "server_context"]
 
 _T = TypeVar("_T", bound=trio.abc.Stream)
 
@@ -25,6 +32,8 @@ _PEM_SCAN_BYTES: Final = 1024 * 1024
 """How much of a key store is read to say what it lacks (PEM key stores are a few KB)."""
 _PEM_CERTIFICATE: Final = re.compile(rb"-----BEGIN (?:TRUSTED )?CERTIFICATE-----")
 _PEM_PRIVATE_KEY: Final = re.compile(rb"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")
+_TCP_QUICKACK: Final[int | None] = getattr(socket, "TCP_QUICKACK", None)
+"""Linux only; elsewhere the ACK keeps the kernel's timing."""
 
 
 def server_context(tls: TlsConfig) -> ssl.SSLContext:
@@ -99,6 +108,34 @@ def _key_store_problem(path: str, exc: OSError) -> str | None:
     if not has_key and not has_certificate:
         return "holds no PEM private key and no PEM certificate"
     return None
+
+
+async def open_terminated(
+    client: trio.SocketStream, hello: bytes, context: ssl.SSLContext
+) -> trio.SSLStream[PrefixedStream]:
+    """TLS terminated on `client`, whose first bytes `hello` (the ClientHello) were read already:
+    the handshake done, and its last flight acknowledged at once. The caller's cancel scope is the
+    deadline; the caller closes the stream.
+
+    Raises:
+        trio.BrokenResourceError: the handshake failed (an `ssl.SSLError` as its cause).
+    """
+    stream = trio.SSLStream(PrefixedStream(client, hello), context, server_side=True)
+    await stream.do_handshake()
+    _acknowledge_now(client)
+    return stream
+
+
+def _acknowledge_now(client: trio.SocketStream) -> None:
+    """Send the ACK the kernel would delay for what `client` has read (module docstring).
+
+    TCP_QUICKACK set to 1 sends a pending ACK at once (tcp(7)); it is not sticky, so later
+    acknowledgements keep the kernel's own timing. A socket the client reset already is no error.
+    """
+    if _TCP_QUICKACK is None:
+        return
+    with contextlib.suppress(OSError):
+        client.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
 
 
 def certificate_user(stream: trio.SSLStream[_T]) -> str | None:
