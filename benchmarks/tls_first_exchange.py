@@ -2,7 +2,7 @@
 through HAProxy 2.6 and direct to mosquitto.
 
     .venv/bin/python -m benchmarks.tls_first_exchange [--quick] [--rounds N] [--connects N]
-                                                     [--json PATH] [--keep-logs]
+                                                     [--no-pin] [--json PATH] [--keep-logs]
 
 One run starts, on 127.0.0.1 ports between 20000 and 32000 chosen at run time, with one server
 certificate (trustme, for 127.0.0.1):
@@ -23,7 +23,8 @@ socket as paho leaves it: Nagle on) times, for every connection:
                     PUBLISH received back
 
 Rounds visit the three paths in turn (the order rotated each round), each pinned to the idlest CPU
-with mosquitto and the proxy, as benchmarks.run's latency figure is (benchmarks/README.md). A
+with mosquitto and the proxy, as benchmarks.run's latency figure is (benchmarks/README.md), unless
+`--no-pin`: then the client, the proxy and mosquitto run on any CPU, in parallel where they can. A
 figure is the median over all connections of a path. Printed: the medians, the ratios
 routerd/HAProxy, routerd/direct and HAProxy/direct, and the goal (routerd's first exchange at most
 `GOAL_RATIO` times HAProxy's). The JSON goes to `--json` (default
@@ -34,6 +35,7 @@ haproxy or mosquitto is missing; 130 when interrupted. Every process is stopped 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -374,9 +376,10 @@ class _Run:
         return context
 
     def measure(
-        self, settings: Settings, say: Callable[[str], None]
+        self, settings: Settings, say: Callable[[str], None], *, pin: bool = True
     ) -> tuple[dict[PathName, list[Exchange]], dict[PathName, str]]:
-        """Every round; the exchanges per path, and why a path failed (it is not visited again)."""
+        """Every round; the exchanges per path, and why a path failed (it is not visited again).
+        With `pin`, each visit runs on one CPU (the client, mosquitto and the proxy)."""
         samples: dict[PathName, list[Exchange]] = {path: [] for path in PATHS}
         failed: dict[PathName, str] = {}
         context = self.context()
@@ -386,9 +389,8 @@ class _Run:
                 if path in failed:
                     continue
                 time_first_exchange(self.ports[path], context)  # untimed: a warm-up per visit
-                cpu = quietest_cpu()
                 pids = [self.mosquitto_pid, *([self.pids[path]] if path in self.pids else [])]
-                with pinned(pids, cpu):
+                with pinned(pids, quietest_cpu()) if pin else contextlib.nullcontext():
                     try:
                         samples[path] += [
                             time_first_exchange(self.ports[path], context) for _ in range(settings.connects)
@@ -424,6 +426,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--connects", type=int, help=f"connections per path and round (1-500; default {FULL.connects})"
     )
     parser.add_argument("--json", type=Path, help=f"where the figures go (default {default_json_path()})")
+    parser.add_argument(
+        "--no-pin", action="store_true", help="leave the client, mosquitto and the proxy on every CPU"
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the work directory")
     parser.add_argument(
         "--routerd-log-level", default="WARNING", help="routerd's --log-level (default WARNING)"
@@ -458,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Fleet(workdir, say=_say) as fleet:
             run = _Run(fleet, workdir)
             run.start(args.routerd_log_level)
-            samples, failed = run.measure(settings, _say)
+            samples, failed = run.measure(settings, _say, pin=not args.no_pin)
     except FleetError as exc:
         failed = dict.fromkeys(PATHS, str(exc))
         _say(f"FAILED to start: {exc}")
@@ -473,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "schema": "router-bench-tls-first-exchange/1",
         "started_at": started_at.isoformat(timespec="seconds"),
         "quick": bool(args.quick),
-        "settings": asdict(settings),
+        "settings": {**asdict(settings), "pinned": not args.no_pin},
         "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()[0]},
         "versions": {
             "openssl": ssl.OPENSSL_VERSION,

@@ -9,6 +9,7 @@ b.example and carol to broker-d (checked with `routerctl route`).
 
 from __future__ import annotations
 
+import socket
 import ssl
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from keys import KeyType
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.config.settings import AcceptorConfig, Config, RouterConfig, TlsConfig
-from router.datapath.tls import PrefixedStream, server_context
+from router.datapath.tls import PrefixedStream, open_terminated, server_context
 from router.server import ServerInfo, serve_router
 
 if TYPE_CHECKING:
@@ -251,3 +252,40 @@ async def test_prefixed_stream_yields_prefix_first() -> None:
     assert await stream.receive_some(3) == b"hea"
     assert await stream.receive_some() == b"d-"
     assert await stream.receive_some() == b"rest"
+
+
+def _nagle_client(port: int, context: ssl.SSLContext) -> bytes:
+    """A blocking TLS 1.3 client whose socket keeps Nagle's algorithm (as paho's does): handshake,
+    one small request at once, its answer."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="a.example") as tls,
+    ):
+        tls.sendall(b"ping")
+        return tls.recv(100)
+
+
+async def test_open_terminated_acknowledges_the_handshake_at_once(
+    ca: trustme.CA, client_context: ssl.SSLContext, tmp_path: Path
+) -> None:
+    """Scenario: the first request of a Nagle client arrives within a few ms of the handshake.
+    trio sends a TLS 1.3 server's session tickets only with its first write, so before the fix
+    nothing carried the ACK of the client's Finished; the kernel delayed it, and the client held
+    its request back until then (40 ms)."""
+    key_store = tmp_path / "router.pem"
+    ca.issue_cert("a.example").private_key_and_cert_chain_pem.write_to_path(str(key_store))
+    context = server_context(TlsConfig(key_store_path=str(key_store)))
+    waits: list[float] = []
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    async with listener, trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(trio.to_thread.run_sync, _nagle_client, port, client_context)
+            async with await listener.accept() as client:
+                with trio.fail_after(10):
+                    stream = await open_terminated(client, b"", context)
+                    handshaken = trio.current_time()
+                    assert await stream.receive_some(100) == b"ping"
+                waits.append(trio.current_time() - handshaken)
+                await stream.send_all(b"pong")
+    assert sorted(waits)[2] < 0.020, f"request after the handshake in s: {sorted(waits)}"
