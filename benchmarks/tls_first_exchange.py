@@ -56,7 +56,7 @@ import trustme
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
 from benchmarks.clients import ClientError, find_tool
-from benchmarks.fleet import Fleet, FleetError, admin_get, pick_ports, pinned, quietest_cpu
+from benchmarks.fleet import Fleet, FleetError, admin_get, cpu_ns, pick_ports, pinned, quietest_cpu
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -264,6 +264,9 @@ class Summary:
     """Per pair ("routerd/haproxy", "routerd/direct", "haproxy/direct"), per phase."""
     goal_ratio: float | None
     """routerd/HAProxy of the first exchange; None when either failed."""
+    server_cpu_ms: dict[str, float]
+    """Per path: CPU time per connection of the process that ends TLS (mosquitto direct, else the
+    proxy), in ms."""
 
     @property
     def goal_met(self) -> bool | None:
@@ -275,11 +278,17 @@ class Summary:
             "ratio": self.goal_ratio,
             "met": self.goal_met,
         }
-        return {"medians_ms": self.medians_ms, "ratios": self.ratios, "goal": goal}
+        return {
+            "medians_ms": self.medians_ms,
+            "ratios": self.ratios,
+            "server_cpu_ms_per_connection": self.server_cpu_ms,
+            "goal": goal,
+        }
 
 
-def summarize(samples: dict[PathName, list[Exchange]]) -> Summary:
-    """Medians in ms per path and phase, the ratios of the medians, and the goal's ratio."""
+def summarize(samples: dict[PathName, list[Exchange]], server_cpu_ms: dict[PathName, float]) -> Summary:
+    """Medians in ms per path and phase, the ratios of the medians, the goal's ratio, and the CPU
+    time per connection of the process that ends TLS."""
     medians: dict[str, dict[str, float]] = {}
     for path, exchanges in samples.items():
         if exchanges:
@@ -296,16 +305,24 @@ def summarize(samples: dict[PathName, list[Exchange]]) -> Summary:
                 if medians[under][phase] > 0
             }
     goal_ratio = ratios.get("routerd/haproxy", {}).get("first_exchange")
-    return Summary(medians_ms=medians, ratios=ratios, goal_ratio=goal_ratio)
+    return Summary(
+        medians_ms=medians,
+        ratios=ratios,
+        goal_ratio=goal_ratio,
+        server_cpu_ms={str(path): cpu for path, cpu in server_cpu_ms.items()},
+    )
 
 
 def format_summary(summary: Summary) -> str:
     """The medians (ms) and ratios as a table, and the goal in one line."""
-    lines = [f"{'median, ms':<18}" + "".join(f"{phase:>16}" for phase in PHASES)]
+    lines = [
+        f"{'median, ms':<18}" + "".join(f"{phase:>16}" for phase in PHASES) + f"{'TLS end CPU/conn':>18}"
+    ]
     for path in PATHS:
         row = summary.medians_ms.get(path)
         cells = [f"{row[phase]:>16.2f}" if row else f"{'failed':>16}" for phase in PHASES]
-        lines.append(f"{path:<18}" + "".join(cells))
+        cpu = summary.server_cpu_ms.get(path)
+        lines.append(f"{path:<18}" + "".join(cells) + (f"{cpu:>18.2f}" if cpu is not None else ""))
     for name, values in summary.ratios.items():
         lines.append(f"{name:<18}" + "".join(f"{values.get(p, float('nan')):>15.2f}x" for p in PHASES))
     verdict = {True: "met", False: "NOT met", None: "not measured"}[summary.goal_met]
@@ -377,10 +394,12 @@ class _Run:
 
     def measure(
         self, settings: Settings, say: Callable[[str], None], *, pin: bool = True
-    ) -> tuple[dict[PathName, list[Exchange]], dict[PathName, str]]:
-        """Every round; the exchanges per path, and why a path failed (it is not visited again).
+    ) -> tuple[dict[PathName, list[Exchange]], dict[PathName, float], dict[PathName, str]]:
+        """Every round: the exchanges per path; the CPU time per connection, in ms, of the process
+        that ends TLS (mosquitto direct, else the proxy); why a path failed (not visited again).
         With `pin`, each visit runs on one CPU (the client, mosquitto and the proxy)."""
         samples: dict[PathName, list[Exchange]] = {path: [] for path in PATHS}
+        cpu_ns_used: dict[PathName, int] = dict.fromkeys(PATHS, 0)
         failed: dict[PathName, str] = {}
         context = self.context()
         for index in range(settings.rounds):
@@ -388,18 +407,26 @@ class _Run:
             for path in order:
                 if path in failed:
                     continue
-                time_first_exchange(self.ports[path], context)  # untimed: a warm-up per visit
+                server = self.pids.get(path, self.mosquitto_pid)
                 pids = [self.mosquitto_pid, *([self.pids[path]] if path in self.pids else [])]
-                with pinned(pids, quietest_cpu()) if pin else contextlib.nullcontext():
-                    try:
+                try:
+                    time_first_exchange(self.ports[path], context)  # untimed: a warm-up per visit
+                    with pinned(pids, quietest_cpu()) if pin else contextlib.nullcontext():
+                        before = cpu_ns(server)
                         samples[path] += [
                             time_first_exchange(self.ports[path], context) for _ in range(settings.connects)
                         ]
-                    except ClientError as exc:
-                        failed[path] = str(exc)
-                        say(f"{path} failed: {exc}")
+                        cpu_ns_used[path] += cpu_ns(server) - before
+                except ClientError as exc:
+                    failed[path] = str(exc)
+                    say(f"{path} failed: {exc}")
             say(f"round {index + 1} of {settings.rounds} done")
-        return samples, failed
+        cpu_ms = {
+            path: round(used / 1e6 / len(samples[path]), 3)
+            for path, used in cpu_ns_used.items()
+            if samples[path]
+        }
+        return samples, cpu_ms, failed
 
 
 def default_json_path() -> Path:
@@ -454,6 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started_at = datetime.datetime.now(datetime.UTC)
     load_start = os.getloadavg()[0]
     samples: dict[PathName, list[Exchange]] = {path: [] for path in PATHS}
+    cpu_ms: dict[PathName, float] = {}
     failed: dict[PathName, str] = {}
     interrupted = False
     # SIGTERM unwinds through the fleet's stop as Ctrl-C does (also when started in the background,
@@ -463,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Fleet(workdir, say=_say) as fleet:
             run = _Run(fleet, workdir)
             run.start(args.routerd_log_level)
-            samples, failed = run.measure(settings, _say, pin=not args.no_pin)
+            samples, cpu_ms, failed = run.measure(settings, _say, pin=not args.no_pin)
     except FleetError as exc:
         failed = dict.fromkeys(PATHS, str(exc))
         _say(f"FAILED to start: {exc}")
@@ -473,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    summary = summarize(samples)
+    summary = summarize(samples, cpu_ms)
     doc = {
         "schema": "router-bench-tls-first-exchange/1",
         "started_at": started_at.isoformat(timespec="seconds"),

@@ -47,6 +47,7 @@ def test_tls_first_exchange_quick_measures_every_path(tmp_path: Path) -> None:
     assert doc["failures"] == {}
     assert set(doc["medians_ms"]) == set(bench.PATHS)
     assert set(doc["ratios"]) == {"routerd/haproxy", "routerd/direct", "haproxy/direct"}
+    assert all(doc["server_cpu_ms_per_connection"][path] > 0 for path in bench.PATHS)
     connects = bench.QUICK.rounds * bench.QUICK.connects
     assert all(len(doc["samples_ms"][path]["connack"]) == connects for path in bench.PATHS)
     assert doc["medians_ms"]["routerd"]["connack"] < FIRST_EXCHANGE_LIMIT_MS, doc["samples_ms"]["routerd"]
@@ -61,7 +62,8 @@ def test_summarize_gives_medians_ratios_and_goal() -> None:
         "haproxy": [_exchange(2, 0.5, 4)],
         "routerd": [_exchange(3, 1, 5), _exchange(3, 1, 7)],
     }
-    summary = summarize(samples)
+    summary = summarize(samples, {"haproxy": 0.8, "routerd": 2.5})
+    assert summary.server_cpu_ms == {"haproxy": 0.8, "routerd": 2.5}
     assert summary.medians_ms["direct"] == {"handshake": 2.0, "connack": 0.5, "first_exchange": 3.0}
     assert summary.medians_ms["routerd"]["first_exchange"] == 6.0
     assert summary.ratios["routerd/haproxy"] == {"handshake": 1.5, "connack": 2.0, "first_exchange": 1.5}
@@ -71,7 +73,9 @@ def test_summarize_gives_medians_ratios_and_goal() -> None:
 
 
 def test_summarize_without_a_path_has_no_goal() -> None:
-    summary = summarize({"direct": [_exchange(2, 0.5, 3)], "haproxy": [], "routerd": [_exchange(3, 1, 5)]})
+    summary = summarize(
+        {"direct": [_exchange(2, 0.5, 3)], "haproxy": [], "routerd": [_exchange(3, 1, 5)]}, {}
+    )
     assert set(summary.ratios) == {"routerd/direct"}
     assert summary.goal_met is None
     table = bench.format_summary(summary)
