@@ -7,8 +7,8 @@ the authenticated user (SPEC A2 USER_NAME).
 
 After the handshake, our ACK of the client's last flight is sent at once (`TCP_QUICKACK`). trio
 holds a TLS 1.3 server's session tickets back until the first application write, so nothing
-carries that ACK; the kernel delays it (up to 40 ms), and a client with Nagle's algorithm on
-(paho-mqtt, most clients) holds its first request until then: 40 ms on every first exchange.
+carries that ACK; the kernel delays it (about 40 ms), and a client with Nagle's algorithm on (as
+paho-mqtt's socket is) holds its first request until then: 40 ms on every first exchange.
 """
 
 from __future__ import annotations
