@@ -235,8 +235,8 @@ class TerminatedTls(trio.abc.Stream):
         answer = self._outgoing.read()
         if answer:
             waited |= await self._send(answer)
-        if not waited:  # every receive is a checkpoint: a busy client cannot starve the others
-            await trio.lowlevel.checkpoint()
+        if not waited:  # every receive yields (a busy client cannot starve the others), and
+            await trio.lowlevel.cancel_shielded_checkpoint()  # what it read is not lost to a cancel
         return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
