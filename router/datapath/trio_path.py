@@ -55,7 +55,7 @@ from router.core.plan import (
 from router.datapath.net import connect_failed, open_connection
 from router.datapath.reading import SniffProgress, read_past_preamble, read_proxy_header, read_until_sniffed
 from router.datapath.relay import leave, relay
-from router.datapath.tls import PrefixedStream, certificate_user
+from router.datapath.tls import certificate_user, open_terminated
 
 if TYPE_CHECKING:
     from keys import ConnectionFacts
@@ -219,8 +219,7 @@ async def _read_opening(
         hello = await read_until_sniffed(
             client, detect_tls, max_bytes=config.sniff_max_bytes, initial=initial, progress=progress
         )
-        tls_stream = trio.SSLStream(PrefixedStream(client, hello.raw), acceptor.tls, server_side=True)
-        await tls_stream.do_handshake()
+        tls_stream = await open_terminated(client, hello.raw, acceptor.tls)
         stream, detect, initial = tls_stream, acceptor.detect_inner, b""
         sni_host, user = hello.sniffed.sni_host, certificate_user(tls_stream)
     opening = Opening(source=source, local=local, raw=initial)

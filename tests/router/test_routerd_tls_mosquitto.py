@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import statistics
 import threading
 import time
 import uuid
@@ -391,6 +392,50 @@ def test_sni_termination_plain_client_is_rejected(termination: _Termination) -> 
     termination.router.wait_for_log(
         r"acceptor=tls-end protocol=detect handshake rejected: \"unknown protocol, connection starts with 10"
     )
+
+
+FIRST_EXCHANGE_CONNECTS = 15
+"""paho clients timed by the first-exchange test."""
+FIRST_EXCHANGE_LIMIT_S = 0.020
+"""Median CONNECT -> CONNACK after the handshake: half the 40 ms delayed-ACK scale; about 1.5 ms
+on an idle machine."""
+
+
+def _first_exchange_s(port: int, context: ssl.SSLContext) -> float:
+    """Connect a paho client over TLS (its socket keeps Nagle's algorithm, as paho's does) and
+    time its first exchange: from the end of the handshake to the CONNACK."""
+    connacks: list[float] = []
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"c-{uuid.uuid4()}")
+    client.tls_set_context(context)
+    client.tls_insecure_set(False)
+    client.on_connect = lambda *_a: connacks.append(time.perf_counter())
+    try:
+        assert client.connect("127.0.0.1", port) is MQTTErrorCode.MQTT_ERR_SUCCESS  # TCP and TLS
+        handshaken = time.perf_counter()
+        deadline = handshaken + TIMEOUT_S
+        while not connacks and time.perf_counter() < deadline:
+            assert client.loop(timeout=0.5) is MQTTErrorCode.MQTT_ERR_SUCCESS
+        assert connacks, "no CONNACK"
+        return connacks[0] - handshaken
+    finally:
+        client.disconnect()
+
+
+@pytest.mark.integration
+def test_sni_termination_first_exchange_is_not_delayed(termination: _Termination, ca: trustme.CA) -> None:
+    """Scenario: right after the TLS 1.3 handshake, a paho client's CONNECT gets its CONNACK
+    within a few milliseconds. trio holds the session tickets back until the first write, so
+    nothing carried routerd's ACK of the client's Finished: the kernel delayed it 40 ms, and the
+    client's Nagle held the CONNECT that long (docs/protocols.md, "TLS termination")."""
+    context = _client_context(ca, "a.example")
+    try:
+        times = [
+            _first_exchange_s(termination.acceptor.port, context) for _ in range(FIRST_EXCHANGE_CONNECTS)
+        ]
+    finally:
+        context.close()
+    shown = ", ".join(f"{t * 1000:.1f}" for t in sorted(times))
+    assert statistics.median(times) < FIRST_EXCHANGE_LIMIT_S, f"CONNECT -> CONNACK in ms: {shown}"
 
 
 @pytest.fixture

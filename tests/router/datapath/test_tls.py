@@ -9,6 +9,7 @@ b.example and carol to broker-d (checked with `routerctl route`).
 
 from __future__ import annotations
 
+import socket
 import ssl
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from keys import KeyType
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.config.settings import AcceptorConfig, Config, RouterConfig, TlsConfig
-from router.datapath.tls import PrefixedStream, server_context
+from router.datapath.tls import open_terminated, server_context
 from router.server import ServerInfo, serve_router
 
 if TYPE_CHECKING:
@@ -244,10 +245,114 @@ class TestServerContextErrors:
         assert isinstance(server_context(TlsConfig(key_store_path=path)), ssl.SSLContext)
 
 
-async def test_prefixed_stream_yields_prefix_first() -> None:
-    left, right = trio.testing.memory_stream_pair()
-    await left.send_all(b"rest")
-    stream = PrefixedStream(right, b"head-")
-    assert await stream.receive_some(3) == b"hea"
-    assert await stream.receive_some() == b"d-"
-    assert await stream.receive_some() == b"rest"
+def _client_then(port: int, context: ssl.SSLContext, end: str) -> bytes:
+    """A blocking TLS client: handshake, "ping", the answer; then `end`: "close_notify" (a TLS
+    close, then the socket's) or "ragged" (the socket closed without close_notify)."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    tls = context.wrap_socket(raw, server_hostname="a.example")
+    try:
+        tls.sendall(b"ping")
+        answer = tls.recv(100)
+        if end == "close_notify":
+            tls.unwrap()  # sends close_notify (and waits for the server's)
+        return answer
+    finally:
+        tls.close()
+
+
+async def _terminated(
+    ca: trustme.CA, client_context: ssl.SSLContext, tmp_path: Path, end: str
+) -> type[BaseException] | bytes:
+    """One connection through `open_terminated`: what the read after the client's end gave (its
+    bytes, or the error's type)."""
+    key_store = tmp_path / "router.pem"
+    ca.issue_cert("a.example").private_key_and_cert_chain_pem.write_to_path(str(key_store))
+    context = server_context(TlsConfig(key_store_path=str(key_store)))
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    async with listener, trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, _client_then, port, client_context, end)
+        async with await listener.accept() as client:
+            with trio.fail_after(10):
+                stream = await open_terminated(client, b"", context)
+                async with stream:
+                    assert await stream.receive_some(100) == b"ping"
+                    await stream.send_all(b"pong")
+                    try:
+                        return await stream.receive_some(100)
+                    except trio.BrokenResourceError as exc:
+                        return type(exc)
+    raise AssertionError("unreachable")
+
+
+async def test_terminated_tls_reads_close_notify_as_eof(
+    ca: trustme.CA, client_context: ssl.SSLContext, tmp_path: Path
+) -> None:
+    assert await _terminated(ca, client_context, tmp_path, "close_notify") == b""
+
+
+async def test_terminated_tls_breaks_on_eof_without_close_notify(
+    ca: trustme.CA, client_context: ssl.SSLContext, tmp_path: Path
+) -> None:
+    """As trio.SSLStream: a truncation is no clean end (the relay reports the connection RESET)."""
+    assert await _terminated(ca, client_context, tmp_path, "ragged") is trio.BrokenResourceError
+
+
+async def test_terminated_tls_failed_handshake_is_broken_with_the_ssl_error(
+    ca: trustme.CA, tmp_path: Path
+) -> None:
+    """A client that does not trust the certificate: BrokenResourceError, its cause the SSLError."""
+    key_store = tmp_path / "router.pem"
+    ca.issue_cert("a.example").private_key_and_cert_chain_pem.write_to_path(str(key_store))
+    context = server_context(TlsConfig(key_store_path=str(key_store)))
+    untrusting = ssl.create_default_context()  # the system's CAs, not trustme's
+
+    def client(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, pytest.raises(ssl.SSLError):
+            untrusting.wrap_socket(raw, server_hostname="a.example")
+
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    async with listener, trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, client, port)
+        async with await listener.accept() as accepted:
+            with trio.fail_after(10), pytest.raises(trio.BrokenResourceError) as raised:
+                await open_terminated(accepted, b"", context)
+    assert isinstance(raised.value.__cause__, ssl.SSLError)
+
+
+def _nagle_client(port: int, context: ssl.SSLContext) -> bytes:
+    """A blocking TLS 1.3 client whose socket keeps Nagle's algorithm (as paho's does): handshake,
+    one small request at once, its answer."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="a.example") as tls,
+    ):
+        tls.sendall(b"ping")
+        return tls.recv(100)
+
+
+async def test_open_terminated_acknowledges_the_handshake_at_once(
+    ca: trustme.CA, client_context: ssl.SSLContext, tmp_path: Path
+) -> None:
+    """Scenario: the first request of a Nagle client arrives within a few ms of the handshake.
+    trio sends a TLS 1.3 server's session tickets only with its first write, so before the fix
+    nothing carried the ACK of the client's Finished; the kernel delayed it, and the client held
+    its request back until then (40 ms)."""
+    key_store = tmp_path / "router.pem"
+    ca.issue_cert("a.example").private_key_and_cert_chain_pem.write_to_path(str(key_store))
+    context = server_context(TlsConfig(key_store_path=str(key_store)))
+    waits: list[float] = []
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    async with listener, trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(trio.to_thread.run_sync, _nagle_client, port, client_context)
+            async with await listener.accept() as client:
+                with trio.fail_after(10):
+                    stream = await open_terminated(client, b"", context)
+                    handshaken = trio.current_time()
+                    assert await stream.receive_some(100) == b"ping"
+                waits.append(trio.current_time() - handshaken)
+                await stream.send_all(b"pong")
+    assert sorted(waits)[2] < 0.020, f"request after the handshake in s: {sorted(waits)}"
