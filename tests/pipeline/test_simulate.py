@@ -199,7 +199,7 @@ def _route_client(config: Path, raw: str) -> str | None:
     return node
 
 
-def _run(spark, tmp_path: Path, new: Path, *logs: Path, **options: str) -> tuple[dict[str, Any], Path]:
+def _run(spark, tmp_path: Path, new: Path, *logs: Path, **options: Any) -> tuple[dict[str, Any], Path]:
     out = tmp_path / "out"
     events = read_events(spark, [str(p) for p in logs])
     return simulate(spark, events, load_config(new), str(out), **options), out
