@@ -162,7 +162,7 @@ def spark_failure(exc: BaseException) -> str:
     text = str(exc).strip()
     for line in text.splitlines():  # a Py4JJavaError starts "An error occurred while calling ..."
         if "Exception:" in line or "Error:" in line:
-            text = line.strip()
+            text = line.lstrip(": ")  # a Py4JJavaError's second line is ": <Java exception>"
             break
-    first = text.splitlines()[0] if text else type(exc).__name__
+    first = " ".join(text.splitlines()[0].split()) if text else type(exc).__name__
     return f"the Spark job failed: {first}"

@@ -136,3 +136,20 @@ def _help(command: str) -> str:
     subparsers = argparse.ArgumentParser(prog="routerctl").add_subparsers(dest="command")
     add_commands(subparsers)
     return subparsers.choices[command].format_help()
+
+
+def test_analyze_damage_no_check_sees_is_one_line(spark, tmp_path, capsys):
+    """Scenario: a Parquet file whose pages are overwritten and whose footer is intact passes the
+    check; Spark fails on it and the command says so in one line (status 1), not a traceback."""
+    log = tmp_path / "log"
+    generate(log, 300, routers=1, keys=30, duplicate_rate=0, malformed_rate=0, file_format=PARQUET)
+    (written,) = log.glob("*.parquet")
+    data = bytearray(written.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")
+    data[4 : len(data) - 8 - footer] = b"\xa5" * (len(data) - 12 - footer)
+    written.write_bytes(bytes(data))
+    assert run(_args("analyze", str(log), "--out", str(tmp_path / "out"), "--no-staging")) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("routerctl analyze: the Spark job failed: org.apache.spark.SparkException: ")
+    assert written.name in err
