@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from router.ctl_output import ExitCode
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
@@ -22,18 +24,18 @@ if TYPE_CHECKING:
 __all__ = ["COMMANDS", "INSTALL_HINT", "Command", "add_commands", "run"]
 
 INSTALL_HINT: Final = "install the pipeline extra: pip install 'connection-router[pipeline]'"
-EXIT_OK: Final = 0
-EXIT_FAILURE: Final = 1
-EXIT_UNREADABLE: Final = 3
+EXIT_OK: Final = ExitCode.OK
+EXIT_FAILURE: Final = ExitCode.FAILED
+EXIT_UNREADABLE: Final = ExitCode.UNREADABLE
 """Every event file named is unreadable (`pipeline.ingest.UnreadableError`): nothing was analyzed.
-Some unreadable files among readable ones are set aside, named in summary.json, and the command
-exits 0."""
+Some unreadable files among readable ones are set aside, named in summary.json and on stderr, and
+the command exits 0."""
 SHOWN_UNREADABLE: Final = 10
 """Unreadable files named on stderr, one line each (summary.json names them all)."""
 EXIT_STATUS_HELP: Final = (
-    "exit status: 0 done (unreadable event files, e.g. cut short, are set aside and named in "
-    "summary.json); 1 no such input or no event file, or the Spark job failed; "
-    f"{EXIT_UNREADABLE} every event file is unreadable"
+    "exit status: 0 done (unreadable event files, e.g. cut short, are set aside and named on "
+    "stderr and in summary.json); 1 no such input or no event file, or the Spark job failed; "
+    f"{int(EXIT_UNREADABLE)} every event file is unreadable"
 )
 
 

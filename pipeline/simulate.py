@@ -626,7 +626,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """`routerctl simulate`: 0 done (unreadable event files set aside, named on stderr and in
     summary.json); 2 with one line on stderr for a bad configuration or a simulation that cannot
-    be run as asked (router, key type, --ready); 1 for missing input or a failed Spark job; 3 when
+    be run as asked (router, key type, --ready); 1 for missing input or a failed Spark job; 6 when
     every event file is unreadable (`pipeline.cli.EXIT_UNREADABLE`)."""
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]  # py4j ships no types
     from pyspark.errors import AnalysisException

@@ -573,7 +573,7 @@ def test_replay_one_internal_client_id_goes_to_the_local_target(tmp_path):
 def test_simulate_command_line_sets_damaged_files_aside(spark, tmp_path, capsys):
     """Scenario: a good JSON-lines log beside a Parquet file from the router's writer cut short and
     a .jsonl.zst that is not zstd: simulate replays the good log (exit 0) and names both; with no
-    readable file left the status is 3."""
+    readable file left the status is 6."""
     old, new = _config(tmp_path, "old"), _config(tmp_path, "new", nodes=NODES)
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -605,7 +605,7 @@ def test_simulate_command_line_sets_damaged_files_aside(spark, tmp_path, capsys)
         "end (cut short, or not a Parquet file)\n"
         f"routerctl simulate: set aside file:{logs / 'plain.jsonl.zst'}: zstd: Unknown frame descriptor\n"
     )
-    assert simulate_status(logs / "cut.parquet", logs / "plain.jsonl.zst") == 3
+    assert simulate_status(logs / "cut.parquet", logs / "plain.jsonl.zst") == 6
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"routerctl simulate: every event file is unreadable (2): file:{logs / 'cut.parquet'}: "
         "parquet: no magic number at the end (cut short, or not a Parquet file) (and 1 more)"
