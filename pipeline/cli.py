@@ -35,7 +35,8 @@ SHOWN_UNREADABLE: Final = 10
 EXIT_STATUS_HELP: Final = (
     "exit status: 0 done (unreadable event files, e.g. cut short, are set aside and named on "
     "stderr and in summary.json); 1 no such input or no event file, or the Spark job failed; "
-    f"{int(EXIT_UNREADABLE)} every event file is unreadable"
+    "2 a bad option, or (simulate) a configuration that does not load or cannot be simulated as "
+    f"asked; {int(EXIT_UNREADABLE)} every event file is unreadable"
 )
 
 
