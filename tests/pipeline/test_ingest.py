@@ -132,10 +132,11 @@ def test_check_event_file_names_each_damage(tmp_path):
     (tmp_path / "plain.jsonl.zst").write_text('{"kind": "close"}\n')
     (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(b'{"kind": "close"}\n' * 1000)[:100])
     (tmp_path / "dir.parquet").mkdir()
-    reasons = {
-        name: check_event_file(f"file:{tmp_path / name}")
-        for name in ("bad-footer.parquet", "json.parquet", "plain.jsonl.zst", "cut.jsonl.gz", "dir.parquet")
-    }
+    corrupt = bytearray(zst.read_bytes())
+    corrupt[len(corrupt) // 2 : len(corrupt) // 2 + 64] = b"\xff" * 64  # a compressed block overwritten
+    (tmp_path / "corrupt.jsonl.zst").write_bytes(bytes(corrupt))
+    names = ("bad-footer.parquet", "json.parquet", "plain.jsonl.zst", "corrupt.jsonl.zst", "cut.jsonl.gz")
+    reasons = {name: check_event_file(f"file:{tmp_path / name}") for name in (*names, "dir.parquet")}
     assert check_event_file(f"file:{sorted(log.glob('*.parquet'))[0]}") == (
         "parquet: no magic number at the end (cut short, or not a Parquet file)"
     )
@@ -147,6 +148,7 @@ def test_check_event_file_names_each_damage(tmp_path):
     assert reasons == reasons | {
         "json.parquet": "parquet: no magic number at the start (not a Parquet file)",
         "plain.jsonl.zst": "zstd: Unknown frame descriptor",
+        "corrupt.jsonl.zst": "zstd: Data corruption detected",
         "cut.jsonl.gz": "gzip: Compressed file ended before the end-of-stream marker was reached",
         "dir.parquet": "cannot read: Is a directory",
     }
