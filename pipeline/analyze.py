@@ -29,15 +29,17 @@ from pyspark import StorageLevel
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from pipeline.ingest import ingest, write_text
+from pipeline.ingest import UNREADABLE, ingest, write_text
 from pipeline.session import SHUFFLE_PARTITIONS, setting
 from router.core.events import CloseReason
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
     import pandas as pd  # type: ignore[import-untyped]  # no pandas-stubs in the pipeline extra
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from pipeline.ingest import Ingested, UnreadableFile
 
 __all__ = [
     "BUCKETS_PER_OCTAVE",
@@ -62,6 +64,7 @@ __all__ = [
     "per_key_flags",
     "per_key_table",
     "percentiles",
+    "quarantine_counts",
     "rollups",
     "tables",
 ]
@@ -543,6 +546,17 @@ def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame
     return out
 
 
+def quarantine_counts(spark: SparkSession, ingested: Ingested) -> DataFrame:
+    """The `quarantine_counts` table: records set aside per reason (`files` null), and the whole
+    files set aside as unreadable (`UNREADABLE`, `records` null: unknown, the file was not read)."""
+    rows: list[tuple[str, int | None, int | None]] = [
+        (reason, n, None) for reason, n in sorted(ingested.malformed_by_reason.items())
+    ]
+    if ingested.unreadable:
+        rows.append((UNREADABLE, None, len(ingested.unreadable)))
+    return spark.createDataFrame(rows, "reason string, records long, files long")
+
+
 def _top_keys(per_key: DataFrame, top: int) -> DataFrame:
     return per_key.orderBy(F.desc("decisions"), "router", "key").limit(top)
 
@@ -574,15 +588,15 @@ def analyze(
 
     Raises:
         pipeline.ingest.InputError: no event files in `paths`.
+        pipeline.ingest.UnreadableError: every event file is unreadable (some are set aside,
+            named in the summary's `unreadable_files`, and the job goes on).
     """
     base = out.rstrip("/")
     given = list(paths)
     ingested = ingest(spark, given, staging=f"{base}/_staging" if stage else None, columns=COLUMNS)
     results = tables(ingested.events, window_minutes=window_minutes)
     results["quarantine"] = ingested.quarantine
-    results["quarantine_counts"] = spark.createDataFrame(
-        sorted(ingested.malformed_by_reason.items()), "reason string, records long"
-    )
+    results["quarantine_counts"] = quarantine_counts(spark, ingested)
 
     def write(name: str) -> None:
         frame = results[name]
@@ -607,6 +621,7 @@ def analyze(
         frames,
         duplicates=ingested.duplicates,
         malformed=ingested.malformed_by_reason,
+        unreadable=ingested.unreadable,
         paths=given,
         keys=int(keyed["keys"]),
         moved_keys=int(keyed["moved"] or 0),
@@ -622,6 +637,7 @@ def _summary(
     *,
     duplicates: int,
     malformed: Mapping[str, int],
+    unreadable: Sequence[UnreadableFile],
     paths: list[str],
     keys: int,
     moved_keys: int,
@@ -648,6 +664,7 @@ def _summary(
         "duplicates_removed": duplicates,
         "malformed": sum(malformed.values()),
         "malformed_by_reason": dict(malformed),
+        "unreadable_files": [{"file": u.file, "reason": u.reason} for u in unreadable],
         "decisions_by_status": dict(sorted(by_status.items())),
         "refusals_by_reason": _sums(refusals, "reason", "decisions"),
         "decisions_by_target": by_target,

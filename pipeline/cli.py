@@ -14,14 +14,30 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from router.ctl_output import ExitCode
+
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
+
+    from pipeline.ingest import UnreadableFile
 
 __all__ = ["COMMANDS", "INSTALL_HINT", "Command", "add_commands", "run"]
 
 INSTALL_HINT: Final = "install the pipeline extra: pip install 'connection-router[pipeline]'"
-EXIT_OK: Final = 0
-EXIT_FAILURE: Final = 1
+EXIT_OK: Final = ExitCode.OK
+EXIT_FAILURE: Final = ExitCode.FAILED
+EXIT_UNREADABLE: Final = ExitCode.UNREADABLE
+"""Every event file named is unreadable (`pipeline.ingest.UnreadableError`): nothing was analyzed.
+Some unreadable files among readable ones are set aside, named in summary.json and on stderr, and
+the command exits 0."""
+SHOWN_UNREADABLE: Final = 10
+"""Unreadable files named on stderr, one line each (summary.json names them all)."""
+EXIT_STATUS_HELP: Final = (
+    "exit status: 0 done (unreadable event files, e.g. cut short, are set aside and named on "
+    "stderr and in summary.json); 1 no such input or no event file, or the Spark job failed; "
+    "2 a bad option, or (simulate) a configuration that does not load or cannot be simulated as "
+    f"asked; {int(EXIT_UNREADABLE)} every event file is unreadable"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +48,7 @@ class Command:
     description: str
     arguments: Callable[[argparse.ArgumentParser], None]
     main: Callable[[argparse.Namespace], int]
+    epilog: str = EXIT_STATUS_HELP
 
 
 def _conf(text: str) -> tuple[str, str]:
@@ -105,16 +122,32 @@ def _generate_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def report_unreadable(command: str, files: Sequence[UnreadableFile]) -> None:
+    """Name unreadable files on stderr, one line each, at most `SHOWN_UNREADABLE`."""
+    for unreadable in files[:SHOWN_UNREADABLE]:
+        print(f"routerctl {command}: set aside {unreadable.file}: {unreadable.reason}", file=sys.stderr)
+    if len(files) > SHOWN_UNREADABLE:
+        print(
+            f"routerctl {command}: set aside {len(files) - SHOWN_UNREADABLE} more unreadable files "
+            "(summary.json names them all)",
+            file=sys.stderr,
+        )
+
+
 def _analyze(args: argparse.Namespace) -> int:
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]  # py4j ships no types
     from pyspark.errors import AnalysisException
+    from pyspark.errors.exceptions.captured import CapturedException
     from pyspark.sql import SparkSession
 
     from pipeline.analyze import analyze
-    from pipeline.ingest import InputError
-    from pipeline.session import spark_session
+    from pipeline.ingest import InputError, UnreadableError, UnreadableFile
+    from pipeline.session import quiet, spark_failure, spark_session
 
     owned = SparkSession.getActiveSession() is None
     spark = spark_session(args.master, app="routerctl analyze", conf=dict(args.conf))
+    if owned:
+        quiet(spark)
     try:
         summary = analyze(
             spark,
@@ -125,15 +158,26 @@ def _analyze(args: argparse.Namespace) -> int:
             stage=not args.no_staging,
             report=not args.no_report,
         )
+    except UnreadableError as exc:
+        report_unreadable("analyze", exc.files)
+        print(f"routerctl analyze: {_first_line(exc)}", file=sys.stderr)
+        return EXIT_UNREADABLE
     except (InputError, AnalysisException) as exc:
         print(f"routerctl analyze: {_first_line(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except (Py4JJavaError, CapturedException) as exc:  # a file damaged where no check looks
+        print(f"routerctl analyze: {spark_failure(exc)}", file=sys.stderr)
         return EXIT_FAILURE
     finally:
         if owned:
             spark.stop()
+    unreadable = summary["unreadable_files"]
+    assert isinstance(unreadable, list)
+    report_unreadable("analyze", [UnreadableFile(**u) for u in unreadable])
     print(
         json.dumps(
             {k: summary[k] for k in ("events", "duplicates_removed", "malformed", "keys", "moved_keys")}
+            | {"unreadable_files": len(unreadable)}
         )
     )
     return EXIT_OK
@@ -221,7 +265,9 @@ COMMANDS: Final[dict[str, Command]] = {
 def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add every pipeline subcommand to `routerctl`'s subparsers."""
     for name, command in COMMANDS.items():
-        parser = subparsers.add_parser(name, help=command.help, description=command.description)
+        parser = subparsers.add_parser(
+            name, help=command.help, description=command.description, epilog=command.epilog
+        )
         command.arguments(parser)
 
 

@@ -129,10 +129,13 @@ def render(summary: Mapping[str, object], frames: Mapping[str, pd.DataFrame]) ->
         summary: what `summary.json` holds.
         frames: aggregate tables by name (`REPORT_TABLES`; a missing one is left out).
     """
+    unreadable = summary.get("unreadable_files") or []
+    assert isinstance(unreadable, list)
     head = [
         ("events (after dedup)", summary.get("events")),
         ("duplicates removed", summary.get("duplicates_removed")),
         ("malformed (quarantined)", summary.get("malformed")),
+        ("unreadable files (set aside)", len(unreadable)),
         ("decisions", summary.get("decisions")),
         ("connections closed", summary.get("connections")),
         ("keys", summary.get("keys")),
@@ -167,8 +170,21 @@ def render(summary: Mapping[str, object], frames: Mapping[str, pd.DataFrame]) ->
     )
     for title, name in sections:
         parts.append(f"<h2>{html.escape(title)}</h2>{_table(frames.get(name))}")
+    parts.append(f"<h2>Unreadable files (set aside whole)</h2>{_unreadable(unreadable)}")
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def _unreadable(files: list[object]) -> str:
+    """The unreadable files, each with its reason (every one: the input's files are few)."""
+    if not files:
+        return "<p>(none)</p>"
+    rows = "".join(
+        f"<tr><td>{html.escape(str(f['file']))}</td><td>{html.escape(str(f['reason']))}</td></tr>"
+        for f in files
+        if isinstance(f, dict)
+    )
+    return f"<table><tr><th>file</th><th>reason</th></tr>{rows}</table>"
 
 
 def _value(value: object) -> str:

@@ -30,7 +30,9 @@ __all__ = [
     "SHUFFLE_PARTITIONS",
     "SPLITS_PER_CORE",
     "driver_memory",
+    "quiet",
     "setting",
+    "spark_failure",
     "spark_session",
 ]
 
@@ -143,3 +145,24 @@ def setting(spark: SparkSession, name: str, value: str) -> Iterator[None]:
             spark.conf.unset(name)
         else:
             spark.conf.set(name, before)
+
+
+QUIET_LOG_LEVEL: Final = "FATAL"
+"""Spark's log level under `routerctl` (Spark's default: WARN): a failed task is an ERROR with a
+Java stack trace of some 200 lines; the command says what went wrong in one line instead."""
+
+
+def quiet(spark: SparkSession) -> None:
+    """Keep Spark's own log (its stack traces) out of the terminal of a command (`QUIET_LOG_LEVEL`)."""
+    spark.sparkContext.setLogLevel(QUIET_LOG_LEVEL)
+
+
+def spark_failure(exc: BaseException) -> str:
+    """A failed Spark job as one line: the Java exception's message, without its stack trace."""
+    text = str(exc).strip()
+    for line in text.splitlines():  # a Py4JJavaError starts "An error occurred while calling ..."
+        if "Exception:" in line or "Error:" in line:
+            text = line.lstrip(": ")  # a Py4JJavaError's second line is ": <Java exception>"
+            break
+    first = " ".join(text.splitlines()[0].split()) if text else type(exc).__name__
+    return f"the Spark job failed: {first}"

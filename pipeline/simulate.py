@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped]  # no pandas-stubs in the pipeline extra
     from pyspark.sql import DataFrame, Row, SparkSession
 
+    from pipeline.ingest import UnreadableFile
     from router.config.settings import Config, RouterConfig
 
 __all__ = [
@@ -507,6 +508,7 @@ def simulate(
     *,
     router: str | None = None,
     ready: str = "all",
+    unreadable: Sequence[UnreadableFile] = (),
 ) -> dict[str, object]:
     """Replay the log's keys through the new configuration and write the results under `out`.
 
@@ -521,6 +523,8 @@ def simulate(
         out: the output directory (any Spark/Hadoop path).
         router: only this connection router (default: every one of `config` in the log).
         ready: `all`, `none` or `NODE,...` as `routerctl route --ready`.
+        unreadable: event files set aside whole (`pipeline.ingest.Ingested.unreadable`), named
+            in the summary's `unreadable_files`.
 
     Returns:
         The summary (also written as `summary.json`).
@@ -552,6 +556,7 @@ def simulate(
     summary["routers_not_simulated"] = sorted(set(logged) - {p.name for p in plans})
     summary["config"] = config.source
     summary["out"] = out
+    summary["unreadable_files"] = [{"file": u.file, "reason": u.reason} for u in unreadable]
     write_text(spark, _join(out, "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
@@ -619,13 +624,18 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """`routerctl simulate`: 0 done; 2 with one line on stderr for a bad configuration or a
-    simulation that cannot be run as asked (router, key type, --ready); 1 for unreadable input."""
+    """`routerctl simulate`: 0 done (unreadable event files set aside, named on stderr and in
+    summary.json); 2 with one line on stderr for a bad configuration or a simulation that cannot
+    be run as asked (router, key type, --ready); 1 for missing input or a failed Spark job; 6 when
+    every event file is unreadable (`pipeline.cli.EXIT_UNREADABLE`)."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]  # py4j ships no types
     from pyspark.errors import AnalysisException
+    from pyspark.errors.exceptions.captured import CapturedException
     from pyspark.sql import SparkSession
 
-    from pipeline.ingest import InputError, ingest
-    from pipeline.session import spark_session
+    from pipeline.cli import EXIT_UNREADABLE, report_unreadable
+    from pipeline.ingest import InputError, UnreadableError, ingest
+    from pipeline.session import quiet, spark_failure, spark_session
 
     try:
         config = load_config(args.config)
@@ -634,15 +644,33 @@ def run(args: argparse.Namespace) -> int:
         return 2
     owned = SparkSession.getActiveSession() is None
     spark = spark_session(args.master, app="routerctl simulate", conf=dict(getattr(args, "conf", [])))
+    if owned:
+        quiet(spark)
     staging = _join(args.out, "_staging")
     try:
-        events = ingest(spark, args.events, staging=staging).events
-        summary = simulate(spark, events, config, args.out, router=args.router, ready=args.ready)
+        ingested = ingest(spark, args.events, staging=staging)
+        report_unreadable("simulate", ingested.unreadable)
+        summary = simulate(
+            spark,
+            ingested.events,
+            config,
+            args.out,
+            router=args.router,
+            ready=args.ready,
+            unreadable=ingested.unreadable,
+        )
     except SimulateError as exc:
         print(f"routerctl simulate: {exc}", file=sys.stderr)
         return 2
+    except UnreadableError as exc:
+        report_unreadable("simulate", exc.files)
+        print(f"routerctl simulate: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        return EXIT_UNREADABLE
     except (InputError, AnalysisException) as exc:
         print(f"routerctl simulate: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
+    except (Py4JJavaError, CapturedException) as exc:  # a file damaged where no check looks
+        print(f"routerctl simulate: {spark_failure(exc)}", file=sys.stderr)
         return 1
     finally:
         _delete(spark, staging)

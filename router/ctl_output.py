@@ -61,6 +61,10 @@ class ExitCode(enum.IntEnum):
     TIMED_OUT = 5
     """`wait`: the condition did not hold within `--timeout`; `evacuate`/`rebalance`/`shutdown
     --wait`: not done within it."""
+    UNREADABLE = 6
+    """`analyze`/`simulate`: every event file named is unreadable (cut short, not what its name
+    says; each one is named on stderr). Some unreadable files among readable ones are set aside
+    and named in summary.json: the command goes on and exits 0."""
 
 
 EXIT_CODES_HELP: Final = """exit status:
@@ -70,7 +74,9 @@ EXIT_CODES_HELP: Final = """exit status:
   2  usage: a bad option, option value or configuration file
   3  the router's admin API cannot be reached
   4  the admin API refused access (token missing or wrong: 401; level too low: 403; Host: 421)
-  5  wait, or a move's --wait: timed out before the condition held or the move was done"""
+  5  wait, or a move's --wait: timed out before the condition held or the move was done
+  6  analyze, simulate: every event file is unreadable (some among readable ones are set aside,
+     named in summary.json, and the command exits 0)"""
 """The epilog of `routerctl --help`; the same list as `ExitCode`."""
 
 

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import html
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli import COMMANDS, INSTALL_HINT, add_commands, run
-from pipeline.generate import load_truth
+from pipeline.cli import COMMANDS, EXIT_STATUS_HELP, EXIT_UNREADABLE, INSTALL_HINT, add_commands, run
+from pipeline.generate import generate, load_truth
+from router.config.settings import EventFileFormat
+
+PARQUET = EventFileFormat.PARQUET
+ROUTERCTL = Path(sys.executable).with_name("routerctl")
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -61,3 +70,86 @@ def test_analyze_user_errors_are_one_line(spark, tmp_path, capsys):
     )
     with pytest.raises(SystemExit):
         _args("generate-events", str(tmp_path), "--events", "0")
+
+
+def _damaged_log(tmp_path: Path) -> tuple[Path, int, list[str]]:
+    """A Parquet log from the router's writer (4 files, no duplicates) with one file cut short in
+    shipping and a `.jsonl.zst` cut short; the events of the intact files; the damaged files."""
+    log = tmp_path / "log"
+    generate(log, 2000, routers=2, files=2, keys=100, duplicate_rate=0, malformed_rate=0, file_format=PARQUET)
+    files = sorted(log.glob("*.parquet"))
+    files[0].write_bytes(files[0].read_bytes()[: files[0].stat().st_size // 2])
+    generate(tmp_path / "json", 500, routers=1, keys=50, duplicate_rate=0, malformed_rate=0)
+    (zst,) = (tmp_path / "json").glob("*.jsonl.zst")
+    (log / "events-rtr-z-0000.jsonl.zst").write_bytes(zst.read_bytes()[:-40])
+    intact = sum(pq.ParquetFile(f).metadata.num_rows for f in files[1:])
+    return log, intact, [files[0].name, "events-rtr-z-0000.jsonl.zst"]
+
+
+def test_analyze_command_sets_damaged_files_aside(tmp_path):
+    """Scenario: `routerctl analyze` (its own process and JVM, as a user runs it) over a log with a
+    Parquet file cut short and a truncated .jsonl.zst: exit 0, both named with their reason in
+    summary.json, report.html and quarantine_counts, every event of the other files counted, and
+    no stack trace on stderr."""
+    log, intact, damaged = _damaged_log(tmp_path)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [str(ROUTERCTL), "analyze", str(log), "--out", str(out), "--master", "local[1]", "--no-staging"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"},  # Spark's Python workers
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert "\tat " not in done.stderr  # a Java stack trace's frames
+    assert "Exception" not in done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    reasons = {Path(u["file"]).name: u["reason"] for u in summary["unreadable_files"]}
+    assert reasons == {
+        damaged[0]: "parquet: no magic number at the end (cut short, or not a Parquet file)",
+        damaged[1]: "zstd: the stream is cut short (its last frame has no end)",
+    }
+    assert summary["events"] == intact
+    assert json.loads(done.stdout)["unreadable_files"] == 2
+    for name, reason in reasons.items():
+        assert f"set aside file:{log / name}: {reason}\n" in done.stderr
+    report = (out / "report.html").read_text()
+    assert all(f"{name}" in report and html.escape(reason) in report for name, reason in reasons.items())
+    counts = pq.read_table(out / "quarantine_counts").to_pylist()
+    assert {"reason": "unreadable file", "records": None, "files": 2} in counts
+
+
+def test_analyze_every_file_unreadable_is_status_6(spark, tmp_path, capsys):
+    log, _, _ = _damaged_log(tmp_path)
+    for intact in sorted(log.glob("*.parquet"))[1:]:
+        intact.write_text('{"kind": "close"}\n')  # not what the name says
+    assert run(_args("analyze", str(log), "--out", str(tmp_path / "out"))) == 6 == int(EXIT_UNREADABLE)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 6
+    assert err[-1].startswith("routerctl analyze: every event file is unreadable (5): file:")
+    assert "parquet: no magic number at the start (not a Parquet file)" in err[1]
+    assert EXIT_STATUS_HELP in " ".join(_help("analyze").split())
+
+
+def _help(command: str) -> str:
+    subparsers = argparse.ArgumentParser(prog="routerctl").add_subparsers(dest="command")
+    add_commands(subparsers)
+    return subparsers.choices[command].format_help()
+
+
+def test_analyze_damage_no_check_sees_is_one_line(spark, tmp_path, capsys):
+    """Scenario: a Parquet file whose pages are overwritten and whose footer is intact passes the
+    check; Spark fails on it and the command says so in one line (status 1), not a traceback."""
+    log = tmp_path / "log"
+    generate(log, 300, routers=1, keys=30, duplicate_rate=0, malformed_rate=0, file_format=PARQUET)
+    (written,) = log.glob("*.parquet")
+    data = bytearray(written.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")
+    data[4 : len(data) - 8 - footer] = b"\xa5" * (len(data) - 12 - footer)
+    written.write_bytes(bytes(data))
+    assert run(_args("analyze", str(log), "--out", str(tmp_path / "out"), "--no-staging")) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("routerctl analyze: the Spark job failed: org.apache.spark.SparkException: ")
+    assert written.name in err

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.generate import generate
-from pipeline.ingest import REASONS, InputError, event_files, ingest, write_text
+from pipeline.ingest import (
+    REASONS,
+    InputError,
+    UnreadableError,
+    check_event_file,
+    event_files,
+    ingest,
+    write_text,
+)
+from router.config.settings import EventFileFormat
+
+PARQUET = EventFileFormat.PARQUET
 
 
 def test_ingest_generated_files_gives_the_known_counts(spark, tmp_path):
@@ -84,3 +98,82 @@ def test_ingest_finds_repeated_events_at_bucket_edges_and_far_apart(spark, tmp_p
     assert result.malformed == 0
     kept = sorted((r.router_id, r.seq) for r in result.events.select("router_id", "seq").collect())
     assert kept == sorted([("r1", seq) for seq in copies + once] + [("r2", 63)])
+
+
+# -- damaged files ------------------------------------------------------------------------------
+
+
+def _damaged_log(tmp_path: Path) -> tuple[Path, int]:
+    """A Parquet log from the router's writer (4 files, no duplicates) with one file cut short in
+    shipping and a `.jsonl.zst` whose zstd stream is cut short; the events in the intact files."""
+    log = tmp_path / "log"
+    generate(log, 2000, routers=2, files=2, keys=100, duplicate_rate=0, malformed_rate=0, file_format=PARQUET)
+    files = sorted(log.glob("*.parquet"))
+    cut = files[0]
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    generate(tmp_path / "json", 500, routers=1, keys=50, duplicate_rate=0, malformed_rate=0)
+    (zst,) = (tmp_path / "json").glob("*.jsonl.zst")
+    (log / "events-rtr-z-0000.jsonl.zst").write_bytes(zst.read_bytes()[:-40])
+    intact = sum(pq.ParquetFile(f).metadata.num_rows for f in files[1:])
+    return log, intact
+
+
+def test_check_event_file_names_each_damage(tmp_path):
+    """Scenario: files cut short, with a bad footer, not what their name says, unreadable: each one
+    gets a one-line reason; intact files get none."""
+    log, _ = _damaged_log(tmp_path)
+    good = sorted(log.glob("*.parquet"))[1]
+    (zst,) = (tmp_path / "json").glob("*.jsonl.zst")
+    data = good.read_bytes()
+    footer = int.from_bytes(data[-8:-4], "little")
+    bad_footer = tmp_path / "bad-footer.parquet"
+    bad_footer.write_bytes(data[: -8 - footer] + b"\xff" * footer + data[-8:])
+    (tmp_path / "json.parquet").write_text('{"kind": "close"}\n')
+    (tmp_path / "plain.jsonl.zst").write_text('{"kind": "close"}\n')
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(b'{"kind": "close"}\n' * 1000)[:100])
+    (tmp_path / "dir.parquet").mkdir()
+    corrupt = bytearray(zst.read_bytes())
+    corrupt[len(corrupt) // 2 : len(corrupt) // 2 + 64] = b"\xff" * 64  # a compressed block overwritten
+    (tmp_path / "corrupt.jsonl.zst").write_bytes(bytes(corrupt))
+    names = ("bad-footer.parquet", "json.parquet", "plain.jsonl.zst", "corrupt.jsonl.zst", "cut.jsonl.gz")
+    reasons = {name: check_event_file(f"file:{tmp_path / name}") for name in (*names, "dir.parquet")}
+    assert check_event_file(f"file:{sorted(log.glob('*.parquet'))[0]}") == (
+        "parquet: no magic number at the end (cut short, or not a Parquet file)"
+    )
+    assert check_event_file(f"file:{log / 'events-rtr-z-0000.jsonl.zst'}") == (
+        "zstd: the stream is cut short (its last frame has no end)"
+    )
+    assert reasons["bad-footer.parquet"] is not None
+    assert reasons["bad-footer.parquet"].startswith("parquet: bad footer: ")
+    assert reasons == reasons | {
+        "json.parquet": "parquet: no magic number at the start (not a Parquet file)",
+        "plain.jsonl.zst": "zstd: Unknown frame descriptor",
+        "corrupt.jsonl.zst": "zstd: Data corruption detected",
+        "cut.jsonl.gz": "gzip: Compressed file ended before the end-of-stream marker was reached",
+        "dir.parquet": "cannot read: Is a directory",
+    }
+    assert all("\n" not in str(reason) for reason in reasons.values())
+    assert check_event_file(f"file:{good}") is None
+    assert check_event_file(str(zst)) is None
+    assert check_event_file("s3a://bucket/events.parquet") is None  # another file system: Spark's
+
+
+def test_ingest_sets_damaged_files_aside_and_reads_the_rest(spark, tmp_path):
+    """Scenario: one Parquet file cut short and one truncated zstd stream among intact files."""
+    log, intact = _damaged_log(tmp_path)
+    result = ingest(spark, [str(log)])
+    assert [(Path(u.file).name, u.reason.split(":")[0]) for u in result.unreadable] == [
+        ("events-rtr-a-0000.parquet", "parquet"),
+        ("events-rtr-z-0000.jsonl.zst", "zstd"),
+    ]
+    assert result.events.count() == intact
+    assert result.malformed == result.duplicates == 0
+
+
+def test_ingest_every_file_unreadable_is_an_error(spark, tmp_path):
+    log, _ = _damaged_log(tmp_path)
+    for intact in sorted(log.glob("*.parquet"))[1:]:
+        intact.write_bytes(b"")
+    with pytest.raises(UnreadableError, match=r"^every event file is unreadable \(5\): file:") as raised:
+        ingest(spark, [str(log)])
+    assert len(raised.value.files) == 5

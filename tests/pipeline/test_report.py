@@ -35,3 +35,18 @@ def test_render_inlines_charts_and_escapes_keys():
     assert "https://" not in page
     assert "<td>0.25</td>" in page
     assert "(none)" in page  # a table that is missing (refusals) is shown as empty
+
+
+def test_render_names_unreadable_files_escaped():
+    summary = {
+        "unreadable_files": [
+            {
+                "file": "file:/logs/<a>.parquet",
+                "reason": "parquet: no magic number at the end (cut short, or not a Parquet file)",
+            }
+        ]
+    }
+    page = render(summary, {})
+    assert "<tr><th>unreadable files (set aside)</th><td>1</td></tr>" in page
+    assert "<td>file:/logs/&lt;a&gt;.parquet</td><td>parquet: no magic number at the end" in page
+    assert "<h2>Unreadable files (set aside whole)</h2><p>(none)</p>" in render({}, {})

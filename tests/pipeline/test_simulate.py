@@ -22,6 +22,7 @@ import pytest
 
 from keys import ConnectionFacts
 from pipeline.cli import add_commands, run
+from pipeline.generate import generate
 from pipeline.simulate import (
     AFTER_COLUMNS,
     KEY_SCHEMA_FIELDS,
@@ -35,11 +36,13 @@ from pipeline.simulate import (
 )
 from router.cli import main_routerctl
 from router.config import load_config
+from router.config.settings import EventFileFormat
 from router.core.engine import RoutingEngine, build_pool
 from router.core.event_records import RAW_KEY_CAP, CloseRecord, DecisionRecord, json_line, timestamp
 
 ROUTERCTL = Path(sys.executable).with_name("routerctl")
 
+PARQUET = EventFileFormat.PARQUET
 NODES = ("mq0", "mq1", "mq2", "mq3")
 CLIENTS = [f"app{i % 5}-dev{i}" for i in range(40)]
 """40 client ids in 5 families (`app0-...` to `app4-...`), so a prefix filter merges them."""
@@ -199,7 +202,7 @@ def _route_client(config: Path, raw: str) -> str | None:
     return node
 
 
-def _run(spark, tmp_path: Path, new: Path, *logs: Path, **options: str) -> tuple[dict[str, Any], Path]:
+def _run(spark, tmp_path: Path, new: Path, *logs: Path, **options: Any) -> tuple[dict[str, Any], Path]:
     out = tmp_path / "out"
     events = read_events(spark, [str(p) for p in logs])
     return simulate(spark, events, load_config(new), str(out), **options), out
@@ -565,3 +568,45 @@ def test_replay_one_internal_client_id_goes_to_the_local_target(tmp_path):
     decision = replay_one(engine, plan, "$.artemis.internal.router.client.r2", fallback=False, raw_length=35)
     assert decision.target is not None
     assert decision.target.local
+
+
+def test_simulate_command_line_sets_damaged_files_aside(spark, tmp_path, capsys):
+    """Scenario: a good JSON-lines log beside a Parquet file from the router's writer cut short and
+    a .jsonl.zst that is not zstd: simulate replays the good log (exit 0) and names both; with no
+    readable file left the status is 6."""
+    old, new = _config(tmp_path, "old"), _config(tmp_path, "new", nodes=NODES)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _write_log(logs / "events.jsonl", old, _clients(CLIENTS[:8]))
+    generate(
+        tmp_path / "pq", 300, routers=1, keys=30, duplicate_rate=0, malformed_rate=0, file_format=PARQUET
+    )
+    (written,) = (tmp_path / "pq").glob("*.parquet")
+    (logs / "cut.parquet").write_bytes(written.read_bytes()[:-100])
+    (logs / "plain.jsonl.zst").write_text('{"kind": "close"}\n')
+    parser = argparse.ArgumentParser(prog="routerctl")
+    add_commands(parser.add_subparsers(dest="command"))
+
+    def simulate_status(*events: Path) -> int:
+        out = str(tmp_path / "o")
+        return run(parser.parse_args(["simulate", *map(str, events), "--config", str(new), "--out", out]))
+
+    assert simulate_status(logs) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["keys"] == 8
+    assert {Path(u["file"]).name: u["reason"] for u in summary["unreadable_files"]} == {
+        "cut.parquet": "parquet: no magic number at the end (cut short, or not a Parquet file)",
+        "plain.jsonl.zst": "zstd: Unknown frame descriptor",
+    }
+    captured = capsys.readouterr()
+    assert captured.out.startswith("mqtt: 8 keys, ")
+    assert captured.err == (
+        f"routerctl simulate: set aside file:{logs / 'cut.parquet'}: parquet: no magic number at the "
+        "end (cut short, or not a Parquet file)\n"
+        f"routerctl simulate: set aside file:{logs / 'plain.jsonl.zst'}: zstd: Unknown frame descriptor\n"
+    )
+    assert simulate_status(logs / "cut.parquet", logs / "plain.jsonl.zst") == 6
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"routerctl simulate: every event file is unreadable (2): file:{logs / 'cut.parquet'}: "
+        "parquet: no magic number at the end (cut short, or not a Parquet file) (and 1 more)"
+    )

@@ -127,6 +127,7 @@ class TestExitCodes:
             "UNREACHABLE": 3,
             "DENIED": 4,
             "TIMED_OUT": 5,
+            "UNREADABLE": 6,
         }
         documented = re.findall(r"^  (\d)  ", EXIT_CODES_HELP, flags=re.MULTILINE)
         assert documented == [str(int(code)) for code in ExitCode]
