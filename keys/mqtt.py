@@ -485,9 +485,15 @@ def parse_connack(data: bytes) -> int | NeedMore:
         return NEED_MORE
     if data[0] != _CONNACK_FIRST_BYTE:
         raise SniffError(_NAME, f"expected CONNACK, got packet type byte 0x{data[0]:02x}")
-    if len(data) < 4:
+    header = _PacketReader(data, 1, _MAX_FIXED_HEADER)
+    try:
+        # The remaining length is one byte in 3.1.1 (2); in 5 the properties make it longer.
+        length = header.varint("CONNACK remaining length")
+        body = _PacketReader(data, header.pos, header.pos + length)
+        body.u8("CONNACK acknowledge flags")
+        return body.u8("CONNACK return code")
+    except _Incomplete:
         return NEED_MORE
-    return data[3]
 
 
 SYS_CLIENTS_CONNECTED: Final = "$SYS/broker/clients/connected"

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from typing import Final
 
-from keys.sniff import WireProtocol
+from keys import mqtt, stomp
+from keys.sniff import NEED_MORE, SniffError, WireProtocol
 
-__all__ = ["parse_refusal"]
+__all__ = ["ANSWER_BYTES", "parse_refusal"]
 
-_MQTT_CONNACK: Final = 0x20
-"""Fixed header byte of a CONNACK: type 2, flags 0 (MQTT 3.1.1 §3.2.1)."""
+ANSWER_BYTES: Final = 1024
+"""How much of the broker's first read is looked at (a CONNACK is a few bytes; a STOMP ERROR frame's
+head a few hundred)."""
 _MQTT_CODES: Final = {
     1: "unacceptable protocol version",
     2: "identifier rejected",
@@ -47,54 +49,31 @@ _STOMP_SHOWN: Final = 80
 
 
 def parse_refusal(protocol: WireProtocol | None, data: bytes) -> str | None:
-    """The refusal a broker's first bytes hold, in words, or None.
+    """The refusal a broker's first bytes hold, in words, or None. The protocols' own parsers of a
+    server's first answer read them (`mqtt.parse_connack`, `stomp.parse_server_frame`, which the
+    health probes use too).
 
     Args:
         protocol: the client's protocol (None: not read, so nothing is recognised).
-        data: the first bytes the broker sent (one read).
+        data: the start of the first bytes the broker sent (one read; callers pass at most
+            `ANSWER_BYTES`).
 
     Returns:
         e.g. "mqtt CONNACK 0x03 server unavailable", "stomp ERROR: ..."; None when the bytes are
         no refusal, or too short to say.
     """
-    if protocol is WireProtocol.MQTT:
-        return _mqtt(data)
-    if protocol is WireProtocol.STOMP:
-        return _stomp(data)
+    try:
+        if protocol is WireProtocol.MQTT:
+            code = mqtt.parse_connack(data)
+            if code is NEED_MORE or code == 0:
+                return None
+            return f"mqtt CONNACK 0x{code:02x} {_MQTT_CODES.get(code, 'refused')}"
+        if protocol is WireProtocol.STOMP:
+            frame = stomp.parse_server_frame(data)
+            if frame is NEED_MORE or frame[0] != "ERROR":
+                return None
+            message = frame[1].get("message", "")[:_STOMP_SHOWN]
+            return f"stomp ERROR: {message}" if message else "stomp ERROR"
+    except SniffError:  # not the answer the protocol expects: no refusal this module can read
+        return None
     return None
-
-
-def _mqtt(data: bytes) -> str | None:
-    if len(data) < 4 or data[0] != _MQTT_CONNACK:
-        return None
-    # Remaining length: up to 4 bytes of 7 bits, the high bit says another follows (§2.2.3).
-    pos = 1
-    while data[pos] & 0x80:
-        pos += 1
-        if pos > 4 or pos >= len(data):
-            return None
-    # Variable header: acknowledge flags, then the return (reason) code.
-    if pos + 2 >= len(data):
-        return None
-    code = data[pos + 2]
-    if code == 0:
-        return None
-    name = _MQTT_CODES.get(code, "refused")
-    return f"mqtt CONNACK 0x{code:02x} {name}"
-
-
-def _stomp(data: bytes) -> str | None:
-    # A frame may follow heart-beat EOLs (STOMP 1.2 "Heart-beating").
-    text = data.lstrip(b"\r\n")
-    if not (text.startswith((b"ERROR\n", b"ERROR\r\n"))):
-        return None
-    message = ""
-    for line in text.split(b"\n")[1:]:
-        line = line.rstrip(b"\r")
-        if not line:  # the end of the headers
-            break
-        name, sep, value = line.partition(b":")
-        if sep and name == b"message":
-            message = value[:_STOMP_SHOWN].decode("utf-8", "replace")
-            break
-    return f"stomp ERROR: {message}" if message else "stomp ERROR"

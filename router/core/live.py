@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Final
 
-from keys.refusal import parse_refusal
+from keys.refusal import ANSWER_BYTES, parse_refusal
 from pools import BrokerFailure, PoolEventKind
 from router.config.settings import AcceptorMode
 from router.core.address import Address
@@ -207,7 +207,7 @@ class LiveConnection:
         an answer, not its protocol's refusal (keys/refusal.py)."""
         if self.protocol is None:  # not read: no refusal is recognised (keys/refusal.py)
             return True
-        self.refusal = parse_refusal(self.protocol, bytes(data[:64]))
+        self.refusal = parse_refusal(self.protocol, bytes(data[:ANSWER_BYTES]))
         return self.refusal is None
 
     def broker_ended_silently(self) -> None:

@@ -812,3 +812,14 @@ def test_parse_subscribed_value_prefix_plus_junk_never_crashes(cut: int, tail: b
     except SniffError as exc:
         result = exc
     assert result is NEED_MORE or isinstance(result, bytes | SniffError)
+
+
+def test_parse_connack_reads_the_code_past_a_long_remaining_length() -> None:
+    """Scenario: an MQTT 5 CONNACK whose properties make its remaining length two bytes."""
+    encoded = mqtt.encode_connack(0x9C, protocol_level=5, server_reference="h" * 195 + ":1883")
+    assert mqtt.parse_connack(encoded) == 0x9C
+    assert mqtt.parse_connack(bytes.fromhex("20020003")) == 0x03
+    for i in range(5):  # the fixed header, the flags and the code: nothing to say before them
+        assert mqtt.parse_connack(encoded[:i]) is NEED_MORE
+    with pytest.raises(SniffError, match="expected CONNACK"):
+        mqtt.parse_connack(b"\x30\x00")
