@@ -939,14 +939,12 @@ class FastPath:
         except BlockingIOError:
             return
         except OSError:
-            if side and not relayed.counts[1]:  # the broker reset it without a byte
-                relayed.acceptor.runtime.first_answer(relayed, b"")
+            _broker_ended(relayed, side)
             self._close(relayed, CloseReason.RESET)
             return
         other = 1 - side
         if n == 0:
-            if side and not relayed.counts[1]:  # the broker ended its side without a byte
-                relayed.acceptor.runtime.first_answer(relayed, b"")
+            _broker_ended(relayed, side)
             relayed.eof[side] = True
             if relayed.eof[other]:  # both ways done (nothing is pending either way): close, which
                 self._close(relayed, CloseReason.CLOSED)  # also takes the sockets out of epoll
@@ -964,8 +962,7 @@ class FastPath:
         except BlockingIOError:
             sent = 0
         except OSError:
-            if other and not relayed.counts[1]:  # the broker reset it without a byte
-                relayed.acceptor.runtime.first_answer(relayed, b"")
+            _broker_ended(relayed, other)
             self._close(relayed, CloseReason.RESET)
             return
         if sent < n:  # the other side is slow: keep the rest, stop reading this side until written
@@ -980,8 +977,7 @@ class FastPath:
         except BlockingIOError:
             return
         except OSError:
-            if other and not relayed.counts[1]:  # the broker reset it without a byte
-                relayed.acceptor.runtime.first_answer(relayed, b"")
+            _broker_ended(relayed, other)
             self._close(relayed, CloseReason.RESET)
             return
         if sent < len(data):
@@ -1061,6 +1057,13 @@ class FastPath:
             self._forget(relayed)
         if broker_failure(closed.reason) is not None:  # passive health counts it, in the trio thread
             self._call_trio(runtime.broker_failed, closed)
+
+
+def _broker_ended(relayed: _Conn, side: int) -> None:
+    """Side `side` of a relayed connection ended or broke: when that is the broker's side and it
+    has sent nothing yet, passive health hears of it (`RouterRuntime.first_answer`)."""
+    if side and not relayed.counts[1]:
+        relayed.acceptor.runtime.first_answer(relayed, b"")
 
 
 def _stdlib(sock: _Socket) -> socket.socket:

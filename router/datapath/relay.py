@@ -208,8 +208,8 @@ async def relay(
     broke = moving = False
 
     def target_broke() -> None:
-        """A send to the target broke (it reset the connection): before its first byte, that is
-        its answer (a broker at its connection limit closes at once)."""
+        """A send to or a receive from the target broke (it reset the connection): before its
+        first byte, that is its answer (a broker at its connection limit closes at once)."""
         if first_answer is not None and not counts[1]:
             first_answer(b"")
 
@@ -221,8 +221,8 @@ async def relay(
                 try:
                     done = await pump()
                 except _BROKEN:
-                    if side and first_answer is not None and not counts[1]:
-                        first_answer(b"")  # a receive from the target broke: nothing sent yet
+                    if side:  # a receive from the target broke
+                        target_broke()
                     # A reset or failure in one direction ends the whole connection.
                     broke = True
                     nursery.cancel_scope.cancel(reason="the other direction broke")
