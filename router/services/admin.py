@@ -155,12 +155,21 @@ def _not_ready(runtimes: Mapping[str, RouterRuntime], lifecycle: Lifecycle) -> s
     return "; ".join(reasons) or None
 
 
-def _peer(stream: trio.SocketStream) -> str:
+@dataclass(frozen=True, slots=True)
+class _Caller:
+    """Who is on an admin connection: `peer` for log lines, `source` (its address) for the limits
+    per address."""
+
+    peer: str
+    source: str
+
+
+def _caller(stream: trio.SocketStream) -> _Caller:
     try:
         host, port = stream.socket.getpeername()[:2]
     except OSError:
-        return "?"
-    return f"{host}:{port}"
+        return _Caller("?", "?")
+    return _Caller(f"{host}:{port}", str(host))
 
 
 class _HttpError(Exception):
@@ -647,11 +656,12 @@ class _Guard:
         self.scopes: dict[int, trio.CancelScope] = {}
 
 
-async def _serve_one(stream: trio.SocketStream, admin: AdminContext, guard: _Guard, conn_id: int) -> None:
+async def _serve_one(
+    stream: trio.SocketStream, admin: AdminContext, guard: _Guard, conn_id: int, caller: _Caller
+) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     seen = bytearray()
-    peer = _peer(stream)
-    source = peer.rpartition(":")[0] or peer
+    peer, source = caller.peer, caller.source
     try:
         with trio.fail_after(REQUEST_TIMEOUT_S):
             with trio.fail_after(HEAD_TIMEOUT_S):
@@ -744,9 +754,9 @@ async def serve_admin(
     guard = _Guard(admin.metrics)
 
     async def handler(stream: trio.SocketStream) -> None:
-        peer = _peer(stream)
-        source = peer.rpartition(":")[0] or peer
-        admission = guard.connections.open(source)
+        caller = _caller(stream)
+        peer = caller.peer
+        admission = guard.connections.open(caller.source)
         if admission is None:  # their descriptors come out of the process's reserve
             log.warning(
                 "admin API: no place for a new connection from %s: %d being served (at most %d, %d from "
@@ -769,7 +779,7 @@ async def serve_admin(
         with trio.CancelScope() as scope:
             guard.scopes[admission.conn] = scope
             try:
-                await _serve_one(stream, admin, guard, admission.conn)
+                await _serve_one(stream, admin, guard, admission.conn, caller)
             finally:
                 guard.connections.close(admission.conn)
                 guard.scopes.pop(admission.conn, None)
