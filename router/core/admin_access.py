@@ -308,7 +308,8 @@ class AdminConnections:
 
     Connections are numbered in the order they open, so the oldest has the smallest number. The
     listener asks `open` for each new connection and closes what it says, tells `serving` once a
-    request head is in and allowed and `waiting` when it waits again, and `close` when it is gone.
+    request head is in and allowed (a delay of rule 4 comes before: the connection holds no place
+    while it waits), and `close` when it is gone.
     """
 
     def __init__(
@@ -353,11 +354,6 @@ class AdminConnections:
         """`conn` has sent a request that is allowed: it holds its place until it is closed."""
         if conn in self._open:
             self._open[conn].waiting = False
-
-    def waiting(self, conn: int) -> None:
-        """`conn` waits (out a delay of rule 4): a new connection may take its place."""
-        if conn in self._open:
-            self._open[conn].waiting = True
 
     def close(self, conn: int) -> None:
         """`conn` is closed (by either side, or displaced); unknown numbers are ignored."""

@@ -174,8 +174,8 @@ class TestAdminConnections:
             table.serving(admitted.conn)
         assert table.open("c") is None
         assert table.open("a") is None
-        table.waiting(0)  # waiting out a delay again: displaceable
-        assert table.open("a") == Admission(conn=2, displaced=0)
+        table.close(0)
+        assert table.open("a") == Admission(conn=2, displaced=None)
         table.close(1)
         table.close(99)  # unknown: ignored
         assert table.open("c") == Admission(conn=3, displaced=None)
