@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from pools import AdminState, TargetState
 
 if TYPE_CHECKING:
-    from pools import Pool, Target
+    from pools import Ejection, Pool, Target
     from router.config.settings import RouterConfig
     from router.core.engine import RoutingEngine
     from router.core.live import LiveConnections
@@ -338,8 +338,7 @@ def _target(pool: Pool, target: Target, connections: LiveConnections, history: T
         state=state,
         admin_state=admin,
         operational_state=operational_state(state, admin, ejected=ejection is not None),
-        not_ready_reason=_why_not_ready(target, state, admin, history)
-        or (None if ejection is None or admin is not AdminState.READY else ejection.why),
+        not_ready_reason=_why_not_ready(target, state, admin, history, ejection),
         last_check=history.last_check(node_id),
         last_change=history.last_change(node_id),
         connections=connections.connection_count(node_id),
@@ -488,10 +487,10 @@ class ServerStatus:
 
 
 def _why_not_ready(
-    target: Target, state: TargetState, admin: AdminState, history: TargetHistory
+    target: Target, state: TargetState, admin: AdminState, history: TargetHistory, ejection: Ejection | None
 ) -> str | None:
-    if state is TargetState.READY:
-        return None
+    if state is TargetState.READY:  # a drained target says nothing of an ejection under it
+        return ejection.why if ejection is not None and admin is AdminState.READY else None
     if target.connector is None:
         return "no connector: a local target without <local-target-connector-ref> is never ready"
     if admin is AdminState.MAINT:
