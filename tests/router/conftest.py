@@ -60,6 +60,20 @@ def acceptors_xml(params: Mapping[str, str], ports: Mapping[str, int]) -> str:
     )
 
 
+def broker_xml(connectors: str, acceptors: str, routers: str) -> str:
+    """A routerd configuration: `<connectors>`, `<acceptors>` and `<connection-routers>` holding
+    these elements, in the `<core>` of a broker.xml."""
+    return f"""<?xml version="1.0"?>
+<configuration xmlns="urn:activemq">
+ <core xmlns="urn:activemq:core">
+  <connectors>{connectors}</connectors>
+  <acceptors>{acceptors}</acceptors>
+  <connection-routers>{routers}</connection-routers>
+ </core>
+</configuration>
+"""
+
+
 class Mosquitto:
     """One real mosquitto broker on 127.0.0.1."""
 
@@ -699,22 +713,17 @@ def round_robin_config(
     acceptors = acceptors_xml({"rr": acceptor}, {"rr": port})
 
     def make(_admin_port: int) -> str:
-        return f"""<?xml version="1.0"?>
-<configuration xmlns="urn:activemq">
- <core xmlns="urn:activemq:core">
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers>
+        return broker_xml(
+            connectors,
+            acceptors,
+            f"""
    <connection-router name="rr">
     <key-type>CLIENT_ID</key-type>
     {cache}
     <policy name="ROUND_ROBIN"/>
     <pool><check-period>200</check-period><static-connectors>{refs}</static-connectors></pool>
-   </connection-router>
-  </connection-routers>
- </core>
-</configuration>
-"""
+   </connection-router>""",
+        )
 
     return make
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.router.conftest import MqttObserver, acceptors_xml, mqtt_round_trip, static_connectors
+from tests.router.conftest import MqttObserver, acceptors_xml, broker_xml, mqtt_round_trip, static_connectors
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -30,12 +30,10 @@ TIMEOUT_S = 10.0
 def _config(brokers: list[Mosquitto], ports: dict[str, int]) -> str:
     connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
     acceptors = acceptors_xml({name: f"router={name};mode=proxy" for name in ports}, ports)
-    return f"""<?xml version="1.0"?>
-<configuration xmlns="urn:activemq">
- <core xmlns="urn:activemq:core">
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers>
+    return broker_xml(
+        connectors,
+        acceptors,
+        f"""
    <connection-router name="hash">
     <key-type>SOURCE_IP</key-type>
     <policy name="CONSISTENT_HASH"/>
@@ -51,11 +49,8 @@ def _config(brokers: list[Mosquitto], ports: dict[str, int]) -> str:
     <policy name="FIRST_ELEMENT"/>
     <pool><check-period>200</check-period><quorum-size>3</quorum-size>
      <quorum-timeout>300</quorum-timeout><static-connectors>{refs}</static-connectors></pool>
-   </connection-router>
-  </connection-routers>
- </core>
-</configuration>
-"""
+   </connection-router>""",
+    )
 
 
 def _round_trip(port: int, source: str) -> bool:

@@ -26,7 +26,7 @@ import trio
 
 from keys import NEED_MORE, mqtt
 from tests.conftest import free_port
-from tests.router.conftest import ROUTERCTL, Mosquitto, Routerd, acceptors_xml, static_connectors
+from tests.router.conftest import ROUTERCTL, Mosquitto, Routerd, acceptors_xml, broker_xml, static_connectors
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -44,22 +44,17 @@ def _config(brokers: Sequence[Mosquitto], ports: dict[str, int], outlier: str = 
     )
 
     def make(_admin_port: int) -> str:
-        return f"""<?xml version="1.0"?>
-<configuration xmlns="urn:activemq">
- <core xmlns="urn:activemq:core">
-  <connectors>{connectors}</connectors>
-  <acceptors>{acceptors}</acceptors>
-  <connection-routers>
+        return broker_xml(
+            connectors,
+            acceptors,
+            f"""
    <connection-router name="first">
     <key-type>CLIENT_ID</key-type>
     <policy name="FIRST_ELEMENT"/>
     <pool><check-period>200</check-period><quorum-timeout>0</quorum-timeout>
      <static-connectors>{refs}</static-connectors>{outlier}</pool>
-   </connection-router>
-  </connection-routers>
- </core>
-</configuration>
-"""
+   </connection-router>""",
+        )
 
     return make
 
