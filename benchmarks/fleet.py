@@ -18,11 +18,12 @@ import socket
 import subprocess
 import time
 import urllib.request
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, TYPE_CHECKING, Final, NoReturn
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
     from pathlib import Path
+    from types import FrameType
 
 __all__ = [
     "CLOCK_TICK_S",
@@ -40,6 +41,7 @@ __all__ = [
     "quietest_cpu",
     "raise_fd_limit",
     "rss_kib",
+    "stop_signals_interrupt",
 ]
 
 PORT_RANGE: Final = (20000, 32000)
@@ -54,6 +56,23 @@ _TCP_LISTEN: Final = "0A"
 
 class FleetError(RuntimeError):
     """A process of the benchmark did not start or did not become ready."""
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT raise KeyboardInterrupt, so a run unwinds through the
+    fleet's stop (also when started in the background, where a shell leaves SIGINT ignored); the
+    handlers before are put back after it."""
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def raise_fd_limit() -> int:

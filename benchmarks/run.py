@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Final
 
 from benchmarks.clients import (
     REQUIRED_TOOLS,
@@ -73,6 +72,7 @@ from benchmarks.fleet import (
     quietest_cpu,
     raise_fd_limit,
     rss_kib,
+    stop_signals_interrupt,
 )
 from benchmarks.report import (
     GROUPS,
@@ -87,7 +87,6 @@ from benchmarks.report import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from types import FrameType
 
 __all__ = ["FULL", "QUICK", "Settings", "default_json_path", "main"]
 
@@ -670,13 +669,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _on_sigterm(_signum: int, _frame: FrameType | None) -> NoReturn:
-    raise KeyboardInterrupt
-
-
-_STOP_HANDLERS: Final = {signal.SIGTERM: _on_sigterm, signal.SIGINT: signal.default_int_handler}
-
-
 def _measure(
     groups: list[str],
     settings: Settings,
@@ -804,38 +796,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_start = _loadavg()
     interrupted = False
     idle_connections = settings.idle_connections
-    # Ctrl-C and SIGTERM both unwind through the fleet's stop (also when started in the background,
-    # where a shell leaves SIGINT ignored).
-    previous = {sig: signal.signal(sig, handler) for sig, handler in _STOP_HANDLERS.items()}
     pairs: list[tuple[dict[str, Figure], dict[str, Figure]]] = []
-    try:
-        if args.event_log_pairs:
-            for number in range(1, args.event_log_pairs + 1):
-                pair = (new_figures(), new_figures())
-                for figures_of, on in zip(pair, (False, True), strict=True):
-                    _say(f"pair {number} of {args.event_log_pairs}: event log {'on' if on else 'off'}")
-                    run_dir = workdir / f"pair{number}-{'on' if on else 'off'}"
-                    run_dir.mkdir()
-                    _measure(groups, settings, figures_of, run_dir, args.routerd_log_level, event_log=on)
-                pairs.append(pair)
-        else:
-            for number in range(1, args.runs + 1):
-                if args.runs > 1:
-                    _say(f"run {number} of {args.runs}")
-                runs.append(new_figures())
-                run_dir = workdir / f"run{number}" if args.runs > 1 else workdir
-                run_dir.mkdir(exist_ok=True)
-                idle_connections = _measure(
-                    groups, settings, runs[-1], run_dir, args.routerd_log_level, event_log=args.event_log
-                )
-                if args.runs > 1:
-                    print(f"run {number} of {args.runs}:\n{format_table(runs[-1])}\n", flush=True)
-    except KeyboardInterrupt:
-        interrupted = True
-        _say("interrupted; every process started was stopped")
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with stop_signals_interrupt():  # Ctrl-C and SIGTERM both unwind through the fleet's stop
+        try:
+            if args.event_log_pairs:
+                for number in range(1, args.event_log_pairs + 1):
+                    pair = (new_figures(), new_figures())
+                    for figures_of, on in zip(pair, (False, True), strict=True):
+                        _say(f"pair {number} of {args.event_log_pairs}: event log {'on' if on else 'off'}")
+                        run_dir = workdir / f"pair{number}-{'on' if on else 'off'}"
+                        run_dir.mkdir()
+                        _measure(groups, settings, figures_of, run_dir, args.routerd_log_level, event_log=on)
+                    pairs.append(pair)
+            else:
+                for number in range(1, args.runs + 1):
+                    if args.runs > 1:
+                        _say(f"run {number} of {args.runs}")
+                    runs.append(new_figures())
+                    run_dir = workdir / f"run{number}" if args.runs > 1 else workdir
+                    run_dir.mkdir(exist_ok=True)
+                    idle_connections = _measure(
+                        groups, settings, runs[-1], run_dir, args.routerd_log_level, event_log=args.event_log
+                    )
+                    if args.runs > 1:
+                        print(f"run {number} of {args.runs}:\n{format_table(runs[-1])}\n", flush=True)
+        except KeyboardInterrupt:
+            interrupted = True
+            _say("interrupted; every process started was stopped")
     if pairs:
         return _report_pairs(pairs, args, json_path, workdir, started_at, interrupted=interrupted)
     figures = median_figures(runs) if len(runs) > 1 else runs[0] if runs else new_figures()

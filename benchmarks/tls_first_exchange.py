@@ -40,7 +40,6 @@ import datetime
 import json
 import os
 import shutil
-import signal
 import ssl
 import statistics
 import sys
@@ -49,18 +48,26 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal, NoReturn
+from typing import TYPE_CHECKING, Final, Literal
 
 import paho.mqtt.client as mqtt
 import trustme
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
 from benchmarks.clients import ClientError, find_tool
-from benchmarks.fleet import Fleet, FleetError, admin_get, cpu_ns, pick_ports, pinned, quietest_cpu
+from benchmarks.fleet import (
+    Fleet,
+    FleetError,
+    admin_get,
+    cpu_ns,
+    pick_ports,
+    pinned,
+    quietest_cpu,
+    stop_signals_interrupt,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from types import FrameType
 
     from paho.mqtt.properties import Properties
     from paho.mqtt.reasoncodes import ReasonCode
@@ -438,10 +445,6 @@ def _say(text: str) -> None:
     print(f"tls-bench: {text}", file=sys.stderr, flush=True)
 
 
-def _interrupt(_signum: int, _frame: FrameType | None) -> NoReturn:
-    raise KeyboardInterrupt
-
-
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.tls_first_exchange",
@@ -484,23 +487,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpu_ms: dict[PathName, float] = {}
     failed: dict[PathName, str] = {}
     interrupted = False
-    # SIGTERM unwinds through the fleet's stop as Ctrl-C does (also when started in the background,
-    # where a shell leaves SIGINT ignored).
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        with Fleet(workdir, say=_say) as fleet:
-            run = _Run(fleet, workdir)
-            run.start(args.routerd_log_level)
-            samples, cpu_ms, failed = run.measure(settings, _say, pin=not args.no_pin)
-    except FleetError as exc:
-        failed = dict.fromkeys(PATHS, str(exc))
-        _say(f"FAILED to start: {exc}")
-    except KeyboardInterrupt:
-        interrupted = True
-        _say("interrupted; every process started was stopped")
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with stop_signals_interrupt():  # SIGTERM unwinds through the fleet's stop as Ctrl-C does
+        try:
+            with Fleet(workdir, say=_say) as fleet:
+                run = _Run(fleet, workdir)
+                run.start(args.routerd_log_level)
+                samples, cpu_ms, failed = run.measure(settings, _say, pin=not args.no_pin)
+        except FleetError as exc:
+            failed = dict.fromkeys(PATHS, str(exc))
+            _say(f"FAILED to start: {exc}")
+        except KeyboardInterrupt:
+            interrupted = True
+            _say("interrupted; every process started was stopped")
     summary = summarize(samples, cpu_ms)
     doc = {
         "schema": "router-bench-tls-first-exchange/1",

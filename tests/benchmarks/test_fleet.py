@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import resource
+import signal
 import socket
 import sys
 import threading
@@ -27,6 +28,7 @@ from benchmarks.fleet import (
     pinned,
     raise_fd_limit,
     rss_kib,
+    stop_signals_interrupt,
 )
 
 if TYPE_CHECKING:
@@ -120,3 +122,10 @@ def test_fleet_start_reports_an_early_exit_with_the_log(tmp_path: Path) -> None:
         pytest.raises(FleetError, match=r"exited with status 3.*boom"),
     ):
         fleet.start("bad", [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], ports=[port])
+
+
+def test_stop_signals_interrupt_turns_sigterm_into_keyboard_interrupt_and_restores() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), stop_signals_interrupt():
+        signal.raise_signal(signal.SIGTERM)  # its handler runs before this call returns
+    assert signal.getsignal(signal.SIGTERM) is before
