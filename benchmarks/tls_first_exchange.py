@@ -55,6 +55,7 @@ import trustme
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
 from benchmarks.clients import ClientError, find_tool
+from benchmarks.configs import mosquitto_config
 from benchmarks.fleet import (
     Fleet,
     FleetError,
@@ -141,10 +142,9 @@ def mosquitto_tls_config(plain_port: int, tls_port: int, cert: Path, key: Path) 
     is private); as any other user the line has no effect.
     """
     return (
-        "user root\nallow_anonymous true\npersistence false\nset_tcp_nodelay true\n"
-        "log_dest stderr\nlog_type error\nlog_type warning\n"
-        f"listener {plain_port} 127.0.0.1\n"
-        f"listener {tls_port} 127.0.0.1\ncertfile {cert}\nkeyfile {key}\n"
+        "user root\nset_tcp_nodelay true\n"
+        + mosquitto_config(plain_port)
+        + f"listener {tls_port} 127.0.0.1\ncertfile {cert}\nkeyfile {key}\n"
     )
 
 
