@@ -5,11 +5,11 @@ Packages of the project, by folder (the import direction runs down this list; no
 
 - `tls_sni/`  leaf: TLS ClientHello parsing for SNI. Imports nothing of ours.
 - `keys/`     routing keys: key types, connection facts, key resolution with filter and NULL, the
-              sans-IO protocol sniffers (the wire protocol enum), the PROXY protocol parser, the
-              user store.
+              sans-IO protocol sniffers (the wire protocol enum), a broker's refusal read from its
+              first answer (`refusal`), the PROXY protocol parser, the user store.
 - `policies/` pure policies picking a target for a key (the five Artemis policies).
 - `pools/`    connectors, targets (HA pairs), discovery members, pool configuration, readiness and
-              quorum state.
+              quorum state, passive health (`outlier`: which targets are ejected).
 - `cache/`    the sticky key -> node id cache with expire-after-access, pins, and the journal a
               persisted cache's file is written from.
 - `router/`   the router itself, in layers (below).
@@ -34,6 +34,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                                  the fast path may serve
                   `answers`      the bytes the router says itself, per protocol (SPEC A6)
                   `auth`         the router's own authentication
+                  `admin_access` who may call what on the admin API, and its limits (connections
+                                 per address, the wait after wrong tokens, request sizes)
                   `opening`      the opening buffer (byte cap, server-first replies, replay)
                   `ttl`          which connection TTL a connection gets
                   `live`         the registry of proxied connections on both paths (counts, closing),
@@ -53,6 +55,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `ring`         the bounded ring between routing and the event log's writer
                   `shared_cache` a cache shared through ZooKeeper: znode names, entry data, when
                                  to extend an entry
+                  `evacuation`   paced moves of clients (evacuate, rebalance, paced shutdown)
+                  `framing`      where a client's frames end, to move it at a frame boundary
                   `reload`       what a configuration reload changes: old vs new configuration ->
                                  routers, targets and acceptors added, removed, changed
 4. `metrics`, `reports`: the Prometheus families, and the subscribers that turn events into log
