@@ -621,7 +621,6 @@ async def serve_discovery(
             ZooKeeper: the pool fills when it answers).
     """
     assert runtime.config.pool is not None, "only a router with a pool discovers targets"
-    where = f"zookeeper {zookeeper.connect}{zookeeper.path}"
     membership = Membership(
         reserved={
             t.node_id: "the local target" if t.local else "a configured target" for t in runtime.targets()
@@ -631,6 +630,7 @@ async def serve_discovery(
     client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
     # The table hears of the session from the watch: kazoo's reports, and a frozen server.
     watch = SessionWatch(runtime, "discovery", zookeeper, client, inbox.post, inbox.post)
+    where = watch.where
     client.on_session(watch.post)
     client.on_change(lambda: watch.post_watch(Signal.WATCH_FIRED))
     try:

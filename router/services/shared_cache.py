@@ -116,7 +116,6 @@ class SharedCache:
         self.runtime = runtime
         self.name = runtime.name
         self.path = zookeeper.path
-        self.where = f"zookeeper {zookeeper.connect}{zookeeper.path}"
         self.timeout_s = cache.timeout_ms / 1000
         self.max_keys = cache.max_entries
         self.client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
@@ -146,6 +145,7 @@ class SharedCache:
         this router read or wrote)."""
         # Sessions as the watch sees them: kazoo's reports, and a server that does not answer.
         self.watch = SessionWatch(runtime, "shared_cache", zookeeper, self.client, self._sessions.post)
+        self.where = self.watch.where
         self.client.on_session(self.watch.post)
         self.client.on_znode_change(self._changes.post)
         self._nursery: trio.Nursery | None = None
