@@ -22,8 +22,9 @@ The state (`LinkState`), decided by `_derive` from the facts, first rule that ap
    timeout, so suspended comes before lost): SUSPENDED;
 6. otherwise CONNECTED.
 
-Each change of `state` is reported once (`LinkStep.changed`), so each is logged once however many
-requests wait. Only the latest heartbeat's outcome counts; one at a time is outstanding.
+Each change of `state` is reported once (`LinkStep.changed`), with its cause when the link
+noticed it rather than kazoo (`LinkStep.cause`), so each is logged once however many requests
+wait. Only the latest heartbeat's outcome counts; one at a time is outstanding.
 """
 
 from __future__ import annotations
@@ -35,7 +36,14 @@ from typing import Final
 
 from router.core.discovery_session import Session
 
-__all__ = ["ANSWER_TIMEOUT_SHARE", "HEARTBEATS_PER_ANSWER_TIMEOUT", "LinkState", "LinkStep", "ZooKeeperLink"]
+__all__ = [
+    "ANSWER_TIMEOUT_SHARE",
+    "HEARTBEATS_PER_ANSWER_TIMEOUT",
+    "LinkCause",
+    "LinkState",
+    "LinkStep",
+    "ZooKeeperLink",
+]
 
 HEARTBEATS_PER_ANSWER_TIMEOUT: Final = 4
 """Heartbeats are asked every answer timeout / 4, so a freeze is noticed within 1.25 answer
@@ -60,12 +68,25 @@ class LinkState(enum.Enum):
     """The session expired (ZooKeeper said so, or nothing was heard for the session timeout)."""
 
 
+class LinkCause(enum.Enum):
+    """Why the state changed when kazoo did not say so (a kazoo report is its own cause)."""
+
+    UNANSWERED = "unanswered"
+    """Suspended while kazoo says CONNECTED: a heartbeat unanswered for the answer timeout."""
+    NOTHING_HEARD = "nothing_heard"
+    """Lost before kazoo said so: nothing heard for the session timeout."""
+    ANSWERS_AGAIN = "answers_again"
+    """Connected again on the same connection: a heartbeat answered after all."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkStep:
-    """What one input did: the new link, and the state it changed to (None: unchanged)."""
+    """What one input did: the new link, the state it changed to (None: unchanged), and why when
+    kazoo did not report the change itself (None: it did, or nothing changed)."""
 
     link: ZooKeeperLink
     changed: LinkState | None = None
+    cause: LinkCause | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,7 +193,15 @@ class ZooKeeperLink:
         return LinkState.SUSPENDED if not_connected else LinkState.CONNECTED
 
     def _next(self, link: ZooKeeperLink, now: float) -> LinkStep:
+        """`link` (this link after an input) at `now`."""
         state = link._derive(now)
         if state is link.state:
             return LinkStep(link=link)
-        return LinkStep(link=replace(link, state=state, since=now), changed=state)
+        cause = None
+        if state is LinkState.SUSPENDED and link.reported is Session.CONNECTED:
+            cause = LinkCause.UNANSWERED
+        elif state is LinkState.LOST and link.reported is not Session.LOST:
+            cause = LinkCause.NOTHING_HEARD
+        elif state is LinkState.CONNECTED and self.reported is Session.CONNECTED:
+            cause = LinkCause.ANSWERS_AGAIN
+        return LinkStep(link=replace(link, state=state, since=now), changed=state, cause=cause)

@@ -53,7 +53,7 @@ from router.core.discovery_session import (
     Step,
 )
 from router.core.status import ZooKeeperStatus
-from router.core.zookeeper_link import LinkState, LinkStep, ZooKeeperLink
+from router.core.zookeeper_link import LinkCause, LinkState, LinkStep, ZooKeeperLink
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -521,30 +521,34 @@ class SessionWatch:
             self.runtime.metrics.zookeeper_last_change.remove((self.runtime.name, self.use))
 
     def _apply(self, step: LinkStep) -> None:
-        before, self.link = self.link, step.link
+        self.link = step.link
         if step.changed is None:
             return
         name, link = self.runtime.name, step.link
-        if step.changed is LinkState.SUSPENDED and link.reported is Session.CONNECTED:
-            log.warning(
-                "router=%s %s (%s) does not answer within %.3g s: counting the session as suspended",
-                name,
-                self.where,
-                self.use,
-                link.answer_timeout_s,
-            )
-        elif step.changed is LinkState.LOST and link.reported is not Session.LOST:
-            log.warning(
-                "router=%s nothing heard from %s (%s) for the session timeout (%g s): counting the "
-                "session as lost",
-                name,
-                self.where,
-                self.use,
-                link.session_timeout_s,
-            )
-        elif step.changed is LinkState.CONNECTED and before.reported is Session.CONNECTED:
-            # no new connection (kazoo's reports are logged by the service): it answers again
-            log.info("router=%s %s (%s) answers again", name, self.where, self.use)
+        match step.cause:  # a change kazoo reported is logged by the service
+            case LinkCause.UNANSWERED:
+                log.warning(
+                    "router=%s %s (%s) does not answer within %.3g s: counting the session as suspended",
+                    name,
+                    self.where,
+                    self.use,
+                    link.answer_timeout_s,
+                )
+            case LinkCause.NOTHING_HEARD:
+                log.warning(
+                    "router=%s nothing heard from %s (%s) for the session timeout (%g s): counting the "
+                    "session as lost",
+                    name,
+                    self.where,
+                    self.use,
+                    link.session_timeout_s,
+                )
+            case LinkCause.ANSWERS_AGAIN:
+                log.info("router=%s %s (%s) answers again", name, self.where, self.use)
+            case None:
+                pass
+            case _:
+                assert_never(step.cause)
         self._show(time.time())
         match step.changed:
             case LinkState.CONNECTED:
@@ -621,7 +625,6 @@ async def serve_discovery(
             ZooKeeper: the pool fills when it answers).
     """
     assert runtime.config.pool is not None, "only a router with a pool discovers targets"
-    where = f"zookeeper {zookeeper.connect}{zookeeper.path}"
     membership = Membership(
         reserved={
             t.node_id: "the local target" if t.local else "a configured target" for t in runtime.targets()
@@ -631,6 +634,7 @@ async def serve_discovery(
     client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
     # The table hears of the session from the watch: kazoo's reports, and a frozen server.
     watch = SessionWatch(runtime, "discovery", zookeeper, client, inbox.post, inbox.post)
+    where = watch.where
     client.on_session(watch.post)
     client.on_change(lambda: watch.post_watch(Signal.WATCH_FIRED))
     try:

@@ -116,7 +116,6 @@ class SharedCache:
         self.runtime = runtime
         self.name = runtime.name
         self.path = zookeeper.path
-        self.where = f"zookeeper {zookeeper.connect}{zookeeper.path}"
         self.timeout_s = cache.timeout_ms / 1000
         self.max_keys = cache.max_entries
         self.client = ZooKeeper(zookeeper.connect, zookeeper.session_timeout_ms) if client is None else client
@@ -140,12 +139,13 @@ class SharedCache:
         client invents do not pile up in ZooKeeper until they expire."""
         self._background = trio.CapacityLimiter(BACKGROUND_THREADS)
         self._reconciling = False
-        self._sessions = Inbox[Session]()
         self._changes = Inbox[str]()
         """Paths whose watch fired (at most one watch per znode and session: bounded by the keys
         this router read or wrote)."""
-        # Sessions as the watch sees them: kazoo's reports, and a server that does not answer.
-        self.watch = SessionWatch(runtime, "shared_cache", zookeeper, self.client, self._sessions.post)
+        # Sessions as the watch sees them (kazoo's reports, and a server that does not answer),
+        # handed to `_session` in the trio thread.
+        self.watch = SessionWatch(runtime, "shared_cache", zookeeper, self.client, self._session)
+        self.where = self.watch.where
         self.client.on_session(self.watch.post)
         self.client.on_znode_change(self._changes.post)
         self._nursery: trio.Nursery | None = None
@@ -280,8 +280,6 @@ class SharedCache:
                 nursery.start_soon(self._sweep_loop)
                 for _ in range(BACKGROUND_TASKS):
                     nursery.start_soon(self._follow_watches)
-                async for session in self._sessions.receive:
-                    self._session(session)
         finally:
             self._nursery = None
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):

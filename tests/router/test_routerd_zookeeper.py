@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 from jsonschema import Draft202012Validator
 from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from router.config import load_config
 from tests.conftest import LineLog
@@ -49,7 +50,18 @@ enough on a loaded machine."""
 ROUTER_SESSION_TIMEOUT_MS = 2000
 
 
-def _config(zookeeper: ZooKeeperServer, path: str, port: int) -> str:
+def _config(
+    zookeeper: ZooKeeperServer,
+    path: str,
+    port: int,
+    *,
+    session_timeout_ms: int = ROUTER_SESSION_TIMEOUT_MS,
+    shared_cache: bool = False,
+) -> str:
+    """A discovery pool at `path`, and with `shared_cache` a shared cache at `path`-cache (both
+    with `session_timeout_ms` and the default answer timeout)."""
+    attributes = f'connect="{zookeeper.connect}" session-timeout="{session_timeout_ms}"'
+    cache = f'<cache><timeout>600000</timeout><zookeeper {attributes} path="{path}-cache"/></cache>'
     return f"""<?xml version="1.0"?>
 <configuration xmlns="urn:activemq">
  <core xmlns="urn:activemq:core">
@@ -57,13 +69,11 @@ def _config(zookeeper: ZooKeeperServer, path: str, port: int) -> str:
    <acceptor name="mqtt">tcp://127.0.0.1:{port}?router=fleet;protocols=MQTT;mode=proxy</acceptor>
   </acceptors>
   <discovery-groups>
-   <discovery-group name="zk">
-    <zookeeper connect="{zookeeper.connect}" path="{path}" session-timeout="{ROUTER_SESSION_TIMEOUT_MS}"/>
-   </discovery-group>
+   <discovery-group name="zk"><zookeeper {attributes} path="{path}"/></discovery-group>
   </discovery-groups>
   <connection-routers>
    <connection-router name="fleet">
-    <key-type>CLIENT_ID</key-type>
+    <key-type>CLIENT_ID</key-type>{cache if shared_cache else ""}
     <policy name="FIRST_ELEMENT"/>
     <pool><check-period>200</check-period><quorum-timeout>0</quorum-timeout>
      <discovery-group-ref discovery-group-name="zk"/></pool>
@@ -156,15 +166,20 @@ def _routed_to(router: Routerd, port: int, node_id: str) -> None:
     router.wait_for_log(rf"key={client_id} target={node_id} outcome=OK")
 
 
-def _status_targets(router: Routerd) -> dict[str, dict[str, object]]:
-    """`routerctl status` (a real process) -> the pool's targets by node id."""
-    out = subprocess.run(
-        [*ROUTERCTL, "status", "--json", "--admin", router.admin, "fleet"],
+def _routerctl_status(router: Routerd, *args: str) -> str:
+    """`routerctl status --admin ADMIN ARGS` (a real process): what it prints."""
+    return subprocess.run(
+        [*ROUTERCTL, "status", "--admin", router.admin, *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     ).stdout
+
+
+def _status_targets(router: Routerd) -> dict[str, dict[str, object]]:
+    """`routerctl status` (a real process) -> the pool's targets by node id."""
+    out = _routerctl_status(router, "--json", "fleet")
     return {t["node_id"]: t for t in json.loads(out)["pool"]["targets"]}
 
 
@@ -297,41 +312,9 @@ SUSPENDED_WITHIN_S = 4.5
 (well below kazoo's own 8 s)."""
 
 
-def _frozen_config(zookeeper: ZooKeeperServer, path: str, port: int) -> str:
-    """A discovery pool and a shared cache at one ZooKeeper (the default answer timeout)."""
-    attributes = f'connect="{zookeeper.connect}" session-timeout="{FROZEN_SESSION_TIMEOUT_MS}"'
-    return f"""<?xml version="1.0"?>
-<configuration xmlns="urn:activemq">
- <core xmlns="urn:activemq:core">
-  <acceptors>
-   <acceptor name="mqtt">tcp://127.0.0.1:{port}?router=fleet;protocols=MQTT;mode=proxy</acceptor>
-  </acceptors>
-  <discovery-groups>
-   <discovery-group name="zk"><zookeeper {attributes} path="{path}"/></discovery-group>
-  </discovery-groups>
-  <connection-routers>
-   <connection-router name="fleet">
-    <key-type>CLIENT_ID</key-type>
-    <cache><timeout>600000</timeout><zookeeper {attributes} path="{path}-cache"/></cache>
-    <policy name="FIRST_ELEMENT"/>
-    <pool><check-period>200</check-period><quorum-timeout>0</quorum-timeout>
-     <discovery-group-ref discovery-group-name="zk"/></pool>
-   </connection-router>
-  </connection-routers>
- </core>
-</configuration>
-"""
-
-
 def _zookeeper_states(router: Routerd) -> dict[str, str]:
     """`routerctl status --json` (a real process) -> use -> the state of router fleet's session."""
-    out = subprocess.run(
-        [*ROUTERCTL, "status", "--json", "--admin", router.admin],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    out = _routerctl_status(router, "--json")
     return {z["use"]: z["state"] for z in json.loads(out)["zookeeper"] if z["router"] == "fleet"}
 
 
@@ -356,15 +339,12 @@ def _wait_states(router: Routerd, state: str, timeout: float) -> float:
 
 def _state_metrics(router: Routerd) -> dict[tuple[str, str], float]:
     """(use, state) -> router_zookeeper_state of router fleet."""
-    found = {}
-    for line in router.metrics().splitlines():
-        if line.startswith("router_zookeeper_state{"):
-            labels = dict(
-                part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(",")
-            )
-            if labels["router"] == '"fleet"':
-                found[(labels["use"].strip('"'), labels["state"].strip('"'))] = float(line.split()[-1])
-    return found
+    return {
+        (sample.labels["use"], sample.labels["state"]): sample.value
+        for family in text_string_to_metric_families(router.metrics())
+        for sample in family.samples
+        if sample.name == "router_zookeeper_state" and sample.labels["router"] == "fleet"
+    }
 
 
 @pytest.mark.integration
@@ -380,7 +360,11 @@ def test_routerd_zookeeper_frozen_server_is_suspended_then_connected_and_lost_wh
     connected), each transition logged once; SIGCONT:
     connected again; SIGKILL: suspended at once, lost after the session timeout."""
     port = free_port()
-    router = start_routerd(lambda _admin: _frozen_config(own_zookeeper, path, port))
+    router = start_routerd(
+        lambda _admin: _config(
+            own_zookeeper, path, port, session_timeout_ms=FROZEN_SESSION_TIMEOUT_MS, shared_cache=True
+        )
+    )
     router.wait_for_log(r"router=fleet connected to zookeeper \S+: reading the members", consume=False)
     router.wait_for_log(r"router=fleet connected to zookeeper \S+: reconciling the cache", consume=False)
     _wait_states(router, "connected", TIMEOUT_S)
@@ -393,13 +377,7 @@ def test_routerd_zookeeper_frozen_server_is_suspended_then_connected_and_lost_wh
         took = _wait_states(router, "suspended", SUSPENDED_WITHIN_S)
         print(f"suspended {took:.2f} s after SIGSTOP")
         assert _zookeeper_states(router) == {"discovery": "suspended", "shared_cache": "suspended"}
-        table = subprocess.run(
-            [*ROUTERCTL, "status", "--admin", router.admin],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
+        table = _routerctl_status(router)
         assert re.search(r"^ROUTER +ZOOKEEPER +STATE +SINCE +AT$", table, re.MULTILINE), table
         for use in ("discovery", "shared_cache"):
             assert re.search(

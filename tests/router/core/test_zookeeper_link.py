@@ -11,6 +11,7 @@ from router.core.discovery_session import Session
 from router.core.zookeeper_link import (
     ANSWER_TIMEOUT_SHARE,
     HEARTBEATS_PER_ANSWER_TIMEOUT,
+    LinkCause,
     LinkState,
     ZooKeeperLink,
 )
@@ -70,6 +71,28 @@ def test_zookeeper_link_unanswered_heartbeat_is_suspended_after_the_answer_timeo
     back = lost.link.answered(number, ok=True, now=12.0)
     assert back.changed is LinkState.CONNECTED
     assert back.link.since == 12.0
+
+
+def test_zookeeper_link_cause_names_what_the_link_noticed_and_not_kazoo_s_reports() -> None:
+    """The changes the link decides carry their cause (the service logs them); kazoo's do not."""
+    link, number = _connected().ask(1.0)
+    suspended = link.tick(3.0)
+    lost = suspended.link.tick(SESSION_S)
+    back = lost.link.answered(number, ok=True, now=12.0)
+    assert (suspended.cause, lost.cause, back.cause) == (
+        LinkCause.UNANSWERED,
+        LinkCause.NOTHING_HEARD,
+        LinkCause.ANSWERS_AGAIN,
+    )
+    dropped = _connected().report(Session.SUSPENDED, 1.0)
+    expired = dropped.link.report(Session.LOST, 2.0)
+    again = expired.link.report(Session.CONNECTED, 3.0)
+    assert [s.changed for s in (dropped, expired, again)] == [
+        LinkState.SUSPENDED,
+        LinkState.LOST,
+        LinkState.CONNECTED,
+    ]
+    assert [s.cause for s in (dropped, expired, again)] == [None, None, None]
 
 
 def test_zookeeper_link_answer_before_the_deadline_stays_connected() -> None:

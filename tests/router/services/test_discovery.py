@@ -240,10 +240,10 @@ class FakeZooKeeper:
     while not connected fails with ConnectionLoss.
     """
 
-    def __init__(self, *, read_s: float = 0.0) -> None:
+    def __init__(self, *, read_s: float = 0.0, members: dict[str, bytes] | None = None) -> None:
         self.read_s = read_s
         """How long each reading takes (virtual seconds)."""
-        self.members: dict[str, bytes] | None = None
+        self.members = members
         """The children of the path and their data; None while the path does not exist."""
         self.failure: str | None = None
         """While set, a connected reading fails with this kazoo exception name."""
@@ -376,8 +376,7 @@ class TestServeDiscoveryScenarios:
         self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
     ) -> None:
         """Scenario: ZooKeeper answers 10 s after the start, after the warning at 4 s."""
-        fake = FakeZooKeeper()
-        fake.members = {"b1": _doc("b1")}
+        fake = FakeZooKeeper(members={"b1": _doc("b1")})
         runtime = _runtime(FAKE_ZK)
         async with trio.open_nursery() as nursery:
             await _start(nursery, runtime, fake)
@@ -395,8 +394,7 @@ class TestServeDiscoveryScenarios:
     async def test_serve_discovery_answer_within_the_session_timeout_gives_no_warning(
         self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
     ) -> None:
-        fake = FakeZooKeeper()
-        fake.members = {}
+        fake = FakeZooKeeper(members={})
         runtime = _runtime(FAKE_ZK)
         async with trio.open_nursery() as nursery:
             await _start(nursery, runtime, fake)
@@ -434,8 +432,7 @@ class TestServeDiscoveryScenarios:
         """Scenario: a member joins while connected (a watch); the connection drops and a member
         leaves meanwhile (its watch event changes nothing while disconnected); back at 5 s, the
         router reads again and applies what changed."""
-        fake = FakeZooKeeper()
-        fake.members = {"b1": _doc("b1")}
+        fake = FakeZooKeeper(members={"b1": _doc("b1")})
         runtime = _runtime(FAKE_ZK)
         async with trio.open_nursery() as nursery:
             await _start(nursery, runtime, fake)
@@ -472,8 +469,7 @@ class TestServeDiscoveryScenarios:
         heartbeat asked at 1.5 s is unanswered at 3.5 s (the answer timeout, 2 s): suspended, said
         once, in status and metrics; the server goes on at 4.5 s: connected, and the members are read
         again."""
-        fake = FakeZooKeeper()
-        fake.members = {"b1": _doc("b1")}
+        fake = FakeZooKeeper(members={"b1": _doc("b1")})
         runtime = _runtime(FAKE_ZK)
         metrics = runtime.metrics
         async with trio.open_nursery() as nursery:
@@ -519,8 +515,7 @@ class TestServeDiscoveryScenarios:
         """Scenario: as kazoo does, the connection drops (SUSPENDED) and every watch fires right
         after: the table hears of the suspension first, so no reading starts (it would wait for a
         connection that is gone, and hold the loop)."""
-        fake = FakeZooKeeper()
-        fake.members = {"b1": _doc("b1")}
+        fake = FakeZooKeeper(members={"b1": _doc("b1")})
         runtime = _runtime(FAKE_ZK)
         async with trio.open_nursery() as nursery:
             await _start(nursery, runtime, fake)
@@ -536,8 +531,7 @@ class TestServeDiscoveryScenarios:
     async def test_serve_discovery_lost_session_reads_again_in_a_new_session(
         self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
     ) -> None:
-        fake = FakeZooKeeper()
-        fake.members = {"b1": _doc("b1")}
+        fake = FakeZooKeeper(members={"b1": _doc("b1")})
         runtime = _runtime(FAKE_ZK)
         async with trio.open_nursery() as nursery:
             await _start(nursery, runtime, fake)
@@ -647,8 +641,7 @@ class TestServeDiscoveryScenarios:
         self, autojump_clock: trio.testing.MockClock, discovery_log: _TimedLog
     ) -> None:
         """Scenario: readings take 0.5 s; the members change twice during the first one."""
-        fake = FakeZooKeeper(read_s=0.5)
-        fake.members = {"b1": _doc("b1")}
+        fake = FakeZooKeeper(read_s=0.5, members={"b1": _doc("b1")})
         runtime = _runtime(FAKE_ZK)
         async with trio.open_nursery() as nursery:
             await _start(nursery, runtime, fake)
