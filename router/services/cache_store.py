@@ -227,20 +227,27 @@ class CacheStore:
         Raises:
             CacheStoreError: the write failed (nothing of it is in the file).
         """
-        upserts = []
-        deletes = []
-        for key, row in changes.rows.items():
-            if row is None:
-                deletes.append((key,))
-            else:
-                node_id, access, until = row
-                upserts.append((key, node_id, access + offset, None if math.isnan(until) else until + offset))
+        # Refused before the rows are built: after a failure each write is the whole cache.
         if not self._busy.acquire(blocking=False):
             raise CacheStoreError(
                 f"persisted cache {self.path!r} cannot be written: a former write has not returned "
                 "(a hung or frozen filesystem?)"
             )
         try:
+            if self._writer is not None and (status := self._writer.poll()) is not None:
+                raise CacheStoreError(
+                    f"persisted cache {self.path!r} cannot be written: its writer process has ended "
+                    f"(exit status {status})"
+                )
+            upserts = []
+            deletes = []
+            for key, row in changes.rows.items():
+                if row is None:
+                    deletes.append((key,))
+                else:
+                    node_id, access, until = row
+                    pinned_until = None if math.isnan(until) else until + offset
+                    upserts.append((key, node_id, access + offset, pinned_until))
             if self._writer is not None:
                 return self._send(changes.full, deletes, upserts)
             return self._apply(changes.full, deletes, upserts)
