@@ -81,7 +81,7 @@ class StateFile:
         Raises:
             StateFileError: it cannot be read, or is not a state file of this version.
         """
-        where = f"state file {self.path!r}"
+        where = self.where
         try:
             with open(self.path, "rb") as file:
                 data = file.read(MAX_STATE_FILE_BYTES + 1)
@@ -137,7 +137,7 @@ class StateFile:
         document = {"version": STATE_FILE_VERSION, "routers": {r: t for r, t in routers.items() if t}}
         data = json.dumps(document, indent=1).encode() + b"\n"
         directory = os.path.dirname(os.path.abspath(self.path))
-        where = f"state file {self.path!r} cannot be written"
+        where = f"{self.where} cannot be written"
         try:
             fd, temporary = tempfile.mkstemp(prefix=".state-", suffix=".tmp", dir=directory)
         except OSError as exc:
@@ -157,9 +157,6 @@ class StateFile:
 def retry_delay_s(failures: int) -> float:
     """The wait before the next try after `failures` (>= 1) failed writes in a row."""
     return min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** min(failures - 1, 16))
-
-
-States = dict[str, dict[str, AdminState]]
 
 
 class KeptStates:
