@@ -16,6 +16,7 @@ import pytest
 from pipeline.cli import COMMANDS, EXIT_STATUS_HELP, EXIT_UNREADABLE, INSTALL_HINT, add_commands, run
 from pipeline.generate import generate, load_truth
 from router.config.settings import EventFileFormat
+from tests.pipeline.conftest import damaged_log
 
 PARQUET = EventFileFormat.PARQUET
 ROUTERCTL = Path(sys.executable).with_name("routerctl")
@@ -72,26 +73,13 @@ def test_analyze_user_errors_are_one_line(spark, tmp_path, capsys):
         _args("generate-events", str(tmp_path), "--events", "0")
 
 
-def _damaged_log(tmp_path: Path) -> tuple[Path, int, list[str]]:
-    """A Parquet log from the router's writer (4 files, no duplicates) with one file cut short in
-    shipping and a `.jsonl.zst` cut short; the events of the intact files; the damaged files."""
-    log = tmp_path / "log"
-    generate(log, 2000, routers=2, files=2, keys=100, duplicate_rate=0, malformed_rate=0, file_format=PARQUET)
-    files = sorted(log.glob("*.parquet"))
-    files[0].write_bytes(files[0].read_bytes()[: files[0].stat().st_size // 2])
-    generate(tmp_path / "json", 500, routers=1, keys=50, duplicate_rate=0, malformed_rate=0)
-    (zst,) = (tmp_path / "json").glob("*.jsonl.zst")
-    (log / "events-rtr-z-0000.jsonl.zst").write_bytes(zst.read_bytes()[:-40])
-    intact = sum(pq.ParquetFile(f).metadata.num_rows for f in files[1:])
-    return log, intact, [files[0].name, "events-rtr-z-0000.jsonl.zst"]
-
-
 def test_analyze_command_sets_damaged_files_aside(tmp_path):
     """Scenario: `routerctl analyze` (its own process and JVM, as a user runs it) over a log with a
     Parquet file cut short and a truncated .jsonl.zst: exit 0, both named with their reason in
     summary.json, report.html and quarantine_counts, every event of the other files counted, and
     no stack trace on stderr."""
-    log, intact, damaged = _damaged_log(tmp_path)
+    made = damaged_log(tmp_path)
+    log, intact, damaged = made.log, made.intact, made.damaged
     out = tmp_path / "out"
     done = subprocess.run(
         [str(ROUTERCTL), "analyze", str(log), "--out", str(out), "--master", "local[1]", "--no-staging"],
@@ -121,7 +109,7 @@ def test_analyze_command_sets_damaged_files_aside(tmp_path):
 
 
 def test_analyze_every_file_unreadable_is_status_6(spark, tmp_path, capsys):
-    log, _, _ = _damaged_log(tmp_path)
+    log = damaged_log(tmp_path).log
     for intact in sorted(log.glob("*.parquet"))[1:]:
         intact.write_text('{"kind": "close"}\n')  # not what the name says
     assert run(_args("analyze", str(log), "--out", str(tmp_path / "out"))) == 6 == int(EXIT_UNREADABLE)

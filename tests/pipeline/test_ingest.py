@@ -6,7 +6,6 @@ import gzip
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from pipeline.generate import generate
@@ -20,6 +19,7 @@ from pipeline.ingest import (
     write_text,
 )
 from router.config.settings import EventFileFormat
+from tests.pipeline.conftest import damaged_log
 
 PARQUET = EventFileFormat.PARQUET
 
@@ -103,25 +103,10 @@ def test_ingest_finds_repeated_events_at_bucket_edges_and_far_apart(spark, tmp_p
 # -- damaged files ------------------------------------------------------------------------------
 
 
-def _damaged_log(tmp_path: Path) -> tuple[Path, int]:
-    """A Parquet log from the router's writer (4 files, no duplicates) with one file cut short in
-    shipping and a `.jsonl.zst` whose zstd stream is cut short; the events in the intact files."""
-    log = tmp_path / "log"
-    generate(log, 2000, routers=2, files=2, keys=100, duplicate_rate=0, malformed_rate=0, file_format=PARQUET)
-    files = sorted(log.glob("*.parquet"))
-    cut = files[0]
-    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
-    generate(tmp_path / "json", 500, routers=1, keys=50, duplicate_rate=0, malformed_rate=0)
-    (zst,) = (tmp_path / "json").glob("*.jsonl.zst")
-    (log / "events-rtr-z-0000.jsonl.zst").write_bytes(zst.read_bytes()[:-40])
-    intact = sum(pq.ParquetFile(f).metadata.num_rows for f in files[1:])
-    return log, intact
-
-
 def test_check_event_file_names_each_damage(tmp_path):
     """Scenario: files cut short, with a bad footer, not what their name says, unreadable: each one
     gets a one-line reason; intact files get none."""
-    log, _ = _damaged_log(tmp_path)
+    log = damaged_log(tmp_path).log
     good = sorted(log.glob("*.parquet"))[1]
     (zst,) = (tmp_path / "json").glob("*.jsonl.zst")
     data = good.read_bytes()
@@ -160,7 +145,8 @@ def test_check_event_file_names_each_damage(tmp_path):
 
 def test_ingest_sets_damaged_files_aside_and_reads_the_rest(spark, tmp_path):
     """Scenario: one Parquet file cut short and one truncated zstd stream among intact files."""
-    log, intact = _damaged_log(tmp_path)
+    made = damaged_log(tmp_path)
+    log, intact = made.log, made.intact
     result = ingest(spark, [str(log)])
     assert [(Path(u.file).name, u.reason.split(":")[0]) for u in result.unreadable] == [
         ("events-rtr-a-0000.parquet", "parquet"),
@@ -171,7 +157,7 @@ def test_ingest_sets_damaged_files_aside_and_reads_the_rest(spark, tmp_path):
 
 
 def test_ingest_every_file_unreadable_is_an_error(spark, tmp_path):
-    log, _ = _damaged_log(tmp_path)
+    log = damaged_log(tmp_path).log
     for intact in sorted(log.glob("*.parquet"))[1:]:
         intact.write_bytes(b"")
     with pytest.raises(UnreadableError, match=r"^every event file is unreadable \(5\): file:") as raised:
