@@ -579,8 +579,8 @@ def duckdb_analyze(
         by_reason[str(reason)] = int(n)
     copy(
         "quarantine_counts",
-        "SELECT * FROM (VALUES "
-        + ", ".join(f"('{r}', {n})" for r, n in by_reason.items())
+        "SELECT reason, records, NULL::BIGINT AS files FROM (VALUES "  # analyze's columns; no file is
+        + ", ".join(f"('{r}', {n})" for r, n in by_reason.items())  # set aside whole here
         + ") v(reason, records)",
     )
     valid = f"(SELECT {cols} FROM flagged WHERE _reason IS NULL)"
