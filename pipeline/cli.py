@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from pipeline.ingest import UnreadableFile
 
-__all__ = ["COMMANDS", "INSTALL_HINT", "Command", "add_commands", "run"]
+__all__ = ["COMMANDS", "INSTALL_HINT", "Command", "add_commands", "job_failed", "report_unreadable", "run"]
 
 INSTALL_HINT: Final = "install the pipeline extra: pip install 'connection-router[pipeline]'"
 EXIT_OK: Final = ExitCode.OK
@@ -134,15 +134,35 @@ def report_unreadable(command: str, files: Sequence[UnreadableFile]) -> None:
         )
 
 
-def _analyze(args: argparse.Namespace) -> int:
+def job_failed(command: str, exc: Exception) -> int | None:
+    """The exit status of a job (`analyze`, `simulate`) that raised `exc`, its one line said on
+    stderr (unreadable files named), or None: not a failure of the input or of Spark (re-raise)."""
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]  # py4j ships no types
     from pyspark.errors import AnalysisException
     from pyspark.errors.exceptions.captured import CapturedException
+
+    from pipeline.ingest import InputError, UnreadableError
+    from pipeline.session import spark_failure
+
+    if isinstance(exc, UnreadableError):
+        report_unreadable(command, exc.files)
+        status, line = EXIT_UNREADABLE, _first_line(exc)
+    elif isinstance(exc, (InputError, AnalysisException)):
+        status, line = EXIT_FAILURE, _first_line(exc)
+    elif isinstance(exc, (Py4JJavaError, CapturedException)):  # a file damaged where no check looks
+        status, line = EXIT_FAILURE, spark_failure(exc)
+    else:
+        return None
+    print(f"routerctl {command}: {line}", file=sys.stderr)
+    return status
+
+
+def _analyze(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
     from pipeline.analyze import analyze
-    from pipeline.ingest import InputError, UnreadableError, UnreadableFile
-    from pipeline.session import quiet, spark_failure, spark_session
+    from pipeline.ingest import UnreadableFile
+    from pipeline.session import quiet, spark_session
 
     owned = SparkSession.getActiveSession() is None
     spark = spark_session(args.master, app="routerctl analyze", conf=dict(args.conf))
@@ -158,16 +178,11 @@ def _analyze(args: argparse.Namespace) -> int:
             stage=not args.no_staging,
             report=not args.no_report,
         )
-    except UnreadableError as exc:
-        report_unreadable("analyze", exc.files)
-        print(f"routerctl analyze: {_first_line(exc)}", file=sys.stderr)
-        return EXIT_UNREADABLE
-    except (InputError, AnalysisException) as exc:
-        print(f"routerctl analyze: {_first_line(exc)}", file=sys.stderr)
-        return EXIT_FAILURE
-    except (Py4JJavaError, CapturedException) as exc:  # a file damaged where no check looks
-        print(f"routerctl analyze: {spark_failure(exc)}", file=sys.stderr)
-        return EXIT_FAILURE
+    except Exception as exc:
+        status = job_failed("analyze", exc)
+        if status is None:
+            raise
+        return status
     finally:
         if owned:
             spark.stop()

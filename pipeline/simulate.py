@@ -628,14 +628,11 @@ def run(args: argparse.Namespace) -> int:
     summary.json); 2 with one line on stderr for a bad configuration or a simulation that cannot
     be run as asked (router, key type, --ready); 1 for missing input or a failed Spark job; 6 when
     every event file is unreadable (`pipeline.cli.EXIT_UNREADABLE`)."""
-    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]  # py4j ships no types
-    from pyspark.errors import AnalysisException
-    from pyspark.errors.exceptions.captured import CapturedException
     from pyspark.sql import SparkSession
 
-    from pipeline.cli import EXIT_UNREADABLE, report_unreadable
-    from pipeline.ingest import InputError, UnreadableError, ingest
-    from pipeline.session import quiet, spark_failure, spark_session
+    from pipeline.cli import job_failed, report_unreadable
+    from pipeline.ingest import ingest
+    from pipeline.session import quiet, spark_session
 
     try:
         config = load_config(args.config)
@@ -662,16 +659,11 @@ def run(args: argparse.Namespace) -> int:
     except SimulateError as exc:
         print(f"routerctl simulate: {exc}", file=sys.stderr)
         return 2
-    except UnreadableError as exc:
-        report_unreadable("simulate", exc.files)
-        print(f"routerctl simulate: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
-        return EXIT_UNREADABLE
-    except (InputError, AnalysisException) as exc:
-        print(f"routerctl simulate: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
-        return 1
-    except (Py4JJavaError, CapturedException) as exc:  # a file damaged where no check looks
-        print(f"routerctl simulate: {spark_failure(exc)}", file=sys.stderr)
-        return 1
+    except Exception as exc:
+        status = job_failed("simulate", exc)
+        if status is None:
+            raise
+        return status
     finally:
         _delete(spark, staging)
         if owned:
