@@ -47,8 +47,6 @@ import contextlib
 import dataclasses
 import functools
 import gc
-import http.client
-import json
 import logging
 import os
 import resource
@@ -74,9 +72,19 @@ from router.config.settings import EventLogConfig, ZooKeeperConfig
 from router.core.admin_access import AdminAccess, Token, hosts_of, is_loopback, parse_tokens
 from router.core.admission import descriptors_for
 from router.core.engine import RoutingEngine, build_pool
-from router.ctl_moves import COMMANDS as MOVE_COMMANDS
-from router.ctl_moves import add_commands as add_move_commands
-from router.ctl_moves import run_command as run_move_command
+from router.ctl_client import (
+    ADMIN_ENV,
+    ADMIN_SYNTAX,
+    DEFAULT_ADMIN,
+    MAX_TOKENS_BYTES,
+    REQUEST_TIMEOUT_S,
+    Ctl,
+    admin_options,
+    fields_blocks,
+    parse_admin_address,
+    quoted,
+    request,
+)
 from router.ctl_output import (
     EXIT_CODES_HELP,
     CtlError,
@@ -86,11 +94,11 @@ from router.ctl_output import (
     Renderable,
     Table,
     add_json_option,
-    exit_code_for_http,
     finite_number,
     poll,
 )
 from router.datapath.net import describe_oserror
+from router.features import commands as feature_commands
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
 from router.server import StartupError, serve_router
 from router.services.cache_store import CacheStore, CacheStoreError
@@ -125,41 +133,6 @@ _E = TypeVar("_E", bound=BaseException)
 def _fail(prog: str, message: str, status: int = EXIT_FAILURE) -> NoReturn:
     print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(status)
-
-
-ADMIN_SYNTAX: Final = "HOST:PORT, [IPV6]:PORT, :PORT, PORT or http://HOST:PORT"
-"""The admin address forms `routerd --admin` and `routerctl --admin` both take."""
-DEFAULT_ADMIN: Final = ("127.0.0.1", 9180)
-
-
-def parse_admin_address(text: str) -> tuple[str, int]:
-    """The admin API's address, for `routerd --admin` (where to listen) and `routerctl --admin`
-    (where to ask): one of `ADMIN_SYNTAX`; no host means 127.0.0.1.
-
-    Raises:
-        argparse.ArgumentTypeError: anything else (a usage error, exit status 2).
-    """
-    rest = text.strip()
-    if "://" in rest:
-        url = urllib.parse.urlsplit(rest)
-        if url.scheme != "http":
-            raise argparse.ArgumentTypeError(f"the admin API speaks plain http://, got {text!r}")
-        if url.path not in ("", "/") or url.query or url.fragment or "@" in url.netloc:
-            raise argparse.ArgumentTypeError(f"expected http://HOST:PORT with nothing after it, got {text!r}")
-        rest = url.netloc
-    if rest.startswith("["):
-        host, sep, port = rest[1:].partition("]:")
-    elif rest.isdigit():
-        host, sep, port = "", ":", rest
-    else:
-        host, sep, port = rest.rpartition(":")
-        if ":" in host:
-            raise argparse.ArgumentTypeError(
-                f"an IPv6 address goes in brackets, [{host}]:{port}; got {text!r}"
-            )
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected {ADMIN_SYNTAX}, got {text!r}")
-    return host or "127.0.0.1", int(port)
 
 
 def _seconds(*, zero: bool) -> Callable[[str], float]:
@@ -467,10 +440,6 @@ def routerd_main() -> None:
 
 # -- routerctl --------------------------------------------------------------------------------
 
-ADMIN_ENV: Final = "ROUTERCTL_ADMIN"
-"""Where routerctl finds the admin API when `--admin` is not given."""
-REQUEST_TIMEOUT_S: Final = 10.0
-"""Longest wait for one admin API answer."""
 WAIT_TIMEOUT_S: Final = 30.0
 """`wait --timeout` by default (as `kubectl wait`)."""
 WAIT_INTERVAL_S: Final = 1.0
@@ -492,20 +461,6 @@ environment:
   NO_COLOR              set: no colours, even on a terminal
 
 docs/operations.md describes every command, its output and the admin API."""
-
-
-def _admin_options(parser: argparse.ArgumentParser, *, again: bool = False) -> None:
-    """`--admin` and `--json`: every command that asks a running router. `again`: on an action of
-    such a command too (`cache list … --json`), where not giving them keeps the command's value."""
-    parser.add_argument(
-        "--admin",
-        type=parse_admin_address,
-        metavar="ADDRESS",
-        default=argparse.SUPPRESS if again else None,
-        help=f"the router's admin API: {ADMIN_SYNTAX}, as routerd's --admin "
-        f"(default: ${ADMIN_ENV}, else 127.0.0.1:9180)",
-    )
-    add_json_option(parser, again=again)
 
 
 def _wait_options(parser: argparse.ArgumentParser, *, again: bool = False) -> None:
@@ -596,7 +551,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         description="The management lookup of a running router: the decision for KEY, with the "
         "router's cache and targets as they are now.",
     )
-    _admin_options(target)
+    admin_options(target)
     target.add_argument(
         "--dry-run",
         action="store_true",
@@ -612,7 +567,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         "budget), each acceptor with its open and pending connections, and each router with its "
         "pool. With ROUTER: that router's settings and its targets.",
     )
-    _admin_options(status)
+    admin_options(status)
     status.add_argument("router", nargs="?", metavar="ROUTER", help="show this router only")
 
     state = sub.add_parser(
@@ -622,7 +577,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         "included), probed; open connections stay. maint: as drain, and not probed. The state is "
         "kept across restarts (routerd's --state-file). Prints the target's status.",
     )
-    _admin_options(state)
+    admin_options(state)
     state.add_argument("router", metavar="ROUTER", help="the connection router")
     state.add_argument("node_id", metavar="NODE_ID", help="the target's node id")
     state.add_argument(
@@ -638,7 +593,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         "as it is). Exit status 1, with the reason on stderr, when nothing changed because the file "
         "is bad (or a port cannot be bound); 0 otherwise, also when the file is the same.",
     )
-    _admin_options(reload)
+    admin_options(reload)
 
     wait = sub.add_parser(
         "wait",
@@ -647,7 +602,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         "0, printing what was asked), or --timeout passes (exit 5). While the admin API cannot be "
         "reached (routerd starting) it keeps asking; an unknown router is exit 1 at once.",
     )
-    _admin_options(wait)
+    admin_options(wait)
     _wait_options(wait)
     what = wait.add_subparsers(
         dest="what", required=True, metavar="WHAT", title="what to wait for", help="a target or a router"
@@ -658,7 +613,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         description="ready, not-ready, unknown: the target's state as last probed (its "
         "administrative state aside); absent: no longer in the pool (a discovered broker that left).",
     )
-    _admin_options(wait_target, again=True)
+    admin_options(wait_target, again=True)
     _wait_options(wait_target, again=True)
     wait_target.add_argument("router", metavar="ROUTER", help="the connection router")
     wait_target.add_argument("node_id", metavar="NODE_ID", help="the target's node id")
@@ -669,7 +624,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         description="ready: the router's pool has its quorum of ready targets (a router without a "
         "pool is always ready); not-ready: it has not.",
     )
-    _admin_options(wait_router, again=True)
+    admin_options(wait_router, again=True)
     _wait_options(wait_router, again=True)
     wait_router.add_argument("router", metavar="ROUTER", help="the connection router")
     wait_router.add_argument("state", choices=ROUTER_CONDITIONS, help="the state to wait for")
@@ -679,12 +634,12 @@ def _routerctl_parser() -> argparse.ArgumentParser:
         help="list, show, evict or pin a running router's cache entries",
         description="The sticky cache of a running router, through its admin API.",
     )
-    _admin_options(cache)
+    admin_options(cache)
     actions = cache.add_subparsers(
         dest="action", required=True, metavar="ACTION", title="actions", help="what to do with the cache"
     )
     listing = actions.add_parser("list", help="entries in key order, a page at a time")
-    _admin_options(listing, again=True)
+    admin_options(listing, again=True)
     listing.add_argument("router", metavar="ROUTER", help="the connection router")
     listing.add_argument("--prefix", default="", help="only keys that start with this")
     listing.add_argument("--node-id", help="only entries of this target")
@@ -696,11 +651,11 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--all", action="store_true", help="every page, not just the first")
     show = actions.add_parser("get", help="one key's entry (exit 1 when it has none)")
-    _admin_options(show, again=True)
+    admin_options(show, again=True)
     show.add_argument("router", metavar="ROUTER", help="the connection router")
     show.add_argument("key", metavar="KEY", help="the cached key")
     evict = actions.add_parser("evict", help="evict one key, every entry of a target, or everything")
-    _admin_options(evict, again=True)
+    admin_options(evict, again=True)
     evict.add_argument("router", metavar="ROUTER", help="the connection router")
     victims = evict.add_mutually_exclusive_group(required=True)
     victims.add_argument("--key", help="evict this key")
@@ -709,7 +664,7 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     pin = actions.add_parser(
         "pin", help="send a key to a target whatever the policy says (while that target is ready)"
     )
-    _admin_options(pin, again=True)
+    admin_options(pin, again=True)
     pin.add_argument("router", metavar="ROUTER", help="the connection router")
     pin.add_argument("key", metavar="KEY", help="the key to pin")
     pin.add_argument("node_id", metavar="NODE_ID", help="the target it goes to")
@@ -722,12 +677,18 @@ def _routerctl_parser() -> argparse.ArgumentParser:
     )
 
     add_pipeline_commands(sub)  # analyze, simulate, generate-events (pipeline/, docs/pipeline.md)
-    add_move_commands(sub, _admin_options)  # evacuate, rebalance, shutdown
+    for command in feature_commands():  # router/features/: evacuate, rebalance, shutdown, ...
+        feature_parser = sub.add_parser(
+            command.name, help=command.help, description=command.description, epilog=command.epilog
+        )
+        if command.admin:
+            admin_options(feature_parser)
+        command.arguments(feature_parser)
 
     event_log = sub.add_parser(
         "event-log", help="show a running router's event log (ring, counts), or resize its ring"
     )
-    _admin_options(event_log)
+    admin_options(event_log)
     event_log.add_argument(
         "--ring-size",
         type=_integer(1, 2**31 - 1),
@@ -850,87 +811,11 @@ def _load_cache(engine: RoutingEngine, path: str, now: float) -> None:
 
 # -- routerctl: the admin API -----------------------------------------------------------------
 
-MAX_TOKENS_BYTES: Final = 1024 * 1024
-"""Largest tokens file read (routerd's `--admin-tokens`, routerctl's ROUTERCTL_TOKEN_FILE)."""
-
-
-def _token() -> str | None:
-    """The admin API token for routerctl: the file ROUTERCTL_TOKEN_FILE names, or ROUTERCTL_TOKEN."""
-    path = os.environ.get("ROUTERCTL_TOKEN_FILE")
-    if path:
-        try:
-            with open(path, encoding="utf-8") as file:
-                return file.read(MAX_TOKENS_BYTES).strip() or None
-        except OSError as exc:
-            raise CtlError(f"ROUTERCTL_TOKEN_FILE {path!r}: {exc.strerror}", ExitCode.USAGE) from None
-    return os.environ.get("ROUTERCTL_TOKEN") or None
-
-
-def _admin_url(args: argparse.Namespace) -> str:
-    """The admin API's base URL: `--admin`, else $ROUTERCTL_ADMIN, else the default."""
-    address: tuple[str, int] | None = args.admin
-    if address is None:
-        text = os.environ.get(ADMIN_ENV, "").strip()
-        try:
-            address = parse_admin_address(text) if text else DEFAULT_ADMIN
-        except argparse.ArgumentTypeError as exc:
-            raise CtlError(f"{ADMIN_ENV}: {exc}", ExitCode.USAGE) from None
-    host, port = address
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def _quoted(*parts: str) -> str:
-    """URL path segments, each quoted (a router or node id may hold any character)."""
-    return "".join("/" + urllib.parse.quote(part, safe="") for part in parts)
-
-
-def _request(
-    args: argparse.Namespace,
-    path: str,
-    *,
-    method: str = "GET",
-    body: object = None,
-    timeout_s: float = REQUEST_TIMEOUT_S,
-) -> object:
-    """One admin API request (`body` sent as JSON); its JSON answer.
-
-    Raises:
-        CtlError: the router answered an error (its code and message: exit 1, or 4 when it
-            refused access), or it cannot be reached or did not answer JSON (exit 3).
-    """
-    base = _admin_url(args)
-    url = base + path
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    token = _token()
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            detail = json.loads(exc.read()).get("error", exc.reason)
-        except (ValueError, AttributeError):
-            detail = exc.reason
-        raise CtlError(f"{url}: {exc.code} {detail}", exit_code_for_http(exc.code)) from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        raise CtlError(
-            f"cannot reach the router's admin API at {base}: {reason}", ExitCode.UNREACHABLE
-        ) from None
-    except ValueError:
-        raise CtlError(
-            f"the admin API at {base} answered {path} with something that is not JSON", ExitCode.UNREACHABLE
-        ) from None
-
 
 def _target_command(args: argparse.Namespace, out: Output) -> int:
     query = {"key": args.key, **({"dry-run": "true"} if args.dry_run else {})}
-    decision = _request(
-        args, _quoted("api", "v1", "routers", args.router, "target") + "?" + urllib.parse.urlencode(query)
+    decision = request(
+        args, quoted("api", "v1", "routers", args.router, "target") + "?" + urllib.parse.urlencode(query)
     )
     out.emit_lines([decision], _decisions_blocks)
     return ExitCode.OK
@@ -938,38 +823,38 @@ def _target_command(args: argparse.Namespace, out: Output) -> int:
 
 def _status_command(args: argparse.Namespace, out: Output) -> int:
     if args.router is not None:
-        out.emit(_request(args, _quoted("api", "v1", "routers", args.router)), _router_blocks)
+        out.emit(request(args, quoted("api", "v1", "routers", args.router)), _router_blocks)
         return ExitCode.OK
-    document = _request(args, "/api/v1/status")
-    routers = _request(args, "/api/v1/routers")
+    document = request(args, "/api/v1/status")
+    routers = request(args, "/api/v1/routers")
     assert isinstance(document, dict)
     out.emit({**document, "routers": routers}, _status_blocks)
     return ExitCode.OK
 
 
 def _state_command(args: argparse.Namespace, out: Output) -> int:
-    path = _quoted("api", "v1", "routers", args.router, "targets", args.node_id)
+    path = quoted("api", "v1", "routers", args.router, "targets", args.node_id)
     if args.state is None:
-        target = _request(args, path)
+        target = request(args, path)
     else:
-        target = _request(args, path, method="PUT", body={"admin_state": args.state})
+        target = request(args, path, method="PUT", body={"admin_state": args.state})
     out.emit(target, lambda t: [_targets_table([t])])
     return ExitCode.OK
 
 
 def _event_log_command(args: argparse.Namespace, out: Output) -> int:
     if args.ring_size is None:
-        document = _request(args, "/api/v1/event-log")
+        document = request(args, "/api/v1/event-log")
     else:
-        document = _request(args, "/api/v1/event-log", method="PUT", body={"ring_size": args.ring_size})
-    out.emit(document, _fields_blocks)
+        document = request(args, "/api/v1/event-log", method="PUT", body={"ring_size": args.ring_size})
+    out.emit(document, fields_blocks)
     return ExitCode.OK
 
 
 def _cache_command(args: argparse.Namespace, out: Output) -> int:
-    base = _quoted("api", "v1", "routers", args.router, "cache")
+    base = quoted("api", "v1", "routers", args.router, "cache")
     if args.action == "get":
-        entry = _request(args, base + "?" + urllib.parse.urlencode({"key": args.key}))
+        entry = request(args, base + "?" + urllib.parse.urlencode({"key": args.key}))
         out.emit(entry, lambda e: [_cache_table([e])])
         return ExitCode.OK
     if args.action == "evict":
@@ -977,12 +862,12 @@ def _cache_command(args: argparse.Namespace, out: Output) -> int:
             raise CtlError("cache evict: --node-id must not be empty", ExitCode.USAGE)
         what = {"all": "true"} if args.all else {"key": args.key} if args.key is not None else {}
         selector = urllib.parse.urlencode(what or {"node_id": args.node_id})
-        evicted = _request(args, f"{base}?{selector}", method="DELETE")
+        evicted = request(args, f"{base}?{selector}", method="DELETE")
         out.emit(evicted, lambda d: [_evicted_line(_field(d, "evicted"))])
         return ExitCode.OK
     if args.action == "pin":
         pin = {"key": args.key, "node_id": args.node_id, "duration_s": args.duration}
-        entry = _request(args, base, method="PUT", body=pin)
+        entry = request(args, base, method="PUT", body=pin)
         out.emit(entry, lambda e: [_cache_table([e])])
         return ExitCode.OK
     after, entries = args.after, []
@@ -990,7 +875,7 @@ def _cache_command(args: argparse.Namespace, out: Output) -> int:
         query: dict[str, str | int] = {"prefix": args.prefix, "after": after, "limit": args.limit}
         if args.node_id is not None:
             query["node_id"] = args.node_id
-        page = _request(args, f"{base}?{urllib.parse.urlencode(query)}")
+        page = request(args, f"{base}?{urllib.parse.urlencode(query)}")
         if not isinstance(page, dict):
             raise CtlError(f"cache list: the admin API answered {page!r}", ExitCode.UNREACHABLE)
         if not args.all:
@@ -1010,7 +895,7 @@ def _cache_command(args: argparse.Namespace, out: Output) -> int:
 def _wait_command(args: argparse.Namespace, out: Output) -> int:
     """Poll the router's document until the condition holds (module docstring of ctl_output for
     the exit codes)."""
-    router_path = _quoted("api", "v1", "routers", args.router)
+    router_path = quoted("api", "v1", "routers", args.router)
     node_id: str | None = getattr(args, "node_id", None)
     subject = (
         f"router {args.router!r}" if node_id is None else f"target {node_id!r} of router {args.router!r}"
@@ -1020,7 +905,7 @@ def _wait_command(args: argparse.Namespace, out: Output) -> int:
     def ask(left: float) -> tuple[object] | None:
         nonlocal seen
         try:
-            document = _request(args, router_path, timeout_s=max(0.1, min(REQUEST_TIMEOUT_S, left)))
+            document = request(args, router_path, timeout_s=max(0.1, min(REQUEST_TIMEOUT_S, left)))
         except CtlError as exc:
             if exc.code is not ExitCode.UNREACHABLE:
                 raise
@@ -1227,14 +1112,6 @@ def _evicted_line(count: object) -> str:
     return f"evicted {count} {'entry' if count == 1 else 'entries'}"
 
 
-def _fields_blocks(document: object) -> list[Renderable]:
-    fields = Fields()
-    if isinstance(document, dict):
-        for name, value in document.items():
-            fields.add(str(name).replace("_", " "), value)
-    return [fields]
-
-
 # -- routerctl: register ----------------------------------------------------------------------
 
 
@@ -1277,21 +1154,10 @@ async def _run_register(zookeeper: ZooKeeperConfig, member: Member, connect_time
 
 def _reload(args: argparse.Namespace, out: Output) -> int:
     """`routerctl reload`: what changed in one line (the JSON answer with --json)."""
-    answer = _request(args, "/api/v1/reload", method="POST")
+    answer = request(args, "/api/v1/reload", method="POST")
     assert isinstance(answer, dict)
     out.emit(answer, lambda a: [f"reloaded: {a.get('summary', '') if isinstance(a, dict) else ''}"])
     return ExitCode.OK
-
-
-def _move_command(args: argparse.Namespace, out: Output) -> int:
-    """`routerctl evacuate | rebalance | shutdown` (router/ctl_moves.py)."""
-    args.admin_url = _admin_url(args)  # `shutdown --wait` watches it go
-    return run_move_command(
-        args,
-        lambda path, method="GET", body=None: _request(args, path, method=method, body=body),
-        out,
-        _fields_blocks,
-    )
 
 
 _COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Output], int]]] = {
@@ -1304,9 +1170,9 @@ _COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Output], int]]] = {
     "event-log": _event_log_command,
     "register": _register,
     "reload": _reload,
-    **dict.fromkeys(sorted(MOVE_COMMANDS), _move_command),
 }
-"""routerctl's own commands (the pipeline's come from pipeline.cli)."""
+"""routerctl's own commands (the features' come from router/features/, the pipeline's from
+pipeline.cli)."""
 
 
 def main_routerctl(argv: Sequence[str] | None = None) -> int:
@@ -1320,7 +1186,10 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
     if args.command in PIPELINE_COMMANDS:
         return run_pipeline_command(args)
     out = Output(json_output=getattr(args, "json", False))
+    features = {command.name: command for command in feature_commands()}
     try:
+        if args.command in features:
+            return features[args.command].run(args, Ctl(args, out))
         return _COMMANDS[args.command](args, out)
     except CtlError as exc:
         _fail("routerctl", exc.message, exc.code)

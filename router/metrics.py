@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONNECT_BUCKETS_S",
     "Family",
+    "FeatureMetrics",
     "Histogram",
     "MetricKind",
     "Metrics",
@@ -281,8 +282,20 @@ class Histogram(_Labelled[list[float]]):
         return histogram
 
 
+class FeatureMetrics:
+    """A feature's metric families (its folder's metrics.py): each attribute that is a `Family` or a
+    `Histogram` is one, registered by `Metrics.feature`."""
+
+
+def _families_of(owner: object) -> Iterator[Family | Histogram]:
+    return (value for value in vars(owner).values() if isinstance(value, Family | Histogram))
+
+
+_F = TypeVar("_F", bound=FeatureMetrics)
+
+
 class Metrics:
-    """The router's metric families."""
+    """The kernel's metric families, and each feature's once registered (`feature`)."""
 
     def __init__(self) -> None:
         self.log_lines_suppressed = _SuppressedLogLines()
@@ -559,27 +572,24 @@ class Metrics:
             "Events waiting in the event log's ring for the writer (read when scraped).",
             (),
         )
-        self.evacuation_moved = Family(
-            MetricKind.COUNTER,
-            "router_evacuation_moved_total",
-            "Connections an evacuation moved off a target (told to go in their protocol, or closed).",
-            ("router", "node_id"),
-        )
-        self.evacuation_remaining = Family(
-            MetricKind.GAUGE,
-            "router_evacuation_remaining",
-            "Connections a running evacuation still has to move off a target (read when scraped).",
-            ("router", "node_id"),
-        )
-        self._families: tuple[Family | Histogram, ...] = tuple(
-            value for value in vars(self).values() if isinstance(value, Family | Histogram)
-        )
+        self._families: list[Family | Histogram] = list(_families_of(self))
+        self._features: dict[type[FeatureMetrics], FeatureMetrics] = {}
         self._samplers: list[Callable[[], None]] = []
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(self)  # a collector: anything with collect()
         # process_open_fds, process_max_fds, process_resident_memory_bytes, process_cpu_seconds_total,
         # process_start_time_seconds, ...: read from /proc/self when scraped (none without /proc).
         ProcessCollector(registry=self.registry)
+
+    def feature(self, kind: type[_F]) -> _F:
+        """A feature's families (router/feature.py): made and registered on the first call, the same
+        object on every later one."""
+        families = self._features.get(kind)
+        if families is None:
+            families = self._features[kind] = kind()
+            self._families.extend(_families_of(families))
+        assert isinstance(families, kind)
+        return families
 
     def sample_when_scraped(self, sampler: Callable[[], None]) -> Callable[[], None]:
         """Have `sampler` update families from state that is read, not counted (a cache's size),

@@ -18,17 +18,17 @@ accept loops in one (`_Acceptor`), so that a reload can stop and start them one 
 
 Shutdown (SIGTERM in `routerd`, or the `shutdown` event in tests): the admin API's /readyz answers
 503 from this moment (it reads the same event, `Lifecycle`), stop accepting and close the
-listening sockets, move the open connections paced over `grace_s` (router/services/evacuation.py),
-then close what is left on both paths through the live-connection registry (reason `shutdown`),
-and stop the services.
+listening sockets, tell the features (`Service.stopping`: the moves feature moves the open
+connections paced over `grace_s`), then close what is left on both paths through the
+live-connection registry (reason `shutdown`), and stop the services.
 
 Reload (SIGHUP in `routerd`, `POST /api/v1/reload`, `ServerInfo.reload`): read the file again, diff
 it against the configuration in force (router/core/reload.py), read the files and bind the sockets
 the change needs (any failure: close them, change nothing, say why in one line), then apply it in
 one synchronous step: routers removed, added and changed in place (`RouterRuntime.reconfigure`),
-the connections whose target left the configuration moved as an evacuation moves them (or closed
-at once through `close_removed`), acceptors stopped,
-started, and a changed acceptor on the same address served on its same listening socket.
+the connections whose target left the configuration given to the features (`Service.targets_left`:
+the moves feature moves them as an evacuation does) or closed at once (`close_removed`), acceptors
+stopped, started, and a changed acceptor on the same address served on its same listening socket.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from router.config import ConfigError, load_config
 from router.core.address import Address
 from router.core.admin_access import AdminAccess
 from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission, descriptor_budget
-from router.core.evacuation import MoveKind, MoveOrder, MoveRequest, shutdown_rate
 from router.core.events import CloseReason
 from router.core.plan import fast_path_serves
 from router.core.reload import Departed, ReloadError, diff_configs
@@ -61,9 +60,12 @@ from router.datapath.fast_path import Departing, FastPath
 from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, describe_oserror, open_listeners
 from router.datapath.tls import server_context
 from router.datapath.trio_path import depart, handle_connection, resume_connection
+from router.feature import Kernel, Service
+from router.features import FEATURES, register_metrics
+from router.features import routes as feature_routes
 from router.metrics import Metrics
 from router.runtime import RouterRuntime, close_removed
-from router.services.admin import AdminContext, Lifecycle, serve_admin
+from router.services.admin import KERNEL_ROUTES, AdminContext, Lifecycle, serve_admin
 from router.services.cache_store import (
     CacheStore,
     CacheStoreError,
@@ -72,7 +74,6 @@ from router.services.cache_store import (
     set_aside,
 )
 from router.services.discovery import serve_discovery
-from router.services.evacuation import MoveConflict, Moves
 from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.health import serve_health_checks
 from router.services.process import ProcessView, descriptors_open
@@ -89,9 +90,14 @@ if TYPE_CHECKING:
     from router.core.reload import ConfigDiff
     from router.datapath.fast_path import HandedOver, Handoff
 
-__all__ = ["ReloadError", "ServerInfo", "StartupError", "serve_router"]
+__all__ = ["ROUTES", "ReloadError", "ServerInfo", "StartupError", "serve_router"]
 
 log = logging.getLogger("router.server")
+
+ROUTES: Final = tuple((route.method, route.template) for route in (*KERNEL_ROUTES, *feature_routes()))
+"""Every (method, path template) the admin API serves: the kernel's and the features'.
+docs/admin-api.yaml describes each; tests/router/services/test_admin_api.py checks that the two
+list the same operations, and a real routerd against both."""
 
 _UNLIMITED_DESCRIPTORS: Final = 1 << 20
 """What an unlimited RLIMIT_NOFILE counts as (Linux's default fs.nr_open)."""
@@ -327,20 +333,6 @@ def _close_listeners(listeners: Iterable[trio.SocketListener]) -> None:
         listener.socket.close()
 
 
-def _pace_shutdown(moves: Moves, runtimes: Iterable[RouterRuntime], grace_s: float) -> None:
-    """Move every router's connections over the grace period (router/core/evacuation.py), instead
-    of closing them all at its end: a client told "shutting down" in its protocol reconnects
-    (elsewhere, through another router) while the others go on."""
-    for runtime in runtimes:
-        open_now = len(runtime.movable())
-        if not open_now or grace_s <= 0:
-            continue
-        rate = shutdown_rate(open_now, grace_s)
-        moves.start(
-            MoveRequest(kind=MoveKind.SHUTDOWN, router=runtime.name, rate=rate, order=MoveOrder.RANDOM)
-        )
-
-
 async def _end_of_grace(
     deadline: float, runtimes: Iterable[RouterRuntime], fast: FastPath, handlers: trio.CancelScope
 ) -> None:
@@ -405,7 +397,7 @@ async def serve_router(
     shutdown = shutdown if shutdown is not None else trio.Event()
     limits = limits if limits is not None else ConnectionLimits()
     _warn_unsupported(config)
-    metrics = Metrics()
+    metrics = register_metrics(Metrics())
     runtimes = {
         r.name: RouterRuntime(config, r, metrics, round_robin_start=round_robin_start) for r in config.routers
     }
@@ -675,8 +667,13 @@ class _Server:
         self._services: trio.Nursery | None = None
         self._handlers: trio.Nursery | None = None
         self._accepting: trio.Nursery | None = None
-        self.moves = Moves(runtimes, metrics)
-        """Evacuations, rebalances, the paced shutdown (and the moves of targets a reload removed)."""
+        kernel = Kernel(runtimes=runtimes, metrics=metrics, stop=options.shutdown.set)
+        self.features: dict[type, Service] = {}
+        """The features' services by type (router/features/), in `FEATURES` order."""
+        for feature in FEATURES:
+            if feature.start is not None:
+                service = feature.start(kernel)
+                self.features[type(service)] = service
         self.lifecycle = Lifecycle(shutdown=options.shutdown)
         """/readyz: 503 from the moment shutdown is set."""
         self.process = ProcessView(admission)
@@ -812,7 +809,8 @@ class _Server:
             self._services = services
             for runtime in self.runtimes.values():
                 await self._start_router_tasks(runtime)
-            await services.start(self.moves.serve)
+            for service in self.features.values():
+                await services.start(service.serve)
             if self.options.states is not None:
                 await services.start(self.options.states.serve)
                 self.process.states = self.options.states
@@ -823,13 +821,13 @@ class _Server:
                     runtimes=self.runtimes,
                     metrics=self.metrics,
                     access=options.access,
-                    moves=self.moves,
-                    stop=options.shutdown.set,
                     lifecycle=self.lifecycle,
                     reload=self.reload,
                     process=self.process,
                     event_log=self.event_log,
                     states=options.states,
+                    routes=feature_routes(),
+                    features=self.features,
                 )
                 admin_bound = await services.start(serve_admin, admin[0], admin[1], context)
             if self.options.reloads is not None:
@@ -869,7 +867,8 @@ class _Server:
                         fast.stop_accepting()
                     for serving in self.acceptors.values():
                         _close_listeners(serving.listeners)
-                    _pace_shutdown(self.moves, self.runtimes.values(), grace_s)
+                    for service in self.features.values():
+                        service.stopping(grace_s)
                     deadline = trio.current_time() + grace_s
                     services.start_soon(
                         _end_of_grace, deadline, list(self.runtimes.values()), fast, handlers.cancel_scope
@@ -996,7 +995,7 @@ class _Server:
             runtime.reconfigure(config, config.router(change.name))
             if self.event_log is not None:
                 self.event_log.set_key_type(change.name, runtime.config.key_type)
-            self._evacuate_departed(runtime, change.departed)
+            self._targets_left(runtime, change.departed)
             self._restart_core(runtime)
         _warn_unsupported(config, {*diff.routers_added, *(c.name for c in diff.routers_changed)})
         # Acceptors: stop the removed and changed ones, then serve the changed and added ones, then
@@ -1033,27 +1032,13 @@ class _Server:
         _close_listeners(released)
         self._fast_path_started()
 
-    def _evacuate_departed(self, runtime: RouterRuntime, departed: Iterable[Departed]) -> None:
-        """Move the clients of targets a reload removed, paced, as an evacuation does (the router
-        goes on, so its moves can run); connections to a member address an HA pair no longer has
-        are closed at once (`close_removed`), so their clients reconnect to the pair's members."""
-        closed_at_once = []
-        for gone in departed:
-            if gone.addresses is not None:
-                closed_at_once.append(gone)
-                continue
-            request = MoveRequest(kind=MoveKind.EVACUATE, router=runtime.name, node_id=gone.node_id)
-            try:
-                self.moves.start(request)
-            except LookupError:  # no connection to it: nothing to move
-                pass
-            except MoveConflict:
-                log.info(
-                    "router=%s target=%s left the configuration: its evacuation runs already",
-                    runtime.name,
-                    gone.node_id,
-                )
-        close_removed(runtime, closed_at_once)
+    def _targets_left(self, runtime: RouterRuntime, departed: Iterable[Departed]) -> None:
+        """A reload removed targets of a router that goes on: each feature takes care of their
+        connections it can (the moves feature moves them, paced); the rest are closed at once."""
+        left = list(departed)
+        for service in self.features.values():
+            left = service.targets_left(runtime, left)
+        close_removed(runtime, left)
 
     def _remove_router(self, name: str) -> None:
         assert self._services is not None

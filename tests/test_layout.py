@@ -78,12 +78,15 @@ ROUTER_LAYERS = (
     ("router.logs",),
     ("router.config",),
     ("router.core",),
+    ("router.ctl_output", "router.ctl_client"),
     ("router.metrics", "router.reports"),
     ("router.runtime",),
     ("router.datapath",),
+    ("router.feature",),
     ("router.services",),
+    ("router.features",),
     ("router.server",),
-    ("router.cli", "router.ctl_moves", "router.ctl_output", "router.__main__"),
+    ("router.cli", "router.__main__"),
 )
 """Lowest first: a module may import from its own layer and the ones before it, never after."""
 
@@ -187,3 +190,60 @@ def test_layout_import_checks_see_what_they_check() -> None:
     assert "router.core.answers" in graph["router.core.plan"]  # `from router.core import answers`
     assert "router.runtime" in graph["router.datapath.acceptor"]  # a TYPE_CHECKING import
     assert layer_of("router.datapath.fast_path") > layer_of("router.runtime") > layer_of("router.core.live")
+
+
+# -- features (router/features/, STYLE R13) ---------------------------------------------------------
+
+
+def feature_of(module: str) -> str | None:
+    """`router.features.moves.rules` -> `moves`; None outside a feature's folder."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["router", "features"] else None
+
+
+def test_layout_features_never_import_each_other() -> None:
+    offenders = sorted(
+        f"{module} imports {imported}"
+        for module, imports in router_import_graph().items()
+        if (mine := feature_of(module)) is not None
+        for imported in imports
+        if (theirs := feature_of(imported)) is not None and theirs != mine
+    )
+    assert offenders == [], "what two features share belongs in the kernel"
+
+
+def test_layout_hubs_reach_features_only_through_features_list() -> None:
+    """Outside router/features/, only the package itself (its `FEATURES`) is imported, never a
+    feature's own module; and the kernel below the hubs imports no feature at all."""
+    hubs = {"router.server", "router.cli", "router.__main__"}
+    offenders = sorted(
+        f"{module} imports {imported}"
+        for module, imports in router_import_graph().items()
+        if not module.startswith("router.features")
+        for imported in imports
+        if imported.startswith("router.features") and (imported != "router.features" or module not in hubs)
+    )
+    assert offenders == []
+
+
+def test_layout_features_pure_modules_are_linted_as_pure() -> None:
+    """A feature's pure module is named rules.py, and ruff's banned-api rule (no trio, socket,
+    select) is waived only for the I/O modules: the pyproject's per-file-ignores name no pattern
+    that matches a rules.py."""
+    import fnmatch
+    import tomllib
+
+    ignores = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]["per-file-ignores"]
+    waived = [pattern for pattern, rules in ignores.items() if "TID251" in rules]
+    rules_files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "router/features").rglob("rules.py"))
+    assert rules_files, "no feature has a rules.py yet: the check would pass vacuously"
+    for path in rules_files:
+        assert not [p for p in waived if fnmatch.fnmatch(path, p)], path
+
+
+def test_layout_feature_checks_see_what_they_check() -> None:
+    graph = router_import_graph()
+    assert "router.features" in graph["router.server"]
+    assert "router.features.moves.rules" in graph["router.features.moves.service"]
+    assert feature_of("router.features.moves.rules") == "moves"
+    assert feature_of("router.feature") is None

@@ -342,7 +342,7 @@ class RoutingEngine:
         )
 
     def relocate(self, key: str, leaving: str | None, now: float, *, to: str | None = None) -> RouteDecision:
-        """Where the key of a connection the router moves goes now (router/core/evacuation.py):
+        """Where the key of a connection the router moves goes now (router/features/moves/):
         `to` when it is given and open to new connections, else the policy's pick among the
         targets open to new connections other than `leaving`; cached in place of the entry it
         had, so the client that comes back through the router lands there.

@@ -1,6 +1,6 @@
 """Where the frames of a proxied connection end, so the router can speak to its client mid-stream.
 
-An evacuation (router/core/evacuation.py) asks a connected client to go elsewhere in its own
+An evacuation (router/features/moves/) asks a connected client to go elsewhere in its own
 protocol: MQTT 5 DISCONNECT 0x9C, AMQP 1.0 Close `amqp:connection:redirect`, OpenWire
 `ConnectionControl`. Those words may only be written between two of the broker's frames, so every
 proxied connection whose protocol the router knows (its opening was sniffed) carries a

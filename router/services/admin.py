@@ -69,12 +69,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import json
 import logging
 import re
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, Final
 
 import h11
 import trio
@@ -94,26 +93,29 @@ from router.core.admin_access import (
     Refused,
     check_content_length,
 )
-from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveKind, MoveOrder, MoveRequest
 from router.core.reload import ReloadError
 from router.datapath.net import open_listeners
+from router.feature import Call, HttpError, Response, Route, json_object, json_response
 from router.logs import shown
-from router.services.evacuation import MoveConflict
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-    _JsonBody: TypeAlias = Mapping[str, object] | Sequence[object]
-
     from router.core.reload import ConfigDiff
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
-    from router.services.evacuation import Moves
     from router.services.event_log import EventLog
     from router.services.process import ProcessView
     from router.services.state_file import KeptStates
 
-__all__ = ["ADMIN_MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "ROUTES", "Lifecycle", "serve_admin"]
+__all__ = [
+    "ADMIN_MAX_CONNECTIONS",
+    "KERNEL_ROUTES",
+    "MAX_REQUEST_BYTES",
+    "AdminContext",
+    "Lifecycle",
+    "serve_admin",
+]
 
 log = logging.getLogger("router.admin")
 
@@ -172,13 +174,6 @@ def _caller(stream: trio.SocketStream) -> _Caller:
     return _Caller(f"{host}:{port}", str(host))
 
 
-class _HttpError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdminContext:
     """What the admin API reads and sets in motion (router/server.py builds it)."""
@@ -187,10 +182,6 @@ class AdminContext:
     """The routers, shared with the server (a reload changes them in place)."""
     metrics: Metrics
     access: AdminAccess
-    moves: Moves
-    """The paced moves (evacuation, rebalance)."""
-    stop: Callable[[], None]
-    """Starts the graceful shutdown, as SIGTERM does."""
     lifecycle: Lifecycle
     """Whether the process accepts clients, for /readyz."""
     reload: Callable[[], Awaitable[ConfigDiff]]
@@ -201,56 +192,16 @@ class AdminContext:
     """None: the event log is off."""
     states: KeptStates | None = None
     """Where administrative states are kept; None: in memory only."""
+    routes: Sequence[Route] = ()
+    """The features' routes (router/features/), served after the kernel's."""
+    features: Mapping[type, object] = dataclasses.field(default_factory=dict)
+    """The features' services by type, for their routes (`Call.service`)."""
+    templates: tuple[tuple[str, list[str], Route], ...] = dataclasses.field(init=False)
+    services: Mapping[type, object] = dataclasses.field(init=False)
 
-
-def _move_request(kind: MoveKind, router: str, node_id: str | None, body: bytes) -> MoveRequest:
-    fields = _json_object(body) if body.strip() else {}
-    unknown = set(fields) - {"rate", "order", "band", "refer"}
-    if unknown:
-        raise _HttpError(400, f"unknown field(s) {sorted(unknown)}; expected rate, order, band, refer")
-    refer = fields.get("refer")
-    if refer is not None and not isinstance(refer, bool):
-        raise _HttpError(400, f"refer must be true, false or null, got {refer!r}")
-    rate, band, order = (
-        fields.get("rate", DEFAULT_RATE),
-        fields.get("band", DEFAULT_BAND),
-        fields.get("order", "oldest"),
-    )
-    if isinstance(rate, bool) or not isinstance(rate, int | float):
-        raise _HttpError(400, f"rate must be a number of connections per second, got {rate!r}")
-    if isinstance(band, bool) or not isinstance(band, int | float):
-        raise _HttpError(400, f"band must be a number (0.1 = 10 % above the mean), got {band!r}")
-    try:
-        move_order = MoveOrder(order)
-    except ValueError:
-        raise _HttpError(400, f"order must be oldest or random, got {order!r}") from None
-    try:
-        return MoveRequest(
-            kind=kind,
-            router=router,
-            node_id=node_id,
-            rate=float(rate),
-            band=float(band),
-            order=move_order,
-            refer=refer,
-        )
-    except ValueError as exc:
-        raise _HttpError(400, str(exc)) from None
-
-
-def _moves(call: _Call, kind: MoveKind, node_id: str | None) -> _Response:
-    """An evacuation's or a rebalance's resource: POST starts, GET shows, DELETE aborts."""
-    router, moves = call.params["name"], call.admin.moves
-    try:
-        if call.method == "POST":
-            return _json(202, moves.start(_move_request(kind, router, node_id, call.body)).to_json())
-        if call.method == "GET":
-            return _json(200, moves.status(kind, router, node_id).to_json())
-        return _json(200, moves.abort(kind, router, node_id).to_json())
-    except LookupError as exc:
-        raise _HttpError(404, str(exc.args[0]) if exc.args else str(exc)) from None
-    except MoveConflict as exc:
-        raise _HttpError(409, str(exc)) from None
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "templates", _templates((*KERNEL_ROUTES, *self.routes)))
+        object.__setattr__(self, "services", {AdminContext: self, **self.features})
 
 
 def _parts(target: str) -> tuple[urllib.parse.SplitResult, list[str]]:
@@ -260,139 +211,126 @@ def _parts(target: str) -> tuple[urllib.parse.SplitResult, list[str]]:
     return url, [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Call:
-    """A request as its handler sees it."""
-
-    method: str
-    """HEAD is GET here (the server sends the GET's headers without the body)."""
-    params: Mapping[str, str]
-    """The values of the route's `{name}` and `{node_id}`."""
-    query: Mapping[str, list[str]]
-    body: bytes
-    admin: AdminContext
-
-    @property
-    def runtime(self) -> RouterRuntime:
-        """The connection router the path names.
-
-        Raises:
-            _HttpError: 404, there is none of that name.
-        """
-        name = self.params["name"]
-        runtime = self.admin.runtimes.get(name)
-        if runtime is None:
-            raise _HttpError(404, f"no connection router named {name!r}")
-        return runtime
-
-
-_Response: TypeAlias = tuple[int, str, bytes]
 _TEXT: Final = "text/plain; charset=utf-8"
 
 
-def _readyz(call: _Call) -> _Response:
-    why = _not_ready(call.admin.runtimes, call.admin.lifecycle)
+def _readyz(call: Call) -> Response:
+    why = _not_ready(call.runtimes, _admin(call).lifecycle)
     if why is None:
         return 200, _TEXT, b"ready\n"
     return 503, _TEXT, f"not ready: {why}\n".encode()
 
 
-def _shutdown(call: _Call) -> _Response:
-    call.admin.stop()
-    return _json(202, {"shutdown": "started"})
-
-
-def _evacuation(call: _Call) -> _Response:
-    return _moves(call, MoveKind.EVACUATE, call.params["node_id"])
-
-
-def _rebalance(call: _Call) -> _Response:
-    return _moves(call, MoveKind.REBALANCE, None)
-
-
-def _lookup(call: _Call) -> _Response:
+def _lookup(call: Call) -> Response:
     runtime = call.runtime
     keys = call.query.get("key")
     if not keys:
-        raise _HttpError(400, "query parameter 'key' is required")
+        raise HttpError(400, "query parameter 'key' is required")
     dry_run = _one(call.query, "dry-run")
     if dry_run not in (None, "true", "false"):
-        raise _HttpError(400, f"dry-run must be true or false, got {dry_run!r}")
-    return _json(200, runtime.lookup(keys[0], dry_run=dry_run == "true").to_json())
+        raise HttpError(400, f"dry-run must be true or false, got {dry_run!r}")
+    return json_response(200, runtime.lookup(keys[0], dry_run=dry_run == "true").to_json())
 
 
-def _cache_resource(call: _Call) -> _Response:
+def _cache_resource(call: Call) -> Response:
     runtime = call.runtime
     try:
-        return _json(200, _cache(runtime, call.method, call.query, call.body))
+        return json_response(200, _cache(runtime, call.method, call.query, call.body))
     except LookupError as exc:
-        raise _HttpError(404, str(exc)) from None
+        raise HttpError(404, str(exc)) from None
 
 
-_ROUTE_TABLE: Final[tuple[tuple[str, str, Callable[[_Call], _Response | Awaitable[_Response]]], ...]] = (
-    ("GET", "/healthz", lambda call: (200, _TEXT, b"ok\n")),
-    ("GET", "/readyz", _readyz),
-    (
-        "GET",
-        "/metrics",
-        lambda call: (200, "text/plain; version=0.0.4; charset=utf-8", call.admin.metrics.exposition()),
+def _admin(call: Call) -> AdminContext:
+    return call.service(AdminContext)
+
+
+KERNEL_ROUTES: Final = (
+    Route(method="GET", template="/healthz", handler=lambda call: (200, _TEXT, b"ok\n")),
+    Route(method="GET", template="/readyz", handler=_readyz),
+    Route(
+        method="GET",
+        template="/metrics",
+        handler=lambda call: (
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            _admin(call).metrics.exposition(),
+        ),
     ),
-    ("POST", "/api/v1/reload", lambda call: _reload(call.admin.reload)),
-    ("POST", "/api/v1/shutdown", _shutdown),
-    ("GET", "/api/v1/moves", lambda call: _json(200, [m.to_json() for m in call.admin.moves.all_statuses()])),
-    ("POST", "/api/v1/routers/{name}/targets/{node_id}/evacuation", _evacuation),
-    ("GET", "/api/v1/routers/{name}/targets/{node_id}/evacuation", _evacuation),
-    ("DELETE", "/api/v1/routers/{name}/targets/{node_id}/evacuation", _evacuation),
-    ("POST", "/api/v1/routers/{name}/rebalance", _rebalance),
-    ("GET", "/api/v1/routers/{name}/rebalance", _rebalance),
-    ("DELETE", "/api/v1/routers/{name}/rebalance", _rebalance),
-    ("GET", "/api/v1/status", lambda call: _json(200, call.admin.process.status().to_json())),
-    (
-        "GET",
-        "/api/v1/routers",
-        lambda call: _json(200, [r.status().to_json() for r in call.admin.runtimes.values()]),
+    Route(method="POST", template="/api/v1/reload", handler=lambda call: _reload(_admin(call).reload)),
+    Route(
+        method="GET",
+        template="/api/v1/status",
+        handler=lambda call: json_response(200, _admin(call).process.status().to_json()),
     ),
-    ("GET", "/api/v1/routers/{name}", lambda call: _json(200, call.runtime.status().to_json())),
-    ("GET", "/api/v1/routers/{name}/target", _lookup),
-    ("PUT", "/api/v1/routers/{name}/filters", lambda call: _json(200, _set_filters(call.runtime, call.body))),
-    ("GET", "/api/v1/routers/{name}/targets/{node_id}", lambda call: _target(call)),
-    ("PUT", "/api/v1/routers/{name}/targets/{node_id}", lambda call: _target(call)),
-    ("GET", "/api/v1/routers/{name}/cache", _cache_resource),
-    ("PUT", "/api/v1/routers/{name}/cache", _cache_resource),
-    ("DELETE", "/api/v1/routers/{name}/cache", _cache_resource),
-    ("GET", "/api/v1/event-log", lambda call: _event_log(call.method, call.body, call.admin.event_log)),
-    ("PUT", "/api/v1/event-log", lambda call: _event_log(call.method, call.body, call.admin.event_log)),
+    Route(
+        method="GET",
+        template="/api/v1/routers",
+        handler=lambda call: json_response(200, [r.status().to_json() for r in call.runtimes.values()]),
+    ),
+    Route(
+        method="GET",
+        template="/api/v1/routers/{name}",
+        handler=lambda call: json_response(200, call.runtime.status().to_json()),
+    ),
+    Route(method="GET", template="/api/v1/routers/{name}/target", handler=_lookup),
+    Route(
+        method="PUT",
+        template="/api/v1/routers/{name}/filters",
+        handler=lambda call: json_response(200, _set_filters(call.runtime, call.body)),
+    ),
+    Route(
+        method="GET", template="/api/v1/routers/{name}/targets/{node_id}", handler=lambda call: _target(call)
+    ),
+    Route(
+        method="PUT", template="/api/v1/routers/{name}/targets/{node_id}", handler=lambda call: _target(call)
+    ),
+    Route(method="GET", template="/api/v1/routers/{name}/cache", handler=_cache_resource),
+    Route(method="PUT", template="/api/v1/routers/{name}/cache", handler=_cache_resource),
+    Route(method="DELETE", template="/api/v1/routers/{name}/cache", handler=_cache_resource),
+    Route(
+        method="GET",
+        template="/api/v1/event-log",
+        handler=lambda call: _event_log(call.method, call.body, _admin(call).event_log),
+    ),
+    Route(
+        method="PUT",
+        template="/api/v1/event-log",
+        handler=lambda call: _event_log(call.method, call.body, _admin(call).event_log),
+    ),
 )
-"""Every (method, path template) served and its handler (HEAD too wherever GET is: the GET's
-headers). A path that matches a template but not its method is a 405, any other a 404."""
-
-ROUTES: Final = tuple((method, template) for method, template, _ in _ROUTE_TABLE)
-"""Every (method, path template) served. docs/admin-api.yaml describes each;
-tests/router/services/test_admin_api.py checks that the two list the same operations, and a real
-routerd against both. A new endpoint goes in `_ROUTE_TABLE` and the document."""
-
-_TEMPLATES: Final = tuple(
-    (method, template.strip("/").split("/"), handler) for method, template, handler in _ROUTE_TABLE
-)
+"""The kernel's own routes (HEAD too wherever GET is: the GET's headers); the features bring theirs
+(router/feature.py `Route`). A path that matches a template but not its method is a 405, any other
+a 404. docs/admin-api.yaml describes every route of both (router/server.py `ROUTES`)."""
 
 
-async def _route(method: str, target: str, body: bytes, admin: AdminContext) -> _Response:
+def _templates(routes: Sequence[Route]) -> tuple[tuple[str, list[str], Route], ...]:
+    return tuple((route.method, route.template.strip("/").split("/"), route) for route in routes)
+
+
+async def _route(method: str, target: str, body: bytes, admin: AdminContext) -> Response:
     """The response to a request whose access is checked (`method`: HEAD as GET)."""
     url, parts = _parts(target)
     allowed: list[str] = []
-    for served, template, handler in _TEMPLATES:
+    for served, template, route in admin.templates:
         params = _params(template, parts)
         if params is None:
             continue
         allowed.append(served)
         if served == method:
             query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
-            call = _Call(method=method, params=params, query=query, body=body, admin=admin)
-            response = handler(call)
+            call = Call(
+                method=method,
+                params=params,
+                query=query,
+                body=body,
+                runtimes=admin.runtimes,
+                services=admin.services,
+            )
+            response = route.handler(call)
             return await response if inspect.isawaitable(response) else response
     if allowed:
-        raise _HttpError(405, f"{method} {url.path} is not supported (only {', '.join(allowed)})")
-    raise _HttpError(404, f"no such resource {url.path!r}")
+        raise HttpError(405, f"{method} {url.path} is not supported (only {', '.join(allowed)})")
+    raise HttpError(404, f"no such resource {url.path!r}")
 
 
 def _params(template: list[str], parts: list[str]) -> dict[str, str] | None:
@@ -408,25 +346,25 @@ def _params(template: list[str], parts: list[str]) -> dict[str, str] | None:
     return params
 
 
-async def _target(call: _Call) -> _Response:
+async def _target(call: Call) -> Response:
     """A target's status document (GET), after setting its administrative state (PUT
     `{"admin_state": "ready" | "drain" | "maint"}`), kept in the state file: the answer waits up to
     `STATE_WRITE_WAIT_S` for the file, and is a 500 when it is not written (the state is in force,
     and the write is retried)."""
     runtime, node_id = call.runtime, call.params["node_id"]
-    states = call.admin.states
+    states = _admin(call).states
     if call.method == "PUT":
-        document = _json_object(call.body)
+        document = json_object(call.body)
         values = [s.value for s in AdminState]
         state = document.get("admin_state")
         if set(document) != {"admin_state"} or state not in values:
-            raise _HttpError(400, f'body must be {{"admin_state": one of {values}}}, got {document!r}')
+            raise HttpError(400, f'body must be {{"admin_state": one of {values}}}, got {document!r}')
         try:
             changed = runtime.set_admin_state(node_id, AdminState(state))
         except LookupError as exc:
-            raise _HttpError(404, str(exc)) from None
+            raise HttpError(404, str(exc)) from None
         except ValueError as exc:
-            raise _HttpError(404, str(exc)) from None
+            raise HttpError(404, str(exc)) from None
         if changed and states is not None:
             error = await states.changed_and_written(STATE_WRITE_WAIT_S)
             if error is not None:
@@ -437,12 +375,12 @@ async def _target(call: _Call) -> _Response:
                     state,
                     error,
                 )
-                raise _HttpError(
+                raise HttpError(
                     500,
                     f"admin state {state} is in force, but not kept across a restart yet: {error}; "
                     "routerd retries the write (routerctl status shows when it is kept)",
                 )
-    return _json(200, _target_document(runtime, node_id))
+    return json_response(200, _target_document(runtime, node_id))
 
 
 def _target_document(runtime: RouterRuntime, node_id: str) -> dict[str, object]:
@@ -452,14 +390,14 @@ def _target_document(runtime: RouterRuntime, node_id: str) -> dict[str, object]:
             return target.to_json()
     admin_state = runtime.admin_states().get(node_id)
     if admin_state is None:
-        raise _HttpError(404, f"no target with node id {node_id!r} in the pool of {runtime.name!r}")
+        raise HttpError(404, f"no target with node id {node_id!r} in the pool of {runtime.name!r}")
     return {"node_id": node_id, "admin_state": admin_state.value, "in_pool": False}
 
 
 def _one(query: Mapping[str, list[str]], name: str) -> str | None:
     values = query.get(name)
     if values is not None and len(values) != 1:
-        raise _HttpError(400, f"query parameter {name!r} given {len(values)} times")
+        raise HttpError(400, f"query parameter {name!r} given {len(values)} times")
     return None if values is None else values[0]
 
 
@@ -477,7 +415,7 @@ def _cache(
     if method == "DELETE":
         every = _one(query, "all")
         if [key, node_id, every].count(None) != 2 or every not in (None, "true") or node_id == "":
-            raise _HttpError(400, "DELETE needs exactly one of ?key=K, ?node_id=N, ?all=true")
+            raise HttpError(400, "DELETE needs exactly one of ?key=K, ?node_id=N, ?all=true")
         evicted = runtime.cache_evict(key=key, node_id=node_id)
         what = "all" if every else f"key={shown(key)}" if key is not None else f"node_id={shown(node_id)}"
         log.info("router=%s cache evicted %s: %d entries", runtime.name, what, evicted)
@@ -489,7 +427,7 @@ def _cache(
         return entry.to_json()
     limit_text = _one(query, "limit") or str(CACHE_PAGE)
     if not limit_text.isdigit() or not 1 <= int(limit_text) <= CACHE_PAGE_MAX:
-        raise _HttpError(400, f"limit must be an integer 1-{CACHE_PAGE_MAX}, got {limit_text!r}")
+        raise HttpError(400, f"limit must be an integer 1-{CACHE_PAGE_MAX}, got {limit_text!r}")
     limit = int(limit_text)
     page = runtime.cache_listing(
         prefix=_one(query, "prefix") or "", node_id=node_id, after=_one(query, "after") or "", limit=limit + 1
@@ -500,7 +438,7 @@ def _cache(
 
 
 def _pin(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
-    document = _json_object(body)
+    document = json_object(body)
     key, node_id, duration = document.get("key"), document.get("node_id"), document.get("duration_s")
     if (
         not set(document) <= {"key", "node_id", "duration_s"}
@@ -509,13 +447,13 @@ def _pin(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
         or not isinstance(node_id, str)
         or not (duration is None or (isinstance(duration, (int, float)) and not isinstance(duration, bool)))
     ):
-        raise _HttpError(
+        raise HttpError(
             400, f'body must be {{"key": K, "node_id": N, "duration_s": seconds or null}}, got {document!r}'
         )
     try:
         entry = runtime.cache_pin(key, node_id, None if duration is None else float(duration))
     except ValueError as exc:
-        raise _HttpError(400, str(exc)) from None
+        raise HttpError(400, str(exc)) from None
     until = "until evicted" if duration is None else f"for {float(duration):g} s"
     log.info(
         "router=%s cache key=%s pinned to node_id=%s %s", runtime.name, shown(key), shown(node_id), until
@@ -523,60 +461,46 @@ def _pin(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
     return entry.to_json()
 
 
-def _event_log(method: str, body: bytes, event_log: EventLog | None) -> _Response:
+def _event_log(method: str, body: bytes, event_log: EventLog | None) -> Response:
     """GET: the event log's status; PUT `{"ring_size": N}`: resize its ring."""
     if event_log is None:
-        raise _HttpError(404, "the event log is off (<event-log> or routerd --event-log DIR turns it on)")
+        raise HttpError(404, "the event log is off (<event-log> or routerd --event-log DIR turns it on)")
     if method == "GET":
-        return _json(200, event_log.status())
-    document = _json_object(body)
+        return json_response(200, event_log.status())
+    document = json_object(body)
     size = document.get("ring_size")
     if set(document) != {"ring_size"} or not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise _HttpError(400, f'body must be {{"ring_size": N}} with an integer N >= 1, got {document!r}')
+        raise HttpError(400, f'body must be {{"ring_size": N}} with an integer N >= 1, got {document!r}')
     event_log.resize(size)
-    return _json(200, event_log.status())
-
-
-def _json_object(body: bytes) -> dict[str, object]:
-    try:
-        document = json.loads(body or b"{}")
-    except ValueError as exc:
-        raise _HttpError(400, f"body is not JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise _HttpError(400, "body must be a JSON object")
-    return document
+    return json_response(200, event_log.status())
 
 
 def _set_filters(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
-    document = _json_object(body)
+    document = json_object(body)
     changes: dict[str, str | None] = {}
     for field in ("key_filter", "local_target_filter"):
         if field in document:
             value = document[field]
             if value is not None and not isinstance(value, str):
-                raise _HttpError(400, f"{field} must be a string or null, got {value!r}")
+                raise HttpError(400, f"{field} must be a string or null, got {value!r}")
             changes[field] = value
     try:
         status = runtime.set_filters(**changes)
     except ValueError as exc:  # nothing changed
-        raise _HttpError(400, str(exc)) from None
+        raise HttpError(400, str(exc)) from None
     for field in changes:
         in_force = status.key_filter if field == "key_filter" else status.local_target_filter
         log.info("router=%s %s set to %r", runtime.name, field, in_force)
     return status.to_json()
 
 
-async def _reload(reload: Callable[[], Awaitable[ConfigDiff]]) -> _Response:
+async def _reload(reload: Callable[[], Awaitable[ConfigDiff]]) -> Response:
     """`POST /api/v1/reload`: what changed, or 400 with why nothing did."""
     try:
         diff = await reload()
     except ReloadError as exc:
-        raise _HttpError(400, str(exc)) from None
-    return _json(200, diff.to_json())
-
-
-def _json(status: int, body: _JsonBody) -> _Response:
-    return status, "application/json", json.dumps(body).encode() + b"\n"
+        raise HttpError(400, str(exc)) from None
+    return json_response(200, diff.to_json())
 
 
 async def _read_head(conn: h11.Connection, stream: trio.SocketStream, seen: bytearray) -> h11.Request | None:
@@ -629,7 +553,7 @@ async def _read_body(conn: h11.Connection, stream: trio.SocketStream) -> bytes:
         elif isinstance(event, h11.Data):
             body += event.data
             if len(body) > MAX_REQUEST_BYTES:
-                raise _HttpError(413, f"request body over {MAX_REQUEST_BYTES} bytes")
+                raise HttpError(413, f"request body over {MAX_REQUEST_BYTES} bytes")
         elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
             return bytes(body)
 
@@ -685,17 +609,17 @@ async def _serve_one(
                 guard.metrics.admin_auth_failures.inc(())
             try:
                 if isinstance(verdict, Refused):  # answered at once: nothing more of it is read
-                    raise _HttpError(verdict.status, verdict.message)
+                    raise HttpError(verdict.status, verdict.message)
                 guard.connections.serving(conn_id)
                 too_long = check_content_length(
                     value.decode("latin-1") for name, value in request.headers if name == b"content-length"
                 )
                 if too_long is not None:
-                    raise _HttpError(too_long.status, too_long.message)
+                    raise HttpError(too_long.status, too_long.message)
                 body = await _read_body(conn, stream)
                 status, ctype, payload = await _route("GET" if head else method, target, body, admin)
-            except _HttpError as exc:
-                status, ctype, payload = _json(exc.status, {"error": exc.message})
+            except HttpError as exc:
+                status, ctype, payload = json_response(exc.status, {"error": exc.message})
             if failures:  # WARNING: rate-limited, whoever sends them
                 log.warning(
                     "admin request without a valid token from %s: %s %s -> %d (%d from %s in %g s; its "
@@ -720,7 +644,7 @@ async def _serve_one(
         log.info("admin request from %s failed: %s", peer, exc)
         if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             status, error = _bad_request(exc, bytes(seen))
-            status, ctype, payload = _json(status, {"error": error})
+            status, ctype, payload = json_response(status, {"error": error})
             response = (
                 f"HTTP/1.1 {status} {_REASONS.get(status, 'Bad Request')}\r\ncontent-type: {ctype}\r\n"
                 f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import kubernetes_validate
 import pytest
 
-from router.cli import DEFAULT_ADMIN
 from router.config import load_config
 from router.core.admin_access import is_loopback
+from router.ctl_client import DEFAULT_ADMIN
 from tests.deploy.conftest import KUBERNETES, dockerfile, parse, yaml_documents
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import trio
 
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
-from router.cli import _routerctl_parser, _routerd_parser, main_routerctl, main_routerd, parse_admin_address
+from router.cli import _routerctl_parser, _routerd_parser, main_routerctl, main_routerd
 from router.config.settings import AcceptorConfig, Config, RouterConfig
 from router.core.admin_access import AdminAccess, Level, Token
 from router.ctl_output import EXIT_CODES_HELP
@@ -447,43 +447,6 @@ def test_routerctl_help_lists_the_exit_statuses(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert EXIT_CODES_HELP in out
     assert "ROUTERCTL_ADMIN" in out
-
-
-@pytest.mark.parametrize(
-    ("text", "address"),
-    [
-        ("127.0.0.2:9180", ("127.0.0.2", 9180)),
-        ("localhost:1", ("localhost", 1)),
-        (":9180", ("127.0.0.1", 9180)),
-        ("9180", ("127.0.0.1", 9180)),
-        ("[::1]:9180", ("::1", 9180)),
-        ("0.0.0.0:0", ("0.0.0.0", 0)),
-        ("http://127.0.0.1:21890", ("127.0.0.1", 21890)),
-        ("http://[::1]:21890/", ("::1", 21890)),
-        (" http://router.example:80 ", ("router.example", 80)),
-    ],
-)
-def test_parse_admin_address_takes_every_documented_form(text: str, address: tuple[str, int]) -> None:
-    assert parse_admin_address(text) == address
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("host", "expected HOST:PORT, [IPV6]:PORT, :PORT, PORT or http://HOST:PORT, got 'host'"),
-        ("host:65536", "got 'host:65536'"),
-        ("host:-1", "got 'host:-1'"),
-        ("::1:9180", "an IPv6 address goes in brackets, [::1]:9180; got '::1:9180'"),
-        ("[::1]9180", "got '[::1]9180'"),
-        ("https://host:9180", "the admin API speaks plain http://, got 'https://host:9180'"),
-        ("http://host:9180/api", "expected http://HOST:PORT with nothing after it"),
-        ("http://user@host:9180", "expected http://HOST:PORT with nothing after it"),
-        ("", "got ''"),
-    ],
-)
-def test_parse_admin_address_rejects_anything_else(text: str, message: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
-        parse_admin_address(text)
 
 
 def test_routerd_and_routerctl_share_the_admin_address_syntax(capsys: pytest.CaptureFixture[str]) -> None:

@@ -300,7 +300,7 @@ def test_reload_moves_the_sessions_of_a_removed_target_only(
     status, answer = _post_reload(router)
     assert status == 200
     assert answer["routers"]["changed"][0]["targets_removed"] == ["b1"]
-    # Moved, paced, as `routerctl evacuate` moves them (router/services/evacuation.py).
+    # Moved, paced, as `routerctl evacuate` moves them (router/features/moves/service.py).
     router.wait_for_log(re.escape("router=rr evacuate of target=b1 started: 3 connection(s) at 50/s"))
     router.wait_for_log(re.escape("router=rr evacuate of target=b1 done: moved=3 left=0"))
     assert eventually(lambda: sum(bool(s.disconnects) for s in sessions_closed) == 3, 10)

@@ -31,6 +31,7 @@ import pytest
 import yaml
 from paho.mqtt.enums import CallbackAPIVersion
 
+from router.features import register_metrics
 from router.metrics import Metrics
 from tests.conftest import eventually, free_port, read_until_closed, stop_process
 from tests.keys.test_mqtt import connect_packet
@@ -82,7 +83,7 @@ def metric_names(expr: str) -> set[str]:
 def exported_names() -> set[str]:
     """Every series name a routerd exports (its families, histograms' and counters' series)."""
     names = set()
-    for family in Metrics().registry.collect():
+    for family in register_metrics(Metrics()).registry.collect():
         match family.type:
             case "counter":
                 names |= {f"{family.name}_total", f"{family.name}_created"}

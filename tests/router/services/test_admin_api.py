@@ -20,7 +20,7 @@ from openapi_spec_validator import validate as validate_openapi
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from router.services.admin import ROUTES
+from router.server import ROUTES
 from tests.router.conftest import ROUND_ROBIN_NODE_IDS, mqtt_round_trip, round_robin_config
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""routerctl's paced moves: `evacuate`, `rebalance` and `shutdown` (router/core/evacuation.py).
+"""routerctl's paced moves: `evacuate`, `rebalance` and `shutdown` (rules.py).
 
     routerctl evacuate --admin URL ROUTER NODE_ID [--rate R] [--order oldest|random]
                        [--refer | --no-refer] [--wait [--timeout S]] | --status | --abort
@@ -19,18 +19,18 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Final
 
-from router.core.evacuation import DEFAULT_BAND, DEFAULT_RATE, MoveOrder
+from router.ctl_client import fields_blocks
 from router.ctl_output import CtlError, ExitCode, finite_number, poll
+from router.feature import Command
+from router.features.moves.rules import DEFAULT_BAND, DEFAULT_RATE, MoveOrder
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Iterable
 
-    from router.ctl_output import Output, Renderable
+    from router.ctl_client import Ctl
 
-__all__ = ["COMMANDS", "add_commands", "run_command"]
+__all__ = ["COMMANDS"]
 
-COMMANDS: Final = frozenset({"evacuate", "rebalance", "shutdown"})
 POLL_S: Final = 0.5
 """How often --wait asks for the status."""
 _UNFINISHED: Final = ("running", "waiting")
@@ -75,21 +75,7 @@ def _control_options(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_commands(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    admin_options: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    """Add `evacuate`, `rebalance` and `shutdown` to routerctl's sub-commands (`admin_options` adds
-    routerctl's `--admin` and `--json`)."""
-    evacuate = sub.add_parser(
-        "evacuate",
-        help="move a target's clients elsewhere, paced, in their protocol",
-        description="Drain the target (no new connections), then tell its clients to go, RATE a "
-        "second: MQTT 5 DISCONNECT 0x9C, AMQP Close (redirect or forced), OpenWire "
-        "ConnectionControl; other clients are closed. Each client's key is routed again (and "
-        "cached), so it lands elsewhere when it comes back. Output: the evacuation's status (--json: JSON).",
-    )
-    admin_options(evacuate)
+def _evacuate_arguments(evacuate: argparse.ArgumentParser) -> None:
     evacuate.add_argument("router", help="the connection router's name")
     evacuate.add_argument("node_id", metavar="NODE_ID", help="the target to evacuate")
     _pace_options(evacuate)
@@ -111,14 +97,8 @@ def add_commands(
     _wait_options(evacuate, "evacuation")
     _control_options(evacuate, "evacuation")
 
-    rebalance = sub.add_parser(
-        "rebalance",
-        help="move just enough clients to bring every target within a band of the mean",
-        description="From each ready target with more than BAND above the mean of the ready "
-        "targets, move just enough clients, each to the target with the fewest connections. Needs "
-        "a <cache> (or LEAST_CONNECTIONS). Output: the rebalance's status (--json: JSON).",
-    )
-    admin_options(rebalance)
+
+def _rebalance_arguments(rebalance: argparse.ArgumentParser) -> None:
     rebalance.add_argument("router", help="the connection router's name")
     _pace_options(rebalance)
     rebalance.add_argument(
@@ -131,29 +111,20 @@ def add_commands(
     _wait_options(rebalance, "rebalance")
     _control_options(rebalance, "rebalance")
 
-    shutdown = sub.add_parser(
-        "shutdown",
-        help="stop the router as SIGTERM does (admin level)",
-        description="No new connections; open ones are moved paced over routerd's grace period, "
-        "then routerd exits. With --wait, returns once the admin API no longer answers.",
-    )
-    admin_options(shutdown)
+
+def _shutdown_arguments(shutdown: argparse.ArgumentParser) -> None:
     _wait_options(shutdown, "shutdown")
 
 
-def run_command(
-    args: argparse.Namespace,
-    request: Callable[..., object],
-    out: Output,
-    render: Callable[[object], Iterable[Renderable]],
-) -> int:
-    """Run one of `COMMANDS`: `request(path, method=…, body=…)` calls the admin API (raising
-    routerctl's `CtlError`), `out` prints the status with `render` (or JSON with --json)."""
-    if args.command == "shutdown":
-        out.emit(request("/api/v1/shutdown", method="POST", body={}), render)
-        if args.wait and not _gone(args.admin_url, args.timeout):
-            raise CtlError(f"routerd still answers after {args.timeout:g} s", ExitCode.TIMED_OUT)
-        return ExitCode.OK
+def _shutdown(args: argparse.Namespace, ctl: Ctl) -> int:
+    ctl.out.emit(ctl.request("/api/v1/shutdown", method="POST", body={}), fields_blocks)
+    if args.wait and not _gone(ctl.admin_url, args.timeout):
+        raise CtlError(f"routerd still answers after {args.timeout:g} s", ExitCode.TIMED_OUT)
+    return ExitCode.OK
+
+
+def _move(args: argparse.Namespace, ctl: Ctl) -> int:
+    """`evacuate` or `rebalance`: start (with --wait, until done), show or abort."""
     router = urllib.parse.quote(args.router, safe="")
     if args.command == "evacuate":
         path = f"/api/v1/routers/{router}/targets/{urllib.parse.quote(args.node_id, safe='')}/evacuation"
@@ -162,20 +133,20 @@ def run_command(
         path = f"/api/v1/routers/{router}/rebalance"
         body = {"rate": args.rate, "order": args.order, "band": args.band}
     if args.status:
-        status = request(path)
+        status = ctl.request(path)
     elif args.abort:
-        status = request(path, method="DELETE")
+        status = ctl.request(path, method="DELETE")
     else:
-        status = request(path, method="POST", body=body)
+        status = ctl.request(path, method="POST", body=body)
         if args.wait and _state(status) in _UNFINISHED:
 
             def ask(_left: float) -> tuple[object] | None:
                 nonlocal status
-                status = request(path)
+                status = ctl.request(path)
                 return None if _state(status) in _UNFINISHED else (status,)
 
             poll(ask, timeout_s=args.timeout, interval_s=POLL_S)
-    out.emit(status, render)
+    ctl.out.emit(status, fields_blocks)
     if args.wait and not (args.status or args.abort):
         state = _state(status)
         if state in _UNFINISHED:
@@ -183,6 +154,38 @@ def run_command(
         if state != "done":
             raise CtlError(f"the {args.command} ended {state}", ExitCode.FAILED)
     return ExitCode.OK
+
+
+COMMANDS: Final = (
+    Command(
+        name="evacuate",
+        help="move a target's clients elsewhere, paced, in their protocol",
+        description="Drain the target (no new connections), then tell its clients to go, RATE a "
+        "second: MQTT 5 DISCONNECT 0x9C, AMQP Close (redirect or forced), OpenWire "
+        "ConnectionControl; other clients are closed. Each client's key is routed again (and "
+        "cached), so it lands elsewhere when it comes back. Output: the evacuation's status (--json: JSON).",
+        arguments=_evacuate_arguments,
+        run=_move,
+    ),
+    Command(
+        name="rebalance",
+        help="move just enough clients to bring every target within a band of the mean",
+        description="From each ready target with more than BAND above the mean of the ready "
+        "targets, move just enough clients, each to the target with the fewest connections. Needs "
+        "a <cache> (or LEAST_CONNECTIONS). Output: the rebalance's status (--json: JSON).",
+        arguments=_rebalance_arguments,
+        run=_move,
+    ),
+    Command(
+        name="shutdown",
+        help="stop the router as SIGTERM does (admin level)",
+        description="No new connections; open ones are moved paced over routerd's grace period, "
+        "then routerd exits. With --wait, returns once the admin API no longer answers.",
+        arguments=_shutdown_arguments,
+        run=_shutdown,
+    ),
+)
+"""The feature's routerctl commands."""
 
 
 def _state(status: object) -> str:

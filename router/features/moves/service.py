@@ -1,4 +1,4 @@
-"""Carry out paced moves (router/core/evacuation.py): evacuations, rebalances, a paced shutdown.
+"""Carry out paced moves (rules.py): evacuations, rebalances, a paced shutdown.
 
 `Moves` holds one paced move per router and target (an evacuation), per router (a rebalance) and
 per process (a shutdown), each a task in the services nursery. Every `STEP_S` a task takes the
@@ -7,6 +7,10 @@ new target so the client that comes back through the router lands there), and ha
 tell the client (`RouterRuntime.move`, with the farewell of router/core/framing.py). A log line
 sums up each second's moves; the last status of each move stays readable until the next one of
 the same kind starts.
+
+`Moves` is the feature's service (router/feature.py): at a graceful shutdown it moves every
+router's connections over the grace period (`stopping`), and the clients of targets a reload
+removed are moved as an evacuation moves them (`targets_left`).
 """
 
 from __future__ import annotations
@@ -21,9 +25,14 @@ import trio
 
 from pools import AdminState
 from router.core.engine import RouteStatus
-from router.core.evacuation import (
+from router.core.events import CloseReason
+from router.core.framing import farewell
+from router.feature import Service
+from router.features.moves.metrics import MoveMetrics
+from router.features.moves.rules import (
     STEP_S,
     MoveKind,
+    MoveOrder,
     MoveRequest,
     MoveState,
     MoveStatus,
@@ -32,18 +41,19 @@ from router.core.evacuation import (
     rebalance_destination,
     rebalance_excess,
     rebalance_refusal,
+    shutdown_rate,
 )
-from router.core.events import CloseReason
-from router.core.framing import farewell
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from router.core.live import LiveConnection
+    from router.core.reload import Departed
+    from router.feature import Kernel
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
 
-__all__ = ["MoveConflict", "Moves"]
+__all__ = ["MoveConflict", "Moves", "start"]
 
 log = logging.getLogger("router.moves")
 
@@ -95,7 +105,12 @@ class _Move:
         return self.state in (MoveState.RUNNING, MoveState.WAITING)
 
 
-class Moves:
+def start(kernel: Kernel) -> Moves:
+    """The feature's service for one routerd."""
+    return Moves(kernel.runtimes, kernel.metrics, stop=kernel.stop)
+
+
+class Moves(Service):
     """The paced moves of one routerd."""
 
     def __init__(
@@ -104,13 +119,16 @@ class Moves:
         metrics: Metrics | None = None,
         *,
         rng: random.Random | None = None,
+        stop: Callable[[], None] | None = None,
     ) -> None:
         self._runtimes = runtimes
         """Shared with the server: a reload's changes are seen here."""
         self._moves: dict[_Key, _Move] = {}
         self._nursery: trio.Nursery | None = None
         self._rng = rng or random.Random()
-        self._metrics = metrics
+        self._metrics = None if metrics is None else metrics.feature(MoveMetrics)
+        self._stop = stop
+        """Starts the process's graceful shutdown (`POST /api/v1/shutdown`); None: not offered."""
         if metrics is not None:
             metrics.sample_when_scraped(self._sample)
 
@@ -129,7 +147,53 @@ class Moves:
             task_status.started()
             await trio.sleep_forever()
 
+    def stopping(self, grace_s: float) -> None:
+        """Move every router's connections over the grace period, instead of closing them all at
+        its end: a client told "shutting down" in its protocol reconnects (elsewhere, through
+        another router) while the others go on."""
+        for runtime in self._runtimes.values():
+            open_now = len(runtime.movable())
+            if not open_now or grace_s <= 0:
+                continue
+            rate = shutdown_rate(open_now, grace_s)
+            self.start(
+                MoveRequest(kind=MoveKind.SHUTDOWN, router=runtime.name, rate=rate, order=MoveOrder.RANDOM)
+            )
+
+    def targets_left(self, runtime: RouterRuntime, departed: Sequence[Departed]) -> list[Departed]:
+        """Move the clients of targets a reload removed, paced, as an evacuation does (the router
+        goes on, so its moves can run). Connections to a member address an HA pair no longer has
+        are left to the kernel, which closes them at once, so their clients reconnect to the
+        pair's members."""
+        closed_at_once = []
+        for gone in departed:
+            if gone.addresses is not None:
+                closed_at_once.append(gone)
+                continue
+            request = MoveRequest(kind=MoveKind.EVACUATE, router=runtime.name, node_id=gone.node_id)
+            try:
+                self.start(request)
+            except LookupError:  # no connection to it: nothing to move
+                pass
+            except MoveConflict:
+                log.info(
+                    "router=%s target=%s left the configuration: its evacuation runs already",
+                    runtime.name,
+                    gone.node_id,
+                )
+        return closed_at_once
+
     # -- what operators call --
+
+    def shutdown(self) -> None:
+        """Start the process's graceful shutdown, as SIGTERM does (its moves follow: `stopping`).
+
+        Raises:
+            MoveConflict: this routerd does not offer it.
+        """
+        if self._stop is None:
+            raise MoveConflict("this process cannot be shut down through its admin API")
+        self._stop()
 
     def start(self, request: MoveRequest) -> MoveStatus:
         """Start a paced move.

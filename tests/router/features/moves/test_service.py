@@ -1,4 +1,4 @@
-"""router/services/evacuation.py on trio's virtual clock: pacing, the drain an evacuation starts,
+"""router/features/moves/service.py on trio's virtual clock: pacing, the drain an evacuation starts,
 abort, a rebalance's plan and its refusal without a cache, with a real `RouterRuntime` whose
 connections are registered as the data paths register them."""
 
@@ -10,9 +10,9 @@ import pytest
 import trio
 
 from pools import AdminState
-from router.core.evacuation import MoveKind, MoveRequest, MoveState
 from router.core.events import CloseReason
-from router.services.evacuation import MoveConflict, Moves
+from router.features.moves.rules import MoveKind, MoveRequest, MoveState
+from router.features.moves.service import MoveConflict, Moves
 from tests.router.core.test_live import live_connection
 from tests.router.test_runtime import _runtime as runtime_of
 
@@ -124,3 +124,75 @@ def test_rebalance_without_a_cache_is_refused() -> None:
     moves = Moves({"r": runtime})
     with pytest.raises(MoveConflict, match="cannot rebalance: without a <cache> its ROUND_ROBIN policy"):
         moves.start(MoveRequest(kind=MoveKind.REBALANCE, router="r"))
+
+
+async def test_stopping_moves_every_router_over_the_grace_period(autojump_clock: object) -> None:
+    """Scenario: a graceful shutdown with 4 open connections and 2 s of grace: a shutdown move
+    takes them all before the grace period ends."""
+    runtime = _runtime()
+    closes: list[tuple[float, str, CloseReason]] = []
+    _connect(runtime, "b1", 4, closes)
+    moves = Moves({"r": runtime})
+    async with trio.open_nursery() as nursery:
+        await _started(moves, nursery)
+        start = trio.current_time()
+        moves.stopping(2.0)
+        assert moves.status(MoveKind.SHUTDOWN, "r").state is MoveState.RUNNING
+        await trio.sleep(2.0)
+        nursery.cancel_scope.cancel()
+    assert [r for _, _, r in closes] == [CloseReason.SHUTDOWN] * 4
+    assert max(t - start for t, _, _ in closes) < 2.0
+
+
+async def test_stopping_without_connections_starts_nothing(autojump_clock: object) -> None:
+    moves = Moves({"r": _runtime()})
+    async with trio.open_nursery() as nursery:
+        await _started(moves, nursery)
+        moves.stopping(2.0)
+        assert moves.all_statuses() == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_targets_left_are_evacuated_and_ha_members_left_to_the_kernel(autojump_clock: object) -> None:
+    """Scenario: a reload removed target b1 (moved as an evacuation moves it), a target without
+    connections (nothing to do) and a member address of an HA pair (returned: the kernel closes
+    those at once)."""
+    from router.core.address import Address
+    from router.core.reload import Departed
+
+    runtime = _runtime()
+    closes: list[tuple[float, str, CloseReason]] = []
+    _connect(runtime, "b1", 2, closes)
+    moves = Moves({"r": runtime})
+    member = Departed(node_id="b2", addresses=(Address("127.0.0.9", 1883),))
+    async with trio.open_nursery() as nursery:
+        await _started(moves, nursery)
+        left = moves.targets_left(runtime, [Departed(node_id="b1"), member, Departed(node_id="b9")])
+        assert left == [member]
+        assert moves.status(MoveKind.EVACUATE, "r", "b1").state is MoveState.RUNNING
+        with pytest.raises(LookupError):  # b9 had no connection: nothing to move
+            moves.status(MoveKind.EVACUATE, "r", "b9")
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert [r for _, _, r in closes] == [CloseReason.EVACUATED] * 2
+
+
+def test_shutdown_calls_the_kernels_stop_or_is_refused() -> None:
+    stopped: list[bool] = []
+    Moves({}, stop=lambda: stopped.append(True)).shutdown()
+    assert stopped == [True]
+    with pytest.raises(MoveConflict, match="cannot be shut down through its admin API"):
+        Moves({}).shutdown()
+
+
+def test_moves_registers_its_families_once() -> None:
+    from router.features.moves.metrics import MoveMetrics
+    from router.metrics import Metrics
+
+    metrics = Metrics()
+    Moves({}, metrics)
+    Moves({}, metrics)
+    exposition = metrics.exposition().decode()
+    assert exposition.count("# TYPE router_evacuation_moved_total counter") == 1
+    assert "# TYPE router_evacuation_remaining gauge" in exposition
+    assert metrics.feature(MoveMetrics) is metrics.feature(MoveMetrics)

@@ -1,4 +1,4 @@
-"""router/ctl_moves.py: the evacuate, rebalance and shutdown commands' options (the commands
+"""router/features/moves/commands.py: the evacuate, rebalance and shutdown commands' options (the commands
 themselves run against a real routerd in test_routerd_evacuation.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""router/core/evacuation.py: pacing, order, rebalance arithmetic and requests."""
+"""router/features/moves/rules.py: pacing, order, rebalance arithmetic and requests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import random
 import pytest
 
 from router.core.address import Address
-from router.core.evacuation import (
+from router.core.events import ConnectionRef
+from router.core.live import LiveConnection
+from router.features.moves.rules import (
     MoveKind,
     MoveOrder,
     MoveRequest,
@@ -18,8 +20,6 @@ from router.core.evacuation import (
     rebalance_refusal,
     shutdown_rate,
 )
-from router.core.events import ConnectionRef
-from router.core.live import LiveConnection
 
 
 def _conn(i: int, opened_at: float) -> LiveConnection:

@@ -16,7 +16,7 @@ and an abort. Three things use the same pacing:
   one before the grace period ends (`shutdown_rate`).
 
 This module holds the pure parts: the request, its status, how many moves are due, which
-connections go first, what a rebalance moves. router/services/evacuation.py carries them out.
+connections go first, what a rebalance moves. service.py carries them out.
 """
 
 from __future__ import annotations

@@ -1,0 +1,202 @@
+"""The contract of a feature folder (router/features/, STYLE R13), and what the kernel gives it.
+
+A feature brings its own pure rules, its service, its admin routes, its `routerctl` commands, its
+metric families and its part in a reload and a shutdown, in one folder, and declares them once,
+in its folder's `__init__.py`, as a `Feature`:
+
+    name       the folder's name
+    routes     its admin API resources (`Route`: a method, a path template, a handler)
+    commands   its `routerctl` commands (`Command`)
+    metrics    its metric families (a `FeatureMetrics` of router/metrics.py)
+    start      builds its `Service` for one routerd (tests run several in one process)
+
+`router/features/__init__.py` composes them in one list, `FEATURES`. The process (router/server.py),
+the admin API (router/services/admin.py, given the routes), the metrics registry and `routerctl`
+(router/cli.py) loop over that list and hold no feature's code. Features never import each other:
+what two of them share belongs in the kernel.
+
+A `Service` is a feature's part of one running routerd; the kernel calls its hooks, each a no-op
+unless the feature has something to do then:
+
+    serve         its task in the services nursery, started before the admin API answers
+    targets_left  a reload removed targets of a router that goes on
+    stopping      a graceful shutdown begins, before its grace period
+
+A route's handler gets a `Call`: the request, the routers, and the services by type, so that a
+feature reaches its own service (`call.service(Moves)`) and nothing else's. A `Command` runs in
+`routerctl` with a `Ctl`: the parsed arguments' admin API client and the output.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
+
+import trio
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+    from router.core.reload import Departed
+    from router.ctl_client import Ctl
+    from router.metrics import FeatureMetrics, Metrics
+    from router.runtime import RouterRuntime
+
+__all__ = [
+    "JSON",
+    "Call",
+    "Command",
+    "Feature",
+    "HttpError",
+    "Kernel",
+    "Response",
+    "Route",
+    "Service",
+    "json_object",
+    "json_response",
+]
+
+Response: TypeAlias = tuple[int, str, bytes]
+"""An admin API answer: its status, its content type and its body."""
+JSON: Final = "application/json"
+
+_S = TypeVar("_S")
+
+
+class HttpError(Exception):
+    """An admin API request that fails with `status`; `message` is the JSON answer's "error"."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def json_response(status: int, body: Mapping[str, object] | Sequence[object]) -> Response:
+    """A JSON answer (one line)."""
+    return status, JSON, json.dumps(body).encode() + b"\n"
+
+
+def json_object(body: bytes) -> dict[str, object]:
+    """A request's body as a JSON object (an empty body is `{}`).
+
+    Raises:
+        HttpError: 400, not JSON or not an object.
+    """
+    try:
+        document = json.loads(body or b"{}")
+    except ValueError as exc:
+        raise HttpError(400, f"body is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise HttpError(400, "body must be a JSON object")
+    return document
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """An admin API request as its handler sees it: its access is checked already."""
+
+    method: str
+    """HEAD is GET here (the server sends the GET's headers without the body)."""
+    params: Mapping[str, str]
+    """The values of the route's `{name}` and `{node_id}`."""
+    query: Mapping[str, list[str]]
+    body: bytes
+    runtimes: Mapping[str, RouterRuntime]
+    """The routers (a reload changes them in place)."""
+    services: Mapping[type, object]
+    """Each running feature's service, and the kernel's own context, by type."""
+
+    @property
+    def runtime(self) -> RouterRuntime:
+        """The connection router the path's `{name}` names.
+
+        Raises:
+            HttpError: 404, there is none of that name.
+        """
+        name = self.params["name"]
+        runtime = self.runtimes.get(name)
+        if runtime is None:
+            raise HttpError(404, f"no connection router named {name!r}")
+        return runtime
+
+    def service(self, kind: type[_S]) -> _S:
+        """The running service of this type.
+
+        Raises:
+            HttpError: 503, it does not run in this process.
+        """
+        found = self.services.get(kind)
+        if not isinstance(found, kind):
+            raise HttpError(503, f"{kind.__name__} does not run in this process")
+        return found
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Route:
+    """One admin API resource and method. Every route is described in docs/admin-api.yaml (a test
+    checks that the two list the same operations)."""
+
+    method: str
+    template: str
+    """The path, with `{name}` (a router) and `{node_id}` (a target) where the path holds them."""
+    handler: Callable[[Call], Response | Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Command:
+    """One `routerctl` command."""
+
+    name: str
+    help: str
+    """One line, in `routerctl --help`."""
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    """Adds its own arguments (the admin API's `--admin` and `--json` are added when `admin`)."""
+    run: Callable[[argparse.Namespace, Ctl], int]
+    """Runs it; its exit status (router/ctl_output.py `ExitCode`), or raises `CtlError`."""
+    admin: bool = True
+    """Whether it asks a running routerd (`--admin`, `--json`)."""
+    epilog: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Kernel:
+    """What a routerd gives each feature's service."""
+
+    runtimes: Mapping[str, RouterRuntime]
+    """The routers by name, shared with the server: a reload adds, removes and changes them in place."""
+    metrics: Metrics
+    stop: Callable[[], None]
+    """Starts the graceful shutdown, as SIGTERM does."""
+
+
+class Service:
+    """A feature's part of one running routerd. Every hook does nothing unless overridden."""
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled (the services nursery); `task_status.started()` once it serves."""
+        task_status.started()
+
+    def targets_left(self, runtime: RouterRuntime, departed: Sequence[Departed]) -> list[Departed]:
+        """A reload removed these targets from `runtime`, which goes on: take care of their open
+        connections; those returned are closed at once by the kernel."""
+        return list(departed)
+
+    def stopping(self, grace_s: float) -> None:
+        """A graceful shutdown begins: no new connections; the open ones are closed after `grace_s`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Feature:
+    """A feature's declaration (its folder's `FEATURE`)."""
+
+    name: str
+    routes: tuple[Route, ...] = ()
+    commands: tuple[Command, ...] = ()
+    metrics: type[FeatureMetrics] | None = None
+    """Its metric families, registered when routerd starts (`Metrics.feature`)."""
+    start: Callable[[Kernel], Service] | None = None
+    """Builds its service for one routerd; None: it runs nothing in routerd."""

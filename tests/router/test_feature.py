@@ -1,0 +1,71 @@
+"""router/feature.py: the contract's request, errors and a service's default hooks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from router.core.reload import Departed
+from router.feature import JSON, Call, HttpError, Service, json_object, json_response
+from tests.router.test_runtime import _runtime
+
+
+def _call(**params: str) -> Call:
+    return Call(
+        method="GET",
+        params=params,
+        query={},
+        body=b"",
+        runtimes={"r": _runtime()},
+        services={Service: Service()},
+    )
+
+
+def test_json_response_is_one_line_of_json() -> None:
+    status, ctype, body = json_response(202, {"a": [1]})
+    assert (status, ctype, json.loads(body)) == (202, JSON, {"a": [1]})
+    assert body.count(b"\n") == 1
+    assert body.endswith(b"\n")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"), [(b"{", "body is not JSON"), (b"[1]", "body must be a JSON object")]
+)
+def test_json_object_refuses_what_is_not_an_object(body: bytes, message: str) -> None:
+    with pytest.raises(HttpError, match=message) as raised:
+        json_object(body)
+    assert raised.value.status == 400
+
+
+def test_json_object_of_an_empty_body_is_empty() -> None:
+    assert json_object(b"") == {}
+
+
+def test_call_runtime_is_the_named_router_or_404() -> None:
+    assert _call(name="r").runtime.name == "r"
+    with pytest.raises(HttpError, match="no connection router named 'x'") as raised:
+        _ = _call(name="x").runtime
+    assert raised.value.status == 404
+
+
+def test_call_service_by_type_or_503() -> None:
+    call = _call()
+    assert isinstance(call.service(Service), Service)
+
+    class Other(Service):
+        pass
+
+    with pytest.raises(HttpError, match="Other does not run in this process") as raised:
+        call.service(Other)
+    assert raised.value.status == 503
+
+
+async def test_service_default_hooks_do_nothing() -> None:
+    service = Service()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.serve)  # started at once, and returns
+    departed = [Departed(node_id="b1")]
+    assert service.targets_left(_runtime(), departed) == departed
+    service.stopping(1.0)
