@@ -17,11 +17,7 @@
     routerctl cache [--admin ADDRESS] pin ROUTER KEY NODE_ID [--for SECONDS]
     routerctl event-log [--admin ADDRESS] [--ring-size N]
     routerctl reload [--admin ADDRESS]
-    routerctl evacuate [--admin ADDRESS] ROUTER NODE_ID [--rate R] [--order oldest|random]
-                       [--refer | --no-refer] [--wait [--timeout S]] | --status | --abort
-    routerctl rebalance [--admin ADDRESS] ROUTER [--rate R] [--band B] [--order oldest|random]
-                        [--wait [--timeout S]] | --status | --abort
-    routerctl shutdown [--admin ADDRESS] [--wait [--timeout S]]
+    routerctl evacuate | rebalance | shutdown ...   (router/features/moves/commands.py)
     routerctl analyze EVENTS... --out DIR [--master URL] [--conf K=V]...
     routerctl simulate EVENTS... --config NEW.xml [--router NAME] --out DIR [--master URL]
     routerctl generate-events DIR --events N [...]
