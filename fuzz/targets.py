@@ -246,7 +246,7 @@ def _parse_client_hello(data: bytes) -> ClientHello | NeedMore:
     return NEED_MORE if hello is None else hello
 
 
-# --- what brokers send: probe answers and proxy-mode preambles (router/services/probes.py) -------
+# --- what brokers send: probe answers and proxy-mode preambles (router/features/probes/checks.py) -------
 
 
 def fuzz_mqtt_broker(data: bytes) -> None:

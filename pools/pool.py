@@ -1,7 +1,7 @@
 """Pool configuration and pool state: which targets are ready, and whether the pool is active.
 
 Rule 1 (as in h11's `_state.py`): everything that changes a pool's readiness state lives in this
-file. The I/O layer (`router/services/health.py`) runs the probes and feeds each outcome into
+file. The I/O layer (`router/features/probes/service.py`) runs the probes and feeds each outcome into
 `Pool.record_check`; routing reads `routing_targets()` and `ready_target()`. No clock and no
 network here: the quorum *wait* is the caller's, this module only says whether quorum holds.
 

@@ -23,8 +23,9 @@ Packages of the project, by folder (the import direction runs down this list; no
 families, declared once through the contract in `feature.py`; `features/__init__.py`'s `FEATURES`
 is the one list the hubs (`server`, `cli`, the admin API, the metrics registry) loop over. Features
 never import each other; what two need is the kernel's (tests/test_layout.py checks both rules).
-Features so far: `moves` (evacuation, rebalance, paced shutdown). The rest still live in the
-layers and move into folders one by one (issue 31).
+Features so far: `probes` (active health), `ttl` (connection TTL), `moves` (evacuation,
+rebalance, paced shutdown). The rest still live in the layers and move into folders one by one
+(issue 31).
 
 Layers of `router/`, lowest first; a module imports only its own layer and the layers above it in
 this list (tests/test_layout.py checks it, and that there are no import circles):
@@ -69,8 +70,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                                  routers, targets and acceptors added, removed, changed
 4. `ctl_output`, `ctl_client`: routerctl's kernel: tables, JSON output and exit codes; the admin
                 API client (`Ctl`) every command that asks a routerd runs with.
-5. `metrics`, `reports`: the Prometheus families (a feature's own: `FeatureMetrics`), and the subscribers that turn events into log
-                lines and metric updates (one more consumer is one more subscriber).
+5. `metrics`, `reports`: the Prometheus families (a feature's own: `FeatureMetrics`), and the
+                subscribers that turn events into log lines and metric updates (one more consumer
+                is one more subscriber).
 6. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in
                 its own methods; the quorum wait; pool changes and what they close; event dispatch.
 7. `datapath/`  the two data paths, which carry out the plan with the same phases (accept, open,
@@ -78,17 +80,19 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
                 connections share), `reading`, `relay`, `net` and `tls`.
 8. `feature`    the contract of a feature folder: `Feature`, its `Service` hooks (serve,
-                targets_left, stopping), admin `Route`s and the `Call` they get, routerctl `Command`s.
-9. `services/`  beside the data paths: health probes (`health`, `probes`), ZooKeeper discovery
-                (`discovery`), the admin API (`admin`), connection-TTL checks (`ttl_checks`), a
-                persisted cache's file and its writer process (`cache_store`), the cache shared
+                serve_router, targets_left, stopping), admin `Route`s and the `Call` they get,
+                routerctl `Command`s.
+9. `services/`  beside the data paths: ZooKeeper discovery (`discovery`), the admin API
+                (`admin`), a persisted cache's file and its writer process (`cache_store`), the cache shared
                 through ZooKeeper (`shared_cache`), the state file of targets' administrative
                 states (`state_file`), whether a filesystem takes writes (`files`), the process's
                 status document (`process`), the event log
                 (`event_log`: ring and sender in routerd; `event_writer`, its writer process, with
                 `event_files`). They may use the data paths' I/O helpers (`net`, `reading`).
-10. `features/` one folder per feature (above); `moves/`: `rules`, `service` (`Moves`), `routes`,
-                `commands` (`routerctl evacuate`, `rebalance`, `shutdown`), `metrics`.
+10. `features/` one folder per feature (above): `probes/` (`checks`, one per broker protocol;
+                `service`, each router's health-check loop), `ttl/` (`service`, the connection-TTL
+                checker), `moves/` (`rules`, `service` with `Moves`, `routes`, `commands`:
+                `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`).
 11. `server`    the process: listeners, the nursery tree, shutdown, carrying out a reload; starts
                 each feature's service and hands it the kernel (`feature.Kernel`).
 12. `cli`       the entry points `routerd` and `routerctl` (and `__main__`); routerctl's commands
@@ -96,7 +100,7 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
 
 Where a rule lives: what a decision becomes on the wire is `core/plan.py`; which broker a key goes
 to is `core/engine.py` with `policies/`; when a target is ready is `pools/pool.py`, probed by
-`services/health.py`; what is logged and counted for a connection is `reports.py`; how a client's
+`features/probes/`; what is logged and counted for a connection is `reports.py`; how a client's
 value is printed in a log line, and how often one line may repeat, is `logs.py`; configuration
 defaults are the dataclasses' (`config/settings.py`, `pools/`, `cache/`, `policies/`); what a
 configuration reload changes is `core/reload.py`, and how it is applied `server.py`.

@@ -19,6 +19,8 @@ A `Service` is a feature's part of one running routerd; the kernel calls its hoo
 unless the feature has something to do then:
 
     serve         its task in the services nursery, started before the admin API answers
+    serve_router  its task for one router, started with the router's own and restarted when a
+                  reload changes the router
     targets_left  a reload removed targets of a router that goes on
     stopping      a graceful shutdown begins, before its grace period
 
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+    from router.config.settings import Config
     from router.core.reload import Departed
     from router.ctl_client import Ctl
     from router.metrics import FeatureMetrics, Metrics
@@ -171,6 +174,8 @@ class Kernel:
     metrics: Metrics
     stop: Callable[[], None]
     """Starts the graceful shutdown, as SIGTERM does."""
+    config: Callable[[], Config]
+    """The configuration in force (a reload replaces it)."""
 
 
 class Service:
@@ -178,6 +183,13 @@ class Service:
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled (the services nursery); `task_status.started()` once it serves."""
+        task_status.started()
+
+    async def serve_router(
+        self, runtime: RouterRuntime, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve one router until cancelled (when it changes or goes); `task_status.started()` once
+        it serves."""
         task_status.started()
 
     def targets_left(self, runtime: RouterRuntime, departed: Sequence[Departed]) -> list[Departed]:

@@ -75,11 +75,9 @@ from router.services.cache_store import (
 )
 from router.services.discovery import serve_discovery
 from router.services.event_log import EventLog, EventLogError, default_router_id
-from router.services.health import serve_health_checks
 from router.services.process import ProcessView, descriptors_open
 from router.services.shared_cache import SharedCache
 from router.services.state_file import KeptStates, StateFile, StateFileError
-from router.services.ttl_checks import serve_connection_ttl_checks
 
 if TYPE_CHECKING:
     import ssl
@@ -667,7 +665,9 @@ class _Server:
         self._services: trio.Nursery | None = None
         self._handlers: trio.Nursery | None = None
         self._accepting: trio.Nursery | None = None
-        kernel = Kernel(runtimes=runtimes, metrics=metrics, stop=options.shutdown.set)
+        kernel = Kernel(
+            runtimes=runtimes, metrics=metrics, stop=options.shutdown.set, config=lambda: self.config
+        )
         self.features: dict[type, Service] = {}
         """The features' services by type (router/features/), in `FEATURES` order."""
         for feature in FEATURES:
@@ -690,12 +690,10 @@ class _Server:
     ) -> None:
         with scope:
             async with trio.open_nursery() as nursery:
-                await nursery.start(serve_health_checks, runtime)
+                for service in self.features.values():  # the probes first: they run at once
+                    await nursery.start(service.serve_router, runtime)
                 nursery.start_soon(runtime.serve_cache_purge)
                 nursery.start_soon(runtime.serve_outlier_returns)
-                if self.config.ttl_acceptors(runtime.name):
-                    interval_s = self.config.connection_ttl.check_interval_ms / 1000
-                    nursery.start_soon(serve_connection_ttl_checks, runtime, interval_s)
                 task_status.started()
 
     async def _serve_data(

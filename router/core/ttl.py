@@ -1,6 +1,6 @@
 """Which connection TTL a proxied connection gets (Artemis's connection TTL, seed 002): a pure rule.
 
-No I/O, no clock here: the TTL checker (router/services/ttl_checks.py) compares the times.
+No I/O, no clock here: the TTL checker (router/features/ttl/service.py) compares the times.
 """
 
 from __future__ import annotations

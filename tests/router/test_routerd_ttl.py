@@ -1,5 +1,5 @@
 """routerd end to end with real mosquitto brokers: connection TTL and closing connections to a
-target that stops answering (router/services/ttl_checks.py, router/core/live.py).
+target that stops answering (router/features/ttl/service.py, router/core/live.py).
 
 - An idle proxied client (raw TCP that never speaks, or MQTT with keep-alive 0) is closed by the
   router after `connectionTtl`, never before, and within TTL + check interval (+ a margin for

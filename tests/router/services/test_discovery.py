@@ -24,6 +24,7 @@ from policies import PolicyConfig
 from pools import Connector, Member, PoolConfig, PoolKind, Target, TargetState
 from router.config.settings import Config, DiscoveryGroupConfig, RouterConfig, ZooKeeperConfig
 from router.core.zookeeper_link import LinkState
+from router.features.probes.service import serve_health_checks
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
 from router.services.discovery import (
@@ -35,7 +36,6 @@ from router.services.discovery import (
     serve_discovery,
     serve_registration,
 )
-from router.services.health import serve_health_checks
 from tests.conftest import free_port
 
 if TYPE_CHECKING:

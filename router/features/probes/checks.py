@@ -5,7 +5,7 @@ not). The caller's cancel scope is its deadline. `check_target` is a TCP connect
 (MQTT 3.1.1 CONNECT, which can also read mosquitto's connected-client count for
 LEAST_CONNECTIONS), `check_stomp` (STOMP CONNECT), `check_amqp` (AMQP 1.0 SASL + Open) and
 `check_openwire` (OpenWire ConnectionInfo) need the broker to accept the session. The loop that
-runs them is router/services/health.py.
+runs them is service.py.
 """
 
 from __future__ import annotations

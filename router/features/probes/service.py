@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from router.services.probes import (
+from router.feature import Service
+from router.features.probes.checks import (
     Check,
     LocalShortage,
     check_amqp,
@@ -35,9 +36,10 @@ from router.services.probes import (
 
 if TYPE_CHECKING:
     from pools import Connector, Target
+    from router.feature import Kernel
     from router.runtime import RouterRuntime
 
-__all__ = ["PROBE_TIMEOUT_CAP_S", "make_check", "serve_health_checks"]
+__all__ = ["PROBE_TIMEOUT_CAP_S", "Probes", "make_check", "serve_health_checks", "start"]
 
 log = logging.getLogger("router.health")
 
@@ -214,3 +216,18 @@ async def _probe_while_member(
 
     with scope:
         await _probe_forever(runtime, target, period_s, guarded)
+
+
+class Probes(Service):
+    """The feature's service: each router's health-check loop, started first of its tasks (its
+    first probes run at once) and restarted with a new configuration."""
+
+    async def serve_router(
+        self, runtime: RouterRuntime, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        await serve_health_checks(runtime, task_status=task_status)
+
+
+def start(_kernel: Kernel) -> Probes:
+    """The feature's service for one routerd."""
+    return Probes()

@@ -14,10 +14,16 @@ import trio
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, Target, TargetState
 from router.config.settings import Config, RouterConfig
+from router.features.probes.checks import (
+    LocalShortage,
+    check_mqtt,
+    check_stomp,
+    check_target,
+    probe_client_id,
+)
+from router.features.probes.service import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
-from router.services.health import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
-from router.services.probes import LocalShortage, check_mqtt, check_stomp, check_target, probe_client_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -402,3 +408,27 @@ class TestServeHealthChecksMembership:
         runtime.add_target(_discovered("b1", 21002))
         await trio.sleep(1.1)
         assert probes == [(21001, 0.0), (21002, 0.5), (21002, 1.5)]
+
+
+async def test_probes_serve_router_probes_the_router_at_once() -> None:
+    """Scenario: the feature's service for one router probes its target at once (for real: a TCP
+    connect to a port nothing listens on, so it is not ready), not a check period later."""
+    from router.features.probes.service import Probes
+    from tests.conftest import free_port
+
+    connectors = (Connector.from_url("b1", f"tcp://127.0.0.1:{free_port()}"),)
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="FIRST_ELEMENT"),
+        pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("b1",), check_period_ms=60_000),
+    )
+    runtime = RouterRuntime(
+        Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics()
+    )
+    assert runtime.target_state("b1") is TargetState.UNKNOWN
+    async with trio.open_nursery() as nursery:
+        await nursery.start(Probes().serve_router, runtime)
+        with trio.fail_after(5):
+            await runtime.wait_until(lambda: runtime.target_state("b1") is not TargetState.UNKNOWN)
+        nursery.cancel_scope.cancel()
+    assert runtime.target_state("b1") is TargetState.NOT_READY

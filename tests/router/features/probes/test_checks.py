@@ -1,4 +1,4 @@
-"""Broker-protocol health probes against real brokers (router/services/health.py): AMQP 1.0 against
+"""Broker-protocol health probes against real brokers (router/features/probes/checks.py): AMQP 1.0 against
 RabbitMQ 3.10, OpenWire against ActiveMQ Classic 5.17 with a simpleAuthenticationPlugin, and the
 MQTT probe's `$SYS` connection count against mosquitto feeding LEAST_CONNECTIONS.
 
@@ -23,16 +23,16 @@ from keys.mqtt import encode_connect
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
 from router.config.settings import Config, RouterConfig
-from router.metrics import Metrics
-from router.runtime import RouterRuntime
-from router.services.health import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
-from router.services.probes import (
+from router.features.probes.checks import (
     COUNT_WAIT_CAP_S,
     check_amqp,
     check_mqtt,
     check_openwire,
     probe_client_id,
 )
+from router.features.probes.service import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
+from router.metrics import Metrics
+from router.runtime import RouterRuntime
 from tests.conftest import ActiveMQ, require_java
 from tests.router.conftest import Mosquitto
 from tests.router.core.test_live import live_connection

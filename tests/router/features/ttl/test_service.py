@@ -1,4 +1,4 @@
-"""router/services/ttl_checks.py: the TTL checker on trio's virtual clock (exact close times), with
+"""router/features/ttl/service.py: the TTL checker on trio's virtual clock (exact close times), with
 the log line it leaves."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.config.settings import Config, RouterConfig
 from router.core.events import CloseReason
+from router.features.ttl.service import serve_connection_ttl_checks
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
-from router.services.ttl_checks import serve_connection_ttl_checks
 from tests.router.core.test_live import Closer, live_connection
 from tests.router.core.test_ttl import _mqtt
 
@@ -115,3 +115,24 @@ class TestServeConnectionTtlChecks:
             await trio.sleep(0.3)
             nursery.cancel_scope.cancel()
         assert [round(t - start, 6) for t in checks] == [0.25, 1.3, 1.55]
+
+
+async def test_ttl_checks_serve_a_router_only_when_an_acceptor_has_a_ttl(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Scenario: the feature's service for one router: without an acceptor under a TTL it is done at
+    once; with one (connection-ttl 1 s on its acceptor) it checks until cancelled."""
+    from router.config.settings import AcceptorConfig
+    from router.features.ttl.service import TtlChecks
+
+    runtime = _runtime()
+    plain = Config(source="t.xml", routers=(runtime.config,))
+    with trio.move_on_after(1):
+        await TtlChecks(lambda: plain).serve_router(runtime)
+        assert trio.current_time() == 0  # returned at once: nothing to check
+    acceptor = AcceptorConfig(name="a", host="127.0.0.1", port=1, router="r", connection_ttl_ms=1000)
+    under_ttl = Config(source="t.xml", routers=(runtime.config,), acceptors=(acceptor,))
+    assert under_ttl.ttl_acceptors("r")
+    with trio.move_on_after(5) as scope:
+        await TtlChecks(lambda: under_ttl).serve_router(runtime)
+    assert scope.cancelled_caught  # it ran until cancelled

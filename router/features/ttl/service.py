@@ -1,9 +1,9 @@
 """The connection-TTL checker: closes proxied connections whose client has been silent too long.
 
-One task per router that has an acceptor with a TTL walks the connections under a TTL every
-`connection-ttl-check-interval` and closes those whose client has sent nothing for
-`connection-ttl` (Artemis's connection TTL, seed 002). Which TTL a connection has is decided in
-router/core/ttl.py; the registry it walks is router/core/live.py.
+One task per router that has an acceptor with a TTL (`TtlChecks`, the feature's service) walks
+the connections under a TTL every `connection-ttl-check-interval` and closes those whose client
+has sent nothing for `connection-ttl` (Artemis's connection TTL, seed 002). Which TTL a
+connection has is decided in router/core/ttl.py; the registry it walks is router/core/live.py.
 """
 
 from __future__ import annotations
@@ -13,10 +13,16 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from router.feature import Service
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from router.config.settings import Config
+    from router.feature import Kernel
     from router.runtime import RouterRuntime
 
-__all__ = ["serve_connection_ttl_checks"]
+__all__ = ["TtlChecks", "serve_connection_ttl_checks", "start"]
 
 log = logging.getLogger("router.conn")
 
@@ -51,3 +57,24 @@ async def serve_connection_ttl_checks(runtime: RouterRuntime, interval_s: float)
                 idle_s,
                 live.ttl_ms,
             )
+
+
+class TtlChecks(Service):
+    """The feature's service: a checker for each router with an acceptor under a TTL, restarted
+    with a new configuration (its interval and acceptors may have changed)."""
+
+    def __init__(self, config: Callable[[], Config]) -> None:
+        self._config = config
+
+    async def serve_router(
+        self, runtime: RouterRuntime, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        config = self._config()
+        task_status.started()
+        if config.ttl_acceptors(runtime.name):
+            await serve_connection_ttl_checks(runtime, config.connection_ttl.check_interval_ms / 1000)
+
+
+def start(kernel: Kernel) -> TtlChecks:
+    """The feature's service for one routerd."""
+    return TtlChecks(kernel.config)

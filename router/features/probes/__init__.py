@@ -1,0 +1,20 @@
+"""Active health: each target is probed in its broker's protocol, and the pool follows.
+
+    checks.py    one probe per broker protocol (TCP, MQTT, STOMP, AMQP 1.0, OpenWire): does this
+                 broker accept a real session now?
+    service.py   the health-check loop of each router (`serve_health_checks`), feeding
+                 `Pool.record_check` (pools/pool.py, where readiness is decided)
+
+docs/configuration.md ("check-period", the connector's `probe=`) describes the options.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from router.feature import Feature
+from router.features.probes.service import start
+
+__all__ = ["FEATURE"]
+
+FEATURE: Final = Feature(name="probes", start=start)
