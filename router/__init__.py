@@ -93,9 +93,11 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 `service`, each router's health-check loop), `ttl/` (`service`, the connection-TTL
                 checker), `moves/` (`rules`, `service` with `Moves`, `routes`, `commands`:
                 `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`).
-11. `server`    the process: listeners, the nursery tree, shutdown, carrying out a reload; starts
-                each feature's service and hands it the kernel (`feature.Kernel`).
-12. `cli`       the entry points `routerd` and `routerctl` (and `__main__`); routerctl's commands
+11. `acceptors`, `caches`, `reload`: what the process and a reload share (serving acceptors,
+                persisted caches' files), and the reload itself, carried out in place.
+12. `server`    the process: the nursery tree, start and shutdown; starts each feature's service
+                and hands it the kernel (`feature.Kernel`).
+13. `cli`       the entry points `routerd` and `routerctl` (and `__main__`); routerctl's commands
                 are its own and `FEATURES`' (and the pipeline's).
 
 Where a rule lives: what a decision becomes on the wire is `core/plan.py`; which broker a key goes
@@ -103,5 +105,5 @@ to is `core/engine.py` with `policies/`; when a target is ready is `pools/pool.p
 `features/probes/`; what is logged and counted for a connection is `reports.py`; how a client's
 value is printed in a log line, and how often one line may repeat, is `logs.py`; configuration
 defaults are the dataclasses' (`config/settings.py`, `pools/`, `cache/`, `policies/`); what a
-configuration reload changes is `core/reload.py`, and how it is applied `server.py`.
+configuration reload changes is `core/reload.py`, and how it is applied `reload.py`.
 """

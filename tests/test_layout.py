@@ -85,6 +85,7 @@ ROUTER_LAYERS = (
     ("router.feature",),
     ("router.services",),
     ("router.features",),
+    ("router.acceptors", "router.caches", "router.reload"),
     ("router.server",),
     ("router.cli", "router.__main__"),
 )

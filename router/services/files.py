@@ -15,7 +15,13 @@ from typing import Final
 
 import trio
 
-__all__ = ["PROBE_TIMEOUT_S", "takes_writes"]
+__all__ = ["EXIT_FILES_S", "PROBE_TIMEOUT_S", "takes_writes"]
+
+EXIT_FILES_S: Final = 5.0
+"""At exit, after the grace period, how long the files may take: the persisted caches' last writes
+and the event log's writer writing what its ring holds and finishing its file (a full ring of
+65,536 events takes well under a second; compressing 64 MB, about one); beyond it each is
+abandoned with an ERROR naming the file (a hung or frozen filesystem)."""
 
 PROBE_TIMEOUT_S: Final = 1.0
 """How long the probe may take: a write of one file's time stamps takes microseconds unless the

@@ -1,0 +1,317 @@
+"""A configuration reload carried out in a running routerd (SIGHUP, `POST /api/v1/reload`).
+
+Read the file again, diff it against the configuration in force (router/core/reload.py), read the
+files and bind the sockets the change needs (any failure: close them, change nothing, say why in
+one line: `ReloadError`), then apply it in one synchronous step: routers removed, added and
+changed in place (`RouterRuntime.reconfigure`), the connections whose target left given to the
+features (`Service.targets_left`: the moves feature moves them as an evacuation does) or closed at
+once (`close_removed`), acceptors stopped, started, and a changed acceptor on the same address
+served on its same listening socket (router/acceptors.py).
+
+`Reloads` carries it out on the process it is given (`ReloadHost`: router/server.py's `_Server`),
+one reload at a time, none once shutdown began.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from router.acceptors import (
+    StartupError,
+    acceptor_limits,
+    acceptor_stores,
+    bind,
+    close_listeners,
+    serve_acceptor,
+    warn_unsupported,
+)
+from router.caches import close_store, load_cache_store, restore_cache
+from router.config import ConfigError
+from router.core.reload import Departed, ReloadError, diff_configs
+from router.datapath.net import describe_oserror
+from router.runtime import RouterRuntime, close_removed
+
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Awaitable, Callable, Iterable, Mapping
+
+    from cache.cache import Row
+    from keys.users import UserStore
+    from router.acceptors import Serving
+    from router.config.settings import Config
+    from router.core.admission import Admission
+    from router.core.reload import ConfigDiff
+    from router.datapath.acceptor import ConnectionLimits
+    from router.feature import Service
+    from router.metrics import Metrics
+    from router.services.cache_store import CacheStore
+    from router.services.event_log import EventLog
+
+__all__ = ["ReloadHost", "Reloads"]
+
+log = logging.getLogger("router.server")
+
+
+class ReloadHost(Protocol):
+    """What a reload reads and changes in the running process."""
+
+    config: Config
+    """The configuration in force."""
+    held: Mapping[str, Config]
+    """Routers a reload could not change in place (router/core/reload.py)."""
+    runtimes: dict[str, RouterRuntime]
+    serving: Serving
+    admission: Admission
+    limits: ConnectionLimits
+    metrics: Metrics
+    event_log: EventLog | None
+    stores: list[tuple[RouterRuntime, CacheStore]]
+    features: dict[type, Service]
+    stopping: bool
+
+    def start_router(self, runtime: RouterRuntime, store: CacheStore | None) -> None:
+        """Start the service tasks of a router a reload added."""
+
+    def restart_router(self, runtime: RouterRuntime) -> None:
+        """Restart the tasks of a router whose configuration changed (health checks, ...)."""
+
+    def stop_router(self, name: str) -> None:
+        """Stop every task of a router a reload removed."""
+
+    def store_of(self, runtime: RouterRuntime) -> CacheStore | None:
+        """The router's persisted cache's file, if any."""
+
+    def spawn(self, function: Callable[..., Awaitable[object]], *args: object) -> None:
+        """Run a task in the services nursery."""
+
+
+@dataclass(eq=False, slots=True)
+class _Prepared:
+    """What a reload needs before it changes anything: files read, sockets bound."""
+
+    stores: dict[str, tuple[ssl.SSLContext | None, UserStore | None]] = field(default_factory=dict)
+    """Acceptor name -> its TLS context and user store (acceptors added or changed)."""
+    listeners: dict[str, tuple[list[trio.SocketListener], bool]] = field(default_factory=dict)
+    """Acceptor name -> its listeners and whether they are new (else taken over from the acceptor
+    of the same address)."""
+    caches: dict[str, tuple[CacheStore, list[tuple[str, Row]]]] = field(default_factory=dict)
+    """Router name -> its persisted cache's file and rows (routers added)."""
+
+    def discard(self) -> None:
+        """The reload failed: close what was opened for it."""
+        for listeners, new in self.listeners.values():
+            if new:
+                close_listeners(listeners)
+        for store, _ in self.caches.values():
+            store.close()
+
+
+class Reloads:
+    """Reloads of one running routerd (`reload`, and `serve_signals` for routerd's SIGHUP)."""
+
+    def __init__(
+        self,
+        host: ReloadHost,
+        *,
+        load: Callable[[], Config],
+        discard_unreadable_cache: bool,
+        round_robin_start: int | None,
+    ) -> None:
+        self._host = host
+        self._load = load
+        """How the file is read again (raises `ConfigError` for a bad one)."""
+        self._discard_unreadable_cache = discard_unreadable_cache
+        self._round_robin_start = round_robin_start
+        self._lock = trio.Lock()
+
+    @property
+    def lock(self) -> trio.Lock:
+        """Held while a reload runs (shutdown takes it, so a reload under way finishes first)."""
+        return self._lock
+
+    async def serve_signals(self, reloads: trio.MemoryReceiveChannel[None]) -> None:
+        """Reload on each request of routerd's SIGHUP handler; the outcome is logged."""
+        async for _ in reloads:
+            with contextlib.suppress(ReloadError):
+                await self.reload()
+
+    async def reload(self) -> ConfigDiff:
+        """Read the configuration file again and apply it in place (docs/operations.md). One log
+        line says what changed, or why nothing did.
+
+        Raises:
+            ReloadError: nothing changed (the one-line reason; also when shutting down).
+        """
+        async with self._lock:
+            try:
+                if self._host.stopping:
+                    raise ReloadError("routerd is shutting down")
+                diff = await self._reload()
+            except ReloadError as exc:
+                log.error("reload of %s failed, nothing changed: %s", self._host.config.source, exc)
+                raise
+        log.info("configuration %s reloaded: %s", self._host.config.source, diff.summary())
+        return diff
+
+    async def _reload(self) -> ConfigDiff:
+        try:
+            new = await trio.to_thread.run_sync(self._load)
+        except (ConfigError, OSError) as exc:
+            raise ReloadError(str(exc)) from exc
+        diff = diff_configs(self._host.config, new, held=self._host.held)
+        prepared = _Prepared()
+        try:
+            await self._prepare(diff, prepared)
+        except BaseException:
+            prepared.discard()
+            raise
+        self._commit(diff, prepared)  # no checkpoint: applied whole, or (cancelled above) not at all
+        return diff
+
+    async def _prepare(self, diff: ConfigDiff, prepared: _Prepared) -> None:
+        """Read the files and bind the sockets the reload needs, changing nothing yet.
+
+        Raises:
+            ReloadError: a store cannot be read or a port cannot be bound.
+        """
+        config = diff.config
+        names = {*diff.acceptors_added, *diff.acceptors_changed}
+        offset = time.time() - trio.current_time()
+
+        def read_files() -> None:  # in a worker thread: key stores and a cache file take a while
+            for acceptor in config.acceptors:
+                if acceptor.name in names:
+                    prepared.stores[acceptor.name] = acceptor_stores(acceptor)
+            for name in diff.routers_added:
+                loaded = load_cache_store(config.router(name), self._discard_unreadable_cache, offset)
+                if loaded is not None:
+                    prepared.caches[name] = loaded
+
+        try:
+            await trio.to_thread.run_sync(read_files)
+        except StartupError as exc:
+            raise ReloadError(str(exc)) from exc
+        # Sockets: an acceptor whose address did not change keeps its listening sockets (no moment
+        # without a listener); one added on the address of one removed takes that one's over.
+        serving = self._host.serving
+        freed = {
+            (serving.acceptors[n].served.config.host, serving.acceptors[n].served.config.port): n
+            for n in diff.acceptors_removed
+            if serving.acceptors[n].served.config.port != 0
+        }
+        for acceptor in config.acceptors:
+            if acceptor.name not in names:
+                continue
+            current = self._host.serving.acceptors.get(acceptor.name)
+            address = (acceptor.host, acceptor.port)
+            if (
+                current is not None
+                and acceptor.host == current.served.config.host
+                and acceptor.port
+                in (
+                    current.served.config.port,  # 0 too: the port the system chose stays
+                    self._host.serving.bound[acceptor.name][1],
+                )
+            ):
+                prepared.listeners[acceptor.name] = (current.listeners, False)
+            elif acceptor.name in diff.acceptors_added and address in freed:
+                prepared.listeners[acceptor.name] = (
+                    self._host.serving.acceptors[freed.pop(address)].listeners,
+                    False,
+                )
+            else:
+                try:
+                    prepared.listeners[acceptor.name] = (await bind(acceptor), True)
+                except OSError as exc:
+                    raise ReloadError(exc.strerror or describe_oserror(exc)) from exc
+
+    def _commit(self, diff: ConfigDiff, prepared: _Prepared) -> None:
+        """Apply a prepared reload (synchronous: nothing else runs meanwhile)."""
+        config = diff.config
+        self._host.config, self._host.held = config, diff.held
+        for name in diff.routers_removed:
+            self._remove_router(name)
+        for name in diff.routers_added:
+            self._add_router(config, name, prepared)
+        for change in diff.routers_changed:
+            runtime = self._host.runtimes[change.name]
+            runtime.reconfigure(config, config.router(change.name))
+            if self._host.event_log is not None:
+                self._host.event_log.set_key_type(change.name, runtime.config.key_type)
+            self._targets_left(runtime, change.departed)
+            self._host.restart_router(runtime)
+        warn_unsupported(config, {*diff.routers_added, *(c.name for c in diff.routers_changed)})
+        # Acceptors: stop the removed and changed ones, then serve the changed and added ones, then
+        # close the sockets nobody took over.
+        released: list[trio.SocketListener] = []
+        taken = {
+            id(listener)
+            for listeners, new in prepared.listeners.values()
+            if not new
+            for listener in listeners
+        }
+        for name in (*diff.acceptors_removed, *diff.acceptors_changed):
+            acceptor = self._host.serving.acceptors.pop(name)
+            self._host.serving.stop(acceptor)
+            self._host.serving.bound.pop(name, None)
+            released.extend(listener for listener in acceptor.listeners if id(listener) not in taken)
+        for name in diff.acceptors_removed:
+            self._host.admission.set_limits(name, None)
+            log.info("acceptor=%s removed: no longer listening (its open connections go on)", name)
+        for entry in config.acceptors:
+            if entry.name not in prepared.listeners:
+                continue
+            listeners, _ = prepared.listeners[entry.name]
+            served = serve_acceptor(
+                entry,
+                self._host.runtimes[entry.router],
+                config.connection_ttl.ttl_ms(entry),
+                self._host.limits,
+                self._host.admission,
+                prepared.stores[entry.name],
+            )
+            self._host.admission.set_limits(entry.name, acceptor_limits(entry))
+            self._host.serving.start(self._host.serving.add(served, listeners))
+        close_listeners(released)
+        self._host.serving.fast_path_started()
+
+    def _targets_left(self, runtime: RouterRuntime, departed: Iterable[Departed]) -> None:
+        """A reload removed targets of a router that goes on: each feature takes care of their
+        connections it can (the moves feature moves them, paced); the rest are closed at once."""
+        left = list(departed)
+        for service in self._host.features.values():
+            left = service.targets_left(runtime, left)
+        close_removed(runtime, left)
+
+    def _remove_router(self, name: str) -> None:
+        runtime = self._host.runtimes.pop(name)
+        self._host.stop_router(name)
+        # Every connection it holds, whatever the file said: a discovered target, or one that left
+        # its pool before, is in no list of the configuration.
+        close_removed(runtime, [Departed(node_id=n) for n in {c.node_id for c in runtime.movable()}])
+        runtime.retire()
+        store = self._host.store_of(runtime)
+        if store is not None:
+            self._host.stores[:] = [(r, s) for r, s in self._host.stores if r is not runtime]
+            self._host.spawn(close_store, runtime, store)
+
+    def _add_router(self, config: Config, name: str, prepared: _Prepared) -> None:
+        runtime = RouterRuntime(
+            config, config.router(name), self._host.metrics, round_robin_start=self._round_robin_start
+        )
+        self._host.runtimes[name] = runtime
+        if self._host.event_log is not None:
+            runtime.subscribe(self._host.event_log.report)
+            self._host.event_log.set_key_type(name, runtime.config.key_type)
+        store = None
+        if name in prepared.caches:
+            store, rows = prepared.caches.pop(name)
+            restore_cache(runtime, rows)
+            self._host.stores.append((runtime, store))
+        self._host.start_router(runtime, store)
