@@ -1,9 +1,10 @@
 """The pipeline's `routerctl` subcommands: `analyze`, `simulate` and `generate-events`.
 
-`router/cli.py` calls `add_commands(subparsers)` when it builds the parser and `run(args)` for a
-command in `COMMANDS`. This module imports neither PySpark nor numpy at import time: `routerctl`
-works without the `pipeline` extra, and a pipeline command without it says how to install it (one
-line, exit status 1). A new command is one more `Command` in `COMMANDS`.
+Each is a `Command` of routerctl's one contract (router/feature.py); routerctl finds them through
+the entry point group `connection_router.routerctl` (pyproject.toml: `ROUTERCTL_COMMANDS`), so
+`router/` imports nothing of `pipeline/`. This module imports neither PySpark nor numpy at import
+time: `routerctl` works without the `pipeline` extra, and a pipeline command without it says how
+to install it (one line, exit status 1). A new command is one more `Command` in `COMMANDS`.
 """
 
 from __future__ import annotations
@@ -11,17 +12,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from router.ctl_output import ExitCode
+from router.ctl_client import Ctl
+from router.ctl_output import ExitCode, Output
+from router.feature import Command
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from pipeline.ingest import UnreadableFile
 
-__all__ = ["COMMANDS", "INSTALL_HINT", "Command", "add_commands", "job_failed", "report_unreadable", "run"]
+__all__ = [
+    "COMMANDS",
+    "INSTALL_HINT",
+    "ROUTERCTL_COMMANDS",
+    "add_commands",
+    "job_failed",
+    "report_unreadable",
+    "run",
+]
 
 INSTALL_HINT: Final = "install the pipeline extra: pip install 'connection-router[pipeline]'"
 EXIT_OK: Final = ExitCode.OK
@@ -38,17 +48,6 @@ EXIT_STATUS_HELP: Final = (
     "2 a bad option, or (simulate) a configuration that does not load or cannot be simulated as "
     f"asked; {int(EXIT_UNREADABLE)} every event file is unreadable"
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Command:
-    """One subcommand: its help, its arguments and what it runs."""
-
-    help: str
-    description: str
-    arguments: Callable[[argparse.ArgumentParser], None]
-    main: Callable[[argparse.Namespace], int]
-    epilog: str = EXIT_STATUS_HELP
 
 
 def _conf(text: str) -> tuple[str, str]:
@@ -249,31 +248,59 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-COMMANDS: Final[dict[str, Command]] = {
-    "analyze": Command(
+def _with_the_extra(main: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace, Ctl], int]:
+    """A command's run: a missing pipeline dependency is one line on stderr and status 1, not a
+    traceback."""
+
+    def run(args: argparse.Namespace, _ctl: Ctl) -> int:
+        try:
+            import numpy  # noqa: F401  # the generator's
+            import pyspark  # noqa: F401
+        except ImportError:
+            print(f"routerctl {args.command}: {INSTALL_HINT}", file=sys.stderr)
+            return EXIT_FAILURE
+        return main(args)
+
+    return run
+
+
+ROUTERCTL_COMMANDS: Final = (
+    Command(
+        name="analyze",
         help="analyze event files with Spark: balance, stickiness, refusals, latency",
         description="Remove duplicate events, set malformed records aside, and write Parquet tables, "
         "summary.json and report.html under --out (docs/pipeline.md).",
         arguments=_analyze_arguments,
-        main=_analyze,
+        run=_with_the_extra(_analyze),
+        admin=False,
+        epilog=EXIT_STATUS_HELP,
     ),
-    "simulate": Command(
+    Command(
+        name="simulate",
         help="replay an event log's keys through a new configuration: which would move, where to",
         description="Replay the distinct keys of the event log through the connection router of the "
         "new configuration with the router's own engine, in Spark, and write which keys and "
         "connections would move, the moves matrix and the new balance (Parquet tables and "
         "summary.json under --out, docs/pipeline.md).",
         arguments=_simulate_arguments,
-        main=_simulate,
+        run=_with_the_extra(_simulate),
+        admin=False,
+        epilog=EXIT_STATUS_HELP,
     ),
-    "generate-events": Command(
+    Command(
+        name="generate-events",
         help="write synthetic event files (and truth.json) for tests and benchmarks",
         description="Zipf keys, several routing processes, a target down for a while, duplicates "
         "and malformed lines at the given rates; deterministic with --seed.",
         arguments=_generate_arguments,
-        main=_generate,
+        run=_with_the_extra(_generate),
+        admin=False,
+        epilog=EXIT_STATUS_HELP,
     ),
-}
+)
+"""routerctl's pipeline commands (the entry point pyproject.toml names)."""
+
+COMMANDS: Final[dict[str, Command]] = {command.name: command for command in ROUTERCTL_COMMANDS}
 """The pipeline's subcommands by name."""
 
 
@@ -287,14 +314,6 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a pipeline subcommand (`args.command` in `COMMANDS`); the exit status.
-
-    A missing pipeline dependency is one line on stderr and status 1, not a traceback."""
-    command = COMMANDS[args.command]
-    try:
-        import numpy  # noqa: F401  # the generator's
-        import pyspark  # noqa: F401
-    except ImportError:
-        print(f"routerctl {args.command}: {INSTALL_HINT}", file=sys.stderr)
-        return EXIT_FAILURE
-    return command.main(args)
+    """Run a pipeline subcommand (`args.command` in `COMMANDS`) as routerctl runs it; the exit
+    status."""
+    return COMMANDS[args.command].run(args, Ctl(args, Output(json_output=False)))

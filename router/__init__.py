@@ -1,7 +1,8 @@
 """connection-router: routes each broker client connection to one broker, Artemis-style.
 
 Packages of the project, by folder (the import direction runs down this list; nothing imports
-`router` except `pipeline`, `tests`, `benchmarks`, `deploy` and the entry points):
+`router` except `pipeline`, `tests`, `benchmarks`, `deploy` and the entry points; `router` imports
+nothing of `pipeline`, whose routerctl commands arrive through an entry point group):
 
 - `tls_sni/`  leaf: TLS ClientHello parsing for SNI. Imports nothing of ours.
 - `keys/`     routing keys: key types, connection facts, key resolution with filter and NULL, the
@@ -15,7 +16,8 @@ Packages of the project, by folder (the import direction runs down this list; no
 - `router/`   the router itself, in layers (below).
 - `pipeline/` the PySpark jobs over the router's event log (`analyze`, `simulate`, the synthetic
               event generator); it replays keys through the router's own engine. The `pipeline`
-              extra (PySpark, pandas, pyarrow, matplotlib); `router` never imports it.
+              extra (PySpark, pandas, pyarrow, matplotlib); `router` never imports it (routerctl
+              finds its commands through the entry point group `connection_router.routerctl`).
 
 `router/` has two axes. Its layers (below) keep decisions pure and I/O apart. Its features
 (`features/`, STYLE R13) each bring, in one folder, their pure rules (`rules.py`, linted as pure as
@@ -24,8 +26,9 @@ families, declared once through the contract in `feature.py`; `features/__init__
 is the one list the hubs (`server`, `cli`, the admin API, the metrics registry) loop over. Features
 never import each other; what two need is the kernel's (tests/test_layout.py checks both rules).
 Features so far: `probes` (active health), `ttl` (connection TTL), `moves` (evacuation,
-rebalance, paced shutdown). The rest still live in the layers and move into folders one by one
-(issue 31).
+rebalance, paced shutdown) whole; `admin_states`, `cache`, `event_log` and `discovery` with their
+routerctl commands, their services and routes still in the layers (they move one by one,
+issue 31).
 
 Layers of `router/`, lowest first; a module imports only its own layer and the layers above it in
 this list (tests/test_layout.py checks it, and that there are no import circles):
@@ -68,8 +71,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `framing`      where a client's frames end, to move it at a frame boundary
                   `reload`       what a configuration reload changes: old vs new configuration ->
                                  routers, targets and acceptors added, removed, changed
-4. `ctl_output`, `ctl_client`: routerctl's kernel: tables, JSON output and exit codes; the admin
-                API client (`Ctl`) every command that asks a routerd runs with.
+4. `ctl_output`, `ctl_client`, `ctl_render`: routerctl's kernel: tables, JSON output and exit
+                codes; the admin API client (`Ctl`) every command that asks a routerd runs with;
+                what people see of routers, targets, decisions and the process.
 5. `metrics`, `reports`: the Prometheus families (a feature's own: `FeatureMetrics`), and the
                 subscribers that turn events into log lines and metric updates (one more consumer
                 is one more subscriber).
@@ -92,13 +96,17 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
 10. `features/` one folder per feature (above): `probes/` (`checks`, one per broker protocol;
                 `service`, each router's health-check loop), `ttl/` (`service`, the connection-TTL
                 checker), `moves/` (`rules`, `service` with `Moves`, `routes`, `commands`:
-                `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`).
+                `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`); so far only their
+                routerctl commands: `admin_states/` (`state`), `cache/` (`cache`), `event_log/`
+                (`event-log`), `discovery/` (`register`).
 11. `acceptors`, `caches`, `reload`: what the process and a reload share (serving acceptors,
                 persisted caches' files), and the reload itself, carried out in place.
 12. `server`    the process: the nursery tree, start and shutdown; starts each feature's service
                 and hands it the kernel (`feature.Kernel`).
-13. `cli`       the entry points `routerd` and `routerctl` (and `__main__`); routerctl's commands
-                are its own and `FEATURES`' (and the pipeline's).
+13. `cli`, `ctl`, `ctl_commands`: the entry points: `routerd` (`cli`, and `__main__`) and
+                `routerctl` (`ctl`), whose commands are the kernel's (`ctl_commands`: route,
+                target, status, wait, reload), `FEATURES`' and the entry point group
+                `connection_router.routerctl`'s (the pipeline's): one `Command` contract for all.
 
 Where a rule lives: what a decision becomes on the wire is `core/plan.py`; which broker a key goes
 to is `core/engine.py` with `policies/`; when a target is ready is `pools/pool.py`, probed by

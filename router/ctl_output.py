@@ -37,7 +37,10 @@ __all__ = [
     "add_json_option",
     "exit_code_for_http",
     "finite_number",
+    "integer",
+    "only_error",
     "poll",
+    "seconds",
     "use_color",
 ]
 
@@ -275,6 +278,42 @@ def finite_number(
         return value
 
     return parse
+
+
+def seconds(*, zero: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds, >= 0 (`zero`) or > 0 (`finite_number`)."""
+    return finite_number(zero=zero, unit="seconds")
+
+
+def integer(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a decimal integer from `low` to `high`; anything else is a usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value: int | None = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer {low}-{high}, got {text!r}")
+        return value
+
+    return parse
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def only_error(exc: BaseException, kinds: type[_E] | tuple[type[_E], ...]) -> _E | None:
+    """`exc` when it is one of `kinds`, or the first one of a group holding nothing else (an error
+    raised inside a nursery, such as a listener failing to bind, arrives as a group); None
+    otherwise."""
+    if isinstance(exc, kinds):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split(kinds)
+        if matched is not None and rest is None:
+            return only_error(matched.exceptions[0], kinds)
+    return None
 
 
 _T = TypeVar("_T")

@@ -32,6 +32,7 @@ feature reaches its own service (`call.service(Moves)`) and nothing else's. A `C
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
@@ -163,6 +164,8 @@ class Command:
     admin: bool = True
     """Whether it asks a running routerd (`--admin`, `--json`)."""
     epilog: str | None = None
+    log_level: int = logging.WARNING
+    """What of routerctl's own log it prints on stderr (a long-running command says more)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from router.features import moves, probes, ttl
+from router.features import admin_states, cache, discovery, event_log, moves, probes, ttl
 
 if TYPE_CHECKING:
     from router.feature import Command, Feature, Route
@@ -19,7 +19,15 @@ if TYPE_CHECKING:
 
 __all__ = ["FEATURES", "commands", "register_metrics", "routes"]
 
-FEATURES: Final[tuple[Feature, ...]] = (probes.FEATURE, ttl.FEATURE, moves.FEATURE)
+FEATURES: Final[tuple[Feature, ...]] = (
+    probes.FEATURE,
+    ttl.FEATURE,
+    admin_states.FEATURE,
+    cache.FEATURE,
+    moves.FEATURE,
+    event_log.FEATURE,
+    discovery.FEATURE,
+)
 """In the order their services start (a router's probes first: its first probes run at once)."""
 
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from router.cli import _routerctl_parser, _routerd_parser
+from router.cli import _routerd_parser
+from router.ctl import routerctl_parser as _routerctl_parser
 
 if TYPE_CHECKING:
     import argparse

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 import pytest
 
-from router.cli import main_routerctl
+from router.ctl import main_routerctl
 from router.services.event_parquet import read_part
 from tests.conftest import eventually
 from tests.router.conftest import (

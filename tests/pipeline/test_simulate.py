@@ -34,11 +34,11 @@ from pipeline.simulate import (
     replay_one,
     simulate,
 )
-from router.cli import main_routerctl
 from router.config import load_config
 from router.config.settings import EventFileFormat
 from router.core.engine import RoutingEngine, build_pool
 from router.core.event_records import RAW_KEY_CAP, CloseRecord, DecisionRecord, json_line, timestamp
+from router.ctl import main_routerctl
 
 ROUTERCTL = Path(sys.executable).with_name("routerctl")
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from typing import Self
 
-ROUTERCTL = (sys.executable, "-c", "from router.cli import routerctl_main; routerctl_main()")
+ROUTERCTL = (sys.executable, "-c", "from router.ctl import routerctl_main; routerctl_main()")
 """The command line of `routerctl` run from this checkout (add its subcommand and arguments)."""
 
 

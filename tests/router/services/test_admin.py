@@ -16,10 +16,10 @@ import trio
 from cache import CacheConfig
 from policies import PolicyConfig
 from pools import AdminState, Connector, PoolConfig, PoolKind, TargetState
-from router.cli import main_routerctl
 from router.config import ConfigError
 from router.config.settings import AcceptorConfig, Config, EventLogConfig, RouterConfig
 from router.core.admin_access import ADMIN_MAX_CONNECTIONS, ADMIN_MAX_PER_SOURCE
+from router.ctl import main_routerctl
 from router.server import ServerInfo, serve_router
 
 if TYPE_CHECKING:

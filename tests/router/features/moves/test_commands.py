@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from router.cli import _routerctl_parser
+from router.ctl import routerctl_parser as _routerctl_parser
 from tests.router.conftest import ROUND_ROBIN_NODE_IDS, ROUTERCTL
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def test_progress_line_says_moved_left_rate_eta_and_why_it_waits() -> None:
 def test_progress_without_wait_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     """Scenario: --progress alone: exit status 2 before anything is asked (nothing listens on the
     admin address given)."""
-    from router.cli import main_routerctl
+    from router.ctl import main_routerctl
     from tests.conftest import free_port
 
     with pytest.raises(SystemExit) as exited:

@@ -1,0 +1,162 @@
+"""What people see of the admin API's documents in routerctl: tables and fields, for every command
+that shows a router, its targets, a decision or the process (--json prints the documents as they
+are instead: router/ctl_output.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from router.ctl_output import Fields, Renderable, Table
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "decisions_blocks",
+    "duration",
+    "field",
+    "items",
+    "router_blocks",
+    "status_blocks",
+    "targets_table",
+]
+
+
+def field(document: object, name: str) -> object:
+    return document.get(name) if isinstance(document, dict) else None
+
+
+def items(document: object, name: str) -> list[object]:
+    """A list field of a document ([] when it has none)."""
+    value = field(document, name)
+    return value if isinstance(value, list) else []
+
+
+def duration(seconds: object) -> str:
+    """12.3 s, 4m05s, 3h02m, 2d03h."""
+    if not isinstance(seconds, (int, float)):
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s"
+
+
+def _of(used: object, total: object) -> str:
+    return f"{_text_of(used)} of {_text_of(total)}"
+
+
+def _text_of(value: object) -> str:
+    return "unlimited" if value is None else str(value)
+
+
+def decisions_blocks(decisions: list[object]) -> list[Renderable]:
+    table = Table(["key", "status", "node_id", "connector"])
+    for d in decisions:
+        node_id = field(d, "node_id")
+        if node_id not in (None, "local") and field(d, "local"):
+            node_id = f"{node_id} (local)"
+        table.add(field(d, "key"), field(d, "status"), node_id, field(d, "connector"))
+    return [table]
+
+
+def targets_table(targets: Sequence[object]) -> Table:
+    table = Table(["node_id", "state", "admin_state", "connections", "connector"])
+    for t in targets:
+        if field(t, "in_pool") is False:
+            table.add(field(t, "node_id"), "absent", field(t, "admin_state"), None, None)
+            continue
+        ejected = field(t, "operational_state") == "ejected"  # ready, but passive health took it out
+        table.add(
+            field(t, "node_id"),
+            "ejected" if ejected else field(t, "state"),
+            field(t, "admin_state"),
+            field(t, "connections"),
+            field(t, "connector"),
+        )
+    return table
+
+
+def router_blocks(router: object) -> list[Renderable]:
+    pool = field(router, "pool")
+    fields = Fields()
+    for name in ("name", "key_type", "key_filter", "local_target_filter", "policy", "cache_entries"):
+        fields.add(name.replace("_", " "), field(router, name))
+    if not isinstance(pool, dict):
+        fields.add("pool", None)
+        return [fields]
+    fields.add("pool", f"{pool.get('kind')}, quorum {pool.get('quorum_size')}")
+    fields.add("pool state", "active" if pool.get("active") else "inactive")
+    targets = pool.get("targets", [])
+    blocks: list[Renderable] = [fields, targets_table(targets)]
+    members = Table(["member_of", "connector", "state", "active"])
+    for t in targets:
+        for m in t.get("members", ()):
+            members.add(t.get("node_id"), m.get("connector"), m.get("state"), m.get("active"))
+    if members.rows:
+        blocks.append(members)
+    return blocks
+
+
+def status_blocks(document: object) -> list[Renderable]:
+    process = field(document, "process")
+    descriptors = field(process, "descriptors")
+    clients = field(process, "client_connections")
+    fields = Fields()
+    fields.add("pid", field(process, "pid"))
+    fields.add("version", field(process, "version"))
+    fields.add("uptime", duration(field(process, "uptime_s")))
+    fields.add("descriptors", _of(field(descriptors, "open"), field(descriptors, "limit")))
+    fields.add("client connections", _of(field(clients, "open"), field(clients, "budget")))
+    state_file = field(document, "state_file")
+    if state_file is not None:
+        path, error = field(state_file, "path"), field(state_file, "error")
+        if field(state_file, "persisted"):
+            fields.add("state file", f"{path} (drain/maint states kept)")
+        else:
+            why = "a write is under way" if error is None else f"{error}; retried"
+            lost = "a restart would lose drain/maint states"
+            fields.add("state file", f"{path}: NOT PERSISTED, {lost} ({why})")
+    acceptors = Table(["acceptor", "router", "address", "mode", "path", "open", "pending", "limit"])
+    for a in items(document, "acceptors"):
+        host = str(field(a, "host"))
+        address = f"[{host}]:{field(a, 'port')}" if ":" in host else f"{host}:{field(a, 'port')}"
+        acceptors.add(
+            field(a, "name"),
+            field(a, "router"),
+            address,
+            field(a, "mode"),
+            field(a, "data_path"),
+            field(a, "open"),
+            field(a, "pending"),
+            field(a, "connections_allowed"),
+        )
+    routers = Table(["router", "key_type", "policy", "pool", "ready", "cache"])
+    for r in items(document, "routers"):
+        pool = field(r, "pool")
+        targets = items(pool, "targets")
+        ready = sum(field(t, "state") == "ready" for t in targets)
+        routers.add(
+            field(r, "name"),
+            field(r, "key_type"),
+            field(r, "policy"),
+            None if pool is None else ("active" if field(pool, "active") else "inactive"),
+            None if pool is None else f"{ready}/{len(targets)}",
+            field(r, "cache_entries"),
+        )
+    blocks: list[Renderable] = [fields, acceptors, routers]
+    sessions = items(document, "zookeeper")
+    if sessions:  # only where a router uses ZooKeeper
+        zookeeper = Table(["router", "zookeeper", "state", "since", "at"])
+        for z in sessions:
+            at = f"{field(z, 'connect')}{field(z, 'path')}"
+            zookeeper.add(field(z, "router"), field(z, "use"), field(z, "state"), field(z, "since"), at)
+        blocks.append(zookeeper)
+    return blocks
