@@ -27,7 +27,7 @@ is the one list the hubs (`server`, `cli`, the admin API, the metrics registry) 
 never import each other; what two need is the kernel's (tests/test_layout.py checks both rules).
 Features so far: `probes` (active health), `ttl` (connection TTL), `moves` (evacuation,
 rebalance, paced shutdown) whole; `admin_states`, `cache`, `event_log` and `discovery` with their
-routerctl commands, their services and routes still in the layers (they move one by one,
+routes and routerctl commands, their services still in the layers (they move one by one,
 issue 31).
 
 Layers of `router/`, lowest first; a module imports only its own layer and the layers above it in
@@ -87,7 +87,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 serve_router, targets_left, stopping), admin `Route`s and the `Call` they get,
                 routerctl `Command`s.
 9. `services/`  beside the data paths: ZooKeeper discovery (`discovery`), the admin API
-                (`admin`), a persisted cache's file and its writer process (`cache_store`), the cache shared
+                (`admin`, its HTTP server; `admin_routes`, the kernel's routes), a persisted
+                cache's file and its writer process (`cache_store`), the cache shared
                 through ZooKeeper (`shared_cache`), the state file of targets' administrative
                 states (`state_file`), whether a filesystem takes writes (`files`), the process's
                 status document (`process`), the event log
@@ -96,9 +97,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
 10. `features/` one folder per feature (above): `probes/` (`checks`, one per broker protocol;
                 `service`, each router's health-check loop), `ttl/` (`service`, the connection-TTL
                 checker), `moves/` (`rules`, `service` with `Moves`, `routes`, `commands`:
-                `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`); so far only their
-                routerctl commands: `admin_states/` (`state`), `cache/` (`cache`), `event_log/`
-                (`event-log`), `discovery/` (`register`).
+                `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`); so far with their admin
+                routes and routerctl commands only: `admin_states/` (`state`), `cache/`
+                (`cache`), `event_log/` (`event-log`), `discovery/` (`register`, no route).
 11. `acceptors`, `caches`, `reload`: what the process and a reload share (serving acceptors,
                 persisted caches' files), and the reload itself, carried out in place.
 12. `server`    the process: the nursery tree, start and shutdown; starts each feature's service

@@ -126,6 +126,22 @@ class Call:
             raise HttpError(404, f"no connection router named {name!r}")
         return runtime
 
+    def one(self, name: str) -> str | None:
+        """The query parameter `name`, or None without it.
+
+        Raises:
+            HttpError: 400, it is given more than once.
+        """
+        values = self.query.get(name)
+        if values is not None and len(values) != 1:
+            raise HttpError(400, f"query parameter {name!r} given {len(values)} times")
+        return None if values is None else values[0]
+
+    def optional(self, kind: type[_S]) -> _S | None:
+        """The running service (or kernel object) of this type, or None when there is none."""
+        found = self.services.get(kind)
+        return found if isinstance(found, kind) else None
+
     def service(self, kind: type[_S]) -> _S:
         """The running service of this type.
 

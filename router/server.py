@@ -59,7 +59,8 @@ from router.features import routes as feature_routes
 from router.metrics import Metrics
 from router.reload import Reloads
 from router.runtime import RouterRuntime
-from router.services.admin import KERNEL_ROUTES, AdminContext, Lifecycle, serve_admin
+from router.services.admin import serve_admin
+from router.services.admin_routes import KERNEL_ROUTES, AdminContext, Lifecycle
 from router.services.cache_store import (
     CacheStore,
     close_cache_store,
@@ -390,6 +391,16 @@ class _Server:
                     nursery.start_soon(serve_cache_store, runtime, store)
                 task_status.started()
 
+    def _kernel_objects(self) -> dict[type, object]:
+        """What the features' routes read of the kernel's, by type: the event log and the kept
+        administrative states, when the process has them (`Call.optional`)."""
+        found: dict[type, object] = {}
+        if self.event_log is not None:
+            found[EventLog] = self.event_log
+        if self.options.states is not None:
+            found[KeptStates] = self.options.states
+        return found
+
     def store_of(self, runtime: RouterRuntime) -> CacheStore | None:
         return next((store for r, store in self.stores if r is runtime), None)
 
@@ -451,10 +462,8 @@ class _Server:
                     lifecycle=self.lifecycle,
                     reload=self.reload,
                     process=self.process,
-                    event_log=self.event_log,
-                    states=options.states,
                     routes=feature_routes(),
-                    features=self.features,
+                    features={**self.features, **self._kernel_objects()},
                 )
                 admin_bound = await services.start(serve_admin, admin[0], admin[1], context)
             if self.options.reloads is not None:

@@ -13,7 +13,8 @@ from typing import Final
 
 from router.feature import Feature
 from router.features.admin_states.commands import COMMANDS
+from router.features.admin_states.routes import ROUTES
 
 __all__ = ["FEATURE"]
 
-FEATURE: Final = Feature(name="admin_states", commands=COMMANDS)
+FEATURE: Final = Feature(name="admin_states", routes=ROUTES, commands=COMMANDS)

@@ -12,7 +12,8 @@ from typing import Final
 
 from router.feature import Feature
 from router.features.cache.commands import COMMANDS
+from router.features.cache.routes import ROUTES
 
 __all__ = ["FEATURE"]
 
-FEATURE: Final = Feature(name="cache", commands=COMMANDS)
+FEATURE: Final = Feature(name="cache", routes=ROUTES, commands=COMMANDS)

@@ -12,7 +12,8 @@ from typing import Final
 
 from router.feature import Feature
 from router.features.event_log.commands import COMMANDS
+from router.features.event_log.routes import ROUTES
 
 __all__ = ["FEATURE"]
 
-FEATURE: Final = Feature(name="event_log", commands=COMMANDS)
+FEATURE: Final = Feature(name="event_log", routes=ROUTES, commands=COMMANDS)
