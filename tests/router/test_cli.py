@@ -3,7 +3,6 @@ against a running server, and `routerd`'s one-line errors."""
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import re
@@ -21,6 +20,7 @@ import pytest
 from router.cli import _routerd_parser, main_routerd
 from router.ctl import main_routerctl
 from tests.router.conftest import Mosquitto, acceptors_xml, mqtt_round_trip, static_connectors
+from tests.router.test_ctl import _actions
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -49,17 +49,6 @@ def _routerd_process(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 OK, USE_ANOTHER, UNAVAILABLE = "OK", "REFUSED_USE_ANOTHER", "REFUSED_UNAVAILABLE"
-
-
-def _actions(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.Action]]:
-    """Every action of a parser and of its subcommands, with the command path it belongs to."""
-    for action in parser._actions:
-        yield path, action
-        if isinstance(action, argparse._SubParsersAction):
-            for choice in action._choices_actions:
-                yield f"{path} {choice.dest}", choice
-            for name, subparser in action.choices.items():
-                yield from _actions(subparser, f"{path} {name}")
 
 
 def test_routerd_every_option_has_help() -> None:
