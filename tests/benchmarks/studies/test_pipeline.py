@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from benchmarks.fleet import pid_alive
-from benchmarks.pipeline import (
+from benchmarks.studies.pipeline import (
     Counts,
     compare,
     data_set,
@@ -23,7 +23,7 @@ from benchmarks.pipeline import (
 )
 from pipeline.generate import generate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SMOKE_TIMEOUT_S = 600
 
 
@@ -96,11 +96,11 @@ def test_data_set_reuses_matching_files(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_pipeline_quick_counts_agree(tmp_path: Path) -> None:
-    """Scenario: `python -m benchmarks.pipeline --quick` runs Spark and DuckDB on the same ~20,000
+    """Scenario: `python -m benchmarks.studies.pipeline --quick` runs Spark and DuckDB on the same ~20,000
     events, both find truth.json's counts, and the JVM and the data are gone afterwards."""
     out = tmp_path / "x.json"
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.pipeline", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "benchmarks.studies.pipeline", "--quick", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

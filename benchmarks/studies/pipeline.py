@@ -1,9 +1,12 @@
 """The pipeline benchmark: `routerctl analyze` on Spark `local[2]` against DuckDB (2 threads) doing
 the same work on the same files, in the same run, plus the event log's cost inside the router.
 
-    .venv/bin/python -m benchmarks.pipeline [--events 10000000] [--runs 1] [--workdir DIR] [--keep]
-                                            [--json PATH] [--quick] [--only pipeline,event-log]
-                                            [--conf KEY=VALUE ...] [--timeout S]
+    .venv/bin/python -m benchmarks.studies.pipeline [--events 10000000] [--runs 1] [--workdir DIR] [--keep]
+                                                    [--json PATH] [--quick] [--only pipeline,event-log]
+                                                    [--conf KEY=VALUE ...] [--timeout S]
+
+Quoted by docs/pipeline.md ("What the job does": what it costs), docs/event-log.md ("Why
+Parquet"), README.md and benchmarks/README.md ("The event pipeline").
 
 1. **Data.** `pipeline.generate` writes N events of synthetic event files in both of the router's
    formats, each with its `truth.json`, 4 routing processes, 100,000 Zipf keys, 1 % duplicates:
@@ -39,7 +42,7 @@ the load average and the CPU time other processes used during each measurement (
 `cpu_others`), and writes everything (Spark conf, versions) to a JSON file. It stops the JVM it
 started, deletes what it generated unless `--keep`, and is bounded by `--timeout`.
 
-`--only event-log` runs only the event log's cost (`benchmarks.event_log`).
+`--only event-log` runs only the event log's cost (`benchmarks.studies.event_log`).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, NoReturn
 
-from benchmarks.event_log import TRICKLE_RATE, EventLogCost, time_event_log
+from benchmarks.studies.event_log import TRICKLE_RATE, EventLogCost, time_event_log
 from router.core.event_records import FIELDS, FieldType
 from router.core.events import CloseReason
 
@@ -89,7 +92,7 @@ __all__ = [
     "main",
 ]
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+ROOT: Final = Path(__file__).resolve().parents[2]
 MASTER: Final = "local[2]"
 """The benchmark's Spark master: 2 cores, as DuckDB's 2 threads (passed to `spark_session`)."""
 SPARK_CONF: Final[Mapping[str, str]] = {"spark.driver.memory": "6g"}
@@ -1052,7 +1055,7 @@ def default_json_path() -> Path:
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.pipeline",
+        prog="python -m benchmarks.studies.pipeline",
         description="routerctl analyze on Spark local[2] against DuckDB on the same files "
         "(see benchmarks/README.md).",
     )
@@ -1186,7 +1189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "schema": "router-pipeline-bench/1",
         "started_at": started_at.isoformat(timespec="seconds"),
         "duration_s": round(time.monotonic() - started, 1),
-        "command": " ".join(["python -m benchmarks.pipeline", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(
+            ["python -m benchmarks.studies.pipeline", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "events": args.events,
         "quick": bool(args.quick),
         "machine": {
