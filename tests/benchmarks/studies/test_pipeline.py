@@ -15,6 +15,7 @@ import pytest
 
 from benchmarks.fleet import pid_alive
 from benchmarks.studies.pipeline import (
+    DUCKDB_TABLES,
     Counts,
     compare,
     data_set,
@@ -62,6 +63,31 @@ def test_duckdb_analyze_routers_parquet_matches_truth(tmp_path: Path) -> None:
     assert compare(found, expected_counts(data.truth), what="duckdb") == []
     assert found.duplicates > 0
     assert found.malformed == 0
+
+
+def test_duckdb_tables_are_analyzes_tables_in_its_order() -> None:
+    from pipeline.analyze import TABLES
+
+    assert list(DUCKDB_TABLES) == list(TABLES)
+    assert list(DUCKDB_TABLES).index("per_key") < list(DUCKDB_TABLES).index("top_keys")  # reads it
+
+
+def test_duckdb_analyze_quarantine_counts_has_every_reason_in_order(events: Path, tmp_path: Path) -> None:
+    """Scenario: the records set aside per reason come in ingest's order, 0 where a reason had
+    none, the same as the summary's; analyze's columns, `files` null."""
+    from pipeline.generate import load_truth
+    from pipeline.ingest import REASONS
+
+    truth = load_truth(events / "truth.json")
+    con = _duckdb()
+    found = duckdb_analyze(con, json_files=[events / f for f in truth.files], out=tmp_path / "out")
+    counts = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'out' / 'quarantine_counts.parquet'}')")
+    assert [d[0] for d in counts.description] == ["reason", "records", "files"]
+    rows = counts.fetchall()
+    assert [reason for reason, _, _ in rows] == list(REASONS)
+    assert {reason: n for reason, n, _ in rows if n} == found.malformed_by_reason
+    assert {files for _, _, files in rows} == {None}
+    assert 0 in {n for _, n, _ in rows}  # the generator's malformed lines leave a reason out
 
 
 def test_compare_names_each_difference() -> None:
