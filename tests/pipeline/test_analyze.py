@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from pipeline import analyze
-from pipeline.analyze import COLUMNS, SHARED_ID, per_key_flags, tables
+from pipeline.analyze import COLUMNS, SHARED_ID, TABLE_BUILDERS, TABLES, per_key_flags, tables
 from pipeline.schema import EVENT_SCHEMA
 
 T0 = datetime(2026, 11, 18, 11, 0, tzinfo=UTC)
@@ -107,6 +107,29 @@ def results(spark):
     out = tables(events)
     yield out
     spark.catalog.clearCache()
+
+
+def test_tables_are_the_registry_in_tables_order(results):
+    """`tables` gives one DataFrame per `TABLE_BUILDERS` entry, in the order `summary.json` lists
+    `TABLES`; `analyze` adds the top keys and the two quarantine tables."""
+    assert list(results) == list(TABLE_BUILDERS)
+    assert TABLES == (
+        "per_target",
+        "per_router",
+        "per_process",
+        "refusals",
+        "close_reasons",
+        "balance",
+        "per_minute",
+        "latency",
+        "latency_hist",
+        "per_key",
+        "moves",
+        "moves_by_cause",
+        "top_keys",
+        "quarantine",
+        "quarantine_counts",
+    )
 
 
 def test_moves_and_their_causes(results):
