@@ -22,6 +22,8 @@ from pipeline.analyze import (
     _number,
     _summary,
     _sums,
+    bucket_upper_us,
+    latency_bucket,
     move_cause,
     per_key_flags,
     percentiles,
@@ -399,3 +401,19 @@ def test_percentiles_are_the_nearest_rank_bucket_upper_bounds(spark):
     )
     b = rows["b"]
     assert (b.decisions, b.p50_us, b.p999_us) == (1, upper[0], upper[0])
+
+
+def test_latency_bucket_and_its_bounds(spark):
+    """A bucket is a quarter of an octave; under 1 µs is bucket 0; a bucket's upper bound is what a
+    percentile reports, and the next bucket's lower bound."""
+    latencies = spark.createDataFrame([(0.5,), (1.0,), (1.18,), (100.0,), (1000.0,)], "us double")
+    rows = latencies.select(latency_bucket(F.col("us")).alias("bucket")).select(
+        "bucket", bucket_upper_us(F.col("bucket")).alias("upper")
+    )
+    assert [(r.bucket, r.upper) for r in rows.collect()] == [
+        (0, 1.2),
+        (0, 1.2),
+        (0, 1.2),
+        (26, 107.6),
+        (39, 1024.0),
+    ]

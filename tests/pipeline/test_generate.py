@@ -42,7 +42,7 @@ from policies import ConsistentHashPolicy
 from pools.target import Connector, Target
 from router.config import load_config
 from router.config.settings import EventFileFormat
-from router.core.event_records import RAW_KEY_CAP, CloseRecord, DecisionRecord, json_line
+from router.core.event_records import BOOT_SPAN, RAW_KEY_CAP, CloseRecord, DecisionRecord, json_line
 from router.services.event_parquet import ARROW_SCHEMA
 from tests.router.services.conftest import records_in
 
@@ -360,3 +360,33 @@ def test_truth_round_trips_through_its_json(tmp_path):
     assert text == truth.to_json()
     assert json.loads(text)["router_ids"] == ["rtr-a"]
     assert load_truth(tmp_path / "truth.json") == truth
+
+
+def test_generate_numbers_each_process_s_lines_in_order_and_rtr_a_restarts(tmp_path):
+    """Scenario: without faults, each routing process's files, read in order, are its lines:
+    `seq` counts up by one from each boot (`BOOT_SPAN` apart), `rtr-a` boots twice (the restart),
+    times never go back within a boot, and a close names a connection decided before it."""
+    truth = generate(
+        tmp_path, 3000, routers=2, keys=100, duplicate_rate=0, malformed_rate=0, files=3, compress=False
+    )
+    assert truth.files == [f"events-rtr-{r}-{f:04d}.jsonl" for r in "ab" for f in range(3)]
+    assert not list(tmp_path.glob(".*"))  # written under dot names, then renamed
+    for router_id in truth.router_ids:
+        files = [name for name in truth.files if router_id in name]
+        sizes = [len((tmp_path / name).read_text().splitlines()) for name in files]
+        assert max(sizes) - min(sizes) <= 1
+        records = [json.loads(line) for name in files for line in (tmp_path / name).read_text().splitlines()]
+        assert {r["router_id"] for r in records} == {router_id}
+        boots = [r["seq"] // BOOT_SPAN for r in records]
+        assert boots == sorted(boots)
+        assert len(set(boots)) == (2 if router_id == "rtr-a" else 1)
+        decided: set[int] = set()
+        for boot in sorted(set(boots)):
+            mine = [r for r in records if r["seq"] // BOOT_SPAN == boot]
+            assert [r["seq"] % BOOT_SPAN for r in mine] == list(range(len(mine)))
+            assert [r["ts"] for r in mine] == sorted(r["ts"] for r in mine)
+            for record in mine:
+                if record["kind"] == "decision":
+                    decided.add(record["conn"])
+                else:
+                    assert record["conn"] in decided

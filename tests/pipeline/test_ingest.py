@@ -314,3 +314,35 @@ def test_unreadable_error_names_the_first_file_and_counts_the_rest():
 def test__line_is_the_first_line_or_the_exceptions_name():
     assert _line(OSError("first\nsecond")) == "first"
     assert _line(ValueError("  ")) == "ValueError"
+
+
+def test_event_files_sorts_files_by_format_and_skips_hidden_ones(spark, tmp_path):
+    """Scenario: a directory with both formats (in a subdirectory too), files being written (dot
+    names) or Spark's own (`_` names, also as a directory), and a truth.json; and a file named
+    directly, which is JSON lines unless it ends in .parquet."""
+    log = tmp_path / "log"
+    for name in (
+        "a.jsonl",
+        "b.jsonl.zst",
+        "c.jsonl.gz",
+        "d.jsonl.bz2",
+        "e.parquet",
+        "sub/f.parquet",
+        ".g.jsonl.zst.tmp",
+        ".h.parquet",
+        "_SUCCESS",
+        "_staging/i.parquet",
+        "truth.json",
+    ):
+        (log / name).parent.mkdir(parents=True, exist_ok=True)
+        (log / name).write_text("")
+    (tmp_path / "named.log").write_text("")
+    json_files, parquet_files = event_files(spark, [str(log), str(tmp_path / "named.log")])
+    assert [Path(f).name for f in json_files] == [
+        "a.jsonl",
+        "b.jsonl.zst",
+        "c.jsonl.gz",
+        "d.jsonl.bz2",
+        "named.log",
+    ]
+    assert [f.removeprefix(f"file:{log}/") for f in parquet_files] == ["e.parquet", "sub/f.parquet"]
