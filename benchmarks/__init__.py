@@ -8,6 +8,8 @@ Run it with `.venv/bin/python -m benchmarks.run` (see benchmarks/README.md). Lay
     clients.py   the C load client and echo server (compiled at run time), iperf3, MQTT probes
     decision.py  routing decision time, in process
     report.py    figures, ratios, the table and the JSON document
+    studies/     studies run by hand (`python -m benchmarks.studies.NAME`), one file each; they use
+                 the harness's parts, the harness never imports them
 
 Everything listens and connects on 127.0.0.0/8 only. Nothing here is imported by the router.
 """

@@ -13,7 +13,7 @@ change in the cache's journal; the file is written by another task, off the deci
 in these figures) and shared through ZooKeeper (`<zookeeper>` in `<cache>`: `RoutingEngine.begin`,
 as routerd decides; a hit also notes the key as used; a miss is the engine's part of it,
 `SharedCacheWait` then `after_shared` with no entry found: ZooKeeper's read and the claim are
-measured apart, by `benchmarks/shared_cache.py`), side by side.
+measured apart, by `benchmarks/studies/shared_cache.py`), side by side.
 """
 
 from __future__ import annotations

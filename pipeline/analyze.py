@@ -13,6 +13,9 @@ with pure DataFrame functions a test can feed hand-written events:
   its moves), so the window runs once for `per_key_table` and for `moves_table`, which gives
   the moves their cause (`move_cause`) with small joins on the moves only.
 
+`shared` computes those once (`Shared`); each table is then one function of them
+(`TABLE_BUILDERS`, one entry per table, in `TABLES`' order).
+
 Keys are per connection router: (router, key); `NULL` is not a key. It writes Parquet tables under
 `--out` (`TABLES`), `summary.json` and `report.html` (`pipeline.report`), and brings to the driver
 only aggregate tables (at most a few thousand rows) and counts. docs/pipeline.md describes the
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from pyspark import StorageLevel
@@ -34,7 +38,7 @@ from pipeline.session import SHUFFLE_PARTITIONS, setting
 from router.core.events import CloseReason
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     import pandas as pd  # type: ignore[import-untyped]  # no pandas-stubs in the pipeline extra
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -53,7 +57,9 @@ __all__ = [
     "SMALL_WRITERS",
     "SUMMED",
     "TABLES",
+    "TABLE_BUILDERS",
     "WHOLE_LOG",
+    "Shared",
     "analyze",
     "balance",
     "bucket_upper_us",
@@ -66,6 +72,7 @@ __all__ = [
     "percentiles",
     "quarantine_counts",
     "rollups",
+    "shared",
     "tables",
 ]
 
@@ -83,28 +90,10 @@ KEY_ID: Final = "_key_id"
 """A (router, key)'s 64-bit hash (xxhash64): the per-key window partitions and sorts by it, a long
 that the sort compares in its 8-byte prefix, where two strings (the router, often the same in every
 row, then the key) made the sort compare whole rows. `per_key_flags` flags a key that shares its id
-with another (`SHARED_ID`), and `tables` then partitions by the strings instead."""
+with another (`SHARED_ID`), and `shared` then partitions by the strings instead."""
 SHARED_ID: Final = "_shared_id"
 """`per_key_flags`'s flag: this decision's (router, key) differs from the one before it in its
 window, so two keys share a `KEY_ID`."""
-TABLES: Final = (
-    "per_target",
-    "per_router",
-    "per_process",
-    "refusals",
-    "close_reasons",
-    "balance",
-    "per_minute",
-    "latency",
-    "latency_hist",
-    "per_key",
-    "moves",
-    "moves_by_cause",
-    "top_keys",
-    "quarantine",
-    "quarantine_counts",
-)
-"""The Parquet tables `analyze` writes under `--out` (each a directory)."""
 COLUMNS: Final = (
     "kind",
     "router_id",
@@ -125,8 +114,6 @@ COLUMNS: Final = (
 )
 """The event columns the tables read: only these are staged (the source, protocol, acceptor and
 raw key are `simulate`'s)."""
-SMALL: Final = frozenset(TABLES) - {"per_key", "moves", "quarantine"}
-"""Aggregate tables: written as one file each, read by the report."""
 SMALL_WRITERS: Final = 4
 """Tables written, and aggregate tables read back for the report, at a time. An aggregate table is
 a Spark job of a few hundred rows whose time is mostly the driver's (planning, scheduling, the
@@ -439,97 +426,35 @@ def moves_table(rows: DataFrame, events: DataFrame, active: DataFrame) -> DataFr
     )
 
 
-def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame]:
-    """Every analysis table over deduplicated events (quarantine tables excepted), computed
-    when written, but for two parts computed here.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shared:
+    """What several tables read, computed once (`shared`): the roll-ups, every count table's
+    source, and the per-key window's kept rows and moves, which `per_key`, `moves` and
+    `moves_by_cause` read."""
+
+    whole: DataFrame
+    """`rollups`' whole-log roll-up (checkpointed)."""
+    minutes: DataFrame
+    """`rollups`' per-minute roll-up (checkpointed)."""
+    rows: DataFrame
+    """`per_key_rows`, computed and persisted: by `KEY_ID`, or by the strings when two keys
+    shared an id."""
+    moves: DataFrame
+    """`moves_table` over `rows`, persisted (computed when first written)."""
+    window_minutes: int
+    """The balance table's window."""
+
+
+def shared(events: DataFrame, *, window_minutes: int = 1) -> Shared:
+    """The parts several tables share, over deduplicated events.
 
     `rollups` are checkpointed (small: one scan of the events for every count table); the per-key
     window's kept rows (`per_key_rows`: each key's last decision and its moves) are computed and
     kept (small; by `KEY_ID`, and again by the strings when two keys shared an id), and the moves
     are persisted, since `per_key`, `moves` and `moves_by_cause` read them; `analyze` unpersists
     them when the tables are written."""
-    roll, minutes = rollups(events)
-    is_decision = F.col("kind") == "decision"
-    is_ok = is_decision & (F.col("status") == "OK")
-    is_close = F.col("kind") == "close"
-    refused = is_decision & (F.col("status") != "OK")
-    out: dict[str, DataFrame] = {}
-
-    targets = roll.where(F.col("node_id").isNotNull()).groupBy("router", "node_id")
-    per_target = targets.agg(
-        _count_if(is_ok, F.col("n")).alias("decisions"),
-        _count_if(is_close, F.col("n")).alias("connections"),
-        _count_if(is_close & F.col("reason").isin(*TARGET_DOWN_CLOSES), F.col("n")).alias("closed_by_router"),
-        F.sum("bytes_in").alias("bytes_in"),
-        F.sum("bytes_out").alias("bytes_out"),
-    )
-    per_target = per_target.withColumn(
-        "share", F.col("decisions") / F.sum("decisions").over(Window.partitionBy("router"))
-    )
-    out["per_target"] = per_target
-
-    def counts(*group: str) -> DataFrame:
-        return roll.groupBy(*group).agg(
-            _count_if(is_decision, F.col("n")).alias("decisions"),
-            _count_if(is_ok, F.col("n")).alias("ok"),
-            _count_if(refused, F.col("n")).alias("refused"),
-            _count_if(is_close, F.col("n")).alias("connections"),
-            _count_if(is_ok & F.col("cache_hit"), F.col("n")).alias("cache_hits"),
-            _count_if(is_decision & F.col("null_key"), F.col("n")).alias("null_keys"),
-        )
-
-    used = per_target.where(F.col("decisions") > 0).select("router", "node_id")
-    ok_by_target = per_target.select("router", "node_id", "decisions")
-    overall = balance(ok_by_target, used, []).select("router", "max_mean", "cv")
-    out["per_router"] = (
-        counts("router")
-        .withColumn("cache_hit_ratio", F.col("cache_hits") / F.col("ok"))
-        .withColumn("null_key_rate", F.col("null_keys") / F.col("decisions"))
-        .join(overall, "router", "left")
-    )
-    out["per_process"] = counts("router_id", "router")
-    out["refusals"] = (
-        roll.where(refused).groupBy("router", "status", "reason").agg(F.sum("n").alias("decisions"))
-    )
-    out["close_reasons"] = (
-        roll.where(is_close).groupBy("router", "node_id", "reason").agg(F.sum("n").alias("connections"))
-    )
-    seconds = window_minutes * 60
-    window = F.timestamp_seconds(F.floor(F.unix_timestamp("minute") / seconds) * seconds)
-    ok_windows = (
-        minutes.where(is_ok)
-        .groupBy(window.alias("window_start"), "router", "node_id")
-        .agg(F.sum("n").alias("decisions"))
-    )
-    out["balance"] = balance(ok_windows, used, ["window_start"])
-    hist = minutes.where(is_decision).groupBy("minute", "router", "bucket").agg(F.sum("n").alias("n"))
-    minute_counts = minutes.groupBy("minute", "router").agg(
-        _count_if(is_decision, F.col("n")).alias("decisions"),
-        _count_if(is_ok, F.col("n")).alias("ok"),
-        _count_if(refused, F.col("n")).alias("refused"),
-        _count_if(is_ok & F.col("cache_hit"), F.col("n")).alias("cache_hits"),
-        _count_if(is_decision & F.col("null_key"), F.col("n")).alias("null_keys"),
-        _count_if(is_close, F.col("n")).alias("connections"),
-    )
-    minute_pct = percentiles(hist, ["minute", "router"]).select("minute", "router", "p50_us", "p99_us")
-    out["per_minute"] = minute_counts.join(minute_pct, ["minute", "router"], "left")
-    by_router = hist.groupBy("router", "bucket").agg(F.sum("n").alias("n"))
-    all_routers = (
-        by_router.groupBy("bucket")
-        .agg(F.sum("n").alias("n"))
-        .select(F.lit("*").alias("router"), "bucket", "n")
-    )
-    latency_hist = by_router.unionByName(all_routers)
-    out["latency"] = percentiles(latency_hist, ["router"])
-    out["latency_hist"] = latency_hist.select(
-        "router",
-        "bucket",
-        F.round(F.pow(F.lit(2.0), F.col("bucket") / BUCKETS_PER_OCTAVE), 1).alias("lower_us"),
-        bucket_upper_us(F.col("bucket")).alias("upper_us"),
-        F.col("n").alias("decisions"),
-    )
-
-    active = minutes.where(is_ok).select("router", "minute", "node_id").distinct()
+    whole, minutes = rollups(events)
+    active = minutes.where(_is_ok()).select("router", "minute", "node_id").distinct()
     spark = events.sparkSession
     shuffles = int(str(spark.conf.get(SHUFFLE_PARTITIONS)))  # Spark's default when unset
     with setting(spark, SHUFFLE_PARTITIONS, str(PER_KEY_SHUFFLES * shuffles)):
@@ -537,13 +462,160 @@ def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame
         if rows.where(F.col(SHARED_ID)).count():  # computes the kept rows: two keys share an id
             rows.unpersist()
             rows = per_key_rows(per_key_flags(events, by_id=False)).persist(StorageLevel.MEMORY_AND_DISK)
-    out["per_key"] = per_key_table(rows)
-    found = moves_table(rows, events, active).persist(StorageLevel.MEMORY_AND_DISK)
-    out["moves"] = found
-    out["moves_by_cause"] = found.groupBy("router", "cause").agg(
-        F.count("*").alias("moves"), F.countDistinct("key").alias("keys")
+    moves = moves_table(rows, events, active).persist(StorageLevel.MEMORY_AND_DISK)
+    return Shared(whole=whole, minutes=minutes, rows=rows, moves=moves, window_minutes=window_minutes)
+
+
+def _is_decision() -> Column:
+    return F.col("kind") == "decision"
+
+
+def _is_ok() -> Column:
+    return _is_decision() & (F.col("status") == "OK")
+
+
+def _is_close() -> Column:
+    return F.col("kind") == "close"
+
+
+def _refused() -> Column:
+    return _is_decision() & (F.col("status") != "OK")
+
+
+def _per_target(s: Shared) -> DataFrame:
+    """OK decisions, connections, closes by the router and bytes per (router, target), and each
+    target's share of its router's OK decisions."""
+    n = F.col("n")
+    per_target = (
+        s.whole.where(F.col("node_id").isNotNull())
+        .groupBy("router", "node_id")
+        .agg(
+            _count_if(_is_ok(), n).alias("decisions"),
+            _count_if(_is_close(), n).alias("connections"),
+            _count_if(_is_close() & F.col("reason").isin(*TARGET_DOWN_CLOSES), n).alias("closed_by_router"),
+            F.sum("bytes_in").alias("bytes_in"),
+            F.sum("bytes_out").alias("bytes_out"),
+        )
     )
-    return out
+    return per_target.withColumn(
+        "share", F.col("decisions") / F.sum("decisions").over(Window.partitionBy("router"))
+    )
+
+
+def _used(s: Shared) -> DataFrame:
+    """`[router, node_id]`: every target a router sent an OK decision to (`balance`'s targets)."""
+    return _per_target(s).where(F.col("decisions") > 0).select("router", "node_id")
+
+
+def _counts(s: Shared, *group: str) -> DataFrame:
+    n = F.col("n")
+    return s.whole.groupBy(*group).agg(
+        _count_if(_is_decision(), n).alias("decisions"),
+        _count_if(_is_ok(), n).alias("ok"),
+        _count_if(_refused(), n).alias("refused"),
+        _count_if(_is_close(), n).alias("connections"),
+        _count_if(_is_ok() & F.col("cache_hit"), n).alias("cache_hits"),
+        _count_if(_is_decision() & F.col("null_key"), n).alias("null_keys"),
+    )
+
+
+def _per_router(s: Shared) -> DataFrame:
+    ok_by_target = _per_target(s).select("router", "node_id", "decisions")
+    overall = balance(ok_by_target, _used(s), []).select("router", "max_mean", "cv")
+    return (
+        _counts(s, "router")
+        .withColumn("cache_hit_ratio", F.col("cache_hits") / F.col("ok"))
+        .withColumn("null_key_rate", F.col("null_keys") / F.col("decisions"))
+        .join(overall, "router", "left")
+    )
+
+
+def _balance_table(s: Shared) -> DataFrame:
+    seconds = s.window_minutes * 60
+    window = F.timestamp_seconds(F.floor(F.unix_timestamp("minute") / seconds) * seconds)
+    ok_windows = (
+        s.minutes.where(_is_ok())
+        .groupBy(window.alias("window_start"), "router", "node_id")
+        .agg(F.sum("n").alias("decisions"))
+    )
+    return balance(ok_windows, _used(s), ["window_start"])
+
+
+def _hist(s: Shared) -> DataFrame:
+    """Decisions per (minute, router, latency bucket)."""
+    return s.minutes.where(_is_decision()).groupBy("minute", "router", "bucket").agg(F.sum("n").alias("n"))
+
+
+def _per_minute(s: Shared) -> DataFrame:
+    n = F.col("n")
+    minute_counts = s.minutes.groupBy("minute", "router").agg(
+        _count_if(_is_decision(), n).alias("decisions"),
+        _count_if(_is_ok(), n).alias("ok"),
+        _count_if(_refused(), n).alias("refused"),
+        _count_if(_is_ok() & F.col("cache_hit"), n).alias("cache_hits"),
+        _count_if(_is_decision() & F.col("null_key"), n).alias("null_keys"),
+        _count_if(_is_close(), n).alias("connections"),
+    )
+    minute_pct = percentiles(_hist(s), ["minute", "router"]).select("minute", "router", "p50_us", "p99_us")
+    return minute_counts.join(minute_pct, ["minute", "router"], "left")
+
+
+def _router_hist(s: Shared) -> DataFrame:
+    """Decisions per (router, latency bucket), and per bucket over every router as router `*`."""
+    by_router = _hist(s).groupBy("router", "bucket").agg(F.sum("n").alias("n"))
+    all_routers = (
+        by_router.groupBy("bucket")
+        .agg(F.sum("n").alias("n"))
+        .select(F.lit("*").alias("router"), "bucket", "n")
+    )
+    return by_router.unionByName(all_routers)
+
+
+def _latency_hist(s: Shared) -> DataFrame:
+    return _router_hist(s).select(
+        "router",
+        "bucket",
+        F.round(F.pow(F.lit(2.0), F.col("bucket") / BUCKETS_PER_OCTAVE), 1).alias("lower_us"),
+        bucket_upper_us(F.col("bucket")).alias("upper_us"),
+        F.col("n").alias("decisions"),
+    )
+
+
+TABLE_BUILDERS: Final[Mapping[str, Callable[[Shared], DataFrame]]] = {
+    "per_target": _per_target,
+    "per_router": _per_router,
+    "per_process": lambda s: _counts(s, "router_id", "router"),
+    "refusals": lambda s: (
+        s.whole.where(_refused()).groupBy("router", "status", "reason").agg(F.sum("n").alias("decisions"))
+    ),
+    "close_reasons": lambda s: (
+        s.whole.where(_is_close()).groupBy("router", "node_id", "reason").agg(F.sum("n").alias("connections"))
+    ),
+    "balance": _balance_table,
+    "per_minute": _per_minute,
+    "latency": lambda s: percentiles(_router_hist(s), ["router"]),
+    "latency_hist": _latency_hist,
+    "per_key": lambda s: per_key_table(s.rows),
+    "moves": lambda s: s.moves,
+    "moves_by_cause": lambda s: s.moves.groupBy("router", "cause").agg(
+        F.count("*").alias("moves"), F.countDistinct("key").alias("keys")
+    ),
+}
+"""One function per table of the events (`tables`), in `TABLES`' order: each builds its table,
+computed when written, from the `Shared` parts."""
+TABLES: Final = (*TABLE_BUILDERS, "top_keys", "quarantine", "quarantine_counts")
+"""The Parquet tables `analyze` writes under `--out` (each a directory): `TABLE_BUILDERS`', then
+the top keys (from the written `per_key`) and ingest's two quarantine tables."""
+SMALL: Final = frozenset(TABLES) - {"per_key", "moves", "quarantine"}
+"""Aggregate tables: written as one file each, read by the report."""
+
+
+def tables(events: DataFrame, *, window_minutes: int = 1) -> dict[str, DataFrame]:
+    """Every analysis table over deduplicated events (quarantine tables and `top_keys` excepted),
+    in `TABLES`' order: `TABLE_BUILDERS` over the `shared` parts, which are computed here; the
+    tables are computed when written."""
+    parts = shared(events, window_minutes=window_minutes)
+    return {name: build(parts) for name, build in TABLE_BUILDERS.items()}
 
 
 def quarantine_counts(spark: SparkSession, ingested: Ingested) -> DataFrame:

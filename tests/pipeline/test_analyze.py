@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]  # no pandas-stubs in the pipeline extra
 import pytest
 from pyspark.sql import functions as F
 
 from pipeline import analyze
-from pipeline.analyze import COLUMNS, SHARED_ID, per_key_flags, tables
+from pipeline.analyze import (
+    BUCKETS_PER_OCTAVE,
+    COLUMNS,
+    PERCENTILES,
+    SHARED_ID,
+    TABLE_BUILDERS,
+    TABLES,
+    _number,
+    _summary,
+    _sums,
+    bucket_upper_us,
+    latency_bucket,
+    move_cause,
+    per_key_flags,
+    percentiles,
+    quarantine_counts,
+    tables,
+)
+from pipeline.ingest import UNREADABLE, Ingested, UnreadableFile
 from pipeline.schema import EVENT_SCHEMA
 
 T0 = datetime(2026, 11, 18, 11, 0, tzinfo=UTC)
@@ -109,6 +131,29 @@ def results(spark):
     spark.catalog.clearCache()
 
 
+def test_tables_are_the_registry_in_tables_order(results):
+    """`tables` gives one DataFrame per `TABLE_BUILDERS` entry, in the order `summary.json` lists
+    `TABLES`; `analyze` adds the top keys and the two quarantine tables."""
+    assert list(results) == list(TABLE_BUILDERS)
+    assert TABLES == (
+        "per_target",
+        "per_router",
+        "per_process",
+        "refusals",
+        "close_reasons",
+        "balance",
+        "per_minute",
+        "latency",
+        "latency_hist",
+        "per_key",
+        "moves",
+        "moves_by_cause",
+        "top_keys",
+        "quarantine",
+        "quarantine_counts",
+    )
+
+
 def test_moves_and_their_causes(results):
     moves = {(r.key, r.from_target, r.to_target, r.cause) for r in results["moves"].collect()}
     assert moves == MOVES
@@ -189,3 +234,186 @@ def test_keys_that_share_an_id_are_told_apart_by_their_names(spark, monkeypatch)
         assert SHARED_ID not in out["per_key"].columns
     finally:
         spark.catalog.clearCache()
+
+
+# -- the parts on their own ---------------------------------------------------------------------------
+
+
+def _frames(**overrides: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The aggregate tables `_summary` reads, for two routers."""
+    frames = {
+        "per_router": pd.DataFrame(
+            {
+                "router": ["b", "a"],
+                "decisions": [10, 6],
+                "connections": [7, 5],
+                "ok": [8, 4],
+                "cache_hits": [2, 1],
+                "null_keys": [1, 0],
+                "max_mean": [1.5, float("nan")],
+                "cv": [0.25, None],
+            }
+        ),
+        "refusals": pd.DataFrame(
+            {
+                "router": ["b", "a", "a"],
+                "status": ["REFUSED_UNAVAILABLE", "REFUSED_UNAVAILABLE", "REFUSED_USE_ANOTHER"],
+                "reason": ["no ready target", "no ready target", "no pool or no policy"],
+                "decisions": [2, 1, 1],
+            }
+        ),
+        "per_target": pd.DataFrame(
+            {"router": ["b", "b", "a"], "node_id": ["n2", "n1", "n0"], "decisions": [5, 3, 0]}
+        ),
+        "moves_by_cause": pd.DataFrame(
+            {"router": ["b", "a"], "cause": ["policy", "policy"], "moves": [2, 1]}
+        ),
+        "latency": pd.DataFrame(
+            {
+                "router": ["*", "a"],
+                "p50_us": [107.6, 90.5],
+                "p90_us": [1.0, 1.0],
+                "p99_us": [1024.0, 2.0],
+                "p999_us": [2048.0, 2.0],
+            }
+        ),
+    }
+    return frames | overrides
+
+
+def test__summary_sums_the_aggregate_tables():
+    summary = _summary(
+        _frames(),
+        duplicates=3,
+        malformed={"unparseable": 2, "bad kind": 0},
+        unreadable=[UnreadableFile(file="file:/x.parquet", reason="cut short")],
+        paths=["/logs"],
+        keys=9,
+        moved_keys=2,
+    )
+    assert (summary["events"], summary["decisions"], summary["connections"]) == (28, 16, 12)
+    assert summary["decisions_by_status"] == {"OK": 12, "REFUSED_UNAVAILABLE": 3, "REFUSED_USE_ANOTHER": 1}
+    assert summary["refusals_by_reason"] == {"no pool or no policy": 1, "no ready target": 3}
+    assert summary["decisions_by_target"] == {"n1": 3, "n2": 5}  # n0 got nothing: not listed
+    assert (summary["moves"], summary["moves_by_cause"]) == (3, {"policy": 3})
+    assert summary["cache_hit_ratio"] == 3 / 12
+    assert summary["null_key_rate"] == 1 / 16
+    assert (summary["malformed"], summary["duplicates_removed"]) == (2, 3)
+    assert summary["unreadable_files"] == [{"file": "file:/x.parquet", "reason": "cut short"}]
+    assert summary["latency_us"] == {"p50": 107.6, "p90": 1.0, "p99": 1024.0, "p999": 2048.0}  # router "*"
+    assert summary["balance"] == {"a": {"max_mean": None, "cv": None}, "b": {"max_mean": 1.5, "cv": 0.25}}
+    assert list(summary["balance"]) == ["a", "b"]
+    assert summary["tables"] == list(TABLES)
+    json.dumps(summary, allow_nan=False)  # NaN became null: valid JSON
+
+
+def test__summary_of_an_empty_log_has_no_ratios():
+    empty = _frames(
+        per_router=pd.DataFrame(
+            columns=["router", "decisions", "connections", "ok", "cache_hits", "null_keys"]
+        ),
+        refusals=pd.DataFrame(columns=["status", "reason", "decisions"]),
+        per_target=pd.DataFrame(columns=["node_id", "decisions"]),
+        moves_by_cause=pd.DataFrame(columns=["cause", "moves"]),
+        latency=pd.DataFrame(columns=["router", "p50_us", "p90_us", "p99_us", "p999_us"]),
+    )
+    summary = _summary(empty, duplicates=0, malformed={}, unreadable=[], paths=[], keys=0, moved_keys=0)
+    assert (summary["events"], summary["cache_hit_ratio"], summary["null_key_rate"]) == (0, None, None)
+    assert summary["decisions_by_status"] == {"OK": 0}
+    assert summary["latency_us"] == dict.fromkeys(PERCENTILES)
+    assert summary["balance"] == {}
+
+
+def test__sums_and__number():
+    frame = pd.DataFrame({"k": ["b", "a", "b"], "v": [1, 2, 3]})
+    assert list(_sums(frame, "k", "v").items()) == [("a", 2), ("b", 4)]
+    assert _sums(frame.iloc[0:0], "k", "v") == {}
+    assert (_number(None), _number(float("nan")), _number(np.float64(0.5)), _number(2)) == (
+        None,
+        None,
+        0.5,
+        2.0,
+    )
+
+
+def test_quarantine_counts_has_every_reason_and_the_unreadable_files(spark):
+    ingested = Ingested(
+        events=spark.range(0),
+        quarantine=spark.range(0),
+        malformed_by_reason={"missing seq": 2, "bad kind": 0, "unparseable": 5},
+        duplicates=0,
+        unreadable=(UnreadableFile(file="a", reason="x"), UnreadableFile(file="b", reason="y")),
+    )
+    table = quarantine_counts(spark, ingested)
+    assert table.schema.simpleString() == "struct<reason:string,records:bigint,files:bigint>"
+    assert [tuple(r) for r in table.collect()] == [
+        ("bad kind", 0, None),
+        ("missing seq", 2, None),
+        ("unparseable", 5, None),
+        (UNREADABLE, None, 2),
+    ]
+    ingested = dataclasses.replace(ingested, unreadable=())
+    assert UNREADABLE not in {r.reason for r in quarantine_counts(spark, ingested).collect()}
+
+
+def test_move_cause_takes_the_first_rule_that_matches(spark):
+    """The rules in order: evacuated, target down (redispatch, closed by the router, or the
+    target inactive that minute), cache expiry (the policy picked again after hits), policy."""
+    cases = [
+        # reason, previous close, previous target active, hits before -> cause
+        ("redispatch", "evacuated", False, True, "evacuated"),
+        ("policy", "evacuated", True, True, "evacuated"),
+        ("redispatch", None, True, True, "target_down"),
+        ("policy", "failover", True, True, "target_down"),
+        ("policy", "target_not_ready", True, False, "target_down"),
+        ("policy", None, False, True, "target_down"),
+        ("policy", None, True, True, "cache_expiry"),
+        ("cache", None, True, True, "policy"),
+        ("policy", "closed", True, False, "policy"),
+        ("policy", None, True, False, "policy"),
+    ]
+    frame = spark.createDataFrame(
+        [case[:4] for case in cases], "reason string, prev_close string, prev_active boolean, hits boolean"
+    )
+    causes = frame.select(
+        move_cause(F.col("reason"), F.col("prev_close"), F.col("prev_active"), F.col("hits")).alias("cause")
+    )
+    assert [r.cause for r in causes.collect()] == [case[4] for case in cases]
+
+
+def test_percentiles_are_the_nearest_rank_bucket_upper_bounds(spark):
+    """Scenario: 1,000 decisions, 500 in bucket 4, 400 in bucket 8, 90 in bucket 12, 10 in bucket
+    40: p50 is bucket 4's upper bound (exactly half reach it), p90 bucket 8's, p99 bucket 12's, p99.9
+    bucket 40's; another router's single decision is its every percentile."""
+    hist = spark.createDataFrame(
+        [("a", 4, 500), ("a", 8, 400), ("a", 12, 90), ("a", 40, 10), ("b", 0, 1)],
+        "router string, bucket int, n long",
+    )
+    rows = {r.router: r for r in percentiles(hist, ["router"]).collect()}
+    upper = {b: round(2 ** ((b + 1) / BUCKETS_PER_OCTAVE), 1) for b in (0, 4, 8, 12, 40)}
+    a = rows["a"]
+    assert (a.decisions, a.p50_us, a.p90_us, a.p99_us, a.p999_us) == (
+        1000,
+        upper[4],
+        upper[8],
+        upper[12],
+        upper[40],
+    )
+    b = rows["b"]
+    assert (b.decisions, b.p50_us, b.p999_us) == (1, upper[0], upper[0])
+
+
+def test_latency_bucket_and_its_bounds(spark):
+    """A bucket is a quarter of an octave; under 1 µs is bucket 0; a bucket's upper bound is what a
+    percentile reports, and the next bucket's lower bound."""
+    latencies = spark.createDataFrame([(0.5,), (1.0,), (1.18,), (100.0,), (1000.0,)], "us double")
+    rows = latencies.select(latency_bucket(F.col("us")).alias("bucket")).select(
+        "bucket", bucket_upper_us(F.col("bucket")).alias("upper")
+    )
+    assert [(r.bucket, r.upper) for r in rows.collect()] == [
+        (0, 1.2),
+        (0, 1.2),
+        (0, 1.2),
+        (26, 107.6),
+        (39, 1024.0),
+    ]

@@ -13,8 +13,21 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli import COMMANDS, EXIT_STATUS_HELP, EXIT_UNREADABLE, INSTALL_HINT, add_commands, run
+from pipeline.cli import (
+    COMMANDS,
+    EXIT_STATUS_HELP,
+    EXIT_UNREADABLE,
+    INSTALL_HINT,
+    _conf,
+    _positive,
+    _rate,
+    add_commands,
+    job_failed,
+    report_unreadable,
+    run,
+)
 from pipeline.generate import generate, load_truth
+from pipeline.ingest import InputError, UnreadableError, UnreadableFile
 from router.config.settings import EventFileFormat
 from tests.pipeline.conftest import damaged_log
 
@@ -141,3 +154,84 @@ def test_analyze_damage_no_check_sees_is_one_line(spark, tmp_path, capsys):
     assert err.count("\n") == 1
     assert err.startswith("routerctl analyze: the Spark job failed: org.apache.spark.SparkException: ")
     assert written.name in err
+
+
+# -- the parts without Spark -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "value"),
+    [
+        (_conf, "spark.executor.memory=4g", ("spark.executor.memory", "4g")),
+        (_conf, "k=", ("k", "")),
+        (_positive, "3", 3),
+        (_rate, "0", 0.0),
+        (_rate, "0.49", 0.49),
+    ],
+)
+def test_argument_types_accept(parse, text, value):
+    assert parse(text) == value
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "message"),
+    [
+        (_conf, "novalue", "expected KEY=VALUE, got 'novalue'"),
+        (_conf, "=v", "expected KEY=VALUE, got '=v'"),
+        (_positive, "0", "must be >= 1, got 0"),
+        (_positive, "2.5", "expected an integer, got '2.5'"),
+        (_rate, "0.5", r"must be in \[0, 0.5\), got 0.5"),
+        (_rate, "-0.1", r"must be in \[0, 0.5\), got -0.1"),
+        (_rate, "half", "expected a number, got 'half'"),
+    ],
+)
+def test_argument_types_reject_with_the_value(parse, text, message):
+    with pytest.raises(argparse.ArgumentTypeError, match=f"^{message}$"):
+        parse(text)
+
+
+def test_report_unreadable_names_at_most_ten(capsys):
+    files = [UnreadableFile(file=f"file:/log/{i:02d}.parquet", reason="cut short") for i in range(12)]
+    report_unreadable("analyze", files[:2])
+    assert capsys.readouterr().err.splitlines() == [
+        "routerctl analyze: set aside file:/log/00.parquet: cut short",
+        "routerctl analyze: set aside file:/log/01.parquet: cut short",
+    ]
+    report_unreadable("simulate", files)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 11
+    assert err[9] == "routerctl simulate: set aside file:/log/09.parquet: cut short"
+    assert err[10] == "routerctl simulate: set aside 2 more unreadable files (summary.json names them all)"
+
+
+def test_job_failed_says_one_line_and_gives_the_status(capsys):
+    assert job_failed("analyze", InputError("no event files (*.jsonl) in ['/x']\nmore")) == 1
+    assert capsys.readouterr().err == "routerctl analyze: no event files (*.jsonl) in ['/x']\n"
+    unreadable = UnreadableError([UnreadableFile(file="file:/a.parquet", reason="cut short")])
+    assert job_failed("simulate", unreadable) == int(EXIT_UNREADABLE)
+    assert capsys.readouterr().err.splitlines() == [
+        "routerctl simulate: set aside file:/a.parquet: cut short",
+        "routerctl simulate: every event file is unreadable (1): file:/a.parquet: cut short",
+    ]
+    assert job_failed("analyze", KeyError("a bug")) is None  # re-raised by the caller
+    assert capsys.readouterr().err == ""
+
+
+def test_generate_events_refusals_are_one_line(tmp_path, capsys):
+    """Scenario: Parquet files cannot hold malformed lines, and the default rate asks for some."""
+    assert run(_args("generate-events", str(tmp_path), "--events", "10", "--parquet")) == 1
+    assert capsys.readouterr().err == (
+        "routerctl generate-events: Parquet files hold no malformed lines: "
+        "malformed rate must be 0, got 0.001\n"
+    )
+    assert not list(tmp_path.iterdir())
+
+
+def test_generate_events_parquet_writes_the_routers_files(tmp_path, capsys):
+    argv = ("--events", "400", "--routers", "2", "--files", "2", "--malformed-rate", "0", "--parquet")
+    assert run(_args("generate-events", str(tmp_path), *argv)) == 0
+    printed = json.loads(capsys.readouterr().out)
+    truth = load_truth(tmp_path / "truth.json")
+    assert printed == {"lines": 400, "events": truth.events, "duplicates": truth.duplicates, "malformed": 0}
+    assert sorted(p.name for p in tmp_path.glob("*.parquet")) == truth.files
+    assert len(truth.files) == 4

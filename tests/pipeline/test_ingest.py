@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import re
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import zstandard
+from pyspark.sql import functions as F
 
 from pipeline.generate import generate
 from pipeline.ingest import (
+    RAW,
+    REASON,
     REASONS,
+    ROW,
     InputError,
     UnreadableError,
+    UnreadableFile,
+    _line,
+    _local_path,
     check_event_file,
+    check_event_files,
     event_files,
+    flag,
     ingest,
     write_text,
 )
+from pipeline.schema import CORRUPT_COLUMN, READ_SCHEMA
 from router.config.settings import EventFileFormat
 from tests.pipeline.conftest import damaged_log
 
@@ -163,3 +179,170 @@ def test_ingest_every_file_unreadable_is_an_error(spark, tmp_path):
     with pytest.raises(UnreadableError, match=r"^every event file is unreadable \(5\): file:") as raised:
         ingest(spark, [str(log)])
     assert len(raised.value.files) == 5
+
+
+# -- the parts on their own ---------------------------------------------------------------------------
+
+
+def test_flag_gives_the_first_rule_a_record_breaks(spark):
+    """Scenario: one record per rule, some breaking later rules too: each gets the first in
+    `REASONS`' order; `_raw` and `_file` are kept for flagged records only, and only the columns
+    asked for (with router_id and seq) are kept."""
+    ts = datetime(2026, 11, 18, 11, tzinfo=UTC)
+    good = {"kind": "decision", "router_id": "r", "seq": 1, "ts": ts, "status": "OK", "key": "k"}
+    cases = [
+        (good, None),
+        (good | {"router_id": None, CORRUPT_COLUMN: "{not json"}, "unparseable"),
+        (good | {"router_id": None, "kind": "heartbeat"}, "missing router_id"),
+        (good | {"seq": None, "ts": None}, "missing seq"),
+        (good | {"ts": None, "kind": None}, "missing ts"),
+        (good | {"kind": None}, "bad kind"),
+        (good | {"kind": "heartbeat"}, "bad kind"),
+        (good | {"status": "MAYBE"}, "bad status"),
+        (good | {"status": None}, "bad status"),
+        (good | {"kind": "close", "status": "MAYBE"}, None),  # a close's status is not checked
+    ]
+    rows = [tuple(record.get(name) for name in READ_SCHEMA.fieldNames()) for record, _ in cases]
+    raw = spark.createDataFrame(rows, READ_SCHEMA).withColumn("_file", F.lit("file:/log/a.jsonl"))
+    flagged = flag(raw, ["kind", "key"])
+    assert flagged.columns == ["kind", "key", "router_id", "seq", REASON, RAW, "_file", ROW]
+    found = flagged.collect()
+    assert [r[REASON] for r in found] == [reason for _, reason in cases]
+    for row, (_, reason) in zip(found, cases, strict=True):
+        assert (row[RAW] is None, row["_file"] is None) == (reason is None, reason is None)
+    assert found[1][RAW] == "{not json"  # the line as read
+    assert json.loads(found[2][RAW]) == {"kind": "heartbeat", "key": "k", "seq": 1}  # the columns read
+
+
+@pytest.mark.parametrize(
+    ("uri", "path"),
+    [
+        ("file:/var/log/a.parquet", "/var/log/a.parquet"),
+        ("file://localhost/var/log/a.parquet", "/var/log/a.parquet"),
+        ("/var/log/a.parquet", "/var/log/a.parquet"),
+        ("file://other-host/var/log/a.parquet", None),
+        ("relative/a.parquet", None),
+        ("s3a://bucket/a.parquet", None),
+        ("hdfs://namenode/a.parquet", None),
+    ],
+)
+def test__local_path(uri, path):
+    assert _local_path(uri) == path
+
+
+@pytest.fixture
+def parquet_bytes(tmp_path):
+    pq.write_table(pa.table({"seq": list(range(1000))}), tmp_path / "whole.parquet")
+    return (tmp_path / "whole.parquet").read_bytes()
+
+
+def test_check_event_file_parquet_pages_cut_out_before_the_footer(tmp_path, parquet_bytes):
+    """Scenario: the footer is intact and parses, but the bytes of the column chunk it points to
+    are no longer all there: the row group runs past where the footer starts."""
+    footer = int.from_bytes(parquet_bytes[-8:-4], "little")
+    data_end = len(parquet_bytes) - 8 - footer
+    (tmp_path / "hole.parquet").write_bytes(parquet_bytes[: data_end - 100] + parquet_bytes[data_end:])
+    reason = check_event_file(str(tmp_path / "hole.parquet"))
+    assert reason is not None
+    assert re.fullmatch(
+        rf"parquet: row group 0 runs to byte \d+, past the footer at {data_end - 100}", reason
+    )
+    assert check_event_file(str(tmp_path / "whole.parquet")) is None
+
+
+def test_check_event_file_parquet_too_short_for_its_footer_or_at_all(tmp_path):
+    (tmp_path / "long.parquet").write_bytes(b"PAR1" + b"x" * 10 + (10**6).to_bytes(4, "little") + b"PAR1")
+    (tmp_path / "tiny.parquet").write_bytes(b"PAR1PAR1")
+    assert check_event_file(str(tmp_path / "long.parquet")) == (
+        "parquet: a footer of 1000000 bytes in a file of 22 (cut short)"
+    )
+    assert check_event_file(str(tmp_path / "tiny.parquet")) == (
+        "parquet: 8 bytes, fewer than the 12 of the smallest Parquet file (cut short)"
+    )
+
+
+def test_check_event_file_zstd_reads_every_frame(tmp_path):
+    """Scenario: a stream of two frames (a file appended to) is readable; cut inside the second
+    frame it is not; an empty file has no frame to be cut short."""
+    compress = zstandard.ZstdCompressor().compress
+    two = compress(b'{"kind":"close"}\n' * 2000) + compress(b'{"kind":"decision"}\n' * 2000)
+    (tmp_path / "two.jsonl.zst").write_bytes(two)
+    (tmp_path / "cut.jsonl.zst").write_bytes(two[:-5])
+    (tmp_path / "empty.jsonl.zst").write_bytes(b"")
+    assert check_event_file(str(tmp_path / "two.jsonl.zst")) is None
+    assert check_event_file(str(tmp_path / "cut.jsonl.zst")) == (
+        "zstd: the stream is cut short (its last frame has no end)"
+    )
+    assert check_event_file(str(tmp_path / "empty.jsonl.zst")) is None
+
+
+def test_check_event_file_other_kinds(tmp_path):
+    (tmp_path / "cut.jsonl.bz2").write_bytes(bz2.compress(b'{"kind":"close"}\n' * 5000)[:-10])
+    (tmp_path / "whole.jsonl.gz").write_bytes(gzip.compress(b'{"kind":"close"}\n' * 5000))
+    (tmp_path / "garbage.jsonl").write_bytes(b"\xff\x00 not json at all")
+    assert check_event_file(str(tmp_path / "cut.jsonl.bz2")) == (
+        "bzip2: Compressed file ended before the end-of-stream marker was reached"
+    )
+    assert check_event_file(str(tmp_path / "whole.jsonl.gz")) is None
+    assert check_event_file(str(tmp_path / "garbage.jsonl")) is None  # its lines are malformed records
+    assert check_event_file(str(tmp_path / "missing.jsonl")) == "cannot read: No such file or directory"
+
+
+def test_check_event_files_names_the_unreadable_ones_in_order(tmp_path):
+    (tmp_path / "b.parquet").write_bytes(b"PAR1")
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    (tmp_path / "c.jsonl.zst").write_bytes(b"not zstd")
+    files = [str(tmp_path / name) for name in ("b.parquet", "a.jsonl", "c.jsonl.zst")]
+    found = check_event_files(files)
+    assert [(Path(u.file).name, u.reason.split(":")[0]) for u in found] == [
+        ("b.parquet", "parquet"),
+        ("c.jsonl.zst", "zstd"),
+    ]
+    assert check_event_files([files[1]]) == ()
+
+
+def test_unreadable_error_names_the_first_file_and_counts_the_rest():
+    one = UnreadableFile(file="file:/a.parquet", reason="cut short")
+    other = UnreadableFile(file="file:/b.parquet", reason="bad footer")
+    assert str(UnreadableError([one])) == "every event file is unreadable (1): file:/a.parquet: cut short"
+    error = UnreadableError([one, other, other])
+    assert str(error) == "every event file is unreadable (3): file:/a.parquet: cut short (and 2 more)"
+    assert error.files == (one, other, other)
+    assert isinstance(error, InputError)
+
+
+def test__line_is_the_first_line_or_the_exceptions_name():
+    assert _line(OSError("first\nsecond")) == "first"
+    assert _line(ValueError("  ")) == "ValueError"
+
+
+def test_event_files_sorts_files_by_format_and_skips_hidden_ones(spark, tmp_path):
+    """Scenario: a directory with both formats (in a subdirectory too), files being written (dot
+    names) or Spark's own (`_` names, also as a directory), and a truth.json; and a file named
+    directly, which is JSON lines unless it ends in .parquet."""
+    log = tmp_path / "log"
+    for name in (
+        "a.jsonl",
+        "b.jsonl.zst",
+        "c.jsonl.gz",
+        "d.jsonl.bz2",
+        "e.parquet",
+        "sub/f.parquet",
+        ".g.jsonl.zst.tmp",
+        ".h.parquet",
+        "_SUCCESS",
+        "_staging/i.parquet",
+        "truth.json",
+    ):
+        (log / name).parent.mkdir(parents=True, exist_ok=True)
+        (log / name).write_text("")
+    (tmp_path / "named.log").write_text("")
+    json_files, parquet_files = event_files(spark, [str(log), str(tmp_path / "named.log")])
+    assert [Path(f).name for f in json_files] == [
+        "a.jsonl",
+        "b.jsonl.zst",
+        "c.jsonl.gz",
+        "d.jsonl.bz2",
+        "named.log",
+    ]
+    assert [f.removeprefix(f"file:{log}/") for f in parquet_files] == ["e.parquet", "sub/f.parquet"]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import tls_first_exchange as bench
 from benchmarks.clients import find_tool
-from benchmarks.tls_first_exchange import Exchange, summarize
+from benchmarks.studies import tls_first_exchange as bench
+from benchmarks.studies.tls_first_exchange import Exchange, summarize
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIRST_EXCHANGE_LIMIT_MS = 20.0
 """routerd's median CONNECT -> CONNACK after the handshake: half the 40 ms delayed-ACK scale."""
 
@@ -27,14 +27,14 @@ def _exchange(handshake_ms: float, connack_ms: float, total_ms: float) -> Exchan
 
 @pytest.mark.integration
 def test_tls_first_exchange_quick_measures_every_path(tmp_path: Path) -> None:
-    """Scenario: `python -m benchmarks.tls_first_exchange --quick` starts mosquitto, HAProxy and
+    """Scenario: `python -m benchmarks.studies.tls_first_exchange --quick` starts mosquitto, HAProxy and
     routerd, times every path, stops them all, and routerd's first exchange is not delayed."""
     missing = [tool for tool in bench.TOOLS if find_tool(tool) is None]
     if missing:
         pytest.fail(f"the benchmark needs {', '.join(missing)}: run ./run-tests, which installs them")
     out = tmp_path / "tls.json"
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.tls_first_exchange", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "benchmarks.studies.tls_first_exchange", "--quick", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,9 +1,12 @@
 """The pipeline benchmark: `routerctl analyze` on Spark `local[2]` against DuckDB (2 threads) doing
 the same work on the same files, in the same run, plus the event log's cost inside the router.
 
-    .venv/bin/python -m benchmarks.pipeline [--events 10000000] [--runs 1] [--workdir DIR] [--keep]
-                                            [--json PATH] [--quick] [--only pipeline,event-log]
-                                            [--conf KEY=VALUE ...] [--timeout S]
+    .venv/bin/python -m benchmarks.studies.pipeline [--events 10000000] [--runs 1] [--workdir DIR] [--keep]
+                                                    [--json PATH] [--quick] [--only pipeline,event-log]
+                                                    [--conf KEY=VALUE ...] [--timeout S]
+
+Quoted by docs/pipeline.md ("What the job does": what it costs), docs/event-log.md ("Why
+Parquet"), README.md and benchmarks/README.md ("The event pipeline").
 
 1. **Data.** `pipeline.generate` writes N events of synthetic event files in both of the router's
    formats, each with its `truth.json`, 4 routing processes, 100,000 Zipf keys, 1 % duplicates:
@@ -23,10 +26,10 @@ the same work on the same files, in the same run, plus the event log's cost insi
    the line), a line is unparseable unless it is a JSON object whose typed fields among the
    columns analyze reads (`pipeline.analyze.COLUMNS`) convert (as Spark's PERMISSIVE reader with
    that schema), the same quarantine rules in the same order, the same audit dedup on (router_id,
-   seq), and the same tables written as Parquet, from the same two roll-ups and the same ordered
-   per-key window. (Each engine plans the work its own way: Spark's roll-ups are one scan, one
-   aggregation over every grouping column of both, and it keeps one copy of a repeated event by
-   row id.)
+   seq), and the same tables written as Parquet, one query per table (`DUCKDB_TABLES`), from the
+   same two roll-ups and the same ordered per-key window. (Each engine plans the work its own
+   way: Spark's roll-ups are one scan, one aggregation over every grouping column of both, and it
+   keeps one copy of a repeated event by row id.)
 4. **Checks.** Both engines' counts (events after dedup, duplicates, malformed by reason,
    decisions by status and by target, keys, moved keys, moves by cause, cache hits, NULL keys)
    must agree with each other and with the input's `truth.json`; a disagreement is a failure
@@ -39,7 +42,7 @@ the load average and the CPU time other processes used during each measurement (
 `cpu_others`), and writes everything (Spark conf, versions) to a JSON file. It stops the JVM it
 started, deletes what it generated unless `--keep`, and is bounded by `--timeout`.
 
-`--only event-log` runs only the event log's cost (`benchmarks.event_log`).
+`--only event-log` runs only the event log's cost (`benchmarks.studies.event_log`).
 """
 
 from __future__ import annotations
@@ -62,12 +65,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, NoReturn
 
-from benchmarks.event_log import TRICKLE_RATE, EventLogCost, time_event_log
+from benchmarks.studies.event_log import TRICKLE_RATE, EventLogCost, time_event_log
 from router.core.event_records import FIELDS, FieldType
 from router.core.events import CloseReason
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from types import FrameType
 
     import duckdb
@@ -76,6 +79,7 @@ if TYPE_CHECKING:
     from pipeline.generate import Truth
 
 __all__ = [
+    "DUCKDB_TABLES",
     "FULL_EVENTS",
     "GOAL_EVENTS",
     "QUICK_EVENTS",
@@ -89,7 +93,7 @@ __all__ = [
     "main",
 ]
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+ROOT: Final = Path(__file__).resolve().parents[2]
 MASTER: Final = "local[2]"
 """The benchmark's Spark master: 2 cores, as DuckDB's 2 threads (passed to `spark_session`)."""
 SPARK_CONF: Final[Mapping[str, str]] = {"spark.driver.memory": "6g"}
@@ -520,77 +524,58 @@ def _parse_parquet_sql(directory: Path) -> str:
     FROM read_parquet('{directory}/*.parquet', filename = true)"""
 
 
-def duckdb_analyze(
-    con: duckdb.DuckDBPyConnection,
-    *,
-    json_files: Sequence[Path] | None = None,
-    parquet_dir: Path | None = None,
-    out: Path,
-    window_minutes: int = 1,
-    top: int = 20,
-) -> Counts:
-    """What `pipeline.analyze.analyze` does, in DuckDB SQL: quarantine, audit dedup, the same
-    tables written as Parquet under `out` (module docstring, step 4).
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Job:
+    """What a table's query needs besides the shared tables and views (`_shared`)."""
+
+    out: Path
+    """Where the tables go: `top_keys` reads the written `per_key`."""
+    window_minutes: int
+    """The balance table's window."""
+    top: int
+    """Rows of `top_keys`."""
+
+
+_IS_DECISION: Final = "kind = 'decision'"
+_IS_OK: Final = "(kind = 'decision' AND status = 'OK')"
+_IS_CLOSE: Final = "kind = 'close'"
+_REFUSED: Final = "(kind = 'decision' AND status <> 'OK')"
+_DOWN: Final = _sql_list(_TARGET_DOWN_CLOSES)
+_LATENCY_HIST: Final = (
+    "WITH b AS (SELECT router, bucket, sum(n) AS n FROM hist GROUP BY ALL) "
+    "SELECT * FROM b UNION ALL SELECT '*' AS router, bucket, sum(n) AS n FROM b GROUP BY ALL"
+)
+"""`latency_hist`'s rows: per router, and over every router as `*`."""
+
+
+def _shared(con: duckdb.DuckDBPyConnection, parse: str, rejects: str) -> None:
+    """The parts several tables read, made once, as `pipeline.analyze.tables` makes them once:
+    `flagged` (every record with its quarantine reason), `quarantined` (with the lines the reader
+    rejected), the audit dedup (`dup_keys`, `kept`, the view `events`), the two roll-ups (`roll`,
+    `minutes`), `per_target` and its `used` targets, the latency histogram `hist`, and the
+    per-key window with each move's cause (`flags`).
 
     Args:
-        con: a connection (threads and time zone set).
-        json_files: the router's files, or
-        parquet_dir: the Parquet copy.
-        out: where the tables go (created).
-        window_minutes: the balance table's window.
-        top: rows of `top_keys`.
-
-    Returns:
-        The counts of its summary.
+        con: the connection.
+        parse: the query of every record (`_parse_json_sql` or `_parse_parquet_sql`).
+        rejects: the query of the lines the reader rejected (`reason, raw, file`).
     """
-    out.mkdir(parents=True, exist_ok=True)
-    if json_files is not None:
-        parse = _parse_json_sql(json_files)
-    elif parquet_dir is not None:
-        parse = _parse_parquet_sql(parquet_dir)
-    else:
-        raise ValueError("json_files or parquet_dir")
-    cols = ", ".join(_columns())
     x = con.execute
-
-    def copy(name: str, query: str) -> None:
-        x(f"COPY ({query}) TO '{out / name}.parquet' (FORMAT parquet, COMPRESSION zstd)")
-
-    for name in _TEMP_TABLES:
-        x(f"DROP TABLE IF EXISTS {name}")
+    cols = ", ".join(_columns())
     x(
         "CREATE TEMP TABLE flagged AS SELECT * EXCLUDE (raw), "
         "CASE WHEN _reason IS NOT NULL THEN raw END AS raw "
         f"FROM (SELECT *, {_REASON_SQL} AS _reason FROM ({parse}))"
     )  # the raw line is kept for quarantined records only, as ingest's staged copy does
-    rejects = (
-        "SELECT 'unparseable' AS reason, e.csv_line AS raw, s.file_path AS file "
-        "FROM reject_errors e JOIN reject_scans s USING (scan_id, file_id) "
-        "QUALIFY row_number() OVER (PARTITION BY e.scan_id, e.file_id, e.line) = 1"
-        if json_files is not None
-        else "SELECT NULL::VARCHAR AS reason, NULL::VARCHAR AS raw, NULL::VARCHAR AS file WHERE false"
-    )
-    quarantine = (
+    x(
+        "CREATE OR REPLACE TEMP VIEW quarantined AS "
         f"SELECT _reason AS reason, raw, file FROM flagged WHERE _reason IS NOT NULL UNION ALL {rejects}"
-    )
-    copy("quarantine", quarantine)
-    by_reason = dict.fromkeys(REASONS, 0)
-    for reason, n in x(f"SELECT reason, count(*) FROM ({quarantine}) GROUP BY ALL").fetchall():
-        by_reason[str(reason)] = int(n)
-    copy(
-        "quarantine_counts",
-        "SELECT reason, records, NULL::BIGINT AS files FROM (VALUES "  # analyze's columns; no file is
-        + ", ".join(f"('{r}', {n})" for r, n in by_reason.items())  # set aside whole here
-        + ") v(reason, records)",
     )
     valid = f"(SELECT {cols} FROM flagged WHERE _reason IS NULL)"
     x(
         f"CREATE TEMP TABLE dup_keys AS SELECT router_id, seq, count(*) AS copies FROM {valid} "
         "GROUP BY ALL HAVING count(*) > 1"
     )
-    row = x("SELECT count(*), coalesce(sum(copies - 1), 0) FROM dup_keys").fetchone()
-    assert row is not None
-    duplicates = int(row[1])
     x(
         f"CREATE TEMP TABLE kept AS SELECT DISTINCT ON (router_id, seq) * FROM {valid} v "
         "SEMI JOIN dup_keys USING (router_id, seq)"
@@ -610,114 +595,20 @@ def duckdb_analyze(
         f"status, cache_hit, key = 'NULL' AS null_key, {bucket} AS bucket, count(*) AS n "
         "FROM events GROUP BY ALL"
     )
-    is_decision = "kind = 'decision'"
-    is_ok = "(kind = 'decision' AND status = 'OK')"
-    is_close = "kind = 'close'"
-    refused = "(kind = 'decision' AND status <> 'OK')"
-    down = _sql_list(_TARGET_DOWN_CLOSES)
-
-    def count_if(condition: str) -> str:
-        return f"coalesce(sum(n) FILTER (WHERE {condition}), 0)"
-
     per_target = (
-        f"SELECT router, node_id, {count_if(is_ok)} AS decisions, {count_if(is_close)} AS connections, "
-        f"{count_if(f'{is_close} AND reason IN ({down})')} AS closed_by_router, "
+        f"SELECT router, node_id, {_count_if(_IS_OK)} AS decisions, {_count_if(_IS_CLOSE)} AS connections, "
+        f"{_count_if(f'{_IS_CLOSE} AND reason IN ({_DOWN})')} AS closed_by_router, "
         "sum(bytes_in) AS bytes_in, sum(bytes_out) AS bytes_out "
         "FROM roll WHERE node_id IS NOT NULL GROUP BY ALL"
     )
-    per_target = (
+    x(
+        "CREATE OR REPLACE TEMP VIEW per_target AS "
         f"SELECT *, decisions / sum(decisions) OVER (PARTITION BY router) AS share FROM ({per_target})"
     )
-    x(f"CREATE OR REPLACE TEMP VIEW per_target AS {per_target}")
     x("CREATE OR REPLACE TEMP VIEW used AS SELECT router, node_id FROM per_target WHERE decisions > 0")
-
-    def counts(group: str) -> str:
-        return (
-            f"SELECT {group}, {count_if(is_decision)} AS decisions, {count_if(is_ok)} AS ok, "
-            f"{count_if(refused)} AS refused, {count_if(is_close)} AS connections, "
-            f"{count_if(f'{is_ok} AND cache_hit')} AS cache_hits, "
-            f"{count_if(f'{is_decision} AND null_key')} AS null_keys FROM roll GROUP BY ALL"
-        )
-
-    def balance(ok_counts: str, group: Sequence[str]) -> str:
-        keys = ", ".join([*group, "router"])
-        return f"""
-        WITH c AS ({ok_counts}),
-        grid AS (SELECT DISTINCT {keys} FROM c),
-        filled AS (
-          SELECT {", ".join(f"g.{k}" for k in [*group, "router"])}, u.node_id,
-                 coalesce(c.decisions, 0) AS decisions
-          FROM grid g JOIN used u USING (router)
-          LEFT JOIN c ON {" AND ".join(f"c.{k} = g.{k}" for k in [*group, "router"])}
-                     AND c.node_id = u.node_id
-        ),
-        agg AS (
-          SELECT {keys}, count(*) AS targets, sum(decisions) AS decisions, avg(decisions) AS mean,
-                 max(decisions) AS max, stddev_pop(decisions) AS std FROM filled GROUP BY ALL
-        )
-        SELECT {keys}, targets, decisions, mean, max, max / mean AS max_mean, std / mean AS cv FROM agg"""
-
-    overall = balance("SELECT router, node_id, decisions FROM per_target", [])
-    copy("per_target", "SELECT * FROM per_target")
-    copy(
-        "per_router",
-        f"SELECT r.*, r.cache_hits / r.ok AS cache_hit_ratio, r.null_keys / r.decisions AS null_key_rate, "
-        f"b.max_mean, b.cv FROM ({counts('router')}) r LEFT JOIN ({overall}) b USING (router)",
-    )
-    copy("per_process", counts("router_id, router"))
-    copy(
-        "refusals",
-        f"SELECT router, status, reason, sum(n) AS decisions FROM roll WHERE {refused} GROUP BY ALL",
-    )
-    copy(
-        "close_reasons",
-        f"SELECT router, node_id, reason, sum(n) AS connections FROM roll WHERE {is_close} GROUP BY ALL",
-    )
-    seconds = window_minutes * 60
-    ok_windows = (
-        f"SELECT to_timestamp(floor(epoch(minute) / {seconds}) * {seconds})::TIMESTAMP AS window_start, "
-        f"router, node_id, sum(n) AS decisions FROM minutes WHERE {is_ok} GROUP BY ALL"
-    )
-    copy("balance", balance(ok_windows, ["window_start"]))
     x(
         "CREATE OR REPLACE TEMP VIEW hist AS SELECT minute, router, bucket, sum(n) AS n FROM minutes "
-        f"WHERE {is_decision} GROUP BY ALL"
-    )
-
-    def percentiles(source: str, group: Sequence[str]) -> str:
-        keys = ", ".join(group)
-        picks = ", ".join(
-            f"round(pow(2.0, (min(bucket) FILTER (WHERE cum * 1000 >= total * {q}) + 1) / 4), 1) AS {name}_us"
-            for name, q in (("p50", 500), ("p90", 900), ("p99", 990), ("p999", 999))
-        )
-        return f"""
-        WITH r AS (
-          SELECT *, sum(n) OVER (PARTITION BY {keys} ORDER BY bucket
-                                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
-                 sum(n) OVER (PARTITION BY {keys}) AS total FROM ({source})
-        )
-        SELECT {keys}, first(total) AS decisions, {picks} FROM r GROUP BY ALL"""
-
-    minute_counts = (
-        f"SELECT minute, router, {count_if(is_decision)} AS decisions, {count_if(is_ok)} AS ok, "
-        f"{count_if(refused)} AS refused, {count_if(f'{is_ok} AND cache_hit')} AS cache_hits, "
-        f"{count_if(f'{is_decision} AND null_key')} AS null_keys, {count_if(is_close)} AS connections "
-        "FROM minutes GROUP BY ALL"
-    )
-    copy(
-        "per_minute",
-        f"SELECT c.*, p.p50_us, p.p99_us FROM ({minute_counts}) c "
-        f"LEFT JOIN ({percentiles('SELECT * FROM hist', ['minute', 'router'])}) p USING (minute, router)",
-    )
-    latency_hist = (
-        "WITH b AS (SELECT router, bucket, sum(n) AS n FROM hist GROUP BY ALL) "
-        "SELECT * FROM b UNION ALL SELECT '*' AS router, bucket, sum(n) AS n FROM b GROUP BY ALL"
-    )
-    copy("latency", percentiles(latency_hist, ["router"]))
-    copy(
-        "latency_hist",
-        f"SELECT router, bucket, round(pow(2.0, bucket / 4), 1) AS lower_us, "
-        f"round(pow(2.0, (bucket + 1) / 4), 1) AS upper_us, n AS decisions FROM ({latency_hist})",
+        f"WHERE {_IS_DECISION} GROUP BY ALL"
     )
     before = (
         "(PARTITION BY router, key ORDER BY ts, router_id, seq "
@@ -727,12 +618,12 @@ def duckdb_analyze(
         f"""CREATE TEMP TABLE flags AS
         WITH closed AS (
           SELECT DISTINCT router_id, conn, reason AS close_reason FROM events
-          WHERE {is_close} AND reason IN ({down}, '{_EVACUATED_CLOSE}')
+          WHERE {_IS_CLOSE} AND reason IN ({_DOWN}, '{_EVACUATED_CLOSE}')
         ),
         d AS (
           SELECT router, key, ts, router_id, seq, conn, status, reason, node_id, cache_hit, close_reason
           FROM events LEFT JOIN closed USING (router_id, conn)
-          WHERE {is_decision} AND key <> 'NULL'
+          WHERE {_IS_DECISION} AND key <> 'NULL'
         ),
         f AS (
           SELECT *, CASE WHEN status = 'OK' THEN node_id END AS ok_node,
@@ -750,44 +641,217 @@ def duckdb_analyze(
         ),
         active AS (
           SELECT DISTINCT router, minute, node_id AS prev_target, true AS prev_active
-          FROM minutes WHERE {is_ok}
+          FROM minutes WHERE {_IS_OK}
         )
         SELECT m.*, coalesce(a.prev_active, false) AS prev_active,
           CASE WHEN is_move THEN CASE
             WHEN prev_close = '{_EVACUATED_CLOSE}' THEN 'evacuated'
-            WHEN reason = 'redispatch' OR coalesce(prev_close IN ({down}), false)
+            WHEN reason = 'redispatch' OR coalesce(prev_close IN ({_DOWN}), false)
                  OR NOT coalesce(a.prev_active, false) THEN 'target_down'
             WHEN reason = 'policy' AND hits_before THEN 'cache_expiry'
             ELSE 'policy' END END AS cause
         FROM m LEFT JOIN active a USING (router, minute, prev_target)"""
     )
-    copy(
-        "per_key",
+
+
+def _count_if(condition: str) -> str:
+    """The events of a roll-up's rows that meet `condition` (0 when none do)."""
+    return f"coalesce(sum(n) FILTER (WHERE {condition}), 0)"
+
+
+def _counts(group: str) -> str:
+    """Decisions, OK, refused, connections, cache hits and NULL keys of `roll` per `group`."""
+    return (
+        f"SELECT {group}, {_count_if(_IS_DECISION)} AS decisions, {_count_if(_IS_OK)} AS ok, "
+        f"{_count_if(_REFUSED)} AS refused, {_count_if(_IS_CLOSE)} AS connections, "
+        f"{_count_if(f'{_IS_OK} AND cache_hit')} AS cache_hits, "
+        f"{_count_if(f'{_IS_DECISION} AND null_key')} AS null_keys FROM roll GROUP BY ALL"
+    )
+
+
+def _balance(ok_counts: str, group: Sequence[str]) -> str:
+    """`pipeline.analyze.balance`: OK decisions over every `used` target of a router, per group."""
+    keys = ", ".join([*group, "router"])
+    return f"""
+        WITH c AS ({ok_counts}),
+        grid AS (SELECT DISTINCT {keys} FROM c),
+        filled AS (
+          SELECT {", ".join(f"g.{k}" for k in [*group, "router"])}, u.node_id,
+                 coalesce(c.decisions, 0) AS decisions
+          FROM grid g JOIN used u USING (router)
+          LEFT JOIN c ON {" AND ".join(f"c.{k} = g.{k}" for k in [*group, "router"])}
+                     AND c.node_id = u.node_id
+        ),
+        agg AS (
+          SELECT {keys}, count(*) AS targets, sum(decisions) AS decisions, avg(decisions) AS mean,
+                 max(decisions) AS max, stddev_pop(decisions) AS std FROM filled GROUP BY ALL
+        )
+        SELECT {keys}, targets, decisions, mean, max, max / mean AS max_mean, std / mean AS cv FROM agg"""
+
+
+def _percentiles(source: str, group: Sequence[str]) -> str:
+    """`pipeline.analyze.percentiles` of a histogram `group + [bucket, n]`."""
+    keys = ", ".join(group)
+    picks = ", ".join(
+        f"round(pow(2.0, (min(bucket) FILTER (WHERE cum * 1000 >= total * {q}) + 1) / 4), 1) AS {name}_us"
+        for name, q in (("p50", 500), ("p90", 900), ("p99", 990), ("p999", 999))
+    )
+    return f"""
+        WITH r AS (
+          SELECT *, sum(n) OVER (PARTITION BY {keys} ORDER BY bucket
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
+                 sum(n) OVER (PARTITION BY {keys}) AS total FROM ({source})
+        )
+        SELECT {keys}, first(total) AS decisions, {picks} FROM r GROUP BY ALL"""
+
+
+def _per_router(_job: _Job) -> str:
+    overall = _balance("SELECT router, node_id, decisions FROM per_target", [])
+    return (
+        "SELECT r.*, r.cache_hits / r.ok AS cache_hit_ratio, r.null_keys / r.decisions AS null_key_rate, "
+        f"b.max_mean, b.cv FROM ({_counts('router')}) r LEFT JOIN ({overall}) b USING (router)"
+    )
+
+
+def _balance_table(job: _Job) -> str:
+    seconds = job.window_minutes * 60
+    ok_windows = (
+        f"SELECT to_timestamp(floor(epoch(minute) / {seconds}) * {seconds})::TIMESTAMP AS window_start, "
+        f"router, node_id, sum(n) AS decisions FROM minutes WHERE {_IS_OK} GROUP BY ALL"
+    )
+    return _balance(ok_windows, ["window_start"])
+
+
+def _per_minute(_job: _Job) -> str:
+    minute_counts = (
+        f"SELECT minute, router, {_count_if(_IS_DECISION)} AS decisions, {_count_if(_IS_OK)} AS ok, "
+        f"{_count_if(_REFUSED)} AS refused, {_count_if(f'{_IS_OK} AND cache_hit')} AS cache_hits, "
+        f"{_count_if(f'{_IS_DECISION} AND null_key')} AS null_keys, {_count_if(_IS_CLOSE)} AS connections "
+        "FROM minutes GROUP BY ALL"
+    )
+    return (
+        f"SELECT c.*, p.p50_us, p.p99_us FROM ({minute_counts}) c "
+        f"LEFT JOIN ({_percentiles('SELECT * FROM hist', ['minute', 'router'])}) p USING (minute, router)"
+    )
+
+
+def _per_key(_job: _Job) -> str:
+    return (
         "SELECT router, key, count(*) AS decisions, count(*) FILTER (WHERE status = 'OK') AS ok, "
         "count(*) FILTER (WHERE status <> 'OK') AS refused, "
         "count(*) FILTER (WHERE status = 'OK' AND cache_hit) AS cache_hits, "
         "count(DISTINCT ok_node) AS targets, "
         "count(*) FILTER (WHERE is_move) AS moves, "
         "arg_max(ok_node, (ts, router_id, seq)) FILTER (WHERE status = 'OK') AS last_target, "
-        "min(ts) AS first_ts, max(ts) AS last_ts FROM flags GROUP BY ALL",
+        "min(ts) AS first_ts, max(ts) AS last_ts FROM flags GROUP BY ALL"
     )
-    copy(
-        "moves",
+
+
+def _quarantine_counts(_job: _Job) -> str:
+    """Records set aside per reason, every reason of `REASONS` in its order (0 when none), with
+    analyze's columns (`files` null: no file is set aside whole here)."""
+    reasons = ", ".join(f"('{reason}', {i})" for i, reason in enumerate(REASONS))
+    return (
+        "SELECT reason, coalesce(q.records, 0) AS records, NULL::BIGINT AS files "
+        f"FROM (VALUES {reasons}) r(reason, i) "
+        "LEFT JOIN (SELECT reason, count(*) AS records FROM quarantined GROUP BY ALL) q USING (reason) "
+        "ORDER BY i"
+    )
+
+
+DUCKDB_TABLES: Final[Mapping[str, Callable[[_Job], str]]] = {
+    "per_target": lambda _: "SELECT * FROM per_target",
+    "per_router": _per_router,
+    "per_process": lambda _: _counts("router_id, router"),
+    "refusals": lambda _: (
+        f"SELECT router, status, reason, sum(n) AS decisions FROM roll WHERE {_REFUSED} GROUP BY ALL"
+    ),
+    "close_reasons": lambda _: (
+        f"SELECT router, node_id, reason, sum(n) AS connections FROM roll WHERE {_IS_CLOSE} GROUP BY ALL"
+    ),
+    "balance": _balance_table,
+    "per_minute": _per_minute,
+    "latency": lambda _: _percentiles(_LATENCY_HIST, ["router"]),
+    "latency_hist": lambda _: (
+        "SELECT router, bucket, round(pow(2.0, bucket / 4), 1) AS lower_us, "
+        f"round(pow(2.0, (bucket + 1) / 4), 1) AS upper_us, n AS decisions FROM ({_LATENCY_HIST})"
+    ),
+    "per_key": _per_key,
+    "moves": lambda _: (
         "SELECT router, key, ts, router_id, seq, prev_target AS from_target, node_id AS to_target, "
-        "reason, cause FROM flags WHERE is_move",
-    )
-    copy(
-        "moves_by_cause",
+        "reason, cause FROM flags WHERE is_move"
+    ),
+    "moves_by_cause": lambda _: (
         "SELECT router, cause, count(*) AS moves, count(DISTINCT key) AS keys "
-        "FROM flags WHERE is_move GROUP BY ALL",
-    )
-    per_key = f"read_parquet('{out / 'per_key.parquet'}')"
-    copy("top_keys", f"SELECT * FROM {per_key} ORDER BY decisions DESC, router, key LIMIT {top}")
+        "FROM flags WHERE is_move GROUP BY ALL"
+    ),
+    "top_keys": lambda job: (  # after per_key, which it reads as written
+        f"SELECT * FROM read_parquet('{job.out / 'per_key.parquet'}') "
+        f"ORDER BY decisions DESC, router, key LIMIT {job.top}"
+    ),
+    "quarantine": lambda _: "SELECT * FROM quarantined",
+    "quarantine_counts": _quarantine_counts,
+}
+"""`pipeline.analyze.TABLES`, in its order, each as the query that makes it in DuckDB from the
+shared tables and views (`_shared`)."""
+
+
+def duckdb_analyze(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    json_files: Sequence[Path] | None = None,
+    parquet_dir: Path | None = None,
+    out: Path,
+    window_minutes: int = 1,
+    top: int = 20,
+) -> Counts:
+    """What `pipeline.analyze.analyze` does, in DuckDB SQL: quarantine, audit dedup, the same
+    tables written as Parquet under `out` (module docstring, step 3), one query per table
+    (`DUCKDB_TABLES`), and the summary's counts from the written tables.
+
+    Args:
+        con: a connection (threads and time zone set).
+        json_files: the router's files, or
+        parquet_dir: the Parquet copy.
+        out: where the tables go (created).
+        window_minutes: the balance table's window.
+        top: rows of `top_keys`.
+
+    Returns:
+        The counts of its summary.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    if json_files is not None:
+        parse = _parse_json_sql(json_files)
+        rejects = (
+            "SELECT 'unparseable' AS reason, e.csv_line AS raw, s.file_path AS file "
+            "FROM reject_errors e JOIN reject_scans s USING (scan_id, file_id) "
+            "QUALIFY row_number() OVER (PARTITION BY e.scan_id, e.file_id, e.line) = 1"
+        )
+    elif parquet_dir is not None:
+        parse = _parse_parquet_sql(parquet_dir)
+        rejects = "SELECT NULL::VARCHAR AS reason, NULL::VARCHAR AS raw, NULL::VARCHAR AS file WHERE false"
+    else:
+        raise ValueError("json_files or parquet_dir")
+    x = con.execute
+    for name in _TEMP_TABLES:
+        x(f"DROP TABLE IF EXISTS {name}")
+    _shared(con, parse, rejects)
+    job = _Job(out=out, window_minutes=window_minutes, top=top)
+    for name, query in DUCKDB_TABLES.items():
+        x(f"COPY ({query(job)}) TO '{out / name}.parquet' (FORMAT parquet, COMPRESSION zstd)")
 
     # The summary, from the written tables as `pipeline.analyze` makes it.
     def written(name: str) -> str:
         return f"read_parquet('{out / name}.parquet')"
 
+    row = x("SELECT coalesce(sum(copies - 1), 0) FROM dup_keys").fetchone()
+    assert row is not None
+    duplicates = int(row[0])
+    by_reason = {
+        str(reason): int(n)
+        for reason, n in x(f"SELECT reason, records FROM {written('quarantine_counts')}").fetchall()
+    }
     row = x(
         "SELECT sum(decisions), sum(connections), sum(ok), sum(cache_hits), sum(null_keys) "
         f"FROM {written('per_router')}"
@@ -810,7 +874,7 @@ def duckdb_analyze(
             f"SELECT cause, sum(moves) FROM {written('moves_by_cause')} GROUP BY ALL"
         ).fetchall()
     }
-    row = x(f"SELECT count(*), count(*) FILTER (WHERE moves > 0) FROM {per_key}").fetchone()
+    row = x(f"SELECT count(*), count(*) FILTER (WHERE moves > 0) FROM {written('per_key')}").fetchone()
     assert row is not None
     summary = {
         "events": decisions + connections,
@@ -1052,7 +1116,7 @@ def default_json_path() -> Path:
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.pipeline",
+        prog="python -m benchmarks.studies.pipeline",
         description="routerctl analyze on Spark local[2] against DuckDB on the same files "
         "(see benchmarks/README.md).",
     )
@@ -1186,7 +1250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "schema": "router-pipeline-bench/1",
         "started_at": started_at.isoformat(timespec="seconds"),
         "duration_s": round(time.monotonic() - started, 1),
-        "command": " ".join(["python -m benchmarks.pipeline", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(
+            ["python -m benchmarks.studies.pipeline", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "events": args.events,
         "quick": bool(args.quick),
         "machine": {

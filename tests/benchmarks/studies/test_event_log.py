@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.event_log import make_events, time_event_log
+from benchmarks.studies.event_log import make_events, time_event_log
 from router.core.events import Closed, Decided
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.rings import RINGS, assign, build_ms, main, measure, node_ids, select_us, targets_of
+from benchmarks.studies.rings import RINGS, assign, build_ms, main, measure, node_ids, select_us, targets_of
 
 KEYS = [f"client-{i}" for i in range(3000)]
 

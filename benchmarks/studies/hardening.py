@@ -1,6 +1,9 @@
 """Reproduce the findings of the hardening review against a routerd build, and print what happened.
 
-    .venv/bin/python -m benchmarks.hardening [--source DIR] [--limit 1024]
+    .venv/bin/python -m benchmarks.studies.hardening [--source DIR] [--limit 1024]
+
+Quoted by benchmarks/README.md ("The hardening review's findings") and the hardening issue's
+closing note.
 
 Runs routerd (from this tree, or from `--source`, a checkout of another commit, to compare a
 build from before the fixes) in front of three real mosquitto brokers, with a hard descriptor limit
@@ -42,7 +45,7 @@ from benchmarks.configs import mosquitto_config
 from benchmarks.fleet import Fleet, cpu_ns, fd_count, pick_ports, raise_fd_limit, rss_kib
 from keys import mqtt
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+ROOT: Final = Path(__file__).resolve().parents[2]
 VICTIMS: Final = 50
 ATTACK_MAX: Final = 1500
 """Silent connections the attacker opens at most (bounded; the limit is reached well before)."""

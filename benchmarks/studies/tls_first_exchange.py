@@ -1,8 +1,11 @@
 """TLS first exchange: a paho-mqtt client's TLS connect and first round trips, through routerd,
 through HAProxy 2.6 and direct to mosquitto.
 
-    .venv/bin/python -m benchmarks.tls_first_exchange [--quick] [--rounds N] [--connects N]
-                                                     [--no-pin] [--json PATH] [--keep-logs]
+    .venv/bin/python -m benchmarks.studies.tls_first_exchange [--quick] [--rounds N] [--connects N]
+                                                             [--no-pin] [--json PATH] [--keep-logs]
+
+Quoted by docs/protocols.md ("TLS termination"), README.md ("Benchmarks") and
+benchmarks/README.md ("TLS first exchange").
 
 One run starts, on 127.0.0.1 ports between 20000 and 32000 chosen at run time, with one server
 certificate (trustme, for 127.0.0.1):
@@ -90,7 +93,7 @@ __all__ = [
     "time_first_exchange",
 ]
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+ROOT: Final = Path(__file__).resolve().parents[2]
 TOOLS: Final = ("haproxy", "mosquitto")
 INSTALL_HINT: Final = "run ./benchmarks/bench, which installs them, or: apt-get install -y haproxy mosquitto"
 PathName = Literal["direct", "haproxy", "routerd"]
@@ -447,7 +450,7 @@ def _say(text: str) -> None:
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.tls_first_exchange",
+        prog="python -m benchmarks.studies.tls_first_exchange",
         description="A paho-mqtt client's TLS connect and first exchange: routerd, HAProxy, direct.",
     )
     parser.add_argument("--quick", action="store_true", help="tiny run (the test suite's smoke run)")

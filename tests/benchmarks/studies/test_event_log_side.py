@@ -1,4 +1,4 @@
-"""benchmarks/event_log_side.py: routerds with and without the event log, side by side."""
+"""benchmarks/studies/event_log_side.py: routerds with and without the event log, side by side."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from benchmarks import event_log_side
-from benchmarks.event_log_side import Run, median_interval, report
+from benchmarks.studies import event_log_side
+from benchmarks.studies.event_log_side import Run, median_interval, report
 
 if TYPE_CHECKING:
     from pathlib import Path

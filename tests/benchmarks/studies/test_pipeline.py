@@ -14,7 +14,8 @@ import duckdb
 import pytest
 
 from benchmarks.fleet import pid_alive
-from benchmarks.pipeline import (
+from benchmarks.studies.pipeline import (
+    DUCKDB_TABLES,
     Counts,
     compare,
     data_set,
@@ -23,7 +24,7 @@ from benchmarks.pipeline import (
 )
 from pipeline.generate import generate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SMOKE_TIMEOUT_S = 600
 
 
@@ -64,6 +65,31 @@ def test_duckdb_analyze_routers_parquet_matches_truth(tmp_path: Path) -> None:
     assert found.malformed == 0
 
 
+def test_duckdb_tables_are_analyzes_tables_in_its_order() -> None:
+    from pipeline.analyze import TABLES
+
+    assert list(DUCKDB_TABLES) == list(TABLES)
+    assert list(DUCKDB_TABLES).index("per_key") < list(DUCKDB_TABLES).index("top_keys")  # reads it
+
+
+def test_duckdb_analyze_quarantine_counts_has_every_reason_in_order(events: Path, tmp_path: Path) -> None:
+    """Scenario: the records set aside per reason come in ingest's order, 0 where a reason had
+    none, the same as the summary's; analyze's columns, `files` null."""
+    from pipeline.generate import load_truth
+    from pipeline.ingest import REASONS
+
+    truth = load_truth(events / "truth.json")
+    con = _duckdb()
+    found = duckdb_analyze(con, json_files=[events / f for f in truth.files], out=tmp_path / "out")
+    counts = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'out' / 'quarantine_counts.parquet'}')")
+    assert [d[0] for d in counts.description] == ["reason", "records", "files"]
+    rows = counts.fetchall()
+    assert [reason for reason, _, _ in rows] == list(REASONS)
+    assert {reason: n for reason, n, _ in rows if n} == found.malformed_by_reason
+    assert {files for _, _, files in rows} == {None}
+    assert 0 in {n for _, n, _ in rows}  # the generator's malformed lines leave a reason out
+
+
 def test_compare_names_each_difference() -> None:
     base = Counts(
         events=10,
@@ -96,11 +122,11 @@ def test_data_set_reuses_matching_files(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_pipeline_quick_counts_agree(tmp_path: Path) -> None:
-    """Scenario: `python -m benchmarks.pipeline --quick` runs Spark and DuckDB on the same ~20,000
+    """Scenario: `python -m benchmarks.studies.pipeline --quick` runs Spark and DuckDB on the same ~20,000
     events, both find truth.json's counts, and the JVM and the data are gone afterwards."""
     out = tmp_path / "x.json"
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.pipeline", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "benchmarks.studies.pipeline", "--quick", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

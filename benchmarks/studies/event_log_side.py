@@ -1,8 +1,11 @@
 """The event log's cost to routerd, side by side: routerds with and without the log in one fleet,
 measured in turn many times, each run with the log set against the run without it next to it.
 
-    .venv/bin/python -m benchmarks.event_log_side [--rounds N] [--connections N] [--instances K]
-                                                  [--baseline DIR]... [--json PATH]
+    .venv/bin/python -m benchmarks.studies.event_log_side [--rounds N] [--connections N] [--instances K]
+                                                          [--baseline DIR]... [--json PATH]
+
+Quoted by docs/event-log.md ("What it costs routerd") and benchmarks/README.md ("The event log
+sent by the reporting thread").
 
 Why not pairs of fresh fleets (`benchmarks.run --event-log-pairs`): on this 2-core machine the
 speed of the same routerd drifts by ±20 % within seconds (other tenants of the host), and one
@@ -205,7 +208,7 @@ def report(runs: list[Run]) -> str:
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.event_log_side",
+        prog="python -m benchmarks.studies.event_log_side",
         description="The event log's cost to routerd's short-connection rate, routerds side by side.",
     )
     parser.add_argument("--rounds", type=int, default=12, help="rounds (each measures every routerd once)")

@@ -1,6 +1,11 @@
 """The routing event log's cost, in process: what the reporting thread pays per event to record it
 and to send it, what the writer process takes per event, next to the routing decision itself.
 
+    .venv/bin/python -m benchmarks.studies.pipeline --only event-log
+
+Quoted by docs/event-log.md ("Why Parquet", "What it costs routerd") and benchmarks/README.md
+("The event pipeline"). It has no command of its own: the pipeline study runs it.
+
 `EventLog` (router/services/event_log.py) is built as routerd builds it, on a directory under
 `/tmp`, with a ring large enough that nothing is dropped. Then:
 

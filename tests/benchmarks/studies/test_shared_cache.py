@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from benchmarks.shared_cache import main
+from benchmarks.studies.shared_cache import main
 
 
 @pytest.mark.integration

@@ -1,6 +1,10 @@
 """The cache shared through ZooKeeper at 100,000 keys: what it costs ZooKeeper and a decision.
 
-    .venv/bin/python -m benchmarks.shared_cache [--keys 100000] [--concurrency 32] [--zookeeper HOST:PORT]
+    .venv/bin/python -m benchmarks.studies.shared_cache [--keys 100000] [--concurrency 32]
+                                                        [--zookeeper HOST:PORT]
+
+Quoted by docs/configuration.md ("Shared cache": Scale) and benchmarks/README.md ("The shared
+cache at 100,000 keys").
 
 Starts a standalone ZooKeeper (Debian's, as the tests do; or uses `--zookeeper`), builds two routers'
 `RouterRuntime`s with a ROUND_ROBIN router over three (unprobed, marked ready) targets and a
@@ -240,7 +244,7 @@ def _heap(stats: dict[str, str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the measurements and print them."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.shared_cache", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.shared_cache", description=__doc__)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument(
         "--concurrency", type=int, default=32, help="decisions in flight at once (default 32)"

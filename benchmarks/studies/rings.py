@@ -1,6 +1,9 @@
 """CONSISTENT_HASH's rings compared: balance, keys moved when a target leaves or joins, select cost.
 
-    .venv/bin/python -m benchmarks.rings [--keys 100000] [--targets 3,5,10] [--node-ids names|uuids]
+    .venv/bin/python -m benchmarks.studies.rings [--keys 100000] [--targets 3,5,10] [--node-ids names|uuids]
+
+Quoted by benchmarks/README.md ("CONSISTENT_HASH's rings"), which docs/configuration.md
+("`RING=KETAMA`: a balanced ring") and README.md cite.
 
 For each ring (Artemis's, ketama, ketama with LOAD_FACTOR 1.25 and 1.05) and each pool size n, the keys
 (MQTT-style client ids `client-0`, `client-1`, …) are assigned in order by the policy itself
