@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(WRITER_NICE)
     # Young collections 140 times rarer than the default's (every 700 allocations): the events
     # waiting for a hand-over are tuples, which each collection walked. Measured with
-    # `python -m benchmarks.pipeline --only event-log`: Parquet 2.1-2.3 µs of CPU per event
+    # `python -m benchmarks.studies.pipeline --only event-log`: Parquet 2.1-2.3 µs of CPU per event
     # against 3.0-3.3. The collector stays on: a cycle is still collected.
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
     log.addHandler(_Reports())
