@@ -31,16 +31,9 @@ from keys.detect import detect_tls
 from router.core.address import Address, endpoint
 from router.core.auth import authenticate
 from router.core.engine import DecisionReason, RouteDecision, RouteStatus, Wait
-from router.core.events import (
-    CloseReason,
-    Connected,
-    ConnectFailed,
-    ConnectFailure,
-    NotAuthorized,
-    OpeningFailed,
-    OpeningFailure,
-)
+from router.core.events import CloseReason, ConnectFailure, NotAuthorized, OpeningFailure
 from router.core.live import LiveConnection
+from router.core.opening import opening_failed
 from router.core.plan import (
     Opening,
     Proxy,
@@ -59,7 +52,7 @@ from router.datapath.tls import certificate_user, open_terminated
 
 if TYPE_CHECKING:
     from keys import ConnectionFacts
-    from router.core.events import ConnectionRef
+    from router.core.events import ConnectionRef, OpeningFailed
     from router.datapath.acceptor import Pending, ServedAcceptor
     from router.datapath.fast_path import Departing, HandedOver
 
@@ -164,17 +157,11 @@ async def _open(
         with trio.fail_after(timeout_s):
             return await _read_opening(client, acceptor, progress, conn.peer, local)
     except SniffError as exc:
-        failed = OpeningFailed(
-            conn=conn,
-            failure=OpeningFailure.REJECTED,
-            protocol=exc.protocol,
-            detail=exc.reason,
-            bytes_read=progress.bytes_read,
-        )
+        failed = opening_failed(conn, exc, bytes_read=progress.bytes_read)
     except trio.TooSlowError:
-        failed = OpeningFailed(
-            conn=conn,
-            failure=OpeningFailure.TIMEOUT,
+        failed = opening_failed(
+            conn,
+            OpeningFailure.TIMEOUT,
             protocol=progress.protocol,
             bytes_read=progress.bytes_read,
             timeout_s=timeout_s,
@@ -183,7 +170,7 @@ async def _open(
         # Gone while we answered its opening, or a failed TLS handshake (the cause says why).
         if isinstance(exc.__cause__, ssl.SSLError):
             reason = str(exc.__cause__.reason or exc.__cause__)
-            failed = OpeningFailed(conn=conn, failure=OpeningFailure.TLS, protocol="tls", detail=reason)
+            failed = opening_failed(conn, OpeningFailure.TLS, detail=reason)
     except trio.ClosedResourceError:
         pass
     if failed is not None:
@@ -416,15 +403,7 @@ async def _connect_and_relay(
         state.failed = exc
         return
     state.connected_at = connected_at = trio.current_time()
-    acceptor.runtime.report(
-        Connected(
-            conn=conn,
-            key=action.key,
-            node_id=action.target.node_id,
-            address=live.address,
-            connect_s=connected_at - began,
-        )
-    )
+    acceptor.runtime.report(live.connected_in(connected_at - began))
     async with upstream:  # closed by the relay, or here when the replay failed or was cancelled
         live.counts[0] = len(opening.raw)  # the client's replayed bytes count, as on the fast path
         state.detail = await _replay(client, upstream, acceptor, action, opening)
@@ -456,35 +435,24 @@ def _report_end(
 ) -> Proxy | Refuse | None:
     """Report how a proxied connection ended: Closed once connected, else ConnectFailed, with
     what the client gets next when the connect itself failed."""
-    runtime, node_id = acceptor.runtime, action.target.node_id
+    runtime = acceptor.runtime
     if state.connected_at is not None:
         closed = live.ended(trio.current_time() - state.connected_at, state.reason, state.detail)
         runtime.report(closed)
         runtime.broker_failed(closed)  # passive health: nothing unless the broker dropped it
         return None
-    exc = state.failed
     then: Proxy | Refuse | None = None
-    if exc is None:  # closed by the router (or shutdown) while connecting
-        reason = (live.closed_by or state.reason).while_connecting
-        cause = ConnectFailure.CLOSED_BY_ROUTER
+    if state.failed is None:  # closed by the router (or shutdown) while connecting
+        failed = live.connect_failed(state.reason)
     else:
-        reason, cause = connect_failed(exc)
+        failure = connect_failed(state.failed)
         then = runtime.after_connect_failed(
             acceptor.config, opening, action, trio.current_time(), retry=retry
         )
-    redispatched_to = then.target.node_id if isinstance(then, Proxy) else None
-    failed = ConnectFailed(
-        conn=conn,
-        key=action.key,
-        node_id=node_id,
-        address=live.address,
-        reason=reason,
-        cause=cause,
-        redispatched_to=redispatched_to,
-    )
+        failed = live.connect_failed(failure, then)
     runtime.report(failed)
-    if cause is ConnectFailure.REFUSED:  # certain, unlike a timeout: skip the wait for a probe
-        runtime.connect_refused(action.target, action.connector, reason)
+    if failed.cause is ConnectFailure.REFUSED:  # certain, unlike a timeout: skip the wait for a probe
+        runtime.connect_refused(action.target, action.connector, failed.reason)
     return then
 
 
