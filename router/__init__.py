@@ -49,13 +49,16 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `auth`         the router's own authentication
                   `admin_access` who may call what on the admin API, and its limits (connections
                                  per address, the wait after wrong tokens, request sizes)
-                  `opening`      the opening buffer (byte cap, server-first replies, replay)
+                  `opening`      the opening buffer (byte cap, server-first replies, replay), and
+                                 the report of a failed opening
                   `ttl`          which connection TTL a connection gets
                   `live`         the registry of proxied connections on both paths (counts, closing),
-                                 and which connections a pool change closes
+                                 and which connections a pool change closes; a registered
+                                 connection builds its Connected, ConnectFailed and Closed
                   `admission`    the descriptor budget and the acceptors' connection limits: whether
                                  a new connection is served
-                  `events`       the one report of what happens to connections and pools
+                  `events`       the one report of what happens to connections and pools (each
+                                 event is built in one place; its docstring says where)
                   `status`       the snapshot the admin API shows, and what is kept of
                                  each target's probes and state changes (`TargetHistory`)
                   `address`      (host, port) of peers and members

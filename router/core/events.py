@@ -13,7 +13,12 @@ Pure data: no I/O, no clock (times are fields), no logging. A connection's event
                                     -> Connected -> Closed(reason)
 
 A connection keeps its `ConnectionRef` (with a process-unique id) across both data paths, also
-when the fast path hands it over to the trio side, so its events can be joined. Subscribers run in
+when the fast path hands it over to the trio side, so its events can be joined. Each is built in
+one place for both paths: `Accepted` by `RouterRuntime.accept`, `OpeningFailed` by
+`opening.opening_failed`, `Decided` by `plan.decided`, and `Connected`, `ConnectFailed` and
+`Closed` by the connection's `LiveConnection` (`connected_in`, `connect_failed`, `ended`);
+`NotAuthorized` by the trio path, the only one that authenticates, and `AcceptRefused` by
+`ServedAcceptor.admit`. Subscribers run in
 the thread that reports (the trio thread or the fast-path thread): they must be quick, must not
 block and must be thread-safe.
 """

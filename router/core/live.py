@@ -17,6 +17,9 @@ Pure bookkeeping: no I/O, no clock (times are arguments), no lock. `RouterRuntim
 around every call, since both data paths' threads use it. Closers must be quick, must not block and
 must not call back into the runtime (`close_idle` calls them under the lock).
 
+A registered connection also builds the events of its connect and its end (`connected_in`,
+`connect_failed`, `ended`), once for both data paths.
+
 The relay's only cost per read is a float store into `LiveConnection.last_read_at`, on the client's
 direction of connections under a TTL; no timer is armed per read or per connection.
 """
@@ -30,8 +33,9 @@ from keys.refusal import ANSWER_BYTES, parse_refusal
 from pools import BrokerFailure, PoolEventKind
 from router.config.settings import AcceptorMode
 from router.core.address import Address
-from router.core.events import Closed, CloseReason
+from router.core.events import Closed, CloseReason, Connected, ConnectFailed, ConnectFailure
 from router.core.framing import frame_cursor, openwire_format
+from router.core.plan import Proxy
 from router.core.ttl import connection_ttl_s, sniff_mqtt_connect
 
 if TYPE_CHECKING:
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
     from pools import PoolEvent
     from router.core.events import ConnectionRef
     from router.core.framing import Farewell
+    from router.core.plan import Refuse
 
 __all__ = [
     "BROKER_EARLY_CLOSE_S",
@@ -253,6 +258,42 @@ class LiveConnection:
             self.end(reason)
         else:
             hook()
+
+    def connected_in(self, connect_s: float) -> Connected:
+        """The `Connected` a data path reports once the connect to the target completed.
+
+        Args:
+            connect_s: how long the connect took, from its start on the data path.
+        """
+        return Connected(
+            conn=self.conn, key=self.key, node_id=self.node_id, address=self.address, connect_s=connect_s
+        )
+
+    def connect_failed(
+        self, failure: tuple[str, ConnectFailure] | CloseReason, then: Proxy | Refuse | None = None
+    ) -> ConnectFailed:
+        """The `ConnectFailed` a data path reports when the connect to the target did not complete.
+
+        Args:
+            failure: the system's reason and its cause (`router.datapath.net.connect_failed`), or,
+                when the router closed the connection while it was connecting, how it ended (the
+                router's own reason first, `closed_by`, as in `ended`).
+            then: what the client gets next (`RouterRuntime.after_connect_failed`): another
+                target (`redispatched_to`), or its refusal; None when it is closed.
+        """
+        if isinstance(failure, CloseReason):
+            reason, cause = (self.closed_by or failure).while_connecting, ConnectFailure.CLOSED_BY_ROUTER
+        else:
+            reason, cause = failure
+        return ConnectFailed(
+            conn=self.conn,
+            key=self.key,
+            node_id=self.node_id,
+            address=self.address,
+            reason=reason,
+            cause=cause,
+            redispatched_to=then.target.node_id if isinstance(then, Proxy) else None,
+        )
 
     def ended(self, duration_s: float, reason: CloseReason, detail: str = "") -> Closed:
         """The `Closed` a data path reports once the connection ended: its bytes, and why it ended,

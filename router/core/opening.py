@@ -6,7 +6,8 @@ must have received by now; the router sends the part not sent yet, and remembers
 because in proxy mode the target will answer the replayed handshake with its own version of those
 bytes, which must then be dropped instead of reaching the client twice. `SniffBuffer` is that
 logic; both data paths drive it (router/datapath/reading.py over trio streams, the fast path over
-non-blocking sockets). No I/O, no clock here.
+non-blocking sockets). How an opening failed is reported is here too (`opening_failed`), once for
+both. No I/O, no clock here.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from typing import TYPE_CHECKING, Final
 
 from keys import NEED_MORE, Reply, SniffError
 from router.config.settings import DEFAULT_MAX_SNIFF_BYTES as DEFAULT_MAX_SNIFF_BYTES
+from router.core.events import OpeningFailed, OpeningFailure
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from keys import NeedMore, Sniffed, Sniffer
+    from router.core.events import ConnectionRef
 
-__all__ = ["DEFAULT_MAX_SNIFF_BYTES", "READ_BYTES", "SniffBuffer"]
+__all__ = ["DEFAULT_MAX_SNIFF_BYTES", "READ_BYTES", "SniffBuffer", "opening_failed"]
 
 READ_BYTES: Final = 4096
 """Bytes asked per read while sniffing: openings are small, and a small read keeps a client that
@@ -121,3 +124,40 @@ class SniffBuffer:
                 self.protocol, f"client closed after {len(self.raw)} bytes, before the handshake was complete"
             )
         self.raw += chunk
+
+
+def opening_failed(
+    conn: ConnectionRef,
+    why: SniffError | OpeningFailure,
+    *,
+    protocol: str = "",
+    bytes_read: int = 0,
+    detail: str = "",
+    timeout_s: float = 0.0,
+) -> OpeningFailed:
+    """The report of a client closed during its opening, built here once for both data paths.
+
+    Args:
+        conn: the connection.
+        why: the `SniffError` that rejected its bytes (REJECTED: the error names the protocol and
+            what was wrong); TIMEOUT: the handshake deadline passed; TLS: the TLS handshake with
+            the router failed.
+        protocol: the sniffer as far as known when the deadline passed (TIMEOUT).
+        bytes_read: the client's bytes read so far (REJECTED, TIMEOUT).
+        detail: why the TLS handshake failed (TLS).
+        timeout_s: the deadline that passed (TIMEOUT).
+    """
+    if isinstance(why, SniffError):
+        failure, protocol, detail = OpeningFailure.REJECTED, why.protocol, why.reason
+    else:
+        failure = why
+        if failure is OpeningFailure.TLS:
+            protocol = "tls"
+    return OpeningFailed(
+        conn=conn,
+        failure=failure,
+        protocol=protocol,
+        detail=detail,
+        bytes_read=bytes_read,
+        timeout_s=timeout_s,
+    )

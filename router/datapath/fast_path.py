@@ -44,16 +44,9 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never, cast
 from keys import SniffError
 from router.core.address import Address, endpoint
 from router.core.engine import QuorumWait, SharedCacheWait
-from router.core.events import (
-    CloseReason,
-    Connected,
-    ConnectFailed,
-    ConnectFailure,
-    OpeningFailed,
-    OpeningFailure,
-)
+from router.core.events import CloseReason, ConnectFailure, OpeningFailure
 from router.core.live import LiveConnection, broker_failure
-from router.core.opening import SniffBuffer
+from router.core.opening import SniffBuffer, opening_failed
 from router.core.plan import (
     HandOver,
     Opening,
@@ -593,14 +586,7 @@ class FastPath:
                 buffer.check_cap()
                 return
         except SniffError as exc:
-            failed = OpeningFailed(
-                conn=opening.conn,
-                failure=OpeningFailure.REJECTED,
-                protocol=exc.protocol,
-                detail=exc.reason,
-                bytes_read=len(buffer.raw),
-            )
-            listener.acceptor.runtime.report(failed)
+            listener.acceptor.runtime.report(opening_failed(opening.conn, exc, bytes_read=len(buffer.raw)))
             if exc.answer:  # what the protocol says before the close (a few bytes, empty buffer)
                 with contextlib.suppress(OSError):
                     opening.sock.send(exc.answer)
@@ -622,9 +608,9 @@ class FastPath:
 
     def _opening_timed_out(self, opening: _Opening) -> None:
         listener, buffer = opening.listener, opening.buffer
-        failed = OpeningFailed(
-            conn=opening.conn,
-            failure=OpeningFailure.TIMEOUT,
+        failed = opening_failed(
+            opening.conn,
+            OpeningFailure.TIMEOUT,
             protocol=buffer.protocol,
             bytes_read=len(buffer.raw),
             timeout_s=listener.handshake_timeout_s,
@@ -755,15 +741,7 @@ class FastPath:
         relayed.counts[0] = len(relayed.pending[0])  # the opening, all pending: the client is not read yet
         relayed.opening = relayed.action = None
         began, relayed.connected_at = relayed.connected_at, self._clock()  # from `started`
-        relayed.acceptor.runtime.report(
-            Connected(
-                conn=relayed.conn,
-                key=relayed.key,
-                node_id=relayed.node_id,
-                address=relayed.address,
-                connect_s=relayed.connected_at - began,
-            )
-        )
+        relayed.acceptor.runtime.report(relayed.connected_in(relayed.connected_at - began))
         self._update_masks(relayed)
 
     def _connect_failed(self, relayed: _Conn, exc: OSError | CloseReason) -> None:
@@ -775,26 +753,17 @@ class FastPath:
         then: Proxy | Refuse | None = None
         opening = relayed.opening
         if isinstance(exc, CloseReason):
-            reason = exc.while_connecting
-            cause = ConnectFailure.CLOSED_BY_ROUTER
+            failed = relayed.connect_failed(exc)
         else:
-            reason, cause = connect_failed(exc)
+            failure = connect_failed(exc)
             action = relayed.action
             assert opening is not None, "kept until connected"
             assert action is not None, "kept until connected"
             then = runtime.after_connect_failed(
                 acceptor.config, opening, action, self._clock(), retry=relayed.retry
             )
+            failed = relayed.connect_failed(failure, then)
         relayed.opening = relayed.action = None  # the deadline heap may hold this attempt a while
-        failed = ConnectFailed(
-            conn=relayed.conn,
-            key=relayed.key,
-            node_id=relayed.target.node_id,
-            address=relayed.address,
-            reason=reason,
-            cause=cause,
-            redispatched_to=then.target.node_id if isinstance(then, Proxy) else None,
-        )
         client = relayed.socks[0]
         try:
             runtime.report(failed)  # before the close: a client that sees it finds it reported
@@ -802,8 +771,8 @@ class FastPath:
             self._forget(relayed)  # the client too (and released)
             raise
         self._forget(relayed, keep_client=then is not None)
-        if cause is ConnectFailure.REFUSED:
-            self._call_trio(runtime.connect_refused, relayed.target, relayed.connector, reason)
+        if failed.cause is ConnectFailure.REFUSED:
+            self._call_trio(runtime.connect_refused, relayed.target, relayed.connector, failed.reason)
         if then is None:
             return
         assert opening is not None
@@ -840,18 +809,17 @@ class FastPath:
         exc: OSError,
     ) -> None:
         """socket() for the target failed (this process ran short): the client's refusal."""
-        runtime = acceptor.runtime
-        then = runtime.after_connect_failed(acceptor.config, opening, action, self._clock(), retry=False)
-        connector = action.connector
-        reason, cause = connect_failed(exc)
-        failed = ConnectFailed(
+        runtime, connector, now = acceptor.runtime, action.connector, self._clock()
+        then = runtime.after_connect_failed(acceptor.config, opening, action, now, retry=False)
+        # The connection as it would have been registered, for its report only: it never was.
+        attempt = LiveConnection(
             conn=conn,
-            key=action.key,
             node_id=action.target.node_id,
             address=endpoint(connector.host, connector.port),
-            reason=reason,
-            cause=cause,
+            now=now,
+            key=action.key,
         )
+        failed = attempt.connect_failed(connect_failed(exc), then)
         try:
             runtime.report(failed)
         finally:
@@ -1046,7 +1014,7 @@ class FastPath:
         if relayed.closed:
             return
         if not relayed.connected:
-            self._connect_failed(relayed, relayed.closed_by or reason)
+            self._connect_failed(relayed, reason)  # the router's own reason first (`closed_by`)
             return
         runtime = relayed.acceptor.runtime
         runtime.unregister(relayed)

@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from keys.mqtt import encode_connect
-from pools import BrokerFailure
+from pools import BrokerFailure, Connector, Target
 from router.core.address import Address
-from router.core.events import Closed, CloseReason, ConnectionRef
+from router.core.engine import DecisionReason, RouteStatus
+from router.core.events import Closed, CloseReason, Connected, ConnectFailed, ConnectFailure, ConnectionRef
 from router.core.live import BROKER_EARLY_CLOSE_S, LiveConnection, LiveConnections, broker_failure
+from router.core.plan import Proxy, Refuse
 from tests.router.core.test_ttl import _mqtt
 
 if TYPE_CHECKING:
@@ -117,6 +119,62 @@ def test_ended_reports_its_bytes_and_the_routers_reason_first() -> None:
     )
     conn.close(CloseReason.EVACUATED)
     assert conn.ended(2.0, CloseReason.RESET).reason is CloseReason.EVACUATED
+
+
+def test_connected_in_reports_the_target_it_reached() -> None:
+    conn = LiveConnection(
+        conn=ref(), node_id="b1", address=Address("127.0.0.1", 20001), closer=Closer(), now=0.0, key="k"
+    )
+    assert conn.connected_in(0.25) == Connected(
+        conn=conn.conn, key="k", node_id="b1", address=Address("127.0.0.1", 20001), connect_s=0.25
+    )
+
+
+class TestConnectFailed:
+    """The ConnectFailed both data paths report for a connect that did not complete."""
+
+    @staticmethod
+    def _conn() -> LiveConnection:
+        return LiveConnection(
+            conn=ref(), node_id="b1", address=Address("127.0.0.1", 20001), closer=Closer(), now=0.0, key="k"
+        )
+
+    def test_a_failed_connect_names_the_redispatch_target(self) -> None:
+        conn = self._conn()
+        other = Connector.from_url("b2", "tcp://127.0.0.1:20002?nodeId=b2")
+        then = Proxy(
+            key="k", reason=DecisionReason.POLICY, target=Target.remote(other), connector=other, replay=b""
+        )
+        assert conn.connect_failed(("Connection refused", ConnectFailure.REFUSED), then) == ConnectFailed(
+            conn=conn.conn,
+            key="k",
+            node_id="b1",
+            address=Address("127.0.0.1", 20001),
+            reason="Connection refused",
+            cause=ConnectFailure.REFUSED,
+            redispatched_to="b2",
+        )
+
+    def test_a_refused_client_is_redispatched_nowhere(self) -> None:
+        refuse = Refuse(
+            key="k", status=RouteStatus.REFUSED_UNAVAILABLE, reason=DecisionReason.CONNECT_FAILED, answer=b""
+        )
+        failed = self._conn().connect_failed(("timed out", ConnectFailure.TIMEOUT), refuse)
+        assert (failed.reason, failed.cause, failed.redispatched_to) == (
+            "timed out",
+            ConnectFailure.TIMEOUT,
+            None,
+        )
+
+    def test_closed_while_connecting_gives_the_routers_own_reason_first(self) -> None:
+        conn = self._conn()
+        failed = conn.connect_failed(CloseReason.SHUTDOWN)
+        assert (failed.reason, failed.cause) == (
+            "closed by the router: shutdown",
+            ConnectFailure.CLOSED_BY_ROUTER,
+        )
+        conn.close(CloseReason.TARGET_NOT_READY)
+        assert conn.connect_failed(CloseReason.SHUTDOWN).reason == "closed by the router: target_not_ready"
 
 
 class TestBrokerAnswer:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from keys import Sniffed, SniffError
-from router.core.opening import SniffBuffer
+from router.core.address import Address
+from router.core.events import ConnectionRef, OpeningFailed, OpeningFailure
+from router.core.opening import SniffBuffer, opening_failed
 from tests.router.datapath.test_reading import detect
 
 
@@ -46,3 +48,33 @@ def test_sniff_buffer_cap_and_eof_are_errors() -> None:
         opening.check_cap()
     with pytest.raises(SniffError, match="line: client closed after 8 bytes, before the handshake"):
         opening.feed(b"")
+
+
+class TestOpeningFailed:
+    """The OpeningFailed both data paths report for a client closed during its opening."""
+
+    CONN = ConnectionRef(id=7, router="r", acceptor="a", peer=Address("127.0.0.2", 5000))
+
+    def test_rejected_bytes_name_the_sniffer_and_what_was_wrong(self) -> None:
+        error = SniffError("mqtt", "remaining length exceeds 4 bytes")
+        assert opening_failed(self.CONN, error, bytes_read=6) == OpeningFailed(
+            conn=self.CONN,
+            failure=OpeningFailure.REJECTED,
+            protocol="mqtt",
+            detail="remaining length exceeds 4 bytes",
+            bytes_read=6,
+        )
+
+    def test_a_timeout_names_the_sniffer_as_far_as_known_and_the_deadline(self) -> None:
+        failed = opening_failed(
+            self.CONN, OpeningFailure.TIMEOUT, protocol="detect", bytes_read=0, timeout_s=1.5
+        )
+        assert failed == OpeningFailed(
+            conn=self.CONN, failure=OpeningFailure.TIMEOUT, protocol="detect", timeout_s=1.5
+        )
+
+    def test_a_failed_tls_handshake_is_tls_with_its_reason(self) -> None:
+        failed = opening_failed(self.CONN, OpeningFailure.TLS, detail="UNKNOWN_CA")
+        assert failed == OpeningFailed(
+            conn=self.CONN, failure=OpeningFailure.TLS, protocol="tls", detail="UNKNOWN_CA"
+        )
