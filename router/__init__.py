@@ -58,7 +58,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `discovery_session`  ZooKeeper discovery's session as a state table
                   `zookeeper_link`  a ZooKeeper session's state as status shows it: kazoo's
                                  reports and heartbeats (a frozen server is suspended)
-                  `records`      `quick_init`, a cheaper `__init__` for per-connection records
+                  `records`      `quick_init`, a cheaper `__init__` for per-connection records,
+                                 generated ahead of time into `_generated_inits` by
+                                 `python -m tools.generate`
                   `event_records`  the routing event log's lines: one record per kind, the one
                                  field list the pipeline's schema comes from
                   `ring`         the bounded ring between routing and the event log's writer
@@ -69,8 +71,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                                  routers, targets and acceptors added, removed, changed
 4. `ctl_output`, `ctl_client`: routerctl's kernel: tables, JSON output and exit codes; the admin
                 API client (`Ctl`) every command that asks a routerd runs with.
-5. `metrics`, `reports`: the Prometheus families (a feature's own: `FeatureMetrics`), and the subscribers that turn events into log
-                lines and metric updates (one more consumer is one more subscriber).
+5. `metrics`, `reports`: the Prometheus families (a feature's own: `FeatureMetrics`), and the
+                subscribers that turn events into log lines and metric updates (one more consumer
+                is one more subscriber).
 6. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in
                 its own methods; the quorum wait; pool changes and what they close; event dispatch.
 7. `datapath/`  the two data paths, which carry out the plan with the same phases (accept, open,
