@@ -10,8 +10,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "router.services._event_recorder",
-            sources=["router/services/event_recorder.c"],
+            "event_format._native",
+            sources=["event_format/_native.c"],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
             optional=True,
         )

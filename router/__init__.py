@@ -12,6 +12,11 @@ Packages of the project, by folder (the import direction runs down this list; no
               quorum state, passive health (`outlier`: which targets are ejected).
 - `cache/`    the sticky key -> node id cache with expire-after-access, pins, and the journal a
               persisted cache's file is written from.
+- `event_format/` leaf: the routing event log's file format, for routerd's event log, its writer
+              process, the pipeline and the fuzz targets: the records and their one field list
+              (`schema`), JSON lines (`lines`), Parquet (`parquet`), what a file format is
+              (`files`), the frames routerd sends its writer (`frames`) and the C extension that
+              records and decodes them (`_native`). Imports nothing of ours.
 - `router/`   the router itself, in layers (below).
 - `pipeline/` the PySpark jobs over the router's event log (`analyze`, `simulate`, the synthetic
               event generator); it replays keys through the router's own engine. The `pipeline`
@@ -61,8 +66,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `records`      `quick_init`, a cheaper `__init__` for per-connection records,
                                  generated ahead of time into `_generated_inits` by
                                  `python -m tools.generate`
-                  `event_records`  the routing event log's lines: one record per kind, the one
-                                 field list the pipeline's schema comes from
+                  `event_records`  how the event log takes its records from a `Decided` or a
+                                 `Closed` (the records themselves: `event_format`)
                   `ring`         the bounded ring between routing and the event log's writer
                   `shared_cache` a cache shared through ZooKeeper: znode names, entry data, when
                                  to extend an entry
@@ -88,8 +93,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 through ZooKeeper (`shared_cache`), the state file of targets' administrative
                 states (`state_file`), whether a filesystem takes writes (`files`), the process's
                 status document (`process`), the event log
-                (`event_log`: ring and sender in routerd; `event_writer`, its writer process, with
-                `event_files`). They may use the data paths' I/O helpers (`net`, `reading`).
+                (`event_log`: ring and sender in routerd, with its recorders, `event_recorder`;
+                `event_writer`, its writer process, with `event_files`). They may use the data
+                paths' I/O helpers (`net`, `reading`).
 10. `features/` one folder per feature (above); `moves/`: `rules`, `service` (`Moves`), `routes`,
                 `commands` (`routerctl evacuate`, `rebalance`, `shutdown`), `metrics`.
 11. `server`    the process: listeners, the nursery tree, shutdown, carrying out a reload; starts

@@ -11,11 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from event_format.lines import json_line
+from event_format.parquet import ARROW_SCHEMA
+from event_format.schema import CloseRecord, DecisionRecord
 from pipeline.generate import FLEET, MALFORMED_KINDS, _router_id, generate, load_truth
 from router.config import load_config
 from router.config.settings import EventFileFormat
-from router.core.event_records import CloseRecord, DecisionRecord, json_line
-from router.services.event_parquet import ARROW_SCHEMA
 from tests.router.services.conftest import records_in
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from pyspark.sql.types import LongType, StringType, TimestampType
 
+from event_format.schema import FIELDS
 from pipeline.schema import CORRUPT_COLUMN, EVENT_SCHEMA, READ_SCHEMA
-from router.core.event_records import FIELDS
 
 
 def test_schema_has_every_record_field_once_in_order():

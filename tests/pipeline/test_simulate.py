@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from event_format.lines import json_line
+from event_format.schema import RAW_KEY_CAP, CloseRecord, DecisionRecord, timestamp
 from keys import ConnectionFacts
 from pipeline.cli import add_commands, run
 from pipeline.generate import generate
@@ -38,7 +40,6 @@ from router.cli import main_routerctl
 from router.config import load_config
 from router.config.settings import EventFileFormat
 from router.core.engine import RoutingEngine, build_pool
-from router.core.event_records import RAW_KEY_CAP, CloseRecord, DecisionRecord, json_line, timestamp
 
 ROUTERCTL = Path(sys.executable).with_name("routerctl")
 

@@ -1,10 +1,11 @@
-/* The event log's native recorder and its decoder: `router.services._event_recorder`.
+/* The event log's native recorder and its decoder: `event_format._native`.
  *
  * routerd's reporting threads record each decision and close into a ring of encoded records,
- * reading the event's slots directly (no tuple, no marshal); the writer process decodes them into
- * Arrow's column layout (or into the values tuples of `event_records.event_values`, for JSON
- * lines). What a record holds, field by field, is the program `event_recorder.py` compiles from
- * the one field table of `router/core/event_records.py`; this file knows no field by name.
+ * reading the event's slots directly (no tuple, no marshal; router/services/event_recorder.py);
+ * the writer process decodes them into Arrow's column layout (or into the values tuples of
+ * `event_values`, for JSON lines; event_format/frames.py). What a record holds, field by field, is
+ * the program routerd compiles from its one field table (router/core/event_records.py); this file
+ * knows no field by name.
  *
  * A record, little-endian:
  *     u32 length (the whole record) | u8 kind | f64 epoch time | i64 connection number | fields
@@ -33,7 +34,7 @@ enum { TAG_NULL = 0, TAG_STR = 1, TAG_INT = 2, TAG_FLOAT = 3, TAG_FALSE = 4, TAG
 #define MAX_KINDS 8
 #define MAX_CACHED 64
 #define MIN_CAPACITY (64 * 1024)
-#define RECORD_MAX ((Py_ssize_t)16 << 20) /* well within a frame (event_recorder.FRAME_MAX, 64 MiB) */
+#define RECORD_MAX ((Py_ssize_t)16 << 20) /* well within a frame (frames.FRAME_MAX, 64 MiB) */
 
 /* -- the program ---------------------------------------------------------------------------- */
 
@@ -695,11 +696,11 @@ static PySequenceMethods Recorder_sequence = {.sq_length = (lenfunc)Recorder_len
 
 static PyTypeObject RecorderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "router.services._event_recorder.Recorder",
+    .tp_name = "event_format._native.Recorder",
     .tp_basicsize = sizeof(Recorder),
     .tp_dealloc = (destructor)Recorder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A ring of encoded event records (see event_recorder.py).",
+    .tp_doc = "A ring of encoded event records (see router/services/event_recorder.py).",
     .tp_methods = Recorder_methods,
     .tp_getset = Recorder_getset,
     .tp_as_sequence = &Recorder_sequence,
@@ -1150,11 +1151,11 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "router.services._event_recorder",
-    "The event log's native recorder and decoder (router/services/event_recorder.py).", -1, module_methods,
+    PyModuleDef_HEAD_INIT, "event_format._native",
+    "The event log's native recorder and decoder (event_format/frames.py).", -1, module_methods,
 };
 
-PyMODINIT_FUNC PyInit__event_recorder(void) {
+PyMODINIT_FUNC PyInit__native(void) {
     s_value_ = PyUnicode_InternFromString("_value_");
     if (s_value_ == NULL || PyType_Ready(&RecorderType) < 0)
         return NULL;
