@@ -7,6 +7,7 @@ Layout:
     schema.py    the records (one per kind), the one field list (`FIELDS`) every schema is made
                  from, the `seq` numbers, an event's values as routerd sends them (`VALUE_NAMES`)
     lines.py     JSON lines: a record's line, the same line from an event's values, `JsonLines`
+                 (the line writers: `_generated_lines.py`, with `json_text.py`'s pieces)
     parquet.py   Parquet: `ARROW_SCHEMA`, `ParquetFormat`, `write_parquet` (pyarrow: the writer
                  process and the pipeline import it, routerd never does)
     files.py     what the writer asks of a file format (`FileFormat`), and the files' names
@@ -15,23 +16,14 @@ Layout:
                  routerd's events as records, by a program generated from routerd's field table)
                  and the writer's decoder of those records
 
+The package re-exports the schema's names; the other modules are imported by name (the writer's
+formats need zstd or pyarrow, the frames the C extension, and `tools/generate.py` must import
+the schema without the code it generates from it).
+
 Imports nothing of ours (a leaf, like `tls_sni/`): `router` and `pipeline` import it, never the
 other way round (tests/test_layout.py). No trio, no sockets (ruff bans them here).
 """
 
-from event_format.files import Encoded, FileFormat, Finished
-from event_format.frames import (
-    FRAME_HEAD,
-    FRAME_MAX,
-    NATIVE,
-    Batch,
-    NativeBatch,
-    columns,
-    decode_frame,
-    encode_frame,
-    events_of,
-)
-from event_format.lines import ZSTD_LEVEL, JsonLines, json_line, values_line
 from event_format.schema import (
     BOOT_SPAN,
     FIELDS,
@@ -52,32 +44,16 @@ from event_format.schema import (
 __all__ = [
     "BOOT_SPAN",
     "FIELDS",
-    "FRAME_HEAD",
-    "FRAME_MAX",
     "KINDS",
-    "NATIVE",
     "RAW_KEY_CAP",
     "VALUE_HEAD",
     "VALUE_NAMES",
-    "ZSTD_LEVEL",
-    "Batch",
     "CloseRecord",
     "DecisionRecord",
-    "Encoded",
     "EventValues",
     "Field",
     "FieldType",
-    "FileFormat",
-    "Finished",
-    "JsonLines",
-    "NativeBatch",
     "Record",
     "Sequence",
-    "columns",
-    "decode_frame",
-    "encode_frame",
-    "events_of",
-    "json_line",
     "timestamp",
-    "values_line",
 ]

@@ -5,7 +5,9 @@ zstd when finished).
 
 A line is a JSON object, `kind` first, then the kind's fields in declaration order; it is ASCII
 only (every control and non-ASCII character escaped, a lone surrogate too), so a client's key can
-never split or forge a line. A test checks that the line from the values is the record's line on
+never split or forge a line (`json_text`). Each kind's two writers, from a record and from values,
+are generated ahead of time from the records by `python -m tools.generate`
+(`_generated_lines.py`); a test checks that the line from the values is the record's line on
 every kind.
 
 Pure: nothing of `router`; `JsonLines` does its I/O on the descriptor and path it is given.
@@ -13,111 +15,26 @@ Pure: nothing of `router`; `JsonLines` does its I/O on the descriptor and path i
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 import os
 from typing import TYPE_CHECKING, Final
 
 import zstandard
 
+from event_format._generated_lines import RECORD_LINES, VALUE_LINES
 from event_format.files import Encoded, Finished
 from event_format.frames import events_of
-from event_format.schema import (
-    KINDS,
-    ROUNDINGS,
-    VALUE_HEAD,
-    WRITER_FIELDS,
-    EventRecord,
-    Record,
-    Sequence,
-    timestamp,
-    value_names,
-)
+from event_format.schema import Sequence, timestamp
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from pathlib import Path
 
     from event_format.frames import Batch
-    from event_format.schema import EventValues
+    from event_format.schema import EventValues, Record
 
 __all__ = ["ZSTD_LEVEL", "JsonLines", "json_line", "values_line"]
 
 ZSTD_LEVEL: Final = 3
 """zstd's default level: about 9x smaller than the lines, hundreds of MB/s."""
-
-_CHARS: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii
-"""JSON's string encoder in C: quotes, escapes every control and non-ASCII character."""
-
-
-def _string_or_null(value: str | None) -> str:
-    return "null" if value is None else _CHARS(value)
-
-
-def _number(value: float) -> str:
-    if not math.isfinite(value):
-        raise ValueError(f"a record field must be a finite number, got {value!r}")
-    return float.__repr__(value)
-
-
-_FORMATS: Final[dict[str, str]] = {
-    "str": "_CHARS({v})",
-    "Timestamp": "_CHARS({v})",
-    "str | None": "_string_or_null({v})",
-    "int": "{v}",
-    "float": "_number({v})",
-    "bool": "_BOOLEANS[{v}]",
-}
-"""How a value of each annotation is written into an f-string: the JSON text of `{v}`."""
-
-_NAMESPACE: Final[dict[str, object]] = {
-    "_CHARS": _CHARS,
-    "_string_or_null": _string_or_null,
-    "_number": _number,
-    "_BOOLEANS": ("false", "true"),
-}
-
-
-def _generated(name: str, source: str) -> Callable[..., str]:
-    namespace = dict(_NAMESPACE)
-    exec(source, namespace)
-    function = namespace[name]
-    assert callable(function)
-    return function
-
-
-def _finished(name: str, taken: str) -> str:
-    """The expression of a field's record value from the expression of the value taken."""
-    rounding = ROUNDINGS.get(name)
-    return taken if rounding is None else rounding.expression(taken)
-
-
-def _line_source(kind: type[EventRecord], value: Callable[[str], str]) -> str:
-    """The f-string of one kind's line: `kind` first, then the fields in order; `value(name)`
-    is where a field's value is."""
-    text = ['f\'{{"kind":' + json.dumps(kind.KIND)]
-    for field in dataclasses.fields(kind):
-        text.append(f',"{field.name}":' + "{" + _FORMATS[str(field.type)].format(v=value(field.name)) + "}")
-    return "".join(text) + "}}\\n'"
-
-
-def _values_writer(kind: type[EventRecord]) -> Callable[..., str]:
-    position = {name: index for index, name in enumerate(value_names(kind), start=VALUE_HEAD)}
-    line = _line_source(
-        kind, lambda name: name if name in WRITER_FIELDS else _finished(name, f"v[{position[name]}]")
-    )
-    source = f"def write(v, router_id, seq, conn, ts):\n    return {line}\n"
-    return _generated("write", source)
-
-
-def _record_writer(kind: type[EventRecord]) -> Callable[[Record], str]:
-    source = f"def write(r):\n    return {_line_source(kind, lambda name: f'r.{name}')}\n"
-    return _generated("write", source)
-
-
-_VALUE_LINES: Final = tuple(_values_writer(kind) for kind in KINDS)
-_RECORD_LINES: Final = {kind: _record_writer(kind) for kind in KINDS}
 
 
 def values_line(values: EventValues, *, router_id: str, sequence: Sequence, number: int) -> str:
@@ -127,7 +44,7 @@ def values_line(values: EventValues, *, router_id: str, sequence: Sequence, numb
     Raises:
         ValueError: a number field is NaN or infinite.
     """
-    write = _VALUE_LINES[values[0]]
+    write = VALUE_LINES[values[0]]
     return write(values, router_id, sequence.of(number), sequence.of(values[2]), timestamp(values[1]))
 
 
@@ -139,7 +56,7 @@ def json_line(record: Record) -> str:
     Raises:
         ValueError: a number field is NaN or infinite (JSON has no such numbers).
     """
-    return _RECORD_LINES[type(record)](record)
+    return RECORD_LINES[type(record)](record)
 
 
 class JsonLines:

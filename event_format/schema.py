@@ -254,7 +254,8 @@ class Rounding:
     digits: int
 
     def expression(self, taken: str) -> str:
-        """The Python expression of the record's value, given the expression of the value taken."""
+        """The Python expression of the record's value, given the expression of the value taken
+        (what the generated code runs, `tools/generate.py`)."""
         scaled = f"({taken})" if self.scale == 1.0 else f"({taken}) * {self.scale!r}"
         return f"round({scaled}, {self.digits})"
 

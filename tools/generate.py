@@ -12,6 +12,8 @@ What is generated, from what:
 
 * `router/core/_generated_inits.py`: the `__init__` of every class decorated with `@quick_init`
   (router/core/records.py), from its dataclass fields.
+* `event_format/_generated_lines.py`: each kind's JSON line, from a record and from an event's
+  values, from the records of event_format/schema.py.
 
 Python output is formatted by ruff with the project's configuration, so that `ruff format --check`
 holds for it as for the rest of the tree. Nothing here runs at import time of the router.
@@ -21,16 +23,22 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import importlib
+import json
+import re
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+    from event_format.schema import EventRecord
 
 __all__ = ["OUTPUTS", "ROOT", "Output", "main", "quick_init_classes", "render", "stale"]
 
@@ -150,9 +158,119 @@ def generated_inits() -> str:
     ) + "\n".join(["", *entries, "}", ""])
 
 
+# -- the event files' JSON lines ------------------------------------------------------------
+
+_JSON_TEXT: Final = {
+    "str": "string({})",
+    "Timestamp": "string({})",
+    "str | None": "string_or_null({})",
+    "int": "{}",
+    "float": "number({})",
+    "bool": "BOOLEANS[{}]",
+}
+"""How a value of each annotation of the records is written into a line's f-string, with
+event_format/json_text.py's pieces."""
+
+
+def rounded_source(name: str, taken: str) -> str:
+    """The expression of field `name`'s record value from the expression of the value taken
+    (`event_format.schema.ROUNDINGS`: Python's `round` of the value, scaled)."""
+    from event_format.schema import ROUNDINGS
+
+    rounding = ROUNDINGS.get(name)
+    return taken if rounding is None else rounding.expression(taken)
+
+
+def _line_parts(kind: type[EventRecord], value: Callable[[str], str]) -> list[str]:
+    """One kind's line as the parts of one f-string (adjacent literals: one string at run time):
+    `kind` first, then the fields in declaration order; `value(name)` is where a field's value is.
+
+    Raises:
+        TypeError: a field of an annotation no JSON text is known for.
+    """
+    parts = []
+    for index, field in enumerate(dataclasses.fields(kind)):
+        template = _JSON_TEXT.get(str(field.type))
+        if template is None:
+            raise TypeError(f"{kind.__name__}.{field.name}: no JSON text for {field.type!r}")
+        head = "{{" + f'"kind":{json.dumps(kind.KIND)},' if index == 0 else ","
+        parts.append(f"f'{head}\"{field.name}\":{{{template.format(value(field.name))}}}'")
+    parts.append('"}\\n"')
+    return parts
+
+
+def _from_values(taken: dict[str, str], name: str) -> str:
+    """Where a values line takes field `name` from: the writer's argument, or the values."""
+    from event_format.schema import WRITER_FIELDS
+
+    return name if name in WRITER_FIELDS else rounded_source(name, taken[name])
+
+
+def _returned(parts: Sequence[str]) -> str:
+    return "    return (\n" + "".join(f"        {part}\n" for part in parts) + "    )\n"
+
+
+_LINES_HEAD: Final = '''"""The JSON line of each kind of record (`event_format/lines.py`): from a
+record (`RECORD_LINES`) and from an event's values as the writer process receives them
+(`VALUE_LINES`, by the kind's index), made from event_format/schema.py's records with
+event_format/json_text.py's pieces. tests/tools/test_generate.py checks that this file is what the
+command writes now."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, TypeAlias
+
+from event_format.json_text import {helpers}
+from event_format.schema import {records}
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from event_format.schema import EventValues
+
+__all__ = ["RECORD_LINES", "VALUE_LINES"]
+'''
+
+
+def generated_lines() -> str:
+    """`event_format/_generated_lines.py`."""
+    from event_format.schema import KINDS, VALUE_HEAD, value_names
+
+    functions = []
+    for kind in KINDS:
+        taken = {name: f"v[{index}]" for index, name in enumerate(value_names(kind), start=VALUE_HEAD)}
+        record_parts = _line_parts(kind, lambda name: f"r.{name}")
+        values_parts = _line_parts(kind, partial(_from_values, taken))
+        functions.append(f"def {kind.KIND}_line(r: {kind.__name__}) -> str:\n" + _returned(record_parts))
+        arguments = "v: EventValues, router_id: str, seq: int, conn: int, ts: str"
+        functions.append(f"def {kind.KIND}_values_line({arguments}) -> str:\n" + _returned(values_parts))
+    text = "\n\n".join(functions)
+    used = [
+        name
+        for name in ("BOOLEANS", "number", "string", "string_or_null")
+        if re.search(rf"\b{name}[(\[]", text)
+    ]
+    records = ", ".join(sorted(kind.__name__ for kind in KINDS))
+    value_lines = ", ".join(f"{kind.KIND}_values_line" for kind in KINDS)
+    record_lines = ", ".join(f"{kind.__name__}: {kind.KIND}_line" for kind in KINDS)
+    tables = [
+        'ValuesLine: TypeAlias = "Callable[[EventValues, str, int, int, str], str]"',
+        f"VALUE_LINES: Final[tuple[ValuesLine, ...]] = ({value_lines},)",
+        '"""By kind index: the line of an event from its values, router id, numbers and time."""',
+        "",
+        f"RECORD_LINES: Final[dict[type, Callable[..., str]]] = {{{record_lines}}}",
+        '"""By record type: the record\'s line."""',
+    ]
+    head = _LINES_HEAD.format(helpers=", ".join(used), records=records)
+    return HEADER + head + "\n\n" + text + "\n\n" + "\n".join(tables) + "\n"
+
+
 # -- the files ----------------------------------------------------------------------------------
 
-OUTPUTS: Final[tuple[Output, ...]] = (Output("router/core/_generated_inits.py", generated_inits),)
+OUTPUTS: Final[tuple[Output, ...]] = (
+    Output("router/core/_generated_inits.py", generated_inits),
+    Output("event_format/_generated_lines.py", generated_lines),
+)
 
 
 def _ruff() -> str:
