@@ -12,6 +12,7 @@ setup(
         Extension(
             "event_format._native",
             sources=["event_format/_native.c"],
+            depends=["event_format/_native_program.h"],  # generated: python -m tools.generate
             extra_compile_args=["-O2", "-Wall", "-Werror"],
             optional=True,
         )

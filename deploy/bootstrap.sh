@@ -41,7 +41,7 @@ install_apt() {
 install_venv() {
     local stamp=.venv/.installed stamp_value
     # The C source is built in place by the editable install: a change to it installs again.
-    stamp_value=$(cat pyproject.toml setup.py event_format/_native.c | sha256sum | cut -d' ' -f1)
+    stamp_value=$(cat pyproject.toml setup.py event_format/_native.c event_format/_native_program.h | sha256sum | cut -d' ' -f1)
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_value" ] && [ -x .venv/bin/routerd ] \
         && .venv/bin/python -c "import event_format._native" 2>/dev/null; then
         return 0

@@ -67,7 +67,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                                  generated ahead of time into `_generated_inits` by
                                  `python -m tools.generate`
                   `event_records`  how the event log takes its records from a `Decided` or a
-                                 `Closed` (the records themselves: `event_format`)
+                                 `Closed` (the records themselves: `event_format`), by code
+                                 generated (`_generated_event_records`) from
+                  `event_sources`  the one table of where each field comes from in an event
                   `ring`         the bounded ring between routing and the event log's writer
                   `shared_cache` a cache shared through ZooKeeper: znode names, entry data, when
                                  to extend an entry

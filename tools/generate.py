@@ -14,6 +14,9 @@ What is generated, from what:
   (router/core/records.py), from its dataclass fields.
 * `event_format/_generated_lines.py`: each kind's JSON line, from a record and from an event's
   values, from the records of event_format/schema.py.
+* `router/core/_generated_event_records.py` and `event_format/_native_program.h`: how routerd takes
+  an event's values and its record, in Python, and the native recorder's program, in C, both from
+  the one table of router/core/event_sources.py (so the two recorders take the same values).
 
 Python output is formatted by ruff with the project's configuration, so that `ruff format --check`
 holds for it as for the rest of the tree. Nothing here runs at import time of the router.
@@ -36,9 +39,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    import enum
     from collections.abc import Callable, Sequence
 
     from event_format.schema import EventRecord
+    from router.core.event_sources import Source
 
 __all__ = ["OUTPUTS", "ROOT", "Output", "main", "quick_init_classes", "render", "stale"]
 
@@ -265,11 +270,260 @@ def generated_lines() -> str:
     return HEADER + head + "\n\n" + text + "\n\n" + "\n".join(tables) + "\n"
 
 
+# -- routerd's event records: the Python recorder's code and the native recorder's program -----
+
+
+def _identity(member: enum.Enum) -> str:
+    """The generated module's name of an enum member an identity test compares with."""
+    return f"_{type(member).__name__}_{member.name}"
+
+
+def _python_source(source: Source) -> str:
+    """The Python expression of a source (router/core/event_sources.py) over the event `e`, its
+    reference `ref`, the decision's raw key `raw` and the router's `key_type`."""
+    from router.core.event_sources import (
+        AddressHost,
+        EnumValue,
+        IsMember,
+        KeyTypeValue,
+        RawKey,
+        RawKeyLength,
+        Slot,
+    )
+
+    match source:
+        case Slot(name=name, on_ref=on_ref):
+            return f"{'ref' if on_ref else 'e'}.{name}"
+        case EnumValue(name=name, optional=False):
+            return f"e.{name}._value_"
+        case EnumValue(name=name, optional=True):
+            return f"None if e.{name} is None else e.{name}._value_"
+        case IsMember(name=name, member=member):
+            return f"e.{name} is {_identity(member)}"
+        case AddressHost(name=name, fallback=fallback):
+            return f"(ref.{fallback} if e.{name} is None else e.{name}).host"
+        case KeyTypeValue():
+            return "key_type._value_"
+        case RawKey():
+            return "None if raw is None else raw[:RAW_KEY_CAP]"
+        case RawKeyLength():
+            return "0 if raw is None else len(raw)"
+    raise TypeError(f"no Python for the source {source!r}")
+
+
+def _prelude(sources: dict[str, Source]) -> list[str]:
+    """What an event's maker reads once: its reference, and a decision's raw key."""
+    from router.core.event_sources import REF_SLOT, RawKey, RawKeyLength
+
+    lines = [f"    ref = e.{REF_SLOT}"]
+    if any(isinstance(source, RawKey | RawKeyLength) for source in sources.values()):
+        lines.append("    raw = raw_key(key_type, e)")
+    return lines
+
+
+_EVENT_RECORDS_HEAD: Final = '''"""Per event type routerd logs: the values its event log takes from it
+(`VALUE_MAKERS`), its record (`RECORD_MAKERS`), and what the native recorder is given besides its
+program (`RECORDER_EVENT_TYPES`, `RECORDER_IDENTITIES`, in the program's order; the program itself
+is event_format/_native_program.h), all made from router/core/event_sources.py's table.
+tests/tools/test_generate.py checks that this file is what the command writes now."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+{imports}
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from event_format.schema import EventValues, Record, Timestamp
+    from keys import KeyType
+
+__all__ = ["RECORDER_EVENT_TYPES", "RECORDER_IDENTITIES", "RECORD_MAKERS", "VALUE_MAKERS"]
+'''
+
+
+def _identities() -> list[enum.Enum]:
+    """The enum members the table's identity tests compare with, in the table's order."""
+    from router.core.event_sources import SOURCES, IsMember
+
+    found: list[enum.Enum] = []
+    for sources in SOURCES.values():
+        for source in sources.values():
+            if isinstance(source, IsMember) and source.member not in found:
+                found.append(source.member)
+    return found
+
+
+def generated_event_records() -> str:
+    """`router/core/_generated_event_records.py`."""
+    from event_format.schema import KINDS, WRITER_FIELDS
+    from router.core.event_sources import EVENT_KINDS, REF_ID_SLOT, SOURCES
+
+    functions = []
+    for event, kind in EVENT_KINDS.items():
+        sources = SOURCES[event]
+        prelude = _prelude(sources)
+        name = event.__name__.lower()
+        items = ", ".join(_python_source(source) for source in sources.values())
+        functions.append(
+            f"def {name}_values(e: {event.__name__}, key_type: KeyType, when: float) -> EventValues:\n"
+            + "\n".join(prelude)
+            + f"\n    return ({KINDS.index(kind)}, when, ref.{REF_ID_SLOT}, {items})\n"
+        )
+        fields = ", ".join(
+            f"{f.name}={f.name}"
+            if f.name in WRITER_FIELDS
+            else f"{f.name}={rounded_source(f.name, _python_source(sources[f.name]))}"
+            for f in dataclasses.fields(kind)
+        )
+        arguments = f"e: {event.__name__}, router_id: str, seq: int, conn: int, ts: Timestamp"
+        arguments += ", key_type: KeyType"
+        functions.append(
+            f"def {name}_record({arguments}) -> {kind.__name__}:\n"
+            + "\n".join(prelude)
+            + f"\n    return {kind.__name__}({fields})\n"
+        )
+    text = "\n\n".join(functions)
+    identities = _identities()
+    records = ", ".join(kind.__name__ for kind in EVENT_KINDS.values())
+    imports = sorted(
+        [
+            f"from event_format.schema import RAW_KEY_CAP, {records}",
+            *(f"from {type(m).__module__} import {type(m).__name__}" for m in identities),
+            "from router.core.event_sources import raw_key",
+            f"from router.core.events import {', '.join(sorted(e.__name__ for e in EVENT_KINDS))}",
+        ]
+    )
+    constants = [f"{_identity(m)}: Final = {type(m).__name__}.{m.name}" for m in identities]
+    events = [event.__name__ for event in EVENT_KINDS]
+    tables = [
+        "VALUE_MAKERS: Final[dict[type, Callable[..., EventValues]]] = {"
+        + ", ".join(f"{e}: {e.lower()}_values" for e in events)
+        + "}",
+        '"""Per logged event type: its values, `(event, key_type, when)` (`event_records.event_values`)."""',
+        "",
+        "RECORD_MAKERS: Final[dict[type, Callable[..., Record]]] = {"
+        + ", ".join(f"{e}: {e.lower()}_record" for e in events)
+        + "}",
+        '"""Per logged event type: its record, `(event, router_id, seq, conn, ts, key_type)`."""',
+        "",
+        f"RECORDER_EVENT_TYPES: Final = ({', '.join(events)},)",
+        '"""The event types of the native recorder\'s program, in its order."""',
+        f"RECORDER_IDENTITIES: Final = ({''.join(f'{_identity(m)}, ' for m in identities)})",
+        '"""What the identity tests of the native recorder\'s program compare with, in its order."""',
+    ]
+    head = _EVENT_RECORDS_HEAD.format(imports="\n".join(imports))
+    return HEADER + head + "\n" + "\n".join(constants) + "\n\n\n" + text + "\n\n" + "\n".join(tables) + "\n"
+
+
+_C_BY_ANNOTATION: Final = {
+    "str": "OP_STR",
+    "str | None": "OP_OPT_STR",
+    "int": "OP_INT",
+    "float": "OP_FLOAT",
+    "bool": "OP_BOOL",
+}
+"""The step that takes a slot's value as it is, by the record field's annotation."""
+
+
+def _c_string(text: str | None) -> str:
+    return "NULL" if text is None else json.dumps(text)
+
+
+def _c_step(source: Source, annotation: str, identities: list[enum.Enum]) -> str:
+    """A source as a `StepSpec` initialiser of event_format/_native.c: {op, on_ref, slot, slot2,
+    identity}."""
+    from router.core.event_sources import (
+        FACTS_SLOT,
+        AddressHost,
+        EnumValue,
+        IsMember,
+        KeyTypeValue,
+        RawKey,
+        RawKeyLength,
+        Slot,
+    )
+
+    step: tuple[str, bool, str | None, str | None, int]
+    match source:
+        case Slot(name=name, on_ref=on_ref):
+            if annotation not in _C_BY_ANNOTATION:
+                raise TypeError(f"no recorder step takes a slot as a {annotation}")
+            step = (_C_BY_ANNOTATION[annotation], on_ref, name, None, -1)
+        case EnumValue(name=name, optional=optional):
+            step = ("OP_OPT_ENUM" if optional else "OP_ENUM", False, name, None, -1)
+        case IsMember(name=name, member=member):
+            step = ("OP_IS", False, name, None, identities.index(member))
+        case AddressHost(name=name, fallback=fallback):
+            step = ("OP_ADDRESS_HOST", False, name, fallback, -1)
+        case KeyTypeValue():
+            step = ("OP_KEY_TYPE", False, None, None, -1)
+        case RawKey():
+            step = ("OP_RAW_KEY", False, FACTS_SLOT, None, -1)
+        case RawKeyLength():
+            step = ("OP_RAW_KEY_LENGTH", False, None, None, -1)
+        case _:
+            raise TypeError(f"no recorder step for the source {source!r}")
+    op, on_ref, slot, slot2, identity = step
+    return f"{{{op}, {int(on_ref)}, {_c_string(slot)}, {_c_string(slot2)}, {identity}}}"
+
+
+_PROGRAM_HEAD: Final = """/* Generated by `python -m tools.generate` (tools/generate.py): do not edit.
+ *
+ * The native recorder's program, which event_format/_native.c includes: for each event type
+ * routerd logs, a step per value it takes (the slot it reads, and how), made from the table of
+ * router/core/event_sources.py, as the Python recorder's code is
+ * (router/core/_generated_event_records.py). routerd gives the recorder the event types and the
+ * identities in this order (RECORDER_EVENT_TYPES, RECORDER_IDENTITIES); the recorder checks their
+ * names and finds their slots when it is made. tests/tools/test_generate.py checks that this file
+ * is what the command writes now.
+ */
+"""
+
+
+def generated_program() -> str:
+    """`event_format/_native_program.h`."""
+    from event_format.schema import KINDS, RAW_KEY_CAP
+    from router.core.event_sources import EVENT_KINDS, REF_ID_SLOT, REF_ROUTER_SLOT, REF_SLOT, SOURCES
+
+    identities = _identities()
+    lines = [
+        _PROGRAM_HEAD,
+        f"#define RAW_KEY_CAP {RAW_KEY_CAP}",
+        f"#define REF_ID_SLOT {_c_string(REF_ID_SLOT)}",
+        f"#define REF_ROUTER_SLOT {_c_string(REF_ROUTER_SLOT)}",
+        f"#define PROGRAM_COUNT {len(EVENT_KINDS)}",
+        f"#define IDENTITY_COUNT {len(identities)}",
+        "",
+        "/* The type of each identity (an enum), by its name. */",
+        f"static const char *const IDENTITY_TYPES[{max(1, len(identities))}] = {{"
+        + ", ".join(_c_string(type(m).__name__) for m in identities)
+        + "};",
+    ]
+    specs = []
+    for event, kind in EVENT_KINDS.items():
+        annotations = {f.name: str(f.type) for f in dataclasses.fields(kind)}
+        array = f"{event.__name__.upper()}_STEPS"
+        sources = SOURCES[event]
+        lines += ["", f"static const StepSpec {array}[{len(sources)}] = {{"]
+        for field, source in sources.items():
+            lines.append(f"    {_c_step(source, annotations[field], identities)}, /* {field} */")
+        lines.append("};")
+        kind_index = str(KINDS.index(kind))
+        spec = [_c_string(event.__name__), kind_index, _c_string(REF_SLOT), str(len(sources)), array]
+        specs.append(f"    {{{', '.join(spec)}}},")
+    lines += ["", "static const ProgramSpec PROGRAM_SPECS[PROGRAM_COUNT] = {", *specs, "};", ""]
+    return "\n".join(lines)
+
+
 # -- the files ----------------------------------------------------------------------------------
 
 OUTPUTS: Final[tuple[Output, ...]] = (
     Output("router/core/_generated_inits.py", generated_inits),
     Output("event_format/_generated_lines.py", generated_lines),
+    Output("router/core/_generated_event_records.py", generated_event_records),
+    Output("event_format/_native_program.h", generated_program),
 )
 
 
@@ -281,7 +535,7 @@ def _ruff() -> str:
 
 
 def render(output: Output) -> str:
-    """An output's text as it is written: Python formatted by ruff.
+    """An output's text as it is written: Python with its imports sorted and formatted by ruff.
 
     Raises:
         RuntimeError: ruff is missing or cannot format it (the generator made invalid Python).
@@ -289,17 +543,19 @@ def render(output: Output) -> str:
     text = output.make()
     if not output.path.endswith(".py"):
         return text
-    done = subprocess.run(
-        [_ruff(), "format", "--stdin-filename", output.path, "-"],
-        input=text,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"ruff cannot format the generated {output.path}: {done.stderr.strip()}")
-    return done.stdout
+    for command in (["check", "--fix", "--select", "I", "--quiet"], ["format"]):
+        done = subprocess.run(
+            [_ruff(), *command, "--stdin-filename", output.path, "-"],
+            input=text,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"ruff cannot {command[0]} the generated {output.path}: {done.stderr.strip()}")
+        text = done.stdout
+    return text
 
 
 def stale(texts: dict[str, str], root: Path = ROOT) -> list[str]:

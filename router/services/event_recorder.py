@@ -7,8 +7,9 @@ over as one frame. There are two, with one interface (`Recorder`):
 * `NativeRecorder`, the C extension `event_format._native` (`event_format/_native.c`, built by
   `pip install`): it reads the event's slots in C and appends one encoded record to a ring of
   records, and the writer process decodes the records straight into Arrow's column layout. What it
-  takes, field by field, is `event_records.RECORDER_PROGRAMS`, compiled from the same table as
-  `event_values`, which gives the same values (a test checks it on every kind and key type).
+  takes, field by field, is its program (`event_format/_native_program.h`), generated from the same
+  table as `event_values` (`router/core/event_sources.py`), which gives the same values (a test
+  checks it on every kind and key type).
 * `ValuesRecorder`, pure Python, used when the extension is not built (an install without a C
   compiler): `event_values` tuples in a `router.core.ring.Ring`, sent `marshal`-ed. It costs the
   routing thread a few microseconds more per event.
@@ -23,9 +24,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, Protocol
 
 from event_format.frames import NATIVE, NATIVE_RECORDS_MAX, encode_frame, native_frame
-from event_format.schema import RAW_KEY_CAP
 from keys import KeyType
-from router.core.event_records import RAW_KEY_OF, RECORDER_PROGRAMS, VALUE_MAKERS
+from router.core.event_records import RECORDER_EVENT_TYPES, RECORDER_IDENTITIES, VALUE_MAKERS
+from router.core.event_sources import RAW_KEY_OF
 from router.core.events import ConnectionRef
 from router.core.ring import Ring
 
@@ -124,13 +125,13 @@ class NativeRecorder:
         assert NATIVE, "the C extension is built"
         self._ring = _native.Recorder(
             size=size,
-            programs=RECORDER_PROGRAMS,
+            event_types=RECORDER_EVENT_TYPES,
+            identities=RECORDER_IDENTITIES,
             ref_type=ConnectionRef,
             key_types=key_types,
             default_key_type=DEFAULT_KEY_TYPE,
             raw_of=RAW_KEY_OF,
             clock=clock,
-            raw_cap=RAW_KEY_CAP,
         )
         self.record: Callable[[Event], int] = self._ring.record
         """The C method itself: the reporting threads call it for every event."""

@@ -14,7 +14,7 @@ from event_format.schema import BOOT_SPAN, RAW_KEY_CAP, CloseRecord, DecisionRec
 from keys import ConnectionFacts, KeyType, WireProtocol
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import event_values, raw_key, record_of
+from router.core.event_records import event_values, record_of
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
 
 CONN = ConnectionRef(id=7, router="r", acceptor="mqtt", peer=Address("10.0.0.1", 4000))
@@ -57,20 +57,6 @@ def test_decision_without_source_is_the_peer_and_policy_is_no_cache_hit():
     assert record.raw_key is None
     assert record.raw_key_length == 0
     assert record.protocol is None
-
-
-@pytest.mark.parametrize(
-    ("key_type", "expected"),
-    [
-        (KeyType.CLIENT_ID, "dev-1-abc"),
-        (KeyType.SOURCE_IP, "10.0.0.9"),
-        (KeyType.USER_NAME, None),
-        (KeyType.SNI_HOST, None),
-        (KeyType.ROLE_NAME, "a,b"),
-    ],
-)
-def test_raw_key_per_key_type(key_type, expected):
-    assert raw_key(key_type, decision()) == expected
 
 
 def test_raw_key_is_capped_and_its_length_kept():

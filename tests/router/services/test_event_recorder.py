@@ -4,6 +4,7 @@ tests/event_format/test_frames.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from event_format.schema import RAW_KEY_CAP, VALUE_NAMES
 from keys import ConnectionFacts, KeyType, WireProtocol
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import event_values
+from router.core.event_records import RECORDER_EVENT_TYPES, RECORDER_IDENTITIES, event_values
 from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.services import event_recorder
 from router.services.event_recorder import (
@@ -343,29 +344,44 @@ def test_the_module_says_which_recorder_is_used():
 # -- the C module's own arguments (found by a review with ASan and UBSan) ---------------------
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Decided_:
+    conn: ConnectionRef
+
+
+Decided_.__name__ = "Decided"
+
+_GOOD = {
+    "event_types": RECORDER_EVENT_TYPES,
+    "identities": RECORDER_IDENTITIES,
+    "ref_type": ConnectionRef,
+}
+
+
 @pytest.mark.parametrize(
-    ("step", "message"),
+    ("given", "message"),
     [
-        (("str", False, None, None, None), "a slot for every step"),
-        (("raw_key_length", False, None, None, None), "needs a raw_key step"),
-        (("address_host", False, "source", None, None), "a second for address_host"),
-        (("str", False, "no_such_slot", None, None), "is not a slot"),
-        (("no_such_step", False, "key", None, None), "no recorder step"),
+        ({"event_types": (Decided,)}, "the recorder's program is for 2 event types, got 1"),
+        ({"event_types": (Closed, Decided)}, "program 0 is for Decided events, got Closed"),
+        ({"event_types": (Decided_, Closed)}, "Decided.source is not a slot"),
+        ({"identities": ()}, "compares with 1 identities, got 0"),
+        ({"identities": (Mode.PROXY,)}, "identity 0: a DecisionReason, got Mode"),
+        ({"ref_type": Address}, "is not a slot"),
     ],
 )
-def test_a_program_the_c_code_cannot_run_is_refused_when_the_recorder_is_made(step, message):
+def test_types_the_compiled_program_cannot_run_on_are_refused_when_the_recorder_is_made(given, message):
+    """The program is compiled in (event_format/_native_program.h); routerd gives the types it
+    reads and the identities it compares with, which must be the ones it was generated for."""
     from event_format import _native as native  # type: ignore[attr-defined]
 
     with pytest.raises((ValueError, TypeError), match=message):
         native.Recorder(
             size=1,
-            programs=((Decided, 0, "conn", (step,)),),
-            ref_type=ConnectionRef,
+            **(_GOOD | given),
             key_types={},
             default_key_type=KeyType.SOURCE_IP,
             raw_of={},
             clock=lambda: WHEN,
-            raw_cap=RAW_KEY_CAP,
         )
 
 
