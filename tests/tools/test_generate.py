@@ -63,3 +63,27 @@ def test__decorated_classes_finds_nested_and_qualified_decorators():
         "class C:\n    pass\n@other\nclass D: ...\n"
     )
     assert _decorated_classes(tree) == ["A", "A.B"]
+
+
+def test_a_slot_of_a_type_no_recorder_step_takes_is_refused():
+    from router.core.event_sources import Slot
+    from tools.generate import _c_step
+
+    assert _c_step(Slot("key"), "str", []) == '{OP_STR, 0, "key", NULL, -1}'
+    with pytest.raises(TypeError, match="no recorder step takes a slot as a Timestamp"):
+        _c_step(Slot("ts"), "Timestamp", [])
+
+
+def test_a_record_field_of_a_type_without_json_text_is_refused():
+    import dataclasses
+
+    from event_format.schema import EventRecord
+    from tools.generate import _line_parts
+
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Odd(EventRecord):
+        KIND = "odd"
+        when: bytes
+
+    with pytest.raises(TypeError, match=r"Odd\.when: no JSON text for 'bytes'"):
+        _line_parts(Odd, lambda name: name)
