@@ -19,12 +19,13 @@ COPY pools ./pools
 COPY policies ./policies
 COPY cache ./cache
 COPY tls_sni ./tls_sni
+COPY event_format ./event_format
 COPY pipeline ./pipeline
 # gcc for the event log's native recorder (setup.py), removed once it is built.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install --no-cache-dir . \
-    && python -c "import router.services._event_recorder" \
+    && python -c "import event_format._native" \
     && apt-get purge -y --auto-remove gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* /root/.cache
 

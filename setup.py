@@ -10,8 +10,9 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "router.services._event_recorder",
-            sources=["router/services/event_recorder.c"],
+            "event_format._native",
+            sources=["event_format/_native.c"],
+            depends=["event_format/_native_program.h"],  # generated: python -m tools.generate
             extra_compile_args=["-O2", "-Wall", "-Werror"],
             optional=True,
         )

@@ -41,9 +41,9 @@ install_apt() {
 install_venv() {
     local stamp=.venv/.installed stamp_value
     # The C source is built in place by the editable install: a change to it installs again.
-    stamp_value=$(cat pyproject.toml setup.py router/services/event_recorder.c | sha256sum | cut -d' ' -f1)
+    stamp_value=$(cat pyproject.toml setup.py event_format/_native.c event_format/_native_program.h | sha256sum | cut -d' ' -f1)
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_value" ] && [ -x .venv/bin/routerd ] \
-        && .venv/bin/python -c "import router.services._event_recorder" 2>/dev/null; then
+        && .venv/bin/python -c "import event_format._native" 2>/dev/null; then
         return 0
     fi
     [ -x .venv/bin/python ] || { log "creating .venv"; python3 -m venv .venv; }
@@ -52,7 +52,7 @@ install_venv() {
     .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/python -c "import router, trio, lxml, paho.mqtt, pytest" \
         || { log "the venv is incomplete; see pip's output above"; exit 1; }
-    .venv/bin/python -c "import router.services._event_recorder" \
+    .venv/bin/python -c "import event_format._native" \
         || log "the event log's native recorder did not build (a C compiler and Python's headers are needed); routerd uses the Python one"
     echo "$stamp_value" > "$stamp"
 }

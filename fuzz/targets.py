@@ -29,6 +29,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypeVar
 
+from event_format.frames import NativeBatch, decode_frame, events_of
+from event_format.frames import columns as event_columns
 from keys import (
     NEED_MORE,
     KeyType,
@@ -50,8 +52,6 @@ from policies import policy_names
 from router.config import ConfigError, load_config_text
 from router.config.acceptor_params import ACCEPTOR_PARAMS
 from router.core.opening import SniffBuffer
-from router.services.event_recorder import NativeBatch, decode_frame, events_of
-from router.services.event_recorder import columns as event_columns
 from tls_sni import ClientHello, parse_client_hello
 
 if TYPE_CHECKING:
@@ -524,7 +524,7 @@ def config_dictionary() -> list[bytes]:
 
 
 def fuzz_event_frames(data: bytes) -> None:
-    """A frame's payload as the event log's writer reads it (router/services/event_recorder.py):
+    """A frame's payload as the event log's writer reads it (event_format/frames.py):
     `decode_frame`, then a native batch decoded as values and as Arrow columns. ValueError only;
     records decoded as values decode as columns too, the same number per kind."""
     batch = _outcome(decode_frame, data, ValueError)

@@ -3,7 +3,7 @@ with the faults the pipeline must survive, and the exact numbers it must find (`
 
 The fleet (`FLEET`): four connection routers, each with its own key type, mode and pool, behind
 `routers` routing processes (router ids `rtr-a`, `rtr-b`, ...), each numbering its lines with its own
-`seq` (`router.core.event_records.Sequence`; `rtr-a` restarts once, so its numbers jump). Clients
+`seq` (`event_format.schema.Sequence`; `rtr-a` restarts once, so its numbers jump). Clients
 pick a process at random and carry Zipf-distributed keys (some non-ASCII, some without a value,
 some that the key filter turns to `NULL`). Targets are picked by the router's own Artemis
 CONSISTENT_HASH (`policies.ConsistentHashPolicy`), with a per-process cache whose entries a hit
@@ -20,7 +20,7 @@ types, missing router id or seq, unknown kind or status, a top-level array), eac
 quarantine reason the ingest step gives it.
 
 The files are JSON lines (`.jsonl.zst`), or Parquet written by the router's own writer code
-(`router.services.event_parquet`, without malformed lines). No Spark here: numpy, zstandard,
+(`event_format.parquet`, without malformed lines). No Spark here: numpy, zstandard,
 pyarrow and the router's modules only.
 """
 
@@ -40,13 +40,13 @@ import pyarrow as pa
 import pyarrow.json
 import zstandard
 
+from event_format.lines import ZSTD_LEVEL
+from event_format.parquet import ARROW_SCHEMA, write_parquet
+from event_format.schema import BOOT_SPAN, RAW_KEY_CAP
 from keys import KeyType
 from policies import ConsistentHashPolicy
 from pools.target import Connector, Target
 from router.config.settings import EventFileFormat
-from router.core.event_records import BOOT_SPAN, RAW_KEY_CAP
-from router.services.event_files import ZSTD_LEVEL
-from router.services.event_parquet import ARROW_SCHEMA, write_parquet
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

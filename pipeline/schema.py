@@ -1,5 +1,5 @@
 """The Spark schema of the event table, generated from the records' one field list
-(`router.core.event_records.FIELDS`): a field is declared once, for the writer and the reader."""
+(`event_format.schema.FIELDS`): a field is declared once, for the writer and the reader."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from router.core.event_records import FIELDS, FieldType
+from event_format.schema import FIELDS, FieldType
 
 __all__ = ["CORRUPT_COLUMN", "EVENT_SCHEMA", "spark_type"]
 

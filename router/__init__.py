@@ -13,6 +13,11 @@ nothing of `pipeline`, whose routerctl commands arrive through an entry point gr
               quorum state, passive health (`outlier`: which targets are ejected).
 - `cache/`    the sticky key -> node id cache with expire-after-access, pins, and the journal a
               persisted cache's file is written from.
+- `event_format/` leaf: the routing event log's file format, for routerd's event log, its writer
+              process, the pipeline and the fuzz targets: the records and their one field list
+              (`schema`), JSON lines (`lines`), Parquet (`parquet`), what a file format is
+              (`files`), the frames routerd sends its writer (`frames`) and the C extension that
+              records and decodes them (`_native`). Imports nothing of ours.
 - `router/`   the router itself, in layers (below).
 - `pipeline/` the PySpark jobs over the router's event log (`analyze`, `simulate`, the synthetic
               event generator); it replays keys through the router's own engine. The `pipeline`
@@ -65,9 +70,13 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `discovery_session`  ZooKeeper discovery's session as a state table
                   `zookeeper_link`  a ZooKeeper session's state as status shows it: kazoo's
                                  reports and heartbeats (a frozen server is suspended)
-                  `records`      `quick_init`, a cheaper `__init__` for per-connection records
-                  `event_records`  the routing event log's lines: one record per kind, the one
-                                 field list the pipeline's schema comes from
+                  `records`      `quick_init`, a cheaper `__init__` for per-connection records,
+                                 generated ahead of time into `_generated_inits` by
+                                 `python -m tools.generate`
+                  `event_records`  how the event log takes its records from a `Decided` or a
+                                 `Closed` (the records themselves: `event_format`), by code
+                                 generated (`_generated_event_records`) from
+                  `event_sources`  the one table of where each field comes from in an event
                   `ring`         the bounded ring between routing and the event log's writer
                   `shared_cache` a cache shared through ZooKeeper: znode names, entry data, when
                                  to extend an entry
@@ -95,8 +104,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 through ZooKeeper (`shared_cache`), the state file of targets' administrative
                 states (`state_file`), whether a filesystem takes writes (`files`), the process's
                 status document (`process`), the event log
-                (`event_log`: ring and sender in routerd; `event_writer`, its writer process, with
-                `event_files`). They may use the data paths' I/O helpers (`net`, `reading`).
+                (`event_log`: ring and sender in routerd, with its recorders, `event_recorder`;
+                `event_writer`, its writer process, with `event_files`). They may use the data
+                paths' I/O helpers (`net`, `reading`).
 10. `features/` one folder per feature (above): `probes/` (`checks`, one per broker protocol;
                 `service`, each router's health-check loop), `ttl/` (`service`, the connection-TTL
                 checker), `moves/` (`rules`, `service` with `Moves`, `routes`, `commands`:

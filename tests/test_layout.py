@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("router", "keys", "pools", "policies", "cache", "tls_sni", "pipeline")
+PACKAGES = ("router", "keys", "pools", "policies", "cache", "tls_sni", "event_format", "pipeline")
 
 NOT_YET_TESTED = frozenset(
     {

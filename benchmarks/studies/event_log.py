@@ -52,6 +52,7 @@ import zstandard
 from benchmarks.configs import Ports, routerd_config
 from benchmarks.decision import percentile, time_decisions
 from benchmarks.fleet import cpu_ns
+from event_format.frames import FRAME_HEAD, Batch, decode_frame
 from keys import ConnectionFacts, KeyType, WireProtocol
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
@@ -60,7 +61,7 @@ from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
 from router.services.event_files import PENDING_EVENTS
 from router.services.event_log import SEND_BATCH, EventLog
-from router.services.event_recorder import FRAME_HEAD, Batch, decode_frame, make_recorder
+from router.services.event_recorder import make_recorder
 from router.services.event_writer import file_format
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ Parquet"), README.md and benchmarks/README.md ("The event pipeline").
 1. **Data.** `pipeline.generate` writes N events of synthetic event files in both of the router's
    formats, each with its `truth.json`, 4 routing processes, 100,000 Zipf keys, 1 % duplicates:
    - **Parquet**, the router's default (`events-*.parquet`, written by the router's own writer code,
-     `router.services.event_parquet.write_parquet`, as many files as its 64 MiB Arrow file in
+     `event_format.parquet.write_parquet`, as many files as its 64 MiB Arrow file in
      progress gives), no malformed record (a Parquet file has none);
    - **JSON lines** (`<format>jsonl</format>`: `events-*.jsonl.zst`, rotated like the router's
      64 MiB files), the same events and duplicates plus 0.1 % malformed lines.
@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, NoReturn
 
 from benchmarks.studies.event_log import TRICKLE_RATE, EventLogCost, time_event_log
-from router.core.event_records import FIELDS, FieldType
+from event_format.schema import FIELDS, FieldType
 from router.core.events import CloseReason
 
 if TYPE_CHECKING:

@@ -1,15 +1,8 @@
 """The event log's files: the file in progress, rotation, finishing, retention and recovery. Run
 by the writer process (`router/services/event_writer.py`), never by routerd's routing threads.
 
-Files, in the configured directory, per router id, in one of two formats (`FileFormat`):
-
-    .events-ID-BOOT-NNNNNN.arrows.part    in progress (a dot file: Spark and Hadoop skip it): an
-                                          Arrow IPC stream, one record batch per hand-over
-    events-ID-BOOT-NNNNNN.parquet         finished (`event_parquet.ParquetFormat`): complete or
-                                          absent (written to a dot file, synced, then renamed)
-
-    .events-ID-BOOT-NNNNNN.jsonl.part     in progress: JSON lines (`JsonLines`)
-    events-ID-BOOT-NNNNNN.jsonl.zst       finished (compressed to a dot file, synced, renamed)
+Files, in the configured directory, per router id, in one of two formats (`event_format.files`:
+`FileFormat`, its names; `event_format.lines.JsonLines`, `event_format.parquet.ParquetFormat`).
 
 Events are collected and encoded when they are handed to the operating system: at least every
 `flush-interval` (or per `PENDING_EVENTS` events), with one system call; they count as written when
@@ -27,7 +20,6 @@ a crash is left out); one that is still locked belongs to a writer that outlives
 from __future__ import annotations
 
 import contextlib
-import enum
 import fcntl
 import logging
 import os
@@ -35,24 +27,18 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
-import zstandard
-
-from router.core.event_records import Sequence, values_line
-from router.services.event_recorder import Batch, events_of
+from event_format.files import Encoded, Finished
 
 if TYPE_CHECKING:
+    from event_format.files import FileFormat
+    from event_format.frames import Batch
     from router.config.settings import EventLogConfig
 
 __all__ = [
     "PENDING_EVENTS",
-    "ZSTD_LEVEL",
-    "Encoded",
     "EventFiles",
-    "FileFormat",
-    "Finished",
-    "JsonLines",
     "Tally",
     "directory_error",
 ]
@@ -62,103 +48,6 @@ log = logging.getLogger("router.eventlog")
 PENDING_EVENTS: Final = 8192
 """Events collected before they are encoded and written, at the latest (else every flush
 interval): a few MB of the writer's memory."""
-ZSTD_LEVEL: Final = 3
-"""zstd's default level: about 9x smaller than the lines, hundreds of MB/s."""
-
-
-@dataclass(frozen=True, slots=True)
-class Encoded:
-    """Events encoded for the file in progress."""
-
-    data: bytes
-    """Whole units (lines, Arrow batches): a file cut after any of them is readable."""
-    events: int
-    """Events in `data`."""
-    failure: str | None = None
-    """Why the other events of the batches have no unit (a bug's event: lost, counted)."""
-
-
-class Finished(enum.Enum):
-    """What `FileFormat.finish` made of a file in progress."""
-
-    EMPTY = "empty"
-    """It held no event: nothing was written, the file in progress goes."""
-    WRITTEN = "written"
-    """The finished file is at the target."""
-    AS_IS = "as is"
-    """The file in progress is the finished file (synced): renamed, not copied."""
-
-
-class FileFormat(Protocol):
-    """How events become a file in progress and a finished file."""
-
-    @property
-    def part_suffix(self) -> str:
-        """The file in progress's suffix (after `.events-ID-BOOT-NNNNNN`)."""
-
-    def final_suffix(self, *, compress: bool) -> str:
-        """The finished file's suffix."""
-
-    def header(self) -> bytes:
-        """What a new file in progress starts with."""
-
-    def encode(self, batches: list[Batch]) -> Encoded:
-        """Events as whole units for the file in progress."""
-
-    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> Finished:
-        """Write the finished file of the file in progress `fd` to `target` (a dot file, synced
-        here; the caller renames it), from its whole units. `recovering`: the file may end in a
-        unit cut short by a crash."""
-
-
-class JsonLines:
-    """JSON lines (`values_line`), compressed whole with zstd on finishing."""
-
-    part_suffix: Final = ".jsonl.part"
-
-    def __init__(self, router_id: str, boot: int) -> None:
-        """Lines of `router_id`, numbered from `boot` (epoch ms)."""
-        self._router_id = router_id
-        self._sequence = Sequence(boot)
-        self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-
-    def final_suffix(self, *, compress: bool) -> str:
-        return ".jsonl.zst" if compress else ".jsonl"
-
-    def header(self) -> bytes:
-        return b""
-
-    def encode(self, batches: list[Batch]) -> Encoded:
-        router_id, sequence = self._router_id, self._sequence
-        lines = []
-        failure: str | None = None
-        for batch in batches:
-            try:
-                events = events_of(batch)
-            except ValueError as exc:  # broken records: the batch is lost, counted
-                failure = f"{len(batch)} event(s) have no line: {exc}"
-                continue
-            for number, values in events:
-                try:
-                    lines.append(values_line(values, router_id=router_id, sequence=sequence, number=number))
-                except (ValueError, TypeError, IndexError, ArithmeticError) as exc:  # a bug's: lose it alone
-                    failure = f"an event has no line: {exc}"  # the text: the exception would hold `lines`
-        return Encoded("".join(lines).encode("ascii"), len(lines), failure)  # the lines escape the rest
-
-    def finish(self, fd: int, target: Path, *, compress: bool, recovering: bool) -> Finished:
-        if recovering:
-            _cut_after_last_line(fd)
-        if os.fstat(fd).st_size == 0:
-            return Finished.EMPTY
-        if not compress:
-            os.fsync(fd)
-            return Finished.AS_IS
-        with os.fdopen(os.dup(fd), "rb") as source, target.open("wb") as out:
-            source.seek(0)
-            self._compressor.copy_stream(source, out)
-            out.flush()
-            os.fsync(out.fileno())
-        return Finished.WRITTEN
 
 
 @dataclass(slots=True)
@@ -220,7 +109,7 @@ class EventFiles:
             config: `<event-log>`.
             name: the router id as it appears in file names (`file_name_part`).
             boot: the routing process's boot time (epoch ms), in its file names.
-            file_format: how events become files (`JsonLines`, `event_parquet.ParquetFormat`).
+            file_format: how events become files (`JsonLines`, `ParquetFormat`: `event_format`).
             others: the other formats, to finish what a run with another `<format>` left in
                 progress (`recover`).
         """
@@ -496,23 +385,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _cut_after_last_line(fd: int) -> None:
-    """Drop a partial last line (a write cut short by a crash)."""
-    end = os.lseek(fd, 0, os.SEEK_END)
-    position = end
-    while position > 0:
-        start = max(0, position - 65536)
-        chunk = os.pread(fd, position - start, start)
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            keep = start + newline + 1
-            if keep != end:
-                os.ftruncate(fd, keep)
-            return
-        position = start
-    os.ftruncate(fd, 0)
 
 
 def _sync_directory(directory: Path) -> None:

@@ -22,7 +22,7 @@ missing from the files.
 The writer outlives a kill -9 of routerd long enough to finish its file; one that dies is started
 again (at most every `WRITER_RESTART_S`) and the events sent meanwhile are counted as lost.
 
-`seq` and `conn` are `boot * BOOT_SPAN + n` (`router.core.event_records.Sequence`); the boot time
+`seq` and `conn` are `boot * BOOT_SPAN + n` (`event_format.schema.Sequence`); the boot time
 is kept in `.boot-ID` and a new process starts above the last one, so a clock set back between two
 runs cannot repeat a number.
 """

@@ -1,5 +1,5 @@
 """The event log's writer process: it turns the events routerd sends into files (Parquet or JSON
-lines, `event_files.FileFormat`), so that neither the encoding nor the files cost the routing
+lines, `event_format.files.FileFormat`), so that neither the encoding nor the files cost the routing
 process's interpreter (measured: formatting
 in a thread of routerd cost a sixth of its short-connection rate; docs/event-log.md).
 
@@ -7,7 +7,7 @@ in a thread of routerd cost a sixth of its short-connection rate; docs/event-log
 
 routerd (`router/services/event_log.py`) starts it and talks to it over two pipes:
 
-* **stdin**: frames of events (`router/services/event_recorder.py`: each a 4-byte little-endian
+* **stdin**: frames of events (`event_format/frames.py`: each a 4-byte little-endian
   length and the events, as encoded records or a `marshal`-ed list of `(number, event_values)`,
   with the ring's number of each). EOF means routerd
   stopped, or died: the writer finishes its file and exits either way, so a kill -9 of routerd
@@ -36,12 +36,15 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Final
 
+from event_format.frames import FRAME_HEAD, FRAME_MAX, decode_frame
+from event_format.lines import JsonLines
 from router.config.settings import EventFileFormat, EventLogConfig
-from router.services.event_files import EventFiles, FileFormat, JsonLines, directory_error
-from router.services.event_recorder import FRAME_HEAD, FRAME_MAX, decode_frame
+from router.services.event_files import EventFiles, directory_error
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from event_format.files import FileFormat
 
 __all__ = ["WRITER_NICE", "file_format", "main", "settings_argument"]
 
@@ -75,7 +78,7 @@ def file_format(config: EventLogConfig, router_id: str, boot: int) -> FileFormat
 
 
 def _format_types() -> dict[EventFileFormat, Callable[[str, int], FileFormat]]:
-    from router.services.event_parquet import ParquetFormat  # pyarrow: in the writer process only
+    from event_format.parquet import ParquetFormat  # pyarrow: in the writer process only
 
     return {EventFileFormat.PARQUET: ParquetFormat, EventFileFormat.JSONL: JsonLines}
 

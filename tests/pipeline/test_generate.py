@@ -14,6 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from event_format.lines import json_line
+from event_format.parquet import ARROW_SCHEMA
+from event_format.schema import BOOT_SPAN, RAW_KEY_CAP, CloseRecord, DecisionRecord
 from keys import KeyType
 from pipeline.generate import (
     _OUTCOMES_PER_CR,
@@ -42,8 +45,6 @@ from policies import ConsistentHashPolicy
 from pools.target import Connector, Target
 from router.config import load_config
 from router.config.settings import EventFileFormat
-from router.core.event_records import BOOT_SPAN, RAW_KEY_CAP, CloseRecord, DecisionRecord, json_line
-from router.services.event_parquet import ARROW_SCHEMA
 from tests.router.services.conftest import records_in
 
 

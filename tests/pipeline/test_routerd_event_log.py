@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 import pytest
 
+from event_format.parquet import read_part
 from router.ctl import main_routerctl
-from router.services.event_parquet import read_part
 from tests.conftest import eventually
 from tests.router.conftest import (
     MqttObserver,

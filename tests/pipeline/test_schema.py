@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, TimestampType
 
+from event_format.schema import FIELDS, FieldType
 from pipeline.schema import CORRUPT_COLUMN, EVENT_SCHEMA, READ_SCHEMA, spark_type
-from router.core.event_records import FIELDS, FieldType
 
 
 def test_schema_has_every_record_field_once_in_order():

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from event_format.lines import json_line
+from event_format.schema import RAW_KEY_CAP, CloseRecord, DecisionRecord, timestamp
 from keys import ConnectionFacts
 from pipeline.cli import add_commands, run
 from pipeline.generate import generate
@@ -37,7 +39,6 @@ from pipeline.simulate import (
 from router.config import load_config
 from router.config.settings import EventFileFormat
 from router.core.engine import RoutingEngine, build_pool
-from router.core.event_records import RAW_KEY_CAP, CloseRecord, DecisionRecord, json_line, timestamp
 from router.ctl import main_routerctl
 
 ROUTERCTL = Path(sys.executable).with_name("routerctl")

@@ -1,33 +1,20 @@
-"""router/core/event_records.py: the event log's lines and the one field list."""
+"""router/core/event_records.py: a connection's event's record and values, and the line the writer
+makes of them (the lines themselves: tests/event_format/test_lines.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import marshal
 from typing import Any
 
 import pytest
 
+from event_format.lines import json_line, values_line
+from event_format.schema import BOOT_SPAN, RAW_KEY_CAP, CloseRecord, DecisionRecord, Sequence, timestamp
 from keys import ConnectionFacts, KeyType, WireProtocol
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import (
-    BOOT_SPAN,
-    FIELDS,
-    KINDS,
-    RAW_KEY_CAP,
-    CloseRecord,
-    DecisionRecord,
-    FieldType,
-    Sequence,
-    event_values,
-    json_line,
-    raw_key,
-    record_of,
-    timestamp,
-    values_line,
-)
+from router.core.event_records import event_values, record_of
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
 
 CONN = ConnectionRef(id=7, router="r", acceptor="mqtt", peer=Address("10.0.0.1", 4000))
@@ -50,22 +37,6 @@ def decision(**changes: Any) -> Decided:
     return Decided(**(values | changes))
 
 
-def test_fields_are_kind_then_every_field_of_every_kind_once():
-    names = [f.name for f in FIELDS]
-    assert names[0] == "kind"
-    assert len(names) == len(set(names))
-    for kind in KINDS:
-        assert {f.name for f in dataclasses.fields(kind)} <= set(names)
-    by_name = {f.name: f for f in FIELDS}
-    assert by_name["ts"].type is FieldType.TIMESTAMP
-    assert by_name["seq"].type is FieldType.LONG
-    assert not by_name["seq"].nullable
-    assert by_name["node_id"].nullable
-    assert by_name["node_id"].kinds == ("decision", "close")
-    assert by_name["reason"].kinds == ("decision", "close")
-    assert by_name["bytes_in"].kinds == ("close",)
-
-
 def test_decision_record_of_a_decided_event():
     record = record_of(decision(), router_id="h/mqtt", seq=5, conn=9, ts=TS, key_type=KeyType.CLIENT_ID)
     assert isinstance(record, DecisionRecord)
@@ -86,20 +57,6 @@ def test_decision_without_source_is_the_peer_and_policy_is_no_cache_hit():
     assert record.raw_key is None
     assert record.raw_key_length == 0
     assert record.protocol is None
-
-
-@pytest.mark.parametrize(
-    ("key_type", "expected"),
-    [
-        (KeyType.CLIENT_ID, "dev-1-abc"),
-        (KeyType.SOURCE_IP, "10.0.0.9"),
-        (KeyType.USER_NAME, None),
-        (KeyType.SNI_HOST, None),
-        (KeyType.ROLE_NAME, "a,b"),
-    ],
-)
-def test_raw_key_per_key_type(key_type, expected):
-    assert raw_key(key_type, decision()) == expected
 
 
 def test_raw_key_is_capped_and_its_length_kept():
@@ -138,46 +95,6 @@ def test_close_record_and_its_line():
     }
 
 
-def test_a_hostile_key_stays_one_ascii_line():
-    key = 'a"\n\r\u2028\ud800😀\x00'
-    record = record_of(decision(key=key), router_id="x", seq=1, conn=1, ts=TS, key_type=KeyType.CLIENT_ID)
-    line = json_line(record)
-    assert line.isascii()
-    assert line.count("\n") == 1
-    assert json.loads(line)["key"] == key
-
-
-def test_timestamp_is_utc_with_microseconds():
-    assert timestamp(0) == "1970-01-01T00:00:00.000000Z"
-    assert timestamp(1795435200.25) == "2026-11-23T12:00:00.250000Z"
-    assert timestamp(59.9999996) == "1970-01-01T00:01:00.000000Z"  # rounding carries into the second
-
-
-def test_sequence_is_unique_across_boots():
-    first, second = Sequence(1000), Sequence(1001)
-    assert [first.take(), first.take()] == [1000 * BOOT_SPAN, 1000 * BOOT_SPAN + 1]
-    assert second.take() == 1001 * BOOT_SPAN
-    assert first.of(42) == 1000 * BOOT_SPAN + 42
-    with pytest.raises(ValueError, match="epoch milliseconds"):
-        Sequence(-1)
-
-
-def test_lines_are_what_the_json_module_writes_for_the_same_values():
-    for event in (decision(), decision(key="ключ 😀", facts=None, node_id=None, protocol=None)):
-        record = record_of(event, router_id="h/é", seq=3, conn=4, ts=TS, key_type=KeyType.CLIENT_ID)
-        values = {"kind": record.KIND} | {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-        assert json_line(record) == json.dumps(values, separators=(",", ":")) + "\n"
-
-
-def test_a_number_that_is_not_finite_is_refused():
-    closed = Closed(
-        conn=CONN, node_id="n", bytes_in=0, bytes_out=0, duration_s=float("nan"), reason=CloseReason.CLOSED
-    )
-    record = record_of(closed, router_id="h", seq=1, conn=1, ts=TS, key_type=KeyType.CLIENT_ID)
-    with pytest.raises(ValueError, match="finite number, got nan"):
-        json_line(record)
-
-
 @pytest.mark.parametrize(
     "event",
     [
@@ -205,12 +122,3 @@ def test_the_writers_line_is_the_records_line(event, key_type):
         key_type=key_type,
     )
     assert values_line(values, router_id="h/é", sequence=sequence, number=number) == json_line(record)
-
-
-def test_the_writers_line_refuses_a_number_that_is_not_finite():
-    closed = Closed(
-        conn=CONN, node_id="n", bytes_in=0, bytes_out=0, duration_s=float("inf"), reason=CloseReason.CLOSED
-    )
-    values = event_values(closed, KeyType.CLIENT_ID, 0.0)
-    with pytest.raises(ValueError, match="finite number, got inf"):
-        values_line(values, router_id="h", sequence=Sequence(1), number=1)

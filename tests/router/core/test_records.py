@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeVar
 
 import pytest
 
-from router.core.records import quick_init
+from router.core import _generated_inits
+from router.core.records import class_key, init_shape, init_source, quick_init, stale_classes
+
+_T = TypeVar("_T")
+
+
+def generated(cls: type[_T]) -> type[_T]:
+    """`quick_init` with the `__init__` maker `python -m tools.generate` would write for `cls` (a
+    class of this file: the command writes only the source packages' makers)."""
+    namespace = {**vars(_generated_inits), "MISSING": dataclasses.MISSING}
+    exec(init_source("make", cls), namespace)
+    return quick_init(cls, inits={class_key(cls): (init_shape(cls), namespace["make"])})
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,7 +32,7 @@ class Plain:
             raise ValueError(f"a must be >= 0, got {self.a!r}")
 
 
-@quick_init
+@generated
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Quick:
     a: int
@@ -54,6 +66,30 @@ def test_quick_init_keeps_validation_frozenness_and_keyword_only() -> None:
     with pytest.raises(TypeError):
         Quick()  # type: ignore[call-arg]
     assert Quick.__init__.__qualname__ == "Quick.__init__"
+    assert "set_a" in Quick.__init__.__code__.co_freevars  # the generated one: a setter per slot
+    assert "set_a" not in Plain.__init__.__code__.co_freevars
+
+
+def test_quick_init_without_a_generated_init_keeps_the_dataclass_s_and_says_so() -> None:
+    """Scenario: a field was added and `python -m tools.generate` not run again."""
+
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Changed:
+        a: int
+        b: int = 0
+
+    dataclass_init = Changed.__init__
+    stale_maker = (("a",), _generated_inits.INITS["router.core.events.Accepted"][1])
+    assert quick_init(Changed, inits={class_key(Changed): stale_maker}) is Changed
+    assert Changed.__init__ is dataclass_init
+    assert Changed(a=1) == Changed(a=1, b=0)
+    assert stale_classes()[-1] == class_key(Changed)
+    assert quick_init(Changed, inits={}) is Changed
+    assert Changed.__init__ is dataclass_init
+
+
+def test_init_shape_names_what_a_generated_init_depends_on() -> None:
+    assert init_shape(Plain) == ("a", "b=", "c=()", "__post_init__")
 
 
 def test_quick_init_refuses_what_it_does_not_reproduce() -> None:
@@ -86,12 +122,13 @@ def test_quick_init_sets_slots_declared_by_a_base_class() -> None:
     class Base:
         a: int
 
-    @quick_init
+    @generated
     @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
     class Derived(Base):
         b: str
 
     derived = Derived(a=1, b="x")
+    assert "set_a" in Derived.__init__.__code__.co_freevars
     assert (derived.a, derived.b) == (1, "x")
     with pytest.raises(dataclasses.FrozenInstanceError):
         derived.b = "y"  # type: ignore[misc]

@@ -1,5 +1,5 @@
-"""router/services/event_files.py and event_parquet.py: the files of the event log's writer, in both
-formats, in process, on real files."""
+"""router/services/event_files.py: the files of the event log's writer, in both formats
+(event_format.lines.JsonLines, event_format.parquet.ParquetFormat), in process, on real files."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from event_format.lines import JsonLines
 from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.event_records import event_values
-from router.services.event_files import EventFiles, JsonLines, Tally
+from router.services.event_files import EventFiles, Tally
 from router.services.event_writer import file_format
 from tests.router.services.conftest import all_records, finished
 from tests.router.services.test_event_log import decided

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from event_format.frames import encode_frame
+from event_format.schema import BOOT_SPAN
 from keys import ConnectionFacts, KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import BOOT_SPAN
 from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.metrics import Metrics
 from router.services import event_log as event_log_module
@@ -27,7 +28,6 @@ from router.services.event_log import (
     default_router_id,
     file_name_part,
 )
-from router.services.event_recorder import encode_frame
 from tests.conftest import eventually
 from tests.router.services.conftest import all_records, finished, records_in
 

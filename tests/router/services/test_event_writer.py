@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from event_format.frames import FRAME_MAX, encode_frame
+from event_format.schema import BOOT_SPAN
 from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
-from router.core.event_records import BOOT_SPAN, event_values
+from router.core.event_records import event_values
 from router.core.events import Closed, CloseReason, ConnectionRef
 from router.services import event_writer
 from router.services.event_files import EventFiles
-from router.services.event_recorder import FRAME_MAX, encode_frame
 from router.services.event_writer import file_format, settings_argument
 from tests.router.services.conftest import all_records, records_in
 from tests.router.services.test_event_log import decided as _decided

@@ -1,10 +1,12 @@
-/* The event log's native recorder and its decoder: `router.services._event_recorder`.
+/* The event log's native recorder and its decoder: `event_format._native`.
  *
  * routerd's reporting threads record each decision and close into a ring of encoded records,
- * reading the event's slots directly (no tuple, no marshal); the writer process decodes them into
- * Arrow's column layout (or into the values tuples of `event_records.event_values`, for JSON
- * lines). What a record holds, field by field, is the program `event_recorder.py` compiles from
- * the one field table of `router/core/event_records.py`; this file knows no field by name.
+ * reading the event's slots directly (no tuple, no marshal; router/services/event_recorder.py);
+ * the writer process decodes them into Arrow's column layout (or into the values tuples of
+ * `event_values`, for JSON lines; event_format/frames.py). What a record holds, field by field, is
+ * the program in _native_program.h, generated ahead of time by `python -m tools.generate` from
+ * routerd's one field table (router/core/event_sources.py), as the Python recorder's code is; this
+ * file knows no field by name.
  *
  * A record, little-endian:
  *     u32 length (the whole record) | u8 kind | f64 epoch time | i64 connection number | fields
@@ -33,7 +35,7 @@ enum { TAG_NULL = 0, TAG_STR = 1, TAG_INT = 2, TAG_FLOAT = 3, TAG_FALSE = 4, TAG
 #define MAX_KINDS 8
 #define MAX_CACHED 64
 #define MIN_CAPACITY (64 * 1024)
-#define RECORD_MAX ((Py_ssize_t)16 << 20) /* well within a frame (event_recorder.FRAME_MAX, 64 MiB) */
+#define RECORD_MAX ((Py_ssize_t)16 << 20) /* well within a frame (frames.FRAME_MAX, 64 MiB) */
 
 /* -- the program ---------------------------------------------------------------------------- */
 
@@ -46,6 +48,28 @@ static const char *const OP_NAMES[OP_COUNT] = {
     "key_type", "raw_key", "raw_key_length",
 };
 
+/* The program as generated (_native_program.h): slots by name, for the types routerd gives. */
+typedef struct {
+    int op;
+    int on_ref;            /* the slot is the connection reference's, not the event's */
+    const char *slot;      /* NULL: none (the key type, the raw key's length) */
+    const char *slot2;     /* OP_ADDRESS_HOST: the reference's slot used when the event's is None */
+    int identity;          /* OP_IS: the index of the object compared with in the identities, else -1 */
+} StepSpec;
+
+typedef struct {
+    const char *event;     /* the event type's name */
+    int kind;
+    const char *conn;      /* the event's slot of its connection reference */
+    int n;
+    const StepSpec *steps;
+} ProgramSpec;
+
+#include "_native_program.h"
+
+_Static_assert(PROGRAM_COUNT <= MAX_KINDS, "more event kinds than a recorder holds");
+
+/* The program as the recorder runs it: slots found in the types given. */
 typedef struct {
     int op;
     int on_ref;            /* the slot is the connection reference's, not the event's */
@@ -107,6 +131,15 @@ static int slot_offset(PyTypeObject *type, PyObject *name, Py_ssize_t *out) {
     }
     *out = ((PyMemberDescrObject *)descr)->d_member->offset;
     return 0;
+}
+
+static int slot_offset_named(PyTypeObject *type, const char *name, Py_ssize_t *out) {
+    PyObject *key = PyUnicode_FromString(name);
+    if (key == NULL)
+        return -1;
+    int result = slot_offset(type, key, out);
+    Py_DECREF(key);
+    return result;
 }
 
 static PyObject *read_slot(PyObject *object, Py_ssize_t offset) { /* borrowed */
@@ -543,48 +576,49 @@ static PyObject *Recorder_resize(Recorder *self, PyObject *arg) {
 
 static Py_ssize_t Recorder_len(Recorder *self) { return self->count; }
 
-static int setup_program(Recorder *self, Program *program, PyObject *spec) {
-    PyObject *type, *conn_name, *steps;
-    int kind;
-    if (!PyArg_ParseTuple(spec, "O!iUO!", &PyType_Type, &type, &kind, &conn_name, &PyTuple_Type, &steps))
+static int setup_program(Recorder *self, Program *program, const ProgramSpec *spec, PyObject *type,
+                         PyObject *identities) {
+    if (!PyType_Check(type)) {
+        PyErr_Format(PyExc_TypeError, "event_types: types, got %.100s", Py_TYPE(type)->tp_name);
         return -1;
+    }
+    if (strcmp(((PyTypeObject *)type)->tp_name, spec->event) != 0) {
+        PyErr_Format(PyExc_ValueError, "the recorder's program %d is for %s events, got %s", spec->kind, spec->event,
+                     ((PyTypeObject *)type)->tp_name);
+        return -1;
+    }
     program->type = (PyTypeObject *)Py_NewRef(type);
-    program->kind = kind;
+    program->kind = spec->kind;
     program->raw = -1;
-    if (kind < 0 || kind > 255 || PyTuple_GET_SIZE(steps) > MAX_FIELDS) {
+    if (spec->kind < 0 || spec->kind > 255 || spec->n > MAX_FIELDS) {
         PyErr_SetString(PyExc_ValueError, "a kind is 0-255 and has at most 32 fields");
         return -1;
     }
-    if (slot_offset(program->type, conn_name, &program->conn) < 0)
+    if (slot_offset_named(program->type, spec->conn, &program->conn) < 0)
         return -1;
-    program->n = (int)PyTuple_GET_SIZE(steps);
+    program->n = spec->n;
     for (int i = 0; i < program->n; i++) {
         Step *step = &program->steps[i];
-        const char *op;
-        PyObject *name, *name2, *arg;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(steps, i), "spOOO", &op, &step->on_ref, &name, &name2, &arg))
-            return -1;
-        step->op = -1;
-        for (int o = 0; o < OP_COUNT; o++)
-            if (strcmp(op, OP_NAMES[o]) == 0)
-                step->op = o;
-        if (step->op < 0) {
-            PyErr_Format(PyExc_ValueError, "no recorder step %s", op);
-            return -1;
-        }
+        const StepSpec *s = &spec->steps[i];
+        const char *op = s->op >= 0 && s->op < OP_COUNT ? OP_NAMES[s->op] : "?";
+        step->op = s->op;
+        step->on_ref = s->on_ref;
         int slotless = step->op == OP_KEY_TYPE || step->op == OP_RAW_KEY_LENGTH;
-        if ((name == Py_None) != slotless || (name2 == Py_None) != (step->op != OP_ADDRESS_HOST)
-            || (step->op == OP_RAW_KEY && (step->on_ref || program->raw >= 0))) {
+        if (s->op < 0 || s->op >= OP_COUNT || (s->slot == NULL) != slotless
+            || (s->slot2 == NULL) != (step->op != OP_ADDRESS_HOST) || (s->identity >= 0) != (step->op == OP_IS)
+            || s->identity >= IDENTITY_COUNT || (step->op == OP_RAW_KEY && (step->on_ref || program->raw >= 0))) {
             PyErr_Format(PyExc_ValueError, "recorder step %d (%s): a slot for every step but key_type and "
-                         "raw_key_length, a second for address_host, one raw_key of the event", i, op);
+                         "raw_key_length, a second for address_host, an identity for is, one raw_key of the event",
+                         i, op);
             return -1;
         }
         PyTypeObject *holder = step->on_ref ? self->ref_type : program->type;
-        if (!slotless && slot_offset(holder, name, &step->offset) < 0)
+        if (!slotless && slot_offset_named(holder, s->slot, &step->offset) < 0)
             return -1;
-        if (name2 != Py_None && slot_offset(self->ref_type, name2, &step->offset2) < 0)
+        if (s->slot2 != NULL && slot_offset_named(self->ref_type, s->slot2, &step->offset2) < 0)
             return -1;
-        step->arg = Py_NewRef(arg);
+        if (s->identity >= 0)
+            step->arg = Py_NewRef(PyTuple_GET_ITEM(identities, s->identity));
         if (step->op == OP_RAW_KEY)
             program->raw = i;
         program->needs_key_type |= slotless || step->op == OP_RAW_KEY;
@@ -598,43 +632,52 @@ static int setup_program(Recorder *self, Program *program, PyObject *spec) {
 }
 
 static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"size", "programs", "ref_type", "key_types", "default_key_type", "raw_of", "clock",
-                            "raw_cap", NULL};
-    Py_ssize_t size, raw_cap;
-    PyObject *programs, *ref_type, *key_types, *default_key_type, *raw_of, *clock;
+    static char *names[] = {"size", "event_types", "identities", "ref_type", "key_types", "default_key_type",
+                            "raw_of", "clock", NULL};
+    Py_ssize_t size;
+    PyObject *event_types, *identities, *ref_type, *key_types, *default_key_type, *raw_of, *clock;
     if (self->ref_type != NULL) {
         PyErr_SetString(PyExc_TypeError, "a recorder is set up once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nO!O!O!OOOn", names, &size, &PyTuple_Type, &programs,
-                                     &PyType_Type, &ref_type, &PyDict_Type, &key_types, &default_key_type,
-                                     &raw_of, &clock, &raw_cap))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nO!O!O!O!OOO", names, &size, &PyTuple_Type, &event_types,
+                                     &PyTuple_Type, &identities, &PyType_Type, &ref_type, &PyDict_Type, &key_types,
+                                     &default_key_type, &raw_of, &clock))
         return -1;
     if (size < 1) {
         PyErr_Format(PyExc_ValueError, "a ring size is at least 1, got %zd", size);
         return -1;
     }
-    if (PyTuple_GET_SIZE(programs) > MAX_KINDS) {
-        PyErr_SetString(PyExc_ValueError, "too many event kinds");
+    if (PyTuple_GET_SIZE(event_types) != PROGRAM_COUNT) {
+        PyErr_Format(PyExc_ValueError, "the recorder's program is for %d event types, got %zd", PROGRAM_COUNT,
+                     PyTuple_GET_SIZE(event_types));
         return -1;
     }
+    if (PyTuple_GET_SIZE(identities) != IDENTITY_COUNT) {
+        PyErr_Format(PyExc_ValueError, "the recorder's program compares with %d identities, got %zd",
+                     IDENTITY_COUNT, PyTuple_GET_SIZE(identities));
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < IDENTITY_COUNT; i++)
+        if (strcmp(Py_TYPE(PyTuple_GET_ITEM(identities, i))->tp_name, IDENTITY_TYPES[i]) != 0) {
+            PyErr_Format(PyExc_ValueError, "identity %zd: a %s, got %.100s", i, IDENTITY_TYPES[i],
+                         Py_TYPE(PyTuple_GET_ITEM(identities, i))->tp_name);
+            return -1;
+        }
     self->size = size;
-    self->raw_cap = raw_cap;
+    self->raw_cap = RAW_KEY_CAP;
     self->ref_type = (PyTypeObject *)Py_NewRef(ref_type);
     self->key_types = Py_NewRef(key_types);
     self->default_key_type = Py_NewRef(default_key_type);
     self->raw_of = Py_NewRef(raw_of);
     self->clock = Py_NewRef(clock);
-    PyObject *id = PyUnicode_FromString("id"), *router = PyUnicode_FromString("router");
-    int failed = id == NULL || router == NULL || slot_offset(self->ref_type, id, &self->ref_id) < 0
-                 || slot_offset(self->ref_type, router, &self->ref_router) < 0;
-    Py_XDECREF(id);
-    Py_XDECREF(router);
-    if (failed)
+    if (slot_offset_named(self->ref_type, REF_ID_SLOT, &self->ref_id) < 0
+        || slot_offset_named(self->ref_type, REF_ROUTER_SLOT, &self->ref_router) < 0)
         return -1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(programs); i++) {
-        self->n_programs = (int)i + 1; /* so that dealloc releases what this one holds */
-        if (setup_program(self, &self->programs[i], PyTuple_GET_ITEM(programs, i)) < 0)
+    for (int i = 0; i < PROGRAM_COUNT; i++) {
+        self->n_programs = i + 1; /* so that dealloc releases what this one holds */
+        if (setup_program(self, &self->programs[i], &PROGRAM_SPECS[i], PyTuple_GET_ITEM(event_types, i), identities)
+            < 0)
             return -1;
     }
     return 0;
@@ -695,11 +738,11 @@ static PySequenceMethods Recorder_sequence = {.sq_length = (lenfunc)Recorder_len
 
 static PyTypeObject RecorderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "router.services._event_recorder.Recorder",
+    .tp_name = "event_format._native.Recorder",
     .tp_basicsize = sizeof(Recorder),
     .tp_dealloc = (destructor)Recorder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A ring of encoded event records (see event_recorder.py).",
+    .tp_doc = "A ring of encoded event records (see router/services/event_recorder.py).",
     .tp_methods = Recorder_methods,
     .tp_getset = Recorder_getset,
     .tp_as_sequence = &Recorder_sequence,
@@ -1150,11 +1193,11 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "router.services._event_recorder",
-    "The event log's native recorder and decoder (router/services/event_recorder.py).", -1, module_methods,
+    PyModuleDef_HEAD_INIT, "event_format._native",
+    "The event log's native recorder and decoder (event_format/frames.py).", -1, module_methods,
 };
 
-PyMODINIT_FUNC PyInit__event_recorder(void) {
+PyMODINIT_FUNC PyInit__native(void) {
     s_value_ = PyUnicode_InternFromString("_value_");
     if (s_value_ == NULL || PyType_Ready(&RecorderType) < 0)
         return NULL;

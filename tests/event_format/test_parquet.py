@@ -1,4 +1,4 @@
-"""router/services/event_parquet.py: the event log's Parquet files, in process, on real files."""
+"""event_format/parquet.py: the event log's Parquet files, in process, on real files."""
 
 from __future__ import annotations
 
@@ -14,21 +14,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from keys import KeyType
-from router.config.settings import EventFileFormat, EventLogConfig
-from router.core.event_records import (
+from event_format.frames import FRAME_HEAD, NativeBatch, decode_frame
+from event_format.lines import values_line
+from event_format.parquet import ARROW_SCHEMA, ParquetFormat, read_part, rounded
+from event_format.schema import (
     BOOT_SPAN,
     VALUE_HEAD,
     VALUE_NAMES,
     VALUE_ROUNDINGS,
     Rounding,
     Sequence,
-    event_values,
-    values_line,
 )
+from keys import KeyType
+from router.config.settings import EventFileFormat, EventLogConfig
+from router.core.event_records import event_values
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided
-from router.services.event_parquet import ARROW_SCHEMA, ParquetFormat, read_part, rounded
-from router.services.event_recorder import FRAME_HEAD, NativeBatch, decode_frame, make_recorder
+from router.services.event_recorder import make_recorder
 from router.services.event_writer import file_format
 from tests.router.services.conftest import all_records, finished, records_in
 from tests.router.services.test_event_files import FORMATS, NOW, _batch, _files, _keys
@@ -37,7 +38,7 @@ from tests.router.services.test_event_log import decided
 if TYPE_CHECKING:
     from collections.abc import Sequence as Seq
 
-    from router.core.event_records import EventValues
+    from event_format.schema import EventValues
 
 
 def test_a_parquet_file_in_progress_cut_by_a_crash_keeps_its_whole_batches(tmp_path):

@@ -1,8 +1,9 @@
-"""The event log's Parquet files, written by the writer process (`event_writer.py`) with pyarrow;
-routerd itself never imports this module.
+"""The event files' Parquet format, written by the event log's writer process
+(`router/services/event_writer.py`) with pyarrow, and by the pipeline's generator of synthetic
+logs; routerd itself never imports this module.
 
-The schema is generated from the records' one field list (`router.core.event_records.FIELDS`), as
-the pipeline's Spark schema is: every column of every kind, a column a kind does not have null on
+The schema is generated from the records' one field list (`event_format.schema.FIELDS`), as the
+pipeline's Spark schema is: every column of every kind, a column a kind does not have null on
 its rows, `ts` a UTC timestamp in microseconds. The pipeline reads the files as they are
 (`pipeline/ingest.py`).
 
@@ -13,7 +14,7 @@ Finishing reads the stream's whole batches and writes them as one Parquet file (
 `compress` is false), one row group per `ROW_GROUP_ROWS` rows.
 
 Events are grouped by kind, and each kind's values become columns at once, not row by row. The
-native recorder's records (`event_recorder.NativeBatch`) are decoded in C straight into Arrow's
+native recorder's records (`event_format.frames.NativeBatch`) are decoded in C straight into Arrow's
 buffers, which pyarrow wraps without a Python object per value; the Python recorder's values
 tuples become one `pyarrow.array` per column. The rounded fields are rounded a column at a time
 too (`rounded`).
@@ -30,7 +31,9 @@ import pyarrow.compute as pc
 import pyarrow.ipc
 import pyarrow.parquet as pq
 
-from router.core.event_records import (
+from event_format.files import Encoded, Finished
+from event_format.frames import NativeBatch, columns, events_of
+from event_format.schema import (
     FIELDS,
     KINDS,
     VALUE_HEAD,
@@ -40,14 +43,12 @@ from router.core.event_records import (
     Rounding,
     Sequence,
 )
-from router.services.event_files import Encoded, Finished
-from router.services.event_recorder import NativeBatch, columns, events_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
 
-    from router.services.event_recorder import Batch, KindColumns
+    from event_format.frames import Batch, KindColumns
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -287,7 +288,7 @@ def _buffer(data: bytes | None) -> pa.Buffer | None:
 
 
 def _timestamps(epoch_s: pa.Array) -> pa.Array:
-    """Epoch seconds as `ts`, rounded to the microsecond as `event_records.timestamp` rounds."""
+    """Epoch seconds as `ts`, rounded to the microsecond as `event_format.schema.timestamp` rounds."""
     seconds = pc.floor(epoch_s)
     micros = pc.floor(pc.add(pc.multiply(pc.subtract(epoch_s, seconds), 1e6), 0.5))
     total = pc.add(pc.multiply(seconds.cast(pa.int64()), 1_000_000), micros.cast(pa.int64()))
