@@ -86,9 +86,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
 4. `ctl_output`, `ctl_client`, `ctl_render`: routerctl's kernel: tables, JSON output and exit
                 codes; the admin API client (`Ctl`) every command that asks a routerd runs with;
                 what people see of routers, targets, decisions and the process.
-5. `metrics`, `reports`: the Prometheus families (a feature's own: `FeatureMetrics`), and the
-                subscribers that turn events into log lines and metric updates (one more consumer
-                is one more subscriber).
+5. `metric_values`, `metrics`, `reports`: metric values (`Family`, `Histogram`), the Prometheus
+                families (a feature's own: `FeatureMetrics`), and the subscribers that turn events
+                into log lines and metric updates (one more consumer is one more subscriber).
 6. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in
                 its own methods; the quorum wait; pool changes and what they close; event dispatch.
 7. `datapath/`  the two data paths, which carry out the plan with the same phases (accept, open,

@@ -3,12 +3,10 @@
 Each server instance has its own `CollectorRegistry` (tests run several in one process). Names
 follow Prometheus conventions: `router_` prefix, `_total` for counters, base units.
 
-The values are plain numbers in a `Family` per metric, which the registry reads when it is scraped
-(a collector), instead of the client library's metric objects: an update is a dict store under a
-lock, about a fifth of what a library child's `inc()` costs, and a proxied connection makes six
-of them (the fast path counts every one). A `Histogram` keeps its bucket counts the same way (an
-observation is a bisect and two stores under its lock). The exposition is the library's own: the
-same names, HELP and TYPE lines, and `_created` samples for counters and histograms.
+The values are plain numbers in a `Family` or `Histogram` per metric (router/metric_values.py,
+cheaper to update than the client library's objects), which the registry reads when it is scraped
+(a collector). The kernel's families are `Metrics`' attributes; a feature's are a `FeatureMetrics`
+of its folder, registered by `Metrics.feature`.
 
 State that is read rather than counted (a target's state, the cache's size) is copied into its
 families just before a scrape (`sample_when_scraped`). The process's own figures (descriptors,
@@ -18,20 +16,12 @@ registry.
 
 from __future__ import annotations
 
-import bisect
-import enum
-import itertools
-import math
-import threading
-import time
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
 
 from router.logs import LOG_BURST, LOG_INTERVAL_S, suppressed_log_lines
+from router.metric_values import Family, Histogram, MetricKind
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -51,131 +41,6 @@ CONNECT_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 """Upper bounds of `router_target_connect_duration_seconds`: from a loopback connect (about 0.1 ms
 here) through a LAN's and a WAN's, to the connect deadline (5 s, HAProxy's usual `timeout
 connect`)."""
-
-
-_V = TypeVar("_V")
-
-
-class MetricKind(enum.Enum):
-    COUNTER = "counter"
-    """Only goes up; exported with a `_created` sample per label set."""
-    GAUGE = "gauge"
-
-
-class _Labelled(Generic[_V]):
-    """What `Family` and `Histogram` share: a name, a help text, label names, a value per label
-    set (`_V`), when each was first counted, and the lock every thread takes to change them."""
-
-    __slots__ = ("_created", "_lock", "_values", "documentation", "labels", "name")
-
-    def __init__(self, name: str, documentation: str, labels: tuple[str, ...]) -> None:
-        self.name = name
-        """The exposed name (counters: with `_total`)."""
-        self.documentation = documentation
-        self.labels = labels
-        self._values: dict[tuple[str, ...], _V] = {}
-        self._created: dict[tuple[str, ...], float] = {}
-        """Counters and histograms: when each label set was first counted (seconds since the epoch)."""
-        self._lock = threading.Lock()
-
-    def _check(self, labels: tuple[str, ...]) -> None:
-        """A new label set: one string per label name.
-
-        Raises:
-            ValueError: it is not.
-        """
-        if len(labels) != len(self.labels) or not all(isinstance(label, str) for label in labels):
-            raise ValueError(f"{self.name}: wants one string per label {list(self.labels)}, got {labels!r}")
-
-    def remove_matching(self, prefix: tuple[str, ...]) -> None:
-        """Drop every label set whose first values are `prefix` (a target's series of every reason)."""
-        width = len(prefix)
-        with self._lock:
-            for labels in [labels for labels in self._values if labels[:width] == prefix]:
-                del self._values[labels]
-                self._created.pop(labels, None)
-
-
-class Family(_Labelled[float]):
-    """One metric family: its name, help and label names, and its value for each label set seen.
-
-    Safe to update from any thread (the trio thread and the fast path's both count). A label set
-    appears in the exposition from its first update on, as with the client library's `labels()`.
-    """
-
-    __slots__ = ("kind",)
-
-    def __init__(self, kind: MetricKind, name: str, documentation: str, labels: tuple[str, ...]) -> None:
-        super().__init__(name, documentation, labels)
-        self.kind = kind
-
-    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
-        """Add `amount` (a gauge: also negative) to the value of a label set.
-
-        Raises:
-            ValueError: a counter given a negative amount, or not one value per label name.
-        """
-        if amount < 0 and self.kind is MetricKind.COUNTER:
-            raise ValueError(f"{self.name}: a counter only goes up, got {amount!r}")
-        lock = self._lock
-        lock.acquire()  # not `with`: this is every connection's cost, and `with` costs more
-        try:
-            value = self._values.get(labels)
-            if value is None:
-                self._first(labels)
-                value = 0.0
-            self._values[labels] = value + amount
-        finally:
-            lock.release()
-
-    def set(self, labels: tuple[str, ...], value: float) -> None:
-        """Set a gauge's value for a label set.
-
-        Raises:
-            ValueError: a counter, or not one value per label name.
-        """
-        if self.kind is not MetricKind.GAUGE:
-            raise ValueError(f"{self.name}: only a gauge is set, this is a {self.kind.value}")
-        with self._lock:
-            if labels not in self._values:
-                self._first(labels)
-            self._values[labels] = value
-
-    def remove(self, labels: tuple[str, ...]) -> None:
-        """Drop a label set from the exposition (nothing when it has none)."""
-        with self._lock:
-            self._values.pop(labels, None)
-            self._created.pop(labels, None)
-
-    def label_sets(self) -> list[tuple[str, ...]]:
-        """The label sets exported now."""
-        with self._lock:
-            return list(self._values)
-
-    def value(self, labels: tuple[str, ...]) -> float | None:
-        """The value of a label set; None when it has none."""
-        with self._lock:
-            return self._values.get(labels)
-
-    def _first(self, labels: tuple[str, ...]) -> None:
-        self._check(labels)
-        if self.kind is MetricKind.COUNTER:
-            self._created[labels] = time.time()
-
-    def collect(self) -> Metric:
-        """The family as the client library exports it (a consistent copy of its values)."""
-        with self._lock:
-            values = list(self._values.items())
-            created = dict(self._created)
-        if self.kind is MetricKind.COUNTER:
-            counter = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
-            for labels, value in values:
-                counter.add_metric(labels, value, created=created.get(labels))
-            return counter
-        gauge = GaugeMetricFamily(self.name, self.documentation, labels=self.labels)
-        for labels, value in values:
-            gauge.add_metric(labels, value)
-        return gauge
 
 
 class _SuppressedLogLines(Family):
@@ -202,84 +67,6 @@ class _SuppressedLogLines(Family):
                     self._first((logger,))
                 self._values[(logger,)] = float(count)
         return super().collect()
-
-
-class Histogram(_Labelled[list[float]]):
-    """A histogram family: for each label set, how many observations fell at or under each bucket's
-    upper bound, their count and their sum, as the client library's `Histogram` exports them.
-
-    Safe to update from any thread, like `Family`; a label set appears from its first observation.
-    """
-
-    __slots__ = ("_bounds",)
-
-    def __init__(
-        self, name: str, documentation: str, labels: tuple[str, ...], buckets: tuple[float, ...]
-    ) -> None:
-        """Args:
-        name: the exposed name (its `_bucket`, `_count`, `_sum` and `_created` series follow).
-        documentation: the HELP text.
-        labels: the label names (`le` is the histogram's own).
-        buckets: the finite upper bounds, increasing; `+Inf` is added.
-
-        Raises:
-            ValueError: no bucket, bounds not increasing or not finite, or a label named `le`.
-        """
-        if not buckets or any(not math.isfinite(b) for b in buckets):
-            raise ValueError(f"{name}: wants finite bucket bounds, got {buckets!r}")
-        if any(a >= b for a, b in itertools.pairwise(buckets)):
-            raise ValueError(f"{name}: bucket bounds must increase, got {buckets!r}")
-        if "le" in labels:
-            raise ValueError(f"{name}: 'le' is the histogram's own label")
-        super().__init__(name, documentation, labels)
-        self._bounds = buckets
-        """Each label set's value: the count of each bucket on its own (not cumulative; the last is
-        +Inf's), then the sum of the observations."""
-
-    def observe(self, labels: tuple[str, ...], value: float) -> None:
-        """Count one observation of `value` for a label set.
-
-        Raises:
-            ValueError: not one string per label name.
-        """
-        index = bisect.bisect_left(self._bounds, value)  # the first bound >= value: `le` is inclusive
-        lock = self._lock
-        lock.acquire()  # not `with`: once per connection, as Family.inc
-        try:
-            counts = self._values.get(labels)
-            if counts is None:
-                self._check(labels)
-                counts = self._values[labels] = [0.0] * (len(self._bounds) + 2)
-                self._created[labels] = time.time()
-            counts[index] += 1
-            counts[-1] += value
-        finally:
-            lock.release()
-
-    def count(self, labels: tuple[str, ...]) -> int | None:
-        """How many observations a label set has; None when it has none."""
-        with self._lock:
-            counts = self._values.get(labels)
-            return None if counts is None else int(sum(counts[:-1]))
-
-    def collect(self) -> Metric:
-        """The family as the client library exports it (a consistent copy of its counts)."""
-        with self._lock:
-            values = [(labels, list(counts)) for labels, counts in self._values.items()]
-            created = dict(self._created)
-        histogram = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
-        # The library's own `le` formatting (Go's), as its Histogram writes it; it is not typed.
-        bounds = [*(floatToGoString(b) for b in self._bounds), "+Inf"]  # type: ignore[no-untyped-call]
-        for labels, counts in values:
-            cumulative, buckets = 0.0, []
-            for bound, count in zip(bounds, counts, strict=False):  # counts ends with the sum
-                cumulative += count
-                buckets.append((bound, cumulative))
-            histogram.add_metric(labels, buckets, counts[-1])
-            histogram.samples.append(
-                Sample(f"{self.name}_created", dict(zip(self.labels, labels, strict=True)), created[labels])
-            )
-        return histogram
 
 
 class FeatureMetrics:

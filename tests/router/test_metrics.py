@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import re
-import threading
 import time
 
-import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import Histogram as LibraryHistogram
 
-from router.metrics import CONNECT_BUCKETS_S, Histogram, Metrics
+from router.metrics import CONNECT_BUCKETS_S, Metrics
 
 
 def test_metrics_exposition_names_every_family() -> None:
@@ -108,42 +106,6 @@ def test_created_is_when_a_label_set_was_first_counted() -> None:
     assert again == created
 
 
-def test_family_rules() -> None:
-    metrics = Metrics()
-    with pytest.raises(ValueError, match=r"router_routing_decisions_total: a counter only goes up, got -1"):
-        metrics.decisions.inc(("r", "OK"), -1)
-    with pytest.raises(ValueError, match=r"only a gauge is set, this is a counter"):
-        metrics.decisions.set(("r", "OK"), 3)
-    with pytest.raises(ValueError, match=r"wants one string per label \['router', 'status'\], got \('r',\)"):
-        metrics.decisions.inc(("r",))
-    assert metrics.decisions.value(("r", "OK")) is None  # nothing was counted by the failed calls
-    metrics.target_ready.set(("r", "b1"), 1)
-    metrics.target_ready.remove(("r", "b1"))
-    metrics.target_ready.remove(("r", "b1"))  # gone already: nothing
-    assert metrics.target_ready.value(("r", "b1")) is None
-    assert "router_target_ready{" not in metrics.exposition().decode()
-
-
-def test_families_count_exactly_from_several_threads() -> None:
-    metrics = Metrics()
-
-    def count() -> None:
-        for _ in range(20_000):
-            metrics.active_connections.inc(("r", "b1"))
-            metrics.decisions.inc(("r", "OK"))
-            metrics.active_connections.inc(("r", "b1"), -1)
-
-    threads = [threading.Thread(target=count) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    exposed = [metrics.exposition() for _ in range(20)]  # scraping meanwhile never fails
-    for thread in threads:
-        thread.join()
-    assert all(b"router_routing_decisions_total" in text for text in exposed)
-    assert metrics.decisions.value(("r", "OK")) == 80_000
-    assert metrics.active_connections.value(("r", "b1")) == 0
-
-
 def test_histogram_exposition_is_what_the_client_library_writes() -> None:
     metrics = Metrics()
     library = CollectorRegistry()
@@ -168,45 +130,6 @@ def test_histogram_exposition_is_what_the_client_library_writes() -> None:
     assert 'router_target_connect_duration_seconds_count{node_id="b1",router="r"} 5.0' in ours
     assert metrics.connect_duration.count(("r", "b1")) == 5
     assert metrics.connect_duration.count(("r", "b2")) is None
-
-
-def test_histogram_rules() -> None:
-    with pytest.raises(ValueError, match=r"h: bucket bounds must increase, got \(1.0, 1.0\)"):
-        Histogram("h", "", (), (1.0, 1.0))
-    with pytest.raises(ValueError, match=r"h: wants finite bucket bounds, got \(\)"):
-        Histogram("h", "", (), ())
-    with pytest.raises(ValueError, match=r"h: wants finite bucket bounds"):
-        Histogram("h", "", (), (1.0, float("inf")))
-    with pytest.raises(ValueError, match=r"'le' is the histogram's own label"):
-        Histogram("h", "", ("le",), (1.0,))
-    histogram = Histogram("h", "", ("router",), CONNECT_BUCKETS_S)
-    with pytest.raises(ValueError, match=r"h: wants one string per label \['router'\], got \('r', 'x'\)"):
-        histogram.observe(("r", "x"), 1.0)
-    assert histogram.count(("r", "x")) is None
-    histogram.observe(("r",), 1.0)
-    histogram.observe(("s",), 1.0)
-    histogram.remove_matching(("r",))
-    assert (histogram.count(("r",)), histogram.count(("s",))) == (None, 1)
-
-
-def test_family_remove_matching_drops_every_label_set_with_the_prefix() -> None:
-    metrics = Metrics()
-    failures = metrics.connect_failures
-    for labels in (
-        ("r", "b1", "refused"),
-        ("r", "b1", "timeout"),
-        ("r", "b10", "refused"),
-        ("s", "b1", "refused"),
-    ):
-        failures.inc(labels)
-    failures.remove_matching(("r", "b1"))
-    assert sorted(failures.label_sets()) == [("r", "b10", "refused"), ("s", "b1", "refused")]
-    assert (
-        metrics.registry.get_sample_value(
-            "router_target_connect_failures_created", {"router": "r", "node_id": "b1", "reason": "refused"}
-        )
-        is None
-    )
 
 
 def test_metrics_include_the_process_collector_and_the_scraped_samplers() -> None:
