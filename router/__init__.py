@@ -113,8 +113,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`); so far with their admin
                 routes and routerctl commands only: `admin_states/` (`state`), `cache/`
                 (`cache`), `event_log/` (`event-log`), `discovery/` (`register`, no route).
-11. `acceptors`, `caches`, `reload`: what the process and a reload share (serving acceptors,
-                persisted caches' files), and the reload itself, carried out in place.
+11. `acceptors`, `caches`, `kept_files`, `router_tasks`, `reload`: what the process and a reload
+                share (serving acceptors, persisted caches' files, each router's service tasks),
+                the event log and state file at start and exit, and the reload itself.
 12. `server`    the process: the nursery tree, start and shutdown; starts each feature's service
                 and hands it the kernel (`feature.Kernel`).
 13. `cli`, `ctl`, `ctl_commands`: the entry points: `routerd` (`cli`, and `__main__`) and

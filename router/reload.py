@@ -39,7 +39,7 @@ from router.runtime import RouterRuntime, close_removed
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import Awaitable, Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from cache.cache import Row
     from keys.users import UserStore
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from router.datapath.acceptor import ConnectionLimits
     from router.feature import Service
     from router.metrics import Metrics
+    from router.router_tasks import RouterTasks
     from router.services.cache_store import CacheStore
     from router.services.event_log import EventLog
 
@@ -75,20 +76,8 @@ class ReloadHost(Protocol):
     features: dict[type, Service]
     stopping: bool
 
-    def start_router(self, runtime: RouterRuntime, store: CacheStore | None) -> None:
-        """Start the service tasks of a router a reload added."""
-
-    def restart_router(self, runtime: RouterRuntime) -> None:
-        """Restart the tasks of a router whose configuration changed (health checks, ...)."""
-
-    def stop_router(self, name: str) -> None:
-        """Stop every task of a router a reload removed."""
-
-    def store_of(self, runtime: RouterRuntime) -> CacheStore | None:
-        """The router's persisted cache's file, if any."""
-
-    def spawn(self, function: Callable[..., Awaitable[object]], *args: object) -> None:
-        """Run a task in the services nursery."""
+    routers: RouterTasks
+    """Each router's service tasks: started, restarted and stopped here."""
 
 
 @dataclass(eq=False, slots=True)
@@ -245,7 +234,7 @@ class Reloads:
             if self._host.event_log is not None:
                 self._host.event_log.set_key_type(change.name, runtime.config.key_type)
             self._targets_left(runtime, change.departed)
-            self._host.restart_router(runtime)
+            self._host.routers.restart(runtime)
         warn_unsupported(config, {*diff.routers_added, *(c.name for c in diff.routers_changed)})
         # Acceptors: stop the removed and changed ones, then serve the changed and added ones, then
         # close the sockets nobody took over.
@@ -291,15 +280,15 @@ class Reloads:
 
     def _remove_router(self, name: str) -> None:
         runtime = self._host.runtimes.pop(name)
-        self._host.stop_router(name)
+        self._host.routers.stop(name)
         # Every connection it holds, whatever the file said: a discovered target, or one that left
         # its pool before, is in no list of the configuration.
         close_removed(runtime, [Departed(node_id=n) for n in {c.node_id for c in runtime.movable()}])
         runtime.retire()
-        store = self._host.store_of(runtime)
+        store = self._host.routers.store_of(runtime)
         if store is not None:
             self._host.stores[:] = [(r, s) for r, s in self._host.stores if r is not runtime]
-            self._host.spawn(close_store, runtime, store)
+            self._host.routers.spawn(close_store, runtime, store)
 
     def _add_router(self, config: Config, name: str, prepared: _Prepared) -> None:
         runtime = RouterRuntime(
@@ -314,4 +303,4 @@ class Reloads:
             store, rows = prepared.caches.pop(name)
             restore_cache(runtime, rows)
             self._host.stores.append((runtime, store))
-        self._host.start_router(runtime, store)
+        self._host.routers.start(runtime, store)

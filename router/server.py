@@ -56,22 +56,17 @@ from router.datapath.fast_path import FastPath
 from router.feature import Kernel, Service
 from router.features import FEATURES, register_metrics
 from router.features import routes as feature_routes
+from router.kept_files import close_files, restore_admin_states, start_event_log
 from router.metrics import Metrics
 from router.reload import Reloads
+from router.router_tasks import RouterTasks
 from router.runtime import RouterRuntime
 from router.services.admin import serve_admin
 from router.services.admin_routes import KERNEL_ROUTES, AdminContext, Lifecycle
-from router.services.cache_store import (
-    CacheStore,
-    close_cache_store,
-    serve_cache_store,
-)
-from router.services.discovery import serve_discovery
-from router.services.event_log import EventLog, EventLogError, default_router_id
+from router.services.event_log import EventLog
 from router.services.files import EXIT_FILES_S
 from router.services.process import ProcessView
-from router.services.shared_cache import SharedCache
-from router.services.state_file import KeptStates, StateFile, StateFileError
+from router.services.state_file import KeptStates, StateFile
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -79,6 +74,9 @@ if TYPE_CHECKING:
     from router.config.settings import Config
     from router.core.admission import Admission
     from router.core.reload import ConfigDiff
+    from router.services.cache_store import (
+        CacheStore,
+    )
 
 __all__ = ["EXIT_FILES_S", "ROUTES", "ReloadError", "ServerInfo", "StartupError", "serve_router"]
 
@@ -186,11 +184,11 @@ async def serve_router(
     ]
     states = None
     if state_file is not None:
-        kept = _restore_admin_states(StateFile(state_file), runtimes)
+        kept = restore_admin_states(StateFile(state_file), runtimes)
         states = KeptStates(kept, lambda: {r.name: r.admin_states() for r in runtimes.values()})
     stores = open_cache_stores(runtimes.values(), discard_unreadable_cache)
     try:
-        event_log = _start_event_log(config, runtimes.values(), metrics)
+        event_log = start_event_log(config, runtimes.values(), metrics)
     except StartupError:
         close_cache_stores(stores)
         raise
@@ -210,93 +208,8 @@ async def serve_router(
     finally:
         # Cleanup, shielded: the last decisions' changes reach the files, within EXIT_FILES_S.
         with trio.CancelScope(shield=True):
-            await _close_files(stores, event_log, states)
+            await close_files(stores, event_log, states)
     log.info("stopped")
-
-
-async def _close_files(
-    stores: Iterable[tuple[RouterRuntime, CacheStore]], event_log: EventLog | None, states: KeptStates | None
-) -> None:
-    """At exit: the persisted caches' last writes, the event log's rest and the state file's last
-    try, side by side, each within `EXIT_FILES_S` (a hung or frozen filesystem holds up the exit
-    no longer: see router/services/files.py)."""
-    async with trio.open_nursery() as nursery:
-        if states is not None:
-            nursery.start_soon(states.close, EXIT_FILES_S)
-        for runtime, store in stores:
-            nursery.start_soon(close_cache_store, runtime, store, EXIT_FILES_S)
-        if event_log is not None:
-            nursery.start_soon(_stop_event_log, event_log)
-
-
-async def _stop_event_log(event_log: EventLog) -> None:
-    """What the ring holds is sent to the writer process, which finishes its file."""
-    if not await trio.to_thread.run_sync(event_log.stop, EXIT_FILES_S, abandon_on_cancel=True):
-        log.error(
-            "event log %s: the writer did not finish within %g s (a hung or frozen filesystem?): "
-            "events not yet written may be lost",
-            event_log.config.directory,
-            EXIT_FILES_S,
-        )
-
-
-def _restore_admin_states(states: StateFile, runtimes: Mapping[str, RouterRuntime]) -> StateFile:
-    """Apply the administrative states a state file keeps (each change is logged).
-
-    Raises:
-        StartupError: the file cannot be read.
-    """
-    try:
-        kept = states.load()
-    except StateFileError as exc:
-        raise StartupError(f"{exc}; fix or delete it (it holds only targets' drain/maint states)") from exc
-    restored = 0
-    for router, targets in kept.items():
-        runtime = runtimes.get(router)
-        if runtime is None:
-            log.warning("state file %s: no connection router %r: its states are dropped", states.path, router)
-            continue
-        for node_id, state in targets.items():
-            try:
-                runtime.set_admin_state(node_id, state)
-            except (LookupError, ValueError) as exc:
-                log.warning("state file %s: %s: dropped", states.path, exc)
-                continue
-            restored += 1
-    if restored:
-        log.info("state file %s: %d administrative state(s) restored", states.path, restored)
-    return states
-
-
-def _start_event_log(config: Config, runtimes: Iterable[RouterRuntime], metrics: Metrics) -> EventLog | None:
-    """The event log, subscribed to every router and writing; None when not configured.
-
-    Raises:
-        StartupError: its directory cannot be made or written.
-    """
-    settings = config.event_log
-    if settings is None:
-        return None
-    router_id = settings.router_id or default_router_id(a.name for a in config.acceptors)
-    key_types = {r.name: r.key_type for r in config.routers}
-    event_log = EventLog(settings, router_id, key_types, metrics)
-    try:
-        event_log.start()
-    except EventLogError as exc:
-        raise StartupError(str(exc)) from exc
-    for runtime in runtimes:
-        runtime.subscribe(event_log.report)
-    return event_log
-
-
-@dataclass(eq=False, slots=True)
-class _RouterTasks:
-    """The service tasks of one router, in two groups that a reload cancels on their own."""
-
-    core: trio.CancelScope
-    """Health checks, cache sweeps, the TTL checker: restarted when the router changes."""
-    data: trio.CancelScope
-    """Discovery, the shared cache, the persisted cache's writes: stopped only when it goes."""
 
 
 class _Server:
@@ -326,11 +239,9 @@ class _Server:
         self.stores = stores
         """Persisted caches' files, written a last time at exit (shared with `serve_router`)."""
         self.options = options
-        self.tasks: dict[str, _RouterTasks] = {}
         self.stopping = False
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()
         self.fast = FastPath(clock.current_time, token.run_sync_soon, limits.connect_timeout_s)
-        self._services: trio.Nursery | None = None
         kernel = Kernel(
             runtimes=runtimes, metrics=metrics, stop=options.shutdown.set, config=lambda: self.config
         )
@@ -340,6 +251,8 @@ class _Server:
             if feature.start is not None:
                 service = feature.start(kernel)
                 self.features[type(service)] = service
+        self.routers = RouterTasks(self.features, lambda: self.config, stores)
+        """Each router's service tasks (router/router_tasks.py)."""
         self.lifecycle = Lifecycle(shutdown=options.shutdown)
         """/readyz: 503 from the moment shutdown is set."""
         self.process = ProcessView(admission)
@@ -355,42 +268,6 @@ class _Server:
         self.reload = self.reloads.reload
         """Read the configuration file again and apply it (router/reload.py)."""
 
-    # -- the services of each router --
-
-    async def _serve_core(
-        self,
-        runtime: RouterRuntime,
-        scope: trio.CancelScope,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        with scope:
-            async with trio.open_nursery() as nursery:
-                for service in self.features.values():  # the probes first: they run at once
-                    await nursery.start(service.serve_router, runtime)
-                nursery.start_soon(runtime.serve_cache_purge)
-                nursery.start_soon(runtime.serve_outlier_returns)
-                task_status.started()
-
-    async def _serve_data(
-        self,
-        runtime: RouterRuntime,
-        scope: trio.CancelScope,
-        store: CacheStore | None,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        with scope:
-            async with trio.open_nursery() as nursery:
-                group = self.config.pool_discovery_group(runtime.config)
-                if group is not None and group.zookeeper is not None:
-                    await nursery.start(serve_discovery, runtime, group.zookeeper)
-                if runtime.config.cache_zookeeper is not None:
-                    shared = SharedCache(runtime, runtime.config.cache_zookeeper)
-                    runtime.attach_shared(shared)
-                    await nursery.start(shared.serve)
-                if store is not None:
-                    nursery.start_soon(serve_cache_store, runtime, store)
-                task_status.started()
-
     def _kernel_objects(self) -> dict[type, object]:
         """What the features' routes read of the kernel's, by type: the event log and the kept
         administrative states, when the process has them (`Call.optional`)."""
@@ -400,38 +277,6 @@ class _Server:
         if self.options.states is not None:
             found[KeptStates] = self.options.states
         return found
-
-    def store_of(self, runtime: RouterRuntime) -> CacheStore | None:
-        return next((store for r, store in self.stores if r is runtime), None)
-
-    async def _start_router_tasks(self, runtime: RouterRuntime) -> None:
-        """At start: a router's services, each ready before the next (the first probes run at once)."""
-        assert self._services is not None
-        tasks = self.tasks[runtime.name] = _RouterTasks(core=trio.CancelScope(), data=trio.CancelScope())
-        await self._services.start(self._serve_core, runtime, tasks.core)
-        await self._services.start(self._serve_data, runtime, tasks.data, self.store_of(runtime))
-
-    # -- what a reload changes (router/reload.py `ReloadHost`) --
-
-    def start_router(self, runtime: RouterRuntime, store: CacheStore | None) -> None:
-        tasks = self.tasks[runtime.name] = _RouterTasks(core=trio.CancelScope(), data=trio.CancelScope())
-        self.spawn(self._serve_core, runtime, tasks.core)
-        self.spawn(self._serve_data, runtime, tasks.data, store)
-
-    def restart_router(self, runtime: RouterRuntime) -> None:
-        tasks = self.tasks[runtime.name]
-        tasks.core.cancel(reason="the router's configuration changed")
-        tasks.core = trio.CancelScope()
-        self.spawn(self._serve_core, runtime, tasks.core)
-
-    def stop_router(self, name: str) -> None:
-        tasks = self.tasks.pop(name)
-        tasks.core.cancel(reason="router removed")
-        tasks.data.cancel(reason="router removed")
-
-    def spawn(self, function: Callable[..., Awaitable[object]], *args: object) -> None:
-        assert self._services is not None
-        self._services.start_soon(function, *args)
 
     # -- the process --
 
@@ -444,9 +289,9 @@ class _Server:
     ) -> None:
         """Serve until shutdown, then drain (see the module docstring)."""
         async with trio.open_nursery() as services:
-            self._services = services
+            self.routers.nursery = services
             for runtime in self.runtimes.values():
-                await self._start_router_tasks(runtime)
+                await self.routers.start_first(runtime)
             for service in self.features.values():
                 await services.start(service.serve)
             if self.options.states is not None:
