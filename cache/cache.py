@@ -120,6 +120,7 @@ class TargetCache:
 
     __slots__ = (
         "_dropped",
+        "_evicted",
         "_journal",
         "_last_access",
         "_node_ids",
@@ -157,6 +158,9 @@ class TargetCache:
         self._dropped: set[str] = set()
         """Keys evicted to make room since `take_dropped`, when use is tracked (at most
         `max_entries`): a shared cache deletes their entries unless another router uses them."""
+        self._evicted: set[str] = set()
+        """Keys operators evicted since `take_evicted`, when use is tracked (`note_evicted`): a
+        shared cache deletes their entries in ZooKeeper too."""
         self.journal_max = JOURNAL_FACTOR * config.max_entries
         self.evictions = 0
         """Entries evicted to stay within `max_entries` so far."""
@@ -346,6 +350,17 @@ class TargetCache:
         """The keys evicted to make room since the last call (empty unless use is tracked)."""
         dropped, self._dropped = self._dropped, set()
         return dropped
+
+    def note_evicted(self, keys: Iterable[str]) -> None:
+        """Note keys an operator evicted (a shared cache's: nothing is noted unless use is
+        tracked), whether or not this cache held them: other routers may."""
+        if self._used is not None:
+            self._evicted.update(keys)
+
+    def take_evicted(self) -> set[str]:
+        """The keys `note_evicted` noted since the last call."""
+        evicted, self._evicted = self._evicted, set()
+        return evicted
 
     def node_of(self, key: str) -> str | None:
         """The node id of a key's entry, as it is (no refresh, expired or not); None for a key

@@ -89,8 +89,12 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
 5. `metric_values`, `metrics`, `reports`: metric values (`Family`, `Histogram`), the Prometheus
                 families (a feature's own: `FeatureMetrics`), and the subscribers that turn events
                 into log lines and metric updates (one more consumer is one more subscriber).
-6. `runtime`    one router at run time: engine, pool and live connections behind one lock taken in
-                its own methods; the quorum wait; pool changes and what they close; event dispatch.
+6. `runtime/`  one router at run time, the kernel every feature shares: `kernel`
+                (`RouterRuntime`: accept, decide, connect failures, lookups, status, reload),
+                `state` (what the router's one lock guards, entered through `held()`), `pool`
+                (the pool's changes, passive health and waits, and what changes close), `connections`
+                (the data paths' registry, closing), `reports` (its subscribers). A feature's own
+                slice of a router at run time lives in its folder, written against `held()`.
 7. `datapath/`  the two data paths, which carry out the plan with the same phases (accept, open,
                 decide, plan, answer | connect, replay, relay, closed): `trio_path` (one task per
                 connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
@@ -110,9 +114,11 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
 10. `features/` one folder per feature (above): `probes/` (`checks`, one per broker protocol;
                 `service`, each router's health-check loop), `ttl/` (`service`, the connection-TTL
                 checker), `moves/` (`rules`, `service` with `Moves`, `routes`, `commands`:
-                `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`); so far with their admin
-                routes and routerctl commands only: `admin_states/` (`state`), `cache/`
-                (`cache`), `event_log/` (`event-log`), `discovery/` (`register`, no route).
+                `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`), `cache/` (`service`: the
+                cache's slice of a router and the sweep of expired entries; `routes`,
+                `commands`: `cache`); so far with their admin routes and routerctl commands
+                only: `admin_states/` (`state`), `event_log/` (`event-log`), `discovery/`
+                (`register`, no route).
 11. `acceptors`, `caches`, `kept_files`, `router_tasks`, `reload`: what the process and a reload
                 share (serving acceptors, persisted caches' files, each router's service tasks),
                 the event log and state file at start and exit, and the reload itself.

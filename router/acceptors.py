@@ -114,7 +114,7 @@ def make_admission(
     for runtime in runtimes:
         if config.pool_discovery_group(runtime.config) is not None:
             probes += _DISCOVERED_PROBES
-        probes += sum(len(t.connector.members) for t in runtime.targets() if t.connector is not None)
+        probes += sum(len(t.connector.members) for t in runtime.pool.targets() if t.connector is not None)
     budget = descriptor_budget(limit, in_use, probes)
     if max_connections is not None and max_connections < budget:
         log.info("--max-connections %d: fewer than the descriptors allow (%d)", max_connections, budget)
@@ -239,7 +239,7 @@ def _handoff(handlers: trio.Nursery, acceptor: ServedAcceptor) -> Handoff:
         if isinstance(handed, Departing):
             handed.client.close()
             handed.upstream.close()
-            acceptor.runtime.unregister(handed.conn)
+            acceptor.runtime.connections.unregister(handed.conn)
         else:
             handed.sock.close()
         acceptor.release(handed.conn.conn.peer if isinstance(handed, Departing) else handed.conn.peer)

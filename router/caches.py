@@ -77,7 +77,9 @@ def load_cache_store(
 
 
 def restore_cache(runtime: RouterRuntime, rows: list[tuple[str, Row]]) -> None:
-    loaded = runtime.restore_cache(rows, trio.current_time())
+    with runtime.held() as state:  # before the router serves
+        assert state.engine.cache is not None
+        loaded = state.engine.cache.restore(rows, trio.current_time())
     cache = runtime.config.cache
     assert cache is not None
     log.info("router=%s persisted cache %s: %d entries loaded", runtime.name, cache.file, loaded)

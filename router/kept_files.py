@@ -77,7 +77,7 @@ def restore_admin_states(states: StateFile, runtimes: Mapping[str, RouterRuntime
             continue
         for node_id, state in targets.items():
             try:
-                runtime.set_admin_state(node_id, state)
+                runtime.pool.set_admin_state(node_id, state)
             except (LookupError, ValueError) as exc:
                 log.warning("state file %s: %s: dropped", states.path, exc)
                 continue
@@ -104,5 +104,5 @@ def start_event_log(config: Config, runtimes: Iterable[RouterRuntime], metrics: 
     except EventLogError as exc:
         raise StartupError(str(exc)) from exc
     for runtime in runtimes:
-        runtime.subscribe(event_log.report)
+        runtime.report.subscribe(event_log.report)
     return event_log

@@ -5,8 +5,8 @@ files and bind the sockets the change needs (any failure: close them, change not
 one line: `ReloadError`), then apply it in one synchronous step: routers removed, added and
 changed in place (`RouterRuntime.reconfigure`), the connections whose target left given to the
 features (`Service.targets_left`: the moves feature moves them as an evacuation does) or closed at
-once (`close_removed`), acceptors stopped, started, and a changed acceptor on the same address
-served on its same listening socket (router/acceptors.py).
+once (`RouterConnections.close_departed`), acceptors stopped, started, and a changed acceptor on
+the same address served on its same listening socket (router/acceptors.py).
 
 `Reloads` carries it out on the process it is given (`ReloadHost`: router/server.py's `_Server`),
 one reload at a time, none once shutdown began.
@@ -35,7 +35,7 @@ from router.caches import close_store, load_cache_store, restore_cache
 from router.config import ConfigError
 from router.core.reload import Departed, ReloadError, diff_configs
 from router.datapath.net import describe_oserror
-from router.runtime import RouterRuntime, close_removed
+from router.runtime import RouterRuntime
 
 if TYPE_CHECKING:
     import ssl
@@ -276,14 +276,16 @@ class Reloads:
         left = list(departed)
         for service in self._host.features.values():
             left = service.targets_left(runtime, left)
-        close_removed(runtime, left)
+        runtime.connections.close_departed(left)
 
     def _remove_router(self, name: str) -> None:
         runtime = self._host.runtimes.pop(name)
         self._host.routers.stop(name)
         # Every connection it holds, whatever the file said: a discovered target, or one that left
         # its pool before, is in no list of the configuration.
-        close_removed(runtime, [Departed(node_id=n) for n in {c.node_id for c in runtime.movable()}])
+        runtime.connections.close_departed(
+            [Departed(node_id=n) for n in {c.node_id for c in runtime.connections.movable()}]
+        )
         runtime.retire()
         store = self._host.routers.store_of(runtime)
         if store is not None:
@@ -296,7 +298,7 @@ class Reloads:
         )
         self._host.runtimes[name] = runtime
         if self._host.event_log is not None:
-            runtime.subscribe(self._host.event_log.report)
+            runtime.report.subscribe(self._host.event_log.report)
             self._host.event_log.set_key_type(name, runtime.config.key_type)
         store = None
         if name in prepared.caches:

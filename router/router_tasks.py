@@ -1,7 +1,7 @@
 """Each router's service tasks, in two groups that a reload cancels on their own.
 
     core  the features' tasks for the router (`Service.serve_router`: health checks first, the TTL
-          checker), the cache sweep and the outlier returns: restarted when the router changes
+          checker, the cache sweep) and the outlier returns: restarted when the router changes
     data  ZooKeeper discovery, the shared cache, the persisted cache's writes: stopped only when
           the router goes
 
@@ -100,8 +100,7 @@ class RouterTasks:
             async with trio.open_nursery() as nursery:
                 for service in self._features.values():  # the probes first: they run at once
                     await nursery.start(service.serve_router, runtime)
-                nursery.start_soon(runtime.serve_cache_purge)
-                nursery.start_soon(runtime.serve_outlier_returns)
+                nursery.start_soon(runtime.pool.serve_outlier_returns)
                 task_status.started()
 
     async def _serve_data(
@@ -118,7 +117,7 @@ class RouterTasks:
                     await nursery.start(serve_discovery, runtime, group.zookeeper)
                 if runtime.config.cache_zookeeper is not None:
                     shared = SharedCache(runtime, runtime.config.cache_zookeeper)
-                    runtime.attach_shared(shared)
+                    runtime.held().resolver = shared.resolve  # one store: a waiting decision reads it
                     await nursery.start(shared.serve)
                 if store is not None:
                     nursery.start_soon(serve_cache_store, runtime, store)

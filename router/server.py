@@ -115,7 +115,7 @@ async def _end_of_grace(
     (reported as closed at shutdown), then cancel what is still opening or deciding."""
     await trio.sleep_until(deadline)
     for runtime in runtimes:
-        runtime.close_all(CloseReason.SHUTDOWN)
+        runtime.connections.close_all(CloseReason.SHUTDOWN)
     fast.close_all()
     handlers.cancel(reason="grace period over")
 
@@ -185,7 +185,7 @@ async def serve_router(
     states = None
     if state_file is not None:
         kept = restore_admin_states(StateFile(state_file), runtimes)
-        states = KeptStates(kept, lambda: {r.name: r.admin_states() for r in runtimes.values()})
+        states = KeptStates(kept, lambda: {r.name: r.pool.admin_states() for r in runtimes.values()})
     stores = open_cache_stores(runtimes.values(), discard_unreadable_cache)
     try:
         event_log = start_event_log(config, runtimes.values(), metrics)
@@ -257,7 +257,9 @@ class _Server:
         """/readyz: 503 from the moment shutdown is set."""
         self.process = ProcessView(admission)
         """GET /api/v1/status: told which acceptors listen whenever they change."""
-        self.process.zookeeper = lambda: [z for r in self.runtimes.values() for z in r.zookeeper.values()]
+        self.process.zookeeper = lambda: [
+            z for r in self.runtimes.values() for z in r.held().zookeeper.values()
+        ]
         self.serving = Serving(self.fast, self.process)
         self.reloads = Reloads(
             self,

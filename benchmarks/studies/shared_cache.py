@@ -11,7 +11,7 @@ Starts a standalone ZooKeeper (Debian's, as the tests do; or uses `--zookeeper`)
 shared cache each (`SharedCache`, as routerd runs it), and measures:
 
 - **first decisions**: `--keys` distinct client ids decided by router A through
-  `RouterRuntime.decide` (own cache miss, ZooKeeper read, policy, create-if-absent), `--concurrency`
+  `router.runtime.decide` (own cache miss, ZooKeeper read, policy, create-if-absent), `--concurrency`
   at a time: decisions/s, and latency p50/p99 of a sample run one at a time;
 - **adoptions**: the same keys decided by router B (own cache miss, ZooKeeper read of A's entry,
   adopted): decisions/s and latency;
@@ -49,7 +49,7 @@ from pools import Connector, PoolConfig, PoolKind
 from router.config.settings import Config, RouterConfig, ZooKeeperConfig
 from router.core.shared_cache import SharedEntry, znode_of
 from router.metrics import Metrics
-from router.runtime import RouterRuntime
+from router.runtime import RouterRuntime, decide
 from router.services.shared_cache import SharedCache
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def _runtime(zookeeper: ZooKeeperConfig) -> RouterRuntime:
         Config(source="bench.xml", connectors=connectors, routers=(router,)), router, Metrics()
     )
     for node in nodes:
-        runtime.record_check(node, True)
+        runtime.pool.record_check(node, True)
     return runtime
 
 
@@ -143,7 +143,7 @@ async def _decide_all(runtime: RouterRuntime, keys: Sequence[str], concurrency: 
 
     async def one(key: str) -> None:
         async with limiter:
-            await runtime.decide(ConnectionFacts(client_id=key))
+            await decide(runtime, ConnectionFacts(client_id=key))
 
     started = time.perf_counter()
     async with trio.open_nursery() as nursery:
@@ -157,7 +157,7 @@ async def _timed(runtime: RouterRuntime, keys: Sequence[str]) -> list[float]:
     samples = []
     for key in keys:
         started = time.perf_counter_ns()
-        await runtime.decide(ConnectionFacts(client_id=key))
+        await decide(runtime, ConnectionFacts(client_id=key))
         samples.append((time.perf_counter_ns() - started) / 1000)
     return samples
 
@@ -181,7 +181,7 @@ async def _run(connect: str, keys: int, concurrency: int) -> None:
         for _ in range(2):
             runtime = _runtime(zookeeper)
             shared = SharedCache(runtime, zookeeper)
-            runtime.attach_shared(shared)
+            runtime.held().resolver = shared.resolve
             await nursery.start(shared.serve)
             routers.append((runtime, shared))
         with trio.fail_after(30):

@@ -2,7 +2,7 @@
 
 No I/O and no clock here (the caller passes `now`). `begin` runs the workflow as far as it can
 without waiting: it returns the decision, or `QuorumWait` when step 7 must wait for the pool's
-quorum; the wait itself is the runtime's (`router/runtime.py`), which then calls `finish`.
+quorum; the wait itself is the runtime's (router/runtime/pool.py), which then calls `finish`.
 `routerctl route` uses `route` / `lookup`, which never wait.
 
 Workflow of one decision (SPEC A1):
@@ -237,6 +237,21 @@ class RoutingEngine:
     @local_target_filter.setter
     def local_target_filter(self, pattern: str | None) -> None:
         self._local_filter = compile_filter(pattern, "local-target-filter")
+
+    def set_filters(self, **patterns: str | None) -> None:
+        """Change the run-time filters named (`key_filter`, `local_target_filter`; blank or None
+        disables one): all of them or none.
+
+        Raises:
+            ValueError: an expression that does not compile, or an unknown filter (nothing changed).
+        """
+        rules = {"key_filter": "key-filter", "local_target_filter": "local-target-filter"}
+        unknown = sorted(set(patterns) - set(rules))
+        if unknown:
+            raise ValueError(f"no such filter: {', '.join(unknown)} (filters: {', '.join(rules)})")
+        compiled = {name: compile_filter(pattern, rules[name]) for name, pattern in patterns.items()}
+        self._key_filter = compiled.get("key_filter", self._key_filter)
+        self._local_filter = compiled.get("local_target_filter", self._local_filter)
 
     @property
     def compiled_key_filter(self) -> KeyFilter | None:

@@ -720,7 +720,7 @@ class FastPath:
         except OSError as exc:
             self._connect_failed(relayed, exc)
             return
-        acceptor.runtime.register(relayed)  # counted from here on: unregistered by _close
+        acceptor.runtime.connections.register(relayed)  # counted from here on: unregistered by _close
         self._replay(relayed, opening.raw)
         self._conns[relayed.fds[0]] = relayed
         self._conns[relayed.fds[1]] = relayed
@@ -749,7 +749,7 @@ class FastPath:
         client's refusal; or the router closed the connection meanwhile (a CloseReason): closed."""
         acceptor = relayed.acceptor
         runtime = acceptor.runtime
-        runtime.unregister(relayed)  # before a refused connect makes the target un-ready
+        runtime.connections.unregister(relayed)  # before a refused connect makes the target un-ready
         then: Proxy | Refuse | None = None
         opening = relayed.opening
         if isinstance(exc, CloseReason):
@@ -772,7 +772,7 @@ class FastPath:
             raise
         self._forget(relayed, keep_client=then is not None)
         if failed.cause is ConnectFailure.REFUSED:
-            self._call_trio(runtime.connect_refused, relayed.target, relayed.connector, failed.reason)
+            self._call_trio(runtime.pool.connect_refused, relayed.target, relayed.connector, failed.reason)
         if then is None:
             return
         assert opening is not None
@@ -921,7 +921,7 @@ class FastPath:
             self._pass_eof(relayed, side)  # nothing of this side is pending: we were reading it
             return
         if side and not relayed.counts[1]:  # the broker's first answer (passive health)
-            relayed.acceptor.runtime.first_answer(relayed, self._view[:n])
+            relayed.acceptor.runtime.pool.first_answer(relayed, self._view[:n])
         relayed.counts[side] += n
         if side and relayed.cursor is not None:  # the broker's frames, for moving the client
             relayed.cursor.feed(self._view[:n])
@@ -1017,21 +1017,21 @@ class FastPath:
             self._connect_failed(relayed, reason)  # the router's own reason first (`closed_by`)
             return
         runtime = relayed.acceptor.runtime
-        runtime.unregister(relayed)
+        runtime.connections.unregister(relayed)
         closed = relayed.ended(self._clock() - relayed.connected_at, reason)
         try:
             runtime.report(closed)  # before the close: a client that sees it finds it counted
         finally:
             self._forget(relayed)
         if broker_failure(closed.reason) is not None:  # passive health counts it, in the trio thread
-            self._call_trio(runtime.broker_failed, closed)
+            self._call_trio(runtime.pool.broker_failed, closed)
 
 
 def _broker_ended(relayed: _Conn, side: int) -> None:
     """Side `side` of a relayed connection ended or broke: when that is the broker's side and it
-    has sent nothing yet, passive health hears of it (`RouterRuntime.first_answer`)."""
+    has sent nothing yet, passive health hears of it (`RouterPool.first_answer`)."""
     if side and not relayed.counts[1]:
-        relayed.acceptor.runtime.first_answer(relayed, b"")
+        relayed.acceptor.runtime.pool.first_answer(relayed, b"")
 
 
 def _stdlib(sock: _Socket) -> socket.socket:

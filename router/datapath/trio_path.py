@@ -108,7 +108,7 @@ async def depart(acceptor: ServedAcceptor, departing: Departing) -> None:
         async with client, upstream:
             await leave(client, upstream, live, departing.pending)
     finally:
-        acceptor.runtime.unregister(live)
+        acceptor.runtime.connections.unregister(live)
         try:
             acceptor.runtime.report(
                 live.ended(trio.current_time() - departing.connected_at, CloseReason.EVACUATED)
@@ -384,7 +384,7 @@ class _Connection:
         )
         self.action, self.live = action, live
         self.connected_at, self.failed, self.reason, self.detail = None, None, CloseReason.INTERNAL_ERROR, ""
-        runtime.register(live)
+        runtime.connections.register(live)
         try:
             with scope:
                 await self._connect_and_relay()
@@ -392,7 +392,7 @@ class _Connection:
             self.reason = CloseReason.SHUTDOWN  # the only cancellation from outside: the grace period ended
             raise
         finally:
-            runtime.unregister(live)  # before a refused connect makes the target un-ready
+            runtime.connections.unregister(live)  # before a refused connect makes the target un-ready
             then = self._report_end(retry=retry)
         return then
 
@@ -422,7 +422,7 @@ class _Connection:
                 live.counts,
                 activity=activity,
                 live=movable,
-                first_answer=lambda data: runtime.first_answer(live, data),
+                first_answer=lambda data: runtime.pool.first_answer(live, data),
             )
 
     def _report_end(self, *, retry: bool) -> Proxy | Refuse | None:
@@ -432,7 +432,7 @@ class _Connection:
         if self.connected_at is not None:
             closed = live.ended(trio.current_time() - self.connected_at, self.reason, self.detail)
             runtime.report(closed)
-            runtime.broker_failed(closed)  # passive health: nothing unless the broker dropped it
+            runtime.pool.broker_failed(closed)  # passive health: nothing unless the broker dropped it
             return None
         then: Proxy | Refuse | None = None
         if self.failed is None:  # closed by the router (or shutdown) while connecting
@@ -445,7 +445,7 @@ class _Connection:
             failed = live.connect_failed(failure, then)
         runtime.report(failed)
         if failed.cause is ConnectFailure.REFUSED:  # certain, unlike a timeout: skip the wait for a probe
-            runtime.connect_refused(action.target, action.connector, failed.reason)
+            runtime.pool.connect_refused(action.target, action.connector, failed.reason)
         return then
 
     async def _replay(self, upstream: trio.SocketStream) -> str:

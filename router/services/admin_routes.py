@@ -175,9 +175,11 @@ def _set_filters(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
                 raise HttpError(400, f"{field} must be a string or null, got {value!r}")
             changes[field] = value
     try:
-        status = runtime.set_filters(**changes)
+        with runtime.held() as state:
+            state.engine.set_filters(**changes)
     except ValueError as exc:  # nothing changed
         raise HttpError(400, str(exc)) from None
+    status = runtime.status()
     for field in changes:
         in_force = status.key_filter if field == "key_filter" else status.local_target_filter
         log.info("router=%s %s set to %r", runtime.name, field, in_force)

@@ -57,12 +57,12 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from cache.cache import NO_PIN
+from cache.cache import NO_PIN, Changes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from cache.cache import Changes, Row
+    from cache.cache import Row
     from router.runtime import RouterRuntime
 
 __all__ = [
@@ -394,7 +394,9 @@ async def write_cache_changes(runtime: RouterRuntime, store: CacheStore) -> None
     write is logged and counted, and the next one writes the whole cache. Cancelled, it abandons
     the thread (a write hung on a frozen filesystem), and the next write is the whole cache."""
     now = trio.current_time()
-    changes = runtime.take_cache_changes(now)
+    with runtime.held() as state:
+        cache = state.engine.cache
+        changes = Changes() if cache is None else cache.take_changes(now)
     if not changes.rows and not changes.full:
         return
     offset = time.time() - now
@@ -404,7 +406,7 @@ async def write_cache_changes(runtime: RouterRuntime, store: CacheStore) -> None
         _write_failed(runtime, f"{exc}; the next write is the whole cache")
         return
     except trio.Cancelled:
-        runtime.cache_store_failed()  # the abandoned write may never land
+        _resync(runtime)  # the abandoned write may never land
         raise
     runtime.metrics.cache_store_rows.inc((runtime.name,), written)
 
@@ -424,8 +426,15 @@ async def close_cache_store(runtime: RouterRuntime, store: CacheStore, timeout_s
         )
 
 
+def _resync(runtime: RouterRuntime) -> None:
+    """A write of the cache's changes failed: the next one is the whole cache."""
+    with runtime.held() as state:
+        if state.engine.cache is not None:
+            state.engine.cache.resync()
+
+
 def _write_failed(runtime: RouterRuntime, message: str) -> None:
-    runtime.cache_store_failed()
+    _resync(runtime)
     runtime.metrics.cache_store_errors.inc((runtime.name,))
     log.error("router=%s %s", runtime.name, message)
 

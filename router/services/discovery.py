@@ -4,7 +4,7 @@ Two sides, both trio tasks around a kazoo client:
 
 - `serve_discovery` (routerd) reads the children of the group's path and their data, with watches,
   and feeds each complete reading into `pools.Membership`; the diff becomes
-  `RouterRuntime.add_target` / `remove_target`, and `serve_health_checks` starts or stops the
+  `RouterPool.add_target` / `remove_target`, and `serve_health_checks` starts or stops the
   probe loops. Readiness stays with the probes: a member is routed to once its probe succeeds.
 - `serve_registration` (`routerctl register`) creates one member's ephemeral znode, keeps it while
   it runs (creating it again after a session expiry), and deletes it on shutdown.
@@ -516,7 +516,7 @@ class SessionWatch:
                         self._apply(self.link.answered(item.number, ok=item.ok, now=now))
                 self._apply(self.link.tick(now))
         finally:
-            self.runtime.zookeeper.pop(self.use, None)
+            self.runtime.held().zookeeper.pop(self.use, None)
             self.runtime.metrics.zookeeper_state.remove_matching((self.runtime.name, self.use))
             self.runtime.metrics.zookeeper_last_change.remove((self.runtime.name, self.use))
 
@@ -565,7 +565,7 @@ class SessionWatch:
     def _show(self, now: float) -> None:
         """The session's status and metrics as of now (`now`: seconds since the epoch)."""
         name, state, metrics = self.runtime.name, self.link.state, self.runtime.metrics
-        self.runtime.zookeeper[self.use] = ZooKeeperStatus(
+        self.runtime.held().zookeeper[self.use] = ZooKeeperStatus(
             router=name,
             use=self.use,
             connect=self.zookeeper.connect,
@@ -594,7 +594,7 @@ def _apply(runtime: RouterRuntime, diff: MembershipDiff, where: str) -> None:
             "router=%s %s/%s: ignoring this member: %s", runtime.name, where, rejected.znode, rejected.reason
         )
     for member in diff.removed:
-        runtime.remove_target(member.node_id)
+        runtime.pool.remove_target(member.node_id)
     for old, new in diff.updated:
         log.info(
             "router=%s target=%s re-registered: %s -> %s",
@@ -603,9 +603,9 @@ def _apply(runtime: RouterRuntime, diff: MembershipDiff, where: str) -> None:
             old.describe(),
             new.describe(),
         )
-        runtime.remove_target(old.node_id)
+        runtime.pool.remove_target(old.node_id)
     for member in (*(new for _, new in diff.updated), *diff.added):
-        runtime.add_target(member.target())
+        runtime.pool.add_target(member.target())
 
 
 async def serve_discovery(
@@ -627,7 +627,8 @@ async def serve_discovery(
     assert runtime.config.pool is not None, "only a router with a pool discovers targets"
     membership = Membership(
         reserved={
-            t.node_id: "the local target" if t.local else "a configured target" for t in runtime.targets()
+            t.node_id: "the local target" if t.local else "a configured target"
+            for t in runtime.pool.targets()
         }
     )
     inbox = Inbox[_Item]()

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Final, TypeVar, TypeVarTuple, Unpack
 
 import trio
 
+from router.core.engine import DecisionReason, RouteDecision
 from router.core.shared_cache import (
     BUCKETS,
     UNANSWERED,
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from router.config.settings import ZooKeeperConfig
+    from router.core.engine import SharedCacheWait
     from router.runtime import RouterRuntime
 
 __all__ = ["CLAIM_TIMEOUT_S", "READ_TIMEOUT_S", "SharedCache"]
@@ -150,6 +152,80 @@ class SharedCache:
         self.client.on_znode_change(self._changes.post)
         self._nursery: trio.Nursery | None = None
         """`serve`'s, where the background runs."""
+
+    # -- the shared cache's slice of the router at run time (its lock: `RouterRuntime.held`) --
+
+    def _cached_node(self, key: str) -> str | None:
+        """The node id of the router's own cache entry for a key (expired or not; not a pin)."""
+        with self.runtime.held() as state:
+            cache = state.engine.cache
+            return None if cache is None else cache.node_of(key)
+
+    def _cached_nodes(self, keys: Iterable[str]) -> dict[str, str]:
+        """`_cached_node` of several keys at once (one lock): the keys that have an entry."""
+        with self.runtime.held() as state:
+            cache = state.engine.cache
+            if cache is None:
+                return {}
+            found = ((key, cache.node_of(key)) for key in keys)
+            return {key: node_id for key, node_id in found if node_id is not None}
+
+    def _held_keys(self) -> list[str]:
+        """The keys of the router's own cache entries (not pins): what a shared cache shares."""
+        with self.runtime.held() as state:
+            cache = state.engine.cache
+            return [] if cache is None else cache.entry_keys()
+
+    def _follow(self, key: str, node_id: str | None) -> None:
+        """Another router changed a key's shared entry: hold its node id from now on (None: it
+        was deleted, so the router's own entry goes too). A pinned key is left as it is."""
+        with self.runtime.held() as state:
+            cache = state.engine.cache
+            if cache is None or cache.is_pinned(key):
+                return
+            if node_id is None:
+                cache.evict(key)
+            else:
+                cache.put(key, node_id, trio.current_time())
+
+    def _take_use(self) -> tuple[set[str], set[str], set[str]]:
+        """The cache's use since the last call: the keys used (read or written), the keys
+        operators evicted, and those evicted to make room."""
+        with self.runtime.held() as state:
+            cache = state.engine.cache
+            if cache is None:
+                return set(), set(), set()
+            return cache.take_used(), cache.take_evicted(), cache.take_dropped()
+
+    def _target_ready(self, node_id: str) -> bool:
+        return self.runtime.pool.target_ready(node_id)
+
+    async def resolve(self, wait: SharedCacheWait) -> RouteDecision:
+        """Finish a decision that waits for the shared cache (`RouterRuntime.resolve`): ask it,
+        and/or wait for the quorum; a new choice is claimed, and another router's choice that
+        won the claim is adopted when its target is ready."""
+        runtime = self.runtime
+        found = await self.lookup(wait.key)
+        entry = found if isinstance(found, SharedEntry) else None  # bypassed unless ready here
+        with runtime.held() as state:
+            step = state.engine.after_shared(
+                wait, None if entry is None else entry.node_id, trio.current_time()
+            )
+        decision = step if isinstance(step, RouteDecision) else await runtime.pool.wait_for_quorum(step)
+        if decision.reason is not DecisionReason.POLICY or decision.target is None:
+            return decision
+        if found is UNANSWERED:
+            self.missed(wait.key)
+            return decision
+        winner = await self.claim(wait.key, decision.target.node_id)
+        if winner is None or winner.node_id == decision.target.node_id:
+            return decision
+        with runtime.held() as state:
+            adopted = state.engine.adopt(wait.key, winner.node_id, trio.current_time())
+        if adopted is None:
+            return decision
+        runtime.metrics.cache_shared_conflicts.inc((self.name,))
+        return adopted
 
     def _count(self, operation: str, outcome: str) -> None:
         self.runtime.metrics.cache_shared_operations.inc((self.name, operation, outcome))
@@ -256,7 +332,7 @@ class SharedCache:
         return None
 
     def _live_here(self, entry: SharedEntry) -> bool:
-        return not entry.expired(time.time()) and self.runtime.target_ready(entry.node_id)
+        return not entry.expired(time.time()) and self._target_ready(entry.node_id)
 
     async def _watch_entry(self, key: str, version: int) -> None:
         """Watch a znode this router just wrote; read it again if it changed in between."""
@@ -324,7 +400,7 @@ class SharedCache:
                 self.resync_all = False
                 self.unsynced.clear()
                 self.known.clear()
-                keys = set(self.runtime.shared_keys())
+                keys = set(self._held_keys())
             else:
                 keys, self.unsynced = self.unsynced, set()
             if keys:
@@ -346,7 +422,7 @@ class SharedCache:
         async def worker() -> None:
             nonlocal adopted
             for key in pending:  # each key is taken by one worker
-                held = self.runtime.cached_node(key)
+                held = self._cached_node(key)
                 if held is None:
                     continue
                 if not self.connected:
@@ -363,7 +439,7 @@ class SharedCache:
                 if winner is None:
                     winner = await self.claim(key, held, background=True)
                 if winner is not None and winner.node_id != held:
-                    self.runtime.follow_shared(key, winner.node_id)
+                    self._follow(key, winner.node_id)
                     adopted += 1
 
         async with trio.open_nursery() as nursery:
@@ -382,20 +458,20 @@ class SharedCache:
         key = key_of(path.rsplit("/", 1)[-1])
         if key is None or not self.connected:
             return
-        if self.runtime.cached_node(key) is None:
+        if self._cached_node(key) is None:
             self.known.pop(key, None)  # not held (any more): no need to watch it again
             return
         try:
             entry = await self._read(key, limiter=self._background)
         except ZooKeeperError:
             return
-        held = self.runtime.cached_node(key)
+        held = self._cached_node(key)
         if held is None:
             return
         if entry is None:
-            self.runtime.follow_shared(key, None)
-        elif entry.node_id != held and self.runtime.target_ready(entry.node_id):
-            self.runtime.follow_shared(key, entry.node_id)
+            self._follow(key, None)
+        elif entry.node_id != held and self._target_ready(entry.node_id):
+            self._follow(key, entry.node_id)
 
     def _touch_interval(self) -> float:
         return min(max(self.timeout_s / 4, TOUCH_INTERVAL_MIN_S), TOUCH_INTERVAL_MAX_S)
@@ -405,7 +481,7 @@ class SharedCache:
         now sends them elsewhere), the operators' evictions, the keys decided alone."""
         while True:
             await trio.sleep(self._touch_interval())
-            used, evicted, dropped = self.runtime.take_cache_use()
+            used, evicted, dropped = self._take_use()
             self.used |= used
             self.evicted |= evicted
             for key in dropped:  # made room for others here: gone unless another router uses it
@@ -413,7 +489,7 @@ class SharedCache:
                 if entry is not None and entry.ours and len(self.dropped) < self.max_keys:
                     self.dropped[key] = entry
             if len(self.known) > self.max_keys:  # keys this router no longer holds
-                held_now = set(self.runtime.shared_keys())
+                held_now = set(self._held_keys())
                 self.known = {k: e for k, e in self.known.items() if k in held_now}
             if not self.connected:
                 continue
@@ -425,7 +501,7 @@ class SharedCache:
             await self._look_at_used()
 
     async def _look_at_used(self) -> None:
-        held = self.runtime.cached_nodes(self.used)
+        held = self._cached_nodes(self.used)
         now = time.time()
         for key in list(self.used):
             node_id, entry = held.get(key), self.known.get(key)
@@ -435,7 +511,7 @@ class SharedCache:
                 self.used.discard(key)
                 winner = await self.claim(key, node_id, background=True)
                 if winner is not None and winner.node_id != node_id:
-                    self.runtime.follow_shared(key, winner.node_id)
+                    self._follow(key, winner.node_id)
             elif touch_due(entry, now, self.timeout_s):
                 self.used.discard(key)
                 await self._extend(key, entry)
@@ -468,7 +544,7 @@ class SharedCache:
             self.evicted.add(key)  # again when ZooKeeper answers
 
     async def _delete_unused(self, key: str, entry: SharedEntry) -> None:
-        if self.runtime.cached_node(key) is not None:  # decided here again meanwhile
+        if self._cached_node(key) is not None:  # decided here again meanwhile
             return
         try:
             if await self._call(self.client.delete, znode_of(self.path, key), entry.version):

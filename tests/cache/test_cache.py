@@ -32,6 +32,16 @@ class TestCacheConfig:
 
 
 class TestTargetCache:
+    def test_cache_notes_operator_evictions_only_when_use_is_tracked(self):
+        shared = TargetCache(CacheConfig(), track_use=True)
+        shared.note_evicted(["a", "b"])
+        shared.note_evicted(["b", "absent"])
+        assert shared.take_evicted() == {"a", "b", "absent"}
+        assert shared.take_evicted() == set()
+        alone = make_cache()
+        alone.note_evicted(["a"])
+        assert alone.take_evicted() == set()
+
     def test_cache_get_missing_is_none(self):
         assert make_cache().get("k", 0.0) is None
 

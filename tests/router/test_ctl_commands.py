@@ -196,8 +196,8 @@ class TestAdminCommands:
             )
         )
         runtime = info.runtimes["r"]
-        await runtime.wait_until(
-            lambda: all(runtime.target_state(n) is TargetState.NOT_READY for n in ("b0", "b1"))
+        await runtime.pool.wait_until(
+            lambda: all(runtime.pool.target_state(n) is TargetState.NOT_READY for n in ("b0", "b1"))
         )
         assert info.admin is not None
         yield info, f"127.0.0.1:{info.admin[1]}"
@@ -268,7 +268,7 @@ class TestAdminCommands:
             nursery.start_soon(wait)
             await trio.sleep(0.5)
             assert status == []  # still waiting
-            info.runtimes["r"].record_check("b0", True)
+            info.runtimes["r"].pool.record_check("b0", True)
         assert status == [0]
         assert trio.current_time() - started < 5
         assert re.search(r"^b0 +ready +ready +0 ", capsys.readouterr().out, re.MULTILINE)
@@ -297,7 +297,7 @@ class TestAdminCommands:
         assert json.loads(capsys.readouterr().out) == {"node_id": "gone", "in_pool": False}
         assert await _routerctl("wait", "--admin", admin, "router", "r", "not-ready") == 0
         assert re.search(r"^pool state: +inactive$", capsys.readouterr().out, re.MULTILINE)
-        info.runtimes["r"].record_check("b1", True)
+        info.runtimes["r"].pool.record_check("b1", True)
         assert await _routerctl("wait", "--admin", admin, "--json", "router", "r", "ready") == 0
         assert json.loads(capsys.readouterr().out)["pool"]["active"] is True
 

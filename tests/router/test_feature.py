@@ -9,7 +9,7 @@ import trio
 
 from router.core.reload import Departed
 from router.feature import JSON, Call, HttpError, Service, json_object, json_response
-from tests.router.test_runtime import _runtime
+from tests.router.runtime.test_kernel import make_runtime
 
 
 def _call(**params: str) -> Call:
@@ -18,7 +18,7 @@ def _call(**params: str) -> Call:
         params=params,
         query={},
         body=b"",
-        runtimes={"r": _runtime()},
+        runtimes={"r": make_runtime()},
         services={Service: Service()},
     )
 
@@ -67,5 +67,5 @@ async def test_service_default_hooks_do_nothing() -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(service.serve)  # started at once, and returns
     departed = [Departed(node_id="b1")]
-    assert service.targets_left(_runtime(), departed) == departed
+    assert service.targets_left(make_runtime(), departed) == departed
     service.stopping(1.0)

@@ -14,7 +14,7 @@ from router.config.settings import Config
 from router.kept_files import restore_admin_states, start_event_log
 from router.metrics import Metrics
 from router.services.state_file import StateFile
-from tests.router.test_runtime import _runtime
+from tests.router.runtime.test_kernel import make_runtime
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -25,9 +25,9 @@ async def test_restore_admin_states_applies_what_it_can_and_drops_the_rest(tmp_p
     StateFile(str(path)).save(
         {"r": {"b1": AdminState.DRAIN, "gone": AdminState.MAINT}, "nope": {"b1": AdminState.DRAIN}}
     )
-    runtime = _runtime()
+    runtime = make_runtime()
     restore_admin_states(StateFile(str(path)), {"r": runtime})
-    assert runtime.admin_states() == {"b1": AdminState.DRAIN}
+    assert runtime.pool.admin_states() == {"b1": AdminState.DRAIN}
 
 
 def test_restore_admin_states_of_an_unreadable_file_is_a_startup_error(tmp_path: Path) -> None:

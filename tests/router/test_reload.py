@@ -111,7 +111,7 @@ class TestReload:
         clients); a removed one refuses connects while its established connection goes on."""
         configs = [_reload_config(fleet, ("b0",), {"a": (0, fast_path)})]
         info = await self._start(nursery, configs)
-        await info.runtimes["r"].wait_until(lambda: info.runtimes["r"].ready_count() == 1)
+        await info.runtimes["r"].pool.wait_until(lambda: info.runtimes["r"].pool.ready_count() == 1)
         a = info.acceptors["a"]
         a_stream, greeting = await self._hello(a)
         assert greeting == b"hello from b0\n"
@@ -144,7 +144,7 @@ class TestReload:
         connecting all the while are never refused (the listening socket is the same)."""
         configs = [_reload_config(fleet, ("b0",), {"a": (0, fast_path)})]
         info = await self._start(nursery, configs)
-        await info.runtimes["r"].wait_until(lambda: info.runtimes["r"].ready_count() == 1)
+        await info.runtimes["r"].pool.wait_until(lambda: info.runtimes["r"].pool.ready_count() == 1)
         a = info.acceptors["a"]
         refused = 0
         done = trio.Event()
@@ -182,7 +182,7 @@ class TestReload:
         configs = [_reload_config(fleet, ("b0",), {"a": (0, fast_path)})]
         info = await self._start(nursery, configs)
         runtime = info.runtimes["r"]
-        await runtime.wait_until(lambda: runtime.ready_count() == 1)
+        await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 1)
         a = info.acceptors["a"]
         on_b0, greeting = await self._hello(a)
         assert greeting == b"hello from b0\n"
@@ -190,8 +190,8 @@ class TestReload:
         configs.append(_reload_config(fleet, ("b1", "b0"), {"a": (a[1], fast_path)}))
         diff = await self._reload(info)
         assert diff.routers_changed[0].targets_added == ("b1",)
-        await runtime.wait_until(lambda: runtime.ready_count() == 2)
-        assert runtime.target_state("b0") is TargetState.READY  # kept, not probed again first
+        await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 2)
+        assert runtime.pool.target_state("b0") is TargetState.READY  # kept, not probed again first
         on_b1, greeting = await self._hello(a)
         assert greeting == b"hello from b1\n"
         assert await self._echo(on_b0, b"kept") == b"kept"
@@ -248,4 +248,4 @@ class TestReload:
             with pytest.raises(ReloadError, match=rf"acceptor 'b' on 127.0.0.1:{port} cannot listen"):
                 await info.reload()
         assert set(info.acceptors) == {"a"}
-        assert [t.node_id for t in info.runtimes["r"].targets()] == ["b0"]
+        assert [t.node_id for t in info.runtimes["r"].pool.targets()] == ["b0"]

@@ -11,20 +11,20 @@ import trio.testing
 from router.config.settings import Config
 from router.router_tasks import RouterTasks
 from router.services.cache_store import CacheStore
-from tests.router.test_runtime import _runtime
+from tests.router.runtime.test_kernel import make_runtime
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 
 async def test_start_restart_stop_and_the_store_of_a_router(tmp_path: Path) -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     store = CacheStore.open(str(tmp_path / "r.sqlite"))
     try:
         config = Config(source="t.xml", routers=(runtime.config,))
         tasks = RouterTasks({}, lambda: config, [(runtime, store)])
         assert tasks.store_of(runtime) is store
-        assert tasks.store_of(_runtime()) is None
+        assert tasks.store_of(make_runtime()) is None
         async with trio.open_nursery() as nursery:
             tasks.nursery = nursery
             tasks.start(runtime, None)

@@ -226,7 +226,7 @@ def test_routerd_closes_connections_to_a_broker_that_stops_answering(
     proxied connection (not the TTL: 10 minutes, or none) so the client can reconnect elsewhere.
 
     On `long-ttl` the connection is a trio task (an acceptor with a TTL never takes the epoll fast
-    path): router/runtime.py logs one line with the count and counts the metric. `plain-ip`
+    path): router/runtime/connections.py logs one line with the count and counts the metric. `plain-ip`
     (no TTL) may be served by the fast path (router/datapath/fast_path.py), which logs each close itself:
     only the timing is asserted there."""
     router, ports = routed

@@ -97,7 +97,7 @@ class TestServeRouter:
         )
         assert (info.fast_path is not None and info.fast_path.acceptors == {"a"}) is request.param
         runtime = info.runtimes["r"]
-        await runtime.wait_until(lambda: runtime.ready_count() == 2)
+        await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 2)
         yield info
         shutdown.set()
 
@@ -123,7 +123,7 @@ class TestServeRouter:
     async def test_serve_router_fails_over_in_pool_order(self, server: ServerInfo, fleet: list[int]) -> None:
         """Scenario: FIRST_ELEMENT; the first target goes un-ready, connections go to the second."""
         runtime = server.runtimes["r"]
-        runtime.record_check("b0", False, "test")
+        runtime.pool.record_check("b0", False, "test")
         host, port = server.acceptors["a"]
         async with await trio.open_tcp_stream(host, port) as client:
             await client.send_eof()
@@ -142,7 +142,7 @@ async def test_serve_router_refuses_when_no_target_is_ready(nursery: trio.Nurser
         )
     )
     runtime = info.runtimes["r"]
-    await runtime.wait_until(lambda: runtime.target_state("b0") is TargetState.NOT_READY)
+    await runtime.pool.wait_until(lambda: runtime.pool.target_state("b0") is TargetState.NOT_READY)
     async with await trio.open_tcp_stream(*info.acceptors["a"]) as client:
         assert await _read_until_eof(client) == b""
     refused = {"router": "r", "status": "REFUSED_UNAVAILABLE"}
@@ -171,7 +171,7 @@ async def test_serve_router_drains_open_connections_on_shutdown(
 
     info: ServerInfo = await nursery.start(run)
     runtime = info.runtimes["r"]
-    await runtime.wait_until(lambda: runtime.ready_count() == 1)
+    await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 1)
     client = await trio.open_tcp_stream(*info.acceptors["a"])
     assert await client.receive_some(100) == b"hello from b0\n"
     shutdown.set()
@@ -224,10 +224,10 @@ async def _redispatch_router(
     for node_id in (f"b{i}" for i in range(len(ports))):
 
         def probed(node_id: str = node_id) -> bool:
-            return runtime.target_state(node_id) is not TargetState.UNKNOWN
+            return runtime.pool.target_state(node_id) is not TargetState.UNKNOWN
 
-        await runtime.wait_until(probed)
-        runtime.record_check(node_id, True)  # ready as far as the router knows: a dead one died since
+        await runtime.pool.wait_until(probed)
+        runtime.pool.record_check(node_id, True)  # ready as far as the router knows: a dead one died since
     return info
 
 
@@ -431,9 +431,9 @@ async def _scenario(fast_path: bool, name: str, port: int) -> tuple[bytes, list[
             )
             assert (info.fast_path is not None) is fast_path
             runtime, address = info.runtimes["r"], info.acceptors["a"]
-            await runtime.wait_until(lambda: runtime.target_state("b0") is not TargetState.UNKNOWN)
+            await runtime.pool.wait_until(lambda: runtime.pool.target_state("b0") is not TargetState.UNKNOWN)
             ready = name != "refused"  # ready also for the dead port of "connect-failed"
-            runtime.record_check("b0", ready, "" if ready else "made not ready by the test")
+            runtime.pool.record_check("b0", ready, "" if ready else "made not ready by the test")
             got = await _drive(name, runtime, address)
             # The last line of the scenario (the fast path may write it after the client saw the end).
             last, count = _LAST_LINE[name]
@@ -476,7 +476,7 @@ async def _drive(name: str, runtime: RouterRuntime, address: tuple[str, int]) ->
             with socket.create_connection(address, timeout=10) as sock:
                 sock.sendall(b"x")
                 first = await trio.to_thread.run_sync(recv_exactly, sock, len(b"hello from b0\nx"))
-                runtime.record_check("b0", False, "probe failed")
+                runtime.pool.record_check("b0", False, "probe failed")
                 rest = await trio.to_thread.run_sync(functools.partial(read_until_closed, sock))
                 return first + rest
     raise AssertionError(name)

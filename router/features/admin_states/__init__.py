@@ -2,7 +2,7 @@
 
     commands.py  `routerctl state`
 
-What a state does to routing is the kernel's (pools/pool.py, `RouterRuntime.set_admin_state`);
+What a state does to routing is the kernel's (pools/pool.py, `RouterPool.set_admin_state`);
 the state file that keeps them (router/services/state_file.py) and their admin API resource
 (router/services/admin.py) move here next.
 """

@@ -41,7 +41,7 @@ async def _target(call: Call) -> Response:
         if set(document) != {"admin_state"} or state not in values:
             raise HttpError(400, f'body must be {{"admin_state": one of {values}}}, got {document!r}')
         try:
-            changed = runtime.set_admin_state(node_id, AdminState(state))
+            changed = runtime.pool.set_admin_state(node_id, AdminState(state))
         except LookupError as exc:
             raise HttpError(404, str(exc)) from None
         except ValueError as exc:
@@ -69,7 +69,7 @@ def _target_document(runtime: RouterRuntime, node_id: str) -> dict[str, object]:
     for target in () if status is None else status.targets:
         if target.node_id == node_id:
             return target.to_json()
-    admin_state = runtime.admin_states().get(node_id)
+    admin_state = runtime.pool.admin_states().get(node_id)
     if admin_state is None:
         raise HttpError(404, f"no target with node id {node_id!r} in the pool of {runtime.name!r}")
     return {"node_id": node_id, "admin_state": admin_state.value, "in_pool": False}

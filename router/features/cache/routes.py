@@ -16,6 +16,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from router.feature import Call, HttpError, Response, Route, json_object, json_response
+from router.features.cache.service import cache_entry, cache_evict, cache_listing, cache_pin
 from router.logs import shown
 
 if TYPE_CHECKING:
@@ -51,12 +52,12 @@ def _cache(call: Call) -> dict[str, object]:
         every = call.one("all")
         if [key, node_id, every].count(None) != 2 or every not in (None, "true") or node_id == "":
             raise HttpError(400, "DELETE needs exactly one of ?key=K, ?node_id=N, ?all=true")
-        evicted = runtime.cache_evict(key=key, node_id=node_id)
+        evicted = cache_evict(runtime, key=key, node_id=node_id)
         what = "all" if every else f"key={shown(key)}" if key is not None else f"node_id={shown(node_id)}"
         log.info("router=%s cache evicted %s: %d entries", runtime.name, what, evicted)
         return {"evicted": evicted}
     if key is not None:
-        entry = runtime.cache_entry(key)
+        entry = cache_entry(runtime, key)
         if entry is None:
             raise LookupError(f"no cache entry for key {key!r}")
         return entry.to_json()
@@ -64,8 +65,12 @@ def _cache(call: Call) -> dict[str, object]:
     if not limit_text.isdigit() or not 1 <= int(limit_text) <= CACHE_PAGE_MAX:
         raise HttpError(400, f"limit must be an integer 1-{CACHE_PAGE_MAX}, got {limit_text!r}")
     limit = int(limit_text)
-    page = runtime.cache_listing(
-        prefix=call.one("prefix") or "", node_id=node_id, after=call.one("after") or "", limit=limit + 1
+    page = cache_listing(
+        runtime,
+        prefix=call.one("prefix") or "",
+        node_id=node_id,
+        after=call.one("after") or "",
+        limit=limit + 1,
     )
     more = len(page) > limit
     page = page[:limit]
@@ -86,7 +91,7 @@ def _pin(runtime: RouterRuntime, body: bytes) -> dict[str, object]:
             400, f'body must be {{"key": K, "node_id": N, "duration_s": seconds or null}}, got {document!r}'
         )
     try:
-        entry = runtime.cache_pin(key, node_id, None if duration is None else float(duration))
+        entry = cache_pin(runtime, key, node_id, None if duration is None else float(duration))
     except ValueError as exc:
         raise HttpError(400, str(exc)) from None
     until = "until evicted" if duration is None else f"for {float(duration):g} s"

@@ -2,9 +2,9 @@
 
 `Moves` holds one paced move per router and target (an evacuation), per router (a rebalance) and
 per process (a shutdown), each a task in the services nursery. Every `STEP_S` a task takes the
-moves that are due, routes each connection's key again (`RouterRuntime.relocate`, which caches the
+moves that are due, routes each connection's key again (`RoutingEngine.relocate`, which caches the
 new target so the client that comes back through the router lands there), and has the data path
-tell the client (`RouterRuntime.move`, with the farewell of router/core/framing.py). A log line
+tell the client (`LiveConnection.move`, with the farewell of router/core/framing.py). A log line
 sums up each second's moves; the last status of each move stays readable until the next one of
 the same kind starts.
 
@@ -45,8 +45,10 @@ from router.features.moves.rules import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
+    from router.core.engine import RouteDecision
+    from router.core.framing import Farewell
     from router.core.live import LiveConnection
     from router.core.reload import Departed
     from router.feature import Kernel
@@ -152,7 +154,7 @@ class Moves(Service):
         its end: a client told "shutting down" in its protocol reconnects (elsewhere, through
         another router) while the others go on."""
         for runtime in self._runtimes.values():
-            open_now = len(runtime.movable())
+            open_now = len(runtime.connections.movable())
             if not open_now or grace_s <= 0:
                 continue
             rate = shutdown_rate(open_now, grace_s)
@@ -210,7 +212,9 @@ class Moves(Service):
             raise MoveConflict(f"{_NOUNS[request.kind]} of {self._what(request)} is running already")
         if request.kind is MoveKind.EVACUATE:
             assert request.node_id is not None
-            if runtime.target(request.node_id) is None and not runtime.movable(request.node_id):
+            if runtime.pool.target(request.node_id) is None and not runtime.connections.movable(
+                request.node_id
+            ):
                 # (a target a reload removed has no pool entry, but its connections are still here)
                 raise LookupError(f"no target with node id {request.node_id!r} in router {request.router!r}")
         elif request.kind is MoveKind.REBALANCE:
@@ -219,7 +223,7 @@ class Moves(Service):
             raise MoveConflict("the router is not serving moves (it is starting or stopping)")
         move = _Move(request)
         if request.kind is MoveKind.REBALANCE:
-            move.planned = runtime.open_counts()
+            move.planned = _open_counts(runtime)
             move.quota = rebalance_excess(move.planned, request.band)
         self._refill(move, runtime)
         self._moves[key] = move
@@ -287,7 +291,7 @@ class Moves(Service):
         if move.request.kind is MoveKind.REBALANCE:
             return sum(n for n in move.quota.values() if n > 0)
         runtime = self._runtimes.get(move.request.router)
-        return 0 if runtime is None else runtime.count_movable(move.queue)
+        return 0 if runtime is None else _count_movable(runtime, move.queue)
 
     def _status(self, move: _Move) -> MoveStatus:
         elapsed = trio.current_time() - move.started
@@ -326,11 +330,13 @@ class Moves(Service):
         """Queue the connections to move, in the order asked (`first_to_move`)."""
         request = move.request
         if request.kind is MoveKind.EVACUATE:
-            connections = runtime.movable(request.node_id)
+            connections = runtime.connections.movable(request.node_id)
         elif request.kind is MoveKind.SHUTDOWN:
-            connections = runtime.movable()
+            connections = runtime.connections.movable()
         else:
-            connections = [c for node_id, n in move.quota.items() if n > 0 for c in runtime.movable(node_id)]
+            connections = [
+                c for node_id, n in move.quota.items() if n > 0 for c in runtime.connections.movable(node_id)
+            ]
         move.queue = collections.deque(first_to_move(connections, len(connections), request.order, self._rng))
 
     def _next(self, move: _Move, runtime: RouterRuntime) -> LiveConnection | None:
@@ -339,7 +345,7 @@ class Moves(Service):
             queue = move.queue
             while queue:
                 conn = queue.popleft()
-                if runtime.is_movable(conn) and (not move.quota or move.quota.get(conn.node_id, 0) > 0):
+                if _is_movable(runtime, conn) and (not move.quota or move.quota.get(conn.node_id, 0) > 0):
                     return conn
             self._refill(move, runtime)
         return None
@@ -348,9 +354,9 @@ class Moves(Service):
         request = move.request
         if request.kind is MoveKind.EVACUATE:
             assert request.node_id is not None
-            in_pool = runtime.target(request.node_id) is not None
-            if in_pool and request.node_id not in runtime.admin_states():
-                runtime.set_admin_state(request.node_id, AdminState.DRAIN)  # no new connections there
+            in_pool = runtime.pool.target(request.node_id) is not None
+            if in_pool and request.node_id not in runtime.pool.admin_states():
+                runtime.pool.set_admin_state(request.node_id, AdminState.DRAIN)  # no new connections there
         at_once = request.kind is not MoveKind.SHUTDOWN
         logged_at, logged_moved = trio.current_time(), 0
         with move.scope:
@@ -388,7 +394,7 @@ class Moves(Service):
             destination = None
             if not shutting_down:
                 to = rebalance_destination(move.planned, conn.node_id) if rebalance else None
-                decision = runtime.relocate(conn.key, conn.node_id, to=to)
+                decision = _relocate(runtime, conn.key, conn.node_id, to)
                 if decision.status is not RouteStatus.OK or decision.target is None:
                     move.queue.appendleft(conn)  # it goes first once a target is open again
                     move.state = MoveState.WAITING
@@ -411,7 +417,7 @@ class Moves(Service):
                 refer=request.refer,
             )
             reason = CloseReason.SHUTDOWN if shutting_down else CloseReason.EVACUATED
-            if runtime.move(conn, words, reason):
+            if _move(runtime, conn, words, reason):
                 move.moved += 1
                 move.moved_since += 1
                 if self._metrics is not None and request.kind is MoveKind.EVACUATE:
@@ -425,3 +431,39 @@ def _check_rebalance(runtime: RouterRuntime) -> None:
     why = rebalance_refusal(runtime.config)
     if why is not None:
         raise MoveConflict(why)
+
+
+# -- the moves' slice of a router at run time (under its lock: `RouterRuntime.held`) --
+
+
+def _open_counts(runtime: RouterRuntime) -> dict[str, int]:
+    """Connections not yet closed or moved, per target open to new connections (a rebalance's
+    view; targets without connections count 0)."""
+    with runtime.held() as state:
+        if state.pool is None:
+            return {}
+        return {t.node_id: len(state.connections.open_to(t.node_id)) for t in state.pool.ready_targets()}
+
+
+def _is_movable(runtime: RouterRuntime, conn: LiveConnection) -> bool:
+    """Whether a connection is still open and neither closed nor moved by the router."""
+    return _count_movable(runtime, (conn,)) == 1
+
+
+def _count_movable(runtime: RouterRuntime, conns: Iterable[LiveConnection]) -> int:
+    """How many of these connections are still open and neither closed nor moved by the router."""
+    with runtime.held() as state:
+        return sum(1 for conn in conns if conn.closed_by is None and state.connections.holds(conn))
+
+
+def _relocate(runtime: RouterRuntime, key: str, leaving: str, to: str | None) -> RouteDecision:
+    """Route a moved connection's key again (`RoutingEngine.relocate`), caching the result."""
+    with runtime.held() as state:
+        return state.engine.relocate(key, leaving, trio.current_time(), to=to)
+
+
+def _move(runtime: RouterRuntime, conn: LiveConnection, words: Farewell, reason: CloseReason) -> bool:
+    """Have a connection's data path tell its client `words` and end it (`LiveConnection.move`);
+    False when the router had closed or moved it already."""
+    with runtime.held():
+        return conn.move(words, reason)

@@ -47,6 +47,13 @@ PROBE_TIMEOUT_CAP_S: Final = 3.0
 """A probe's deadline is the check period, capped at this (Artemis waits 3000 ms for attributes)."""
 
 
+def _report_broker_count(runtime: RouterRuntime, node_id: str, broker_count: int | None) -> None:
+    """Record the connection count a broker reported to its probe (None: it could not be read):
+    LEAST_CONNECTIONS counts it."""
+    with runtime.held() as state:
+        state.connections.report_broker_count(node_id, broker_count)
+
+
 def make_check(runtime: RouterRuntime) -> Check:
     """The probe of a router's pool: each connector's `probe=` kind, with the pool's credentials."""
     pool_config = runtime.config.pool
@@ -59,7 +66,7 @@ def make_check(runtime: RouterRuntime) -> Check:
         if kind == "mqtt":
             on_count = None
             if connector.probe_connection_count:
-                on_count = functools.partial(runtime.report_broker_count, connector.node_id)
+                on_count = functools.partial(_report_broker_count, runtime, connector.node_id)
             return await check_mqtt(connector, client_id, user, password, on_connection_count=on_count)
         if kind == "stomp":
             return await check_stomp(connector, user, password)
@@ -108,7 +115,7 @@ async def _probe_member_forever(
             )
         else:
             duration_s = trio.current_time() - started
-            runtime.record_check(target.node_id, ok, detail, member=member, duration_s=duration_s)
+            runtime.pool.record_check(target.node_id, ok, detail, member=member, duration_s=duration_s)
         next_time += period_s
         now = trio.current_time()
         if next_time < now:  # the probe overran: skip the missed slots instead of bursting
@@ -133,7 +140,7 @@ async def serve_health_checks(
     if pool_config is None:
         task_status.started()
         return
-    targets = runtime.targets()
+    targets = runtime.pool.targets()
     if not targets:
         log.warning(
             "router=%s pool has no targets yet (%s): every decision that needs the pool is "
@@ -154,14 +161,16 @@ async def serve_health_checks(
         _follow_membership(runtime, nursery, loops, period_s, check)
         task_status.started()
         while True:  # discovery pools gain and lose targets at run time
-            await runtime.wait_until(lambda: _membership_changed(runtime, loops))
+            await runtime.pool.wait_until(lambda: _membership_changed(runtime, loops))
             _follow_membership(runtime, nursery, loops, period_s, check)
 
 
 def _probed_targets(runtime: RouterRuntime) -> dict[str, Target]:
     """The targets to probe: those with a connector, not in maintenance."""
     return {
-        t.node_id: t for t in runtime.targets() if t.connector is not None and runtime.is_probed(t.node_id)
+        t.node_id: t
+        for t in runtime.pool.targets()
+        if t.connector is not None and runtime.pool.is_probed(t.node_id)
     }
 
 
@@ -197,7 +206,7 @@ async def _probe_while_member(
     # The target may leave the pool while a probe runs, and this task may run before the one that
     # cancels it: never record a result for a target that is gone (the pool no longer knows it).
     def left() -> bool:
-        if runtime.target(target.node_id) is target:
+        if runtime.pool.target(target.node_id) is target:
             return False
         scope.cancel(reason=f"target {target.node_id} left the pool")
         return True

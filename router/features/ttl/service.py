@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from router.core.events import CloseReason
 from router.feature import Service
 
 if TYPE_CHECKING:
@@ -45,7 +46,9 @@ async def serve_connection_ttl_checks(runtime: RouterRuntime, interval_s: float)
         await trio.sleep_until(next_time)
         now = trio.current_time()
         next_time = max(next_time, now)  # a late check skips the missed slots
-        for live, idle_s in runtime.close_idle(now):
+        with runtime.held() as state:  # the closers are quick and never call back
+            idle = state.connections.close_idle(now, CloseReason.CONNECTION_TTL)
+        for live, idle_s in idle:
             log.warning(
                 "peer=%s router=%s acceptor=%s target=%s address=%s outcome=CONNECTION_TTL "
                 "idle_s=%.3f ttl_ms=%d: no bytes from the client within the connection TTL, closing",

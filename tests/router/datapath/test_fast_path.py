@@ -87,7 +87,7 @@ async def _start(nursery: trio.Nursery, config: Config, *, ready: bool = True) -
     )
     runtime = info.runtimes["r"]
     if ready:
-        await runtime.wait_until(lambda: runtime.ready_count() == 1)
+        await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 1)
     nursery.start_soon(_stop_later, shutdown)
     return info
 
@@ -134,7 +134,7 @@ class TestRelay:
                 sock.sendall(b"by name")
                 assert sock.recv(7) == b"by name"
                 # While it is open: relayed by the trio side, not by the epoll thread.
-                registered = trio.from_thread.run_sync(runtime.open_connections)
+                registered = trio.from_thread.run_sync(runtime.connections.open_connections)
                 on_fast = trio.from_thread.run_sync(fast.open_count)
                 sock.shutdown(socket.SHUT_WR)
                 return _read_until_eof(sock), registered, on_fast
@@ -166,7 +166,7 @@ class TestRelay:
             "router_proxied_bytes_total", {"router": "r", "direction": "client_to_target"}
         )
         assert sent == BIG
-        assert info.runtimes["r"].open_connections("b0") == 0
+        assert info.runtimes["r"].connections.open_connections("b0") == 0
 
     async def test_refused_connect_makes_the_member_not_ready_and_the_backup_takes_over(
         self, nursery: trio.Nursery, echo_port: int
@@ -175,18 +175,18 @@ class TestRelay:
         config = _config(echo_port, url=pair, check_period_ms=60_000)  # no probe in the test's time
         info = await _start(nursery, config)
         runtime = info.runtimes["r"]
-        assert runtime.active_member("b0") == 1
-        runtime.record_check("b0", True, member=0)  # a stale "primary is fine"
-        runtime.record_check("b0", False, "test", member=1)  # the primary becomes active
-        runtime.record_check("b0", True, member=1)
-        assert runtime.active_member("b0") == 0
+        assert runtime.pool.active_member("b0") == 1
+        runtime.pool.record_check("b0", True, member=0)  # a stale "primary is fine"
+        runtime.pool.record_check("b0", False, "test", member=1)  # the primary becomes active
+        runtime.pool.record_check("b0", True, member=1)
+        assert runtime.pool.active_member("b0") == 0
 
         def refused() -> bytes:
             with _client(info) as sock:
                 return _read_until_eof(sock)
 
         assert await _in_thread(refused) == b""
-        await runtime.wait_until(lambda: runtime.active_member("b0") == 1)
+        await runtime.pool.wait_until(lambda: runtime.pool.active_member("b0") == 1)
 
         def echoed() -> bytes:
             with _client(info) as sock:
@@ -206,7 +206,7 @@ class TestRelay:
             with _client(info) as sock:
                 sock.sendall(b"x")
                 assert sock.recv(1) == b"x"
-                trio.from_thread.run_sync(lambda: runtime.record_check("b0", False, "probe failed"))
+                trio.from_thread.run_sync(lambda: runtime.pool.record_check("b0", False, "probe failed"))
                 return _read_until_eof(sock)
 
         assert await _in_thread(held) == b""

@@ -79,7 +79,7 @@ async def _start(nursery: trio.Nursery, config: Config) -> tuple[str, int]:
         lambda task_status: serve_router(config, admin=None, shutdown=shutdown, task_status=task_status)
     )
     runtime = info.runtimes["r"]
-    await runtime.wait_until(lambda: runtime.ready_count() == 2)
+    await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 2)
     return info.acceptors["tls"]
 
 

@@ -53,8 +53,8 @@ async def test_resume_connection_carries_out_the_fast_paths_plan(nursery: trio.N
     config = _config(ports, policy="ROUND_ROBIN")
     router, acceptor = config.routers[0], config.acceptors[0]
     runtime = RouterRuntime(config, router, Metrics(), round_robin_start=0)
-    for target in runtime.targets():
-        runtime.record_check(target.node_id, True)
+    for target in runtime.pool.targets():
+        runtime.pool.record_check(target.node_id, True)
     facts = ConnectionFacts(source_ip="127.0.0.2")
     decision = runtime.decide_now(facts, trio.current_time())
     assert isinstance(decision, RouteDecision)
@@ -62,7 +62,7 @@ async def test_resume_connection_carries_out_the_fast_paths_plan(nursery: trio.N
     assert isinstance(action, Proxy)
     assert action.target.node_id == "b0"
     events: list[object] = []
-    runtime.subscribe(events.append)
+    runtime.report.subscribe(events.append)
 
     handed, router_side, client = _handed(action)
     with client:
@@ -89,7 +89,7 @@ async def test_resume_connection_waits_for_the_quorum_within_the_routing_deadlin
     config = dataclasses.replace(config, routers=(router,))
     runtime = RouterRuntime(config, router, Metrics())
     events: list[object] = []
-    runtime.subscribe(events.append)
+    runtime.report.subscribe(events.append)
     served = _served(runtime, config.acceptors[0], ConnectionLimits(route_timeout_s=1.0))
     handed, router_side, client = _handed(QuorumWait(key="127.0.0.2", timeout_s=3.0))
     start = trio.current_time()

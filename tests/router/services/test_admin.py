@@ -20,6 +20,7 @@ from router.config import ConfigError
 from router.config.settings import AcceptorConfig, Config, EventLogConfig, RouterConfig
 from router.core.admin_access import ADMIN_MAX_CONNECTIONS, ADMIN_MAX_PER_SOURCE
 from router.ctl import main_routerctl
+from router.features.cache.service import cache_entries
 from router.server import ServerInfo, serve_router
 
 if TYPE_CHECKING:
@@ -78,9 +79,11 @@ class TestAdmin:
         # Nothing listens on the connectors' ports: wait for the first probes to fail, then mark
         # the targets ready by hand (the next probes are a check period, 5 s, away).
         nodes = ("broker1", "broker2", "broker3")
-        await runtime.wait_until(lambda: all(runtime.target_state(n) is TargetState.NOT_READY for n in nodes))
+        await runtime.pool.wait_until(
+            lambda: all(runtime.pool.target_state(n) is TargetState.NOT_READY for n in nodes)
+        )
         for node in nodes:
-            runtime.record_check(node, True)
+            runtime.pool.record_check(node, True)
         return base
 
     async def test_admin_target_returns_engine_decision(self, server: tuple[ServerInfo, str]) -> None:
@@ -120,14 +123,14 @@ class TestAdmin:
         info, base = server
         status, body = await _call(f"{base}/api/v1/routers/hash/target?key=client-42&dry-run=true")
         assert (status, json.loads(body)["node_id"]) == (200, "broker1")
-        assert info.runtimes["hash"].cache_entries() == {}
+        assert cache_entries(info.runtimes["hash"]) == {}
         status, body = await _call(f"{base}/api/v1/routers/hash/target?key=k&dry-run=yes")
         assert (status, json.loads(body)) == (400, {"error": "dry-run must be true or false, got 'yes'"})
 
     async def test_admin_target_updates_cache(self, server: tuple[ServerInfo, str]) -> None:
         info, base = server
         await _call(f"{base}/api/v1/routers/hash/target?key=client-42")
-        assert info.runtimes["hash"].cache_entries() == {"client-42": "broker1"}
+        assert cache_entries(info.runtimes["hash"]) == {"client-42": "broker1"}
 
     @pytest.mark.parametrize(
         ("path", "status", "error"),
@@ -249,7 +252,7 @@ class TestAdmin:
         assert json.loads(looked_up)["node_id"] != "broker1"
         _, one = await _call(f"{base}/api/v1/routers/hash/targets/broker1")
         assert (json.loads(one)["state"], json.loads(one)["admin_state"]) == ("ready", "drain")
-        assert info.runtimes["hash"].admin_states() == {"broker1": AdminState.DRAIN}
+        assert info.runtimes["hash"].pool.admin_states() == {"broker1": AdminState.DRAIN}
 
     async def test_admin_target_shows_why_not_ready_its_last_probe_and_last_change(
         self, base: tuple[ServerInfo, str]
@@ -258,7 +261,7 @@ class TestAdmin:
         was probed, for how long, and since when it is down."""
         info, url = base
         runtime = info.runtimes["hash"]
-        await runtime.wait_until(lambda: runtime.target_state("broker1") is TargetState.NOT_READY)
+        await runtime.pool.wait_until(lambda: runtime.pool.target_state("broker1") is TargetState.NOT_READY)
         _, body = await _call(f"{url}/api/v1/routers/hash/targets/broker1")
         target = json.loads(body)
         reason = "connect to tcp://127.0.0.1:21001 failed: Connection refused"
@@ -272,7 +275,7 @@ class TestAdmin:
         assert 0 <= check["duration_s"] < 3
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", check["at"])
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", target["last_change"])
-        runtime.record_check("broker1", True, duration_s=0.25)
+        runtime.pool.record_check("broker1", True, duration_s=0.25)
         _, body = await _call(f"{url}/api/v1/routers/hash/targets/broker1")
         target = json.loads(body)
         assert (
@@ -382,14 +385,16 @@ async def test_admin_readyz_names_the_router_below_its_quorum(base: tuple[Server
     info, url = base
     runtime = info.runtimes["hash"]
     nodes = ("broker1", "broker2", "broker3")  # nothing listens on their ports
-    await runtime.wait_until(lambda: all(runtime.target_state(n) is TargetState.NOT_READY for n in nodes))
+    await runtime.pool.wait_until(
+        lambda: all(runtime.pool.target_state(n) is TargetState.NOT_READY for n in nodes)
+    )
     assert await _call(url + "/readyz") == (
         503,
         b"not ready: router 'hash': pool below its quorum, 0 of 3 target(s) ready, quorum-size 1\n",
     )
-    runtime.record_check("broker2", True)
+    runtime.pool.record_check("broker2", True)
     assert await _call(url + "/readyz") == (200, b"ready\n")
-    runtime.set_admin_state("broker2", AdminState.MAINT)  # a target in maintenance counts for nothing
+    runtime.pool.set_admin_state("broker2", AdminState.MAINT)  # a target in maintenance counts for nothing
     assert await _call(url + "/readyz") == (
         503,
         b"not ready: router 'hash': pool below its quorum, 0 of 3 target(s) ready, quorum-size 1\n",

@@ -91,16 +91,18 @@ async def _always_ready(connector: Connector) -> tuple[bool, str]:
 
 
 def _ids(runtime: RouterRuntime) -> list[str]:
-    return [t.node_id for t in runtime.targets()]
+    return [t.node_id for t in runtime.pool.targets()]
 
 
 def _ready(runtime: RouterRuntime) -> list[str]:
-    return [t.node_id for t in runtime.targets() if runtime.target_state(t.node_id) is TargetState.READY]
+    return [
+        t.node_id for t in runtime.pool.targets() if runtime.pool.target_state(t.node_id) is TargetState.READY
+    ]
 
 
 async def _until(runtime: RouterRuntime, predicate: Callable[[], bool]) -> None:
     with trio.fail_after(DEADLINE_S):
-        await runtime.wait_until(predicate)
+        await runtime.pool.wait_until(predicate)
 
 
 def _doc(node_id: str, port: int = 1883, **extra: object) -> bytes:
@@ -144,7 +146,7 @@ class TestServeDiscovery:
             await _until(runtime, lambda: _ready(runtime) == ["b1"])
             await _create(kazoo, f"{path}/b2", _doc("b2", 1002, backup="tcp://127.0.0.1:2002"))
             await _until(runtime, lambda: _ready(runtime) == ["b1", "b2"])
-            b2 = runtime.target("b2")
+            b2 = runtime.pool.target("b2")
             assert b2 is not None
             assert b2.connector is not None
             assert b2.connector.display_url == "(tcp://127.0.0.1:1002,tcp://127.0.0.1:2002)"
@@ -156,7 +158,7 @@ class TestServeDiscovery:
             assert 'node_id="b1"' not in runtime.metrics.exposition().decode()
 
             await trio.to_thread.run_sync(kazoo.set, f"{path}/b2", _doc("b2", 1003))
-            await _until(runtime, lambda: runtime.target("b2") != b2)
+            await _until(runtime, lambda: runtime.pool.target("b2") != b2)
             await _until(runtime, lambda: _ready(runtime) == ["b2"])
             nursery.cancel_scope.cancel()
         messages = [r.getMessage() for r in caplog.records]
@@ -344,7 +346,7 @@ def discovery_log() -> Iterator[_TimedLog]:
 
 def _zk_state(runtime: RouterRuntime) -> LinkState:
     """The discovery session's state as status shows it (a call: mypy does not narrow it)."""
-    return runtime.zookeeper["discovery"].state
+    return runtime.held().zookeeper["discovery"].state
 
 
 async def _start(nursery: trio.Nursery, runtime: RouterRuntime, fake: FakeZooKeeper) -> None:
@@ -490,7 +492,7 @@ class TestServeDiscoveryScenarios:
             assert _zk_state(runtime) is LinkState.CONNECTED
             assert metrics.zookeeper_state.value(("r", "discovery", "connected")) == 1.0
             nursery.cancel_scope.cancel()
-        assert "discovery" not in runtime.zookeeper  # gone with the task
+        assert "discovery" not in runtime.held().zookeeper  # gone with the task
         assert metrics.zookeeper_state.label_sets() == []
         assert [(t, message) for t, _, message in discovery_log.lines] == [
             DISCOVERING[::2],
@@ -652,7 +654,7 @@ class TestServeDiscoveryScenarios:
             await trio.sleep(0.1)
             fake.change({"b1": _doc("b1"), "b2": _doc("b2", 1884), "b3": _doc("b3", 1885)})  # no watch
             with trio.fail_after(10):
-                await runtime.wait_until(lambda: len(_ids(runtime)) == 3)
+                await runtime.pool.wait_until(lambda: len(_ids(runtime)) == 3)
             assert trio.current_time() == 1.0
             await trio.sleep(10)
             nursery.cancel_scope.cancel()

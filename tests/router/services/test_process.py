@@ -93,7 +93,7 @@ class TestStatusResource:
             )
         )
         runtime = info.runtimes["r"]
-        await runtime.wait_until(lambda: runtime.target_state("b0") is TargetState.READY)
+        await runtime.pool.wait_until(lambda: runtime.pool.target_state("b0") is TargetState.READY)
         assert info.admin is not None
         yield info, f"http://127.0.0.1:{info.admin[1]}/api/v1/status"
         shutdown.set()
@@ -154,13 +154,13 @@ class TestStatusResource:
         hands the connection over to the trio side to wait), pending until the target is back."""
         info, url = server
         runtime = info.runtimes["r"]
-        runtime.record_check("b0", False, "made not ready by the test")
+        runtime.pool.record_check("b0", False, "made not ready by the test")
         clients = [await trio.open_tcp_stream(*info.acceptors[name]) for name in ("fast", "slow")]
         for client in clients:
             await client.send_all(MQTT_CONNECT)
         both = {"fast", "slow"}
         await self._until(url, lambda a: all((a[n]["open"], a[n]["pending"]) == (1, 1) for n in both))
-        runtime.record_check("b0", True)
+        runtime.pool.record_check("b0", True)
         await self._until(url, lambda a: all((a[n]["open"], a[n]["pending"]) == (1, 0) for n in both))
         for client in clients:
             await client.aclose()

@@ -20,8 +20,9 @@ from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.config.settings import Config, RouterConfig, ZooKeeperConfig
 from router.core.shared_cache import UNANSWERED, SharedEntry, znode_of
+from router.features.cache.service import cache_entries, cache_evict
 from router.metrics import Metrics
-from router.runtime import RouterRuntime
+from router.runtime import RouterRuntime, decide
 from router.services.shared_cache import SharedCache
 
 NODES = ("b1", "b2", "b3")
@@ -43,7 +44,7 @@ def _runtime(timeout_ms: int, zookeeper: ZooKeeperConfig, max_entries: int = 100
         Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics()
     )
     for node in NODES:
-        runtime.record_check(node, True)
+        runtime.pool.record_check(node, True)
     return runtime
 
 
@@ -57,7 +58,7 @@ async def _routers(
     for _ in range(2):
         runtime = _runtime(timeout_ms, zookeeper)
         cache = SharedCache(runtime, zookeeper)
-        runtime.attach_shared(cache)
+        runtime.held().resolver = cache.resolve
         await nursery.start(cache.serve)
         shared.append(cache)
     await _eventually(lambda: all(s.connected for s in shared))
@@ -96,36 +97,36 @@ async def test_a_decision_through_the_runtime_adopts_the_winner_and_counts_it(nu
     a, b = await _routers(nursery, zookeeper.connect)
     await a.claim("k", "b3")
     # b's own cache holds nothing for "k": its decision reads the shared entry and follows it.
-    decision = await b.runtime.decide(ConnectionFacts(client_id="k"))
+    decision = await decide(b.runtime, ConnectionFacts(client_id="k"))
     assert decision.target is not None
     assert decision.target.node_id == "b3"
-    assert b.runtime.cache_entries() == {"k": "b3"}
+    assert cache_entries(b.runtime) == {"k": "b3"}
 
 
 async def test_another_routers_overwrite_reaches_the_holder_through_its_watch(nursery, zookeeper):
     a, b = await _routers(nursery, zookeeper.connect)
     await a.claim("k", "b1")
-    await b.runtime.decide(ConnectionFacts(client_id="k"))
-    assert b.runtime.cache_entries() == {"k": "b1"}
+    await decide(b.runtime, ConnectionFacts(client_id="k"))
+    assert cache_entries(b.runtime) == {"k": "b1"}
     # A live entry on a ready target is never overwritten...
     kept = await a.claim("k", "b2")
     assert kept is not None
     assert kept.node_id == "b1"
     # ...but once b1 is not ready for a, a overwrites it with b2 (version-checked).
-    a.runtime.record_check("b1", False)
+    a.runtime.pool.record_check("b1", False)
     taken = await a.claim("k", "b2")
     assert taken is not None
     assert taken.node_id == "b2"
-    await _eventually(lambda: b.runtime.cache_entries() == {"k": "b2"})
+    await _eventually(lambda: cache_entries(b.runtime) == {"k": "b2"})
 
 
 async def test_use_extends_the_entry_and_the_sweep_deletes_it_once_expired(nursery, zookeeper):
     a, _b = await _routers(nursery, zookeeper.connect, timeout_ms=2000)
-    await a.runtime.decide(ConnectionFacts(client_id="k"))  # a miss: the policy's pick, claimed
+    await decide(a.runtime, ConnectionFacts(client_id="k"))  # a miss: the policy's pick, claimed
     first = a.known["k"]
     assert first.until is not None
     await trio.sleep(1.2)  # less than half of the 2 s left
-    await a.runtime.decide(ConnectionFacts(client_id="k"))  # a hit: the key is used
+    await decide(a.runtime, ConnectionFacts(client_id="k"))  # a hit: the key is used
     await _eventually(lambda: a.known["k"].until != first.until)
     extended = a.known["k"]
     assert extended.until is not None
@@ -142,8 +143,8 @@ async def test_use_extends_the_entry_and_the_sweep_deletes_it_once_expired(nurse
 async def test_an_operators_eviction_is_deleted_in_zookeeper(nursery, zookeeper):
     a, b = await _routers(nursery, zookeeper.connect)
     await a.claim("k", "b1")
-    await a.runtime.decide(ConnectionFacts(client_id="k"))
-    assert a.runtime.cache_evict(key="k") == 1
+    await decide(a.runtime, ConnectionFacts(client_id="k"))
+    assert cache_evict(a.runtime, key="k") == 1
 
     async def gone() -> bool:
         return await b.lookup("k") is None
@@ -155,13 +156,13 @@ async def test_keys_decided_alone_are_claimed_when_zookeeper_answers(nursery, zo
     a, b = await _routers(nursery, zookeeper.connect)
     b.connected = False  # as while the session is suspended
     assert await b.lookup("k") is UNANSWERED
-    decision = await b.runtime.decide(ConnectionFacts(client_id="k"))  # b decides alone
+    decision = await decide(b.runtime, ConnectionFacts(client_id="k"))  # b decides alone
     assert decision.target is not None
     assert b.unsynced == {"k"}
     elsewhere = next(n for n in NODES if n != decision.target.node_id)
     assert await a.claim("k", elsewhere) is not None  # a decided differently meanwhile
     b.connected = True  # ZooKeeper answers again; the session never changed
-    await _eventually(lambda: b.runtime.cache_entries() == {"k": elsewhere})  # the touch loop reconciled
+    await _eventually(lambda: cache_entries(b.runtime) == {"k": elsewhere})  # the touch loop reconciled
     assert b.unsynced == set()
     assert 'router_cache_shared_conflicts_total{router="r"} 1.0' in b.runtime.metrics.exposition().decode()
 
@@ -178,15 +179,15 @@ async def test_entries_evicted_here_to_make_room_leave_zookeeper_unless_used_els
     config = ZooKeeperConfig(connect=zookeeper.connect, path=a.path, session_timeout_ms=4000)
     small = _runtime(600_000, config, max_entries=1)
     shared = SharedCache(small, config)
-    small.attach_shared(shared)
+    small.held().resolver = shared.resolve
     await nursery.start(shared.serve)
     await _eventually(lambda: shared.connected)
 
     def read(key: str) -> tuple[bytes, int] | None:
         return a.client.read(znode_of(a.path, key))
 
-    await small.decide(ConnectionFacts(client_id="first"))
-    await small.decide(ConnectionFacts(client_id="kept"))  # drops "first"
+    await decide(small, ConnectionFacts(client_id="first"))
+    await decide(small, ConnectionFacts(client_id="kept"))  # drops "first"
 
     async def first_gone() -> bool:
         return await trio.to_thread.run_sync(read, "first") is None
@@ -196,9 +197,9 @@ async def test_entries_evicted_here_to_make_room_leave_zookeeper_unless_used_els
     assert found is not None
     path = znode_of(a.path, "kept")
     await trio.to_thread.run_sync(a.client.update, path, found[0], -1)  # another router extends it
-    await small.decide(ConnectionFacts(client_id="second"))  # drops "kept"
+    await decide(small, ConnectionFacts(client_id="second"))  # drops "kept"
     await _eventually(lambda: "kept" not in shared.known)  # the touch loop took the drop
-    await small.decide(ConnectionFacts(client_id="third"))  # drops "second", which nobody changed
+    await decide(small, ConnectionFacts(client_id="third"))  # drops "second", which nobody changed
 
     async def second_gone() -> bool:
         return await trio.to_thread.run_sync(read, "second") is None

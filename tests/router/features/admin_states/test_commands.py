@@ -27,7 +27,7 @@ async def admin(nursery: trio.Nursery) -> AsyncIterator[str]:
         )
     )
     runtime = info.runtimes["r"]
-    await runtime.wait_until(lambda: runtime.target_state("b1") is not TargetState.UNKNOWN)
+    await runtime.pool.wait_until(lambda: runtime.pool.target_state("b1") is not TargetState.UNKNOWN)
     assert info.admin is not None
     yield f"127.0.0.1:{info.admin[1]}"
     shutdown.set()

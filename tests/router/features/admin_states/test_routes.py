@@ -10,7 +10,7 @@ import trio
 
 from router.feature import Call, HttpError
 from router.features.admin_states.routes import ROUTES
-from tests.router.test_runtime import _runtime
+from tests.router.runtime.test_kernel import make_runtime
 
 TEMPLATE = "/api/v1/routers/{name}/targets/{node_id}"
 
@@ -34,7 +34,7 @@ async def _send(runtime: object, method: str, node_id: str, body: object = None)
 
 
 async def test_put_drain_then_get_shows_it() -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     assert (await _send(runtime, "PUT", "b2", {"admin_state": "drain"}))["admin_state"] == "drain"
     assert (await _send(runtime, "GET", "b2"))["admin_state"] == "drain"
 
@@ -49,6 +49,6 @@ async def test_put_drain_then_get_shows_it() -> None:
 )
 async def test_bad_puts_are_refused(node_id: str, body: object, status: int) -> None:
     with pytest.raises(HttpError) as raised:
-        await _send(_runtime(), "PUT", node_id, body)
+        await _send(make_runtime(), "PUT", node_id, body)
     assert raised.value.status == status
     await trio.lowlevel.checkpoint()

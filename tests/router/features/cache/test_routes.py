@@ -9,13 +9,13 @@ import pytest
 
 from router.feature import Call, HttpError, Response
 from router.features.cache.routes import CACHE_PAGE_MAX, ROUTES
-from tests.router.test_runtime import _runtime
+from tests.router.runtime.test_kernel import make_runtime
 
 
 def _call(method: str, query: dict[str, list[str]] | None = None, body: object = None) -> Response:
-    runtime = _runtime(cache_ms=60_000)
+    runtime = make_runtime(cache_ms=60_000)
     for node in ("b1", "b2", "b3"):
-        runtime.record_check(node, True)
+        runtime.pool.record_check(node, True)
     return _send(runtime, method, query, body)
 
 
@@ -37,9 +37,9 @@ def _send(
 
 
 async def test_pin_then_get_then_page_then_evict() -> None:
-    runtime = _runtime(cache_ms=60_000)
+    runtime = make_runtime(cache_ms=60_000)
     for node in ("b1", "b2", "b3"):
-        runtime.record_check(node, True)
+        runtime.pool.record_check(node, True)
     status, _, body = _send(runtime, "PUT", body={"key": "k1", "node_id": "b2", "duration_s": None})
     assert (status, json.loads(body)["node_id"]) == (200, "b2")
     assert json.loads(_send(runtime, "GET", {"key": ["k1"]})[2])["pinned"] is True

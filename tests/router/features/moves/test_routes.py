@@ -13,7 +13,7 @@ import trio
 from router.feature import Call, HttpError, Route
 from router.features.moves.routes import ROUTES
 from router.features.moves.service import Moves
-from tests.router.features.moves.test_service import _connect, _runtime
+from tests.router.features.moves.test_service import _connect, make_runtime
 
 if TYPE_CHECKING:
     from router.core.events import CloseReason
@@ -55,7 +55,7 @@ def test_routes_are_every_method_of_each_resource() -> None:
 
 
 async def test_evacuation_starts_shows_and_aborts(autojump_clock: object) -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     closes: list[tuple[float, str, CloseReason]] = []
     _connect(runtime, "b1", 3, closes)
     moves = Moves({"r": runtime})
@@ -85,14 +85,14 @@ async def test_evacuation_starts_shows_and_aborts(autojump_clock: object) -> Non
     ],
 )
 def test_a_bad_body_is_400_naming_the_field_and_value(body: dict[str, object], message: str) -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     with pytest.raises(HttpError) as raised:
         _call(Moves({"r": runtime}), runtime, "POST", REBALANCE, body, name="r")
     assert (raised.value.status, raised.value.message) == (400, message)
 
 
 def test_an_unknown_router_or_no_move_yet_is_404() -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     moves = Moves({"r": runtime})
     with pytest.raises(HttpError, match="no connection router named 'x'") as raised:
         _call(moves, runtime, "GET", REBALANCE, name="x")
@@ -103,14 +103,14 @@ def test_an_unknown_router_or_no_move_yet_is_404() -> None:
 
 
 def test_a_move_while_not_serving_is_409() -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     with pytest.raises(HttpError, match="not serving moves") as raised:
         _call(Moves({"r": runtime}), runtime, "POST", EVACUATION, {}, name="r", node_id="b1")
     assert raised.value.status == 409
 
 
 def test_shutdown_is_202_and_stops_or_409_when_not_offered() -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     stopped: list[bool] = []
     status, _, body = _call(Moves({}, stop=lambda: stopped.append(True)), runtime, "POST", "/api/v1/shutdown")
     assert (status, json.loads(body), stopped) == (202, {"shutdown": "started"}, [True])

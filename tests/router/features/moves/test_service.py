@@ -11,10 +11,11 @@ import trio
 
 from pools import AdminState
 from router.core.events import CloseReason
+from router.features.cache.service import cache_entries
 from router.features.moves.rules import MoveKind, MoveRequest, MoveState
 from router.features.moves.service import MoveConflict, Moves
 from tests.router.core.test_live import live_connection
-from tests.router.test_runtime import _runtime as runtime_of
+from tests.router.runtime.test_kernel import make_runtime as runtime_of
 
 if TYPE_CHECKING:
     from router.runtime import RouterRuntime
@@ -22,10 +23,10 @@ if TYPE_CHECKING:
 NODES = ("b1", "b2", "b3")
 
 
-def _runtime(*, cache: bool = True) -> RouterRuntime:
+def make_runtime(*, cache: bool = True) -> RouterRuntime:
     runtime = runtime_of(policy="ROUND_ROBIN", cache_ms=60_000 if cache else None)
     for node in NODES:
-        runtime.record_check(node, True)
+        runtime.pool.record_check(node, True)
     return runtime
 
 
@@ -33,12 +34,12 @@ def _connect(
     runtime: RouterRuntime, node_id: str, count: int, closes: list[tuple[float, str, CloseReason]]
 ) -> None:
     for i in range(count):
-        port = 30000 + len(runtime.movable()) + i
+        port = 30000 + len(runtime.connections.movable()) + i
         live = live_connection(f"127.0.0.2:{port}", node_id=node_id, ttl_ms=-1, now=trio.current_time())
         live.key = f"key-{node_id}-{i}"
         live.on_depart = None
         live._closer = lambda reason, n=node_id: closes.append((trio.current_time(), n, reason))
-        runtime.register(live)
+        runtime.connections.register(live)
 
 
 async def _started(moves: Moves, nursery: trio.Nursery) -> None:
@@ -46,7 +47,7 @@ async def _started(moves: Moves, nursery: trio.Nursery) -> None:
 
 
 async def test_evacuation_moves_at_the_rate_and_drains_the_target(autojump_clock: object) -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     closes: list[tuple[float, str, CloseReason]] = []
     _connect(runtime, "b1", 5, closes)
     _connect(runtime, "b2", 2, closes)
@@ -63,13 +64,13 @@ async def test_evacuation_moves_at_the_rate_and_drains_the_target(autojump_clock
     assert [(n, r) for _, n, r in closes] == [("b1", CloseReason.EVACUATED)] * 5
     offsets = [round(t - start, 2) for t, _, _ in closes]
     assert offsets == [0.0, 0.1, 0.2, 0.3, 0.4]  # one at once, then 10 a second
-    assert runtime.admin_states() == {"b1": AdminState.DRAIN}
-    cached = {runtime.cached_node(f"key-b1-{i}") for i in range(5)}
+    assert runtime.pool.admin_states() == {"b1": AdminState.DRAIN}
+    cached = {cache_entries(runtime).get(f"key-b1-{i}") for i in range(5)}
     assert cached <= {"b2", "b3"}  # their keys now route elsewhere
 
 
 async def test_abort_keeps_what_moved(autojump_clock: object) -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     closes: list[tuple[float, str, CloseReason]] = []
     _connect(runtime, "b3", 4, closes)
     moves = Moves({"r": runtime})
@@ -87,7 +88,7 @@ async def test_abort_keeps_what_moved(autojump_clock: object) -> None:
 
 
 async def test_a_second_evacuation_of_the_same_target_is_a_conflict(autojump_clock: object) -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     _connect(runtime, "b1", 3, [])
     moves = Moves({"r": runtime})
     async with trio.open_nursery() as nursery:
@@ -99,7 +100,7 @@ async def test_a_second_evacuation_of_the_same_target_is_a_conflict(autojump_clo
 
 
 async def test_rebalance_plans_once_and_sends_each_to_the_emptiest(autojump_clock: object) -> None:
-    runtime = _runtime()
+    runtime = make_runtime()
     closes: list[tuple[float, str, CloseReason]] = []
     _connect(runtime, "b1", 6, closes)
     _connect(runtime, "b2", 6, closes)
@@ -114,13 +115,15 @@ async def test_rebalance_plans_once_and_sends_each_to_the_emptiest(autojump_cloc
     assert (status.state, status.moved) == (MoveState.DONE, 4)
     assert sorted(n for _, n, _ in closes) == ["b1", "b1", "b2", "b2"]
     moved_keys = [
-        k for k in (f"key-{n}-{i}" for n in ("b1", "b2") for i in range(6)) if runtime.cached_node(k) == "b3"
+        k
+        for k in (f"key-{n}-{i}" for n in ("b1", "b2") for i in range(6))
+        if cache_entries(runtime).get(k) == "b3"
     ]
     assert len(moved_keys) == 4
 
 
 def test_rebalance_without_a_cache_is_refused() -> None:
-    runtime = _runtime(cache=False)
+    runtime = make_runtime(cache=False)
     moves = Moves({"r": runtime})
     with pytest.raises(MoveConflict, match="cannot rebalance: without a <cache> its ROUND_ROBIN policy"):
         moves.start(MoveRequest(kind=MoveKind.REBALANCE, router="r"))
@@ -129,7 +132,7 @@ def test_rebalance_without_a_cache_is_refused() -> None:
 async def test_stopping_moves_every_router_over_the_grace_period(autojump_clock: object) -> None:
     """Scenario: a graceful shutdown with 4 open connections and 2 s of grace: a shutdown move
     takes them all before the grace period ends."""
-    runtime = _runtime()
+    runtime = make_runtime()
     closes: list[tuple[float, str, CloseReason]] = []
     _connect(runtime, "b1", 4, closes)
     moves = Moves({"r": runtime})
@@ -145,7 +148,7 @@ async def test_stopping_moves_every_router_over_the_grace_period(autojump_clock:
 
 
 async def test_stopping_without_connections_starts_nothing(autojump_clock: object) -> None:
-    moves = Moves({"r": _runtime()})
+    moves = Moves({"r": make_runtime()})
     async with trio.open_nursery() as nursery:
         await _started(moves, nursery)
         moves.stopping(2.0)
@@ -160,7 +163,7 @@ async def test_targets_left_are_evacuated_and_ha_members_left_to_the_kernel(auto
     from router.core.address import Address
     from router.core.reload import Departed
 
-    runtime = _runtime()
+    runtime = make_runtime()
     closes: list[tuple[float, str, CloseReason]] = []
     _connect(runtime, "b1", 2, closes)
     moves = Moves({"r": runtime})

@@ -32,7 +32,7 @@ from router.features.probes.checks import (
 )
 from router.features.probes.service import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
 from router.metrics import Metrics
-from router.runtime import RouterRuntime
+from router.runtime import RouterRuntime, decide
 from tests.conftest import ActiveMQ, require_java
 from tests.router.conftest import Mosquitto
 from tests.router.core.test_live import live_connection
@@ -109,7 +109,9 @@ class TestAmqpProbe:
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_health_checks, runtime)
-                await runtime.wait_until(lambda: runtime.target_state("rmq") is TargetState.NOT_READY)
+                await runtime.pool.wait_until(
+                    lambda: runtime.pool.target_state("rmq") is TargetState.NOT_READY
+                )
                 nursery.cancel_scope.cancel()
         expected = f"router=r target=rmq is not ready: no answer from {connector.url} within 3 s"
         assert expected in caplog.messages
@@ -212,9 +214,11 @@ async def test_check_openwire_killed_broker_not_ready(
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_health_checks, runtime)
-                await runtime.wait_until(lambda: runtime.target_state("amq") is TargetState.READY)
+                await runtime.pool.wait_until(lambda: runtime.pool.target_state("amq") is TargetState.READY)
                 broker.kill()
-                await runtime.wait_until(lambda: runtime.target_state("amq") is TargetState.NOT_READY)
+                await runtime.pool.wait_until(
+                    lambda: runtime.pool.target_state("amq") is TargetState.NOT_READY
+                )
                 nursery.cancel_scope.cancel()
         refused = f"router=r target=amq is not ready: connect to {connector.url} failed: Connection refused"
         assert refused in caplog.messages
@@ -346,13 +350,13 @@ class TestMqttConnectionCount:
                             if _connections(runtime) == {"a": 3, "b": 0}:
                                 break
                             await trio.sleep(0.05)
-                        decision = await runtime.decide(facts)
+                        decision = await decide(runtime, facts)
                         assert decision.target is not None
                         assert decision.target.node_id == "b"
                         for port in range(4):  # as the data paths register the connections they route
-                            runtime.register(live_connection(f"10.1.0.1:{port}", node_id="b"))
+                            runtime.connections.register(live_connection(f"10.1.0.1:{port}", node_id="b"))
                         assert _connections(runtime) == {"a": 3, "b": 4}
-                        decision = await runtime.decide(facts)
+                        decision = await decide(runtime, facts)
                         assert decision.target is not None
                         assert decision.target.node_id == "a"
                         nursery.cancel_scope.cancel()

@@ -71,12 +71,12 @@ async def test_serve_health_checks_failure_then_recovery_changes_readiness(
     states: list[TargetState] = []  # the state each probe finds, i.e. the previous probe's outcome
 
     async def check(connector: Connector) -> tuple[bool, str]:
-        states.append(runtime.target_state("b1"))
+        states.append(runtime.pool.target_state("b1"))
         return next(outcomes)
 
     with trio.move_on_after(2.5):  # probes at 0, 1 and 2 s
         await serve_health_checks(runtime, check=check)
-    states.append(runtime.target_state("b1"))
+    states.append(runtime.pool.target_state("b1"))
     assert states == [TargetState.UNKNOWN, TargetState.READY, TargetState.NOT_READY, TargetState.READY]
 
 
@@ -124,7 +124,7 @@ async def test_a_probe_that_runs_short_locally_changes_nothing(
     states: list[TargetState] = []
 
     async def check(connector: Connector) -> tuple[bool, str]:
-        states.append(runtime.target_state("b1"))
+        states.append(runtime.pool.target_state("b1"))
         outcome = outcomes.pop(0)
         if outcome is None:
             raise LocalShortage("connect to tcp://127.0.0.1:21001 failed here: Too many open files")
@@ -132,7 +132,7 @@ async def test_a_probe_that_runs_short_locally_changes_nothing(
 
     with trio.move_on_after(3.5):  # probes at 0, 1, 2 and 3 s
         await serve_health_checks(runtime, check=check)
-    states.append(runtime.target_state("b1"))
+    states.append(runtime.pool.target_state("b1"))
     assert states == [
         TargetState.UNKNOWN,
         TargetState.READY,
@@ -178,7 +178,7 @@ async def test_serve_health_checks_probe_deadline_makes_target_not_ready(
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: serve_health_checks(runtime, check=check))
-        await runtime.wait_until(lambda: runtime.target_state("b1") is TargetState.NOT_READY)
+        await runtime.pool.wait_until(lambda: runtime.pool.target_state("b1") is TargetState.NOT_READY)
         assert trio.current_time() - start == PROBE_TIMEOUT_CAP_S
         nursery.cancel_scope.cancel()
 
@@ -196,7 +196,7 @@ async def test_serve_health_checks_skips_local_target_without_connector(
     with trio.move_on_after(0.5):
         await serve_health_checks(runtime, check=check)
     assert probed == ["b1"]
-    assert runtime.target_state("local") is TargetState.UNKNOWN
+    assert runtime.pool.target_state("local") is TargetState.UNKNOWN
 
 
 async def test_check_target_open_port_is_ready() -> None:
@@ -338,8 +338,8 @@ class TestServeHealthChecksMembership:
             lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
         )
         await trio.sleep(0.5)
-        runtime.add_target(_discovered("b1"))
-        await runtime.wait_until(lambda: runtime.ready_count() == 1)
+        runtime.pool.add_target(_discovered("b1"))
+        await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 1)
         await trio.sleep(2.1)
         assert probes == [("b1", 0.5), ("b1", 1.5), ("b1", 2.5)]
 
@@ -353,13 +353,13 @@ class TestServeHealthChecksMembership:
             probes.append(connector.name)
             return True, ""
 
-        runtime.add_target(_discovered("b1"))
-        runtime.add_target(_discovered("b2"))
+        runtime.pool.add_target(_discovered("b1"))
+        runtime.pool.add_target(_discovered("b2"))
         await nursery.start(
             lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
         )
         await trio.sleep(0.5)
-        runtime.remove_target("b1")
+        runtime.pool.remove_target("b1")
         await trio.sleep(2)
         assert sorted(probes) == ["b1", "b2", "b2", "b2"]  # b1 once, at 0 s; b2 at 0, 1 and 2 s
 
@@ -370,7 +370,7 @@ class TestServeHealthChecksMembership:
         """Scenario: the target leaves the pool in the same instant its probe answers (or times
         out): the result is dropped, nothing raises, the pool no longer knows the target."""
         runtime = _discovery_runtime(check_period_ms=10_000)
-        runtime.add_target(_discovered("b1"))
+        runtime.pool.add_target(_discovered("b1"))
         finish = PROBE_TIMEOUT_CAP_S if outcome == "timeout" else 1.0
 
         async def check(connector: Connector) -> tuple[bool, str]:
@@ -379,15 +379,15 @@ class TestServeHealthChecksMembership:
 
         async def remove_at(when: float) -> None:
             await trio.sleep_until(when)
-            runtime.remove_target("b1")
+            runtime.pool.remove_target("b1")
 
         nursery.start_soon(remove_at, trio.current_time() + finish)  # scheduled before the probe
         await nursery.start(
             lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
         )
         await trio.sleep(finish + 1)
-        assert runtime.targets() == ()
-        assert runtime.ready_count() == 0
+        assert runtime.pool.targets() == ()
+        assert runtime.pool.ready_count() == 0
 
     async def test_target_replaced_under_its_node_id_is_probed_at_once(
         self, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
@@ -399,13 +399,13 @@ class TestServeHealthChecksMembership:
             probes.append((connector.port, trio.current_time()))
             return True, ""
 
-        runtime.add_target(_discovered("b1", 21001))
+        runtime.pool.add_target(_discovered("b1", 21001))
         await nursery.start(
             lambda task_status: serve_health_checks(runtime, check=check, task_status=task_status)
         )
         await trio.sleep(0.5)
-        runtime.remove_target("b1")
-        runtime.add_target(_discovered("b1", 21002))
+        runtime.pool.remove_target("b1")
+        runtime.pool.add_target(_discovered("b1", 21002))
         await trio.sleep(1.1)
         assert probes == [(21001, 0.0), (21002, 0.5), (21002, 1.5)]
 
@@ -425,10 +425,10 @@ async def test_probes_serve_router_probes_the_router_at_once() -> None:
     runtime = RouterRuntime(
         Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics()
     )
-    assert runtime.target_state("b1") is TargetState.UNKNOWN
+    assert runtime.pool.target_state("b1") is TargetState.UNKNOWN
     async with trio.open_nursery() as nursery:
         await nursery.start(Probes().serve_router, runtime)
         with trio.fail_after(5):
-            await runtime.wait_until(lambda: runtime.target_state("b1") is not TargetState.UNKNOWN)
+            await runtime.pool.wait_until(lambda: runtime.pool.target_state("b1") is not TargetState.UNKNOWN)
         nursery.cancel_scope.cancel()
-    assert runtime.target_state("b1") is TargetState.NOT_READY
+    assert runtime.pool.target_state("b1") is TargetState.NOT_READY

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import pytest
 import trio
 import trio.testing
 
@@ -13,6 +14,7 @@ from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.config.settings import Config, RouterConfig
 from router.core.events import CloseReason
+from router.core.live import LiveConnections
 from router.features.ttl.service import serve_connection_ttl_checks
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
@@ -26,14 +28,14 @@ if TYPE_CHECKING:
     from router.core.live import LiveConnection
 
 
-def _runtime(cls: type[RouterRuntime] = RouterRuntime) -> RouterRuntime:
+def _runtime() -> RouterRuntime:
     connectors = tuple(Connector.from_url(f"b{i}", f"tcp://127.0.0.1:{20000 + i}") for i in (1, 2))
     router = RouterConfig(
         name="r",
         policy=PolicyConfig(name="FIRST_ELEMENT"),
         pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("b1", "b2")),
     )
-    return cls(Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics())
+    return RouterRuntime(Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics())
 
 
 class _Held:
@@ -73,7 +75,7 @@ class TestServeConnectionTtlChecks:
         exempt = held.connection("10.1.0.1:4", start, sniffed=_mqtt(1))
         async with trio.open_nursery() as nursery:
             for conn, scope in (silent, talking, odd, exempt):
-                runtime.register(conn)
+                runtime.connections.register(conn)
                 nursery.start_soon(held.hold, conn, scope)
             nursery.start_soon(serve_connection_ttl_checks, runtime, 0.25)
             await trio.sleep(1.0)
@@ -96,17 +98,23 @@ class TestServeConnectionTtlChecks:
         assert len(lines) == 3
         assert all(r.levelno == logging.WARNING for r in caplog.records if "CONNECTION_TTL" in r.getMessage())
 
-    async def test_a_late_check_skips_missed_slots(self, autojump_clock: trio.testing.MockClock) -> None:
+    async def test_a_late_check_skips_missed_slots(
+        self, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """Scenario: the loop is blocked for 1 s; the checks that were due then happen once, and the
         schedule goes on from the late check instead of bursting to catch up."""
         checks: list[float] = []
 
-        class Counting(RouterRuntime):
-            def close_idle(self, now: float) -> list[tuple[LiveConnection, float]]:
-                checks.append(now)
-                return super().close_idle(now)
+        runtime = _runtime()
+        sweep = LiveConnections.close_idle
 
-        runtime = _runtime(Counting)
+        def counting(
+            connections: LiveConnections, now: float, reason: CloseReason
+        ) -> list[tuple[LiveConnection, float]]:
+            checks.append(now)
+            return sweep(connections, now, reason)
+
+        monkeypatch.setattr(LiveConnections, "close_idle", counting)
         start = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve_connection_ttl_checks, runtime, 0.25)

@@ -1,0 +1,30 @@
+"""Where a router's events go: its subscribers (log lines and metrics from the start, the event
+log and tests when they subscribe), called in the reporting thread."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from router.core.events import Event, Subscriber
+
+__all__ = ["Reports"]
+
+
+class Reports:
+    """Where a router's events go: call it with an event and every subscriber gets it (in the
+    reporting thread); `subscribe` adds one (the event log, tests)."""
+
+    __slots__ = ("_subscribers",)
+
+    def __init__(self, *subscribers: Subscriber) -> None:
+        self._subscribers = subscribers
+
+    def __call__(self, event: Event) -> None:
+        """Hand an event to every subscriber (log lines, metrics, ...)."""
+        for subscriber in self._subscribers:
+            subscriber(event)
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Have `subscriber` receive every event from now on."""
+        self._subscribers = (*self._subscribers, subscriber)
