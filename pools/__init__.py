@@ -1,8 +1,9 @@
 """Pools of targets: connectors, targets, pool configuration and readiness/quorum state.
 
-Pure decision state: no clock, no network. Probing happens in `router/features/probes/service.py`, which feeds
-outcomes into `Pool.record_check`; ZooKeeper discovery happens in `router/services/discovery.py`, which
-feeds each reading of the members into `Membership.update` and its diff into the pool.
+Pure decision state: no clock, no network. Probing happens in `router/features/probes/service.py`,
+which feeds outcomes into `Pool.record_check`; ZooKeeper discovery happens in
+`router/features/discovery/service.py`, which feeds each reading of the members into
+`Membership.update` and its diff into the pool.
 """
 
 from pools.members import Member as Member

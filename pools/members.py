@@ -12,7 +12,7 @@ error. `routerctl register` names the znode after the node id (`znode_name`), so
 registration of one node id finds the znode taken.
 
 Pure code: bytes and names in, members and diffs out. Reading ZooKeeper and feeding the diff into
-the pool is `router/services/discovery.py`'s job. `Membership` is the one place that decides which
+the pool is `router/features/discovery/service.py`'s job. `Membership` is the one place that decides which
 documents are members: a malformed document, or a node id that is already taken, is rejected and
 reported once (until its data or the reason changes), and never reaches the pool.
 """

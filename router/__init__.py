@@ -100,9 +100,10 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
                 connections share), `reading`, `relay`, `net` and `tls`.
 8. `feature`    the contract of a feature folder: `Feature`, its `Service` hooks (serve,
-                serve_router, targets_left, stopping), admin `Route`s and the `Call` they get,
-                routerctl `Command`s.
-9. `services/`  beside the data paths: ZooKeeper discovery (`discovery`), the admin API
+                serve_router, serve_router_data, targets_left, stopping), admin `Route`s and the
+                `Call` they get, routerctl `Command`s.
+9. `services/`  beside the data paths: the ZooKeeper client and a session's state that
+                discovery and the shared cache use (`zookeeper`), the admin API
                 (`admin`, its HTTP server; `admin_routes`, the kernel's routes), a persisted
                 cache's file and its writer process (`cache_store`), the cache shared
                 through ZooKeeper (`shared_cache`), the state file of targets' administrative
@@ -117,8 +118,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`), `cache/` (`service`: the
                 cache's slice of a router and the sweep of expired entries; `routes`,
                 `commands`: `cache`); so far with their admin routes and routerctl commands
-                only: `admin_states/` (`state`), `event_log/` (`event-log`), `discovery/`
-                (`register`, no route).
+                only: `admin_states/` (`state`), `event_log/` (`event-log`); `discovery/` (`service`:
+                each router's members read from ZooKeeper, and `routerctl register`'s
+                registration; `commands`: `register`).
 11. `acceptors`, `caches`, `kept_files`, `router_tasks`, `reload`: what the process and a reload
                 share (serving acceptors, persisted caches' files, each router's service tasks),
                 the event log and state file at start and exit, and the reload itself.

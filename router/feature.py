@@ -211,6 +211,14 @@ class Service:
         it serves."""
         task_status.started()
 
+    async def serve_router_data(
+        self, runtime: RouterRuntime, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve one router until cancelled when it goes (a change of the router keeps it: what it
+        holds, such as the members discovery found, outlives a reload); `task_status.started()`
+        once it serves."""
+        task_status.started()
+
     def targets_left(self, runtime: RouterRuntime, departed: Sequence[Departed]) -> list[Departed]:
         """A reload removed these targets from `runtime`, which goes on: take care of their open
         connections; those returned are closed at once by the kernel."""

@@ -2,7 +2,8 @@
 
     core  the features' tasks for the router (`Service.serve_router`: health checks first, the TTL
           checker, the cache sweep) and the outlier returns: restarted when the router changes
-    data  ZooKeeper discovery, the shared cache, the persisted cache's writes: stopped only when
+    data  the features' tasks that outlive a change of the router (`Service.serve_router_data`:
+          ZooKeeper discovery), the shared cache, the persisted cache's writes: stopped only when
           the router goes
 
 router/server.py starts them for the routers it starts with; router/reload.py for the routers a
@@ -17,7 +18,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from router.services.cache_store import serve_cache_store
-from router.services.discovery import serve_discovery
 from router.services.shared_cache import SharedCache
 
 if TYPE_CHECKING:
@@ -112,9 +112,8 @@ class RouterTasks:
     ) -> None:
         with scope:
             async with trio.open_nursery() as nursery:
-                group = self._config().pool_discovery_group(runtime.config)
-                if group is not None and group.zookeeper is not None:
-                    await nursery.start(serve_discovery, runtime, group.zookeeper)
+                for service in self._features.values():
+                    await nursery.start(service.serve_router_data, runtime)
                 if runtime.config.cache_zookeeper is not None:
                     shared = SharedCache(runtime, runtime.config.cache_zookeeper)
                     runtime.held().resolver = shared.resolve  # one store: a waiting decision reads it

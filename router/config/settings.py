@@ -261,7 +261,7 @@ class ZooKeeperConfig:
 class DiscoveryGroupConfig:
     """`<discovery-group name="…">`: kept by name so pools can refer to it.
 
-    With a `<zookeeper>` child its members come from ZooKeeper (`router/services/discovery.py`); a group
+    With a `<zookeeper>` child its members come from ZooKeeper (`router/features/discovery/`); a group
     with only Artemis's broadcast or JGroups settings finds nothing, so its pools stay empty.
     """
 

@@ -1,7 +1,7 @@
 """One router's ZooKeeper discovery: its session and its readings of the members, as transition tables.
 
 Rule 1 (as in h11's `_state.py`): everything that changes this state lives in this file.
-`router/services/discovery.py` waits for kazoo's reports, feeds each one in here with
+`router/features/discovery/service.py` waits for kazoo's reports, feeds each one in here with
 `DiscoveryState.handle`, reads the members when `reading_due` says so, feeds the reading's outcome
 in too, and turns each `Note` into its log line. No I/O, no clock and no logging here: "ZooKeeper
 has not answered within the session timeout since the start" is an input (`Signal.NO_ANSWER`),
@@ -115,7 +115,7 @@ class GroupPath(enum.Enum):
 
 
 class Note(enum.Enum):
-    """Something to log (the I/O side owns the words; `router/services/discovery.py`)."""
+    """Something to log (the I/O side owns the words; `router/features/discovery/service.py`)."""
 
     CONNECTED = "connected"
     """Connected for the first time: reading the members."""

@@ -5,7 +5,7 @@ kazoo notices a frozen server (a process stopped, a hung JVM: the TCP connection
 is answered) late or never: its requests count as its pings, so while a router keeps asking (the
 shared cache's decisions, its touch loop) kazoo never sends the ping whose silence would drop the
 connection, and its session stays CONNECTED while every request waits. So the I/O side
-(`router/services/discovery.py`, `SessionWatch`) also asks ZooKeeper a cheap question, a
+(`router/services/zookeeper.py`, `SessionWatch`) also asks ZooKeeper a cheap question, a
 heartbeat, every `heartbeat_interval_s` while kazoo says CONNECTED, and feeds in when it asked and
 what came back. Rule 1 (as in h11's `_state.py`): everything that changes this state lives here.
 

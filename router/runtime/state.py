@@ -62,7 +62,7 @@ class RouterState:
         """What finishes decisions that wait for a shared cache, once attached."""
         self.zookeeper: dict[str, ZooKeeperStatus] = {}
         """Its ZooKeeper sessions by use (`discovery`, `shared_cache`), as `SessionWatch`
-        (router/services/discovery.py) last saw them; `GET /api/v1/status` shows them. Trio
+        (router/services/zookeeper.py) last saw them; `GET /api/v1/status` shows them. Trio
         thread only."""
 
     def __enter__(self) -> RouterState:

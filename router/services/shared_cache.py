@@ -59,7 +59,7 @@ from router.core.shared_cache import (
     touch_due,
     znode_of,
 )
-from router.services.discovery import (
+from router.services.zookeeper import (
     CLOSE_TIMEOUT_S,
     Inbox,
     NodeExistsError,

@@ -17,7 +17,7 @@ from pools.members import MAX_SESSION_TIMEOUT_MS
 from router.config.settings import ZooKeeperConfig
 from router.ctl_output import CtlError, ExitCode, integer, only_error, seconds
 from router.feature import Command
-from router.services.discovery import RegistrationError, serve_registration
+from router.features.discovery.service import RegistrationError, serve_registration
 
 if TYPE_CHECKING:
     import argparse

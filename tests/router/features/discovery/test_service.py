@@ -24,18 +24,11 @@ from policies import PolicyConfig
 from pools import Connector, Member, PoolConfig, PoolKind, Target, TargetState
 from router.config.settings import Config, DiscoveryGroupConfig, RouterConfig, ZooKeeperConfig
 from router.core.zookeeper_link import LinkState
+from router.features.discovery.service import RegistrationError, serve_discovery, serve_registration
 from router.features.probes.service import serve_health_checks
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
-from router.services.discovery import (
-    NodeExistsError,
-    RegistrationError,
-    Session,
-    ZooKeeper,
-    ZooKeeperError,
-    serve_discovery,
-    serve_registration,
-)
+from router.services.zookeeper import Session, ZooKeeper, ZooKeeperError
 from tests.conftest import free_port
 
 if TYPE_CHECKING:
@@ -141,7 +134,15 @@ class TestServeDiscovery:
             await nursery.start(
                 lambda task_status: serve_health_checks(runtime, check=_always_ready, task_status=task_status)
             )
-            await nursery.start(serve_discovery, runtime, zk_config)
+            missing = trio.Event()  # the first reading comes before any member registers
+            on_missing = _OnLog(lambda m: "does not exist: no members until it is created" in m, missing)
+            logging.getLogger("router.discovery").addHandler(on_missing)
+            try:
+                await nursery.start(serve_discovery, runtime, zk_config)
+                with trio.fail_after(DEADLINE_S):
+                    await missing.wait()
+            finally:
+                logging.getLogger("router.discovery").removeHandler(on_missing)
             await _create(kazoo, f"{path}/b1", _doc("b1", 1001))
             await _until(runtime, lambda: _ready(runtime) == ["b1"])
             await _create(kazoo, f"{path}/b2", _doc("b2", 1002, backup="tcp://127.0.0.1:2002"))
@@ -665,20 +666,6 @@ class TestServeDiscoveryScenarios:
         ]
 
 
-def test__kazoo_log_filter_turns_kazoo_warnings_into_debug(caplog: pytest.LogCaptureFixture) -> None:
-    """kazoo warns at every reconnection attempt; we log each session transition once ourselves."""
-    kazoo_log = logging.getLogger("router.discovery.kazoo")
-    caplog.set_level(logging.INFO, logger=kazoo_log.name)
-    kazoo_log.warning("Connection dropped: %s", "first")
-    kazoo_log.error("Unhandled exception in connection loop")
-    caplog.set_level(logging.DEBUG, logger=kazoo_log.name)
-    kazoo_log.warning("Connection dropped: %s", "second")
-    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == kazoo_log.name] == [
-        ("ERROR", "Unhandled exception in connection loop"),
-        ("DEBUG", "Connection dropped: second"),
-    ]
-
-
 class TestServeRegistration:
     async def test_serve_registration_creates_then_deletes_on_cancel(
         self, zk_config: ZooKeeperConfig, kazoo: KazooClient, path: str
@@ -764,37 +751,6 @@ class TestServeRegistration:
                 nursery.cancel_scope.cancel()
         finally:
             logging.getLogger("router.discovery").removeHandler(handler)
-
-
-class TestZooKeeper:
-    async def test_zookeeper_create_read_delete(self, zk_config: ZooKeeperConfig, path: str) -> None:
-        client = ZooKeeper(zk_config.connect, zk_config.session_timeout_ms)
-        states: list[Session] = []
-        connected = trio.Event()
-        token = trio.lowlevel.current_trio_token()
-
-        def on_session(state: Session) -> None:  # in kazoo's thread
-            states.append(state)
-            if state is Session.CONNECTED:
-                token.run_sync_soon(connected.set)
-
-        client.on_session(on_session)
-        client.start()
-        try:
-            with trio.fail_after(DEADLINE_S):
-                await connected.wait()
-            assert await client.read_members(path) is None
-            await trio.to_thread.run_sync(client.create_ephemeral, f"{path}/a", b"1")
-            with pytest.raises(NodeExistsError):
-                await trio.to_thread.run_sync(client.create_ephemeral, f"{path}/a", b"2")
-            assert await client.read_members(path) == {"a": b"1"}
-            with pytest.raises(ZooKeeperError, match=f"create {path}/a/b: NoChildrenForEphemeralsError"):
-                await trio.to_thread.run_sync(client.create_ephemeral, f"{path}/a/b", b"")
-            assert await trio.to_thread.run_sync(client.delete_own, f"{path}/a") is True
-            assert await trio.to_thread.run_sync(client.delete_own, f"{path}/a") is False
-        finally:
-            await client.aclose()
-        assert states[-1] is Session.LOST
 
 
 def test_member_target_is_what_discovery_adds() -> None:
