@@ -78,8 +78,6 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                                  generated (`_generated_event_records`) from
                   `event_sources`  the one table of where each field comes from in an event
                   `ring`         the bounded ring between routing and the event log's writer
-                  `shared_cache` a cache shared through ZooKeeper: znode names, entry data, when
-                                 to extend an entry
                   `framing`      where a client's frames end, to move it at a frame boundary
                   `reload`       what a configuration reload changes: old vs new configuration ->
                                  routers, targets and acceptors added, removed, changed
@@ -105,8 +103,7 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
 9. `services/`  beside the data paths: the ZooKeeper client and a session's state that
                 discovery and the shared cache use (`zookeeper`), the admin API
                 (`admin`, its HTTP server; `admin_routes`, the kernel's routes), a persisted
-                cache's file and its writer process (`cache_store`), the cache shared
-                through ZooKeeper (`shared_cache`), the state file of targets' administrative
+                cache's file and its writer process (`cache_store`), the state file of targets' administrative
                 states (`state_file`), whether a filesystem takes writes (`files`), the process's
                 status document (`process`), the event log
                 (`event_log`: ring and sender in routerd, with its recorders, `event_recorder`;
@@ -120,7 +117,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 `commands`: `cache`); so far with their admin routes and routerctl commands
                 only: `admin_states/` (`state`), `event_log/` (`event-log`); `discovery/` (`service`:
                 each router's members read from ZooKeeper, and `routerctl register`'s
-                registration; `commands`: `register`).
+                registration; `commands`: `register`), `shared_cache/` (`znodes`, pure: a key's znode and
+                entry; `service`: one router's side of the cache shared through ZooKeeper).
 11. `acceptors`, `caches`, `kept_files`, `router_tasks`, `reload`: what the process and a reload
                 share (serving acceptors, persisted caches' files, each router's service tasks),
                 the event log and state file at start and exit, and the reload itself.

@@ -292,13 +292,6 @@ class Metrics:
             "Writes of a persisted cache's changes that failed (the next write is the whole cache).",
             ("router",),
         )
-        self.cache_shared_connected = Family(
-            MetricKind.GAUGE,
-            "router_cache_shared_connected",
-            "1 while a shared cache's ZooKeeper session is connected, else 0 (decisions then use "
-            "this router's cache alone).",
-            ("router",),
-        )
         self.zookeeper_state = Family(
             MetricKind.GAUGE,
             "router_zookeeper_state",
@@ -315,22 +308,6 @@ class Metrics:
             "When a router's ZooKeeper session (router_zookeeper_state) last changed state, in "
             "seconds since the epoch; when its client started until then.",
             ("router", "use"),
-        )
-        self.cache_shared_conflicts = Family(
-            MetricKind.COUNTER,
-            "router_cache_shared_conflicts_total",
-            "Keys for which this router adopted another router's choice from the shared cache after "
-            "deciding differently itself (concurrent first decisions, or decisions made while "
-            "ZooKeeper was unreachable).",
-            ("router",),
-        )
-        self.cache_shared_operations = Family(
-            MetricKind.COUNTER,
-            "router_cache_shared_operations_total",
-            "ZooKeeper operations of a shared cache, by operation (read, create, update, delete, "
-            "claim) and outcome (ok, failed, timeout, raced: another router wrote first; expired: a "
-            "sweep's delete).",
-            ("router", "operation", "outcome"),
         )
         self.event_log_events = Family(
             MetricKind.COUNTER,

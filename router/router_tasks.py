@@ -3,7 +3,7 @@
     core  the features' tasks for the router (`Service.serve_router`: health checks first, the TTL
           checker, the cache sweep) and the outlier returns: restarted when the router changes
     data  the features' tasks that outlive a change of the router (`Service.serve_router_data`:
-          ZooKeeper discovery), the shared cache, the persisted cache's writes: stopped only when
+          ZooKeeper discovery, the shared cache), the persisted cache's writes: stopped only when
           the router goes
 
 router/server.py starts them for the routers it starts with; router/reload.py for the routers a
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from router.services.cache_store import serve_cache_store
-from router.services.shared_cache import SharedCache
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -114,10 +113,6 @@ class RouterTasks:
             async with trio.open_nursery() as nursery:
                 for service in self._features.values():
                     await nursery.start(service.serve_router_data, runtime)
-                if runtime.config.cache_zookeeper is not None:
-                    shared = SharedCache(runtime, runtime.config.cache_zookeeper)
-                    runtime.held().resolver = shared.resolve  # one store: a waiting decision reads it
-                    await nursery.start(shared.serve)
                 if store is not None:
                     nursery.start_soon(serve_cache_store, runtime, store)
                 task_status.started()

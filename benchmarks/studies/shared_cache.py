@@ -47,10 +47,10 @@ from keys import ConnectionFacts, KeyType
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.config.settings import Config, RouterConfig, ZooKeeperConfig
-from router.core.shared_cache import SharedEntry, znode_of
+from router.features.shared_cache.service import SharedCache
+from router.features.shared_cache.znodes import SharedEntry, znode_of
 from router.metrics import Metrics
 from router.runtime import RouterRuntime, decide
-from router.services.shared_cache import SharedCache
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

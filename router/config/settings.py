@@ -305,7 +305,7 @@ class RouterConfig:
     cache: CacheConfig | None = None
     cache_zookeeper: ZooKeeperConfig | None = None
     """Our `<zookeeper>` inside `<cache>`: the cache is shared with the other routers whose cache
-    names the same ensemble and path (router/services/shared_cache.py)."""
+    names the same ensemble and path (router/features/shared_cache/service.py)."""
     policy: PolicyConfig | None = None
     pool: PoolConfig | None = None
 

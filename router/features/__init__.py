@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from router.features import admin_states, cache, discovery, event_log, moves, probes, ttl
+from router.features import admin_states, cache, discovery, event_log, moves, probes, shared_cache, ttl
 
 if TYPE_CHECKING:
     from router.feature import Command, Feature, Route
@@ -27,6 +27,7 @@ FEATURES: Final[tuple[Feature, ...]] = (
     moves.FEATURE,
     event_log.FEATURE,
     discovery.FEATURE,
+    shared_cache.FEATURE,
 )
 """In the order their services start (a router's probes first: its first probes run at once)."""
 

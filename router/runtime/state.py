@@ -26,7 +26,7 @@ __all__ = ["RouterState", "SharedResolver"]
 
 class SharedResolver(Protocol):
     """Finishes the decisions that wait for a cache shared through ZooKeeper (the shared cache's
-    service, router/services/shared_cache.py, attaches one before the router serves)."""
+    service, router/features/shared_cache/service.py, attaches one before the router serves)."""
 
     async def __call__(self, wait: SharedCacheWait) -> RouteDecision:
         """The decision, once the shared cache answered (or did not in time)."""

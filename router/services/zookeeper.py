@@ -1,7 +1,7 @@
 """ZooKeeper for routerd's services: a kazoo client behind async methods (`ZooKeeper`), the
 channel its threads post into (`Inbox`), and a session's state as status and metrics show it
 (`SessionWatch`). Discovery (router/features/discovery/) and the shared cache
-(router/services/shared_cache.py) each run one client per router.
+(router/features/shared_cache/service.py) each run one client per router.
 
 kazoo runs its connection and its callbacks in its own threads (its default threading handler).
 Those threads never touch trio state: session changes and watch events are posted into a trio

@@ -1,4 +1,4 @@
-"""Tests for router/core/shared_cache.py: znode names of keys, entry data, when to extend."""
+"""Tests for router/features/shared_cache/znodes.py: znode names of keys, entry data, when to extend."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pools.members import check_znode_path
-from router.core.shared_cache import BUCKETS, SharedEntry, key_of, touch_due, znode_of
+from router.features.shared_cache.znodes import BUCKETS, SharedEntry, key_of, touch_due, znode_of
 
 
 @given(st.text(min_size=1, max_size=300))

@@ -2,7 +2,7 @@
 
 Every router keeps its own cache (cache/cache.py) and decides from it without ZooKeeper when it
 holds a usable entry for the key. ZooKeeper holds one znode per key (layout:
-router/core/shared_cache.py) and is asked only when a router's own copy has nothing usable:
+router/features/shared_cache/znodes.py) and is asked only when a router's own copy has nothing usable:
 
 - **A miss** (`lookup`, on the trio side; the fast path hands such connections over) reads the
   key's znode, with a watch, waiting at most `READ_TIMEOUT_S`. An entry whose target is ready here
@@ -49,7 +49,9 @@ from typing import TYPE_CHECKING, Final, TypeVar, TypeVarTuple, Unpack
 import trio
 
 from router.core.engine import DecisionReason, RouteDecision
-from router.core.shared_cache import (
+from router.feature import Service
+from router.features.shared_cache.metrics import SharedCacheMetrics
+from router.features.shared_cache.znodes import (
     BUCKETS,
     UNANSWERED,
     Answer,
@@ -76,9 +78,10 @@ if TYPE_CHECKING:
 
     from router.config.settings import ZooKeeperConfig
     from router.core.engine import SharedCacheWait
+    from router.feature import Kernel
     from router.runtime import RouterRuntime
 
-__all__ = ["CLAIM_TIMEOUT_S", "READ_TIMEOUT_S", "SharedCache"]
+__all__ = ["CLAIM_TIMEOUT_S", "READ_TIMEOUT_S", "SharedCache", "SharedCaches", "start"]
 
 log = logging.getLogger("router.cache")
 
@@ -117,6 +120,7 @@ class SharedCache:
         assert cache.timeout_ms > 0, "RouterConfig requires a timeout of a shared cache"
         self.runtime = runtime
         self.name = runtime.name
+        self.metrics = runtime.metrics.feature(SharedCacheMetrics)
         self.path = zookeeper.path
         self.timeout_s = cache.timeout_ms / 1000
         self.max_keys = cache.max_entries
@@ -224,11 +228,11 @@ class SharedCache:
             adopted = state.engine.adopt(wait.key, winner.node_id, trio.current_time())
         if adopted is None:
             return decision
-        runtime.metrics.cache_shared_conflicts.inc((self.name,))
+        self.metrics.cache_shared_conflicts.inc((self.name,))
         return adopted
 
     def _count(self, operation: str, outcome: str) -> None:
-        self.runtime.metrics.cache_shared_operations.inc((self.name, operation, outcome))
+        self.metrics.cache_shared_operations.inc((self.name, operation, outcome))
 
     async def _call(self, function: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> _T:
         """A blocking kazoo call of the background, in a worker thread of its own limiter."""
@@ -362,9 +366,7 @@ class SharedCache:
                 await self.client.aclose()
 
     def _session(self, session: Session) -> None:
-        self.runtime.metrics.cache_shared_connected.set(
-            (self.name,), 1 if session is Session.CONNECTED else 0
-        )
+        self.metrics.cache_shared_connected.set((self.name,), 1 if session is Session.CONNECTED else 0)
         if session is Session.CONNECTED:
             self.connected = True
             log.info("router=%s connected to %s: reconciling the cache", self.name, self.where)
@@ -446,7 +448,7 @@ class SharedCache:
             for _ in range(BACKGROUND_TASKS):
                 nursery.start_soon(worker)
         if adopted:
-            self.runtime.metrics.cache_shared_conflicts.inc((self.name,), adopted)
+            self.metrics.cache_shared_conflicts.inc((self.name,), adopted)
         return adopted
 
     async def _follow_watches(self) -> None:
@@ -586,3 +588,25 @@ class SharedCache:
                 with contextlib.suppress(VersionMismatchError):
                     if await self._call(self.client.delete, path, entry.version):
                         self._count("delete", "expired")
+
+
+class SharedCaches(Service):
+    """The feature's service: each router whose cache is shared through ZooKeeper gets its side of
+    it, which finishes the decisions that wait for it (`RouterState.resolver`), for as long as the
+    router runs (a change of the router keeps it)."""
+
+    async def serve_router_data(
+        self, runtime: RouterRuntime, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        zookeeper = runtime.config.cache_zookeeper
+        if zookeeper is None:
+            task_status.started()
+            return
+        shared = SharedCache(runtime, zookeeper)
+        runtime.held().resolver = shared.resolve  # one store: a waiting decision reads it
+        await shared.serve(task_status=task_status)
+
+
+def start(kernel: Kernel) -> SharedCaches:
+    """The feature's service for one routerd."""
+    return SharedCaches()

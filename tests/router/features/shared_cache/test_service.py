@@ -1,4 +1,4 @@
-"""Tests for router/services/shared_cache.py against a real ZooKeeper (one per test session, a path
+"""Tests for router/features/shared_cache/service.py against a real ZooKeeper (one per test session, a path
 per test): claims that race, another router's change followed through a watch, expiry extended by
 use and swept, an operator's eviction deleted, and a reconcile after decisions made alone.
 
@@ -19,11 +19,11 @@ from keys import ConnectionFacts, KeyType
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.config.settings import Config, RouterConfig, ZooKeeperConfig
-from router.core.shared_cache import UNANSWERED, SharedEntry, znode_of
 from router.features.cache.service import cache_entries, cache_evict
+from router.features.shared_cache.service import SharedCache
+from router.features.shared_cache.znodes import UNANSWERED, SharedEntry, znode_of
 from router.metrics import Metrics
 from router.runtime import RouterRuntime, decide
-from router.services.shared_cache import SharedCache
 
 NODES = ("b1", "b2", "b3")
 
