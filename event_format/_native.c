@@ -1129,7 +1129,13 @@ static PyObject *decode_columns(PyObject *module, PyObject *args) {
     }
     for (; parsed < n; parsed++) {
         Frame *f = &parts[parsed];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(held, parsed), "Lny*", &f->first, &f->count, &f->data))
+        PyObject *item = PyTuple_GET_ITEM(held, parsed);
+        if (!PyTuple_Check(item)) { /* else getargs says SystemError */
+            PyErr_Format(PyExc_TypeError, "columns: frame %zd must be a (first, count, records) tuple, got %.100s",
+                         parsed, Py_TYPE(item)->tp_name);
+            goto done;
+        }
+        if (!PyArg_ParseTuple(item, "Lny*", &f->first, &f->count, &f->data))
             goto done;
         if (check_numbers(f->first, f->count) < 0) {
             parsed++; /* its buffer is held: released below */

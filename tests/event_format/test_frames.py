@@ -139,3 +139,13 @@ def test_frames_changed_by_python_code_while_parsed_are_read_safely():
     frames += [(Shrinking(), 1, bytes(good.records)), (0, 1, bytes(good.records))]
     close_columns = native.columns(frames, COLUMN_CODES)[1]
     assert close_columns[0] == 2  # both frames, as they were when the call began
+
+
+def test_a_frame_that_is_not_a_tuple_is_a_type_error():
+    from event_format import _native as native  # type: ignore[attr-defined]
+
+    good = _native_batch([closed(1)])
+    with pytest.raises(
+        TypeError, match=r"columns: frame 1 must be a \(first, count, records\) tuple, got NoneType"
+    ):
+        native.columns([(0, 1, bytes(good.records)), None], COLUMN_CODES)
