@@ -99,9 +99,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 decide, plan, answer | connect, replay, relay, closed): `trio_path` (one task per
                 connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
                 connections share), `reading`, `relay`, `net` and `tls`.
-8. `feature`    the contract of a feature folder: `Feature`, its `Service` hooks (serve,
-                serve_router, targets_left, stopping), admin `Route`s and the `Call` they get,
-                routerctl `Command`s.
+8. `feature`    the contract of a feature folder: `Feature`, its `Service` hooks (open_files,
+                router_added, router_changed, serve, serve_router, targets_left, stopping,
+                close_files), admin `Route`s and the `Call` they get, routerctl `Command`s.
 9. `services/`  beside the data paths: ZooKeeper discovery (`discovery`), the admin API
                 (`admin`, its HTTP server; `admin_routes`, the kernel's routes), a persisted
                 cache's file and its writer process (`cache_store`), the cache shared
@@ -121,7 +121,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 (`register`, no route).
 11. `acceptors`, `caches`, `kept_files`, `router_tasks`, `reload`: what the process and a reload
                 share (serving acceptors, persisted caches' files, each router's service tasks),
-                the event log and state file at start and exit, and the reload itself.
+                the features' files (the event log's) and the state file at start and exit, and
+                the reload itself.
 12. `server`    the process: the nursery tree, start and shutdown; starts each feature's service
                 and hands it the kernel (`feature.Kernel`).
 13. `cli`, `ctl`, `ctl_commands`: the entry points: `routerd` (`cli`, and `__main__`) and
