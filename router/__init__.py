@@ -107,17 +107,17 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 cache's file and its writer process (`cache_store`), the cache shared
                 through ZooKeeper (`shared_cache`), the state file of targets' administrative
                 states (`state_file`), whether a filesystem takes writes (`files`), the process's
-                status document (`process`), the event log
-                (`event_log`: ring and sender in routerd, with its recorders, `event_recorder`;
-                `event_writer`, its writer process, with `event_files`). They may use the data
-                paths' I/O helpers (`net`, `reading`).
+                status document (`process`). They may use the data paths' I/O helpers (`net`,
+                `reading`).
 10. `features/` one folder per feature (above): `probes/` (`checks`, one per broker protocol;
                 `service`, each router's health-check loop), `ttl/` (`service`, the connection-TTL
                 checker), `moves/` (`rules`, `service` with `Moves`, `routes`, `commands`:
                 `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`), `cache/` (`service`: the
                 cache's slice of a router and the sweep of expired entries; `routes`,
-                `commands`: `cache`); so far with their admin routes and routerctl commands
-                only: `admin_states/` (`state`), `event_log/` (`event-log`), `discovery/`
+                `commands`: `cache`), `event_log/` (`service`: the log in routerd, `EventLog`,
+                and `EventLogService`; `recorder`, the C or Python recorder; `writer`, its writer
+                process, with `files`; `routes`, `commands`: `event-log`); so far with their admin
+                routes and routerctl commands only: `admin_states/` (`state`), `discovery/`
                 (`register`, no route).
 11. `acceptors`, `caches`, `kept_files`, `router_tasks`, `reload`: what the process and a reload
                 share (serving acceptors, persisted caches' files, each router's service tasks),

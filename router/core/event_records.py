@@ -15,7 +15,7 @@ it), and what `NativeRecorder` gives the C recorder besides its program, in its 
 `RECORDER_EVENT_TYPES` and `RECORDER_IDENTITIES` (what its identity tests compare with).
 
 Pure: no I/O, no clock (the time is an argument), no logging. The event log
-(`router/services/event_log.py`) takes a connection's event's values at once, in C or without the
+(`router/features/event_log/service.py`) takes a connection's event's values at once, in C or without the
 C extension by `event_values`; its writer process encodes them (`event_format.lines.values_line`,
 `event_format.parquet`), out of the routing process. `record_of` makes the record itself, which
 `event_format.lines.json_line` writes as the same line.

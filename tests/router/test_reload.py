@@ -19,7 +19,7 @@ from router.config.settings import AcceptorConfig, Config, EventFileFormat, Even
 from router.core.reload import ReloadError
 from router.datapath.net import open_connection
 from router.server import ServerInfo, serve_router
-from tests.router.services.conftest import all_records
+from tests.router.features.event_log.conftest import all_records
 from tests.router.test_server import _read_until_eof, _serve_named_echo, _until
 
 if TYPE_CHECKING:

@@ -1,12 +1,19 @@
-"""The routing event log as operators see it.
+"""The routing event log: every routing decision and every closed proxied connection as one record,
+in rotating Parquet (or JSON lines) files that the pipeline reads (docs/event-log.md).
 
-    service.py   `EventLogService`: the log opened at start, each router subscribed, its rest
-                 written at exit
+    service.py   `EventLog` in routerd (the subscriber, the ring's sender, the writer process
+                 started and watched) and `EventLogService`: the log opened at start, each router
+                 subscribed, its rest written at exit
+    recorder.py  what a reporting thread does with an event: the C recorder
+                 (`event_format._native`) or the Python one, and the frames to the writer
+    writer.py    the writer process (`python -m router.features.event_log.writer`)
+    files.py     its files: the file in progress, rotation, finishing, retention, recovery
     routes.py    `/api/v1/event-log`
     commands.py  `routerctl event-log`
 
-The log itself (its records, ring, writer process and files) is still in router/core/ and
-router/services/ (`event_*`), and moves here next.
+How a record is taken from an event (`event_records`, `event_sources`, the ring) is still in
+router/core/, and moves here next. The files' format is event_format/'s (shared with pipeline/
+and fuzz/).
 """
 
 from __future__ import annotations

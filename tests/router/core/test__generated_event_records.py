@@ -2,7 +2,7 @@
 and what the native recorder is given, in its program's order. That the file is what
 `python -m tools.generate` writes now is checked in tests/tools/test_generate.py; that the values
 and the records agree, and both recorders, in tests/router/core/test_event_records.py and
-tests/router/services/test_event_recorder.py."""
+tests/router/features/event_log/test_recorder.py."""
 
 from __future__ import annotations
 

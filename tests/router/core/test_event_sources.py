@@ -1,6 +1,6 @@
 """router/core/event_sources.py: the raw key a decision's line keeps, and the one table of where
 each field comes from (that both recorders take the same values from it:
-tests/router/services/test_event_recorder.py)."""
+tests/router/features/event_log/test_recorder.py)."""
 
 from __future__ import annotations
 

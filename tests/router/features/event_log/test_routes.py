@@ -11,9 +11,8 @@ import pytest
 from router.config.settings import Config, EventLogConfig
 from router.feature import Call, HttpError
 from router.features.event_log.routes import ROUTES
-from router.features.event_log.service import EventLogService
+from router.features.event_log.service import EventLog, EventLogService
 from router.metrics import Metrics
-from router.services.event_log import EventLog
 
 if TYPE_CHECKING:
     from pathlib import Path

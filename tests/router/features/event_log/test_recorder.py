@@ -1,4 +1,4 @@
-"""router/services/event_recorder.py and the recorder of event_format/_native.c: both recorders take
+"""router/features/event_log/recorder.py and the recorder of event_format/_native.c: both recorders take
 what `event_values` takes and keep the ring's semantics (their records decoding:
 tests/event_format/test_frames.py)."""
 
@@ -19,8 +19,8 @@ from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
 from router.core.event_records import RECORDER_EVENT_TYPES, RECORDER_IDENTITIES, event_values
 from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
-from router.services import event_recorder
-from router.services.event_recorder import (
+from router.features.event_log import recorder as event_recorder
+from router.features.event_log.recorder import (
     NATIVE,
     FrameError,
     Recorder,
