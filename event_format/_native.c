@@ -5,8 +5,8 @@
  * the writer process decodes them into Arrow's column layout (or into the values tuples of
  * `event_values`, for JSON lines; event_format/frames.py). What a record holds, field by field, is
  * the program in _native_program.h, generated ahead of time by `python -m tools.generate` from
- * routerd's one field table (router/core/event_sources.py), as the Python recorder's code is; this
- * file knows no field by name.
+ * routerd's one field table (router/features/event_log/sources.py), as the Python recorder's code
+ * is; this file knows no field by name.
  *
  * A record, little-endian:
  *     u32 length (the whole record) | u8 kind | f64 epoch time | i64 connection number | fields

@@ -25,15 +25,16 @@ nothing of `pipeline`, whose routerctl commands arrive through an entry point gr
               finds its commands through the entry point group `connection_router.routerctl`).
 
 `router/` has two axes. Its layers (below) keep decisions pure and I/O apart. Its features
-(`features/`, STYLE R13) each bring, in one folder, their pure rules (`rules.py`, linted as pure as
-`core/`), their service in routerd, their admin routes, their routerctl commands and their metric
-families, declared once through the contract in `feature.py`; `features/__init__.py`'s `FEATURES`
-is the one list the hubs (`server`, `cli`, the admin API, the metrics registry) loop over. Features
-never import each other; what two need is the kernel's (tests/test_layout.py checks both rules).
-Features so far: `probes` (active health), `ttl` (connection TTL), `moves` (evacuation,
-rebalance, paced shutdown) whole; `admin_states`, `cache`, `event_log` and `discovery` with their
-routes and routerctl commands, their services still in the layers (they move one by one,
-issue 31).
+(`features/`, STYLE R13) each bring, in one folder, their pure rules (`rules.py`, and the event
+log's records, field table, ring and recorder: linted as pure as `core/`), their service in routerd,
+their admin routes, their routerctl commands and their metric families, declared once through the
+contract in `feature.py`; `features/__init__.py`'s `FEATURES` is the one list the hubs (`server`,
+`cli`, the admin API, the metrics registry) loop over. Features never import each other; what two
+need is the kernel's (tests/test_layout.py checks both rules). Features so far: `probes` (active
+health), `ttl` (connection TTL), `moves` (evacuation, rebalance, paced shutdown) and `event_log`
+(the routing event log: its records, ring, recorders, writer process and files) whole;
+`admin_states`, `cache` and `discovery` with their routes and routerctl commands, their services
+still in the layers (they move one by one, issue 31).
 
 Layers of `router/`, lowest first; a module imports only its own layer and the layers above it in
 this list (tests/test_layout.py checks it, and that there are no import circles):
@@ -73,11 +74,6 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `records`      `quick_init`, a cheaper `__init__` for per-connection records,
                                  generated ahead of time into `_generated_inits` by
                                  `python -m tools.generate`
-                  `event_records`  how the event log takes its records from a `Decided` or a
-                                 `Closed` (the records themselves: `event_format`), by code
-                                 generated (`_generated_event_records`) from
-                  `event_sources`  the one table of where each field comes from in an event
-                  `ring`         the bounded ring between routing and the event log's writer
                   `shared_cache` a cache shared through ZooKeeper: znode names, entry data, when
                                  to extend an entry
                   `framing`      where a client's frames end, to move it at a frame boundary
@@ -114,8 +110,11 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 checker), `moves/` (`rules`, `service` with `Moves`, `routes`, `commands`:
                 `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`), `cache/` (`service`: the
                 cache's slice of a router and the sweep of expired entries; `routes`,
-                `commands`: `cache`), `event_log/` (`service`: the log in routerd, `EventLog`,
-                and `EventLogService`; `recorder`, the C or Python recorder; `writer`, its writer
+                `commands`: `cache`), `event_log/` (pure: `sources`, the one table of where each
+                field of a record comes from in an event, `records`, an event's values and record
+                by code generated from it, `_generated_records`; `ring`, the bounded ring between
+                routing and the writer; `recorder`, the C or the Python recorder; I/O: `service`,
+                the log in routerd, `EventLog`, and `EventLogService`; `writer`, its writer
                 process, with `files`; `routes`, `commands`: `event-log`); so far with their admin
                 routes and routerctl commands only: `admin_states/` (`state`), `discovery/`
                 (`register`, no route).

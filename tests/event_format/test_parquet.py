@@ -27,9 +27,9 @@ from event_format.schema import (
 )
 from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
-from router.core.event_records import event_values
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided
 from router.features.event_log.recorder import make_recorder
+from router.features.event_log.records import event_values
 from router.features.event_log.writer import file_format
 from tests.router.features.event_log.conftest import all_records, finished, records_in
 from tests.router.features.event_log.test_files import FORMATS, NOW, _batch, _files, _keys

@@ -7,21 +7,20 @@ type) and, at exit, has what its ring holds written and the file finished (`clos
 
 Routing never waits for it. The subscriber (`EventLog.report`, one more `RouterRuntime` subscriber
 beside the log lines and the metrics) records the event at once into the bounded ring of its
-recorder (`router/features/event_log/recorder.py`: in C, one encoded record read from the event's
-slots; without the C extension, the `event_values` tuple in `router.core.ring`). Once `SEND_BATCH`
-events are in the ring, the reporting thread takes them and writes them as one frame to the writer
-process (`router/features/event_log/writer.py`) itself, without waiting:
-the pipe is non-blocking, and what it does not take waits for the next send (meanwhile the ring
-fills). A sender thread sends what is left when traffic is light (every `SEND_INTERVAL_S`), at the
-end, and starts a writer that died again. Sending from the reporting thread is cheaper than
-handing each batch to another thread: the events do not wait long enough in the ring for the
-garbage collector to walk them, and the interpreter lock does not change hands.
+recorder (`recorder.py`: in C, one encoded record read from the event's slots; without the C
+extension, the `event_values` tuple in `ring.py`'s ring). Once `SEND_BATCH` events are in the ring,
+the reporting thread takes them and writes them as one frame to the writer process (`writer.py`)
+itself, without waiting: the pipe is non-blocking, and what it does not take waits for the next send
+(meanwhile the ring fills). A sender thread sends what is left when traffic is light (every
+`SEND_INTERVAL_S`), at the end, and starts a writer that died again. Sending from the reporting
+thread is cheaper than handing each batch to another thread: the events do not wait long enough in
+the ring for the garbage collector to walk them, and the interpreter lock does not change hands.
 
 The writer process encodes the records and writes, rotates, finishes and deletes the files
-(`router/features/event_log/files.py`) and reports back what it did: the counts become metrics here,
-its log lines routerd's. When the ring is full the oldest event is dropped, counted
-(`router_event_log_events_total{outcome="dropped"}`) and logged (rate-limited); its `seq` is
-missing from the files.
+(`files.py`) and reports back what it did: the counts become metrics here, its log lines routerd's.
+When the ring is full the oldest event is dropped, counted
+(`router_event_log_events_total{outcome="dropped"}`) and logged (rate-limited); its `seq` is missing
+from the files.
 
 The writer outlives a kill -9 of routerd long enough to finish its file; one that dies is started
 again (at most every `WRITER_RESTART_S`) and the events sent meanwhile are counted as lost.

@@ -13,8 +13,8 @@ import pytest
 from event_format.lines import JsonLines
 from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
-from router.core.event_records import event_values
 from router.features.event_log.files import EventFiles, Tally
+from router.features.event_log.records import event_values
 from router.features.event_log.writer import file_format
 from tests.router.features.event_log.conftest import all_records, finished
 from tests.router.features.event_log.test_service import decided

@@ -17,7 +17,6 @@ from event_format.schema import RAW_KEY_CAP, VALUE_NAMES
 from keys import ConnectionFacts, KeyType, WireProtocol
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import RECORDER_EVENT_TYPES, RECORDER_IDENTITIES, event_values
 from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
 from router.features.event_log import recorder as event_recorder
 from router.features.event_log.recorder import (
@@ -27,7 +26,8 @@ from router.features.event_log.recorder import (
     ValuesRecorder,
     make_recorder,
 )
-from tests.router.core.test_event_records import CONN, decision
+from router.features.event_log.records import RECORDER_EVENT_TYPES, RECORDER_IDENTITIES, event_values
+from tests.router.features.event_log.test_records import CONN, decision
 
 if TYPE_CHECKING:
     from event_format.schema import EventValues

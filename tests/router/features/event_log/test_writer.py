@@ -16,10 +16,10 @@ from event_format.schema import BOOT_SPAN
 from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
-from router.core.event_records import event_values
 from router.core.events import Closed, CloseReason, ConnectionRef
 from router.features.event_log import writer as event_writer
 from router.features.event_log.files import EventFiles
+from router.features.event_log.records import event_values
 from router.features.event_log.writer import file_format, settings_argument
 from tests.router.features.event_log.conftest import all_records, records_in
 from tests.router.features.event_log.test_service import decided as _decided
