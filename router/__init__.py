@@ -115,9 +115,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 by code generated from it, `_generated_records`; `ring`, the bounded ring between
                 routing and the writer; `recorder`, the C or the Python recorder; I/O: `service`,
                 the log in routerd, `EventLog`, and `EventLogService`; `writer`, its writer
-                process, with `files`; `routes`, `commands`: `event-log`); so far with their admin
-                routes and routerctl commands only: `admin_states/` (`state`), `discovery/`
-                (`register`, no route).
+                process, with `files`; `routes`, `commands`: `event-log`, `metrics`); so far
+                with their admin routes and routerctl commands only: `admin_states/` (`state`),
+                `discovery/` (`register`, no route).
 11. `acceptors`, `caches`, `kept_files`, `router_tasks`, `reload`: what the process and a reload
                 share (serving acceptors, persisted caches' files, each router's service tasks),
                 the features' files (the event log's) and the state file at start and exit, and

@@ -19,6 +19,8 @@ In routerd and its writer process:
     files.py     its files: the file in progress, rotation, finishing, retention, recovery
     routes.py    `/api/v1/event-log`
     commands.py  `routerctl event-log`
+    metrics.py   router_event_log_events_total, router_event_log_files_total,
+                 router_event_log_ring_size, router_event_log_ring_used
 
 The files' format is event_format/'s (shared with pipeline/ and fuzz/); `<event-log>` is read by
 router/config/ (`EventLogConfig`).
@@ -30,9 +32,12 @@ from typing import Final
 
 from router.feature import Feature
 from router.features.event_log.commands import COMMANDS
+from router.features.event_log.metrics import EventLogMetrics
 from router.features.event_log.routes import ROUTES
 from router.features.event_log.service import start
 
 __all__ = ["FEATURE"]
 
-FEATURE: Final = Feature(name="event_log", routes=ROUTES, commands=COMMANDS, start=start)
+FEATURE: Final = Feature(
+    name="event_log", routes=ROUTES, commands=COMMANDS, metrics=EventLogMetrics, start=start
+)

@@ -52,6 +52,7 @@ import trio
 
 from router.feature import OpenError, Service
 from router.features.event_log.files import directory_error
+from router.features.event_log.metrics import EventLogMetrics
 from router.features.event_log.recorder import NATIVE, FrameError, make_recorder
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class EventLog:
             config: `<event-log>`.
             router_id: this process in the records (`default_router_id` when not configured).
             key_types: connection router name -> its key type (the raw key of a decision).
-            metrics: where the counts go.
+            metrics: where the counts go (its families: `EventLogMetrics`).
             clock: the wall clock (epoch seconds) of the records' `ts`.
             native: record in C when the extension is built (False: the Python recorder).
         """
@@ -140,7 +141,7 @@ class EventLog:
         self._name = file_name_part(router_id)
         self._directory = Path(config.directory)
         self._key_types = dict(key_types)
-        self._metrics = metrics
+        self._metrics = metrics.feature(EventLogMetrics)
         self._clock = clock
         self._ring = make_recorder(config.ring_size, self._key_types, clock, native=native)
         self._record = self._ring.record

@@ -22,6 +22,7 @@ from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Dec
 from router.feature import OpenError
 from router.features.event_log import recorder as event_recorder
 from router.features.event_log import service as event_log_module
+from router.features.event_log.metrics import EventLogMetrics
 from router.features.event_log.service import (
     SEND_BATCH,
     EventLog,
@@ -116,8 +117,8 @@ def test_decisions_and_closes_become_lines_of_one_compressed_file_at_stop(tmp_pa
     )
     assert decision["ts"] == "2026-11-23T12:00:00.000000Z"
     assert decision["raw_key"] == "dev-1"
-    assert metrics.event_log_events.value(("written",)) == 2
-    assert metrics.event_log_files.value(("finished",)) == 1
+    assert metrics.feature(EventLogMetrics).event_log_events.value(("written",)) == 2
+    assert metrics.feature(EventLogMetrics).event_log_files.value(("finished",)) == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".events")]  # nothing in progress
 
 
@@ -187,7 +188,7 @@ def test_a_full_ring_drops_the_oldest_counts_it_and_leaves_a_gap(tmp_path, caplo
     lines = all_records(tmp_path)
     assert [line["key"] for line in lines] == ["dev-2", "dev-3", "dev-4"]
     assert [int(str(line["seq"])) % BOOT_SPAN for line in lines] == [2, 3, 4]  # 0 and 1 are the gap
-    assert metrics.event_log_events.value(("dropped",)) == 2
+    assert metrics.feature(EventLogMetrics).event_log_events.value(("dropped",)) == 2
     assert "ring full: 2 event(s) dropped (ring-size=3)" in caplog.text
 
 
@@ -240,7 +241,7 @@ def test_a_writer_that_reads_nothing_costs_routing_no_wait_and_the_ring_drops_th
     finally:
         os.kill(writer.pid, signal.SIGCONT)
     assert event_log.stop(30)
-    dropped = int(metrics.event_log_events.value(("dropped",)) or 0)
+    dropped = int(metrics.feature(EventLogMetrics).event_log_events.value(("dropped",)) or 0)
     assert dropped > 0
     assert event_log.lost == 0
     numbers = [int(str(line["seq"])) % BOOT_SPAN for line in all_records(tmp_path)]
@@ -274,7 +275,7 @@ def test_a_write_error_loses_that_batch_only_and_the_writer_goes_on(tmp_path, ca
     event_log.report(decided(2))
     assert event_log.stop(5)
     assert [line["key"] for line in all_records(tmp_path)] == ["dev-2"]
-    assert metrics.event_log_events.value(("lost",)) == 1
+    assert metrics.feature(EventLogMetrics).event_log_events.value(("lost",)) == 1
     assert "event log: 1 event(s) lost" in caplog.text
 
 
@@ -296,7 +297,7 @@ def test_finished_files_beyond_max_size_are_deleted_oldest_first(tmp_path, caplo
     assert 1 < len(files) < 6
     assert sum(p.stat().st_size for p in files) <= max_size
     assert [line["key"] for line in all_records(tmp_path)] == [f"dev-{n}" for n in range(6 - len(files), 6)]
-    assert metrics.event_log_files.value(("deleted",)) == 6 - len(files)
+    assert metrics.feature(EventLogMetrics).event_log_files.value(("deleted",)) == 6 - len(files)
     assert f"over max-size={max_size}" in caplog.text
 
 
@@ -344,9 +345,9 @@ def test_a_writer_process_that_dies_is_started_again_and_what_it_missed_is_count
     assert event_log.stop(5)
     assert event_log._writer is not first
     assert [line["key"] for line in all_records(tmp_path)] == ["dev-3"]
-    assert metrics.event_log_events.value(("lost",)) == 2
-    assert metrics.event_log_events.value(("written",)) == 1
-    assert metrics.event_log_files.value(("finished",)) == 1
+    assert metrics.feature(EventLogMetrics).event_log_events.value(("lost",)) == 2
+    assert metrics.feature(EventLogMetrics).event_log_events.value(("written",)) == 1
+    assert metrics.feature(EventLogMetrics).event_log_files.value(("finished",)) == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".events")]
 
 
