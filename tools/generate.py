@@ -280,8 +280,8 @@ def _identity(member: enum.Enum) -> str:
 
 
 def _python_source(source: Source) -> str:
-    """The Python expression of a source (router/features/event_log/sources.py) over the event `e`, its
-    reference `ref`, the decision's raw key `raw` and the router's `key_type`."""
+    """The Python expression of a source (router/features/event_log/sources.py) over the event `e`,
+    its reference `ref`, the decision's raw key `raw` and the router's `key_type`."""
     from router.features.event_log.sources import (
         AddressHost,
         EnumValue,

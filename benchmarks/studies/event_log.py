@@ -6,8 +6,8 @@ and to send it, what the writer process takes per event, next to the routing dec
 Quoted by docs/event-log.md ("Why Parquet", "What it costs routerd") and benchmarks/README.md
 ("The event pipeline"). It has no command of its own: the pipeline study runs it.
 
-`EventLog` (router/features/event_log/service.py) is built as routerd builds it, on a directory under
-`/tmp`, with a ring large enough that nothing is dropped. Then:
+`EventLog` (router/features/event_log/service.py) is built as routerd builds it, on a directory
+under `/tmp`, with a ring large enough that nothing is dropped. Then:
 
 * **report**: `EventLog.report(event)` for every event (the recorder's record into its ring: the
   native one's when it is built, router/features/event_log/recorder.py), each call timed with

@@ -1,5 +1,5 @@
-"""router/features/event_log/_generated_records.py: a values maker and a record maker per logged event type,
-and what the native recorder is given, in its program's order. That the file is what
+"""router/features/event_log/_generated_records.py: a values maker and a record maker per logged
+event type, and what the native recorder is given, in its program's order. That the file is what
 `python -m tools.generate` writes now is checked in tests/tools/test_generate.py; that the values
 and the records agree, and both recorders, in tests/router/features/event_log/test_records.py and
 tests/router/features/event_log/test_recorder.py."""

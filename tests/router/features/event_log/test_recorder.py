@@ -1,5 +1,5 @@
-"""router/features/event_log/recorder.py and the recorder of event_format/_native.c: both recorders take
-what `event_values` takes and keep the ring's semantics (their records decoding:
+"""router/features/event_log/recorder.py and the recorder of event_format/_native.c: both recorders
+take what `event_values` takes and keep the ring's semantics (their records decoding:
 tests/event_format/test_frames.py)."""
 
 from __future__ import annotations

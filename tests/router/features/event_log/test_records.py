@@ -1,5 +1,5 @@
-"""router/features/event_log/records.py: a connection's event's record and values, and the line the writer
-makes of them (the lines themselves: tests/event_format/test_lines.py)."""
+"""router/features/event_log/records.py: a connection's event's record and values, and the line the
+writer makes of them (the lines themselves: tests/event_format/test_lines.py)."""
 
 from __future__ import annotations
 

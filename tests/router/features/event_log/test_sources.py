@@ -1,5 +1,5 @@
-"""router/features/event_log/sources.py: the raw key a decision's line keeps, and the one table of where
-each field comes from (that both recorders take the same values from it:
+"""router/features/event_log/sources.py: the raw key a decision's line keeps, and the one table of
+where each field comes from (that both recorders take the same values from it:
 tests/router/features/event_log/test_recorder.py)."""
 
 from __future__ import annotations

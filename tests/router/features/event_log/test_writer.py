@@ -1,5 +1,5 @@
-"""router/features/event_log/writer.py: the writer process's frames, lines and reports; in process, and
-as the real process routerd starts."""
+"""router/features/event_log/writer.py: the writer process's frames, lines and reports; in process,
+and as the real process routerd starts."""
 
 from __future__ import annotations
 
