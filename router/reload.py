@@ -1,13 +1,13 @@
 """A configuration reload carried out in a running routerd (SIGHUP, `POST /api/v1/reload`).
 
 Read the file again, diff it against the configuration in force (router/core/reload.py), read the
-files and bind the sockets the change needs (any failure: close them, change nothing, say why in
-one line: `ReloadError`), then apply it in one synchronous step: routers removed, added and
-changed in place (`RouterRuntime.reconfigure`; the features told: `Service.router_added`,
-`router_changed`), the connections whose target left given to the
-features (`Service.targets_left`: the moves feature moves them as an evacuation does) or closed at
-once (`RouterConnections.close_departed`), acceptors stopped, started, and a changed acceptor on
-the same address served on its same listening socket (router/acceptors.py).
+files and bind the sockets the change needs (any failure: close them, change nothing, say why in one
+line: `ReloadError`), then apply it in one synchronous step: routers removed, added and changed in
+place (`RouterRuntime.reconfigure`; the features told: `Service.router_added`, `router_changed`),
+the connections whose target left given to the features (`Service.targets_left`: the moves feature
+moves them as an evacuation does) or closed at once (`RouterConnections.close_departed`), acceptors
+stopped, started, and a changed acceptor on the same address served on its same listening socket
+(router/acceptors.py).
 
 `Reloads` carries it out on the process it is given (`ReloadHost`: router/server.py's `_Server`),
 one reload at a time, none once shutdown began.
