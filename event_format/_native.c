@@ -1,12 +1,12 @@
 /* The event log's native recorder and its decoder: `event_format._native`.
  *
  * routerd's reporting threads record each decision and close into a ring of encoded records,
- * reading the event's slots directly (no tuple, no marshal; router/services/event_recorder.py);
+ * reading the event's slots directly (no tuple, no marshal; router/features/event_log/recorder.py);
  * the writer process decodes them into Arrow's column layout (or into the values tuples of
  * `event_values`, for JSON lines; event_format/frames.py). What a record holds, field by field, is
  * the program in _native_program.h, generated ahead of time by `python -m tools.generate` from
- * routerd's one field table (router/core/event_sources.py), as the Python recorder's code is; this
- * file knows no field by name.
+ * routerd's one field table (router/features/event_log/sources.py), as the Python recorder's code
+ * is; this file knows no field by name.
  *
  * A record, little-endian:
  *     u32 length (the whole record) | u8 kind | f64 epoch time | i64 connection number | fields
@@ -742,7 +742,7 @@ static PyTypeObject RecorderType = {
     .tp_basicsize = sizeof(Recorder),
     .tp_dealloc = (destructor)Recorder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A ring of encoded event records (see router/services/event_recorder.py).",
+    .tp_doc = "A ring of encoded event records (see router/features/event_log/recorder.py).",
     .tp_methods = Recorder_methods,
     .tp_getset = Recorder_getset,
     .tp_as_sequence = &Recorder_sequence,

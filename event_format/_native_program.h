@@ -2,11 +2,11 @@
  *
  * The native recorder's program, which event_format/_native.c includes: for each event type
  * routerd logs, a step per value it takes (the slot it reads, and how), made from the table of
- * router/core/event_sources.py, as the Python recorder's code is
- * (router/core/_generated_event_records.py). routerd gives the recorder the event types and the
- * identities in this order (RECORDER_EVENT_TYPES, RECORDER_IDENTITIES); the recorder checks their
- * names and finds their slots when it is made. tests/tools/test_generate.py checks that this file
- * is what the command writes now.
+ * router/features/event_log/sources.py, as the Python recorder's code is
+ * (router/features/event_log/_generated_records.py). routerd gives the recorder the event types
+ * and the identities in this order (RECORDER_EVENT_TYPES, RECORDER_IDENTITIES); the recorder
+ * checks their names and finds their slots when it is made. tests/tools/test_generate.py checks
+ * that this file is what the command writes now.
  */
 
 #define RAW_KEY_CAP 256

@@ -1,6 +1,6 @@
 """What the event log's writer asks of a file format (`FileFormat`): how events become a file in
 progress and a finished file. Two formats: JSON lines (`event_format.lines.JsonLines`) and Parquet
-(`event_format.parquet.ParquetFormat`); the writer (`router/services/event_files.py`) names,
+(`event_format.parquet.ParquetFormat`); the writer (`router/features/event_log/files.py`) names,
 rotates, locks and recovers the files whichever format they are in.
 
 Files, per router id, in one of the two formats:

@@ -12,7 +12,7 @@ The numbers are the ring's, one per event put, so a gap is an event the ring dro
 record, little-endian: u32 length (the whole record) | u8 kind | f64 epoch time | i64 connection
 number | each field a tag byte and its value (`_native.c`).
 
-Pure: nothing of `router`; routerd's recorders (`router/services/event_recorder.py`) make the
+Pure: nothing of `router`; routerd's recorders (`router/features/event_log/recorder.py`) make the
 frames, the writer reads them.
 """
 

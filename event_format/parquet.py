@@ -1,5 +1,5 @@
 """The event files' Parquet format, written by the event log's writer process
-(`router/services/event_writer.py`) with pyarrow, and by the pipeline's generator of synthetic
+(`router/features/event_log/writer.py`) with pyarrow, and by the pipeline's generator of synthetic
 logs; routerd itself never imports this module.
 
 The schema is generated from the records' one field list (`event_format.schema.FIELDS`), as the

@@ -12,7 +12,7 @@ Between routerd and its writer process an event travels as its values (`EventVal
 the time, the connection's process-local number, then the kind's own fields in `VALUE_NAMES`'
 order); the writer adds the router id and the numbers, and rounds what `ROUNDINGS` names, so the
 routing thread never pays for either. Which value of a routerd event each field is taken from is
-routerd's business (`router/core/event_sources.py`).
+routerd's business (`router/features/event_log/sources.py`).
 
 Pure: no I/O, no clock (the time is a field), no logging, nothing of `router`.
 """

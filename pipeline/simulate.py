@@ -386,8 +386,8 @@ def _facts(plan: RouterPlan, value: str | None) -> ConnectionFacts:
         case KeyType.SNI_HOST:
             return ConnectionFacts(sni_host=value)
         case KeyType.ROLE_NAME:
-            # the log joins the roles with commas (event_sources.raw_key): a role holding a comma
-            # comes back as two
+            # the log joins the roles with commas (the event log's `sources.raw_key`): a role
+            # holding a comma comes back as two
             return ConnectionFacts(roles=tuple(value.split(",")))
 
 

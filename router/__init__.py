@@ -25,15 +25,16 @@ nothing of `pipeline`, whose routerctl commands arrive through an entry point gr
               finds its commands through the entry point group `connection_router.routerctl`).
 
 `router/` has two axes. Its layers (below) keep decisions pure and I/O apart. Its features
-(`features/`, STYLE R13) each bring, in one folder, their pure rules (`rules.py`, linted as pure as
-`core/`), their service in routerd, their admin routes, their routerctl commands and their metric
-families, declared once through the contract in `feature.py`; `features/__init__.py`'s `FEATURES`
-is the one list the hubs (`server`, `cli`, the admin API, the metrics registry) loop over. Features
-never import each other; what two need is the kernel's (tests/test_layout.py checks both rules).
-Features so far: `probes` (active health), `ttl` (connection TTL), `moves` (evacuation,
-rebalance, paced shutdown) whole; `admin_states`, `cache`, `event_log` and `discovery` with their
-routes and routerctl commands, their services still in the layers (they move one by one,
-issue 31).
+(`features/`, STYLE R13) each bring, in one folder, their pure rules (`rules.py`, and the event
+log's records, field table, ring and recorder: linted as pure as `core/`), their service in routerd,
+their admin routes, their routerctl commands and their metric families, declared once through the
+contract in `feature.py`; `features/__init__.py`'s `FEATURES` is the one list the hubs (`server`,
+`cli`, the admin API, the metrics registry) loop over. Features never import each other; what two
+need is the kernel's (tests/test_layout.py checks both rules). Features so far: `probes` (active
+health), `ttl` (connection TTL), `moves` (evacuation, rebalance, paced shutdown) and `event_log`
+(the routing event log: its records, ring, recorders, writer process and files) whole;
+`admin_states`, `cache` and `discovery` with their routes and routerctl commands, their services
+still in the layers (they move one by one, issue 31).
 
 Layers of `router/`, lowest first; a module imports only its own layer and the layers above it in
 this list (tests/test_layout.py checks it, and that there are no import circles):
@@ -73,11 +74,6 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                   `records`      `quick_init`, a cheaper `__init__` for per-connection records,
                                  generated ahead of time into `_generated_inits` by
                                  `python -m tools.generate`
-                  `event_records`  how the event log takes its records from a `Decided` or a
-                                 `Closed` (the records themselves: `event_format`), by code
-                                 generated (`_generated_event_records`) from
-                  `event_sources`  the one table of where each field comes from in an event
-                  `ring`         the bounded ring between routing and the event log's writer
                   `framing`      where a client's frames end, to move it at a frame boundary
                   `reload`       what a configuration reload changes: old vs new configuration ->
                                  routers, targets and acceptors added, removed, changed
@@ -97,31 +93,37 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 decide, plan, answer | connect, replay, relay, closed): `trio_path` (one task per
                 connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
                 connections share), `reading`, `relay`, `net` and `tls`.
-8. `feature`    the contract of a feature folder: `Feature`, its `Service` hooks (serve,
-                serve_router, serve_router_data, targets_left, stopping), admin `Route`s and the
-                `Call` they get, routerctl `Command`s.
+8. `feature`    the contract of a feature folder: `Feature`, its `Service` hooks (open_files,
+                router_added, router_changed, serve, serve_router, serve_router_data,
+                targets_left, stopping, close_files), admin `Route`s and the `Call` they get,
+                routerctl `Command`s.
 9. `services/`  beside the data paths: the ZooKeeper client and a session's state that
                 discovery and the shared cache use (`zookeeper`), the admin API
                 (`admin`, its HTTP server; `admin_routes`, the kernel's routes), a persisted
-                cache's file and its writer process (`cache_store`), the state file of targets' administrative
-                states (`state_file`), whether a filesystem takes writes (`files`), the process's
-                status document (`process`), the event log
-                (`event_log`: ring and sender in routerd, with its recorders, `event_recorder`;
-                `event_writer`, its writer process, with `event_files`). They may use the data
+                cache's file and its writer process (`cache_store`), the state file of targets'
+                administrative states (`state_file`), whether a filesystem takes writes
+                (`files`), the process's status document (`process`). They may use the data
                 paths' I/O helpers (`net`, `reading`).
 10. `features/` one folder per feature (above): `probes/` (`checks`, one per broker protocol;
                 `service`, each router's health-check loop), `ttl/` (`service`, the connection-TTL
                 checker), `moves/` (`rules`, `service` with `Moves`, `routes`, `commands`:
                 `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`), `cache/` (`service`: the
                 cache's slice of a router and the sweep of expired entries; `routes`,
-                `commands`: `cache`); so far with their admin routes and routerctl commands
-                only: `admin_states/` (`state`), `event_log/` (`event-log`); `discovery/` (`service`:
-                each router's members read from ZooKeeper, and `routerctl register`'s
-                registration; `commands`: `register`), `shared_cache/` (`znodes`, pure: a key's znode and
-                entry; `service`: one router's side of the cache shared through ZooKeeper).
+                `commands`: `cache`), `event_log/` (pure: `sources`, the one table of where each
+                field of a record comes from in an event, `records`, an event's values and record
+                by code generated from it, `_generated_records`; `ring`, the bounded ring between
+                routing and the writer; `recorder`, the C or the Python recorder; I/O: `service`,
+                the log in routerd, `EventLog`, and `EventLogService`; `writer`, its writer
+                process, with `files`; `routes`, `commands`: `event-log`, `metrics`),
+                `discovery/` (`service`: each router's members read from ZooKeeper, and
+                `routerctl register`'s registration; `commands`: `register`), `shared_cache/`
+                (`znodes`, pure: a key's znode and entry; `service`: one router's side of the
+                cache shared through ZooKeeper; `metrics`); so far with their admin routes and
+                routerctl commands only: `admin_states/` (`state`).
 11. `acceptors`, `caches`, `kept_files`, `router_tasks`, `reload`: what the process and a reload
                 share (serving acceptors, persisted caches' files, each router's service tasks),
-                the event log and state file at start and exit, and the reload itself.
+                the features' files (the event log's) and the state file at start and exit, and
+                the reload itself.
 12. `server`    the process: the nursery tree, start and shutdown; starts each feature's service
                 and hands it the kernel (`feature.Kernel`).
 13. `cli`, `ctl`, `ctl_commands`: the entry points: `routerd` (`cli`, and `__main__`) and

@@ -18,11 +18,19 @@ what two of them share belongs in the kernel.
 A `Service` is a feature's part of one running routerd; the kernel calls its hooks, each a no-op
 unless the feature has something to do then:
 
-    serve         its task in the services nursery, started before the admin API answers
-    serve_router  its task for one router, started with the router's own and restarted when a
-                  reload changes the router
-    targets_left  a reload removed targets of a router that goes on
-    stopping      a graceful shutdown begins, before its grace period
+    open_files      at start, before any listener: open what it keeps beside routing (files, a
+                    writer process); `OpenError` when it cannot, and routerd does not start
+    router_added    a router joins the process: each one at start, each one a reload adds
+    router_changed  a reload changed a router's configuration in place
+    serve           its task in the services nursery, started before the admin API answers
+    serve_router    its task for one router, started with the router's own and restarted when a
+                    reload changes the router
+    serve_router_data  its task for one router that outlives a change of the router (what it
+                    holds, such as the members discovery found, stays): cancelled when it goes
+    targets_left    a reload removed targets of a router that goes on
+    stopping        a graceful shutdown begins, before its grace period
+    close_files     at exit, after the grace period: the last writes of what `open_files` opened,
+                    beside the other files', within the time the kernel gives
 
 A route's handler gets a `Call`: the request, the routers, and the services by type, so that a
 feature reaches its own service (`call.service(Moves)`) and nothing else's. A `Command` runs in
@@ -55,6 +63,7 @@ __all__ = [
     "Feature",
     "HttpError",
     "Kernel",
+    "OpenError",
     "Response",
     "Route",
     "Service",
@@ -197,8 +206,30 @@ class Kernel:
     """The configuration in force (a reload replaces it)."""
 
 
+class OpenError(Exception):
+    """A service cannot open what it keeps (`Service.open_files`): one line for the operator, which
+    routerd says as its `StartupError` (router/acceptors.py) and does not start."""
+
+
 class Service:
     """A feature's part of one running routerd. Every hook does nothing unless overridden."""
+
+    def open_files(self) -> None:
+        """At start, before any listener and before `router_added`: open what the service keeps
+        beside routing (its directory, its files, a writer process). Nothing routes yet.
+
+        Raises:
+            OpenError: it cannot; routerd does not start (`close_files` is still called).
+        """
+
+    def router_added(self, runtime: RouterRuntime) -> None:
+        """A router joins the process: each one at start (after `open_files`, before any listener)
+        and each one a reload adds (before its acceptors serve). Synchronous: nothing routes on it
+        meanwhile, so a subscriber added here (`runtime.report`) sees its every event."""
+
+    def router_changed(self, runtime: RouterRuntime) -> None:
+        """A reload changed `runtime`'s configuration in place (`runtime.config` is the new one),
+        before its tasks are restarted. Synchronous, as `router_added`."""
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled (the services nursery); `task_status.started()` once it serves."""
@@ -226,6 +257,13 @@ class Service:
 
     def stopping(self, grace_s: float) -> None:
         """A graceful shutdown begins: no new connections; the open ones are closed after `grace_s`."""
+
+    async def close_files(self, timeout_s: float) -> None:
+        """At exit, after the grace period (and when routerd does not start after all): the last
+        writes of what `open_files` opened, beside the other services' and the kernel's files,
+        within `timeout_s`; beyond it, leave them with an ERROR naming the file (a hung or frozen
+        filesystem must not hold up the exit: router/services/files.py). Nothing to do when nothing
+        was opened."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,5 +1,6 @@
-"""The files routerd keeps beside its routing, at start and at exit: the event log and the state
-file of targets' administrative states (persisted caches: router/caches.py).
+"""The files routerd keeps beside its routing, at start and at exit: the features' (the event log's:
+`Service.open_files`, `Service.close_files`) and the state file of targets' administrative states
+(persisted caches: router/caches.py).
 
 At start each is opened before any listener (`StartupError` when it cannot be); at exit, after
 the grace period, their last writes run side by side, each within `EXIT_FILES_S` (a hung or frozen
@@ -14,49 +15,37 @@ from typing import TYPE_CHECKING
 import trio
 
 from router.acceptors import StartupError
+from router.feature import OpenError
 from router.services.cache_store import close_cache_store
-from router.services.event_log import EventLog, EventLogError, default_router_id
 from router.services.files import EXIT_FILES_S
 from router.services.state_file import StateFileError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
-    from router.config.settings import Config
-    from router.metrics import Metrics
+    from router.feature import Service
     from router.runtime import RouterRuntime
     from router.services.cache_store import CacheStore
     from router.services.state_file import KeptStates, StateFile
 
-__all__ = ["close_files", "restore_admin_states", "start_event_log"]
+__all__ = ["close_files", "open_files", "restore_admin_states"]
 
 log = logging.getLogger("router.server")
 
 
 async def close_files(
-    stores: Iterable[tuple[RouterRuntime, CacheStore]], event_log: EventLog | None, states: KeptStates | None
+    stores: Iterable[tuple[RouterRuntime, CacheStore]], services: Iterable[Service], states: KeptStates | None
 ) -> None:
-    """At exit: the persisted caches' last writes, the event log's rest and the state file's last
-    try, side by side, each within `EXIT_FILES_S` (a hung or frozen filesystem holds up the exit
-    no longer: see router/services/files.py)."""
+    """At exit: the persisted caches' last writes, the features' files' (the event log's rest) and
+    the state file's last try, side by side, each within `EXIT_FILES_S` (a hung or frozen filesystem
+    holds up the exit no longer: see router/services/files.py)."""
     async with trio.open_nursery() as nursery:
         if states is not None:
             nursery.start_soon(states.close, EXIT_FILES_S)
         for runtime, store in stores:
             nursery.start_soon(close_cache_store, runtime, store, EXIT_FILES_S)
-        if event_log is not None:
-            nursery.start_soon(_stop_event_log, event_log)
-
-
-async def _stop_event_log(event_log: EventLog) -> None:
-    """What the ring holds is sent to the writer process, which finishes its file."""
-    if not await trio.to_thread.run_sync(event_log.stop, EXIT_FILES_S, abandon_on_cancel=True):
-        log.error(
-            "event log %s: the writer did not finish within %g s (a hung or frozen filesystem?): "
-            "events not yet written may be lost",
-            event_log.config.directory,
-            EXIT_FILES_S,
-        )
+        for service in services:
+            nursery.start_soon(service.close_files, EXIT_FILES_S)
 
 
 def restore_admin_states(states: StateFile, runtimes: Mapping[str, RouterRuntime]) -> StateFile:
@@ -87,22 +76,19 @@ def restore_admin_states(states: StateFile, runtimes: Mapping[str, RouterRuntime
     return states
 
 
-def start_event_log(config: Config, runtimes: Iterable[RouterRuntime], metrics: Metrics) -> EventLog | None:
-    """The event log, subscribed to every router and writing; None when not configured.
+def open_files(services: Sequence[Service], runtimes: Iterable[RouterRuntime]) -> None:
+    """At start, before any listener: each feature's service opens its files (`Service.open_files`),
+    then is given every router (`Service.router_added`).
 
     Raises:
-        StartupError: its directory cannot be made or written.
+        StartupError: a service cannot open its files (its one line); `close_files` closes what the
+            others opened.
     """
-    settings = config.event_log
-    if settings is None:
-        return None
-    router_id = settings.router_id or default_router_id(a.name for a in config.acceptors)
-    key_types = {r.name: r.key_type for r in config.routers}
-    event_log = EventLog(settings, router_id, key_types, metrics)
-    try:
-        event_log.start()
-    except EventLogError as exc:
-        raise StartupError(str(exc)) from exc
+    for service in services:
+        try:
+            service.open_files()
+        except OpenError as exc:
+            raise StartupError(str(exc)) from exc
     for runtime in runtimes:
-        runtime.report.subscribe(event_log.report)
-    return event_log
+        for service in services:
+            service.router_added(runtime)

@@ -309,33 +309,6 @@ class Metrics:
             "seconds since the epoch; when its client started until then.",
             ("router", "use"),
         )
-        self.event_log_events = Family(
-            MetricKind.COUNTER,
-            "router_event_log_events_total",
-            "Routing events (decisions and closed connections) of the event log, by outcome: written "
-            "(handed to the file in progress), dropped (the ring was full: the oldest went) or lost "
-            "(a write failed, or the writer process died).",
-            ("outcome",),
-        )
-        self.event_log_files = Family(
-            MetricKind.COUNTER,
-            "router_event_log_files_total",
-            "Event log files, by outcome: finished (complete, renamed into place) or deleted (the "
-            "oldest beyond <max-size>).",
-            ("outcome",),
-        )
-        self.event_log_ring_size = Family(
-            MetricKind.GAUGE,
-            "router_event_log_ring_size",
-            "Events the event log's ring holds at most (its ring-size; read when scraped).",
-            (),
-        )
-        self.event_log_ring_used = Family(
-            MetricKind.GAUGE,
-            "router_event_log_ring_used",
-            "Events waiting in the event log's ring for the writer (read when scraped).",
-            (),
-        )
         self._families: list[Family | Histogram] = list(_families_of(self))
         self._features: dict[type[FeatureMetrics], FeatureMetrics] = {}
         self._samplers: list[Callable[[], None]] = []

@@ -1,12 +1,13 @@
 """A configuration reload carried out in a running routerd (SIGHUP, `POST /api/v1/reload`).
 
 Read the file again, diff it against the configuration in force (router/core/reload.py), read the
-files and bind the sockets the change needs (any failure: close them, change nothing, say why in
-one line: `ReloadError`), then apply it in one synchronous step: routers removed, added and
-changed in place (`RouterRuntime.reconfigure`), the connections whose target left given to the
-features (`Service.targets_left`: the moves feature moves them as an evacuation does) or closed at
-once (`RouterConnections.close_departed`), acceptors stopped, started, and a changed acceptor on
-the same address served on its same listening socket (router/acceptors.py).
+files and bind the sockets the change needs (any failure: close them, change nothing, say why in one
+line: `ReloadError`), then apply it in one synchronous step: routers removed, added and changed in
+place (`RouterRuntime.reconfigure`; the features told: `Service.router_added`, `router_changed`),
+the connections whose target left given to the features (`Service.targets_left`: the moves feature
+moves them as an evacuation does) or closed at once (`RouterConnections.close_departed`), acceptors
+stopped, started, and a changed acceptor on the same address served on its same listening socket
+(router/acceptors.py).
 
 `Reloads` carries it out on the process it is given (`ReloadHost`: router/server.py's `_Server`),
 one reload at a time, none once shutdown began.
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
     from router.metrics import Metrics
     from router.router_tasks import RouterTasks
     from router.services.cache_store import CacheStore
-    from router.services.event_log import EventLog
 
 __all__ = ["ReloadHost", "Reloads"]
 
@@ -71,7 +71,6 @@ class ReloadHost(Protocol):
     admission: Admission
     limits: ConnectionLimits
     metrics: Metrics
-    event_log: EventLog | None
     stores: list[tuple[RouterRuntime, CacheStore]]
     features: dict[type, Service]
     stopping: bool
@@ -231,8 +230,8 @@ class Reloads:
         for change in diff.routers_changed:
             runtime = self._host.runtimes[change.name]
             runtime.reconfigure(config, config.router(change.name))
-            if self._host.event_log is not None:
-                self._host.event_log.set_key_type(change.name, runtime.config.key_type)
+            for service in self._host.features.values():
+                service.router_changed(runtime)
             self._targets_left(runtime, change.departed)
             self._host.routers.restart(runtime)
         warn_unsupported(config, {*diff.routers_added, *(c.name for c in diff.routers_changed)})
@@ -297,9 +296,8 @@ class Reloads:
             config, config.router(name), self._host.metrics, round_robin_start=self._round_robin_start
         )
         self._host.runtimes[name] = runtime
-        if self._host.event_log is not None:
-            runtime.report.subscribe(self._host.event_log.report)
-            self._host.event_log.set_key_type(name, runtime.config.key_type)
+        for service in self._host.features.values():
+            service.router_added(runtime)  # before its acceptors serve: the event log sees it all
         store = None
         if name in prepared.caches:
             store, rows = prepared.caches.pop(name)

@@ -13,6 +13,11 @@ Nursery tree of `serve_router`:
 Acceptors that `plan.fast_path_serves` allows are served by the fast path's epoll thread
 (router/datapath/fast_path.py) instead of an accept loop.
 
+Before any listener the files routerd keeps are opened (router/kept_files.py: the state file, the
+persisted caches' and each feature's, `Service.open_files`: the event log's), and each router is
+given to the features (`Service.router_added`); after shutdown their last writes run
+(`Service.close_files`).
+
 Each router's services run in two cancel scopes of their own (`_RouterTasks`), and each acceptor's
 accept loops in one (router/acceptors.py), so that a reload can stop and start them one by one.
 
@@ -56,14 +61,13 @@ from router.datapath.fast_path import FastPath
 from router.feature import Kernel, Service
 from router.features import FEATURES, register_metrics
 from router.features import routes as feature_routes
-from router.kept_files import close_files, restore_admin_states, start_event_log
+from router.kept_files import close_files, open_files, restore_admin_states
 from router.metrics import Metrics
 from router.reload import Reloads
 from router.router_tasks import RouterTasks
 from router.runtime import RouterRuntime
 from router.services.admin import serve_admin
 from router.services.admin_routes import KERNEL_ROUTES, AdminContext, Lifecycle
-from router.services.event_log import EventLog
 from router.services.files import EXIT_FILES_S
 from router.services.process import ProcessView
 from router.services.state_file import KeptStates, StateFile
@@ -167,7 +171,8 @@ async def serve_router(
     Raises:
         OSError: a listener could not be opened (address in use, permission).
         StartupError: an acceptor's key, trust or user store cannot be loaded, or a persisted
-            cache's file cannot be opened.
+            cache's file or a feature's files (the event log's directory and writer process:
+            `Service.open_files`) cannot be opened.
     """
     shutdown = shutdown if shutdown is not None else trio.Event()
     limits = limits if limits is not None else ConnectionLimits()
@@ -187,11 +192,6 @@ async def serve_router(
         kept = restore_admin_states(StateFile(state_file), runtimes)
         states = KeptStates(kept, lambda: {r.name: r.pool.admin_states() for r in runtimes.values()})
     stores = open_cache_stores(runtimes.values(), discard_unreadable_cache)
-    try:
-        event_log = start_event_log(config, runtimes.values(), metrics)
-    except StartupError:
-        close_cache_stores(stores)
-        raise
     source = config.source
     options = _Options(
         shutdown=shutdown,
@@ -202,13 +202,21 @@ async def serve_router(
         discard_unreadable_cache=discard_unreadable_cache,
         round_robin_start=round_robin_start,
     )
+    server = _Server(config, runtimes, metrics, admission, limits, stores, options)
+    services = list(server.features.values())
     try:
-        server = _Server(config, runtimes, metrics, admission, limits, event_log, stores, options)
+        open_files(services, runtimes.values())  # the features' files (the event log's)
+    except StartupError:
+        close_cache_stores(stores)
+        with trio.CancelScope(shield=True):  # what the services before the failing one opened
+            await close_files((), services, None)
+        raise
+    try:
         await server.serve(served, admin, grace_s, task_status)
     finally:
         # Cleanup, shielded: the last decisions' changes reach the files, within EXIT_FILES_S.
         with trio.CancelScope(shield=True):
-            await close_files(stores, event_log, states)
+            await close_files(stores, services, states)
     log.info("stopped")
 
 
@@ -222,7 +230,6 @@ class _Server:
         metrics: Metrics,
         admission: Admission,
         limits: ConnectionLimits,
-        event_log: EventLog | None,
         stores: list[tuple[RouterRuntime, CacheStore]],
         options: _Options,
     ) -> None:
@@ -235,7 +242,6 @@ class _Server:
         self.metrics = metrics
         self.admission = admission
         self.limits = limits
-        self.event_log = event_log
         self.stores = stores
         """Persisted caches' files, written a last time at exit (shared with `serve_router`)."""
         self.options = options
@@ -271,11 +277,9 @@ class _Server:
         """Read the configuration file again and apply it (router/reload.py)."""
 
     def _kernel_objects(self) -> dict[type, object]:
-        """What the features' routes read of the kernel's, by type: the event log and the kept
-        administrative states, when the process has them (`Call.optional`)."""
+        """What the features' routes read of the kernel's, by type: the kept administrative states,
+        when the process has them (`Call.optional`)."""
         found: dict[type, object] = {}
-        if self.event_log is not None:
-            found[EventLog] = self.event_log
         if self.options.states is not None:
             found[KeptStates] = self.options.states
         return found

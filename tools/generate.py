@@ -14,9 +14,10 @@ What is generated, from what:
   (router/core/records.py), from its dataclass fields.
 * `event_format/_generated_lines.py`: each kind's JSON line, from a record and from an event's
   values, from the records of event_format/schema.py.
-* `router/core/_generated_event_records.py` and `event_format/_native_program.h`: how routerd takes
-  an event's values and its record, in Python, and the native recorder's program, in C, both from
-  the one table of router/core/event_sources.py (so the two recorders take the same values).
+* `router/features/event_log/_generated_records.py` and `event_format/_native_program.h`: how
+  routerd takes an event's values and its record, in Python, and the native recorder's program, in
+  C, both from the one table of router/features/event_log/sources.py (so the two recorders take the
+  same values).
 
 Python output is formatted by ruff with the project's configuration, so that `ruff format --check`
 holds for it as for the rest of the tree. Nothing here runs at import time of the router.
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from event_format.schema import EventRecord
-    from router.core.event_sources import Source
+    from router.features.event_log.sources import Source
 
 __all__ = ["OUTPUTS", "ROOT", "Output", "main", "quick_init_classes", "render", "stale"]
 
@@ -279,9 +280,9 @@ def _identity(member: enum.Enum) -> str:
 
 
 def _python_source(source: Source) -> str:
-    """The Python expression of a source (router/core/event_sources.py) over the event `e`, its
-    reference `ref`, the decision's raw key `raw` and the router's `key_type`."""
-    from router.core.event_sources import (
+    """The Python expression of a source (router/features/event_log/sources.py) over the event `e`,
+    its reference `ref`, the decision's raw key `raw` and the router's `key_type`."""
+    from router.features.event_log.sources import (
         AddressHost,
         EnumValue,
         IsMember,
@@ -313,7 +314,7 @@ def _python_source(source: Source) -> str:
 
 def _prelude(sources: dict[str, Source]) -> list[str]:
     """What an event's maker reads once: its reference, and a decision's raw key."""
-    from router.core.event_sources import REF_SLOT, RawKey, RawKeyLength
+    from router.features.event_log.sources import REF_SLOT, RawKey, RawKeyLength
 
     lines = [f"    ref = e.{REF_SLOT}"]
     if any(isinstance(source, RawKey | RawKeyLength) for source in sources.values()):
@@ -324,7 +325,7 @@ def _prelude(sources: dict[str, Source]) -> list[str]:
 _EVENT_RECORDS_HEAD: Final = '''"""Per event type routerd logs: the values its event log takes from it
 (`VALUE_MAKERS`), its record (`RECORD_MAKERS`), and what the native recorder is given besides its
 program (`RECORDER_EVENT_TYPES`, `RECORDER_IDENTITIES`, in the program's order; the program itself
-is event_format/_native_program.h), all made from router/core/event_sources.py's table.
+is event_format/_native_program.h), all made from router/features/event_log/sources.py's table.
 tests/tools/test_generate.py checks that this file is what the command writes now."""
 
 from __future__ import annotations
@@ -345,7 +346,7 @@ __all__ = ["RECORDER_EVENT_TYPES", "RECORDER_IDENTITIES", "RECORD_MAKERS", "VALU
 
 def _identities() -> list[enum.Enum]:
     """The enum members the table's identity tests compare with, in the table's order."""
-    from router.core.event_sources import SOURCES, IsMember
+    from router.features.event_log.sources import SOURCES, IsMember
 
     found: list[enum.Enum] = []
     for sources in SOURCES.values():
@@ -356,9 +357,9 @@ def _identities() -> list[enum.Enum]:
 
 
 def generated_event_records() -> str:
-    """`router/core/_generated_event_records.py`."""
+    """`router/features/event_log/_generated_records.py`."""
     from event_format.schema import KINDS, WRITER_FIELDS
-    from router.core.event_sources import EVENT_KINDS, REF_ID_SLOT, SOURCES
+    from router.features.event_log.sources import EVENT_KINDS, REF_ID_SLOT, SOURCES
 
     functions = []
     for event, kind in EVENT_KINDS.items():
@@ -391,7 +392,7 @@ def generated_event_records() -> str:
         [
             f"from event_format.schema import RAW_KEY_CAP, {records}",
             *(f"from {type(m).__module__} import {type(m).__name__}" for m in identities),
-            "from router.core.event_sources import raw_key",
+            "from router.features.event_log.sources import raw_key",
             f"from router.core.events import {', '.join(sorted(e.__name__ for e in EVENT_KINDS))}",
         ]
     )
@@ -401,7 +402,7 @@ def generated_event_records() -> str:
         "VALUE_MAKERS: Final[dict[type, Callable[..., EventValues]]] = {"
         + ", ".join(f"{e}: {e.lower()}_values" for e in events)
         + "}",
-        '"""Per logged event type: its values, `(event, key_type, when)` (`event_records.event_values`)."""',
+        '"""Per logged event type: its values, `(event, key_type, when)` (`records.event_values`)."""',
         "",
         "RECORD_MAKERS: Final[dict[type, Callable[..., Record]]] = {"
         + ", ".join(f"{e}: {e.lower()}_record" for e in events)
@@ -434,7 +435,7 @@ def _c_string(text: str | None) -> str:
 def _c_step(source: Source, annotation: str, identities: list[enum.Enum]) -> str:
     """A source as a `StepSpec` initialiser of event_format/_native.c: {op, on_ref, slot, slot2,
     identity}."""
-    from router.core.event_sources import (
+    from router.features.event_log.sources import (
         FACTS_SLOT,
         AddressHost,
         EnumValue,
@@ -473,11 +474,11 @@ _PROGRAM_HEAD: Final = """/* Generated by `python -m tools.generate` (tools/gene
  *
  * The native recorder's program, which event_format/_native.c includes: for each event type
  * routerd logs, a step per value it takes (the slot it reads, and how), made from the table of
- * router/core/event_sources.py, as the Python recorder's code is
- * (router/core/_generated_event_records.py). routerd gives the recorder the event types and the
- * identities in this order (RECORDER_EVENT_TYPES, RECORDER_IDENTITIES); the recorder checks their
- * names and finds their slots when it is made. tests/tools/test_generate.py checks that this file
- * is what the command writes now.
+ * router/features/event_log/sources.py, as the Python recorder's code is
+ * (router/features/event_log/_generated_records.py). routerd gives the recorder the event types
+ * and the identities in this order (RECORDER_EVENT_TYPES, RECORDER_IDENTITIES); the recorder
+ * checks their names and finds their slots when it is made. tests/tools/test_generate.py checks
+ * that this file is what the command writes now.
  */
 """
 
@@ -485,7 +486,7 @@ _PROGRAM_HEAD: Final = """/* Generated by `python -m tools.generate` (tools/gene
 def generated_program() -> str:
     """`event_format/_native_program.h`."""
     from event_format.schema import KINDS, RAW_KEY_CAP
-    from router.core.event_sources import EVENT_KINDS, REF_ID_SLOT, REF_ROUTER_SLOT, REF_SLOT, SOURCES
+    from router.features.event_log.sources import EVENT_KINDS, REF_ID_SLOT, REF_ROUTER_SLOT, REF_SLOT, SOURCES
 
     identities = _identities()
     lines = [
@@ -522,7 +523,7 @@ def generated_program() -> str:
 OUTPUTS: Final[tuple[Output, ...]] = (
     Output("router/core/_generated_inits.py", generated_inits),
     Output("event_format/_generated_lines.py", generated_lines),
-    Output("router/core/_generated_event_records.py", generated_event_records),
+    Output("router/features/event_log/_generated_records.py", generated_event_records),
     Output("event_format/_native_program.h", generated_program),
 )
 

@@ -6,11 +6,11 @@ and to send it, what the writer process takes per event, next to the routing dec
 Quoted by docs/event-log.md ("Why Parquet", "What it costs routerd") and benchmarks/README.md
 ("The event pipeline"). It has no command of its own: the pipeline study runs it.
 
-`EventLog` (router/services/event_log.py) is built as routerd builds it, on a directory under
-`/tmp`, with a ring large enough that nothing is dropped. Then:
+`EventLog` (router/features/event_log/service.py) is built as routerd builds it, on a directory
+under `/tmp`, with a ring large enough that nothing is dropped. Then:
 
 * **report**: `EventLog.report(event)` for every event (the recorder's record into its ring: the
-  native one's when it is built, router/services/event_recorder.py), each call timed with
+  native one's when it is built, router/features/event_log/recorder.py), each call timed with
   `time.perf_counter_ns` (whose own ~0.1 µs is included), in the calling thread as routing calls
   it. The ring is drained every `SEND_BATCH` events, where routerd's reporting thread sends them,
   and no writer runs meanwhile: the send is the next figure.
@@ -58,11 +58,11 @@ from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
+from router.features.event_log.files import PENDING_EVENTS
+from router.features.event_log.recorder import make_recorder
+from router.features.event_log.service import SEND_BATCH, EventLog
+from router.features.event_log.writer import file_format
 from router.metrics import Metrics
-from router.services.event_files import PENDING_EVENTS
-from router.services.event_log import SEND_BATCH, EventLog
-from router.services.event_recorder import make_recorder
-from router.services.event_writer import file_format
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -189,7 +189,7 @@ class EventFileFormat(enum.Enum):
 class EventLogConfig:
     """Our extension `<event-log>`, a direct child of `<core>` (or `routerd --event-log DIR`): the
     routing event log, one record per decision and per closed connection, written by
-    `router/services/event_log.py` (docs/event-log.md). Off unless configured."""
+    `router/features/event_log/service.py` (docs/event-log.md). Off unless configured."""
 
     directory: str
     """Where the files go (created if missing)."""

@@ -1,7 +1,7 @@
 """event_format/_generated_lines.py: a writer per kind, from a record and from values, in the
 kinds' order. That the file is what `python -m tools.generate` writes now is checked in
 tests/tools/test_generate.py; that the two writers give the same line, in
-tests/router/core/test_event_records.py."""
+tests/router/features/event_log/test_records.py."""
 
 from __future__ import annotations
 

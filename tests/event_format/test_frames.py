@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from event_format.frames import FRAME_HEAD, NativeBatch, columns, decode_frame, events_of
 from event_format.schema import COLUMN_CODES, VALUE_NAMES
-from tests.router.core.test_event_records import decision
-from tests.router.services.test_event_recorder import _events, closed, recorder
+from tests.router.features.event_log.test_recorder import _events, closed, recorder
+from tests.router.features.event_log.test_records import decision
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

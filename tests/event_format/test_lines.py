@@ -10,9 +10,9 @@ import pytest
 from event_format.lines import json_line, values_line
 from event_format.schema import Sequence
 from keys import KeyType
-from router.core.event_records import event_values, record_of
 from router.core.events import Closed, CloseReason
-from tests.router.core.test_event_records import CONN, TS, decision
+from router.features.event_log.records import event_values, record_of
+from tests.router.features.event_log.test_records import CONN, TS, decision
 
 
 def test_a_hostile_key_stays_one_ascii_line():

@@ -27,13 +27,13 @@ from event_format.schema import (
 )
 from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
-from router.core.event_records import event_values
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided
-from router.services.event_recorder import make_recorder
-from router.services.event_writer import file_format
-from tests.router.services.conftest import all_records, finished, records_in
-from tests.router.services.test_event_files import FORMATS, NOW, _batch, _files, _keys
-from tests.router.services.test_event_log import decided
+from router.features.event_log.recorder import make_recorder
+from router.features.event_log.records import event_values
+from router.features.event_log.writer import file_format
+from tests.router.features.event_log.conftest import all_records, finished, records_in
+from tests.router.features.event_log.test_files import FORMATS, NOW, _batch, _files, _keys
+from tests.router.features.event_log.test_service import decided
 
 if TYPE_CHECKING:
     from collections.abc import Sequence as Seq

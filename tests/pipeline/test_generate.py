@@ -45,7 +45,7 @@ from policies import ConsistentHashPolicy
 from pools.target import Connector, Target
 from router.config import load_config
 from router.config.settings import EventFileFormat
-from tests.router.services.conftest import records_in
+from tests.router.features.event_log.conftest import records_in
 
 
 def _valid(line: str) -> dict[str, object] | None:

@@ -67,5 +67,11 @@ async def test_service_default_hooks_do_nothing() -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(service.serve)  # started at once, and returns
     departed = [Departed(node_id="b1")]
-    assert service.targets_left(make_runtime(), departed) == departed
+    runtime = make_runtime()
+    assert service.targets_left(runtime, departed) == departed
+    service.open_files()
+    service.router_added(runtime)
+    service.router_changed(runtime)
     service.stopping(1.0)
+    with trio.fail_after(0):  # at once: nothing to write
+        await service.close_files(5.0)

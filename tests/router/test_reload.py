@@ -3,6 +3,7 @@ place, connections and listening sockets kept, nothing changed when it fails."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import socket
@@ -14,13 +15,16 @@ import trio
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
 from router.config import ConfigError
-from router.config.settings import AcceptorConfig, Config, RouterConfig
+from router.config.settings import AcceptorConfig, Config, EventFileFormat, EventLogConfig, RouterConfig
 from router.core.reload import ReloadError
 from router.datapath.net import open_connection
 from router.server import ServerInfo, serve_router
+from tests.router.features.event_log.conftest import all_records
 from tests.router.test_server import _read_until_eof, _serve_named_echo, _until
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from router.core.reload import ConfigDiff
 
 
@@ -249,3 +253,46 @@ class TestReload:
                 await info.reload()
         assert set(info.acceptors) == {"a"}
         assert [t.node_id for t in info.runtimes["r"].pool.targets()] == ["b0"]
+
+    async def test_reload_gives_the_event_log_the_routers_it_adds_and_changes(
+        self, fleet: list[int], tmp_path: Path
+    ) -> None:
+        """Scenario: with the event log on, a reload adds router `r2` (with an acceptor) and changes
+        `r`'s policy; each connection of both is logged once (a decision, a close) under its router."""
+        first = dataclasses.replace(
+            _reload_config(fleet, ("b0",), {"a": (0, False)}),
+            event_log=EventLogConfig(directory=str(tmp_path), format=EventFileFormat.JSONL),
+        )
+        r = first.routers[0]
+        second = dataclasses.replace(
+            first,
+            acceptors=(*first.acceptors, AcceptorConfig(name="b", host="127.0.0.1", port=0, router="r2")),
+            routers=(
+                dataclasses.replace(r, policy=PolicyConfig(name="ROUND_ROBIN")),
+                dataclasses.replace(r, name="r2"),
+            ),
+        )
+        configs = [first]
+        shutdown = trio.Event()
+        async with trio.open_nursery() as nursery:
+            info: ServerInfo = await nursery.start(
+                functools.partial(
+                    serve_router, first, admin=None, grace_s=0, shutdown=shutdown, load=lambda: configs[-1]
+                )
+            )
+            await info.runtimes["r"].pool.wait_until(lambda: info.runtimes["r"].pool.ready_count() == 1)
+            stream, _ = await self._hello(info.acceptors["a"])
+            await stream.aclose()
+            configs.append(second)
+            diff = await self._reload(info)
+            assert (diff.routers_added, [c.name for c in diff.routers_changed]) == (("r2",), ["r"])
+            await info.runtimes["r2"].pool.wait_until(lambda: info.runtimes["r2"].pool.ready_count() == 1)
+            for acceptor in ("a", "b"):
+                stream, _ = await self._hello(info.acceptors[acceptor])
+                await stream.aclose()
+            shutdown.set()
+        logged = sorted((str(r["router"]), str(r["kind"])) for r in all_records(tmp_path))
+        assert logged == [("r", "close")] * 2 + [("r", "decision")] * 2 + [
+            ("r2", "close"),
+            ("r2", "decision"),
+        ]

@@ -66,7 +66,7 @@ def test__decorated_classes_finds_nested_and_qualified_decorators():
 
 
 def test_a_slot_of_a_type_no_recorder_step_takes_is_refused():
-    from router.core.event_sources import Slot
+    from router.features.event_log.sources import Slot
     from tools.generate import _c_step
 
     assert _c_step(Slot("key"), "str", []) == '{OP_STR, 0, "key", NULL, -1}'

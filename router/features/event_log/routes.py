@@ -10,14 +10,15 @@ from __future__ import annotations
 from typing import Final
 
 from router.feature import Call, HttpError, Response, Route, json_object, json_response
-from router.services.event_log import EventLog
+from router.features.event_log.service import EventLogService
 
 __all__ = ["ROUTES"]
 
 
 def _event_log(call: Call) -> Response:
     """GET: the event log's status; PUT `{"ring_size": N}`: resize its ring."""
-    event_log = call.optional(EventLog)
+    service = call.optional(EventLogService)
+    event_log = None if service is None else service.event_log
     if event_log is None:
         raise HttpError(404, "the event log is off (<event-log> or routerd --event-log DIR turns it on)")
     if call.method == "GET":

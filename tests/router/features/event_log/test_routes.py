@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from router.config.settings import EventLogConfig
+from router.config.settings import Config, EventLogConfig
 from router.feature import Call, HttpError
 from router.features.event_log.routes import ROUTES
+from router.features.event_log.service import EventLog, EventLogService
 from router.metrics import Metrics
-from router.services.event_log import EventLog
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,11 +41,19 @@ def test_without_an_event_log_it_is_404_saying_how_to_turn_it_on() -> None:
     assert raised.value.status == 404
 
 
+def test_with_the_event_log_off_it_is_404_saying_how_to_turn_it_on() -> None:
+    service = EventLogService(lambda: Config(source="t.xml"), Metrics())
+    with pytest.raises(HttpError, match="the event log is off") as raised:
+        _handle(_call("GET", {EventLogService: service}))
+    assert raised.value.status == 404
+
+
 def test_resize_and_status(tmp_path: Path) -> None:
-    event_log = EventLog(EventLogConfig(directory=str(tmp_path)), "edge-1", {}, Metrics())
-    status, _, body = _handle(_call("PUT", {EventLog: event_log}, {"ring_size": 128}))
+    service = EventLogService(lambda: Config(source="t.xml"), Metrics())
+    service.event_log = EventLog(EventLogConfig(directory=str(tmp_path)), "edge-1", {}, Metrics())
+    status, _, body = _handle(_call("PUT", {EventLogService: service}, {"ring_size": 128}))
     assert status == 200
     assert json.loads(body)["ring_size"] == 128
     with pytest.raises(HttpError) as raised:
-        _handle(_call("PUT", {EventLog: event_log}, {"ring_size": 0}))
+        _handle(_call("PUT", {EventLogService: service}, {"ring_size": 0}))
     assert raised.value.status == 400

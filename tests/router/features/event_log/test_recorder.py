@@ -1,5 +1,5 @@
-"""router/services/event_recorder.py and the recorder of event_format/_native.c: both recorders take
-what `event_values` takes and keep the ring's semantics (their records decoding:
+"""router/features/event_log/recorder.py and the recorder of event_format/_native.c: both recorders
+take what `event_values` takes and keep the ring's semantics (their records decoding:
 tests/event_format/test_frames.py)."""
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from event_format.schema import RAW_KEY_CAP, VALUE_NAMES
 from keys import ConnectionFacts, KeyType, WireProtocol
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import RECORDER_EVENT_TYPES, RECORDER_IDENTITIES, event_values
 from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
-from router.services import event_recorder
-from router.services.event_recorder import (
+from router.features.event_log import recorder as event_recorder
+from router.features.event_log.recorder import (
     NATIVE,
     FrameError,
     Recorder,
     ValuesRecorder,
     make_recorder,
 )
-from tests.router.core.test_event_records import CONN, decision
+from router.features.event_log.records import RECORDER_EVENT_TYPES, RECORDER_IDENTITIES, event_values
+from tests.router.features.event_log.test_records import CONN, decision
 
 if TYPE_CHECKING:
     from event_format.schema import EventValues

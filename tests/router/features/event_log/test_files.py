@@ -1,4 +1,4 @@
-"""router/services/event_files.py: the files of the event log's writer, in both formats
+"""router/features/event_log/files.py: the files of the event log's writer, in both formats
 (event_format.lines.JsonLines, event_format.parquet.ParquetFormat), in process, on real files."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 from event_format.lines import JsonLines
 from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
-from router.core.event_records import event_values
-from router.services.event_files import EventFiles, Tally
-from router.services.event_writer import file_format
-from tests.router.services.conftest import all_records, finished
-from tests.router.services.test_event_log import decided
+from router.features.event_log.files import EventFiles, Tally
+from router.features.event_log.records import event_values
+from router.features.event_log.writer import file_format
+from tests.router.features.event_log.conftest import all_records, finished
+from tests.router.features.event_log.test_service import decided
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -1,6 +1,6 @@
-"""router/core/event_sources.py: the raw key a decision's line keeps, and the one table of where
-each field comes from (that both recorders take the same values from it:
-tests/router/services/test_event_recorder.py)."""
+"""router/features/event_log/sources.py: the raw key a decision's line keeps, and the one table of
+where each field comes from (that both recorders take the same values from it:
+tests/router/features/event_log/test_recorder.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,16 @@ import pytest
 
 from event_format.schema import WRITER_FIELDS
 from keys import KeyType
-from router.core.event_sources import EVENT_KINDS, SOURCES, IsMember, RawKey, RawKeyLength, Slot, raw_key
-from tests.router.core.test_event_records import decision
+from router.features.event_log.sources import (
+    EVENT_KINDS,
+    SOURCES,
+    IsMember,
+    RawKey,
+    RawKeyLength,
+    Slot,
+    raw_key,
+)
+from tests.router.features.event_log.test_records import decision
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 """Per event type routerd logs: the values its event log takes from it
 (`VALUE_MAKERS`), its record (`RECORD_MAKERS`), and what the native recorder is given besides its
 program (`RECORDER_EVENT_TYPES`, `RECORDER_IDENTITIES`, in the program's order; the program itself
-is event_format/_native_program.h), all made from router/core/event_sources.py's table.
+is event_format/_native_program.h), all made from router/features/event_log/sources.py's table.
 tests/tools/test_generate.py checks that this file is what the command writes now."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Final
 
 from event_format.schema import RAW_KEY_CAP, CloseRecord, DecisionRecord
 from router.core.engine import DecisionReason
-from router.core.event_sources import raw_key
 from router.core.events import Closed, Decided
+from router.features.event_log.sources import raw_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -114,7 +114,7 @@ def closed_record(
 
 
 VALUE_MAKERS: Final[dict[type, Callable[..., EventValues]]] = {Decided: decided_values, Closed: closed_values}
-"""Per logged event type: its values, `(event, key_type, when)` (`event_records.event_values`)."""
+"""Per logged event type: its values, `(event, key_type, when)` (`records.event_values`)."""
 
 RECORD_MAKERS: Final[dict[type, Callable[..., Record]]] = {Decided: decided_record, Closed: closed_record}
 """Per logged event type: its record, `(event, router_id, seq, conn, ts, key_type)`."""

@@ -3,9 +3,9 @@ becomes its values (`event_values`, what the event log sends its writer) or its 
 (`record_of`); the records themselves, their fields and their lines are the event files' format
 (`event_format`).
 
-Where each field comes from is stated once, in the table of `router/core/event_sources.py`; the
-code that takes it is generated from that table ahead of time by `python -m tools.generate`: the
-Python here (`_generated_event_records.py`) and the native recorder's program in C
+Where each field comes from is stated once, in the table of `sources.py`; the code that takes it
+is generated from that table ahead of time by `python -m tools.generate`: the Python here
+(`_generated_records.py`) and the native recorder's program in C
 (`event_format/_native_program.h`), so the two recorders take the same values (a test checks it
 on every kind and key type).
 
@@ -14,10 +14,10 @@ as `event_values` does: a subscriber looks its event's type up once, and other e
 it), and what `NativeRecorder` gives the C recorder besides its program, in its order:
 `RECORDER_EVENT_TYPES` and `RECORDER_IDENTITIES` (what its identity tests compare with).
 
-Pure: no I/O, no clock (the time is an argument), no logging. The event log
-(`router/services/event_log.py`) takes a connection's event's values at once, in C or without the
-C extension by `event_values`; its writer process encodes them (`event_format.lines.values_line`,
-`event_format.parquet`), out of the routing process. `record_of` makes the record itself, which
+Pure: no I/O, no clock (the time is an argument), no logging. The event log (`service.py`) takes
+a connection's event's values at once, in C or without the C extension by `event_values`; its
+writer process encodes them (`event_format.lines.values_line`, `event_format.parquet`), out of the
+routing process. `record_of` makes the record itself, which
 `event_format.lines.json_line` writes as the same line.
 """
 
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from router.core._generated_event_records import RECORD_MAKERS
-from router.core._generated_event_records import RECORDER_EVENT_TYPES as RECORDER_EVENT_TYPES
-from router.core._generated_event_records import RECORDER_IDENTITIES as RECORDER_IDENTITIES
-from router.core._generated_event_records import VALUE_MAKERS as VALUE_MAKERS
+from router.features.event_log._generated_records import RECORD_MAKERS
+from router.features.event_log._generated_records import RECORDER_EVENT_TYPES as RECORDER_EVENT_TYPES
+from router.features.event_log._generated_records import RECORDER_IDENTITIES as RECORDER_IDENTITIES
+from router.features.event_log._generated_records import VALUE_MAKERS as VALUE_MAKERS
 
 if TYPE_CHECKING:
     from event_format.schema import EventValues, Record, Timestamp

@@ -1,13 +1,13 @@
 """Where each field of the event log's records comes from in routerd's connection events: one table
 per logged event type (`SOURCES`), stated once.
 
-A record is made from a connection's event (`event_records.record_of`); the event log takes the
-same values from the event as a flat tuple (`event_records.event_values`, or the native recorder in
-C) and its writer process writes the line or the row from the tuple, without the record in
-between. `python -m tools.generate` writes both recorders' code from this table, ahead of time:
-the Python that takes an event's values and its record (`_generated_event_records.py`) and the
-native recorder's program (`event_format/_native_program.h`), so that they take the same values (a
-test checks it on every kind and key type). A source names the event's slots it reads, so that C
+A record is made from a connection's event (`records.record_of`); the event log takes the same
+values from the event as a flat tuple (`records.event_values`, or the native recorder in C) and
+its writer process writes the line or the row from the tuple, without the record in between.
+`python -m tools.generate` writes both recorders' code from this table, ahead of time: the Python
+that takes an event's values and its record (`_generated_records.py`) and the native recorder's
+program (`event_format/_native_program.h`), so that they take the same values (a test checks it
+on every kind and key type). A source names the event's slots it reads, so that C
 can read them directly; each kind of source is one step of the native recorder. Enum values are
 read as `_value_` (the `value` property is a Python-level call).
 

@@ -1,5 +1,5 @@
-"""router/services/event_writer.py: the writer process's frames, lines and reports; in process, and
-as the real process routerd starts."""
+"""router/features/event_log/writer.py: the writer process's frames, lines and reports; in process,
+and as the real process routerd starts."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from event_format.schema import BOOT_SPAN
 from keys import KeyType
 from router.config.settings import EventFileFormat, EventLogConfig
 from router.core.address import Address
-from router.core.event_records import event_values
 from router.core.events import Closed, CloseReason, ConnectionRef
-from router.services import event_writer
-from router.services.event_files import EventFiles
-from router.services.event_writer import file_format, settings_argument
-from tests.router.services.conftest import all_records, records_in
-from tests.router.services.test_event_log import decided as _decided
+from router.features.event_log import writer as event_writer
+from router.features.event_log.files import EventFiles
+from router.features.event_log.records import event_values
+from router.features.event_log.writer import file_format, settings_argument
+from tests.router.features.event_log.conftest import all_records, records_in
+from tests.router.features.event_log.test_service import decided as _decided
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -79,7 +79,12 @@ def test_a_frame_longer_than_the_bound_is_a_broken_stream(tmp_path):
 def test_the_process_finishes_its_file_when_its_input_ends_and_ignores_sigterm(tmp_path):
     config = EventLogConfig(directory=str(tmp_path))
     process = subprocess.Popen(
-        [sys.executable, "-m", "router.services.event_writer", settings_argument(config, "e/1", "e_1", 7)],
+        [
+            sys.executable,
+            "-m",
+            "router.features.event_log.writer",
+            settings_argument(config, "e/1", "e_1", 7),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
@@ -112,7 +117,7 @@ def test_a_directory_it_cannot_read_is_one_clear_failure(tmp_path):
     blocker.write_text("")
     config = EventLogConfig(directory=str(blocker))
     done = subprocess.run(
-        [sys.executable, "-m", "router.services.event_writer", settings_argument(config, "e", "e", 1)],
+        [sys.executable, "-m", "router.features.event_log.writer", settings_argument(config, "e", "e", 1)],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         check=False,

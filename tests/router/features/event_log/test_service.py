@@ -1,6 +1,7 @@
-"""router/services/event_log.py with its writer process: the files, rotation, recovery and bounds, on
-real files (no sockets: events are made by hand and reported as the data paths report them). Every
-test runs with each recorder (router/services/event_recorder.py), the native one and the Python one."""
+"""router/features/event_log/service.py: the event log with its writer process: the files, rotation,
+recovery and bounds, on real files (no sockets: events are made by hand and reported as the data
+paths report them), each test with each recorder (router/features/event_log/recorder.py), the
+native one and the Python one; and the feature's service (`TestEventLogService`)."""
 
 from __future__ import annotations
 
@@ -14,22 +15,26 @@ import pytest
 from event_format.frames import encode_frame
 from event_format.schema import BOOT_SPAN
 from keys import ConnectionFacts, KeyType
-from router.config.settings import EventFileFormat, EventLogConfig
+from router.config.settings import Config, EventFileFormat, EventLogConfig, RouterConfig
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
 from router.core.events import Accepted, Closed, CloseReason, ConnectionRef, Decided, Mode
-from router.metrics import Metrics
-from router.services import event_log as event_log_module
-from router.services import event_recorder
-from router.services.event_log import (
+from router.feature import OpenError
+from router.features.event_log import recorder as event_recorder
+from router.features.event_log import service as event_log_module
+from router.features.event_log.metrics import EventLogMetrics
+from router.features.event_log.service import (
     SEND_BATCH,
     EventLog,
     EventLogError,
+    EventLogService,
     default_router_id,
     file_name_part,
 )
+from router.metrics import Metrics
+from router.runtime import RouterRuntime
 from tests.conftest import eventually
-from tests.router.services.conftest import all_records, finished, records_in
+from tests.router.features.event_log.conftest import all_records, finished, records_in
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -112,8 +117,8 @@ def test_decisions_and_closes_become_lines_of_one_compressed_file_at_stop(tmp_pa
     )
     assert decision["ts"] == "2026-11-23T12:00:00.000000Z"
     assert decision["raw_key"] == "dev-1"
-    assert metrics.event_log_events.value(("written",)) == 2
-    assert metrics.event_log_files.value(("finished",)) == 1
+    assert metrics.feature(EventLogMetrics).event_log_events.value(("written",)) == 2
+    assert metrics.feature(EventLogMetrics).event_log_files.value(("finished",)) == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".events")]  # nothing in progress
 
 
@@ -183,7 +188,7 @@ def test_a_full_ring_drops_the_oldest_counts_it_and_leaves_a_gap(tmp_path, caplo
     lines = all_records(tmp_path)
     assert [line["key"] for line in lines] == ["dev-2", "dev-3", "dev-4"]
     assert [int(str(line["seq"])) % BOOT_SPAN for line in lines] == [2, 3, 4]  # 0 and 1 are the gap
-    assert metrics.event_log_events.value(("dropped",)) == 2
+    assert metrics.feature(EventLogMetrics).event_log_events.value(("dropped",)) == 2
     assert "ring full: 2 event(s) dropped (ring-size=3)" in caplog.text
 
 
@@ -236,7 +241,7 @@ def test_a_writer_that_reads_nothing_costs_routing_no_wait_and_the_ring_drops_th
     finally:
         os.kill(writer.pid, signal.SIGCONT)
     assert event_log.stop(30)
-    dropped = int(metrics.event_log_events.value(("dropped",)) or 0)
+    dropped = int(metrics.feature(EventLogMetrics).event_log_events.value(("dropped",)) or 0)
     assert dropped > 0
     assert event_log.lost == 0
     numbers = [int(str(line["seq"])) % BOOT_SPAN for line in all_records(tmp_path)]
@@ -270,7 +275,7 @@ def test_a_write_error_loses_that_batch_only_and_the_writer_goes_on(tmp_path, ca
     event_log.report(decided(2))
     assert event_log.stop(5)
     assert [line["key"] for line in all_records(tmp_path)] == ["dev-2"]
-    assert metrics.event_log_events.value(("lost",)) == 1
+    assert metrics.feature(EventLogMetrics).event_log_events.value(("lost",)) == 1
     assert "event log: 1 event(s) lost" in caplog.text
 
 
@@ -292,7 +297,7 @@ def test_finished_files_beyond_max_size_are_deleted_oldest_first(tmp_path, caplo
     assert 1 < len(files) < 6
     assert sum(p.stat().st_size for p in files) <= max_size
     assert [line["key"] for line in all_records(tmp_path)] == [f"dev-{n}" for n in range(6 - len(files), 6)]
-    assert metrics.event_log_files.value(("deleted",)) == 6 - len(files)
+    assert metrics.feature(EventLogMetrics).event_log_files.value(("deleted",)) == 6 - len(files)
     assert f"over max-size={max_size}" in caplog.text
 
 
@@ -340,9 +345,9 @@ def test_a_writer_process_that_dies_is_started_again_and_what_it_missed_is_count
     assert event_log.stop(5)
     assert event_log._writer is not first
     assert [line["key"] for line in all_records(tmp_path)] == ["dev-3"]
-    assert metrics.event_log_events.value(("lost",)) == 2
-    assert metrics.event_log_events.value(("written",)) == 1
-    assert metrics.event_log_files.value(("finished",)) == 1
+    assert metrics.feature(EventLogMetrics).event_log_events.value(("lost",)) == 2
+    assert metrics.feature(EventLogMetrics).event_log_events.value(("written",)) == 1
+    assert metrics.feature(EventLogMetrics).event_log_files.value(("finished",)) == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".events")]
 
 
@@ -375,3 +380,78 @@ def test_without_the_native_recorder_the_python_one_logs_and_routerd_says_so(tmp
     assert [r["key"] for r in all_records(tmp_path)] == ["dev-1"]
     assert "recorder=python" in caplog.text
     assert "the native recorder is not built" in caplog.text
+
+
+def _service_config(*routers: RouterConfig, event_log: EventLogConfig | None = None) -> Config:
+    return Config(source="t.xml", routers=routers, event_log=event_log)
+
+
+def _runtime(key_type: KeyType) -> RouterRuntime:
+    """Router `r1`, the router of `decided`'s events."""
+    router = RouterConfig(name="r1", key_type=key_type)
+    return RouterRuntime(_service_config(router), router, Metrics())
+
+
+class TestEventLogService:
+    """`EventLogService`: the log opened at start only when configured, each router's events logged
+    with its key type, its rest written at exit (through a real routerd: test_routerd_event_log.py).
+    Once each: the service's log records with the recorder that is built."""
+
+    @pytest.fixture(autouse=True)
+    def recorders(self) -> bool:
+        return True
+
+    async def test_no_event_log_without_its_configuration(self) -> None:
+        service = EventLogService(_service_config, Metrics())
+        service.open_files()
+        assert service.event_log is None
+        runtime = _runtime(KeyType.SOURCE_IP)
+        service.router_added(runtime)
+        service.router_changed(runtime)
+        await service.close_files(5.0)
+        assert service.event_log is None
+
+    def test_an_unusable_directory_is_an_open_error_of_one_line(self, tmp_path: Path) -> None:
+        blocker = tmp_path / "file"
+        blocker.write_text("")
+        settings = EventLogConfig(directory=str(blocker / "e"))
+        service = EventLogService(lambda: _service_config(event_log=settings), Metrics())
+        with pytest.raises(OpenError, match=r"^event log directory '.*/file/e': Not a directory$"):
+            service.open_files()
+        assert service.event_log is None
+
+    async def test_each_router_s_events_are_logged_with_its_key_type_until_the_exit(
+        self, tmp_path: Path
+    ) -> None:
+        """Scenario: the router is added with key type SOURCE_IP, then a reload makes it CLIENT_ID;
+        at exit the file holds both decisions, each with the raw key of its time (the events' facts
+        have a client id and no source IP)."""
+        settings = EventLogConfig(directory=str(tmp_path), router_id="edge-1")
+        service = EventLogService(lambda: _service_config(event_log=settings), Metrics())
+        service.open_files()
+        assert service.event_log is not None
+        assert service.event_log.router_id == "edge-1"
+        runtime = _runtime(KeyType.SOURCE_IP)
+        service.router_added(runtime)
+        runtime.report(decided(1))
+        client_id = RouterConfig(name="r1", key_type=KeyType.CLIENT_ID)
+        runtime.reconfigure(_service_config(client_id, event_log=settings), client_id)
+        service.router_changed(runtime)
+        runtime.report(decided(2))
+        await service.close_files(5.0)
+        logged = [(int(str(r["conn"])) % BOOT_SPAN, r["raw_key"]) for r in all_records(tmp_path)]
+        assert logged == [(1, None), (2, "dev-2")]
+
+    async def test_a_writer_that_does_not_finish_in_time_is_an_error_naming_the_directory(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        service = EventLogService(
+            lambda: _service_config(event_log=EventLogConfig(directory=str(tmp_path))), Metrics()
+        )
+        service.open_files()
+        assert service.event_log is not None
+        await service.close_files(0.0)
+        [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert record.name == "router.server"
+        assert record.getMessage().startswith(f"event log {tmp_path}: the writer did not finish within 0 s")
+        assert service.event_log.stop(5.0)

@@ -1,4 +1,4 @@
-"""router/core/ring.py: the event log's ring, at its edges (seed 001's ring queue)."""
+"""router/features/event_log/ring.py: the event log's ring, at its edges (seed 001's ring queue)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from router.core.ring import Ring
+from router.features.event_log.ring import Ring
 
 
 def test_seed_example_ring_of_three_drops_the_head_when_d_arrives():

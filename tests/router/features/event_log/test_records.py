@@ -1,5 +1,5 @@
-"""router/core/event_records.py: a connection's event's record and values, and the line the writer
-makes of them (the lines themselves: tests/event_format/test_lines.py)."""
+"""router/features/event_log/records.py: a connection's event's record and values, and the line the
+writer makes of them (the lines themselves: tests/event_format/test_lines.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from event_format.schema import BOOT_SPAN, RAW_KEY_CAP, CloseRecord, DecisionRec
 from keys import ConnectionFacts, KeyType, WireProtocol
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteStatus
-from router.core.event_records import event_values, record_of
 from router.core.events import Closed, CloseReason, ConnectionRef, Decided, Mode
+from router.features.event_log.records import event_values, record_of
 
 CONN = ConnectionRef(id=7, router="r", acceptor="mqtt", peer=Address("10.0.0.1", 4000))
 TS = "2026-11-23T10:00:00.000001Z"

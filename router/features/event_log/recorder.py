@@ -8,15 +8,17 @@ over as one frame. There are two, with one interface (`Recorder`):
   `pip install`): it reads the event's slots in C and appends one encoded record to a ring of
   records, and the writer process decodes the records straight into Arrow's column layout. What it
   takes, field by field, is its program (`event_format/_native_program.h`), generated from the same
-  table as `event_values` (`router/core/event_sources.py`), which gives the same values (a test
-  checks it on every kind and key type).
+  table as `event_values` (`sources.py`), which gives the same values (a test checks it on every
+  kind and key type).
 * `ValuesRecorder`, pure Python, used when the extension is not built (an install without a C
-  compiler): `event_values` tuples in a `router.core.ring.Ring`, sent `marshal`-ed. It costs the
-  routing thread a few microseconds more per event.
+  compiler): `event_values` tuples in a `ring.Ring`, sent `marshal`-ed. It costs the routing
+  thread a few microseconds more per event.
 
-Both rings have the same semantics (seed 001's ring queue; `router/core/ring.py`): a fixed size,
-the oldest event dropped and counted when full, numbers counting every put, a resize taking effect
-as the ring drains.
+Both rings have the same semantics (seed 001's ring queue; `ring.py`): a fixed size, the oldest
+event dropped and counted when full, numbers counting every put, a resize taking effect as the
+ring drains.
+
+Pure: no I/O, no clock (the clock is the event log's, given), no logging; linted as pure.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from event_format.frames import NATIVE, NATIVE_RECORDS_MAX, encode_frame, native_frame
 from keys import KeyType
-from router.core.event_records import RECORDER_EVENT_TYPES, RECORDER_IDENTITIES, VALUE_MAKERS
-from router.core.event_sources import RAW_KEY_OF
 from router.core.events import ConnectionRef
-from router.core.ring import Ring
+from router.features.event_log.records import RECORDER_EVENT_TYPES, RECORDER_IDENTITIES, VALUE_MAKERS
+from router.features.event_log.ring import Ring
+from router.features.event_log.sources import RAW_KEY_OF
 
 if NATIVE:
     from event_format import _native  # type: ignore[attr-defined]

@@ -3,9 +3,9 @@ lines, `event_format.files.FileFormat`), so that neither the encoding nor the fi
 process's interpreter (measured: formatting
 in a thread of routerd cost a sixth of its short-connection rate; docs/event-log.md).
 
-    python -m router.services.event_writer SETTINGS_JSON
+    python -m router.features.event_log.writer SETTINGS_JSON
 
-routerd (`router/services/event_log.py`) starts it and talks to it over two pipes:
+routerd (`router/features/event_log/service.py`) starts it and talks to it over two pipes:
 
 * **stdin**: frames of events (`event_format/frames.py`: each a 4-byte little-endian
   length and the events, as encoded records or a `marshal`-ed list of `(number, event_values)`,
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 from event_format.frames import FRAME_HEAD, FRAME_MAX, decode_frame
 from event_format.lines import JsonLines
 from router.config.settings import EventFileFormat, EventLogConfig
-from router.services.event_files import EventFiles, directory_error
+from router.features.event_log.files import EventFiles, directory_error
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,22 +1,22 @@
-"""router/core/_generated_event_records.py: a values maker and a record maker per logged event type,
-and what the native recorder is given, in its program's order. That the file is what
+"""router/features/event_log/_generated_records.py: a values maker and a record maker per logged
+event type, and what the native recorder is given, in its program's order. That the file is what
 `python -m tools.generate` writes now is checked in tests/tools/test_generate.py; that the values
-and the records agree, and both recorders, in tests/router/core/test_event_records.py and
-tests/router/services/test_event_recorder.py."""
+and the records agree, and both recorders, in tests/router/features/event_log/test_records.py and
+tests/router/features/event_log/test_recorder.py."""
 
 from __future__ import annotations
 
 from event_format.schema import KINDS
 from keys import KeyType
-from router.core._generated_event_records import (
+from router.core.engine import DecisionReason
+from router.features.event_log._generated_records import (
     RECORD_MAKERS,
     RECORDER_EVENT_TYPES,
     RECORDER_IDENTITIES,
     VALUE_MAKERS,
 )
-from router.core.engine import DecisionReason
-from router.core.event_sources import EVENT_KINDS
-from tests.router.core.test_event_records import CONN, TS, decision
+from router.features.event_log.sources import EVENT_KINDS
+from tests.router.features.event_log.test_records import CONN, TS, decision
 
 
 def test_a_maker_per_logged_event_type_in_the_kinds_order():

@@ -1,5 +1,5 @@
 """The event log's files: the file in progress, rotation, finishing, retention and recovery. Run
-by the writer process (`router/services/event_writer.py`), never by routerd's routing threads.
+by the writer process (`router/features/event_log/writer.py`), never by routerd's routing threads.
 
 Files, in the configured directory, per router id, in one of two formats (`event_format.files`:
 `FileFormat`, its names; `event_format.lines.JsonLines`, `event_format.parquet.ParquetFormat`).

@@ -1,4 +1,5 @@
-"""Helpers of the services' tests: reading the event log's finished files in either format."""
+"""Helpers of the event log's tests (and of event_format's and the pipeline's): reading its
+finished files in either format."""
 
 from __future__ import annotations
 

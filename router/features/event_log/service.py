@@ -1,23 +1,26 @@
-"""The routing event log: every decision and every closed proxied connection as one record, in
-rotating Parquet (or JSON lines) files that the PySpark pipeline reads (docs/event-log.md).
+"""The routing event log in routerd: every decision and every closed proxied connection as one
+record, in rotating Parquet (or JSON lines) files that the PySpark pipeline reads
+(docs/event-log.md); and the feature's service (`EventLogService`, router/feature.py), which opens
+it at start (`open_files`: its directory and its writer process, before any listener), subscribes
+it to each router's reports (`router_added`; `router_changed` when a reload changes a router's key
+type) and, at exit, has what its ring holds written and the file finished (`close_files`).
 
 Routing never waits for it. The subscriber (`EventLog.report`, one more `RouterRuntime` subscriber
 beside the log lines and the metrics) records the event at once into the bounded ring of its
-recorder (`router/services/event_recorder.py`: in C, one encoded record read from the event's
-slots; without the C extension, the `event_values` tuple in `router.core.ring`). Once `SEND_BATCH`
-events are in the ring, the reporting thread takes them and writes them as one frame to the writer
-process (`router/services/event_writer.py`) itself, without waiting:
-the pipe is non-blocking, and what it does not take waits for the next send (meanwhile the ring
-fills). A sender thread sends what is left when traffic is light (every `SEND_INTERVAL_S`), at the
-end, and starts a writer that died again. Sending from the reporting thread is cheaper than
-handing each batch to another thread: the events do not wait long enough in the ring for the
-garbage collector to walk them, and the interpreter lock does not change hands.
+recorder (`recorder.py`: in C, one encoded record read from the event's slots; without the C
+extension, the `event_values` tuple in `ring.py`'s ring). Once `SEND_BATCH` events are in the ring,
+the reporting thread takes them and writes them as one frame to the writer process (`writer.py`)
+itself, without waiting: the pipe is non-blocking, and what it does not take waits for the next send
+(meanwhile the ring fills). A sender thread sends what is left when traffic is light (every
+`SEND_INTERVAL_S`), at the end, and starts a writer that died again. Sending from the reporting
+thread is cheaper than handing each batch to another thread: the events do not wait long enough in
+the ring for the garbage collector to walk them, and the interpreter lock does not change hands.
 
 The writer process encodes the records and writes, rotates, finishes and deletes the files
-(`router/services/event_files.py`) and reports back what it did: the counts become metrics here,
-its log lines routerd's. When the ring is full the oldest event is dropped, counted
-(`router_event_log_events_total{outcome="dropped"}`) and logged (rate-limited); its `seq` is
-missing from the files.
+(`files.py`) and reports back what it did: the counts become metrics here, its log lines routerd's.
+When the ring is full the oldest event is dropped, counted
+(`router_event_log_events_total{outcome="dropped"}`) and logged (rate-limited); its `seq` is missing
+from the files.
 
 The writer outlives a kill -9 of routerd long enough to finish its file; one that dies is started
 again (at most every `WRITER_RESTART_S`) and the events sent meanwhile are counted as lost.
@@ -45,21 +48,28 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
-from router.services.event_files import directory_error
-from router.services.event_recorder import NATIVE, FrameError, make_recorder
-from router.services.event_writer import settings_argument
+import trio
+
+from router.feature import OpenError, Service
+from router.features.event_log.files import directory_error
+from router.features.event_log.metrics import EventLogMetrics
+from router.features.event_log.recorder import NATIVE, FrameError, make_recorder
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
     from keys import KeyType
-    from router.config.settings import EventLogConfig
+    from router.config.settings import Config, EventLogConfig
     from router.core.events import Event
+    from router.feature import Kernel
     from router.metrics import Metrics
+    from router.runtime import RouterRuntime
 
-__all__ = ["EventLog", "EventLogError", "default_router_id", "file_name_part"]
+__all__ = ["EventLog", "EventLogError", "EventLogService", "default_router_id", "file_name_part", "start"]
 
 log = logging.getLogger("router.eventlog")
+_exit_log = logging.getLogger("router.server")
+"""The exit's lines are the process's (router/kept_files.py runs the files' last writes)."""
 
 TAKE_BATCH: Final = 1024
 """Events taken from the ring and sent at a time, at most (one frame, one write)."""
@@ -80,7 +90,7 @@ WRITER_RESTART_S: Final = 5.0
 """A writer process that died is started again at most this often."""
 
 _SAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
-_PACKAGE_ROOT: Final = str(Path(__file__).resolve().parents[2])
+_PACKAGE_ROOT: Final = str(Path(__file__).resolve().parents[3])
 """Where the `router` package is, for the writer process's `python -m`."""
 
 
@@ -122,7 +132,7 @@ class EventLog:
             config: `<event-log>`.
             router_id: this process in the records (`default_router_id` when not configured).
             key_types: connection router name -> its key type (the raw key of a decision).
-            metrics: where the counts go.
+            metrics: where the counts go (its families: `EventLogMetrics`).
             clock: the wall clock (epoch seconds) of the records' `ts`.
             native: record in C when the extension is built (False: the Python recorder).
         """
@@ -131,7 +141,7 @@ class EventLog:
         self._name = file_name_part(router_id)
         self._directory = Path(config.directory)
         self._key_types = dict(key_types)
-        self._metrics = metrics
+        self._metrics = metrics.feature(EventLogMetrics)
         self._clock = clock
         self._ring = make_recorder(config.ring_size, self._key_types, clock, native=native)
         self._record = self._ring.record
@@ -446,6 +456,10 @@ class EventLog:
         Raises:
             EventLogError: it failed to start, said why, or did not answer in time.
         """
+        # Imported here, not with the module: `python -m` of the writer imports its package, this
+        # module with it, and a module imported before `-m` runs it would run twice (runpy warns).
+        from router.features.event_log.writer import settings_argument
+
         self._started_at = time.monotonic()
         python_path = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
         try:
@@ -453,7 +467,7 @@ class EventLog:
                 [
                     sys.executable,
                     "-m",
-                    "router.services.event_writer",
+                    "router.features.event_log.writer",
                     settings_argument(self.config, self.router_id, self._name, self._boot),
                 ],
                 stdin=subprocess.PIPE,
@@ -537,6 +551,67 @@ class EventLog:
         temporary.write_text(f"{boot}\n")
         temporary.replace(state)
         return boot
+
+
+def start(kernel: Kernel) -> EventLogService:
+    """The feature's service for one routerd."""
+    return EventLogService(kernel.config, kernel.metrics)
+
+
+class EventLogService(Service):
+    """One routerd's event log, when `<event-log>` (or `routerd --event-log DIR`) turns it on."""
+
+    def __init__(self, config: Callable[[], Config], metrics: Metrics) -> None:
+        self._config = config
+        """The configuration in force (the event log's own section does not change on a reload:
+        router/core/reload.py)."""
+        self._metrics = metrics
+        self.event_log: EventLog | None = None
+        """The running log (the admin API's `/api/v1/event-log`); None while it is off."""
+
+    def open_files(self) -> None:
+        """Start the event log when it is configured, writing (its router id: the configured one,
+        else `default_router_id`).
+
+        Raises:
+            OpenError: its directory cannot be made or written, or its writer cannot start.
+        """
+        config = self._config()
+        settings = config.event_log
+        if settings is None:
+            return
+        router_id = settings.router_id or default_router_id(a.name for a in config.acceptors)
+        key_types = {r.name: r.key_type for r in config.routers}
+        event_log = EventLog(settings, router_id, key_types, self._metrics)
+        try:
+            event_log.start()
+        except EventLogError as exc:
+            raise OpenError(str(exc)) from exc
+        self.event_log = event_log
+
+    def router_added(self, runtime: RouterRuntime) -> None:
+        """Log the router's decisions and closes, with its key type."""
+        if self.event_log is not None:
+            self.event_log.set_key_type(runtime.name, runtime.config.key_type)
+            runtime.report.subscribe(self.event_log.report)
+
+    def router_changed(self, runtime: RouterRuntime) -> None:
+        """The router's key type may have changed."""
+        if self.event_log is not None:
+            self.event_log.set_key_type(runtime.name, runtime.config.key_type)
+
+    async def close_files(self, timeout_s: float) -> None:
+        """What the ring holds is sent to the writer process, which finishes its file."""
+        event_log = self.event_log
+        if event_log is None:
+            return
+        if not await trio.to_thread.run_sync(event_log.stop, timeout_s, abandon_on_cancel=True):
+            _exit_log.error(
+                "event log %s: the writer did not finish within %g s (a hung or frozen filesystem?): "
+                "events not yet written may be lost",
+                event_log.config.directory,
+                timeout_s,
+            )
 
 
 def _left(deadline: float | None) -> float | None:
