@@ -64,10 +64,12 @@ def test_call_service_by_type_or_503() -> None:
 
 async def test_service_default_hooks_do_nothing() -> None:
     service = Service()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(service.serve)  # started at once, and returns
     departed = [Departed(node_id="b1")]
     runtime = make_runtime()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.serve)  # started at once, and returns
+        await nursery.start(service.serve_router, runtime)
+        await nursery.start(service.serve_router_data, runtime)
     assert service.targets_left(runtime, departed) == departed
     service.open_files()
     service.router_added(runtime)

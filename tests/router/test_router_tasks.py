@@ -9,12 +9,15 @@ import trio
 import trio.testing
 
 from router.config.settings import Config
+from router.feature import Service
 from router.router_tasks import RouterTasks
 from router.services.cache_store import CacheStore
 from tests.router.runtime.test_kernel import make_runtime
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from router.runtime import RouterRuntime
 
 
 async def test_start_restart_stop_and_the_store_of_a_router(tmp_path: Path) -> None:
@@ -34,3 +37,42 @@ async def test_start_restart_stop_and_the_store_of_a_router(tmp_path: Path) -> N
             tasks.stop("r")  # every task of the router ends: the nursery can close
     finally:
         store.close()
+
+
+class _Counting(Service):
+    """Counts the starts of each per-router hook, and serves until cancelled."""
+
+    def __init__(self) -> None:
+        self.core: list[str] = []
+        self.data: list[str] = []
+
+    async def serve_router(
+        self, runtime: RouterRuntime, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        self.core.append(runtime.name)
+        task_status.started()
+        await trio.sleep_forever()
+
+    async def serve_router_data(
+        self, runtime: RouterRuntime, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        self.data.append(runtime.name)
+        task_status.started()
+        await trio.sleep_forever()
+
+
+async def test_a_change_of_the_router_restarts_serve_router_only() -> None:
+    """`serve_router` is restarted when a reload changes the router; `serve_router_data` (what
+    discovery and the shared cache run) goes on until the router goes."""
+    runtime = make_runtime()
+    config = Config(source="t.xml", routers=(runtime.config,))
+    service = _Counting()
+    tasks = RouterTasks({_Counting: service}, lambda: config, [])
+    async with trio.open_nursery() as nursery:
+        tasks.nursery = nursery
+        await tasks.start_first(runtime)
+        assert (service.core, service.data) == (["r"], ["r"])
+        tasks.restart(runtime)
+        await trio.testing.wait_all_tasks_blocked()
+        assert (service.core, service.data) == (["r", "r"], ["r"])
+        tasks.stop("r")
