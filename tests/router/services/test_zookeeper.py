@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from router.config.settings import ZooKeeperConfig
 from router.services.zookeeper import NodeExistsError, Session, ZooKeeper, ZooKeeperError
 
 if TYPE_CHECKING:
@@ -16,16 +15,6 @@ if TYPE_CHECKING:
 
 DEADLINE_S = 15.0
 SESSION_TIMEOUT_MS = 2000
-
-
-@pytest.fixture
-def path(request: pytest.FixtureRequest) -> str:
-    return f"/test-discovery/{request.node.name}"
-
-
-@pytest.fixture
-def zk_config(zookeeper: ZooKeeperServer, path: str) -> ZooKeeperConfig:
-    return ZooKeeperConfig(connect=zookeeper.connect, path=path, session_timeout_ms=SESSION_TIMEOUT_MS)
 
 
 def test__kazoo_log_filter_turns_kazoo_warnings_into_debug(caplog: pytest.LogCaptureFixture) -> None:
@@ -43,8 +32,9 @@ def test__kazoo_log_filter_turns_kazoo_warnings_into_debug(caplog: pytest.LogCap
 
 
 class TestZooKeeper:
-    async def test_zookeeper_create_read_delete(self, zk_config: ZooKeeperConfig, path: str) -> None:
-        client = ZooKeeper(zk_config.connect, zk_config.session_timeout_ms)
+    async def test_zookeeper_create_read_delete(self, zookeeper: ZooKeeperServer) -> None:
+        path = "/test-zookeeper/create-read-delete"  # this test's own, under the session's ZooKeeper
+        client = ZooKeeper(zookeeper.connect, SESSION_TIMEOUT_MS)
         states: list[Session] = []
         connected = trio.Event()
         token = trio.lowlevel.current_trio_token()
