@@ -30,11 +30,13 @@ log's records, field table, ring and recorder: linted as pure as `core/`), their
 their admin routes, their routerctl commands and their metric families, declared once through the
 contract in `feature.py`; `features/__init__.py`'s `FEATURES` is the one list the hubs (`server`,
 `cli`, the admin API, the metrics registry) loop over. Features never import each other; what two
-need is the kernel's (tests/test_layout.py checks both rules). Features so far: `probes` (active
-health), `ttl` (connection TTL), `moves` (evacuation, rebalance, paced shutdown) and `event_log`
-(the routing event log: its records, ring, recorders, writer process and files) whole;
-`admin_states`, `cache` and `discovery` with their routes and routerctl commands, their services
-still in the layers (they move one by one, issue 31).
+need is the kernel's (tests/test_layout.py checks both rules). Features: `probes` (active health),
+`ttl` (connection TTL), `admin_states` (drain/maint and the state file), `cache` (operators' view of
+the sticky cache, the sweep), `cache_store` (the persisted cache), `moves` (evacuation, rebalance,
+paced shutdown), `event_log` (the routing event log: its records, ring, recorders, writer process
+and files), `discovery` (members from ZooKeeper) and `shared_cache` (the cache shared through
+ZooKeeper). A feature may also bring routerd command-line options (`Option`: `--state-file`,
+`--discard-unreadable-cache`) and members of the process's status document.
 
 Layers of `router/`, lowest first; a module imports only its own layer and the layers above it in
 this list (tests/test_layout.py checks it, and that there are no import circles):
@@ -94,14 +96,15 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
                 connections share), `reading`, `relay`, `net` and `tls`.
 8. `feature`    the contract of a feature folder: `Feature`, its `Service` hooks (open_files,
-                router_added, router_changed, serve, serve_router, serve_router_data,
-                targets_left, stopping, close_files), admin `Route`s and the `Call` they get,
+                prepare_router, discard_prepared, router_added, router_changed, router_removed,
+                process_status, serve, serve_router, serve_router_data, targets_left, stopping,
+                close_files), its routerd `Option`s, admin `Route`s and the `Call` they get,
                 routerctl `Command`s.
 9. `services/`  beside the data paths: the ZooKeeper client and a session's state that
                 discovery and the shared cache use (`zookeeper`), the admin API
                 (`admin`, its HTTP server; `admin_routes`, the kernel's routes), a persisted
-                cache's file and its writer process (`cache_store`), the state file of targets'
-                administrative states (`state_file`), whether a filesystem takes writes
+                cache's file and its writer process (`cache_store`: the cache store feature writes
+                it, `routerctl route --cache` reads it), whether a filesystem takes writes
                 (`files`), the process's status document (`process`). They may use the data
                 paths' I/O helpers (`net`, `reading`).
 10. `features/` one folder per feature (above): `probes/` (`checks`, one per broker protocol;
@@ -118,12 +121,13 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 `discovery/` (`service`: each router's members read from ZooKeeper, and
                 `routerctl register`'s registration; `commands`: `register`), `shared_cache/`
                 (`znodes`, pure: a key's znode and entry; `service`: one router's side of the
-                cache shared through ZooKeeper; `metrics`); so far with their admin routes and
-                routerctl commands only: `admin_states/` (`state`).
-11. `acceptors`, `caches`, `kept_files`, `router_tasks`, `reload`: what the process and a reload
-                share (serving acceptors, persisted caches' files, each router's service tasks),
-                the features' files (the event log's) and the state file at start and exit, and
-                the reload itself.
+                cache shared through ZooKeeper; `metrics`), `admin_states/` (`state_file`: the
+                file and its retried writes; `service`; `routes`; `commands`: `state`),
+                `cache_store/` (`service`: each router's file loaded before it serves, its
+                changes written, the last ones at exit; `metrics`).
+11. `acceptors`, `kept_files`, `router_tasks`, `reload`: what the process and a reload share
+                (serving acceptors, the features' files at start and exit, each router's service
+                tasks), and the reload itself.
 12. `server`    the process: the nursery tree, start and shutdown; starts each feature's service
                 and hands it the kernel (`feature.Kernel`).
 13. `cli`, `ctl`, `ctl_commands`: the entry points: `routerd` (`cli`, and `__main__`) and

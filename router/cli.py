@@ -46,15 +46,16 @@ from router.ctl_output import (
     seconds,
 )
 from router.datapath.net import describe_oserror
+from router.features import FEATURES
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
 from router.server import StartupError, serve_router
 from router.services.process import package_version
-from router.services.state_file import default_state_file
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from router.config.settings import Config
+    from router.feature import Option
 
 __all__ = ["main_routerd", "routerd_main"]
 
@@ -165,22 +166,20 @@ def _routerd_parser() -> argparse.ArgumentParser:
         help="write the routing event log (one line per decision and per closed connection) into "
         "DIR; the configuration's <event-log> settings apply, with this directory (docs/pipeline.md)",
     )
-    parser.add_argument(
-        "--state-file",
-        metavar="FILE",
-        help="where targets' administrative states (drain, maint) are kept across restarts "
-        "(default: beside the configuration file, NAME-state.json for NAME.xml)",
-    )
-    parser.add_argument(
-        "--discard-unreadable-cache",
-        action="store_true",
-        help="start with an empty cache when a persisted cache's file cannot be read (damaged, not "
-        "a database); the file is renamed to FILE.unreadable-TIME, not deleted",
-    )
+    for option in _feature_options():
+        if option.metavar is None:
+            parser.add_argument(option.flag, dest=option.name, action="store_true", help=option.help)
+        else:
+            parser.add_argument(option.flag, dest=option.name, metavar=option.metavar, help=option.help)
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO"
     )
     return parser
+
+
+def _feature_options() -> list[Option]:
+    """The features' routerd options (router/feature.py `Option`), in `FEATURES` order."""
+    return [option for feature in FEATURES for option in feature.options]
 
 
 def _with_event_log(config: Config, directory: str | None) -> Config:
@@ -230,8 +229,7 @@ async def _run_routerd(config: Config, args: argparse.Namespace, access: AdminAc
             grace_s=args.grace_period,
             shutdown=shutdown,
             max_connections=args.max_connections,
-            discard_unreadable_cache=args.discard_unreadable_cache,
-            state_file=args.state_file or default_state_file(config.source),
+            options={o.name: o.value(getattr(args, o.name), config) for o in _feature_options()},
             admin_access=access,
             load=functools.partial(_load_routerd, args.config, args.event_log),
             reloads=reloads,

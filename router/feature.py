@@ -8,6 +8,7 @@ in its folder's `__init__.py`, as a `Feature`:
     routes     its admin API resources (`Route`: a method, a path template, a handler)
     commands   its `routerctl` commands (`Command`)
     metrics    its metric families (a `FeatureMetrics` of router/metrics.py)
+    options    its routerd command-line options (`Option`), given to its service through `Kernel`
     start      builds its `Service` for one routerd (tests run several in one process)
 
 `router/features/__init__.py` composes them in one list, `FEATURES`. The process (router/server.py),
@@ -20,8 +21,12 @@ unless the feature has something to do then:
 
     open_files      at start, before any listener: open what it keeps beside routing (files, a
                     writer process); `OpenError` when it cannot, and routerd does not start
+    prepare_router  before a router joins (at start, or a reload adds it): read what it keeps for
+                    that router (a persisted cache's file); `OpenError` when it cannot: routerd
+                    does not start, or the reload changes nothing (`discard_prepared`)
     router_added    a router joins the process: each one at start, each one a reload adds
     router_changed  a reload changed a router's configuration in place
+    router_removed  a reload removed a router (its tasks are cancelled already)
     serve           its task in the services nursery, started before the admin API answers
     serve_router    its task for one router, started with the router's own and restarted when a
                     reload changes the router
@@ -29,6 +34,7 @@ unless the feature has something to do then:
                     holds, such as the members discovery found, stays): cancelled when it goes
     targets_left    a reload removed targets of a router that goes on
     stopping        a graceful shutdown begins, before its grace period
+    process_status  its members of the process's status document (`GET /api/v1/status`)
     close_files     at exit, after the grace period: the last writes of what `open_files` opened,
                     beside the other files', within the time the kernel gives
 
@@ -41,7 +47,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
 import trio
@@ -50,7 +56,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-    from router.config.settings import Config
+    from router.config.settings import Config, RouterConfig
     from router.core.reload import Departed
     from router.ctl_client import Ctl
     from router.metrics import FeatureMetrics, Metrics
@@ -64,6 +70,7 @@ __all__ = [
     "HttpError",
     "Kernel",
     "OpenError",
+    "Option",
     "Response",
     "Route",
     "Service",
@@ -194,6 +201,32 @@ class Command:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Option:
+    """One routerd command-line option of a feature: `--NAME` (`name` with dashes), its value in
+    `Kernel.options[name]`."""
+
+    name: str
+    """A Python name: `state_file` is `--state-file`."""
+    help: str
+    metavar: str | None = None
+    """None: a flag (True when given, else False); else the option takes a value (a string)."""
+    default: Callable[[Config], str] | None = None
+    """routerd's value when the option is not given, from the configuration (None: None)."""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def value(self, given: str | bool | None, config: Config) -> str | bool | None:
+        """What routerd gives the service: `given` (the parsed option), else the default."""
+        if self.metavar is None:
+            return bool(given)
+        if given is None and self.default is not None:
+            return self.default(config)
+        return given
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Kernel:
     """What a routerd gives each feature's service."""
 
@@ -204,6 +237,9 @@ class Kernel:
     """Starts the graceful shutdown, as SIGTERM does."""
     config: Callable[[], Config]
     """The configuration in force (a reload replaces it)."""
+    options: Mapping[str, object] = field(default_factory=dict)
+    """The features' routerd options by `Option.name` (routerd gives each; a routerd started in a
+    test, only those it sets: `options.get(name)`)."""
 
 
 class OpenError(Exception):
@@ -222,6 +258,20 @@ class Service:
             OpenError: it cannot; routerd does not start (`close_files` is still called).
         """
 
+    async def prepare_router(self, config: RouterConfig) -> None:
+        """Before a router joins the process (at start, or when a reload adds it), read what the
+        service keeps for it (in a worker thread when that takes a while), changing nothing the
+        routers see: `router_added` takes it in. At a reload nothing routes meanwhile on the new
+        router, and the old ones go on.
+
+        Raises:
+            OpenError: it cannot; routerd does not start, or the reload changes nothing and
+                `discard_prepared` is called.
+        """
+
+    def discard_prepared(self) -> None:
+        """A reload failed after `prepare_router`: close what it opened (nothing else changed)."""
+
     def router_added(self, runtime: RouterRuntime) -> None:
         """A router joins the process: each one at start (after `open_files`, before any listener)
         and each one a reload adds (before its acceptors serve). Synchronous: nothing routes on it
@@ -230,6 +280,15 @@ class Service:
     def router_changed(self, runtime: RouterRuntime) -> None:
         """A reload changed `runtime`'s configuration in place (`runtime.config` is the new one),
         before its tasks are restarted. Synchronous, as `router_added`."""
+
+    def router_removed(self, runtime: RouterRuntime) -> None:
+        """A reload removed `runtime` (its tasks are cancelled, its connections closed): let go
+        of what the service keeps for it (the last writes may run in `serve`'s nursery)."""
+
+    def process_status(self) -> Mapping[str, object]:
+        """The service's members of the process's status document (`GET /api/v1/status`), each a
+        JSON value (docs/operations.md describes each)."""
+        return {}
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled (the services nursery); `task_status.started()` once it serves."""
@@ -275,5 +334,7 @@ class Feature:
     commands: tuple[Command, ...] = ()
     metrics: type[FeatureMetrics] | None = None
     """Its metric families, registered when routerd starts (`Metrics.feature`)."""
+    options: tuple[Option, ...] = ()
+    """Its routerd command-line options (routerd's `--help` lists them)."""
     start: Callable[[Kernel], Service] | None = None
     """Builds its service for one routerd; None: it runs nothing in routerd."""

@@ -280,18 +280,6 @@ class Metrics:
             "a pin, used when its target is ready) or miss (read when scraped).",
             ("router", "result"),
         )
-        self.cache_store_rows = Family(
-            MetricKind.COUNTER,
-            "router_cache_store_rows_total",
-            "Rows a persisted cache wrote to its file (entries changed or deleted).",
-            ("router",),
-        )
-        self.cache_store_errors = Family(
-            MetricKind.COUNTER,
-            "router_cache_store_errors_total",
-            "Writes of a persisted cache's changes that failed (the next write is the whole cache).",
-            ("router",),
-        )
         self.zookeeper_state = Family(
             MetricKind.GAUGE,
             "router_zookeeper_state",

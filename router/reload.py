@@ -2,8 +2,10 @@
 
 Read the file again, diff it against the configuration in force (router/core/reload.py), read the
 files and bind the sockets the change needs (any failure: close them, change nothing, say why in one
-line: `ReloadError`), then apply it in one synchronous step: routers removed, added and changed in
-place (`RouterRuntime.reconfigure`; the features told: `Service.router_added`, `router_changed`),
+line: `ReloadError`; the features read what they keep for a router added:
+`Service.prepare_router`), then apply it in one synchronous step: routers removed, added and
+changed in place (`RouterRuntime.reconfigure`; the features told: `Service.router_added`,
+`router_changed`, `router_removed`),
 the connections whose target left given to the features (`Service.targets_left`: the moves feature
 moves them as an evacuation does) or closed at once (`RouterConnections.close_departed`), acceptors
 stopped, started, and a changed acceptor on the same address served on its same listening socket
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -32,17 +33,16 @@ from router.acceptors import (
     serve_acceptor,
     warn_unsupported,
 )
-from router.caches import close_store, load_cache_store, restore_cache
 from router.config import ConfigError
 from router.core.reload import Departed, ReloadError, diff_configs
 from router.datapath.net import describe_oserror
+from router.feature import OpenError
 from router.runtime import RouterRuntime
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable, Iterable, Mapping
 
-    from cache.cache import Row
     from keys.users import UserStore
     from router.acceptors import Serving
     from router.config.settings import Config
@@ -52,7 +52,6 @@ if TYPE_CHECKING:
     from router.feature import Service
     from router.metrics import Metrics
     from router.router_tasks import RouterTasks
-    from router.services.cache_store import CacheStore
 
 __all__ = ["ReloadHost", "Reloads"]
 
@@ -71,7 +70,6 @@ class ReloadHost(Protocol):
     admission: Admission
     limits: ConnectionLimits
     metrics: Metrics
-    stores: list[tuple[RouterRuntime, CacheStore]]
     features: dict[type, Service]
     stopping: bool
 
@@ -88,16 +86,14 @@ class _Prepared:
     listeners: dict[str, tuple[list[trio.SocketListener], bool]] = field(default_factory=dict)
     """Acceptor name -> its listeners and whether they are new (else taken over from the acceptor
     of the same address)."""
-    caches: dict[str, tuple[CacheStore, list[tuple[str, Row]]]] = field(default_factory=dict)
-    """Router name -> its persisted cache's file and rows (routers added)."""
 
-    def discard(self) -> None:
+    def discard(self, features: Iterable[Service]) -> None:
         """The reload failed: close what was opened for it."""
         for listeners, new in self.listeners.values():
             if new:
                 close_listeners(listeners)
-        for store, _ in self.caches.values():
-            store.close()
+        for service in features:
+            service.discard_prepared()
 
 
 class Reloads:
@@ -108,13 +104,11 @@ class Reloads:
         host: ReloadHost,
         *,
         load: Callable[[], Config],
-        discard_unreadable_cache: bool,
         round_robin_start: int | None,
     ) -> None:
         self._host = host
         self._load = load
         """How the file is read again (raises `ConfigError` for a bad one)."""
-        self._discard_unreadable_cache = discard_unreadable_cache
         self._round_robin_start = round_robin_start
         self._lock = trio.Lock()
 
@@ -157,7 +151,7 @@ class Reloads:
         try:
             await self._prepare(diff, prepared)
         except BaseException:
-            prepared.discard()
+            prepared.discard(self._host.features.values())
             raise
         self._commit(diff, prepared)  # no checkpoint: applied whole, or (cancelled above) not at all
         return diff
@@ -170,20 +164,18 @@ class Reloads:
         """
         config = diff.config
         names = {*diff.acceptors_added, *diff.acceptors_changed}
-        offset = time.time() - trio.current_time()
 
-        def read_files() -> None:  # in a worker thread: key stores and a cache file take a while
+        def read_stores() -> None:  # in a worker thread: key stores take a while
             for acceptor in config.acceptors:
                 if acceptor.name in names:
                     prepared.stores[acceptor.name] = acceptor_stores(acceptor)
-            for name in diff.routers_added:
-                loaded = load_cache_store(config.router(name), self._discard_unreadable_cache, offset)
-                if loaded is not None:
-                    prepared.caches[name] = loaded
 
         try:
-            await trio.to_thread.run_sync(read_files)
-        except StartupError as exc:
+            await trio.to_thread.run_sync(read_stores)
+            for name in diff.routers_added:
+                for service in self._host.features.values():
+                    await service.prepare_router(config.router(name))
+        except (StartupError, OpenError) as exc:
             raise ReloadError(str(exc)) from exc
         # Sockets: an acceptor whose address did not change keeps its listening sockets (no moment
         # without a listener); one added on the address of one removed takes that one's over.
@@ -226,7 +218,7 @@ class Reloads:
         for name in diff.routers_removed:
             self._remove_router(name)
         for name in diff.routers_added:
-            self._add_router(config, name, prepared)
+            self._add_router(config, name)
         for change in diff.routers_changed:
             runtime = self._host.runtimes[change.name]
             runtime.reconfigure(config, config.router(change.name))
@@ -286,21 +278,14 @@ class Reloads:
             [Departed(node_id=n) for n in {c.node_id for c in runtime.connections.movable()}]
         )
         runtime.retire()
-        store = self._host.routers.store_of(runtime)
-        if store is not None:
-            self._host.stores[:] = [(r, s) for r, s in self._host.stores if r is not runtime]
-            self._host.routers.spawn(close_store, runtime, store)
+        for service in self._host.features.values():
+            service.router_removed(runtime)
 
-    def _add_router(self, config: Config, name: str, prepared: _Prepared) -> None:
+    def _add_router(self, config: Config, name: str) -> None:
         runtime = RouterRuntime(
             config, config.router(name), self._host.metrics, round_robin_start=self._round_robin_start
         )
         self._host.runtimes[name] = runtime
         for service in self._host.features.values():
             service.router_added(runtime)  # before its acceptors serve: the event log sees it all
-        store = None
-        if name in prepared.caches:
-            store, rows = prepared.caches.pop(name)
-            restore_cache(runtime, rows)
-            self._host.stores.append((runtime, store))
-        self._host.routers.start(runtime, store)
+        self._host.routers.start(runtime)

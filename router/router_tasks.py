@@ -3,7 +3,7 @@
     core  the features' tasks for the router (`Service.serve_router`: health checks first, the TTL
           checker, the cache sweep) and the outlier returns: restarted when the router changes
     data  the features' tasks that outlive a change of the router (`Service.serve_router_data`:
-          ZooKeeper discovery, the shared cache), the persisted cache's writes: stopped only when
+          ZooKeeper discovery, the shared cache, the persisted cache's writes): stopped only when
           the router goes
 
 router/server.py starts them for the routers it starts with; router/reload.py for the routers a
@@ -17,15 +17,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from router.services.cache_store import serve_cache_store
-
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from router.config.settings import Config
     from router.feature import Service
     from router.runtime import RouterRuntime
-    from router.services.cache_store import CacheStore
 
 __all__ = ["RouterTasks"]
 
@@ -43,19 +40,12 @@ class RouterTasks:
         self,
         features: Mapping[type, Service],
         config: Callable[[], Config],
-        stores: list[tuple[RouterRuntime, CacheStore]],
     ) -> None:
         self._features = features
         self._config = config
         """The configuration in force."""
-        self._stores = stores
-        """Persisted caches' files (shared with the server and a reload)."""
         self._scopes: dict[str, _Scopes] = {}
         self.nursery: trio.Nursery | None = None
-
-    def store_of(self, runtime: RouterRuntime) -> CacheStore | None:
-        """The router's persisted cache's file, if any."""
-        return next((store for r, store in self._stores if r is runtime), None)
 
     async def start_first(self, runtime: RouterRuntime) -> None:
         """At start: a router's tasks, each group ready before the next (the first probes run at
@@ -63,13 +53,13 @@ class RouterTasks:
         assert self.nursery is not None
         scopes = self._scopes[runtime.name] = _Scopes(core=trio.CancelScope(), data=trio.CancelScope())
         await self.nursery.start(self._serve_core, runtime, scopes.core)
-        await self.nursery.start(self._serve_data, runtime, scopes.data, self.store_of(runtime))
+        await self.nursery.start(self._serve_data, runtime, scopes.data)
 
-    def start(self, runtime: RouterRuntime, store: CacheStore | None) -> None:
+    def start(self, runtime: RouterRuntime) -> None:
         """The tasks of a router a reload added."""
         scopes = self._scopes[runtime.name] = _Scopes(core=trio.CancelScope(), data=trio.CancelScope())
         self.spawn(self._serve_core, runtime, scopes.core)
-        self.spawn(self._serve_data, runtime, scopes.data, store)
+        self.spawn(self._serve_data, runtime, scopes.data)
 
     def restart(self, runtime: RouterRuntime) -> None:
         """The core tasks of a router whose configuration changed, started again."""
@@ -106,13 +96,10 @@ class RouterTasks:
         self,
         runtime: RouterRuntime,
         scope: trio.CancelScope,
-        store: CacheStore | None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         with scope:
             async with trio.open_nursery() as nursery:
                 for service in self._features.values():
                     await nursery.start(service.serve_router_data, runtime)
-                if store is not None:
-                    nursery.start_soon(serve_cache_store, runtime, store)
                 task_status.started()

@@ -13,12 +13,12 @@ Nursery tree of `serve_router`:
 Acceptors that `plan.fast_path_serves` allows are served by the fast path's epoll thread
 (router/datapath/fast_path.py) instead of an accept loop.
 
-Before any listener the files routerd keeps are opened (router/kept_files.py: the state file, the
-persisted caches' and each feature's, `Service.open_files`: the event log's), and each router is
-given to the features (`Service.router_added`); after shutdown their last writes run
-(`Service.close_files`).
+Before any listener the files routerd keeps are opened (router/kept_files.py: each feature's,
+`Service.open_files` and `Service.prepare_router`: the state file, the persisted caches, the event
+log), and each router is given to the features (`Service.router_added`); after shutdown their last
+writes run (`Service.close_files`).
 
-Each router's services run in two cancel scopes of their own (`_RouterTasks`), and each acceptor's
+Each router's services run in two cancel scopes of their own (router/router_tasks.py), and each acceptor's
 accept loops in one (router/acceptors.py), so that a reload can stop and start them one by one.
 
 Shutdown (SIGTERM in `routerd`, or the `shutdown` event in tests): the admin API's /readyz answers
@@ -29,8 +29,8 @@ live-connection registry (reason `shutdown`), and stop the services.
 
 Reload (SIGHUP in `routerd`, `POST /api/v1/reload`, `ServerInfo.reload`) is router/reload.py's,
 carried out on this process (`ReloadHost`: the routers' tasks started, restarted and stopped
-here); what start and reload share is router/acceptors.py (acceptors) and router/caches.py
-(persisted caches' files).
+here); what start and reload share is router/acceptors.py (acceptors) and router/kept_files.py
+(the features' files).
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ from router.acceptors import (
     serve_acceptor,
     warn_unsupported,
 )
-from router.caches import close_cache_stores, open_cache_stores
 from router.config import load_config
 from router.core.admin_access import AdminAccess
 from router.core.events import CloseReason
@@ -61,7 +60,7 @@ from router.datapath.fast_path import FastPath
 from router.feature import Kernel, Service
 from router.features import FEATURES, register_metrics
 from router.features import routes as feature_routes
-from router.kept_files import close_files, open_files, restore_admin_states
+from router.kept_files import close_files, open_files
 from router.metrics import Metrics
 from router.reload import Reloads
 from router.router_tasks import RouterTasks
@@ -70,7 +69,6 @@ from router.services.admin import serve_admin
 from router.services.admin_routes import KERNEL_ROUTES, AdminContext, Lifecycle
 from router.services.files import EXIT_FILES_S
 from router.services.process import ProcessView
-from router.services.state_file import KeptStates, StateFile
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -78,9 +76,6 @@ if TYPE_CHECKING:
     from router.config.settings import Config
     from router.core.admission import Admission
     from router.core.reload import ConfigDiff
-    from router.services.cache_store import (
-        CacheStore,
-    )
 
 __all__ = ["EXIT_FILES_S", "ROUTES", "ReloadError", "ServerInfo", "StartupError", "serve_router"]
 
@@ -138,8 +133,7 @@ async def serve_router(
     limits: ConnectionLimits | None = None,
     round_robin_start: int | None = None,
     max_connections: int | None = None,
-    discard_unreadable_cache: bool = False,
-    state_file: str | None = None,
+    options: Mapping[str, object] | None = None,
     admin_access: AdminAccess | None = None,
     load: Callable[[], Config] | None = None,
     reloads: trio.MemoryReceiveChannel[None] | None = None,
@@ -156,11 +150,9 @@ async def serve_router(
         round_robin_start: first round-robin position of every router (tests).
         max_connections: client connections served at once at most (`--max-connections`); None:
             what the descriptor limit allows.
-        discard_unreadable_cache: a persisted cache file that cannot be read is renamed aside and
-            the router starts with an empty cache (`--discard-unreadable-cache`); else that is a
-            `StartupError`.
-        state_file: where targets' administrative states are kept across restarts (read at
-            start, written on each change); None: in memory only.
+        options: the features' routerd options by name (`Option`, router/feature.py: routerd's
+            `--state-file` is `state_file`); one not given is the feature's default for a test's
+            routerd (no state file, say).
         admin_access: the admin API's tokens and accepted Host names; None: no tokens, Host an
             IP literal or localhost.
         load: how a reload reads the configuration again (raises `ConfigError` for a bad file);
@@ -170,11 +162,16 @@ async def serve_router(
 
     Raises:
         OSError: a listener could not be opened (address in use, permission).
-        StartupError: an acceptor's key, trust or user store cannot be loaded, or a persisted
-            cache's file or a feature's files (the event log's directory and writer process:
-            `Service.open_files`) cannot be opened.
+        StartupError: an acceptor's key, trust or user store cannot be loaded, or a feature's
+            files (the state file, a persisted cache's file, the event log's directory and writer
+            process: `Service.open_files`, `Service.prepare_router`) cannot be opened.
+        ValueError: `options` names an option no feature has.
     """
     shutdown = shutdown if shutdown is not None else trio.Event()
+    options = dict(options or {})
+    unknown = sorted(set(options) - {o.name for feature in FEATURES for o in feature.options})
+    if unknown:
+        raise ValueError(f"no feature has the option(s) {unknown}")
     limits = limits if limits is not None else ConnectionLimits()
     warn_unsupported(config)
     metrics = register_metrics(Metrics())
@@ -187,36 +184,29 @@ async def serve_router(
     served = [
         serve_acceptor(a, runtimes[a.router], ttl.ttl_ms(a), limits, admission) for a in config.acceptors
     ]
-    states = None
-    if state_file is not None:
-        kept = restore_admin_states(StateFile(state_file), runtimes)
-        states = KeptStates(kept, lambda: {r.name: r.pool.admin_states() for r in runtimes.values()})
-    stores = open_cache_stores(runtimes.values(), discard_unreadable_cache)
     source = config.source
-    options = _Options(
+    kept = _Options(
         shutdown=shutdown,
         load=load if load is not None else functools.partial(load_config, source),
         reloads=reloads,
-        states=states,
+        features=options,
         access=admin_access or AdminAccess(),
-        discard_unreadable_cache=discard_unreadable_cache,
         round_robin_start=round_robin_start,
     )
-    server = _Server(config, runtimes, metrics, admission, limits, stores, options)
+    server = _Server(config, runtimes, metrics, admission, limits, kept)
     services = list(server.features.values())
     try:
-        open_files(services, runtimes.values())  # the features' files (the event log's)
+        await open_files(services, runtimes.values())  # the features' files
     except StartupError:
-        close_cache_stores(stores)
-        with trio.CancelScope(shield=True):  # what the services before the failing one opened
-            await close_files((), services, None)
+        with trio.CancelScope(shield=True):  # what the services opened
+            await close_files(services)
         raise
     try:
         await server.serve(served, admin, grace_s, task_status)
     finally:
         # Cleanup, shielded: the last decisions' changes reach the files, within EXIT_FILES_S.
         with trio.CancelScope(shield=True):
-            await close_files(stores, services, states)
+            await close_files(services)
     log.info("stopped")
 
 
@@ -230,7 +220,6 @@ class _Server:
         metrics: Metrics,
         admission: Admission,
         limits: ConnectionLimits,
-        stores: list[tuple[RouterRuntime, CacheStore]],
         options: _Options,
     ) -> None:
         self.config = config
@@ -242,14 +231,16 @@ class _Server:
         self.metrics = metrics
         self.admission = admission
         self.limits = limits
-        self.stores = stores
-        """Persisted caches' files, written a last time at exit (shared with `serve_router`)."""
         self.options = options
         self.stopping = False
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()
         self.fast = FastPath(clock.current_time, token.run_sync_soon, limits.connect_timeout_s)
         kernel = Kernel(
-            runtimes=runtimes, metrics=metrics, stop=options.shutdown.set, config=lambda: self.config
+            runtimes=runtimes,
+            metrics=metrics,
+            stop=options.shutdown.set,
+            config=lambda: self.config,
+            options=options.features,
         )
         self.features: dict[type, Service] = {}
         """The features' services by type (router/features/), in `FEATURES` order."""
@@ -257,12 +248,17 @@ class _Server:
             if feature.start is not None:
                 service = feature.start(kernel)
                 self.features[type(service)] = service
-        self.routers = RouterTasks(self.features, lambda: self.config, stores)
+        self.routers = RouterTasks(self.features, lambda: self.config)
         """Each router's service tasks (router/router_tasks.py)."""
         self.lifecycle = Lifecycle(shutdown=options.shutdown)
         """/readyz: 503 from the moment shutdown is set."""
         self.process = ProcessView(admission)
         """GET /api/v1/status: told which acceptors listen whenever they change."""
+        self.process.features = lambda: {
+            name: value
+            for service in self.features.values()
+            for name, value in service.process_status().items()
+        }
         self.process.zookeeper = lambda: [
             z for r in self.runtimes.values() for z in r.held().zookeeper.values()
         ]
@@ -270,19 +266,10 @@ class _Server:
         self.reloads = Reloads(
             self,
             load=options.load,
-            discard_unreadable_cache=options.discard_unreadable_cache,
             round_robin_start=options.round_robin_start,
         )
         self.reload = self.reloads.reload
         """Read the configuration file again and apply it (router/reload.py)."""
-
-    def _kernel_objects(self) -> dict[type, object]:
-        """What the features' routes read of the kernel's, by type: the kept administrative states,
-        when the process has them (`Call.optional`)."""
-        found: dict[type, object] = {}
-        if self.options.states is not None:
-            found[KeptStates] = self.options.states
-        return found
 
     # -- the process --
 
@@ -300,9 +287,6 @@ class _Server:
                 await self.routers.start_first(runtime)
             for service in self.features.values():
                 await services.start(service.serve)
-            if self.options.states is not None:
-                await services.start(self.options.states.serve)
-                self.process.states = self.options.states
             admin_bound = None
             if admin is not None:
                 options = self.options
@@ -314,7 +298,7 @@ class _Server:
                     reload=self.reload,
                     process=self.process,
                     routes=feature_routes(),
-                    features={**self.features, **self._kernel_objects()},
+                    features=dict(self.features),
                 )
                 admin_bound = await services.start(serve_admin, admin[0], admin[1], context)
             if self.options.reloads is not None:
@@ -382,7 +366,7 @@ class _Options:
     shutdown: trio.Event
     load: Callable[[], Config]
     reloads: trio.MemoryReceiveChannel[None] | None
-    states: KeptStates | None
+    features: Mapping[str, object]
+    """The features' routerd options by name (`Kernel.options`)."""
     access: AdminAccess
-    discard_unreadable_cache: bool
     round_robin_start: int | None

@@ -85,7 +85,7 @@ ROUTER_LAYERS = (
     ("router.feature",),
     ("router.services",),
     ("router.features",),
-    ("router.acceptors", "router.caches", "router.kept_files", "router.reload", "router.router_tasks"),
+    ("router.acceptors", "router.kept_files", "router.reload", "router.router_tasks"),
     ("router.server",),
     ("router.cli", "router.ctl", "router.ctl_commands", "router.__main__"),
 )

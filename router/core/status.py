@@ -14,13 +14,15 @@ one, as `router_target_state`) last changed.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pools import AdminState, TargetState
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pools import Ejection, Pool, Target
     from router.config.settings import RouterConfig
     from router.core.engine import RoutingEngine
@@ -36,7 +38,6 @@ __all__ = [
     "ProcessStatus",
     "RouterStatus",
     "ServerStatus",
-    "StateFileStatus",
     "TargetHistory",
     "TargetStatus",
     "ZooKeeperStatus",
@@ -419,22 +420,6 @@ class ProcessStatus:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StateFileStatus:
-    """The state file (routerd's `--state-file`): whether the administrative states in force are
-    in it, so that they outlive a restart."""
-
-    path: str
-    persisted: bool
-    """Every drain/maint state in force is in the file; False while a change is not written yet (a
-    write is under way, or failed and is retried)."""
-    error: str | None
-    """Why the last write failed (None: it did not fail)."""
-
-    def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "persisted": self.persisted, "error": self.error}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ZooKeeperStatus:
     """One ZooKeeper session of a router: its discovery pool's, or its shared cache's
     (router/core/zookeeper_link.py says what each state means)."""
@@ -467,13 +452,15 @@ class ZooKeeperStatus:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerStatus:
-    """The document of `GET /api/v1/status`: the process, its acceptors, its state file and its
-    ZooKeeper sessions (the routers have a resource of their own, `GET /api/v1/routers`)."""
+    """The document of `GET /api/v1/status`: the process, its acceptors, the features' members
+    (the state file's) and its ZooKeeper sessions (the routers have a resource of their own,
+    `GET /api/v1/routers`)."""
 
     process: ProcessStatus
     acceptors: tuple[AcceptorStatus, ...]
-    state_file: StateFileStatus | None = None
-    """None: routerd keeps administrative states in memory only."""
+    features: Mapping[str, object] = field(default_factory=dict)
+    """The features' members, each a JSON value (`Service.process_status`: the admin states'
+    `state_file`)."""
     zookeeper: tuple[ZooKeeperStatus, ...] = ()
     """Every router's ZooKeeper sessions (discovery, shared cache), by router and use."""
 
@@ -481,7 +468,7 @@ class ServerStatus:
         return {
             "process": self.process.to_json(),
             "acceptors": [a.to_json() for a in self.acceptors],
-            "state_file": None if self.state_file is None else self.state_file.to_json(),
+            **self.features,
             "zookeeper": [z.to_json() for z in self.zookeeper],
         }
 

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from router.features import admin_states, cache, discovery, event_log, moves, probes, shared_cache, ttl
+from router.features import (
+    admin_states,
+    cache,
+    cache_store,
+    discovery,
+    event_log,
+    moves,
+    probes,
+    shared_cache,
+    ttl,
+)
 
 if TYPE_CHECKING:
     from router.feature import Command, Feature, Route
@@ -24,6 +34,7 @@ FEATURES: Final[tuple[Feature, ...]] = (
     ttl.FEATURE,
     admin_states.FEATURE,
     cache.FEATURE,
+    cache_store.FEATURE,
     moves.FEATURE,
     event_log.FEATURE,
     discovery.FEATURE,

@@ -89,8 +89,7 @@ class AdminContext:
     routes: Sequence[Route] = ()
     """The features' routes (router/features/), served after the kernel's."""
     features: Mapping[type, object] = dataclasses.field(default_factory=dict)
-    """The features' services by type, for their routes (`Call.service`), and the kernel's objects
-    their routes read (the event log, the kept administrative states) when there are some."""
+    """The features' services by type, for their routes (`Call.service`)."""
     templates: tuple[tuple[str, list[str], Route], ...] = dataclasses.field(init=False)
     services: Mapping[type, object] = dataclasses.field(init=False)
 

@@ -16,11 +16,12 @@ from memory. A file left in WAL mode by an older release is converted at open, w
 index in heap memory (`locking_mode = EXCLUSIVE` before the first read), never mapped.
 
 Times in the file are wall-clock seconds (Unix time), so an entry's expiry runs on while routerd is
-stopped; the cache itself keeps the trio clock's time, and `serve_cache_store` converts. A pin's
+stopped; the cache itself keeps the trio clock's time, and the writes convert
+(router/features/cache_store/service.py, which runs them). A pin's
 `pinned_until` is NULL for an entry that is not pinned, `inf` for a pin without end.
 
 Decisions never wait for the disk: the cache journals what changed (cache/cache.py) and
-`serve_cache_store` writes the journal every `WRITE_INTERVAL_S` in a worker thread. A `kill -9`
+the cache store feature writes the journal every `WRITE_INTERVAL_S` in a worker thread. A `kill -9`
 loses at most the changes of the last interval. A write that fails (disk full, an I/O error, an
 unwritable file) is logged and counted, and the next write is the whole cache, so nothing is lost
 that the cache still holds.
@@ -30,7 +31,7 @@ per persisted cache: a write that hangs on a frozen filesystem (`fsfreeze`, a sn
 waits in the kernel where no signal reaches it, and a process ends only when all its threads
 have, so in routerd such a write would keep routerd (its sockets, its ports) alive until the
 filesystem thaws. The writer process may wait; routerd waits for it only up to a deadline
-(`close_cache_store`), and exits. The writer shares routerd's `flock`, ends when its input
+(`close_cache_store` there), and exits. The writer shares routerd's `flock`, ends when its input
 does (routerd exits, or is killed), and ignores SIGINT and SIGTERM.
 
 A routerd holds an `flock` on the file while it runs: a second one configured with the same file
@@ -51,11 +52,8 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
-
-import trio
 
 from cache.cache import NO_PIN, Changes
 
@@ -63,16 +61,12 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from cache.cache import Row
-    from router.runtime import RouterRuntime
 
 __all__ = [
     "WRITE_INTERVAL_S",
     "CacheStore",
     "CacheStoreError",
-    "close_cache_store",
-    "serve_cache_store",
     "set_aside",
-    "write_cache_changes",
 ]
 
 log = logging.getLogger("router.cache")
@@ -379,64 +373,6 @@ def set_aside(path: str) -> str:
         if os.path.exists(path + suffix):
             os.replace(path + suffix, aside + suffix)
     return aside
-
-
-async def serve_cache_store(runtime: RouterRuntime, store: CacheStore) -> None:
-    """Write the router's cache journal every `WRITE_INTERVAL_S` until cancelled; the caller
-    writes the last changes (`write_cache_changes`) and closes the store."""
-    while True:
-        await trio.sleep(WRITE_INTERVAL_S)
-        await write_cache_changes(runtime, store)
-
-
-async def write_cache_changes(runtime: RouterRuntime, store: CacheStore) -> None:
-    """Write what changed in the router's cache since the last write, in a worker thread; a failed
-    write is logged and counted, and the next one writes the whole cache. Cancelled, it abandons
-    the thread (a write hung on a frozen filesystem), and the next write is the whole cache."""
-    now = trio.current_time()
-    with runtime.held() as state:
-        cache = state.engine.cache
-        changes = Changes() if cache is None else cache.take_changes(now)
-    if not changes.rows and not changes.full:
-        return
-    offset = time.time() - now
-    try:
-        written = await trio.to_thread.run_sync(store.write, changes, offset, abandon_on_cancel=True)
-    except CacheStoreError as exc:
-        _write_failed(runtime, f"{exc}; the next write is the whole cache")
-        return
-    except trio.Cancelled:
-        _resync(runtime)  # the abandoned write may never land
-        raise
-    runtime.metrics.cache_store_rows.inc((runtime.name,), written)
-
-
-async def close_cache_store(runtime: RouterRuntime, store: CacheStore, timeout_s: float) -> None:
-    """At exit (or when a reload removes the router): write the last changes and close the file,
-    within `timeout_s`; beyond it (a hung or frozen filesystem) the writer process is left to
-    finish when the filesystem answers, with an ERROR naming the file, counted."""
-    with trio.move_on_after(timeout_s) as scope:
-        await write_cache_changes(runtime, store)
-        await trio.to_thread.run_sync(store.close, abandon_on_cancel=True)
-    if scope.cancelled_caught:
-        _write_failed(
-            runtime,
-            f"persisted cache {store.path!r}: its last write did not end within {timeout_s:g} s (a hung "
-            "or frozen filesystem?): left to its writer process, which ends once the filesystem answers",
-        )
-
-
-def _resync(runtime: RouterRuntime) -> None:
-    """A write of the cache's changes failed: the next one is the whole cache."""
-    with runtime.held() as state:
-        if state.engine.cache is not None:
-            state.engine.cache.resync()
-
-
-def _write_failed(runtime: RouterRuntime, message: str) -> None:
-    _resync(runtime)
-    runtime.metrics.cache_store_errors.inc((runtime.name,))
-    log.error("router=%s %s", runtime.name, message)
 
 
 def main(argv: list[str] | None = None) -> int:

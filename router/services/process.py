@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Final
 from router.core.status import AcceptorStatus, ProcessStatus, ServerStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Mapping
 
     from router.core.admission import Admission
     from router.core.status import ZooKeeperStatus
     from router.datapath.acceptor import ServedAcceptor
     from router.datapath.fast_path import FastPath
-    from router.services.state_file import KeptStates
 
 __all__ = ["DISTRIBUTION", "ProcessView", "descriptors_open", "package_version"]
 
@@ -72,8 +71,8 @@ class ProcessView:
         self._version = package_version()
         self._served: tuple[_Served, ...] = ()
         self._fast: FastPath | None = None
-        self.states: KeptStates | None = None
-        """The state file, whose status the document shows (None: no state file)."""
+        self.features: Callable[[], Mapping[str, object]] = dict
+        """The features' members of the document now (`Service.process_status`; the server sets it)."""
         self.zookeeper: Callable[[], Iterable[ZooKeeperStatus]] = tuple
         """The ZooKeeper sessions of every router now (the server sets it)."""
 
@@ -120,9 +119,10 @@ class ProcessView:
             client_budget=admission.budget,
             client_connections=admission.open,
         )
-        states = None if self.states is None else self.states.status()
         zookeeper = tuple(sorted(self.zookeeper(), key=lambda z: (z.router, z.use)))
-        return ServerStatus(process=process, acceptors=acceptors, state_file=states, zookeeper=zookeeper)
+        return ServerStatus(
+            process=process, acceptors=acceptors, features=self.features(), zookeeper=zookeeper
+        )
 
 
 def _limit(value: int) -> int | None:

@@ -7,8 +7,9 @@ import json
 import pytest
 import trio
 
+from router.config.settings import Config
 from router.core.reload import Departed
-from router.feature import JSON, Call, HttpError, Service, json_object, json_response
+from router.feature import JSON, Call, HttpError, Option, Service, json_object, json_response
 from tests.router.runtime.test_kernel import make_runtime
 
 
@@ -72,8 +73,23 @@ async def test_service_default_hooks_do_nothing() -> None:
         await nursery.start(service.serve_router_data, runtime)
     assert service.targets_left(runtime, departed) == departed
     service.open_files()
+    await service.prepare_router(runtime.config)
+    service.discard_prepared()
     service.router_added(runtime)
     service.router_changed(runtime)
+    service.router_removed(runtime)
+    assert service.process_status() == {}
     service.stopping(1.0)
     with trio.fail_after(0):  # at once: nothing to write
         await service.close_files(5.0)
+
+
+def test_an_option_is_a_flag_or_takes_a_value_with_its_default_from_the_configuration() -> None:
+    config = Config(source="/etc/cr/broker.xml")
+    flag = Option(name="discard_unreadable_cache", help="h")
+    assert flag.flag == "--discard-unreadable-cache"
+    assert (flag.value(None, config), flag.value(True, config)) == (False, True)
+    valued = Option(name="state_file", help="h", metavar="FILE", default=lambda c: c.source + ".json")
+    assert valued.value(None, config) == "/etc/cr/broker.xml.json"
+    assert valued.value("/s.json", config) == "/s.json"
+    assert Option(name="x", help="h", metavar="X").value(None, config) is None

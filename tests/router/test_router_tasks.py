@@ -11,32 +11,23 @@ import trio.testing
 from router.config.settings import Config
 from router.feature import Service
 from router.router_tasks import RouterTasks
-from router.services.cache_store import CacheStore
 from tests.router.runtime.test_kernel import make_runtime
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from router.runtime import RouterRuntime
 
 
-async def test_start_restart_stop_and_the_store_of_a_router(tmp_path: Path) -> None:
+async def test_start_restart_stop_of_a_router() -> None:
     runtime = make_runtime()
-    store = CacheStore.open(str(tmp_path / "r.sqlite"))
-    try:
-        config = Config(source="t.xml", routers=(runtime.config,))
-        tasks = RouterTasks({}, lambda: config, [(runtime, store)])
-        assert tasks.store_of(runtime) is store
-        assert tasks.store_of(make_runtime()) is None
-        async with trio.open_nursery() as nursery:
-            tasks.nursery = nursery
-            tasks.start(runtime, None)
-            await trio.testing.wait_all_tasks_blocked()
-            tasks.restart(runtime)
-            await trio.testing.wait_all_tasks_blocked()
-            tasks.stop("r")  # every task of the router ends: the nursery can close
-    finally:
-        store.close()
+    config = Config(source="t.xml", routers=(runtime.config,))
+    tasks = RouterTasks({}, lambda: config)
+    async with trio.open_nursery() as nursery:
+        tasks.nursery = nursery
+        tasks.start(runtime)
+        await trio.testing.wait_all_tasks_blocked()
+        tasks.restart(runtime)
+        await trio.testing.wait_all_tasks_blocked()
+        tasks.stop("r")  # every task of the router ends: the nursery can close
 
 
 class _Counting(Service):
@@ -67,7 +58,7 @@ async def test_a_change_of_the_router_restarts_serve_router_only() -> None:
     runtime = make_runtime()
     config = Config(source="t.xml", routers=(runtime.config,))
     service = _Counting()
-    tasks = RouterTasks({_Counting: service}, lambda: config, [])
+    tasks = RouterTasks({_Counting: service}, lambda: config)
     async with trio.open_nursery() as nursery:
         tasks.nursery = nursery
         await tasks.start_first(runtime)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Final
 
 from pools import AdminState
 from router.feature import Call, HttpError, Response, Route, json_object, json_response
+from router.features.admin_states.service import AdminStates
 from router.logs import shown
-from router.services.state_file import KeptStates
 
 if TYPE_CHECKING:
     from router.runtime import RouterRuntime
@@ -33,7 +33,8 @@ async def _target(call: Call) -> Response:
     `STATE_WRITE_WAIT_S` for the file, and is a 500 when it is not written (the state is in force,
     and the write is retried)."""
     runtime, node_id = call.runtime, call.params["node_id"]
-    states = call.optional(KeptStates)
+    service = call.optional(AdminStates)
+    states = None if service is None else service.kept
     if call.method == "PUT":
         document = json_object(call.body)
         values = [s.value for s in AdminState]

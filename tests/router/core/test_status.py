@@ -15,7 +15,6 @@ from router.core.status import (
     OperationalState,
     ProcessStatus,
     ServerStatus,
-    StateFileStatus,
     TargetHistory,
     ZooKeeperStatus,
     operational_state,
@@ -152,7 +151,10 @@ def test_server_status_document() -> None:
         session_timeout_ms=10_000,
         answer_timeout_ms=2000,
     )
-    assert ServerStatus(process=process, acceptors=(acceptor,), zookeeper=(zookeeper,)).to_json() == {
+    features = {"state_file": None}  # a feature's member (`Service.process_status`)
+    assert ServerStatus(
+        process=process, acceptors=(acceptor,), features=features, zookeeper=(zookeeper,)
+    ).to_json() == {
         "process": {
             "pid": 42,
             "version": "1.2.3",
@@ -188,27 +190,6 @@ def test_server_status_document() -> None:
                 "answer_timeout_ms": 2000,
             }
         ],
-    }
-
-
-def test_server_status_document_says_whether_the_state_file_keeps_the_states() -> None:
-    """Scenario: a drain the state file does not hold yet shows as not persisted, with the reason."""
-    process = ProcessStatus(
-        pid=1,
-        version="1",
-        started_at=0.0,
-        uptime_s=0.0,
-        descriptor_limit=None,
-        descriptors_open=None,
-        client_budget=1,
-        client_connections=0,
-    )
-    kept = StateFileStatus(path="/var/lib/s.json", persisted=False, error="state file '/var/lib/s.json': x")
-    document = ServerStatus(process=process, acceptors=(), state_file=kept).to_json()
-    assert document["state_file"] == {
-        "path": "/var/lib/s.json",
-        "persisted": False,
-        "error": "state file '/var/lib/s.json': x",
     }
 
 

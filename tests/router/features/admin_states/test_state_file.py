@@ -1,4 +1,5 @@
-"""Tests for router/services/state_file.py: the targets' administrative states across restarts."""
+"""Tests for router/features/admin_states/state_file.py: the targets' administrative states across
+restarts."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import pytest
 import trio
 
 from pools import AdminState
-from router.services.state_file import (
+from router.features.admin_states.state_file import (
     RETRY_MAX_S,
     KeptStates,
     StateFile,
     StateFileError,
+    StateFileStatus,
     default_state_file,
     retry_delay_s,
 )
@@ -110,3 +112,14 @@ async def test_kept_states_close_writes_what_the_file_lacks(tmp_path):
     await kept.close(5.0)
     assert json.loads(path.read_text())["routers"] == {"r": {"b1": "maint"}}
     assert kept.status().persisted
+
+
+def test_server_status_document_says_whether_the_state_file_keeps_the_states() -> None:
+    """Scenario: a drain the state file does not hold yet shows as not persisted, with the reason
+    (the document's `state_file` member: `AdminStates.process_status`)."""
+    kept = StateFileStatus(path="/var/lib/s.json", persisted=False, error="state file '/var/lib/s.json': x")
+    assert kept.to_json() == {
+        "path": "/var/lib/s.json",
+        "persisted": False,
+        "error": "state file '/var/lib/s.json': x",
+    }

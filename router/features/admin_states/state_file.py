@@ -23,13 +23,13 @@ import json
 import logging
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import trio
 
 from pools import AdminState
-from router.core.status import StateFileStatus
 from router.services.files import PROBE_TIMEOUT_S, takes_writes
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ __all__ = [
     "KeptStates",
     "StateFile",
     "StateFileError",
+    "StateFileStatus",
     "default_state_file",
     "retry_delay_s",
 ]
@@ -55,6 +56,22 @@ after the fault ends."""
 STATE_FILE_VERSION: Final = 1
 MAX_STATE_FILE_BYTES: Final = 16 * 1024 * 1024
 """A state file larger than this is not ours (one line per target is a few dozen bytes)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateFileStatus:
+    """The state file (routerd's `--state-file`): whether the administrative states in force are
+    in it, so that they outlive a restart."""
+
+    path: str
+    persisted: bool
+    """Every drain/maint state in force is in the file; False while a change is not written yet (a
+    write is under way, or failed and is retried)."""
+    error: str | None
+    """Why the last write failed (None: it did not fail)."""
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "persisted": self.persisted, "error": self.error}
 
 
 class StateFileError(Exception):
