@@ -9,54 +9,65 @@ module but through this list.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Final
-
-from router.features import (
-    admin_states,
-    cache,
-    cache_store,
-    discovery,
-    event_log,
-    moves,
-    probes,
-    shared_cache,
-    ttl,
-)
 
 if TYPE_CHECKING:
     from router.feature import Command, Feature, Route
     from router.metrics import Metrics
 
+    FEATURES: tuple[Feature, ...]
+
 __all__ = ["FEATURES", "commands", "register_metrics", "routes"]
 
-FEATURES: Final[tuple[Feature, ...]] = (
-    probes.FEATURE,
-    ttl.FEATURE,
-    admin_states.FEATURE,
-    cache.FEATURE,
-    cache_store.FEATURE,
-    moves.FEATURE,
-    event_log.FEATURE,
-    discovery.FEATURE,
-    shared_cache.FEATURE,
+_FOLDERS: Final = (
+    "probes",
+    "ttl",
+    "admin_states",
+    "cache",
+    "cache_store",
+    "moves",
+    "event_log",
+    "discovery",
+    "shared_cache",
 )
-"""In the order their services start (a router's probes first: its first probes run at once)."""
+"""`FEATURES`' folders, in the order their services start (a router's probes first: its first
+probes run at once)."""
+
+
+def __getattr__(name: str) -> object:
+    """`FEATURES`, each folder's `FEATURE` in `_FOLDERS` order, imported on first use: a process
+    that runs one feature's module alone (the event log's writer process) imports no other
+    feature, nor the kernel's services (measured: 0.69 s and 53 MB to 0.27 s and 36 MB
+    to import the writer)."""
+    if name != "FEATURES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _features()
+
+
+def _features() -> tuple[Feature, ...]:
+    found = globals().get("FEATURES")
+    if found is None:
+        found = globals()["FEATURES"] = tuple(
+            importlib.import_module(f"{__name__}.{folder}").FEATURE for folder in _FOLDERS
+        )
+    return found
 
 
 def routes() -> tuple[Route, ...]:
     """Every feature's admin API routes."""
-    return tuple(route for feature in FEATURES for route in feature.routes)
+    return tuple(route for feature in _features() for route in feature.routes)
 
 
 def commands() -> tuple[Command, ...]:
     """Every feature's routerctl commands."""
-    return tuple(command for feature in FEATURES for command in feature.commands)
+    return tuple(command for feature in _features() for command in feature.commands)
 
 
 def register_metrics(metrics: Metrics) -> Metrics:
     """Register every feature's metric families in `metrics` (also those of a feature whose service
     has not started yet: /metrics lists every family from the start)."""
-    for feature in FEATURES:
+    for feature in _features():
         if feature.metrics is not None:
             metrics.feature(feature.metrics)
     return metrics

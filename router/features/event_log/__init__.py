@@ -28,16 +28,29 @@ router/config/ (`EventLogConfig`).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING
 
-from router.feature import Feature
-from router.features.event_log.commands import COMMANDS
-from router.features.event_log.metrics import EventLogMetrics
-from router.features.event_log.routes import ROUTES
-from router.features.event_log.service import start
+if TYPE_CHECKING:
+    from router.feature import Feature
+
+    FEATURE: Feature
 
 __all__ = ["FEATURE"]
 
-FEATURE: Final = Feature(
-    name="event_log", routes=ROUTES, commands=COMMANDS, metrics=EventLogMetrics, start=start
-)
+
+def __getattr__(name: str) -> object:
+    """`FEATURE`, imported on first use: the writer process (writer.py) imports this package and
+    needs none of the feature's routerd side (its service, routes, commands)."""
+    if name != "FEATURE":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from router.feature import Feature
+    from router.features.event_log.commands import COMMANDS
+    from router.features.event_log.metrics import EventLogMetrics
+    from router.features.event_log.routes import ROUTES
+    from router.features.event_log.service import start
+
+    feature = Feature(
+        name="event_log", routes=ROUTES, commands=COMMANDS, metrics=EventLogMetrics, start=start
+    )
+    globals()["FEATURE"] = feature
+    return feature

@@ -125,3 +125,29 @@ def test_a_directory_it_cannot_read_is_one_clear_failure(tmp_path):
     )
     assert done.returncode == 1
     assert json.loads(done.stdout) == {"failed": f"event log directory {str(blocker)!r}: Not a directory"}
+
+
+def test_the_writer_process_imports_no_other_feature_nor_the_feature_s_routerd_side() -> None:
+    """router/features/__init__.py and the event log's own `__init__` import their features on first
+    use: the writer process (started for every routerd with an event log) loads only what it runs."""
+    import subprocess
+    import sys
+
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, router.features.event_log.writer; "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('router.', 'trio')))))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    features = {m for m in loaded if m.startswith("router.features.")}
+    assert features == {
+        "router.features.event_log",
+        "router.features.event_log.writer",
+        "router.features.event_log.files",
+    }
+    assert not [m for m in loaded if m.startswith(("trio", "router.runtime"))], loaded
