@@ -138,7 +138,9 @@ class SharedCache:
         """Keys used and not yet looked at by the touch loop (each is kept until its entry is
         extended, claimed again, or no longer held)."""
         self.evicted: set[str] = set()
-        """Keys operators evicted whose znodes are still to be deleted."""
+        """Keys operators evicted whose znodes are still to be deleted (at most `max-entries`, while
+        ZooKeeper does not answer: beyond it an eviction's znode is left to expire, and the sweep
+        deletes it)."""
         self.dropped: dict[str, SharedEntry] = {}
         """Keys this router's cache evicted to make room (at most `max-entries`) whose entry it wrote
         last: deleted unless another router changed (used) it since (version-checked), so keys a
@@ -485,7 +487,10 @@ class SharedCache:
             await trio.sleep(self._touch_interval())
             used, evicted, dropped = self._take_use()
             self.used |= used
-            self.evicted |= evicted
+            for key in evicted:
+                if len(self.evicted) >= self.max_keys:
+                    break
+                self.evicted.add(key)
             for key in dropped:  # made room for others here: gone unless another router uses it
                 entry = self.known.pop(key, None)
                 if entry is not None and entry.ours and len(self.dropped) < self.max_keys:

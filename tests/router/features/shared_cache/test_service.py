@@ -206,3 +206,22 @@ async def test_entries_evicted_here_to_make_room_leave_zookeeper_unless_used_els
 
     await _eventually(second_gone)  # a later touch than the one that handled "kept"
     assert await trio.to_thread.run_sync(read, "kept") is not None
+
+
+async def test_evictions_waiting_for_zookeeper_are_bounded_by_max_entries(nursery, zookeeper):
+    """While ZooKeeper does not answer, the operators' evictions still to be deleted there are kept
+    up to `max-entries`; beyond, an eviction's znode is left to expire (the sweep deletes it)."""
+    a, _b = await _routers(nursery, zookeeper.connect)
+    config = ZooKeeperConfig(connect=zookeeper.connect, path=a.path, session_timeout_ms=4000)
+    small = _runtime(2000, config, max_entries=2)  # touched every 0.5 s
+    shared = SharedCache(small, config)
+    small.held().resolver = shared.resolve
+    await nursery.start(shared.serve)
+    await _eventually(lambda: shared.connected)
+    shared.connected = False  # as while the session is suspended
+    for i in range(6):
+        await decide(small, ConnectionFacts(client_id=f"k{i}"))
+        assert cache_evict(small, key=f"k{i}") == 1
+    await _eventually(lambda: len(shared.evicted) == 2)
+    await trio.sleep(1.2)  # two more touches: still at the bound
+    assert len(shared.evicted) == 2
