@@ -1,5 +1,5 @@
 """The Artemis fixtures of tests/conftest.py work with real clients: the session's three brokers
-take MQTT 3.1.1 (paho-mqtt), CORE (the distribution's `artemis producer/consumer`, and a JMS program
+take MQTT 3.1.1 and 5 (paho-mqtt), CORE (the distribution's `artemis producer/consumer`, and a JMS program
 on the standalone client jar), AMQP 1.0 (proton), STOMP (stomp.py) and OpenWire (a JMS program on
 ActiveMQ Classic's client) on one acceptor, with a login; the web console is there only on request; and
 a replication pair's backup serves the primary's messages after a kill -9 of the primary.
@@ -127,7 +127,8 @@ class TestArtemisBrokers:
             assert "<web" not in (broker.base / "etc" / "bootstrap.xml").read_text()
             assert broker.rss_kib() < 512 * 1024, "-Xmx256M keeps a broker well under 512 MiB"
 
-    def test_artemis_brokers_mqtt_311_round_trip(self, artemis_brokers):
+    @pytest.mark.parametrize("version", [MQTTProtocolVersion.MQTTv311, MQTTProtocolVersion.MQTTv5])
+    def test_artemis_brokers_mqtt_round_trip(self, artemis_brokers, version):
         broker = artemis_brokers[0]
         got: list[bytes] = []
         received = threading.Event()
@@ -139,7 +140,7 @@ class TestArtemisBrokers:
         client = mqtt.Client(
             CallbackAPIVersion.VERSION2,
             client_id=f"fixture-{uuid.uuid4()}",
-            protocol=MQTTProtocolVersion.MQTTv311,
+            protocol=version,
         )
         client.username_pw_set(ARTEMIS_USER, ARTEMIS_PASSWORD)
         client.on_message = on_message
