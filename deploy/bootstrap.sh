@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the router, its demo and its tests need on a Debian machine, idempotently:
 # the Debian packages of the real components (mosquitto, ActiveMQ, RabbitMQ, ZooKeeper, and
-# Prometheus with promtool for the metrics, dashboard and alert tests), and a
+# Prometheus with promtool for the metrics, dashboard and alert tests), Apache ActiveMQ Artemis
+# and its Java client from Maven Central into .cache/artemis/ (the tests' Artemis brokers), and a
 # venv at .venv with the project installed editable with its test extras. Re-running it is
 # cheap: each step is skipped when done.
 set -euo pipefail
@@ -11,6 +12,19 @@ cd "$(dirname "$0")/.."
 # prometheus: promtool and a real Prometheus for the metrics, dashboard and alert tests;
 # gcc, libc6-dev, python3-dev: the event log's native recorder (setup.py) and the benchmark's tools.
 APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev python3-dev activemq libactivemq-java libmqtt-client-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps prometheus)
+# Maven fetches Artemis (install_artemis); any mvn on the PATH will do.
+command -v mvn >/dev/null || APT_PACKAGES+=(maven)
+
+# Apache ActiveMQ Artemis (Apache-2.0) for the tests' Artemis brokers (tests/conftest.py): the
+# distribution, extracted, and the standalone JMS/CORE client jar, with slf4j-simple (MIT) so that
+# a client run with `java -cp` logs instead of warning that it has no SLF4J provider.
+ARTEMIS_VERSION=2.40.0
+ARTEMIS_DIR=.cache/artemis
+ARTEMIS_ARTIFACTS=(
+    "org.apache.activemq:apache-artemis:$ARTEMIS_VERSION:tar.gz:bin"
+    "org.apache.activemq:artemis-jms-client-all:$ARTEMIS_VERSION"
+    "org.slf4j:slf4j-simple:2.0.17"
+)
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 
@@ -57,6 +71,35 @@ install_venv() {
     echo "$stamp_value" > "$stamp"
 }
 
+install_artemis() {
+    local stamp=$ARTEMIS_DIR/.installed stamp_value home=$ARTEMIS_DIR/apache-artemis-$ARTEMIS_VERSION
+    stamp_value="${ARTEMIS_ARTIFACTS[*]}"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_value" ] && [ -x "$home/bin/artemis" ] \
+        && [ -f "$ARTEMIS_DIR/artemis-jms-client-all-$ARTEMIS_VERSION.jar" ]; then
+        return 0
+    fi
+    mkdir -p "$ARTEMIS_DIR"
+    log "downloading Apache ActiveMQ Artemis $ARTEMIS_VERSION and its client jar with Maven into $ARTEMIS_DIR"
+    local artifact out=$ARTEMIS_DIR/mvn.log
+    for artifact in "${ARTEMIS_ARTIFACTS[@]}"; do
+        # -U: Maven otherwise remembers a failed download in ~/.m2 and does not try again for a day.
+        if ! mvn -q -B -U dependency:copy "-Dartifact=$artifact" "-DoutputDirectory=$ARTEMIS_DIR" >"$out" 2>&1; then
+            sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -m 1 'ERROR' >&2 || true  # Debian's mvn colours even with -B
+            log "could not download $artifact from Maven Central with mvn (whole output: $out);"
+            log "check the network and any proxy or mirror in ~/.m2/settings.xml, then run this again"
+            exit 1
+        fi
+    done
+    rm -rf "$home" "$home.partial"
+    mkdir "$home.partial"
+    tar -xzf "$ARTEMIS_DIR/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz" -C "$home.partial" --strip-components=1 \
+        || { log "could not extract $ARTEMIS_DIR/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz"; exit 1; }
+    mv "$home.partial" "$home"  # whole or not at all: an interrupted run extracts again
+    rm -f "$out"
+    echo "$stamp_value" > "$stamp"
+}
+
 need_python
 install_apt
+install_artemis
 install_venv

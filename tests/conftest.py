@@ -20,13 +20,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import pytest
 from hypothesis import settings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 settings.register_profile("fast", max_examples=100)
 settings.register_profile("deep", max_examples=2000)
@@ -356,3 +356,364 @@ class ActiveMQ:
         """SIGTERM (a clean stop takes well under a second), SIGKILL if it hangs."""
         stop_process(self.proc, ACTIVEMQ_TIMEOUT_S)
         self.proc = None
+
+
+# --- Apache ActiveMQ Artemis 2.40 from Maven Central (deploy/bootstrap.sh, ENVIRONMENT.md §8) -------
+
+ARTEMIS_VERSION = "2.40.0"
+ARTEMIS_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "artemis"
+"""Where deploy/bootstrap.sh puts the distribution and the client jars (ignored by git)."""
+ARTEMIS_HOME = ARTEMIS_CACHE / f"apache-artemis-{ARTEMIS_VERSION}"
+ARTEMIS_CLI = ARTEMIS_HOME / "bin" / "artemis"
+"""The distribution's `artemis` command: `create`, and CORE/AMQP/OpenWire clients (`producer`,
+`consumer`) that need no instance."""
+ARTEMIS_CLIENT_JAR = ARTEMIS_CACHE / f"artemis-jms-client-all-{ARTEMIS_VERSION}.jar"
+"""The standalone JMS (javax.jms) client over CORE, every dependency shaded in."""
+ARTEMIS_CLIENT_CLASSPATH = [ARTEMIS_CLIENT_JAR, ARTEMIS_CACHE / "slf4j-simple-2.0.17.jar"]
+"""`java -cp` for a client program: the client jar, and an SLF4J provider so that it logs (without
+one it runs too, and warns once that it logs nothing)."""
+
+ARTEMIS_USER = "admin"
+ARTEMIS_PASSWORD = "admin"
+"""Every test broker requires a login (`--require-login`); this user has the role `amq`, allowed
+everything."""
+ARTEMIS_CLUSTER_USER = "cluster"
+ARTEMIS_CLUSTER_PASSWORD = "cluster"
+"""What the members of a replication pair log in to each other with."""
+
+ARTEMIS_JAVA_MEMORY = "256M"
+"""-Xmx of each broker (artemis.profile; Artemis's own default is 2G): five fit the machine."""
+ARTEMIS_TIMEOUT_S = 60.0
+"""Bound of a broker's start, stop and failover, and of one CLI client run (a start takes 3-4 s alone)."""
+ARTEMIS_ACTIVE = "AMQ221007"
+"""`Server is now active`: logged by a broker that serves clients (a backup only once it fails over)."""
+ARTEMIS_BACKUP_SYNCHRONIZED = "AMQ221024"
+"""`Backup server … is synchronized with primary server`: a backup that can take over without loss."""
+_ARTEMIS_TEMPLATE_PORT = 61616
+"""The acceptor port `artemis create` writes into the template; each broker gets its own."""
+
+
+def require_artemis() -> None:
+    """Fail (never skip) when the distribution or a JDK is missing."""
+    missing = [] if shutil.which("java") else ["java"]
+    missing += [str(p) for p in [ARTEMIS_CLI, *ARTEMIS_CLIENT_CLASSPATH] if not p.exists()]
+    if missing:
+        pytest.fail(f"missing {', '.join(missing)}: run deploy/bootstrap.sh, which downloads Artemis")
+
+
+def _artemis_env(java_args: str | None = None) -> dict[str, str]:
+    """The environment without settings that would override the instance's profile (`JAVA_ARGS`
+    replaces its -Xmx) or point `bin/artemis` at another instance."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ARTEMIS_", "JAVA_ARGS")) and k != "DEBUG_ARGS"
+    }
+    if java_args is not None:
+        env["JAVA_ARGS"] = java_args
+    return env
+
+
+def create_artemis_template(directory: Path) -> Path:
+    """`artemis create` once into `directory`: an instance that is never started, copied for each
+    broker (`Artemis.make`), because a create costs a JVM start (about 1.1 s) and a copy does not.
+
+    On 127.0.0.1 with login required, no web console (`Artemis.web_port` adds it), only the main
+    acceptor (CORE, AMQP, STOMP, HORNETQ, MQTT, OPENWIRE on one port), the NIO journal without
+    fsync (tests need no durability across a machine crash; a killed JVM loses nothing) and no
+    disk-speed test (`--no-autotune`: it has hung in containers).
+    """
+    require_artemis()
+    subprocess.run(
+        [
+            str(ARTEMIS_CLI),
+            "create",
+            str(directory),
+            "--silent",
+            "--name=template",
+            f"--user={ARTEMIS_USER}",
+            f"--password={ARTEMIS_PASSWORD}",
+            "--require-login",
+            "--host=127.0.0.1",
+            "--http-host=127.0.0.1",
+            "--no-web",
+            "--no-autotune",
+            "--nio",
+            "--no-fsync",
+            f"--java-memory={ARTEMIS_JAVA_MEMORY}",
+            f"--default-port={_ARTEMIS_TEMPLATE_PORT}",
+            "--no-amqp-acceptor",
+            "--no-stomp-acceptor",
+            "--no-mqtt-acceptor",
+            "--no-hornetq-acceptor",
+        ],
+        check=True,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        env=_artemis_env(),
+        timeout=ARTEMIS_TIMEOUT_S,
+    )
+    profile = directory / "etc" / "artemis.profile"
+    # The profile keeps -Xms512M whatever --java-memory says: with -Xmx256M the JVM would refuse to
+    # start. C1 alone (TieredStopAtLevel=1) starts a broker about 30 % sooner in 25 MB less.
+    profile.write_text(profile.read_text().replace("-Xms512M", "-XX:TieredStopAtLevel=1 -Xms64M"))
+    return directory
+
+
+_ARTEMIS_HA_XML = """
+      <connectors>
+         <connector name="artemis">tcp://127.0.0.1:{port}</connector>
+         <connector name="peer">tcp://127.0.0.1:{peer_port}</connector>
+      </connectors>
+      <cluster-user>{cluster_user}</cluster-user>
+      <cluster-password>{cluster_password}</cluster-password>
+      <cluster-connections>
+         <cluster-connection name="pair">
+            <connector-ref>artemis</connector-ref>
+            <message-load-balancing>ON_DEMAND</message-load-balancing>
+            <max-hops>0</max-hops>
+            <static-connectors>
+               <connector-ref>peer</connector-ref>
+            </static-connectors>
+         </cluster-connection>
+      </cluster-connections>
+      <ha-policy>
+         <replication>
+            {role}
+         </replication>
+      </ha-policy>
+"""
+"""A replication pair: what `artemis create --replicated --staticCluster tcp://PEER [--backup]` adds
+to broker.xml (Artemis's docs, "High Availability and Failover"), with the ports filled in."""
+
+_ARTEMIS_HA_ROLES = {
+    "primary": "<primary><vote-on-replication-failure>true</vote-on-replication-failure></primary>",
+    "backup": "<backup/>",
+}
+
+_ARTEMIS_WEB_XML = """   <web path="web" rootRedirectLocation="console">
+       <binding name="artemis" uri="http://127.0.0.1:{web_port}">
+           <app name="console" url="console" war="console.war"/>
+       </binding>
+   </web>
+</broker>"""
+"""The console and Jolokia (`/console/jolokia`), as `artemis create` writes them into bootstrap.xml
+without `--no-web`."""
+
+
+@dataclass(slots=True)
+class Artemis:
+    """One real Artemis 2.40 broker on 127.0.0.1, copied from the session's template instance and
+    stopped by its PID: one acceptor on `port` for CORE, AMQP, MQTT, STOMP, OpenWire (and HORNETQ),
+    login `ARTEMIS_USER` / `ARTEMIS_PASSWORD`; alone, or one member of a replication pair."""
+
+    name: str
+    base: Path
+    """The instance directory (bin/, etc/ with broker.xml and artemis-users.properties, data/)."""
+    port: int = field(default_factory=free_port)
+    web_port: int | None = None
+    """The web console and Jolokia on http://127.0.0.1:web_port/console; none unless set."""
+    ha_role: Literal["primary", "backup"] | None = None
+    """This broker's role in a replication pair, whose other member listens on `peer_port`."""
+    peer_port: int | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    _log_start: int = 0
+
+    @property
+    def url(self) -> str:
+        """The CORE URL of the acceptor, for `artemis producer --url` or a JMS connection factory."""
+        return f"tcp://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, f"{self.name} is not running"
+        return self.proc.pid
+
+    @property
+    def log(self) -> Path:
+        """The broker's console output (its log4j2 also writes log/artemis.log)."""
+        return self.base / "broker.log"
+
+    def make(self, template: Path) -> None:
+        """Copy the template instance to `base` and give the copy its name, ports and HA role."""
+        shutil.copytree(template, self.base, symlinks=True)
+        for path in [self.base / "bin" / "artemis", self.base / "bin" / "artemis-service"]:
+            path.write_text(path.read_text().replace(str(template), str(self.base)))
+        for path in (self.base / "etc").iterdir():
+            path.write_text(path.read_text().replace(str(template), str(self.base)))
+        broker_xml = self.base / "etc" / "broker.xml"
+        xml = broker_xml.read_text()
+        xml = xml.replace("<name>template</name>", f"<name>{self.name}</name>")
+        xml = xml.replace(f"tcp://127.0.0.1:{_ARTEMIS_TEMPLATE_PORT}?", f"tcp://127.0.0.1:{self.port}?")
+        if self.ha_role is not None:
+            assert self.peer_port is not None, "a member of a replication pair needs its peer's port"
+            ha_xml = _ARTEMIS_HA_XML.format(
+                port=self.port,
+                peer_port=self.peer_port,
+                cluster_user=ARTEMIS_CLUSTER_USER,
+                cluster_password=ARTEMIS_CLUSTER_PASSWORD,
+                role=_ARTEMIS_HA_ROLES[self.ha_role],
+            )
+            xml = xml.replace("</acceptors>", "</acceptors>" + ha_xml, 1)
+        broker_xml.write_text(xml)
+        if self.web_port is not None:
+            bootstrap_xml = self.base / "etc" / "bootstrap.xml"
+            text = bootstrap_xml.read_text()
+            bootstrap_xml.write_text(
+                text.replace("</broker>", _ARTEMIS_WEB_XML.format(web_port=self.web_port))
+            )
+
+    def start(self) -> None:
+        """Start the JVM (without waiting for it: see `wait_ready`). `bin/artemis run` execs java,
+        so the PID is the JVM's."""
+        self._log_start = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:  # the child keeps its own descriptor; restarts append
+            self.proc = subprocess.Popen(
+                [str(self.base / "bin" / "artemis"), "run"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=_artemis_env(),
+            )
+
+    def wait_ready(self, timeout: float = ARTEMIS_TIMEOUT_S) -> None:
+        """Wait until the broker logs `AMQ221007` (active) and its acceptor accepts: a backup that
+        takes over logs the line before its acceptor opens."""
+        self.wait_log(ARTEMIS_ACTIVE, timeout)
+        deadline = time.monotonic() + timeout
+        while not accepts(self.port):
+            self._check_alive(deadline, f"nothing accepts on {self.port}")
+            time.sleep(0.02)  # polling another process's listen(): nothing to wait on
+        if self.web_port is not None:
+            self.wait_log("AMQ241004", timeout)  # `Artemis Console available`: the web server is up
+
+    def wait_log(self, pattern: str, timeout: float = ARTEMIS_TIMEOUT_S) -> str:
+        """Wait until the broker logs a line matching `pattern` since its last start: that line."""
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while True:
+            for line in self.since_start().splitlines():
+                if regex.search(line):
+                    return line
+            self._check_alive(deadline, f"no log line matching {pattern!r}")
+            time.sleep(0.05)  # another process's log file: nothing to wait on
+
+    def _check_alive(self, deadline: float, what: str) -> None:
+        assert self.proc is not None, f"{self.name} was not started"
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self._tail()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{self.name}: {what}:\n{self._tail()}")
+
+    def since_start(self) -> str:
+        """The broker's console output since its last start."""
+        if not self.log.exists():
+            return ""
+        with self.log.open("rb") as log:
+            log.seek(self._log_start)
+            return log.read().decode(errors="replace")
+
+    def _tail(self) -> str:
+        return self.since_start()[-3000:]
+
+    def rss_kib(self) -> int:
+        """The JVM's resident memory now, in KiB (VmRSS)."""
+        status = Path(f"/proc/{self.pid}/status").read_text()
+        match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+        assert match is not None, status
+        return int(match.group(1))
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no clean shutdown, the backup of a pair takes over."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(ARTEMIS_TIMEOUT_S)
+        self.proc = None
+
+    def stop(self) -> None:
+        """SIGTERM (a clean stop takes about a second), SIGKILL if it hangs."""
+        stop_process(self.proc, ARTEMIS_TIMEOUT_S)
+        self.proc = None
+
+
+def run_artemis_cli(*args: str, timeout: float = ARTEMIS_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """Run the distribution's `artemis` (`producer`, `consumer`, `queue stat`, …) as a client, in a
+    small JVM; its output, whatever its exit status."""
+    require_artemis()
+    return subprocess.run(
+        [str(ARTEMIS_CLI), *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=_artemis_env(java_args="-Xms16m -Xmx128m -XX:TieredStopAtLevel=1"),
+        timeout=timeout,
+        check=False,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ArtemisPair:
+    """A replication pair (ha-policy replication, static cluster of two): the primary serves, the
+    backup is synchronized with it and takes over when it dies."""
+
+    primary: Artemis
+    backup: Artemis
+
+
+@pytest.fixture(scope="session")
+def artemis_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's `artemis create`d instance that every test broker is copied from."""
+    return create_artemis_template(tmp_path_factory.mktemp("artemis") / "template")
+
+
+@pytest.fixture(scope="session")
+def artemis_brokers(
+    tmp_path_factory: pytest.TempPathFactory, artemis_template: Path
+) -> Iterator[tuple[Artemis, Artemis, Artemis]]:
+    """Three running brokers `a1`, `a2`, `a3` for the whole test session, started in parallel;
+    each test uses addresses, queues and client IDs of its own."""
+    base = tmp_path_factory.mktemp("artemis-brokers")
+    brokers = (Artemis("a1", base / "a1"), Artemis("a2", base / "a2"), Artemis("a3", base / "a3"))
+    try:
+        for broker in brokers:
+            broker.make(artemis_template)
+            broker.start()
+        for broker in brokers:
+            broker.wait_ready()
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+@pytest.fixture
+def make_artemis(tmp_path: Path, artemis_template: Path) -> Iterator[Callable[..., Artemis]]:
+    """A factory of brokers of this test alone, made (not started) under tmp_path: `make_artemis(name,
+    web_port=…, ha_role=…, peer_port=…)` takes `Artemis`'s fields; each is stopped at the end."""
+    made: list[Artemis] = []
+
+    def make(name: str, **fields: Any) -> Artemis:
+        broker = Artemis(name, tmp_path / name, **fields)
+        broker.make(artemis_template)
+        made.append(broker)
+        return broker
+
+    try:
+        yield make
+    finally:
+        for broker in made:
+            broker.stop()
+
+
+@pytest.fixture
+def artemis_pair(make_artemis: Callable[..., Artemis]) -> ArtemisPair:
+    """A running replication pair of this test alone (`primary`, `backup`), the backup synchronized:
+    a test may `pair.primary.kill()` and then `pair.backup.wait_ready()`."""
+    primary_port, backup_port = free_port(), free_port()
+    primary = make_artemis("primary", port=primary_port, ha_role="primary", peer_port=backup_port)
+    backup = make_artemis("backup", port=backup_port, ha_role="backup", peer_port=primary_port)
+    primary.start()
+    backup.start()
+    primary.wait_ready()
+    backup.wait_log(ARTEMIS_BACKUP_SYNCHRONIZED)
+    return ArtemisPair(primary=primary, backup=backup)
