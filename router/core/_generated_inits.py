@@ -276,10 +276,18 @@ def _router_core_plan_Redirect(setters: Setters, defaults: Values, factories: Fa
 
 
 def _router_core_plan_Proxy(setters: Setters, defaults: Values, factories: Factories) -> Init:
-    set_key, set_reason, set_target, set_connector, set_replay, set_preamble, set_owed, set_if_rejected = (
-        setters
-    )
-    default_preamble, default_owed, default_if_rejected = defaults
+    (
+        set_key,
+        set_reason,
+        set_target,
+        set_connector,
+        set_replay,
+        set_preamble,
+        set_owed,
+        set_if_rejected,
+        set_target_filter,
+    ) = setters
+    default_preamble, default_owed, default_if_rejected, default_target_filter = defaults
 
     def __init__(
         self: object,
@@ -292,6 +300,7 @@ def _router_core_plan_Proxy(setters: Setters, defaults: Values, factories: Facto
         preamble: object = default_preamble,
         owed: object = default_owed,
         if_rejected: object = default_if_rejected,
+        target_filter: object = default_target_filter,
     ) -> None:
         set_key(self, key)
         set_reason(self, reason)
@@ -301,6 +310,7 @@ def _router_core_plan_Proxy(setters: Setters, defaults: Values, factories: Facto
         set_preamble(self, preamble)
         set_owed(self, owed)
         set_if_rejected(self, if_rejected)
+        set_target_filter(self, target_filter)
 
     return __init__
 
@@ -369,7 +379,17 @@ INITS: Final[dict[str, tuple[tuple[str, ...], Maker]]] = {
         _router_core_plan_Redirect,
     ),
     "router.core.plan.Proxy": (
-        ("key", "reason", "target", "connector", "replay", "preamble=", "owed=", "if_rejected="),
+        (
+            "key",
+            "reason",
+            "target",
+            "connector",
+            "replay",
+            "preamble=",
+            "owed=",
+            "if_rejected=",
+            "target_filter=",
+        ),
         _router_core_plan_Proxy,
     ),
     "router.core.plan.HandOver": (("reason", "then"), _router_core_plan_HandOver),

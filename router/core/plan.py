@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from router.core.address import Address
     from router.core.engine import RouteDecision
     from router.core.events import ConnectionRef
+    from router.core.stream_filter import StreamFilter
 
 __all__ = [
     "Action",
@@ -133,6 +134,9 @@ class Proxy:
     if_rejected: bytes = b""
     """Sent to the client when the target rejects the replayed opening (the client heard "ok" from
     the router already); b"": just close."""
+    target_filter: Callable[[], StreamFilter] | None = None
+    """What the target's bytes to the client pass through for the connection's life, made once per
+    connection (CORE: its cluster topology dropped, router/core/stream_filter.py); None: nothing."""
 
 
 class HandOverReason(enum.Enum):

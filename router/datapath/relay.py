@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from router.core.live import LiveConnection
+    from router.core.stream_filter import StreamFilter
 
 __all__ = ["FAREWELL_LINGER_S", "FRAME_END_WAIT_S", "RELAY_CHUNK_BYTES", "leave", "relay"]
 
@@ -141,9 +142,11 @@ async def _pump(
     activity: LiveConnection | None = None,
     first: Callable[[bytes | bytearray], None] | None = None,
     send_broke: Callable[[], None] | None = None,
+    sift: StreamFilter | None = None,
 ) -> bool:
     """Copy until EOF, adding each read to `counts[side]`; half-close the sink. Returns False when
-    the sink cannot half-close (TLS).
+    the sink cannot half-close (TLS). With `sift` what is sent is what it lets through (the bytes
+    read are counted).
 
     With `activity` (the client's direction of a connection under a TTL) each read stamps
     `activity.last_read_at`, a float store; the TTL checker reads it. `first` is given the first
@@ -160,6 +163,10 @@ async def _pump(
             if activity.peek_first_bytes:  # once: an unsniffed client may be exempt MQTT
                 activity.first_bytes(data)
         counts[side] += len(data)
+        if sift is not None:
+            data = sift.feed(data)
+            if not data:
+                continue
         try:
             await sink.send_all(data)
         except _BROKEN:
@@ -187,6 +194,7 @@ async def relay(
     activity: LiveConnection | None = None,
     live: LiveConnection | None = None,
     first_answer: Callable[[bytes | bytearray], None] | None = None,
+    sift: StreamFilter | None = None,
 ) -> CloseReason:
     """Relay bytes both ways until both directions ended or one broke, then close both streams.
 
@@ -201,6 +209,8 @@ async def relay(
             moved by `leave` when `LiveConnection.move` asks.
         first_answer: given the target's first read, once, or b"" when the target ended its side
             (EOF or a reset) before sending a byte (passive health).
+        sift: what the target's bytes pass through to the client (`Proxy.target_filter`; a
+            connection with one has no cursor: it is not relayed framed).
 
     Returns:
         CLOSED when both directions ended (or a stream without half-close did), RESET when one broke.
@@ -240,7 +250,7 @@ async def relay(
             if live is not None and live.cursor is not None:
                 pump = functools.partial(_pump_framed, upstream, client, live, first_answer)
             else:
-                pump = functools.partial(_pump, upstream, client, counts, 1, None, first_answer)
+                pump = functools.partial(_pump, upstream, client, counts, 1, None, first_answer, None, sift)
             nursery.start_soon(guarded, pump, 1)
         if moving:
             assert live is not None

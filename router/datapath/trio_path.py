@@ -58,6 +58,7 @@ from router.datapath.tls import certificate_user, open_terminated
 if TYPE_CHECKING:
     from keys import ConnectionFacts
     from router.core.events import ConnectionRef, OpeningFailed
+    from router.core.stream_filter import StreamFilter
     from router.datapath.acceptor import Pending, ServedAcceptor
     from router.datapath.fast_path import Departing, HandedOver
 
@@ -137,6 +138,7 @@ class _Connection:
         "opening",
         "pending",
         "reason",
+        "sift",
         "sni_host",
         "stream",
     )
@@ -156,6 +158,8 @@ class _Connection:
     """How it ended, unless the router closed it (`LiveConnection.closed_by`)."""
     detail: str
     """More about REPLAY_FAILED."""
+    sift: StreamFilter | None
+    """What the target's bytes pass through on their way to the client (`Proxy.target_filter`)."""
 
     def __init__(
         self,
@@ -408,6 +412,8 @@ class _Connection:
         self.connected_at = connected_at = trio.current_time()
         acceptor.runtime.report(live.connected_in(connected_at - began))
         async with upstream:  # closed by the relay, or here when the replay failed or was cancelled
+            make_filter = self.action.target_filter
+            self.sift = None if make_filter is None else make_filter()
             live.counts[0] = len(self.opening.raw)  # the client's replayed bytes count, as on the fast path
             self.detail = await self._replay(upstream)
             if self.detail:
@@ -423,6 +429,7 @@ class _Connection:
                 activity=activity,
                 live=movable,
                 first_answer=lambda data: runtime.pool.first_answer(live, data),
+                sift=self.sift,
             )
 
     def _report_end(self, *, retry: bool) -> Proxy | Refuse | None:
@@ -467,6 +474,8 @@ class _Connection:
                 sniffed = self.opening.sniffed
                 protocol = "target" if sniffed is None else sniffed.protocol.value
                 rest = await read_past_preamble(upstream, action.preamble, protocol=protocol)
+            if rest and self.sift is not None:
+                rest = bytes(self.sift.feed(rest))
             if action.owed or rest:
                 await client.send_all(action.owed + rest)
         except SniffError as exc:

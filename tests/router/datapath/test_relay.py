@@ -224,3 +224,27 @@ async def _relay_moved(
     live: LiveConnection,
 ) -> None:
     ended.append(await relay(client, upstream, counts, live=live))
+
+
+async def test_a_sift_takes_the_topology_out_of_the_brokers_stream_and_counts_what_was_read() -> None:
+    """Scenario: a proxied CORE client: the broker's cluster-topology packets never reach it (they
+    would name the brokers' own addresses), everything else does, in order."""
+    from router.core.stream_filter import TopologyFilter
+    from tests.router.core.test_stream_filter import MESSAGE, TOPOLOGY_V4
+
+    client, router_client_side = _pair()
+    router_upstream_side, broker = _pair()
+    counts = [0, 0]
+    sift = TopologyFilter()
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            await relay(router_client_side, router_upstream_side, counts, sift=sift)
+
+        nursery.start_soon(run)
+        await broker.send_all(MESSAGE + TOPOLOGY_V4 + MESSAGE)
+        await broker.aclose()
+        assert await _read_all(client) == MESSAGE + MESSAGE
+        await client.aclose()
+    assert counts[1] == 2 * len(MESSAGE) + len(TOPOLOGY_V4)
+    assert sift.dropped == 1
