@@ -214,7 +214,7 @@ class Connector:
         count = self.param_map.get("probeConnectionCount", "false")
         if count.lower() not in _BOOLEANS:
             raise ValueError(f"probeConnectionCount must be true or false, got {count!r}")
-        if self.probe_connection_count and probe != "mqtt":
+        if count.lower() == "true" and probe != "mqtt":
             raise ValueError(f"probeConnectionCount=true needs probe=mqtt, got probe={probe!r}")
         self._check_count_params(probe)
         weight = self.param_map.get("weight", "1")
