@@ -334,8 +334,9 @@ async def check_openwire(
 # --- broker-reported connection counts over HTTP ---------------------------------------------------
 
 HEAD_MAX_BYTES: Final = 16 * 1024
-"""Cap of an answer's status line and headers (h11's own default; Artemis's console sends about
-1.5 KB of security headers)."""
+"""Cap of an answer's status line and headers while they are incomplete (h11's own default;
+Artemis's console sends about 1.5 KB of security headers): a head that arrives whole in one read
+may be up to a read (`_HTTP_READ_BYTES`) longer."""
 
 _HTTP_READ_BYTES: Final = 64 * 1024
 
@@ -371,6 +372,8 @@ async def read_count(source: CountSource, user: str | None, password: str | None
             raise CountError(f"{source.url}: the connection broke: {exc}") from exc
         except h11.ProtocolError as exc:
             raise CountError(f"{source.url}: not an HTTP/1.1 answer: {exc}") from exc
+        except CountError as exc:
+            raise CountError(f"{source.url}: {exc}") from None
     try:
         return parse_count(source, status, body)
     except CountError as exc:
