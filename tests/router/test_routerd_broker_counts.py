@@ -190,6 +190,7 @@ def test_least_connections_follows_artemis_jolokia_counts(
         table = _table(router)
         assert "artemis-jolokia" in table
         assert " ago " in table
+        print(table)  # docs/operations.md shows one (pytest -s)
         with _mqtt_session(port, f"routed-{uuid.uuid4().hex[:6]}", **login):
             assert _landed(router, before) == "c2"
             _wait_counts(router, {"c1": DIRECT_CLIENTS, "c2": 1})  # the broker counts it too
