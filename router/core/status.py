@@ -178,6 +178,10 @@ class TargetHistory:
         self._counts[node_id] = before.failed(count, at) if isinstance(count, str) else before.read(count, at)
         return before
 
+    def forget_count(self, node_id: str) -> None:
+        """The target's connector no longer reads its broker's count: nothing of it is kept."""
+        self._counts.pop(node_id, None)
+
     def count_report(self, node_id: str) -> CountReport:
         """What the target's broker reported of its connection count (all None: nothing yet)."""
         return self._counts.get(node_id, CountReport())

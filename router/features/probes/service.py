@@ -327,6 +327,12 @@ async def _probe_while_member(
             await trio.lowlevel.checkpoint()  # raises Cancelled, caught by `scope`
         return result
 
+    if target.connector is not None and target.connector.connection_count is None:
+        # A reload may have taken `connectionCount=` off its connector: a count read before
+        # must not stay in LEAST_CONNECTIONS's sum, nor in the status.
+        with runtime.held() as state:
+            state.connections.report_broker_count(target.node_id, None)
+            state.history.forget_count(target.node_id)
     with scope:
         await _probe_forever(runtime, target, period_s, guarded, read)
 

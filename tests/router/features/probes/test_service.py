@@ -607,3 +607,21 @@ class TestServeHealthChecksCounts:
         report = _broker_count(runtime, "m")
         assert report["count"] is None
         assert str(report["last_error"]).startswith("no $SYS/broker/clients/connected value")
+
+
+async def test_a_connector_without_connection_count_forgets_a_count_read_before(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Scenario: a reload took `connectionCount=` off a connector: the count its broker reported
+    before leaves LEAST_CONNECTIONS's sum once the target's probes start again."""
+    runtime = _count_runtime({"a": "tcp://127.0.0.1:21001"})
+    with runtime.held() as state:
+        state.connections.report_broker_count("a", 40)
+        state.history.counted("a", 40, 1_700_000_000.0)
+    with trio.move_on_after(0.5):
+        await serve_health_checks(runtime, check=_ready)
+    pool = runtime.status().pool
+    assert pool is not None
+    assert [t.connections for t in pool.targets] == [0]
+    with runtime.held() as state:
+        assert state.history.count_report("a").count is None
