@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 # systemd: systemd-analyze checks deploy/systemd's unit; procps: its ExecReload's /bin/kill;
 # prometheus: promtool and a real Prometheus for the metrics, dashboard and alert tests;
 # gcc, libc6-dev, python3-dev: the event log's native recorder (setup.py) and the benchmark's tools.
-APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev python3-dev activemq libactivemq-java libmqtt-client-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps prometheus)
+# libjolokia-core-java, libjetty9-java, libservlet-api-java: Jolokia for the tests' ActiveMQ brokers
+# (Debian's activemq leaves out upstream's web console and its Jolokia; tests/conftest.py).
+APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev python3-dev activemq libactivemq-java libmqtt-client-java libjolokia-core-java libjetty9-java libservlet-api-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps prometheus)
 # Maven fetches Artemis (install_artemis); any mvn on the PATH will do.
 command -v mvn >/dev/null || APT_PACKAGES+=(maven)
 

@@ -25,8 +25,10 @@ from pools.pool import PoolEventKind as PoolEventKind
 from pools.pool import PoolKind as PoolKind
 from pools.pool import TargetState as TargetState
 from pools.pool import ready_node_ids as ready_node_ids
+from pools.target import COUNT_SOURCES as COUNT_SOURCES
 from pools.target import LOCAL_NODE_ID as LOCAL_NODE_ID
 from pools.target import PROBE_KINDS as PROBE_KINDS
 from pools.target import Connector as Connector
+from pools.target import CountSource as CountSource
 from pools.target import Target as Target
 from pools.target import parse_url_params as parse_url_params

@@ -12,10 +12,46 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["LOCAL_NODE_ID", "MAX_WEIGHT", "PROBE_KINDS", "Connector", "Target", "parse_url_params"]
+__all__ = [
+    "COUNT_SOURCES",
+    "LOCAL_NODE_ID",
+    "MAX_WEIGHT",
+    "PROBE_KINDS",
+    "Connector",
+    "CountSource",
+    "Target",
+    "parse_url_params",
+]
 
 PROBE_KINDS: Final = ("tcp", "mqtt", "stomp", "amqp", "openwire")
 """Values of a connector's `probe=` URL parameter: how its broker is health-checked (default tcp)."""
+
+COUNT_SOURCES: Final = ("mqtt-sys", "artemis-jolokia", "activemq-jolokia", "rabbitmq-prometheus")
+"""Values of a connector's `connectionCount=` URL parameter: where LEAST_CONNECTIONS reads the
+broker's own connection count. `mqtt-sys` is read by the MQTT probe (mosquitto's `$SYS`, what
+`probeConnectionCount=true` says); the others over HTTP, beside the probe."""
+
+_HTTP_COUNT_DEFAULTS: Final = {
+    "artemis-jolokia": (8161, "/console/jolokia"),
+    "activemq-jolokia": (8161, "/api/jolokia"),
+    "rabbitmq-prometheus": (15692, "/metrics"),
+}
+"""Each HTTP source's port and path when `connectionCountUrl` is not given, on the broker's host:
+Artemis's web console (`bootstrap.xml`, Jolokia at /console/jolokia), ActiveMQ Classic's
+(`jetty.xml`, Jolokia at /api/jolokia) and the rabbitmq_prometheus plugin's listener."""
+
+_JOLOKIA_SOURCES: Final = ("artemis-jolokia", "activemq-jolokia")
+
+_COUNT_PARAMS: Final = (
+    "connectionCount",
+    "connectionCountUrl",
+    "connectionCountBroker",
+    "connectionCountUser",
+    "connectionCountPassword",
+    "connectionCountOrigin",
+)
+"""The connector parameters of the broker-reported count; any other name starting with
+`connectionCount` is a typo, an error rather than a parameter silently kept."""
 
 _BOOLEANS: Final = {"true": True, "false": False}
 """URL parameter booleans, any letter case (as Artemis reads them with `Boolean.parseBoolean`,
@@ -76,6 +112,75 @@ def _endpoint(text: str, url: str) -> tuple[str, int]:
     return parsed.hostname, port
 
 
+def _with_param(params: tuple[tuple[str, str], ...], name: str, value: str) -> tuple[tuple[str, str], ...]:
+    return tuple((n, value if n == name else v) for n, v in params)
+
+
+def _http_endpoint(url: str) -> tuple[str, int, str]:
+    """(host, port, path with query) of an `http://host[:port]/path` URL.
+
+    Raises:
+        ValueError: not such a URL (https, no host, a bad port, user info in it).
+    """
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme != "http" or not parsed.hostname or "@" in parsed.netloc:
+        raise ValueError(f"connectionCountUrl must look like http://host:port/path, got {url!r}")
+    try:
+        port = parsed.port or 80
+    except ValueError as exc:
+        raise ValueError(f"connectionCountUrl has an invalid port: {url!r}") from exc
+    path = (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
+    return parsed.hostname, port, path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CountSource:
+    """Where and how one broker's own connection count is read (a connector's `connectionCount*`
+    parameters): LEAST_CONNECTIONS adds the router's change since the read to it."""
+
+    kind: str
+    """One of COUNT_SOURCES."""
+    url: str | None = None
+    """The HTTP sources' endpoint, `http://host:port/path` (Jolokia's base URL, or the metrics
+    page); None for `mqtt-sys`."""
+    broker: str | None = None
+    """Jolokia: the broker's name in its MBean's object name; None: the only broker of the JVM."""
+    user: str | None = None
+    """The HTTP user (basic authentication); None: the pool's user for Jolokia, none for Prometheus."""
+    password: str | None = field(default=None, repr=False)
+    origin: str | None = None
+    """Jolokia: the `Origin` header sent (Jolokia's CORS check); None: the URL's own origin."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in COUNT_SOURCES:
+            raise ValueError(f"connectionCount must be one of {', '.join(COUNT_SOURCES)}, got {self.kind!r}")
+        if (self.url is None) != (self.kind not in _HTTP_COUNT_DEFAULTS):
+            raise ValueError(f"connectionCount={self.kind} {'takes no' if self.url else 'needs a'} URL")
+        if self.url is not None:
+            _http_endpoint(self.url)
+        if self.broker is not None and (not self.broker or any(c in self.broker for c in ',=:*?"\\')):
+            raise ValueError(
+                f'connectionCountBroker must be a broker name without ,=:*?"\\, got {self.broker!r}'
+            )
+        if self.origin is not None:
+            parsed = urllib.parse.urlsplit(self.origin)
+            if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.path not in ("", "/"):
+                raise ValueError(
+                    f"connectionCountOrigin must look like http://host[:port], got {self.origin!r}"
+                )
+
+    @property
+    def endpoint(self) -> tuple[str, int, str]:
+        """(host, port, path) of `url`.
+
+        Raises:
+            ValueError: a source without a URL (`mqtt-sys`).
+        """
+        if self.url is None:
+            raise ValueError(f"connectionCount={self.kind} is not read over HTTP")
+        return _http_endpoint(self.url)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Connector:
     """A named way to reach a broker, as in `<connector name="…">tcp://host:port?…</connector>`."""
@@ -109,16 +214,75 @@ class Connector:
         count = self.param_map.get("probeConnectionCount", "false")
         if count.lower() not in _BOOLEANS:
             raise ValueError(f"probeConnectionCount must be true or false, got {count!r}")
-        if self.probe_connection_count and probe != "mqtt":
+        if count.lower() == "true" and probe != "mqtt":
             raise ValueError(f"probeConnectionCount=true needs probe=mqtt, got probe={probe!r}")
+        self._check_count_params(probe)
         weight = self.param_map.get("weight", "1")
         digits = weight.isascii() and weight.isdigit() and len(weight) <= len(str(MAX_WEIGHT))
         if not (digits and 1 <= int(weight) <= MAX_WEIGHT):
             raise ValueError(f"weight must be an integer 1-{MAX_WEIGHT}, got {weight!r}")
         if self.backups:
-            primary = dataclasses.replace(self, backups=())
-            pair = (primary, *(dataclasses.replace(primary, host=h, port=p) for h, p in self.backups))
+            endpoints = ((self.host, self.port), *self.backups)
+            urls = self.param_map.get("connectionCountUrl")
+            # Each member reads its own broker's count: the i-th URL of connectionCountUrl's list.
+            member_params = [
+                self.params if urls is None else _with_param(self.params, "connectionCountUrl", url.strip())
+                for url in (urls or "").split(",")
+            ]
+            pair = tuple(
+                dataclasses.replace(
+                    self, host=h, port=p, backups=(), params=member_params[min(i, len(member_params) - 1)]
+                )
+                for i, (h, p) in enumerate(endpoints)
+            )
             object.__setattr__(self, "_pair", pair)  # frozen: set once, at construction
+
+    def _check_count_params(self, probe: str) -> None:
+        """Validate the `connectionCount*` parameters (the source's own checks are `connection_count`'s).
+
+        Raises:
+            ValueError: an unknown `connectionCount*` name, an unknown source, a source that
+                contradicts `probeConnectionCount` or needs another probe, an option the source
+                does not take, or not one URL per member of an HA pair.
+        """
+        params = self.param_map
+        for name in params:
+            if name.startswith("connectionCount") and name not in _COUNT_PARAMS:
+                raise ValueError(f"unknown connector parameter {name!r} (known: {', '.join(_COUNT_PARAMS)})")
+        kind = params.get("connectionCount")
+        if kind is not None and kind not in COUNT_SOURCES:
+            raise ValueError(f"connectionCount must be one of {', '.join(COUNT_SOURCES)}, got {kind!r}")
+        flag = params.get("probeConnectionCount", "").lower()
+        if kind is not None and flag == "true" and kind != "mqtt-sys":
+            raise ValueError(
+                f"probeConnectionCount=true means connectionCount=mqtt-sys, got connectionCount={kind!r} too"
+            )
+        if kind == "mqtt-sys" and flag == "false":
+            raise ValueError("probeConnectionCount=false contradicts connectionCount='mqtt-sys'")
+        if kind == "mqtt-sys" and probe != "mqtt":
+            raise ValueError(f"connectionCount=mqtt-sys needs probe=mqtt, got probe={probe!r}")
+        given = "no connectionCount" if kind is None else f"connectionCount={kind!r}"
+        for name in ("connectionCountUrl", "connectionCountUser", "connectionCountPassword"):
+            if name in params and kind not in _HTTP_COUNT_DEFAULTS:
+                raise ValueError(
+                    f"{name} needs connectionCount={' or '.join(_HTTP_COUNT_DEFAULTS)}, got {given}"
+                )
+        for name in ("connectionCountBroker", "connectionCountOrigin"):
+            if name in params and kind not in _JOLOKIA_SOURCES:
+                raise ValueError(f"{name} needs connectionCount={' or '.join(_JOLOKIA_SOURCES)}, got {given}")
+        if "connectionCountPassword" in params and "connectionCountUser" not in params:
+            raise ValueError("connectionCountPassword needs connectionCountUser")
+        urls = params.get("connectionCountUrl")
+        if urls is not None:
+            listed = urls.split(",")
+            members = 1 + len(self.backups)
+            if len(listed) != members:
+                what = "an HA pair names one per member" if self.backups else "a single broker has one"
+                raise ValueError(f"connectionCountUrl: {what} ({members}), got {len(listed)}: {urls!r}")
+            for url in listed:
+                _http_endpoint(url.strip())
+        if kind is not None:
+            _ = self.connection_count  # builds the CountSource, which checks its values
 
     @classmethod
     def from_url(cls, name: str, url: str) -> Connector:
@@ -173,9 +337,39 @@ class Connector:
 
     @property
     def probe_connection_count(self) -> bool:
-        """URL parameter `probeConnectionCount` (default false): whether the MQTT probe also reads
-        the broker's connected-client count (mosquitto's `$SYS/broker/clients/connected`)."""
-        return _BOOLEANS.get(self.param_map.get("probeConnectionCount", "false").lower(), False)
+        """URL parameter `probeConnectionCount` (default false), or `connectionCount=mqtt-sys`:
+        whether the MQTT probe also reads the broker's connected-client count (mosquitto's
+        `$SYS/broker/clients/connected`)."""
+        params = self.param_map
+        if params.get("connectionCount") == "mqtt-sys":
+            return True
+        return _BOOLEANS.get(params.get("probeConnectionCount", "false").lower(), False)
+
+    @property
+    def connection_count(self) -> CountSource | None:
+        """Where LEAST_CONNECTIONS reads the broker's own connection count: URL parameter
+        `connectionCount` (or `probeConnectionCount=true`, which is `mqtt-sys`); None: nowhere, the
+        count is this router's own. Each member of an HA pair reads at its own host (or its own
+        URL of `connectionCountUrl`'s list)."""
+        params = self.param_map
+        kind = params.get("connectionCount")
+        if kind is None:
+            return CountSource(kind="mqtt-sys") if self.probe_connection_count else None
+        if kind not in _HTTP_COUNT_DEFAULTS:
+            return CountSource(kind=kind)
+        url = params.get("connectionCountUrl")
+        if url is None:
+            port, path = _HTTP_COUNT_DEFAULTS[kind]
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            url = f"http://{host}:{port}{path}"
+        return CountSource(
+            kind=kind,
+            url=url.split(",")[0].strip(),  # a pair's own list: the primary's (each member has its own)
+            broker=params.get("connectionCountBroker"),
+            user=params.get("connectionCountUser"),
+            password=params.get("connectionCountPassword"),
+            origin=params.get("connectionCountOrigin"),
+        )
 
     @property
     def weight(self) -> int:

@@ -102,6 +102,17 @@ def router_blocks(router: object) -> list[Renderable]:
             members.add(t.get("node_id"), m.get("connector"), m.get("state"), m.get("active"))
     if members.rows:
         blocks.append(members)
+    counts = Table(["node_id", "count_source", "broker_count", "read", "last_error"])
+    for t in targets:
+        report = t.get("broker_count")
+        if isinstance(report, dict):
+            age = report.get("age_s")
+            read = None if report.get("read_at") is None else f"{duration(age)} ago"
+            counts.add(
+                t.get("node_id"), report.get("source"), report.get("count"), read, report.get("last_error")
+            )
+    if counts.rows:
+        blocks.append(counts)
     return blocks
 
 

@@ -202,8 +202,9 @@ _BROKER_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
   xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
   xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans.xsd
   http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
-  <broker xmlns="http://activemq.apache.org/schema/core" brokerName="{name}" useJmx="false"
+  <broker xmlns="http://activemq.apache.org/schema/core" brokerName="{name}" useJmx="{use_jmx}"
           persistent="{persistent}" dataDirectory="{base}/data" schedulerSupport="false">
+    {management}
     {store}
     {plugins}
     <transportConnectors>
@@ -212,8 +213,74 @@ _BROKER_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
       <transportConnector name="mqtt" uri="mqtt://127.0.0.1:{mqtt}"/>
     </transportConnectors>
   </broker>
+  {jolokia}
 </beans>
 """
+
+JOLOKIA_JARS = [
+    "/usr/share/java/jolokia-core.jar",
+    "/usr/share/java/json-simple.jar",
+    "/usr/share/java/jetty9-server.jar",
+    "/usr/share/java/jetty9-servlet.jar",
+    "/usr/share/java/jetty9-security.jar",
+    "/usr/share/java/jetty9-util.jar",
+    "/usr/share/java/jetty9-http.jar",
+    "/usr/share/java/jetty9-io.jar",
+    "/usr/share/java/servlet-api.jar",
+]
+"""Debian's Jolokia 1.7 agent servlet (libjolokia-core-java) and the Jetty 9 and servlet API it runs
+in (libjetty9-java, libservlet-api-java): Debian's ActiveMQ leaves out upstream's web console and
+its Jolokia (activemq-web-console is a disabled module), so a broker started with `jolokia_port`
+serves Jolokia the way upstream's conf/jetty.xml does, from these jars in its lib/."""
+JOLOKIA_USER = "admin"
+JOLOKIA_PASSWORD = "admin"
+"""The Jolokia endpoint's basic-authentication user (upstream's jetty-realm.properties default)."""
+
+_JOLOKIA_MANAGEMENT_XML = (
+    '<managementContext><managementContext createConnector="false"/></managementContext>'
+)
+"""JMX on (the MBeans Jolokia reads), without the RMI connector on port 1099 that it would open."""
+
+_JOLOKIA_XML = """<bean id="jolokia" class="org.eclipse.jetty.server.Server"
+        init-method="start" destroy-method="stop">
+    <constructor-arg><bean class="java.net.InetSocketAddress">
+      <constructor-arg value="127.0.0.1"/><constructor-arg value="{port}" type="int"/>
+    </bean></constructor-arg>
+    <property name="handler"><bean class="org.eclipse.jetty.security.ConstraintSecurityHandler">
+      <property name="loginService"><bean class="org.eclipse.jetty.security.HashLoginService">
+        <property name="name" value="ActiveMQRealm"/>
+        <property name="config" value="{base}/conf/jetty-realm.properties"/>
+      </bean></property>
+      <property name="authenticator">
+        <bean class="org.eclipse.jetty.security.authentication.BasicAuthenticator"/>
+      </property>
+      <property name="constraintMappings"><list><bean class="org.eclipse.jetty.security.ConstraintMapping">
+        <property name="pathSpec" value="/*"/>
+        <property name="constraint"><bean class="org.eclipse.jetty.util.security.Constraint">
+          <property name="name" value="BASIC"/><property name="roles" value="admin"/>
+          <property name="authenticate" value="true"/>
+        </bean></property>
+      </bean></list></property>
+      <property name="handler"><bean class="org.eclipse.jetty.servlet.ServletContextHandler">
+        <property name="contextPath" value="/api"/>
+        <property name="servletHandler"><bean class="org.eclipse.jetty.servlet.ServletHandler">
+          <property name="servlets"><list><bean class="org.eclipse.jetty.servlet.ServletHolder">
+            <property name="name" value="jolokia"/>
+            <property name="className" value="org.jolokia.http.AgentServlet"/>
+            <property name="initParameters">
+              <map><entry key="discoveryEnabled" value="false"/></map>
+            </property>
+          </bean></list></property>
+          <property name="servletMappings"><list><bean class="org.eclipse.jetty.servlet.ServletMapping">
+            <property name="servletName" value="jolokia"/><property name="pathSpecs" value="/jolokia/*"/>
+          </bean></list></property>
+        </bean></property>
+      </bean></property>
+    </bean></property>
+  </bean>"""
+"""Jolokia at http://127.0.0.1:{port}/api/jolokia with basic authentication, as upstream's
+conf/jetty.xml serves it (there from the web console's war, here Debian's AgentServlet in a Jetty
+the broker's Spring context starts and stops)."""
 
 _SHARED_STORE_XML = """<persistenceAdapter>
       <kahaDB directory="{kahadb}" lockKeepAlivePeriod="2000">
@@ -230,6 +297,16 @@ log4j.appender.stdout=org.apache.log4j.ConsoleAppender
 log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
 log4j.appender.stdout.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n
 """
+
+
+def require_jolokia() -> None:
+    """Fail (never skip) when Debian's Jolokia, Jetty or servlet API jars are missing."""
+    missing = [jar for jar in JOLOKIA_JARS if not Path(jar).exists()]
+    if missing:
+        pytest.fail(
+            f"missing {', '.join(missing)} (libjolokia-core-java, libjetty9-java, libservlet-api-java): "
+            "run deploy/bootstrap.sh, which installs them"
+        )
 
 
 def require_java() -> None:
@@ -260,7 +337,16 @@ class ActiveMQ:
     """How often a passive broker tries the shared lock (ActiveMQ's default is 10000)."""
     plugins: str = ""
     """A `<plugins>` element for the broker, e.g. a `simpleAuthenticationPlugin`; none by default."""
+    jolokia_port: int | None = None
+    """Jolokia (`JOLOKIA_JARS`) at http://127.0.0.1:jolokia_port/api/jolokia, login JOLOKIA_USER /
+    JOLOKIA_PASSWORD, and JMX on; none (and JMX off) unless set."""
     _log_start: int = 0
+
+    @property
+    def jolokia_url(self) -> str:
+        """The Jolokia endpoint, as upstream ActiveMQ's web console serves it."""
+        assert self.jolokia_port is not None, f"{self.name} has no Jolokia"
+        return f"http://127.0.0.1:{self.jolokia_port}/api/jolokia"
 
     @property
     def log(self) -> Path:
@@ -270,9 +356,15 @@ class ActiveMQ:
         """Start the JVM (without waiting for it: see `wait_ready`)."""
         for sub in ("conf", "data", "tmp", "lib"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
-        jar_link = self.base / "lib" / "mqtt-client.jar"
-        if not jar_link.is_symlink():  # a restarted broker keeps its instance directory
-            jar_link.symlink_to(MQTT_CODEC_JAR)  # ActiveMQ adds $BASE/lib
+        jars = [MQTT_CODEC_JAR, *(JOLOKIA_JARS if self.jolokia_port is not None else [])]
+        for jar in jars:
+            jar_link = self.base / "lib" / Path(jar).name
+            if not jar_link.is_symlink():  # a restarted broker keeps its instance directory
+                jar_link.symlink_to(jar)  # ActiveMQ adds $BASE/lib
+        if self.jolokia_port is not None:
+            (self.base / "conf" / "jetty-realm.properties").write_text(
+                f"{JOLOKIA_USER}: {JOLOKIA_PASSWORD}, admin\n"
+            )
         (self.base / "conf" / "activemq.xml").write_text(
             _BROKER_XML.format(
                 name=self.name,
@@ -283,6 +375,11 @@ class ActiveMQ:
                 persistent="false" if self.shared_store is None else "true",
                 store=self._store_xml(),
                 plugins=self.plugins,
+                use_jmx="false" if self.jolokia_port is None else "true",
+                management="" if self.jolokia_port is None else _JOLOKIA_MANAGEMENT_XML,
+                jolokia=""
+                if self.jolokia_port is None
+                else _JOLOKIA_XML.format(port=self.jolokia_port, base=self.base),
             )
         )
         (self.base / "conf" / "log4j.properties").write_text(_LOG4J)
@@ -310,10 +407,17 @@ class ActiveMQ:
             )
 
     def wait_ready(self) -> None:
-        """Wait until all three connectors accept (they open last, after the broker started)."""
+        """Wait until all three connectors (and Jolokia's port, when it has one) accept: they open
+        last, after the broker started."""
         assert self.proc is not None
         deadline = time.monotonic() + ACTIVEMQ_TIMEOUT_S
-        for port in (self.openwire, self.stomp, self.mqtt):
+        ports = (
+            self.openwire,
+            self.stomp,
+            self.mqtt,
+            *(() if self.jolokia_port is None else (self.jolokia_port,)),
+        )
+        for port in ports:
             while not accepts(port):
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self._tail()}")

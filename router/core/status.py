@@ -7,12 +7,14 @@ while the fast path's thread routes. The process's facts (clock, /proc) are read
 router/services/process.py, which builds a `ServerStatus` from them. Besides the pool's state,
 a target shows what the runtime remembers in its `TargetHistory` (fed with times it reads
 itself: none is read here): each member's last probe (when, how long, the outcome), why the
-target is not ready, and when its `OperationalState` (readiness and administrative state in
-one, as `router_target_state`) last changed.
+target is not ready, when its `OperationalState` (readiness and administrative state in
+one, as `router_target_state`) last changed, and what its broker last reported of its own
+connection count (a connector's `connectionCount=`: the count, when it was read, the last error).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,7 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AcceptorStatus",
+    "BrokerCountStatus",
     "CheckRecord",
+    "CountReport",
     "MemberStatus",
     "OperationalState",
     "PoolStatus",
@@ -105,15 +109,38 @@ class CheckRecord:
         return document
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CountReport:
+    """What a target's broker last reported of its own connection count (its connector's
+    `connectionCount=`), as the reads went."""
+
+    count: int | None = None
+    """The count in use (LEAST_CONNECTIONS adds this router's change since the read); None when
+    the last read failed or none succeeded yet: the router's own count is used."""
+    read_at: float | None = None
+    """When a read last succeeded, in seconds since the epoch (kept when later reads fail)."""
+    last_error: str | None = None
+    """Why the last failed read failed (kept when later reads succeed); None: none failed."""
+    last_error_at: float | None = None
+    """When that was, in seconds since the epoch."""
+
+    def read(self, count: int, at: float) -> CountReport:
+        return dataclasses.replace(self, count=count, read_at=at)
+
+    def failed(self, reason: str, at: float) -> CountReport:
+        return dataclasses.replace(self, count=None, last_error=reason, last_error_at=at)
+
+
 class TargetHistory:
     """What a router remembers about its targets besides the pool's state: each member's last
-    probe, the last reason a target was not ready, and when its operational state last changed.
+    probe, the last reason a target was not ready, when its operational state last changed, and
+    its broker's last reports of its connection count.
 
     Mutable; `RouterRuntime` keeps one per router, changes it under the router's lock and passes
     the times in.
     """
 
-    __slots__ = ("_changes", "_checks", "_reasons")
+    __slots__ = ("_changes", "_checks", "_counts", "_reasons")
 
     def __init__(self) -> None:
         self._checks: dict[str, dict[int, CheckRecord]] = {}
@@ -122,6 +149,8 @@ class TargetHistory:
         """Node id -> why it last failed (a probe, or a refused connect)."""
         self._changes: dict[str, tuple[OperationalState, float]] = {}
         """Node id -> its operational state and since when (seconds since the epoch)."""
+        self._counts: dict[str, CountReport] = {}
+        """Node id -> what its broker reported of its connection count."""
 
     def checked(self, node_id: str, member: int, record: CheckRecord) -> None:
         """Remember a member's probe (and its reason, when it failed)."""
@@ -142,11 +171,27 @@ class TargetHistory:
         self._changes[node_id] = (state, now)
         return True
 
+    def counted(self, node_id: str, count: int | str, at: float) -> CountReport:
+        """Remember a read of a broker's connection count at `at` (seconds since the epoch): the
+        count, or (a str) why it could not be read. Returns the target's report before it."""
+        before = self._counts.get(node_id, CountReport())
+        self._counts[node_id] = before.failed(count, at) if isinstance(count, str) else before.read(count, at)
+        return before
+
+    def forget_count(self, node_id: str) -> None:
+        """The target's connector no longer reads its broker's count: nothing of it is kept."""
+        self._counts.pop(node_id, None)
+
+    def count_report(self, node_id: str) -> CountReport:
+        """What the target's broker reported of its connection count (all None: nothing yet)."""
+        return self._counts.get(node_id, CountReport())
+
     def forget(self, node_id: str) -> None:
         """A target left the pool: nothing about it is kept."""
         self._checks.pop(node_id, None)
         self._reasons.pop(node_id, None)
         self._changes.pop(node_id, None)
+        self._counts.pop(node_id, None)
 
     def last_check(self, node_id: str, member: int | None = None) -> CheckRecord | None:
         """The last probe of a member, or (None) of any member of the target; None before any."""
@@ -185,6 +230,28 @@ class MemberStatus:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerCountStatus:
+    """A target's broker-reported connection count, as the status shows it."""
+
+    source: str
+    """Its connector's `connectionCount=` (pools.COUNT_SOURCES)."""
+    report: CountReport
+    age_s: float | None = None
+    """How old `report.read_at` was when the snapshot was taken; None: never read, or no clock given."""
+
+    def to_json(self) -> dict[str, object]:
+        report = self.report
+        return {
+            "source": self.source,
+            "count": report.count,
+            "read_at": None if report.read_at is None else rfc3339(report.read_at),
+            "age_s": None if self.age_s is None else round(self.age_s, 3),
+            "last_error": report.last_error,
+            "last_error_at": None if report.last_error_at is None else rfc3339(report.last_error_at),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TargetStatus:
     """One target of a pool."""
 
@@ -211,6 +278,8 @@ class TargetStatus:
     our change since)."""
     members: tuple[MemberStatus, ...] = ()
     """Each member of an HA pair; empty for a single broker."""
+    broker_count: BrokerCountStatus | None = None
+    """Its broker's own connection count, when its connector reads it (`connectionCount=`)."""
 
     def to_json(self) -> dict[str, object]:
         document: dict[str, object] = {
@@ -227,6 +296,8 @@ class TargetStatus:
         if self.members:
             document["members"] = [m.to_json() for m in self.members]
         document["connections"] = self.connections
+        if self.broker_count is not None:
+            document["broker_count"] = self.broker_count.to_json()
         return document
 
 
@@ -288,6 +359,7 @@ def snapshot(
     pool: Pool | None,
     connections: LiveConnections,
     history: TargetHistory | None = None,
+    now: float | None = None,
 ) -> RouterStatus:
     """Copy a router's state (call it under the router's lock).
 
@@ -297,6 +369,8 @@ def snapshot(
         pool: its pool; None without one.
         connections: its live connections.
         history: its targets' probes and changes; None: none known.
+        now: the time, in seconds since the epoch, the ages are computed against (a broker
+            count's `age_s`); None: no ages.
     """
     pool_status = None
     if pool is not None and config.pool is not None:
@@ -305,7 +379,7 @@ def snapshot(
             kind=config.pool.kind.value,
             active=pool.active,
             quorum_size=pool.quorum_size,
-            targets=tuple(_target(pool, t, connections, history) for t in pool.targets),
+            targets=tuple(_target(pool, t, connections, history, now) for t in pool.targets),
             counted=pool.ready_count(),
         )
     return RouterStatus(
@@ -319,7 +393,9 @@ def snapshot(
     )
 
 
-def _target(pool: Pool, target: Target, connections: LiveConnections, history: TargetHistory) -> TargetStatus:
+def _target(
+    pool: Pool, target: Target, connections: LiveConnections, history: TargetHistory, now: float | None
+) -> TargetStatus:
     node_id, connector = target.node_id, target.connector
     members: tuple[MemberStatus, ...] = ()
     if connector is not None and connector.backups:
@@ -344,7 +420,17 @@ def _target(pool: Pool, target: Target, connections: LiveConnections, history: T
         last_change=history.last_change(node_id),
         connections=connections.connection_count(node_id),
         members=members,
+        broker_count=_broker_count(target, history, now),
     )
+
+
+def _broker_count(target: Target, history: TargetHistory, now: float | None) -> BrokerCountStatus | None:
+    source = None if target.connector is None else target.connector.connection_count
+    if source is None:
+        return None
+    report = history.count_report(target.node_id)
+    age_s = None if now is None or report.read_at is None else max(0.0, now - report.read_at)
+    return BrokerCountStatus(source=source.kind, report=report, age_s=age_s)
 
 
 # -- the process and its acceptors (GET /api/v1/status) ---------------------------------------

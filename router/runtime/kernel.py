@@ -206,7 +206,9 @@ class RouterRuntime:
     def status(self) -> RouterStatus:
         """A consistent snapshot of the router's filters, cache and pool."""
         with self._state as state:
-            return snapshot(state.config, state.engine, state.pool, state.connections, state.history)
+            return snapshot(
+                state.config, state.engine, state.pool, state.connections, state.history, now=time.time()
+            )
 
     # -- a configuration reload (trio thread) --
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pools.target import LOCAL_NODE_ID, Connector, Target, parse_url_params
+from pools.target import LOCAL_NODE_ID, Connector, CountSource, Target, parse_url_params
 
 
 class TestParseUrlParams:
@@ -253,3 +253,156 @@ class TestProbeParameters:
     def test_probe_connection_count_needs_the_mqtt_probe(self):
         with pytest.raises(ValueError, match="probeConnectionCount=true needs probe=mqtt, got probe='tcp'"):
             Connector.from_url("c", "tcp://h:1?probeConnectionCount=true")
+
+
+class TestConnectionCountParameters:
+    """`connectionCount=` and its options: where LEAST_CONNECTIONS reads the broker's own count."""
+
+    def test_connection_count_none_by_default(self):
+        assert Connector.from_url("c", "tcp://h:1?probe=mqtt").connection_count is None
+
+    def test_probe_connection_count_true_is_mqtt_sys(self):
+        c = Connector.from_url("c", "tcp://h:1?probe=mqtt;probeConnectionCount=true")
+        assert c.connection_count == CountSource(kind="mqtt-sys")
+        same = Connector.from_url("c", "tcp://h:1?probe=mqtt;connectionCount=mqtt-sys")
+        assert same.connection_count == CountSource(kind="mqtt-sys")
+        assert same.probe_connection_count is True
+
+    @pytest.mark.parametrize(
+        ("kind", "url"),
+        [
+            ("artemis-jolokia", "http://h:8161/console/jolokia"),
+            ("activemq-jolokia", "http://h:8161/api/jolokia"),
+            ("rabbitmq-prometheus", "http://h:15692/metrics"),
+        ],
+    )
+    def test_http_sources_default_to_the_brokers_host(self, kind, url):
+        source = Connector.from_url("c", f"tcp://h:1?connectionCount={kind}").connection_count
+        assert source == CountSource(kind=kind, url=url)
+
+    def test_ipv6_host_in_brackets(self):
+        source = Connector.from_url("c", "tcp://[::1]:1?connectionCount=rabbitmq-prometheus").connection_count
+        assert source is not None
+        assert source.url == "http://[::1]:15692/metrics"
+        assert source.endpoint == ("::1", 15692, "/metrics")
+
+    def test_options_of_a_jolokia_source(self):
+        url = (
+            "tcp://h:1?connectionCount=activemq-jolokia;connectionCountUrl=http://jmx:8000/api/jolokia;"
+            "connectionCountBroker=localhost;connectionCountUser=ops;connectionCountPassword=s3cret;"
+            "connectionCountOrigin=http://console:8000"
+        )
+        source = Connector.from_url("c", url).connection_count
+        assert source == CountSource(
+            kind="activemq-jolokia",
+            url="http://jmx:8000/api/jolokia",
+            broker="localhost",
+            user="ops",
+            password="s3cret",
+            origin="http://console:8000",
+        )
+        assert "s3cret" not in repr(source)
+
+    def test_ha_pair_members_read_at_their_own_hosts(self):
+        pair = Connector.from_url("p", "(tcp://a:1,tcp://b:2)?connectionCount=artemis-jolokia")
+        urls = [m.connection_count.url for m in pair.members if m.connection_count is not None]
+        assert urls == ["http://a:8161/console/jolokia", "http://b:8161/console/jolokia"]
+
+    def test_ha_pair_one_url_per_member(self):
+        pair = Connector.from_url(
+            "p",
+            "(tcp://a:1,tcp://b:2)?connectionCount=rabbitmq-prometheus;"
+            "connectionCountUrl=http://a:9/metrics, http://b:9/metrics",
+        )
+        urls = [m.connection_count.url for m in pair.members if m.connection_count is not None]
+        assert urls == ["http://a:9/metrics", "http://b:9/metrics"]
+
+    @pytest.mark.parametrize(
+        ("params", "reason"),
+        [
+            (
+                "connectionCount=jmx",
+                "connectionCount must be one of mqtt-sys, artemis-jolokia, activemq-jolokia, "
+                "rabbitmq-prometheus, got 'jmx'",
+            ),
+            ("connectionCount=Artemis-Jolokia", "got 'Artemis-Jolokia'"),
+            (
+                "connectionCountURL=http://h/",
+                "unknown connector parameter 'connectionCountURL' (known: connectionCount, ",
+            ),
+            ("connectionCount=mqtt-sys", "connectionCount=mqtt-sys needs probe=mqtt, got probe='tcp'"),
+            (
+                "probe=mqtt;probeConnectionCount=true;connectionCount=rabbitmq-prometheus",
+                "probeConnectionCount=true means connectionCount=mqtt-sys, "
+                "got connectionCount='rabbitmq-prometheus' too",
+            ),
+            (
+                "probe=mqtt;probeConnectionCount=false;connectionCount=mqtt-sys",
+                "contradicts connectionCount='mqtt-sys'",
+            ),
+            ("connectionCountUrl=http://h/", "connectionCountUrl needs connectionCount=artemis-jolokia or "),
+            ("connectionCountUrl=http://h/", "got no connectionCount"),
+            (
+                "connectionCount=rabbitmq-prometheus;connectionCountBroker=b",
+                "connectionCountBroker needs connectionCount=artemis-jolokia or activemq-jolokia, "
+                "got connectionCount='rabbitmq-prometheus'",
+            ),
+            (
+                "connectionCount=rabbitmq-prometheus;connectionCountOrigin=http://h",
+                "connectionCountOrigin needs",
+            ),
+            ("probe=mqtt;connectionCount=mqtt-sys;connectionCountUser=u", "connectionCountUser needs"),
+            (
+                "connectionCount=artemis-jolokia;connectionCountPassword=p",
+                "connectionCountPassword needs connectionCountUser",
+            ),
+            (
+                "connectionCount=artemis-jolokia;connectionCountUrl=https://h/",
+                "must look like http://host:port/path, got 'https://h/'",
+            ),
+            (
+                "connectionCount=artemis-jolokia;connectionCountUrl=http://u:p@h/",
+                "must look like http://host:port/path",
+            ),
+            (
+                "connectionCount=artemis-jolokia;connectionCountUrl=h:8161",
+                "must look like http://host:port/path",
+            ),
+            ("connectionCount=artemis-jolokia;connectionCountUrl=http://h:99999/", "invalid port"),
+            (
+                "connectionCount=artemis-jolokia;connectionCountUrl=http://a/,http://b/",
+                "a single broker has one (1), got 2",
+            ),
+            (
+                "connectionCount=artemis-jolokia;connectionCountBroker=b*",
+                "connectionCountBroker must be a broker name",
+            ),
+            (
+                "connectionCount=artemis-jolokia;connectionCountBroker=",
+                "connectionCountBroker must be a broker name",
+            ),
+            (
+                "connectionCount=artemis-jolokia;connectionCountOrigin=localhost",
+                "must look like http://host[:port]",
+            ),
+            (
+                "connectionCount=artemis-jolokia;connectionCountOrigin=http://h/x",
+                "must look like http://host[:port]",
+            ),
+        ],
+    )
+    def test_bad_connection_count_options_name_the_option_and_value(self, params, reason):
+        with pytest.raises(ValueError, match=re.escape(reason)):
+            Connector.from_url("c", f"tcp://h:1?{params}")
+
+    def test_ha_pair_with_one_url_for_two_members(self):
+        with pytest.raises(ValueError, match=re.escape("an HA pair names one per member (2), got 1")):
+            Connector.from_url(
+                "p", "(tcp://a:1,tcp://b:2)?connectionCount=artemis-jolokia;connectionCountUrl=http://a/"
+            )
+
+    def test_count_source_checks_itself(self):
+        with pytest.raises(ValueError, match="connectionCount=mqtt-sys takes no URL"):
+            CountSource(kind="mqtt-sys", url="http://h/")
+        with pytest.raises(ValueError, match="connectionCount=artemis-jolokia needs a URL"):
+            CountSource(kind="artemis-jolokia")

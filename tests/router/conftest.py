@@ -507,7 +507,10 @@ def _rabbitmq_definitions() -> str:
 
 
 class RabbitNode:
-    """One real RabbitMQ node on 127.0.0.1 with the AMQP 1.0 plugin, everything under `workdir`.
+    """One real RabbitMQ node on 127.0.0.1 with the AMQP 1.0 plugin, everything under `workdir`,
+    and the rabbitmq_prometheus plugin's metrics page at `metrics_url` (its per-node gauge
+    `rabbitmq_connections`, which RabbitMQ 3.10 keeps for AMQP 0-9-1 connections, not for the AMQP
+    1.0 plugin's).
 
     Its `cluster_name` is its node id, which RabbitMQ announces in the properties of its Open.
     """
@@ -515,18 +518,19 @@ class RabbitNode:
     def __init__(self, workdir: Path, node_id: str, *, epmd_port: int, home: Path) -> None:
         self.node_id = node_id
         self.name = f"{node_id}@localhost"
-        self.port, self.dist_port = free_port(), free_port()
+        self.port, self.dist_port, self.metrics_port = free_port(), free_port(), free_port()
         self.dir = workdir / node_id
         self.dir.mkdir(parents=True)
         (self.dir / "definitions.json").write_text(_rabbitmq_definitions())
         (self.dir / "rabbitmq.conf").write_text(
             f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
+            f"prometheus.tcp.ip = 127.0.0.1\nprometheus.tcp.port = {self.metrics_port}\n"
             "loopback_users = none\n"
             f"cluster_name = {node_id}\n"
             f"load_definitions = {self.dir / 'definitions.json'}\n"
             "log.console = true\nlog.console.level = warning\nlog.file = false\n"
         )
-        (self.dir / "enabled_plugins").write_text("[rabbitmq_amqp1_0].\n")
+        (self.dir / "enabled_plugins").write_text("[rabbitmq_amqp1_0,rabbitmq_prometheus].\n")
         self.env = {
             **os.environ,
             "HOME": str(home),  # holds the Erlang cookie shared with rabbitmqctl
@@ -562,7 +566,8 @@ class RabbitNode:
             )
 
     def wait_ready(self) -> None:
-        """Wait until the AMQP port accepts and a defined user can open a connection."""
+        """Wait until the AMQP port accepts, a defined user can open a connection, and the metrics
+        page's port accepts."""
         # python-qpid-proton: imported here, so that only the tests of a RabbitMQ node need it.
         from proton import ProtonException
         from proton.utils import BlockingConnection
@@ -575,12 +580,18 @@ class RabbitNode:
             try:
                 wait_port(self.port, timeout=1)
                 BlockingConnection(self.url(RABBITMQ_USERS[-1]), timeout=5, allowed_mechs="PLAIN").close()
+                wait_port(self.metrics_port, timeout=max(1.0, deadline - time.monotonic()))
                 return
             except (TimeoutError, ProtonException, OSError) as not_yet:
                 if time.monotonic() > deadline:
                     raise TimeoutError(
                         f"{self.name} not ready after {RABBITMQ_BOOT_TIMEOUT_S} s"
                     ) from not_yet
+
+    @property
+    def metrics_url(self) -> str:
+        """The rabbitmq_prometheus plugin's page (the Prometheus text format)."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def url(self, user: str = "guest") -> str:
         password = "guest" if user == "guest" else f"pw-{user}"

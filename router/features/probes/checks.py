@@ -6,6 +6,12 @@ not). The caller's cancel scope is its deadline. `check_target` is a TCP connect
 LEAST_CONNECTIONS), `check_stomp` (STOMP CONNECT), `check_amqp` (AMQP 1.0 SASL + Open) and
 `check_openwire` (OpenWire ConnectionInfo) need the broker to accept the session. The loop that
 runs them is service.py.
+
+Besides the probes, `read_count` reads a broker's own connection count over HTTP (Jolokia for
+Artemis and ActiveMQ Classic, the rabbitmq_prometheus page): one GET, bounded in size here (the
+head by h11, the body by `counts.BODY_MAX_BYTES`) and in time by the caller's cancel scope; what
+to ask and how to read the answer is counts.py's (pure). A count is load, not health: it never
+decides readiness.
 """
 
 from __future__ import annotations
@@ -16,18 +22,22 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, TypeVar
 
+import h11
 import trio
 
 from keys import INTERNAL_CLIENT_ID_PREFIX, SniffError, amqp, mqtt, openwire, stomp
 from router.datapath.net import describe_oserror, is_local_shortage, open_connection
 from router.datapath.reading import read_parsed
+from router.features.probes.counts import BODY_MAX_BYTES, CountError, count_request, parse_count
 
 if TYPE_CHECKING:
     from keys import NeedMore
-    from pools import Connector
+    from pools import Connector, CountSource
 
 __all__ = [
+    "HEAD_MAX_BYTES",
     "Check",
+    "CountRead",
     "LocalShortage",
     "check_amqp",
     "check_mqtt",
@@ -35,6 +45,7 @@ __all__ = [
     "check_stomp",
     "check_target",
     "probe_client_id",
+    "read_count",
 ]
 
 log = logging.getLogger("router.health")
@@ -318,3 +329,84 @@ async def check_openwire(
 
     # The encoders' ValueError (a too long field) too; SniffError is a ValueError.
     return await _probe(connector, "openwire", session, (OSError, trio.BrokenResourceError, ValueError))
+
+
+# --- broker-reported connection counts over HTTP ---------------------------------------------------
+
+HEAD_MAX_BYTES: Final = 16 * 1024
+"""Cap of an answer's status line and headers while they are incomplete (h11's own default;
+Artemis's console sends about 1.5 KB of security headers): a head that arrives whole in one read
+may be up to a read (`_HTTP_READ_BYTES`) longer."""
+
+_HTTP_READ_BYTES: Final = 64 * 1024
+
+CountRead = Callable[["CountSource", str | None, str | None], Awaitable[int]]
+"""A count reader: (source, user, password) in, the count out, `CountError` when it cannot be
+read; the caller's cancel scope is its deadline."""
+
+
+async def read_count(source: CountSource, user: str | None, password: str | None) -> int:
+    """Read a broker's connection count: GET its Jolokia attribute or metrics page.
+
+    Args:
+        source: an HTTP source (`artemis-jolokia`, `activemq-jolokia`, `rabbitmq-prometheus`).
+        user: the basic-authentication user; None: none.
+        password: its password.
+
+    Returns:
+        The broker's count of its open connections.
+
+    Raises:
+        CountError: the connect failed, the answer broke off, was malformed or too long, or held
+            no count.
+    """
+    request = count_request(source, user=user, password=password)
+    try:
+        stream = await open_connection(request.host, request.port)
+    except OSError as exc:
+        raise CountError(f"connect to {source.url} failed: {describe_oserror(exc)}") from exc
+    async with stream:
+        try:
+            status, body = await _get(stream, request.target, request.headers)
+        except (OSError, trio.BrokenResourceError) as exc:
+            raise CountError(f"{source.url}: the connection broke: {exc}") from exc
+        except h11.ProtocolError as exc:
+            raise CountError(f"{source.url}: not an HTTP/1.1 answer: {exc}") from exc
+        except CountError as exc:
+            raise CountError(f"{source.url}: {exc}") from None
+    try:
+        return parse_count(source, status, body)
+    except CountError as exc:
+        raise CountError(f"{source.url}: {exc}") from None
+
+
+async def _get(
+    stream: trio.SocketStream, target: str, headers: tuple[tuple[str, str], ...]
+) -> tuple[int, bytes]:
+    """Send one GET and read its answer: (status, body).
+
+    Raises:
+        CountError: the head or the body is over its cap, or the peer closed before the end.
+        h11.ProtocolError: not HTTP/1.1.
+    """
+    conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_MAX_BYTES)
+    await stream.send_all(conn.send(h11.Request(method="GET", target=target, headers=list(headers))))
+    await stream.send_all(conn.send(h11.EndOfMessage()))
+    status, body = 0, bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await stream.receive_some(_HTTP_READ_BYTES))
+        elif isinstance(event, h11.Response):
+            status = event.status_code
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > BODY_MAX_BYTES:
+                raise CountError(f"the answer's body is over {BODY_MAX_BYTES} bytes")
+        elif isinstance(event, h11.EndOfMessage):
+            return status, bytes(body)
+        elif isinstance(event, h11.ConnectionClosed):
+            raise CountError(
+                f"the server closed the connection before the end of its answer ({len(body)} bytes)"
+            )
+        # h11.InformationalResponse (1xx): the final answer follows

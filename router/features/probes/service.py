@@ -12,12 +12,22 @@ Each probe has its own deadline. The probe of a target is its connector's `probe
 the broker must accept: MQTT 3.1.1 CONNECT (`check_mqtt`, which can also read mosquitto's
 connected-client count for LEAST_CONNECTIONS), STOMP CONNECT (`check_stomp`), AMQP 1.0 SASL +
 Open (`check_amqp`) or OpenWire ConnectionInfo (`check_openwire`).
+
+A connector with an HTTP `connectionCount=` source (Artemis's or ActiveMQ Classic's Jolokia,
+RabbitMQ's Prometheus page) has its broker's own connection count read beside its probes, on
+the same period and deadline, by a loop of its own (`read_count`): each read is recorded in the
+router's state (`LiveConnections.report_broker_count`, which LEAST_CONNECTIONS counts, and the
+target's history, which the status shows with its age and the last error). A failed read only
+forgets the count, so the router's own is used until a read succeeds, as the MQTT probe's `$SYS`
+count does: load is not health, and a target's readiness is its probes' alone. Of an HA pair, only
+the active member's count is recorded.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -25,6 +35,7 @@ import trio
 from router.feature import Service
 from router.features.probes.checks import (
     Check,
+    CountRead,
     LocalShortage,
     check_amqp,
     check_mqtt,
@@ -32,10 +43,12 @@ from router.features.probes.checks import (
     check_stomp,
     check_target,
     probe_client_id,
+    read_count,
 )
+from router.features.probes.counts import CountError
 
 if TYPE_CHECKING:
-    from pools import Connector, Target
+    from pools import Connector, CountSource, Target
     from router.feature import Kernel
     from router.runtime import RouterRuntime
 
@@ -47,11 +60,41 @@ PROBE_TIMEOUT_CAP_S: Final = 3.0
 """A probe's deadline is the check period, capped at this (Artemis waits 3000 ms for attributes)."""
 
 
-def _report_broker_count(runtime: RouterRuntime, node_id: str, broker_count: int | None) -> None:
-    """Record the connection count a broker reported to its probe (None: it could not be read):
-    LEAST_CONNECTIONS counts it."""
+_NO_SYS_COUNT: Final = (
+    "no $SYS/broker/clients/connected value within the probe's wait ($SYS off, or not allowed to "
+    "the pool's user?)"
+)
+
+
+def _report_broker_count(runtime: RouterRuntime, node_id: str, source: str, count: int | str | None) -> None:
+    """Record what a broker reported of its connection count: the count (LEAST_CONNECTIONS counts
+    it), or why it could not be read (a str; None from the MQTT probe), which forgets the last
+    count until a read succeeds. Logged when reads start or stop failing."""
+    if count is None:
+        count = _NO_SYS_COUNT
     with runtime.held() as state:
-        state.connections.report_broker_count(node_id, broker_count)
+        state.connections.report_broker_count(node_id, None if isinstance(count, str) else count)
+        before = state.history.counted(node_id, count, time.time())
+    failed_before = before.last_error_at is not None and (
+        before.read_at is None or before.last_error_at > before.read_at
+    )
+    if isinstance(count, str) and not failed_before:
+        log.warning(
+            "router=%s target=%s broker connection count (%s) not read, LEAST_CONNECTIONS counts this "
+            "router's own connections until it is: %s",
+            runtime.name,
+            node_id,
+            source,
+            count,
+        )
+    elif not isinstance(count, str) and failed_before:
+        log.info(
+            "router=%s target=%s broker connection count (%s) read again: %d",
+            runtime.name,
+            node_id,
+            source,
+            count,
+        )
 
 
 def make_check(runtime: RouterRuntime) -> Check:
@@ -66,7 +109,7 @@ def make_check(runtime: RouterRuntime) -> Check:
         if kind == "mqtt":
             on_count = None
             if connector.probe_connection_count:
-                on_count = functools.partial(_report_broker_count, runtime, connector.node_id)
+                on_count = functools.partial(_report_broker_count, runtime, connector.node_id, "mqtt-sys")
             return await check_mqtt(connector, client_id, user, password, on_connection_count=on_count)
         if kind == "stomp":
             return await check_stomp(connector, user, password)
@@ -79,16 +122,68 @@ def make_check(runtime: RouterRuntime) -> Check:
     return check
 
 
-async def _probe_forever(runtime: RouterRuntime, target: Target, period_s: float, check: Check) -> None:
-    """Probe a target every period; each member of an HA pair on its own schedule."""
+async def _probe_forever(
+    runtime: RouterRuntime, target: Target, period_s: float, check: Check, read: CountRead
+) -> None:
+    """Probe a target every period, each member of an HA pair on its own schedule; and read its
+    broker's connection count beside, when its connector reads one over HTTP."""
     assert target.connector is not None
     members = target.connector.members
-    if len(members) == 1:
+    source = target.connector.connection_count
+    reads_count = source is not None and source.url is not None
+    if len(members) == 1 and not reads_count:
         await _probe_member_forever(runtime, target, 0, period_s, check)
         return
     async with trio.open_nursery() as nursery:
         for index in range(len(members)):
             nursery.start_soon(_probe_member_forever, runtime, target, index, period_s, check)
+            if reads_count:
+                nursery.start_soon(_read_count_forever, runtime, target, index, period_s, read)
+
+
+def _count_credentials(runtime: RouterRuntime, source: CountSource) -> tuple[str | None, str | None]:
+    """The basic-authentication user and password of a count read: the source's own; else, for
+    Jolokia (Artemis's console takes the broker's users), the pool's; none for Prometheus."""
+    if source.user is not None:
+        return source.user, source.password
+    pool_config = runtime.config.pool
+    if source.kind == "rabbitmq-prometheus" or pool_config is None:
+        return None, None
+    return pool_config.username, pool_config.password
+
+
+async def _read_count_forever(
+    runtime: RouterRuntime, target: Target, member: int, period_s: float, read: CountRead
+) -> None:
+    """Read one member's broker connection count every period (at once first), each read within
+    the probe's deadline; record it when the member is the target's active one (a single broker
+    is its own)."""
+    assert target.connector is not None
+    connector = target.connector.members[member]
+    source = connector.connection_count
+    assert source is not None
+    assert source.url is not None
+    user, password = _count_credentials(runtime, source)
+    timeout_s = min(period_s, PROBE_TIMEOUT_CAP_S)
+    pair = len(target.connector.members) > 1
+    next_time = trio.current_time()
+    while True:
+        result: int | str = f"no answer from {source.url} within {timeout_s:g} s"
+        with trio.move_on_after(timeout_s):
+            try:
+                result = await read(source, user, password)
+            except CountError as exc:
+                result = str(exc)
+        # Never for a target that left the pool (its loop is being cancelled), nor for a passive member.
+        if runtime.pool.target(target.node_id) is target and (
+            not pair or runtime.pool.active_member(target.node_id) == member
+        ):
+            _report_broker_count(runtime, target.node_id, source.kind, result)
+        next_time += period_s
+        now = trio.current_time()
+        if next_time < now:  # the read overran: skip the missed slots instead of bursting
+            next_time = now
+        await trio.sleep_until(next_time)
 
 
 async def _probe_member_forever(
@@ -127,13 +222,16 @@ async def serve_health_checks(
     runtime: RouterRuntime,
     *,
     check: Check | None = None,
+    read: CountRead = read_count,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Probe every target of a router's pool until cancelled.
+    """Probe every target of a router's pool until cancelled, and read the connection counts of
+    the brokers whose connectors ask for it over HTTP (`connectionCount=`).
 
     Args:
         runtime: the router whose pool is probed.
         check: the probe; by default each connector's `probe=` kind (TCP connect unless set).
+        read: the count reader (`read_count`, an HTTP GET).
         task_status: started once every probe loop is running.
     """
     pool_config = runtime.config.pool
@@ -158,11 +256,11 @@ async def serve_health_checks(
     check = make_check(runtime) if check is None else check
     loops: dict[str, tuple[Target, trio.CancelScope]] = {}
     async with trio.open_nursery() as nursery:
-        _follow_membership(runtime, nursery, loops, period_s, check)
+        _follow_membership(runtime, nursery, loops, period_s, check, read)
         task_status.started()
         while True:  # discovery pools gain and lose targets at run time
             await runtime.pool.wait_until(lambda: _membership_changed(runtime, loops))
-            _follow_membership(runtime, nursery, loops, period_s, check)
+            _follow_membership(runtime, nursery, loops, period_s, check, read)
 
 
 def _probed_targets(runtime: RouterRuntime) -> dict[str, Target]:
@@ -185,6 +283,7 @@ def _follow_membership(
     loops: dict[str, tuple[Target, trio.CancelScope]],
     period_s: float,
     check: Check,
+    read: CountRead,
 ) -> None:
     """Start a probe loop (probing at once) for each target new in the pool, and cancel the loop of
     each target that left it or was replaced (same node id, new connector)."""
@@ -197,11 +296,16 @@ def _follow_membership(
         if node_id not in loops:
             scope = trio.CancelScope()
             loops[node_id] = (target, scope)
-            nursery.start_soon(_probe_while_member, runtime, target, scope, period_s, check)
+            nursery.start_soon(_probe_while_member, runtime, target, scope, period_s, check, read)
 
 
 async def _probe_while_member(
-    runtime: RouterRuntime, target: Target, scope: trio.CancelScope, period_s: float, check: Check
+    runtime: RouterRuntime,
+    target: Target,
+    scope: trio.CancelScope,
+    period_s: float,
+    check: Check,
+    read: CountRead,
 ) -> None:
     # The target may leave the pool while a probe runs, and this task may run before the one that
     # cancels it: never record a result for a target that is gone (the pool no longer knows it).
@@ -223,8 +327,14 @@ async def _probe_while_member(
             await trio.lowlevel.checkpoint()  # raises Cancelled, caught by `scope`
         return result
 
+    if target.connector is not None and target.connector.connection_count is None:
+        # A reload may have taken `connectionCount=` off its connector: a count read before
+        # must not stay in LEAST_CONNECTIONS's sum, nor in the status.
+        with runtime.held() as state:
+            state.connections.report_broker_count(target.node_id, None)
+            state.history.forget_count(target.node_id)
     with scope:
-        await _probe_forever(runtime, target, period_s, guarded)
+        await _probe_forever(runtime, target, period_s, guarded, read)
 
 
 class Probes(Service):

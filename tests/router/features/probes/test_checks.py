@@ -12,6 +12,7 @@ with. RabbitMQ takes 5-15 s to boot, so the AMQP probes use the first of the ses
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 from typing import TYPE_CHECKING
 
@@ -25,15 +26,18 @@ from pools import Connector, PoolConfig, PoolKind, TargetState
 from router.config.settings import Config, RouterConfig
 from router.features.probes.checks import (
     COUNT_WAIT_CAP_S,
+    HEAD_MAX_BYTES,
     check_amqp,
     check_mqtt,
     check_openwire,
     probe_client_id,
+    read_count,
 )
+from router.features.probes.counts import BODY_MAX_BYTES, CountError
 from router.features.probes.service import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
 from router.metrics import Metrics
 from router.runtime import RouterRuntime, decide
-from tests.conftest import ActiveMQ, require_java
+from tests.conftest import ActiveMQ, free_port, require_java
 from tests.router.conftest import Mosquitto
 from tests.router.core.test_live import live_connection
 
@@ -456,3 +460,139 @@ async def test_check_amqp_scripted_answers(
         return
     with trio.fail_after(PROBE_TIMEOUT_CAP_S):
         assert await check_amqp(connector, "c", user, "p") == (False, expected.format(url=connector.url))
+
+
+# --- read_count's HTTP: answers a real broker does not give (too long, cut short): a scripted server ---
+
+
+async def _serve_http_script(
+    answer: bytes, requests: list[bytes], *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """An HTTP server on 127.0.0.1 that records each request's head and sends `answer` as it is,
+    then closes."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with stream:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = await stream.receive_some()
+                if not chunk:
+                    return
+                head += chunk
+            requests.append(head)
+            with contextlib.suppress(trio.BrokenResourceError):
+                await stream.send_all(answer)
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handler, listeners)
+
+
+_JOLOKIA_OK = (
+    b'{"request":{"type":"read"},"value":{"org.apache.activemq:brokerName=c1,type=Broker":'
+    b'{"CurrentConnectionsCount":4}},"status":200}'
+)
+
+
+class TestReadCountHttp:
+    async def _read(
+        self, nursery: trio.Nursery, answer: bytes, kind: str = "activemq-jolokia"
+    ) -> tuple[int | str, list[bytes]]:
+        requests: list[bytes] = []
+        port = await nursery.start(_serve_http_script, answer, requests)
+        source = Connector.from_url(
+            "c",
+            f"tcp://127.0.0.1:1?connectionCount={kind};connectionCountUrl=http://127.0.0.1:{port}/api/jolokia",
+        ).connection_count
+        assert source is not None
+        with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+            try:
+                return await read_count(source, "admin", "pw"), requests
+            except CountError as exc:
+                return str(exc), requests
+
+    async def test_read_count_sends_one_get_and_reads_a_content_length_answer(
+        self, nursery: trio.Nursery
+    ) -> None:
+        answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (
+            len(_JOLOKIA_OK),
+            _JOLOKIA_OK,
+        )
+        count, requests = await self._read(nursery, answer)
+        assert count == 4
+        (head,) = requests
+        lines = head.decode().split("\r\n")
+        path = "/api/jolokia/read/org.apache.activemq:type=Broker,brokerName=*/CurrentConnectionsCount"
+        assert lines[0] == f"GET {path} HTTP/1.1"
+        assert "Authorization: Basic YWRtaW46cHc=" in lines  # admin:pw
+        assert any(line.startswith("Origin: http://127.0.0.1:") for line in lines)
+
+    async def test_read_count_chunked_answer(self, nursery: trio.Nursery) -> None:
+        half = len(_JOLOKIA_OK) // 2
+        body = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (
+            half,
+            _JOLOKIA_OK[:half],
+            len(_JOLOKIA_OK) - half,
+            _JOLOKIA_OK[half:],
+        )
+        count, _ = await self._read(nursery, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+        assert count == 4
+
+    async def test_read_count_body_ended_by_the_close(self, nursery: trio.Nursery) -> None:
+        count, _ = await self._read(
+            nursery, b"HTTP/1.0 200 OK\r\n\r\nrabbitmq_connections 6\n", "rabbitmq-prometheus"
+        )
+        assert count == 6
+
+    async def test_read_count_body_over_the_cap(self, nursery: trio.Nursery) -> None:
+        size = BODY_MAX_BYTES + 1
+        answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"#" * size
+        error, _ = await self._read(nursery, answer, "rabbitmq-prometheus")
+        url = f"http://127.0.0.1:{_port_of(error)}/api/jolokia"
+        assert error == f"{url}: the answer's body is over {BODY_MAX_BYTES} bytes"
+
+    async def test_read_count_head_over_the_cap(self, nursery: trio.Nursery) -> None:
+        answer = b"HTTP/1.1 200 OK\r\nX-Padding: " + b"a" * (HEAD_MAX_BYTES + 200_000) + b"\r\n\r\n"
+        error, _ = await self._read(nursery, answer)
+        assert isinstance(error, str)
+        assert "not an HTTP/1.1 answer" in error
+
+    async def test_read_count_answer_cut_short(self, nursery: trio.Nursery) -> None:
+        error, _ = await self._read(nursery, b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"status"')
+        assert isinstance(error, str)
+        assert "not an HTTP/1.1 answer" in error or "before the end of its answer" in error
+
+    async def test_read_count_not_http(self, nursery: trio.Nursery) -> None:
+        error, _ = await self._read(nursery, b"\x20\x02\x00\x00")  # an MQTT CONNACK: the wrong port
+        assert isinstance(error, str)
+        assert "not an HTTP/1.1 answer" in error
+
+    async def test_read_count_refused_connect(self) -> None:
+        port = free_port()
+        source = Connector.from_url(
+            "c",
+            f"tcp://127.0.0.1:1?connectionCount=rabbitmq-prometheus;connectionCountUrl=http://127.0.0.1:{port}/metrics",
+        ).connection_count
+        assert source is not None
+        with pytest.raises(CountError, match=rf"^connect to http://127\.0\.0\.1:{port}/metrics failed: "):
+            await read_count(source, None, None)
+
+    async def test_read_count_silent_server_is_the_callers_deadline(self, nursery: trio.Nursery) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")  # accepts (backlog), never answers
+        port = listeners[0].socket.getsockname()[1]
+        source = Connector.from_url(
+            "c",
+            f"tcp://127.0.0.1:1?connectionCount=rabbitmq-prometheus;connectionCountUrl=http://127.0.0.1:{port}/metrics",
+        ).connection_count
+        assert source is not None
+        with trio.move_on_after(0.3) as scope:
+            await read_count(source, None, None)
+        assert scope.cancelled_caught
+        for listener in listeners:
+            await listener.aclose()
+
+
+def _port_of(message: object) -> str:
+    match = re.search(r"127\.0\.0\.1:(\d+)", str(message))
+    assert match is not None, message
+    return match.group(1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import logging
 import os
 import subprocess
 from typing import TYPE_CHECKING
@@ -12,7 +13,7 @@ import pytest
 import trio
 
 from policies import PolicyConfig
-from pools import Connector, PoolConfig, PoolKind, Target, TargetState
+from pools import Connector, CountSource, PoolConfig, PoolKind, Target, TargetState
 from router.config.settings import Config, RouterConfig
 from router.features.probes.checks import (
     LocalShortage,
@@ -21,6 +22,7 @@ from router.features.probes.checks import (
     check_target,
     probe_client_id,
 )
+from router.features.probes.counts import CountError
 from router.features.probes.service import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
@@ -432,3 +434,194 @@ async def test_probes_serve_router_probes_the_router_at_once() -> None:
             await runtime.pool.wait_until(lambda: runtime.pool.target_state("b1") is not TargetState.UNKNOWN)
         nursery.cancel_scope.cancel()
     assert runtime.pool.target_state("b1") is TargetState.NOT_READY
+
+
+# --- broker-reported connection counts read beside the probes (connectionCount=) ----------------
+
+
+def _count_runtime(urls: dict[str, str], *, check_period_ms: int = 1000) -> RouterRuntime:
+    """A LEAST_CONNECTIONS router over brokers whose connectors read their counts (`urls`: node id
+    -> connector URL); pool user admin/secret."""
+    connectors = tuple(Connector.from_url(name, url) for name, url in urls.items())
+    router = RouterConfig(
+        name="r",
+        policy=PolicyConfig(name="LEAST_CONNECTIONS"),
+        pool=PoolConfig(
+            kind=PoolKind.STATIC,
+            static_connectors=tuple(urls),
+            check_period_ms=check_period_ms,
+            username="admin",
+            password="secret",
+        ),
+    )
+    return RouterRuntime(Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics())
+
+
+async def _ready(connector: Connector) -> tuple[bool, str]:
+    return True, ""
+
+
+def _broker_count(runtime: RouterRuntime, node_id: str) -> dict[str, object]:
+    document = runtime.status().to_json()
+    pool = document["pool"]
+    assert isinstance(pool, dict)
+    (target,) = (t for t in pool["targets"] if t["node_id"] == node_id)
+    broker_count = target["broker_count"]
+    assert isinstance(broker_count, dict)
+    return {**broker_count, "connections": target["connections"], "state": target["state"]}
+
+
+class TestServeHealthChecksCounts:
+    async def test_counts_are_read_at_once_then_every_period_with_the_pool_credentials(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        runtime = _count_runtime({"a": "tcp://127.0.0.1:21001?connectionCount=artemis-jolokia"})
+        start = trio.current_time()
+        reads: list[tuple[float, str | None, str | None, str | None]] = []
+
+        async def read(source: CountSource, user: str | None, password: str | None) -> int:
+            reads.append((trio.current_time() - start, source.url, user, password))
+            await trio.sleep(0.25)  # a read that takes time must not shift the schedule
+            return len(reads)
+
+        with trio.move_on_after(2.5):
+            await serve_health_checks(runtime, check=_ready, read=read)
+        url = "http://127.0.0.1:8161/console/jolokia"
+        assert reads == [
+            (0.0, url, "admin", "secret"),
+            (1.0, url, "admin", "secret"),
+            (2.0, url, "admin", "secret"),
+        ]
+        report = _broker_count(runtime, "a")
+        assert (report["source"], report["count"], report["connections"]) == ("artemis-jolokia", 3, 3)
+        assert report["last_error"] is None
+        assert isinstance(report["age_s"], float)
+
+    async def test_prometheus_reads_without_credentials_unless_given(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        runtime = _count_runtime(
+            {
+                "r1": "tcp://127.0.0.1:21001?connectionCount=rabbitmq-prometheus",
+                "r2": "tcp://127.0.0.1:21002?connectionCount=rabbitmq-prometheus;connectionCountUser=m;"
+                "connectionCountPassword=p",
+            }
+        )
+        seen: dict[str, tuple[str | None, str | None]] = {}
+
+        async def read(source: CountSource, user: str | None, password: str | None) -> int:
+            seen[source.user or "none"] = (user, password)
+            return 0
+
+        with trio.move_on_after(0.5):
+            await serve_health_checks(runtime, check=_ready, read=read)
+        assert set(seen.values()) == {(None, None), ("m", "p")}
+
+    async def test_a_failed_read_forgets_the_count_never_the_readiness(
+        self, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Scenario: reads give 5, fail twice (an error, then no answer within the deadline), give
+        7: the count falls back to the router's own meanwhile, the target stays ready, the status
+        keeps the last good read's time and the last error, and the log says it once each way."""
+        caplog.set_level(logging.INFO, "router.health")
+        runtime = _count_runtime(
+            {"a": "tcp://127.0.0.1:21001?connectionCount=activemq-jolokia"}, check_period_ms=2000
+        )
+        outcomes = iter([5, CountError("HTTP status 401"), None, 7])
+        snapshots: list[dict[str, object]] = []
+
+        async def read(source: CountSource, user: str | None, password: str | None) -> int:
+            if trio.current_time() > 0:
+                snapshots.append(_broker_count(runtime, "a"))
+            outcome = next(outcomes)
+            if isinstance(outcome, CountError):
+                raise outcome
+            if outcome is None:
+                await trio.sleep_forever()  # the deadline (2 s) ends it
+            assert isinstance(outcome, int)
+            return outcome
+
+        with trio.move_on_after(7):  # reads at 0, 2, 4, 6 s
+            await serve_health_checks(runtime, check=_ready, read=read)
+        snapshots.append(_broker_count(runtime, "a"))
+        counts = [(s["count"], s["connections"], s["state"]) for s in snapshots]
+        assert counts == [(5, 5, "ready"), (None, 0, "ready"), (None, 0, "ready"), (7, 7, "ready")]
+        assert snapshots[1]["last_error"] == "HTTP status 401"
+        assert snapshots[2]["last_error"] == "no answer from http://127.0.0.1:8161/api/jolokia within 2 s"
+        assert snapshots[3]["read_at"] is not None
+        assert snapshots[3]["read_at"] != snapshots[2]["read_at"]  # read again at 6 s
+        assert snapshots[3]["last_error"] == snapshots[2]["last_error"]  # kept after the success
+        warnings = [m for m in caplog.messages if "broker connection count" in m]
+        assert warnings == [
+            "router=r target=a broker connection count (activemq-jolokia) not read, LEAST_CONNECTIONS "
+            "counts this router's own connections until it is: HTTP status 401",
+            "router=r target=a broker connection count (activemq-jolokia) read again: 7",
+        ]
+
+    async def test_a_not_ready_target_still_has_its_count_read(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        runtime = _count_runtime({"a": "tcp://127.0.0.1:21001?connectionCount=rabbitmq-prometheus"})
+
+        async def down(connector: Connector) -> tuple[bool, str]:
+            return False, "refused"
+
+        async def read(source: CountSource, user: str | None, password: str | None) -> int:
+            return 4
+
+        with trio.move_on_after(0.5):
+            await serve_health_checks(runtime, check=down, read=read)
+        report = _broker_count(runtime, "a")
+        assert (report["state"], report["count"]) == ("not-ready", 4)
+
+    async def test_ha_pair_records_the_active_members_count_only(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """Scenario: the primary is ready (active), the backup passive: the backup's Jolokia answers
+        too, but its count (of a broker nobody uses) is never the target's."""
+        runtime = _count_runtime(
+            {"p": "(tcp://127.0.0.1:21001,tcp://127.0.0.2:21001)?connectionCount=artemis-jolokia"}
+        )
+
+        async def check(connector: Connector) -> tuple[bool, str]:
+            return (True, "") if connector.host == "127.0.0.1" else (False, "passive")
+
+        async def read(source: CountSource, user: str | None, password: str | None) -> int:
+            await trio.sleep(
+                0.1 if source.url and "127.0.0.2" in source.url else 0.2
+            )  # the backup answers first
+            return 10 if source.url and "127.0.0.1" in source.url else 99
+
+        with trio.move_on_after(2.5):
+            await serve_health_checks(runtime, check=check, read=read)
+        assert _broker_count(runtime, "p")["count"] == 10
+
+    async def test_mqtt_sys_count_missing_is_an_error_in_the_status(self) -> None:
+        """Scenario: mosquitto's `$SYS` value does not come (the MQTT probe reports None)."""
+        runtime = _count_runtime({"m": "tcp://127.0.0.1:21001?probe=mqtt;probeConnectionCount=true"})
+        with runtime.held() as state:
+            state.connections.report_broker_count("m", 3)
+        from router.features.probes.service import _report_broker_count
+
+        _report_broker_count(runtime, "m", "mqtt-sys", None)
+        report = _broker_count(runtime, "m")
+        assert report["count"] is None
+        assert str(report["last_error"]).startswith("no $SYS/broker/clients/connected value")
+
+
+async def test_a_connector_without_connection_count_forgets_a_count_read_before(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Scenario: a reload took `connectionCount=` off a connector: the count its broker reported
+    before leaves LEAST_CONNECTIONS's sum once the target's probes start again."""
+    runtime = _count_runtime({"a": "tcp://127.0.0.1:21001"})
+    with runtime.held() as state:
+        state.connections.report_broker_count("a", 40)
+        state.history.counted("a", 40, 1_700_000_000.0)
+    with trio.move_on_after(0.5):
+        await serve_health_checks(runtime, check=_ready)
+    pool = runtime.status().pool
+    assert pool is not None
+    assert [t.connections for t in pool.targets] == [0]
+    with runtime.held() as state:
+        assert state.history.count_report("a").count is None
