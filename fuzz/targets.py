@@ -21,6 +21,7 @@ tests/fuzz/test_fuzz.py runs them over the seed corpus without the fuzzer. No I/
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import re
@@ -39,6 +40,7 @@ from keys import (
     Sniffed,
     SniffError,
     amqp,
+    core,
     mqtt,
     openwire,
     proxy_protocol,
@@ -191,6 +193,8 @@ _MQTT: Final = SNIFFERS["MQTT"]
 _AMQP: Final = SNIFFERS["AMQP"]
 _STOMP: Final = SNIFFERS["STOMP"]
 _OPENWIRE: Final = SNIFFERS["OPENWIRE"]
+_CORE: Final = core.CoreSniffer()
+"""Not in `SNIFFERS` yet: keys.detect does not offer CORE until the data path speaks it."""
 
 
 def fuzz_mqtt(data: bytes) -> None:
@@ -228,6 +232,68 @@ def fuzz_openwire(data: bytes) -> None:
             raise InvariantBroken(f"openwire sniffed, but its wire format is {fmt!r}")
         if isinstance(full, Sniffed) and full.protocol_version != str(fmt.version):
             raise InvariantBroken(f"openwire version {full.protocol_version!r} but wire format {fmt!r}")
+
+
+def fuzz_core(data: bytes) -> None:
+    """CORE/HORNETQ opening: every `Reply` is a prefix of `server_preamble` of the whole input, which
+    is what `parse_opening` says was answered; then the packet decoders of the redirect and the
+    refusals (`decode_disconnect`, `decode_exception`) on the input's packets read as a broker's."""
+    full, parts = _check_sniffer(_CORE, data)
+    if isinstance(full, Reply | Sniffed):
+        preamble = core.server_preamble(data)
+        for part in (full, *parts):
+            if isinstance(part, Reply) and not preamble.startswith(part.to_client):
+                raise InvariantBroken(
+                    f"core reply {part.to_client[:64].hex()} is not a prefix of the preamble"
+                )
+        opening = core.parse_opening(data)
+        if opening is NEED_MORE or opening.to_client != preamble:
+            raise InvariantBroken(f"parse_opening disagrees with server_preamble: {opening!r}")
+        if isinstance(full, Reply) and full.to_client != preamble:
+            raise InvariantBroken("the reply to the whole input is not its preamble")
+    _check_core_packets(data[7:] if _CORE.looks_like(data) else data)
+
+
+def _check_core_packets(data: bytes) -> None:
+    """Each whole packet at the start of `data` through both decoders: SniffError only, and what
+    decodes re-encodes to a packet that decodes to the same (DISCONNECT_V3 with a known reason and
+    no int64 parameter, which the encoder writes as int32 only)."""
+    pos = 0
+    while True:
+        packet = _outcome(
+            functools.partial(core.parse_packet, offset=pos, max_size=1 << 20), data, SniffError
+        )
+        if not isinstance(packet, core.Packet):
+            return
+        try:
+            error: core.CoreException | None = core.decode_exception(packet)
+        except SniffError:
+            error = None
+        if error is not None:
+            again = core.parse_packet(core.encode_exception(error.code, error.message), max_size=1 << 20)
+            if again is NEED_MORE or core.decode_exception(again) != error:
+                raise InvariantBroken(f"{error!r} does not re-encode to itself")
+        try:
+            disconnect: core.CoreDisconnect | None = core.decode_disconnect(packet)
+        except SniffError:
+            disconnect = None
+        if disconnect is not None and _re_encodable(disconnect):
+            encoded = core.encode_disconnect_v3(
+                reason=core.DisconnectReason(disconnect.reason),
+                connector=disconnect.connector,
+                node_id=disconnect.node_id,
+                target_node_id=disconnect.target_node_id,
+            )
+            again = core.parse_packet(encoded, max_size=1 << 20)
+            if again is NEED_MORE or core.decode_disconnect(again) != disconnect:
+                raise InvariantBroken(f"{disconnect!r} does not re-encode to itself")
+        pos = packet.end
+
+
+def _re_encodable(disconnect: core.CoreDisconnect) -> bool:
+    params = disconnect.connector.params if disconnect.connector is not None else ()
+    ints_fit = all(-(2**31) <= v < 2**31 for _, v in params if isinstance(v, int))
+    return ints_fit and disconnect.reason in {int(reason) for reason in core.DisconnectReason}
 
 
 def fuzz_tls(data: bytes) -> None:
@@ -555,6 +621,7 @@ TARGETS: Final[dict[str, Target]] = dict(
         _target("amqp", fuzz_amqp, "AmqpSniffer.sniff: SniffError only, prefix-stable, replies grow"),
         _target("stomp", fuzz_stomp, "StompSniffer.sniff: SniffError only, prefix-stable"),
         _target("openwire", fuzz_openwire, "OpenWireSniffer.sniff: SniffError only, echo readable"),
+        _target("core", fuzz_core, "CoreSniffer.sniff: SniffError only, replies grow; core packet decoders"),
         _target("tls", fuzz_tls, "tls_sni.parse_client_hello: ValueError only; TlsSniffer agrees"),
         _target("mqtt_broker", fuzz_mqtt_broker, "mqtt.parse_connack, parse_subscribed_value"),
         _target("amqp_broker", fuzz_amqp_broker, "amqp probe answer parsers and proxy preambles"),

@@ -1,6 +1,6 @@
 """Routing keys: which property of a connection selects its broker.
 
-This package also holds the sans-IO protocol sniffers (MQTT, AMQP 1.0, STOMP, OpenWire) that
+This package also holds the sans-IO protocol sniffers (MQTT, AMQP 1.0, STOMP, OpenWire, CORE) that
 read client ids and user names from handshakes. It imports nothing from `router`, `pools`,
 `policies` or `cache`, and never does I/O.
 """

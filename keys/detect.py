@@ -37,7 +37,8 @@ SNIFFERS: Final[dict[str, Sniffer]] = {
 TLS: Final = TlsSniffer()
 
 ARTEMIS_PROTOCOLS: Final = frozenset({*SNIFFERS, "CORE", "HORNETQ"})
-"""Protocol names an Artemis acceptor may list; CORE and HORNETQ have no sniffer (yet)."""
+"""Protocol names an Artemis acceptor may list. CORE and HORNETQ have a sniffer (keys/core.py) that
+detection does not offer yet: the data path does not speak CORE (issue 32 point 3)."""
 
 Detector = Callable[[bytes], Sniffer | NeedMore | None]
 """First bytes -> the sniffer to use, NEED_MORE while ambiguous, None when nothing matches."""

@@ -57,7 +57,7 @@ def can_follow_redirect(sniffed: Sniffed) -> bool:
             return sniffed.protocol_version == "5"
         case WireProtocol.AMQP | WireProtocol.OPENWIRE:
             return True
-        case WireProtocol.STOMP | WireProtocol.TLS:
+        case WireProtocol.STOMP | WireProtocol.TLS | WireProtocol.CORE:
             return False
         case _:
             assert_never(sniffed.protocol)
@@ -86,7 +86,7 @@ def owed_opening(sniffed: Sniffed, raw: bytes, replied: bytes) -> bytes:
             frame_end = 4 + int.from_bytes(raw[:4], "big")
             answer = openwire.OpenWireSniffer().sniff(raw[:frame_end])
             return answer.to_client if isinstance(answer, Reply) else b""
-        case WireProtocol.MQTT | WireProtocol.STOMP | WireProtocol.TLS:
+        case WireProtocol.MQTT | WireProtocol.STOMP | WireProtocol.TLS | WireProtocol.CORE:
             return b""
         case _:
             assert_never(sniffed.protocol)
@@ -102,7 +102,7 @@ def target_preamble_measure(sniffed: Sniffed, raw: bytes) -> Callable[[bytes], i
         case WireProtocol.OPENWIRE:
             # Also checks the broker negotiates what the client negotiated with our echo.
             return functools.partial(openwire.sniff_server_preamble, client=_wire_format(raw))
-        case WireProtocol.MQTT | WireProtocol.STOMP | WireProtocol.TLS:
+        case WireProtocol.MQTT | WireProtocol.STOMP | WireProtocol.TLS | WireProtocol.CORE:
             return None
         case _:
             assert_never(sniffed.protocol)
@@ -130,7 +130,7 @@ def redirect(sniffed: Sniffed, raw: bytes, connector: Connector, router: str) ->
             return openwire.encode_connection_control(
                 reconnect_to=url, connected_brokers=url, rebalance=True, encoding=_wire_format(raw)
             )
-        case WireProtocol.TLS:
+        case WireProtocol.TLS | WireProtocol.CORE:
             return b""
         case _:
             assert_never(sniffed.protocol)
@@ -148,7 +148,7 @@ def refusal(sniffed: Sniffed, status: RouteStatus, router: str) -> bytes:
         case WireProtocol.STOMP:
             what = "is not ready" if unavailable else "rejected this connection"
             return stomp.encode_error(f"Connection router {router} {what}")
-        case WireProtocol.OPENWIRE | WireProtocol.TLS:
+        case WireProtocol.OPENWIRE | WireProtocol.TLS | WireProtocol.CORE:
             return b""
         case _:
             assert_never(sniffed.protocol)
@@ -182,7 +182,7 @@ def not_authorized(sniffed: Sniffed, router: str) -> bytes:
             return amqp.encode_open(router) + amqp.encode_close("amqp:unauthorized-access", description, None)
         case WireProtocol.STOMP:
             return stomp.encode_error(f"Connection router {router}: authentication failed")
-        case WireProtocol.OPENWIRE | WireProtocol.TLS:
+        case WireProtocol.OPENWIRE | WireProtocol.TLS | WireProtocol.CORE:
             return b""
         case _:
             assert_never(sniffed.protocol)

@@ -255,7 +255,7 @@ def frame_cursor(sniffed: Sniffed | None, fmt: openwire.WireFormat | None) -> Fr
             return SizePrefixedFrames(amqp=True)
         case WireProtocol.OPENWIRE:
             return None if fmt is None or fmt.size_prefix_disabled else SizePrefixedFrames()
-        case WireProtocol.STOMP | WireProtocol.TLS:
+        case WireProtocol.STOMP | WireProtocol.TLS | WireProtocol.CORE:
             return None
         case _:
             assert_never(sniffed.protocol)
@@ -362,7 +362,7 @@ def farewell(
             except ValueError:  # a version before ConnectionControl could redirect
                 return PLAIN_CLOSE
             return Farewell(control, control, f"openwire ConnectionControl reconnectTo {url}")
-        case WireProtocol.STOMP | WireProtocol.TLS:
+        case WireProtocol.STOMP | WireProtocol.TLS | WireProtocol.CORE:
             return PLAIN_CLOSE
         case _:
             assert_never(protocol)
