@@ -1,12 +1,13 @@
 """Which protocol a connection speaks, from its first bytes (detection order in one place).
 
-Pure: no I/O. The five openings differ in their first byte, so one byte is usually enough:
+Pure: no I/O. The six openings differ in their first byte or two, so two bytes are enough:
 
     1. TLS        0x16 0x03 …   a handshake record (ClientHello): SNI, then whatever is inside
     2. AMQP 1.0   "AMQP" …      protocol header (SASL or plain)
     3. MQTT       0x10 …        CONNECT packet, flags 0
     4. OpenWire   0x00 …        4-byte frame size, then WireFormatInfo with magic "ActiveMQ"
     5. STOMP      "CONNECT", "STOMP", or EOL heart-beats before them
+    6. CORE       "ARTEMIS" or "HORNETQ", then length-prefixed packets (Artemis's own protocol)
 
 An acceptor's `protocols=` parameter (Artemis names: AMQP, MQTT, OPENWIRE, STOMP, CORE) narrows
 the candidates; TLS is decided by the acceptor, not by `protocols`.
@@ -18,6 +19,7 @@ from collections.abc import Callable, Collection
 from typing import Final
 
 from keys.amqp import AmqpSniffer
+from keys.core import CoreSniffer
 from keys.mqtt import MqttSniffer
 from keys.openwire import OpenWireSniffer
 from keys.sniff import NEED_MORE, NeedMore, Sniffer
@@ -31,14 +33,15 @@ SNIFFERS: Final[dict[str, Sniffer]] = {
     "MQTT": MqttSniffer(),
     "OPENWIRE": OpenWireSniffer(),
     "STOMP": StompSniffer(),
+    "CORE": CoreSniffer(),
 }
-"""The broker-protocol sniffers by their Artemis protocol name."""
+"""The broker-protocol sniffers by their Artemis protocol name (HORNETQ's is CORE's: the same
+packets after their own magic)."""
 
 TLS: Final = TlsSniffer()
 
-ARTEMIS_PROTOCOLS: Final = frozenset({*SNIFFERS, "CORE", "HORNETQ"})
-"""Protocol names an Artemis acceptor may list. CORE and HORNETQ have a sniffer (keys/core.py) that
-detection does not offer yet: the data path does not speak CORE (issue 32 point 3)."""
+ARTEMIS_PROTOCOLS: Final = frozenset({*SNIFFERS, "HORNETQ"})
+"""Protocol names an Artemis acceptor may list."""
 
 Detector = Callable[[bytes], Sniffer | NeedMore | None]
 """First bytes -> the sniffer to use, NEED_MORE while ambiguous, None when nothing matches."""
@@ -54,7 +57,8 @@ def make_detector(protocols: Collection[str] = (), *, tls: bool = True) -> Detec
     Returns:
         The detector, trying candidates in the documented order.
     """
-    names = [n for n in ("AMQP", "MQTT", "OPENWIRE", "STOMP") if not protocols or n in protocols]
+    wanted = {*protocols, "CORE"} if "HORNETQ" in protocols else set(protocols)
+    names = [n for n in ("AMQP", "MQTT", "OPENWIRE", "STOMP", "CORE") if not wanted or n in wanted]
     candidates: list[Sniffer] = ([TLS] if tls else []) + [SNIFFERS[n] for n in names]
 
     def detect(prefix: bytes) -> Sniffer | NeedMore | None:

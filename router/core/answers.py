@@ -10,9 +10,16 @@ data paths send what the plan's action holds.
     OpenWire   ConnectionControl reconnectTo, close    close               close
     STOMP      ERROR naming the target                 ERROR               ERROR
     TLS        (encrypted: nothing can be said)        close               close
+    CORE       DISCONNECT_V3 + EXCEPTION 222           EXCEPTION 119       EXCEPTION 222, close
 
 Server-first protocols (AMQP, OpenWire) also owe the client the server's side of the opening
-before anything else, whether the router answers itself or relays a broker: `owed_opening`.
+before anything else, whether the router answers itself or relays a broker: `owed_opening`. So
+does CORE: the router answers the packets a Java client sends before its session (PING, the
+topology subscription) itself, to read the user and client ID from CREATESESSION (keys/core.py).
+
+A CORE client that is refused as unavailable re-sends CREATESESSION at once, in a loop without
+delay (measured: 585 times a second); the data path closes after any refusal, so the client's own
+reconnect policy (`retryInterval`) sets the pace instead.
 """
 
 from __future__ import annotations
@@ -20,9 +27,10 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, assert_never
 
-from keys import Reply, WireProtocol, amqp, mqtt, openwire, stomp
+from keys import Reply, WireProtocol, amqp, core, mqtt, openwire, stomp
 from router.config.settings import AcceptorMode
 from router.core.engine import RouteStatus
+from router.core.stream_filter import TopologyFilter, core_target_preamble
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,6 +46,7 @@ __all__ = [
     "redirects",
     "refusal",
     "replay_rejected",
+    "target_filter",
     "target_preamble_measure",
 ]
 
@@ -58,6 +67,8 @@ def can_follow_redirect(sniffed: Sniffed) -> bool:
         case WireProtocol.AMQP | WireProtocol.OPENWIRE:
             return True
         case WireProtocol.STOMP | WireProtocol.TLS | WireProtocol.CORE:
+            # CORE: a Java client follows a redirect only with reconnectAttempts != 0 (default 0),
+            # which its opening does not say; mode=redirect redirects every CORE client.
             return False
         case _:
             assert_never(sniffed.protocol)
@@ -86,7 +97,9 @@ def owed_opening(sniffed: Sniffed, raw: bytes, replied: bytes) -> bytes:
             frame_end = 4 + int.from_bytes(raw[:4], "big")
             answer = openwire.OpenWireSniffer().sniff(raw[:frame_end])
             return answer.to_client if isinstance(answer, Reply) else b""
-        case WireProtocol.MQTT | WireProtocol.STOMP | WireProtocol.TLS | WireProtocol.CORE:
+        case WireProtocol.CORE:
+            return core.server_preamble(raw)[len(replied) :]
+        case WireProtocol.MQTT | WireProtocol.STOMP | WireProtocol.TLS:
             return b""
         case _:
             assert_never(sniffed.protocol)
@@ -102,7 +115,9 @@ def target_preamble_measure(sniffed: Sniffed, raw: bytes) -> Callable[[bytes], i
         case WireProtocol.OPENWIRE:
             # Also checks the broker negotiates what the client negotiated with our echo.
             return functools.partial(openwire.sniff_server_preamble, client=_wire_format(raw))
-        case WireProtocol.MQTT | WireProtocol.STOMP | WireProtocol.TLS | WireProtocol.CORE:
+        case WireProtocol.CORE:
+            return core_target_preamble
+        case WireProtocol.MQTT | WireProtocol.STOMP | WireProtocol.TLS:
             return None
         case _:
             assert_never(sniffed.protocol)
@@ -114,9 +129,11 @@ def _mqtt_connack(sniffed: Sniffed, code: int, reference: str | None = None) -> 
     return mqtt.encode_connack_v3_as_artemis(code)
 
 
-def redirect(sniffed: Sniffed, raw: bytes, connector: Connector, router: str) -> bytes:
+def redirect(sniffed: Sniffed, raw: bytes, connector: Connector, router: str, *, tls: bool = False) -> bytes:
     """The native redirect to the target reached through `connector` (the active member of an HA
-    pair); b"" when the protocol cannot say it (TLS: closing is the answer)."""
+    pair); b"" when the protocol cannot say it (TLS: closing is the answer). `tls`: the client came
+    over TLS the router terminated (CORE: the connector it is sent says `sslEnabled=true`, so it
+    is never moved to cleartext)."""
     host, port = connector.host, connector.port
     match sniffed.protocol:
         case WireProtocol.AMQP:
@@ -130,14 +147,19 @@ def redirect(sniffed: Sniffed, raw: bytes, connector: Connector, router: str) ->
             return openwire.encode_connection_control(
                 reconnect_to=url, connected_brokers=url, rebalance=True, encoding=_wire_format(raw)
             )
-        case WireProtocol.TLS | WireProtocol.CORE:
+        case WireProtocol.CORE:
+            return core.encode_redirect(
+                router=router, connector_name=connector.name, host=host, port=port, ssl_enabled=tls
+            )
+        case WireProtocol.TLS:
             return b""
         case _:
             assert_never(sniffed.protocol)
 
 
 def refusal(sniffed: Sniffed, status: RouteStatus, router: str) -> bytes:
-    """The protocol's own refusal; b"" when closing is the answer (OpenWire, TLS)."""
+    """The protocol's own refusal; b"" when closing is the answer (OpenWire, TLS). The data path
+    closes after it (a CORE client refused as unavailable would otherwise ask again at once)."""
     unavailable = status is RouteStatus.REFUSED_UNAVAILABLE
     match sniffed.protocol:
         case WireProtocol.AMQP:
@@ -148,10 +170,19 @@ def refusal(sniffed: Sniffed, status: RouteStatus, router: str) -> bytes:
         case WireProtocol.STOMP:
             what = "is not ready" if unavailable else "rejected this connection"
             return stomp.encode_error(f"Connection router {router} {what}")
-        case WireProtocol.OPENWIRE | WireProtocol.TLS | WireProtocol.CORE:
+        case WireProtocol.CORE:
+            return core.encode_refusal(router, unavailable=unavailable)
+        case WireProtocol.OPENWIRE | WireProtocol.TLS:
             return b""
         case _:
             assert_never(sniffed.protocol)
+
+
+def target_filter(sniffed: Sniffed | None) -> type[TopologyFilter] | None:
+    """What a proxied connection's broker-to-client bytes pass through for its life: a CORE
+    broker's cluster topology is dropped (it names the brokers' own addresses, which clients would
+    then connect to, bypassing the router); None: nothing."""
+    return TopologyFilter if sniffed is not None and sniffed.protocol is WireProtocol.CORE else None
 
 
 def replay_rejected(sniffed: Sniffed, router: str) -> bytes:
@@ -166,12 +197,13 @@ def replay_rejected(sniffed: Sniffed, router: str) -> bytes:
     return b""
 
 
-def not_authorized(sniffed: Sniffed, router: str) -> bytes:
+def not_authorized(sniffed: Sniffed, router: str, peer: str = "") -> bytes:
     """The protocol's own "not authorized" answer; b"" when closing is the answer.
 
     MQTT: CONNACK 0x87 (v5) or return code 5 (3.1/3.1.1, MQTT 3.1.1 §3.2.2.3); AMQP: Open then
     Close `amqp:unauthorized-access` (the SASL outcome was already ok: the router answers SASL
-    before it knows the target); STOMP: an ERROR frame; OpenWire and TLS: close.
+    before it knows the target); STOMP: an ERROR frame; CORE: EXCEPTION 105 as Artemis words it,
+    naming the client's address `peer` (host:port); OpenWire and TLS: close.
     """
     match sniffed.protocol:
         case WireProtocol.MQTT:
@@ -182,7 +214,9 @@ def not_authorized(sniffed: Sniffed, router: str) -> bytes:
             return amqp.encode_open(router) + amqp.encode_close("amqp:unauthorized-access", description, None)
         case WireProtocol.STOMP:
             return stomp.encode_error(f"Connection router {router}: authentication failed")
-        case WireProtocol.OPENWIRE | WireProtocol.TLS | WireProtocol.CORE:
+        case WireProtocol.CORE:
+            return core.encode_not_authorized(f"/{peer}", sniffed.user_name)
+        case WireProtocol.OPENWIRE | WireProtocol.TLS:
             return b""
         case _:
             assert_never(sniffed.protocol)

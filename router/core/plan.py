@@ -26,7 +26,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias, assert_never
 
-from keys import ConnectionFacts, KeyType
+from keys import ConnectionFacts, KeyType, WireProtocol
 from keys.proxy_protocol import encode_v1, encode_v2
 from router.config.settings import AcceptorMode
 from router.core import answers
@@ -276,14 +276,16 @@ def plan(
             router, opening, key, RouteStatus.REFUSED_USE_ANOTHER, DecisionReason.NO_LOCAL_CONNECTOR
         )
     if sniffed is not None and answers.redirects(acceptor.mode, sniffed):
-        said = answers.redirect(sniffed, opening.raw, connector, router)
+        said = answers.redirect(sniffed, opening.raw, connector, router, tls=acceptor.tls is not None)
         answer = _with_owed(opening, said)
         return Redirect(key=key, reason=reason, target=target, connector=connector, answer=answer)
     replay = opening.raw
     if acceptor.send_proxy_protocol is not None:
         replay = _proxy_header(opening, acceptor.send_proxy_protocol) + replay
-    if sniffed is None or not opening.replied:
+    if sniffed is None or (not opening.replied and sniffed.protocol is not WireProtocol.CORE):
         # Nothing answered by the router: the target's own opening reaches the client unchanged.
+        # (A CORE client that sent its whole opening at once is owed the router's answers all the
+        # same, and its broker's topology is never passed on.)
         return Proxy(key=key, reason=reason, target=target, connector=connector, replay=replay)
     return Proxy(
         key=key,
@@ -294,6 +296,7 @@ def plan(
         preamble=answers.target_preamble_measure(sniffed, opening.raw),
         owed=answers.owed_opening(sniffed, opening.raw, opening.replied),
         if_rejected=_with_owed(opening, answers.replay_rejected(sniffed, router)),
+        target_filter=answers.target_filter(sniffed),
     )
 
 
@@ -346,7 +349,7 @@ def not_authorized_answer(router: str, opening: Opening) -> bytes:
     """What a client the router's own authentication refused is sent before the close."""
     if opening.sniffed is None:
         return b""
-    return _with_owed(opening, answers.not_authorized(opening.sniffed, router))
+    return _with_owed(opening, answers.not_authorized(opening.sniffed, router, str(opening.source)))
 
 
 def for_fast_path(action: Refuse | Redirect | Proxy | Wait) -> Action:

@@ -13,7 +13,10 @@ from keys.detect import ARTEMIS_PROTOCOLS, SNIFFERS, make_detector
     [
         (b"\x16\x03\x01", "tls"),
         (b"AMQP\x03\x01\x00\x00", "amqp"),
-        (b"A", "amqp"),
+        (b"AM", "amqp"),
+        (b"ARTEMIS", "core"),
+        (b"AR", "core"),
+        (b"HORNETQ", "core"),
         (b"\x10", "mqtt"),
         (b"\x00\x00\x01\x06\x01ActiveMQ", "openwire"),
         (b"CONNECT\n", "stomp"),
@@ -35,6 +38,16 @@ def test_make_detector_unknown_protocol_is_none(prefix: bytes) -> None:
 
 def test_make_detector_empty_prefix_is_none() -> None:
     assert make_detector()(b"") is None
+
+
+def test_one_a_is_amqp_or_core_until_the_second_byte() -> None:
+    assert make_detector()(b"A") is NEED_MORE
+    assert getattr(make_detector(("AMQP",))(b"A"), "name", None) == "amqp"
+
+
+def test_hornetq_in_protocols_means_the_core_sniffer() -> None:
+    assert getattr(make_detector(("HORNETQ",), tls=False)(b"HORNETQ"), "name", None) == "core"
+    assert make_detector(("AMQP",), tls=False)(b"ARTEMIS") is None
 
 
 def test_make_detector_protocols_narrow_candidates() -> None:
