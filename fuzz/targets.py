@@ -193,8 +193,7 @@ _MQTT: Final = SNIFFERS["MQTT"]
 _AMQP: Final = SNIFFERS["AMQP"]
 _STOMP: Final = SNIFFERS["STOMP"]
 _OPENWIRE: Final = SNIFFERS["OPENWIRE"]
-_CORE: Final = core.CoreSniffer()
-"""Not in `SNIFFERS` yet: keys.detect does not offer CORE until the data path speaks it."""
+_CORE: Final = SNIFFERS["CORE"]
 
 
 def fuzz_mqtt(data: bytes) -> None:
@@ -437,12 +436,13 @@ def fuzz_refusal(data: bytes) -> None:
             raise InvariantBroken(f"a refusal in {cut} bytes is none in {len(answer)}")
 
 
-_PROTOCOL_NAMES: Final = ("AMQP", "MQTT", "OPENWIRE", "STOMP")
+_PROTOCOL_BITS: Final = {0: "AMQP", 1: "MQTT", 2: "OPENWIRE", 3: "STOMP", 6: "CORE"}
+_PROTOCOL_NAMES: Final = tuple(_PROTOCOL_BITS.values())
 
 
 def _detector_options(options: int) -> tuple[list[str], bool]:
-    """An acceptor's `protocols` (bits 0-3; none set means all) and TLS (bit 4) from one byte."""
-    return [name for bit, name in enumerate(_PROTOCOL_NAMES) if options >> bit & 1], bool(options & 0x10)
+    """An acceptor's `protocols` (bits 0-3 and 6; none set means all) and TLS (bit 4) from one byte."""
+    return [name for bit, name in _PROTOCOL_BITS.items() if options >> bit & 1], bool(options & 0x10)
 
 
 def fuzz_detect(data: bytes) -> None:
