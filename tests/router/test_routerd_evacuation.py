@@ -205,7 +205,7 @@ def test_abort_and_status(
     try:
         _wait_until(lambda: sorted(_connections(router).values()) == [4, 4, 4], "4 clients per broker")
         evacuated = ROUND_ROBIN_NODE_IDS[2]
-        code, status = routerctl_json(router, "evacuate", "rr", evacuated, "--rate", "0.5")
+        code, status = routerctl_json(router, "evacuate", "rr", evacuated, "--rate", "0.2")
         assert code == 0
         assert status["state"] == "running"
         _wait_until(lambda: sum(bool(c.disconnects) for c in clients) == 1, "the first move")

@@ -320,11 +320,11 @@ async def test_an_unexpected_error_costs_one_connection_not_the_fast_path(
     real = fastpath_answers.redirect
     calls: list[int] = []
 
-    def broken_once(*args: Any) -> bytes:
+    def broken_once(*args: Any, **kwargs: Any) -> bytes:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("injected")
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(fastpath_answers, "redirect", broken_once)
     info = await _start(nursery, _config(echo_port, key_type=KeyType.CLIENT_ID, mode=AcceptorMode.REDIRECT))
