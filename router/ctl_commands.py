@@ -68,6 +68,9 @@ def _wait_options(parser: argparse.ArgumentParser, *, again: bool = False) -> No
 
 
 def _route(args: argparse.Namespace, ctl: Ctl) -> int:
+    for name in ("client_id", "user", "sni", "source_ip"):
+        if getattr(args, name) == []:  # Python 3.11's argparse turns `--user=--` into []
+            setattr(args, name, "--")
     try:
         config = load_config(args.config)
     except ConfigError as exc:

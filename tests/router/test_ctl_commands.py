@@ -69,6 +69,11 @@ class TestRouteSeedExample:
         got = _route(capsys, "--router", "simple-router", "--ready", ready, "--source-ip", "127.0.0.9")
         assert got == [_decision("127.0.0.9", OK, expected_node, connector=f"tcp://127.0.0.1:{port}")]
 
+    def test_route_takes_a_value_of_two_dashes(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`--user=--` is the user "--" (Python 3.11's argparse would give [])."""
+        got = _route(capsys, "--router", "consistent-hash-router", "--ready", "none", "--user=--")
+        assert [d["key"] for d in got] == ["--"]
+
     def test_route_simple_router_nothing_ready(self, capsys: pytest.CaptureFixture[str]) -> None:
         got = _route(capsys, "--router", "simple-router", "--ready", "none", "any")
         assert got == [_decision("any", UNAVAILABLE)]
