@@ -36,9 +36,10 @@ topology's uniqueEventID is 0 (Topology.updateMember never rejects event 0 after
 where Artemis puts its clock. `parse_opening` reports what was answered, packet by packet, so
 proxy mode can drop the broker's own answers when it replays the client's bytes.
 
-The encoders at the end are what the data path sends instead of CREATESESSION_RESP: the redirect
-(DISCONNECT_V3 naming the target's connector, then EXCEPTION 222) and the refusals in Artemis's
-words (ActiveMQRoutingHandler, ActiveMQMessageBundle).
+`encode_create_session` writes what `parse_opening` reads (the CORE health probe opens its
+session with it). The encoders at the end are what the data path sends instead of
+CREATESESSION_RESP: the redirect (DISCONNECT_V3 naming the target's connector, then EXCEPTION
+222) and the refusals in Artemis's words (ActiveMQRoutingHandler, ActiveMQMessageBundle).
 
 Sources: apache/activemq-artemis at tag 2.40.0 (`PacketImpl`, the wireformat packets named at each
 function, `ChannelBufferWrapper`, `UTF8Util`, `SimpleString`, `TransportConfiguration`).
@@ -80,6 +81,7 @@ __all__ = [
     "decode_disconnect",
     "decode_exception",
     "decode_string",
+    "encode_create_session",
     "encode_disconnect_v3",
     "encode_exception",
     "encode_not_authorized",
@@ -171,10 +173,12 @@ class PacketType(enum.IntEnum):
     PING = 10
     DISCONNECT = 11
     EXCEPTION = 20
+    NULL_RESPONSE = 21
     CREATESESSION = 30
     CREATESESSION_RESP = 31
     REATTACH_SESSION = 32
     REATTACH_SESSION_RESP = 33
+    SESS_CLOSE = 69
     CLUSTER_TOPOLOGY = 110
     SUBSCRIBE_TOPOLOGY = 112
     SUBSCRIBE_TOPOLOGY_V2 = 113
@@ -564,6 +568,65 @@ def _read_create_session(packet: Packet) -> CreateSession:
         default_address=default_address,
         client_id=client_id,
     )
+
+
+def encode_create_session(
+    *,
+    name: str,
+    session_channel: int,
+    version: int,
+    user_name: str | None,
+    password: str | None,
+    client_id: str | None = None,
+    v2: bool = True,
+    min_large_message_size: int = 102400,
+    xa: bool = False,
+    auto_commit_sends: bool = False,
+    auto_commit_acks: bool = False,
+    window_size: int = -1,
+    pre_acknowledge: bool = False,
+    default_address: str | None = None,
+) -> bytes:
+    """CREATESESSION_V2 (-18), or CREATESESSION (30) without the client ID, on channel 1
+    (`CreateSessionMessage(_V2).encodeRest`, the fields `parse_opening` reads back). The defaults
+    are what the Java client's JMS connection sends for its first session: 100 KiB large messages
+    (`ActiveMQClient.DEFAULT_MIN_LARGE_MESSAGE_SIZE`), nothing auto-committed, window -1.
+
+    Args:
+        name: the session's name, unique on the broker (the Java client takes a UUID).
+        session_channel: the channel the session will use (the Java client's start at 10).
+        version: the client's version (`PacketImpl`: 131 = 2.18, the first with CREATESESSION_V2;
+            136 = 2.37 and later); the broker refuses one outside its compatible list.
+        user_name: the user name, or None.
+        password: the password, or None.
+        client_id: V2's client ID, or None.
+        v2: CREATESESSION_V2 (with the client ID) or CREATESESSION.
+
+    Returns:
+        The packet.
+
+    Raises:
+        ValueError: a number that does not fit its field, or a client ID with `v2=False`.
+    """
+    if not v2 and client_id is not None:
+        raise ValueError(f"CREATESESSION carries no client ID, got {client_id!r}")
+    for field_name, value, bits in (
+        ("session_channel", session_channel, 64),
+        ("version", version, 32),
+        ("min_large_message_size", min_large_message_size, 32),
+        ("window_size", window_size, 32),
+    ):
+        if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            raise ValueError(f"{field_name} must fit an int{bits}, got {value!r}")
+    body = encode_string(name) + struct.pack(">qi", session_channel, version)
+    body += _nullable_string(user_name) + _nullable_string(password)
+    body += struct.pack(">i", min_large_message_size)
+    body += _boolean(xa) + _boolean(auto_commit_sends) + _boolean(auto_commit_acks)
+    body += struct.pack(">i", window_size) + _boolean(pre_acknowledge) + _nullable_string(default_address)
+    if v2:
+        body += _nullable_string(client_id)
+    packet_type = PacketType.CREATESESSION_V2 if v2 else PacketType.CREATESESSION
+    return encode_packet(packet_type, _SESSION_CHANNEL, body)
 
 
 def _topology_answer(client_version: int | None) -> bytes:

@@ -23,7 +23,7 @@ __all__ = [
     "parse_url_params",
 ]
 
-PROBE_KINDS: Final = ("tcp", "mqtt", "stomp", "amqp", "openwire")
+PROBE_KINDS: Final = ("tcp", "mqtt", "stomp", "amqp", "openwire", "core")
 """Values of a connector's `probe=` URL parameter: how its broker is health-checked (default tcp)."""
 
 COUNT_SOURCES: Final = ("mqtt-sys", "artemis-jolokia", "activemq-jolokia", "rabbitmq-prometheus")

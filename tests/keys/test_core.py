@@ -28,12 +28,14 @@ from keys.core import (
     CoreDisconnect,
     CoreException,
     CoreSniffer,
+    CreateSession,
     DisconnectReason,
     PacketType,
     TransportConfig,
     decode_disconnect,
     decode_exception,
     decode_string,
+    encode_create_session,
     encode_disconnect_v3,
     encode_exception,
     encode_not_authorized,
@@ -582,6 +584,125 @@ class TestStrings:
         assert isinstance(result, Sniffed)
         assert (result.user_name, result.password) == (user, password)
         assert result.client_id == (client_id if v2 else None)
+
+
+# --- CREATESESSION(_V2), as the CORE health probe sends it ------------------------------------
+
+
+class TestCreateSession:
+    def test_encode_create_session_is_the_java_clients_bytes(self) -> None:
+        """Scenario: with the captured client's values and the encoder's defaults (the JMS
+        connection's first session), the bytes are the Artemis 2.40 client's, field by field."""
+        encoded = encode_create_session(
+            name="ba532819-ebac-11f1-b825-02fc00000001",
+            session_channel=10,
+            version=136,
+            user_name="alice",
+            password="s3cret",
+            client_id="client-42",
+        )
+        assert encoded == CREATE_SESSION_V2
+
+    def test_encode_create_session_v1_is_the_hand_built_one(self) -> None:
+        encoded = encode_create_session(
+            name="ba532819-ebac-11f1-b825-02fc00000001",
+            session_channel=10,
+            version=123,
+            user_name="alice",
+            password="s3cret",
+            v2=False,
+        )
+        assert encoded == _create_session(v2=False, version=123)
+
+    @given(
+        name=strings_of_units(0, 40),
+        user=st.none() | strings_of_units(0, 20),
+        password=st.none() | strings_of_units(0, 20),
+        client_id=st.none() | strings_of_units(0, 4200),
+        v2=st.booleans(),
+        numbers=st.tuples(
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(-(2**31), 2**31 - 1),
+            st.integers(-(2**31), 2**31 - 1),
+            st.integers(-(2**31), 2**31 - 1),
+        ),
+        flags=st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans()),
+        default_address=st.none() | strings_of_units(0, 12),
+    )
+    def test_encode_create_session_round_trips(
+        self,
+        name: str,
+        user: str | None,
+        password: str | None,
+        client_id: str | None,
+        v2: bool,
+        numbers: tuple[int, int, int, int],
+        flags: tuple[bool, bool, bool, bool],
+        default_address: str | None,
+    ) -> None:
+        channel, version, min_large, window = numbers
+        xa, sends, acks, pre_ack = flags
+        encoded = encode_create_session(
+            name=name,
+            session_channel=channel,
+            version=version,
+            user_name=user,
+            password=password,
+            client_id=client_id if v2 else None,
+            v2=v2,
+            min_large_message_size=min_large,
+            xa=xa,
+            auto_commit_sends=sends,
+            auto_commit_acks=acks,
+            window_size=window,
+            pre_acknowledge=pre_ack,
+            default_address=default_address,
+        )
+        opening = parse_opening(b"ARTEMIS" + encoded)
+        assert opening is not NEED_MORE
+        assert opening.session == CreateSession(
+            packet_type=PacketType.CREATESESSION_V2 if v2 else PacketType.CREATESESSION,
+            name=name,
+            session_channel=channel,
+            version=version,
+            user_name=user,
+            password=password,
+            min_large_message_size=min_large,
+            xa=xa,
+            auto_commit_sends=sends,
+            auto_commit_acks=acks,
+            window_size=window,
+            pre_acknowledge=pre_ack,
+            default_address=default_address,
+            client_id=client_id if v2 else None,
+        )
+        assert opening.end == len(encoded) + 7
+
+    @pytest.mark.parametrize(
+        ("fields", "match"),
+        [
+            ({"client_id": "c", "v2": False}, r"CREATESESSION carries no client ID, got 'c'"),
+            ({"version": 2**31}, r"version must fit an int32, got 2147483648"),
+            (
+                {"session_channel": -(2**63) - 1},
+                r"session_channel must fit an int64, got -9223372036854775809",
+            ),
+            ({"window_size": 2**31}, r"window_size must fit an int32"),
+            ({"min_large_message_size": -(2**31) - 1}, r"min_large_message_size must fit an int32"),
+        ],
+    )
+    def test_encode_create_session_rejects_what_does_not_fit(
+        self, fields: dict[str, object], match: str
+    ) -> None:
+        base: dict[str, object] = {
+            "name": "s",
+            "session_channel": 10,
+            "version": 131,
+            "user_name": None,
+            "password": None,
+        }
+        with pytest.raises(ValueError, match=match):
+            encode_create_session(**{**base, **fields})  # type: ignore[arg-type]  # mixed test values
 
 
 # --- The redirect and the refusals --------------------------------------------------------------

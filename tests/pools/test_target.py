@@ -228,15 +228,15 @@ class TestHaPairConnector:
 
 
 class TestProbeParameters:
-    @pytest.mark.parametrize("kind", ["tcp", "mqtt", "stomp", "amqp", "openwire"])
+    @pytest.mark.parametrize("kind", ["tcp", "mqtt", "stomp", "amqp", "openwire", "core"])
     def test_probe_kinds_accepted(self, kind):
         assert Connector.from_url("c", f"tcp://h:1?probe={kind}").probe == kind
 
     def test_unknown_probe_kind(self):
         with pytest.raises(
-            ValueError, match="probe must be one of tcp, mqtt, stomp, amqp, openwire, got 'core'"
+            ValueError, match="probe must be one of tcp, mqtt, stomp, amqp, openwire, core, got 'hornetq'"
         ):
-            Connector.from_url("c", "tcp://h:1?probe=core")
+            Connector.from_url("c", "tcp://h:1?probe=hornetq")
 
     @pytest.mark.parametrize(("value", "expected"), [("true", True), ("TRUE", True), ("false", False)])
     def test_probe_connection_count_flag(self, value, expected):

@@ -1,9 +1,10 @@
 """Active health: each target is probed in its broker's protocol, and the pool follows.
 
-    checks.py    one probe per broker protocol (TCP, MQTT, STOMP, AMQP 1.0, OpenWire): does this
-                 broker accept a real session now?
-    service.py   the health-check loop of each router (`serve_health_checks`), feeding
-                 `Pool.record_check` (pools/pool.py, where readiness is decided)
+    checks.py        one probe per broker protocol (TCP, MQTT, STOMP, AMQP 1.0, OpenWire, CORE):
+                     does this broker accept a real session now?
+    core_session.py  the CORE probe's bytes: what it sends, how it reads the answers (pure)
+    service.py       the health-check loop of each router (`serve_health_checks`), feeding
+                     `Pool.record_check` (pools/pool.py, where readiness is decided)
 
 docs/configuration.md ("check-period", the connector's `probe=`) describes the options.
 """

@@ -4,8 +4,9 @@ A probe connects, runs one exchange with the pool's credentials, closes, and ret
 not). The caller's cancel scope is its deadline. `check_target` is a TCP connect; `check_mqtt`
 (MQTT 3.1.1 CONNECT, which can also read mosquitto's connected-client count for
 LEAST_CONNECTIONS), `check_stomp` (STOMP CONNECT), `check_amqp` (AMQP 1.0 SASL + Open) and
-`check_openwire` (OpenWire ConnectionInfo) need the broker to accept the session. The loop that
-runs them is service.py.
+`check_openwire` (OpenWire ConnectionInfo) and `check_core` (an Artemis CORE session, whose bytes
+are core_session.py's) need the broker to accept the session. The loop that runs them is
+service.py.
 
 Besides the probes, `read_count` reads a broker's own connection count over HTTP (Jolokia for
 Artemis and ActiveMQ Classic, the rabbitmq_prometheus page): one GET, bounded in size here (the
@@ -16,6 +17,7 @@ decides readiness.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import uuid
@@ -28,10 +30,12 @@ import trio
 from keys import INTERNAL_CLIENT_ID_PREFIX, SniffError, amqp, mqtt, openwire, stomp
 from router.datapath.net import describe_oserror, is_local_shortage, open_connection
 from router.datapath.reading import read_parsed
+from router.features.probes import core_session
 from router.features.probes.counts import BODY_MAX_BYTES, CountError, count_request, parse_count
 
 if TYPE_CHECKING:
     from keys import NeedMore
+    from keys.core import CoreException
     from pools import Connector, CountSource
 
 __all__ = [
@@ -40,6 +44,7 @@ __all__ = [
     "CountRead",
     "LocalShortage",
     "check_amqp",
+    "check_core",
     "check_mqtt",
     "check_openwire",
     "check_stomp",
@@ -61,7 +66,12 @@ ACK), so this is 20 times the slow case."""
 
 _ANSWER_MAX_BYTES: Final = 16 * 1024
 """Cap of a broker's answers to one probe: a CONNACK is 4 bytes, a CONNECTED frame or an AMQP
-Open a few hundred, an OpenWire WireFormatInfo and BrokerInfo under 1 KiB."""
+Open a few hundred, an OpenWire WireFormatInfo and BrokerInfo under 1 KiB, Artemis's answers to
+the CORE probe under 300 bytes."""
+
+_CORE_MESSAGE_CHARS: Final = 256
+"""At most this much of an Artemis EXCEPTION's message goes into a reason (AMQ229031, bad
+credentials, is about 120 characters with its address and user name)."""
 
 
 _SESSION_ERRORS: Final = (OSError, trio.BrokenResourceError, SniffError)
@@ -329,6 +339,53 @@ async def check_openwire(
 
     # The encoders' ValueError (a too long field) too; SniffError is a ValueError.
     return await _probe(connector, "openwire", session, (OSError, trio.BrokenResourceError, ValueError))
+
+
+async def check_core(
+    connector: Connector, client_id: str, user: str | None, password: str | None
+) -> tuple[bool, str]:
+    """Artemis CORE: the session Artemis's own pools open to their targets, with the pool's
+    credentials (`ARTEMIS`, PING, CREATESESSION_V2; core_session.py); ready on CREATESESSION_RESP,
+    after which the probe closes the session (SESS_CLOSE, NULL_RESPONSE) so that the broker logs
+    nothing. Not ready on an EXCEPTION (e.g. 105 SECURITY_EXCEPTION for bad credentials), another
+    packet, one longer than `keys.core.MAX_PACKET_BYTES`, a disconnect or the caller's deadline.
+
+    Args:
+        connector: the broker.
+        client_id: the probe's client ID (`probe_client_id`), which Artemis routers never redirect.
+        user: the pool's user name, or None.
+        password: the pool's password, or None.
+
+    Returns:
+        (whether the target is ready, the reason when it is not).
+    """
+
+    async def session(stream: trio.SocketStream) -> str:
+        opening = core_session.encode_opening(
+            session_name=str(uuid.uuid4()), user_name=user, password=password, client_id=client_id
+        )
+        await stream.send_all(opening)
+        answer, seen = await _read_more(stream, b"", core_session.parse_session_answer)
+        if answer.exception is not None:
+            return _core_refused(answer.exception, connector, "")
+        await stream.send_all(core_session.SESSION_CLOSE)
+        parse = functools.partial(core_session.parse_close_answer, start=answer.end)
+        closed, _ = await _read_more(stream, seen, parse)
+        if closed.exception is not None:
+            return _core_refused(closed.exception, connector, " on session close")
+        return ""
+
+    # SniffError (a malformed answer) is a ValueError.
+    return await _probe(connector, "core", session, (OSError, trio.BrokenResourceError, ValueError))
+
+
+def _core_refused(exception: CoreException, connector: Connector, when: str) -> str:
+    """e.g. "core EXCEPTION 105 (SECURITY_EXCEPTION) from tcp://...: AMQ229031: Unable to ..."."""
+    head = dataclasses.replace(exception, message=None).describe()
+    message = exception.message or ""
+    if len(message) > _CORE_MESSAGE_CHARS:
+        message = message[:_CORE_MESSAGE_CHARS] + "..."
+    return f"core {head}{when} from {connector.url}: {message}"
 
 
 # --- broker-reported connection counts over HTTP ---------------------------------------------------

@@ -11,7 +11,8 @@ Each probe has its own deadline. The probe of a target is its connector's `probe
 (`make_check`): a TCP connect (`check_target`), or a session with the pool's credentials that
 the broker must accept: MQTT 3.1.1 CONNECT (`check_mqtt`, which can also read mosquitto's
 connected-client count for LEAST_CONNECTIONS), STOMP CONNECT (`check_stomp`), AMQP 1.0 SASL +
-Open (`check_amqp`) or OpenWire ConnectionInfo (`check_openwire`).
+Open (`check_amqp`), OpenWire ConnectionInfo (`check_openwire`) or an Artemis CORE session
+(`check_core`).
 
 A connector with an HTTP `connectionCount=` source (Artemis's or ActiveMQ Classic's Jolokia,
 RabbitMQ's Prometheus page) has its broker's own connection count read beside its probes, on
@@ -38,6 +39,7 @@ from router.features.probes.checks import (
     CountRead,
     LocalShortage,
     check_amqp,
+    check_core,
     check_mqtt,
     check_openwire,
     check_stomp,
@@ -117,6 +119,8 @@ def make_check(runtime: RouterRuntime) -> Check:
             return await check_amqp(connector, client_id, user, password)
         if kind == "openwire":
             return await check_openwire(connector, client_id, user, password)
+        if kind == "core":
+            return await check_core(connector, client_id, user, password)
         return await check_target(connector)
 
     return check

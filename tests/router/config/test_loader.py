@@ -1811,7 +1811,7 @@ def test_load_config_connector_probe_kind() -> None:
     assert connector.param_map["probe"] == "mqtt"
     with pytest.raises(ConfigError) as info:
         load_config_text(doc.replace("probe=mqtt", "probe=ping"), source="p.xml")
-    expected = "p.xml:1: <connector>: probe must be one of tcp, mqtt, stomp, amqp, openwire, got 'ping'"
+    expected = "p.xml:1: <connector>: probe must be one of tcp, mqtt, stomp, amqp, openwire, core, got 'ping'"
     assert str(info.value) == expected
 
 

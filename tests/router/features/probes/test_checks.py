@@ -1,9 +1,12 @@
 """Broker-protocol health probes against real brokers (router/features/probes/checks.py): AMQP 1.0 against
-RabbitMQ 3.10, OpenWire against ActiveMQ Classic 5.17 with a simpleAuthenticationPlugin, and the
-MQTT probe's `$SYS` connection count against mosquitto feeding LEAST_CONNECTIONS.
+RabbitMQ 3.10, OpenWire against ActiveMQ Classic 5.17 with a simpleAuthenticationPlugin, CORE
+against Artemis 2.40 (the session's brokers, and one of its own to kill; the reason of a refusal
+in a real routerd's `routerctl status`), and the MQTT probe's `$SYS` connection count against
+mosquitto feeding LEAST_CONNECTIONS.
 
 Refusals a real broker does not easily give (a Close with an error after the Open, a mechanism
-not offered) come from a scripted server built from `keys.amqp`'s encoders. Everything listens on
+not offered, a CORE packet over the cap) come from scripted servers built from `keys.amqp`'s and
+`keys.core`'s encoders. Everything listens on
 127.0.0.1, on ports chosen at run time, and every process is stopped by the PID it was started
 with. RabbitMQ takes 5-15 s to boot, so the AMQP probes use the first of the session's nodes
 (`rabbit_nodes`, shared with test_routerd_amqp.py).
@@ -12,14 +15,18 @@ with. RabbitMQ takes 5-15 s to boot, so the AMQP probes use the first of the ses
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import socket
-from typing import TYPE_CHECKING
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 
-from keys import ConnectionFacts, amqp
+from keys import NEED_MORE, ConnectionFacts, amqp
+from keys.core import MAX_PACKET_BYTES, CreateSession, encode_exception, parse_opening
 from keys.mqtt import encode_connect
 from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind, TargetState
@@ -28,24 +35,28 @@ from router.features.probes.checks import (
     COUNT_WAIT_CAP_S,
     HEAD_MAX_BYTES,
     check_amqp,
+    check_core,
     check_mqtt,
     check_openwire,
     probe_client_id,
     read_count,
 )
+from router.features.probes.core_session import PROBE_VERSION, SESSION_CHANNEL, SESSION_CLOSE
 from router.features.probes.counts import BODY_MAX_BYTES, CountError
 from router.features.probes.service import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
 from router.metrics import Metrics
 from router.runtime import RouterRuntime, decide
-from tests.conftest import ActiveMQ, free_port, require_java
-from tests.router.conftest import Mosquitto
+from tests.conftest import ARTEMIS_PASSWORD, ARTEMIS_USER, ActiveMQ, free_port, require_java
+from tests.router.conftest import ROUTERCTL, Mosquitto, routerctl_json
 from tests.router.core.test_live import live_connection
+from tests.router.features.probes.test_core_session import ACCEPTED, CLOSED, PING_ECHO, REFUSED
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from tests.router.conftest import RabbitNode
+    from tests.conftest import Artemis
+    from tests.router.conftest import RabbitNode, Routerd
 
 pytestmark = pytest.mark.integration
 
@@ -244,6 +255,295 @@ async def test_check_openwire_broker_that_closes_at_once(nursery: trio.Nursery) 
     ok, detail = await check_openwire(connector, "c", "u", "p")
     assert not ok
     assert detail.startswith(f"openwire probe of {connector.url} failed: probe: the broker closed")
+
+
+# --- CORE: Artemis 2.40 (admin/admin, login required) -------------------------------------------
+
+_AMQ229031 = (
+    r"AMQ229031: Unable to validate user from 127\.0\.0\.1:\d+\. Username: {user}; "
+    r"SSL certificate subject DN: unavailable"
+)
+"""Artemis 2.40's words for a refused login (`ActiveMQMessageBundle.unableToValidateUser`)."""
+
+
+def _core_connector(broker: Artemis) -> Connector:
+    return Connector.from_url(broker.name, f"tcp://127.0.0.1:{broker.port}?probe=core")
+
+
+class TestCoreProbe:
+    async def test_check_core_right_credentials_ready(self, artemis_brokers: tuple[Artemis, ...]) -> None:
+        connector = _core_connector(artemis_brokers[0])
+        with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+            result = await check_core(connector, probe_client_id("r", "a1"), ARTEMIS_USER, ARTEMIS_PASSWORD)
+        assert result == (True, "")
+
+    async def test_check_core_many_in_a_row(self, artemis_brokers: tuple[Artemis, ...]) -> None:
+        """Scenario: the same client ID probe after probe (each session has a name of its own)."""
+        connector = _core_connector(artemis_brokers[1])
+        for _ in range(5):
+            with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+                assert await check_core(connector, "same-id", ARTEMIS_USER, ARTEMIS_PASSWORD) == (True, "")
+
+    @pytest.mark.parametrize(
+        ("user", "password"), [(ARTEMIS_USER, "wrong"), ("nobody", "admin"), (None, None)]
+    )
+    async def test_check_core_rejected_credentials_not_ready(
+        self, artemis_brokers: tuple[Artemis, ...], user: str | None, password: str | None
+    ) -> None:
+        connector = _core_connector(artemis_brokers[0])
+        with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+            ok, detail = await check_core(connector, probe_client_id("r", "a1"), user, password)
+        assert not ok
+        expected = re.escape(f"core EXCEPTION 105 (SECURITY_EXCEPTION) from {connector.url}: ")
+        expected += _AMQ229031.format(user=user or "null")
+        assert re.fullmatch(expected, detail), detail
+        assert "wrong" not in detail
+
+    async def test_make_check_core_uses_the_pool_credentials(
+        self, artemis_brokers: tuple[Artemis, ...]
+    ) -> None:
+        connector = _core_connector(artemis_brokers[2])
+        good = _runtime((connector,), user=ARTEMIS_USER, password=ARTEMIS_PASSWORD)
+        bad = _runtime((connector,), user=ARTEMIS_USER, password="wrong")
+        with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+            assert await make_check(good)(connector) == (True, "")
+            ok, detail = await make_check(bad)(connector)
+        assert not ok
+        assert "SECURITY_EXCEPTION" in detail
+
+
+async def test_check_core_killed_broker_not_ready(
+    make_artemis: Callable[..., Artemis], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a broker of this test, probed every 500 ms: ready, and its log says nothing of the
+    probes' sessions (each is closed before its connection); then SIGKILL: not ready, refused."""
+    broker = make_artemis("killed")
+    broker.start()
+    broker.wait_ready()
+    connector = _core_connector(broker)
+    runtime = _runtime((connector,), user=ARTEMIS_USER, password=ARTEMIS_PASSWORD, check_period_ms=500)
+    refused = (False, f"connect to {connector.url} failed: Connection refused")
+    probe = make_check(runtime)
+    refused_once = trio.Event()
+
+    async def check(probed: Connector) -> tuple[bool, str]:
+        result = await probe(probed)
+        if result == refused:
+            refused_once.set()
+        return result
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(serve_health_checks, runtime, check=check))
+            # A fresh broker's first session takes about 0.4 s (its JIT): it may miss the 0.5-s
+            # deadline, and the target is ready at the next.
+            await runtime.pool.wait_until(lambda: runtime.pool.target_state("killed") is TargetState.READY)
+            log_at_ready, caplog_at_ready = len(broker.since_start()), len(caplog.messages)
+            await trio.sleep(1.5)  # three more probes
+            broker.kill()
+            await refused_once.wait()  # the first probe after the kill, or the next one
+            await runtime.pool.wait_until(
+                lambda: runtime.pool.target_state("killed") is TargetState.NOT_READY
+            )
+            nursery.cancel_scope.cancel()
+    warnings = [line for line in broker.since_start()[log_at_ready:].splitlines() if " WARN " in line]
+    assert warnings == []  # without SESS_CLOSE: AMQ222061 and AMQ222107 for each probe
+    prefix = "router=r target=killed is not ready: "
+    assert any(m.startswith(prefix) for m in caplog.messages[caplog_at_ready:]), caplog.messages
+
+
+def _routers_config(port: int, connectors: dict[str, str]) -> Callable[[int], str]:
+    """Two FIRST_ELEMENT routers over the same CORE-probed brokers, probing every 500 ms: `good`
+    with the brokers' login, `bad` with a wrong password."""
+    xml_connectors = "".join(f'<connector name="{n}">{u}</connector>' for n, u in connectors.items())
+    refs = "".join(f"<connector-ref>{n}</connector-ref>" for n in connectors)
+
+    def router(name: str, password: str) -> str:
+        return f"""<connection-router name="{name}"><policy name="FIRST_ELEMENT"/>
+          <pool><username>{ARTEMIS_USER}</username><password>{password}</password>
+            <check-period>500</check-period><static-connectors>{refs}</static-connectors></pool>
+        </connection-router>"""
+
+    return lambda _admin: (
+        f"""<core><connectors>{xml_connectors}</connectors>
+      <acceptors><acceptor name="g">tcp://127.0.0.1:{port}?router=good</acceptor>
+        <acceptor name="b">tcp://127.0.0.1:{free_port()}?router=bad</acceptor></acceptors>
+      <connection-routers>{router("good", ARTEMIS_PASSWORD)}{router("bad", "wrong-password")}
+      </connection-routers></core>"""
+    )
+
+
+def _wait_targets(
+    router: Routerd, name: str, done: Callable[[dict[str, Any]], bool]
+) -> dict[str, dict[str, Any]]:
+    """The targets of `routerctl status NAME --json`, by node id, once `done` holds for each (a
+    fresh broker's first sessions may miss the 0.5-s deadline: "no answer" until one does not)."""
+    deadline = time.monotonic() + 20
+    while True:
+        code, document = routerctl_json(router, "status", name)
+        assert code == 0, document
+        pool = document["pool"]
+        assert isinstance(pool, dict)
+        targets = {t["node_id"]: t for t in pool["targets"]}
+        if all(done(t) for t in targets.values()):
+            return targets
+        assert time.monotonic() < deadline, targets
+        time.sleep(0.2)  # another process's state: nothing to wait on
+
+
+def test_routerd_core_probe_refused_login_in_routerctl_status(
+    artemis_brokers: tuple[Artemis, ...], start_routerd: Callable[..., Routerd]
+) -> None:
+    """Scenario: a real routerd probes the session's brokers over CORE: with the brokers' login
+    they are ready; with a wrong password not ready, and `routerctl status` says why in Artemis's
+    words (its JSON document; the table shows the state)."""
+    a1, a2, _ = artemis_brokers
+    connectors = {b.name: f"tcp://127.0.0.1:{b.port}?probe=core" for b in (a1, a2)}
+    urls = {b.name: f"tcp://127.0.0.1:{b.port}" for b in (a1, a2)}  # as the status shows them
+    router = start_routerd(_routers_config(free_port(), connectors))
+    good = _wait_targets(router, "good", lambda t: t["state"] == "ready")
+    assert {n: t["not_ready_reason"] for n, t in good.items()} == {"a1": None, "a2": None}
+
+    def refused(target: dict[str, Any]) -> bool:
+        return "SECURITY_EXCEPTION" in (target["not_ready_reason"] or "")
+
+    bad = _wait_targets(router, "bad", refused)
+    assert sorted(bad) == ["a1", "a2"]
+    for name, target in bad.items():
+        assert target["state"] == "not-ready"
+        expected = re.escape(f"core EXCEPTION 105 (SECURITY_EXCEPTION) from {urls[name]}: ")
+        expected += _AMQ229031.format(user=ARTEMIS_USER)
+        assert re.fullmatch(expected, target["not_ready_reason"]), target
+        assert target["last_check"]["reason"] == target["not_ready_reason"]
+        assert "wrong-password" not in str(target)
+    table = subprocess.run(
+        [*ROUTERCTL, "status", "bad", "--admin", router.admin],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    rows = {
+        line.split()[0]: line.split() for line in table.splitlines() if line.split()[:1] in (["a1"], ["a2"])
+    }
+    assert {n: row[1] for n, row in rows.items()} == {"a1": "not-ready", "a2": "not-ready"}, table
+
+
+async def _serve_core_script(
+    answer: bytes,
+    close_answer: bytes | None,
+    sessions: list[CreateSession],
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A CORE server on 127.0.0.1: reads the opening up to its CREATESESSION_V2 (kept in
+    `sessions`), sends `answer` (none: hangs up), reads the probe's SESS_CLOSE if it sends one,
+    then hangs up (`close_answer` None) or sends `close_answer`."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with stream:
+            data = b""
+            while True:
+                opening = parse_opening(data)
+                if opening is not NEED_MORE and opening.session is not None:
+                    break
+                chunk = await stream.receive_some()
+                if not chunk:
+                    return
+                data += chunk
+            sessions.append(opening.session)
+            if not answer:
+                return  # hang up at once
+            await stream.send_all(answer)
+            rest = data[opening.end :]
+            while len(rest) < len(SESSION_CLOSE):  # read it all: a close with bytes unread is a reset
+                chunk = await stream.receive_some()
+                if not chunk:
+                    return  # the probe hung up: it sends no SESS_CLOSE after an EXCEPTION
+                rest += chunk
+            assert rest == SESSION_CLOSE
+            if close_answer is None:
+                return
+            await stream.send_all(close_answer)
+            await stream.receive_some()  # until the probe hangs up
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handler, listeners)
+
+
+def _on_session_channel(packet: bytes) -> bytes:
+    """A channel-1 packet moved to the session's channel (length and type kept)."""
+    return packet[:5] + SESSION_CHANNEL.to_bytes(8, "big") + packet[13:]
+
+
+_LONG_MESSAGE = "AMQ119999: " + "x" * 1000
+
+
+@pytest.mark.parametrize(
+    ("answer", "close_answer", "expected"),
+    [
+        pytest.param(ACCEPTED, CLOSED, "", id="accepted-and-closed"),
+        pytest.param(
+            REFUSED,
+            None,
+            "core EXCEPTION 105 (SECURITY_EXCEPTION) from {url}: AMQ229031: Unable to validate user from "
+            "127.0.0.1:59262. Username: admin; SSL certificate subject DN: unavailable",
+            id="refused",
+        ),
+        pytest.param(
+            ACCEPTED,
+            _on_session_channel(encode_exception(119, "AMQ229240: gone")),
+            "core EXCEPTION 119 (REMOTE_DISCONNECT) on session close from {url}: AMQ229240: gone",
+            id="refused-on-close",
+        ),
+        pytest.param(
+            PING_ECHO + encode_exception(110, _LONG_MESSAGE),
+            None,
+            "core EXCEPTION 110 from {url}: " + _LONG_MESSAGE[:256] + "...",
+            id="long-message-cut",
+        ),
+        pytest.param(
+            PING_ECHO + (MAX_PACKET_BYTES + 1).to_bytes(4, "big"),
+            None,
+            "core probe of {url} failed: core: packet length 65537 at offset 21 exceeds 65536",
+            id="packet-over-the-cap",
+        ),
+        pytest.param(
+            b"",
+            None,
+            "core probe of {url} failed: probe: the broker closed the connection before answering "
+            "(0 + 0 bytes read)",
+            id="hangs-up",
+        ),
+        pytest.param(
+            ACCEPTED,
+            None,
+            "core probe of {url} failed: probe: the broker closed the connection before answering "
+            "(38 + 0 bytes read)",
+            id="hangs-up-after-accepting",
+        ),
+    ],
+)
+async def test_check_core_scripted_answers(
+    nursery: trio.Nursery, answer: bytes, close_answer: bytes | None, expected: str
+) -> None:
+    """Scenario: what the probe sends (read back by the router's own CORE sniffer) and its verdict
+    on answers a real broker does not easily give."""
+    sessions: list[CreateSession] = []
+    port = await nursery.start(_serve_core_script, answer, close_answer, sessions)
+    connector = Connector.from_url("x", f"tcp://127.0.0.1:{port}?probe=core")
+    with trio.fail_after(PROBE_TIMEOUT_CAP_S):
+        ok, detail = await check_core(connector, probe_client_id("r", "x"), "prober", "s3cret")
+    assert (ok, detail) == (not expected, expected.format(url=connector.url))
+    (session,) = sessions
+    assert (session.user_name, session.password, session.client_id, session.version) == (
+        "prober",
+        "s3cret",
+        probe_client_id("r", "x"),
+        PROBE_VERSION,
+    )
+    assert session.session_channel == SESSION_CHANNEL
 
 
 # --- MQTT $SYS connection counts: mosquitto -------------------------------------------------------
