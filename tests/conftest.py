@@ -20,13 +20,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal, Protocol
 
 import pytest
 from hypothesis import settings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
 settings.register_profile("fast", max_examples=100)
 settings.register_profile("deep", max_examples=2000)
@@ -755,6 +755,27 @@ def run_artemis_cli(*args: str, timeout: float = ARTEMIS_TIMEOUT_S) -> subproces
     )
 
 
+class _Startable(Protocol):
+    def start(self) -> None: ...
+    def wait_ready(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+@contextlib.contextmanager
+def started_together(brokers: Sequence[_Startable]) -> Iterator[None]:
+    """Start every broker, then wait for each (their start-ups overlap); stop them all on leaving,
+    also when one failed to start."""
+    try:
+        for broker in brokers:
+            broker.start()
+        for broker in brokers:
+            broker.wait_ready()
+        yield
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
 @dataclass(frozen=True, slots=True)
 class ArtemisPair:
     """A replication pair (ha-policy replication, static cluster of two): the primary serves, the
@@ -778,16 +799,10 @@ def artemis_brokers(
     each test uses addresses, queues and client IDs of its own."""
     base = tmp_path_factory.mktemp("artemis-brokers")
     brokers = (Artemis("a1", base / "a1"), Artemis("a2", base / "a2"), Artemis("a3", base / "a3"))
-    try:
-        for broker in brokers:
-            broker.make(artemis_template)
-            broker.start()
-        for broker in brokers:
-            broker.wait_ready()
+    for broker in brokers:
+        broker.make(artemis_template)
+    with started_together(brokers):
         yield brokers
-    finally:
-        for broker in brokers:
-            broker.stop()
 
 
 @pytest.fixture

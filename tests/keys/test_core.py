@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -642,39 +643,27 @@ class TestCreateSession:
     ) -> None:
         channel, version, min_large, window = numbers
         xa, sends, acks, pre_ack = flags
-        encoded = encode_create_session(
-            name=name,
-            session_channel=channel,
-            version=version,
-            user_name=user,
-            password=password,
-            client_id=client_id if v2 else None,
-            v2=v2,
-            min_large_message_size=min_large,
-            xa=xa,
-            auto_commit_sends=sends,
-            auto_commit_acks=acks,
-            window_size=window,
-            pre_acknowledge=pre_ack,
-            default_address=default_address,
-        )
+        fields: dict[str, Any] = {
+            "name": name,
+            "session_channel": channel,
+            "version": version,
+            "user_name": user,
+            "password": password,
+            "client_id": client_id if v2 else None,
+            "min_large_message_size": min_large,
+            "xa": xa,
+            "auto_commit_sends": sends,
+            "auto_commit_acks": acks,
+            "window_size": window,
+            "pre_acknowledge": pre_ack,
+            "default_address": default_address,
+        }
+        encoded = encode_create_session(v2=v2, **fields)
         opening = parse_opening(b"ARTEMIS" + encoded)
         assert opening is not NEED_MORE
         assert opening.session == CreateSession(
             packet_type=PacketType.CREATESESSION_V2 if v2 else PacketType.CREATESESSION,
-            name=name,
-            session_channel=channel,
-            version=version,
-            user_name=user,
-            password=password,
-            min_large_message_size=min_large,
-            xa=xa,
-            auto_commit_sends=sends,
-            auto_commit_acks=acks,
-            window_size=window,
-            pre_acknowledge=pre_ack,
-            default_address=default_address,
-            client_id=client_id if v2 else None,
+            **fields,
         )
         assert opening.end == len(encoded) + 7
 

@@ -46,6 +46,7 @@ from tests.conftest import (
     free_port,
     require_java,
     require_jolokia,
+    started_together,
 )
 from tests.router.conftest import ROUTERCTL, routerctl_json
 
@@ -208,15 +209,8 @@ def activemq_jolokia(tmp_path: Path) -> Iterator[list[ActiveMQ]]:
     require_java()
     require_jolokia()
     brokers = [ActiveMQ(name, tmp_path / name, jolokia_port=free_port()) for name in ("q1", "q2")]
-    try:
-        for broker in brokers:
-            broker.start()
-        for broker in brokers:
-            broker.wait_ready()
+    with started_together(brokers):
         yield brokers
-    finally:
-        for broker in brokers:
-            broker.stop()
 
 
 def test_least_connections_follows_activemq_jolokia_counts(
