@@ -7,13 +7,15 @@ version, each flag only if both set it). The Java client sends its `WireFormatIn
 for the server's before it sends anything else, so the router has to answer first, before it
 knows which broker the client goes to. It answers by echoing the client's own `WireFormatInfo`
 (version capped at the newest this module knows): negotiating with an echo leaves the client
-with exactly the options it offered, and a real broker with default settings (tight encoding,
-cache, size prefix, version 12) agrees to those same options when the router later replays the
-client's bytes to it, so both ends of the spliced connection encode alike. The one default that
-differs is SizePrefixDisabled (off on brokers): a client that turns it on cannot be proxied to
-such a broker. `sniff_server_preamble` measures the broker's own `WireFormatInfo` so the router
-can drop it on replay (the client already has the echo), and checks that the broker negotiates
-what the echo did.
+with exactly the options it offered, and an ActiveMQ Classic broker with default settings (tight
+encoding, cache, size prefix, version 12) agrees to those same options when the router later
+replays the client's bytes to it, so both ends of the spliced connection encode alike. The one
+default that differs is SizePrefixDisabled (off on brokers): a client that turns it on cannot be
+proxied to such a broker. Artemis (2.40) never negotiates the cache (its WireFormatInfo says
+CacheEnabled false), so a client proxied to Artemis must turn the cache off
+(`wireFormat.cacheEnabled=false`; docs/protocols.md). `sniff_server_preamble` measures the
+broker's own `WireFormatInfo` so the router can drop it on replay (the client already has the
+echo), and checks that the broker negotiates what the echo did.
 
 After the echo the client sends `ConnectionInfo` (data type 3), possibly after `KeepAliveInfo`
 (data type 10) and, when a failover client reconnects, after the `ConnectionControl` (data type
