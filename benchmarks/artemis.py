@@ -22,6 +22,7 @@ test suite's brokers (tests/conftest.py, whose template and instance handling th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -276,6 +277,8 @@ class ArtemisFleet:
         self.opening: CoreTemplate = core_template(load_capture())
         self.pids: dict[str, int] = {}
         """The routers' PIDs: "artemis" (the router broker's JVM) and "routerd"."""
+        self.target_pids: dict[str, int] = {}
+        """The target brokers' JVMs, by name."""
         self.setup = ArtemisSetup()
         self.classes = directory / "classes"
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -317,7 +320,9 @@ class ArtemisFleet:
                 broker_xml=artemis_target_xml(created_xml, name=name, port=port),
                 profile=artemis_profile(created_profile, heap=TARGET_HEAP, c1_only=True),
             )
-            targets.append((name, port, self._launch(name, [str(base / "bin" / "artemis"), "run"])))
+            proc = self._launch(name, [str(base / "bin" / "artemis"), "run"])
+            self.target_pids[name] = proc.pid
+            targets.append((name, port, proc))
         self.setup.javac_s = compile_first_session(self.classes)
         for name, port, proc in targets:
             self.fleet.wait_until(name, proc, _listening(port), START_TIMEOUT_S, f"listen on {port}")
@@ -368,6 +373,14 @@ class ArtemisFleet:
         self._say(
             f"{name} redirected its first CORE opening {self.setup.routers_s[path]:.1f} s after its launch"
         )
+
+    def rss_kib(self) -> dict[str, int]:
+        """The resident memory of every process of the group still running: targets, routers."""
+        found: dict[str, int] = {}
+        for name, pid in [*self.target_pids.items(), *self.pids.items()]:
+            with contextlib.suppress(FleetError):
+                found[name] = rss_kib(pid)
+        return found
 
     def stop(self) -> None:
         """Stop routerd and the brokers by PID, last started first."""

@@ -658,6 +658,7 @@ class Bench:
                 "routers_start_to_first_redirect": {p: round(t, 2) for p, t in group.setup.routers_s.items()},
                 "total": round(group.setup.total_s, 2),
             }
+            start.details["rss_at_end_kib"] = group.rss_kib()
             group.stop()
 
     def _artemis_redirects(self, group: ArtemisFleet, ports: Ports) -> dict[str, str]:
