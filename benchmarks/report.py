@@ -52,7 +52,7 @@ fresh proxies, so that heap grown by earlier runs does not hide the cost of new 
 artemis comes last, so that its JVMs (stopped at its end) run beside no other group."""
 DEFAULT_GROUPS: Final = GROUPS[:-1]
 """The groups of a run without `--only`: all but artemis, which starts three JVMs, needs Java and
-the Artemis distribution, and adds about 2 minutes (`--quick`: about 40 s)."""
+the Artemis distribution, and adds about 2 minutes (`--quick`: 20-60 s)."""
 
 
 @dataclass(slots=True, kw_only=True)

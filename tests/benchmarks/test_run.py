@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 300
 ARTEMIS_SMOKE_TIMEOUT_S = 300
-"""Bound of `--quick --only artemis` (35-60 s measured on 2 shared CPUs: three JVM starts, an
+"""Bound of `--quick --only artemis` (19-60 s measured on 2 shared CPUs: three JVM starts, an
 `artemis create`, javac, a client JVM)."""
 ARTEMIS_PROCESSES = {"target-1", "target-2", "artemis router", "routerd-artemis"}
 PAIRS_COMMAND = (
