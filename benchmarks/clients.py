@@ -1,9 +1,12 @@
-"""The load clients: the C load generator and echo server (built at run time), iperf3, MQTT probes.
+"""The load clients: the C load generator and echo server (built at run time), iperf3, probes.
 
 `build_c_tools` compiles benchmarks/c/*.c with gcc -O2 -Wall into the run's work directory.
 `Loadgen` runs `loadgen` in its three modes and parses its one-line JSON results. `run_iperf`
 runs one iperf3 client. The MQTT helpers build CONNECT packets (MQTT 3.1.1 §3.1, MQTT 5 §3.1)
-and read one CONNACK (§3.2), to check what a proxy does before measuring it.
+and read one CONNACK (§3.2), to check what a proxy does before measuring it. The CORE and AMQP
+helpers (the artemis group) make loadgen's CORE opening from a captured Java client's
+(`core_template`) and send one opening to see whether it is redirected (`probe_core_redirect`,
+`probe_amqp_redirect`), with the project's own codecs (keys/core.py, keys/amqp.py).
 """
 
 from __future__ import annotations
@@ -18,23 +21,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
+from keys import amqp, core
+from keys.sniff import NEED_MORE, SniffError
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from benchmarks.fleet import Fleet
 
 __all__ = [
+    "CORE_CAPTURE",
     "C_SOURCES",
+    "REDIRECTED",
     "REQUIRED_TOOLS",
     "ClientError",
+    "CoreTemplate",
     "IdleResult",
     "Loadgen",
     "PingResult",
     "RateKind",
     "RateResult",
+    "amqp_opening",
     "build_c_tools",
+    "core_template",
     "find_tool",
+    "load_capture",
     "mqtt_connect_packet",
     "parse_connack",
+    "probe_amqp_redirect",
     "probe_connack",
+    "probe_core_redirect",
     "run_iperf",
     "split_packet",
 ]
@@ -52,8 +68,19 @@ USE_ANOTHER_SERVER: Final = 0x9C
 """MQTT 5 reason code "Use another server" (§2.4, table 2-6): the redirect answer."""
 
 MqttVersion = Literal["3.1.1", "5"]
-RateKind = Literal["echo", "mqtt3", "mqtt5"]
+RateKind = Literal["echo", "mqtt3", "mqtt5", "core", "amqp"]
 """What each connection of `loadgen rate` sends and expects (see benchmarks/c/loadgen.c)."""
+
+CORE_CAPTURE: Final = (
+    Path(__file__).resolve().parent.parent / "tests" / "keys" / "captures" / "v2-client-id.hex"
+)
+"""The Artemis 2.40 Java client's opening, captured (tests/keys/captures/README.md): `ARTEMIS`, two
+PINGs, SUBSCRIBE_TOPOLOGY_V2, then CREATESESSION_V2 with user alice, password s3cret and client ID
+client-42. loadgen sends it whole, each connection with its own client ID."""
+AMQP_CREDENTIALS: Final = ("admin", "admin")
+"""SASL PLAIN's user and password in loadgen's AMQP opening (benchmarks/c/loadgen.c)."""
+REDIRECTED: Final = "redirect"
+"""How the CORE and AMQP probes' answers start when the opening was redirected."""
 
 
 class ClientError(RuntimeError):
@@ -198,6 +225,155 @@ class IdleResult:
     last_error: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoreTemplate:
+    """loadgen's CORE opening (`-o HEX -O OFFSET`): a captured opening without its client ID."""
+
+    head: bytes
+    """The opening up to its CREATESESSION_V2's last field, the nullable client ID."""
+    length_at: int
+    """Offset of the CREATESESSION_V2's int32 length field, which loadgen fixes per connection."""
+
+    def opening(self, client_id: str) -> bytes:
+        """The whole opening with `client_id`, as loadgen sends it."""
+        field = b"\x01" + core.encode_string(client_id)
+        packet_length = len(self.head) + len(field) - self.length_at - 4
+        head = bytearray(self.head)
+        head[self.length_at : self.length_at + 4] = packet_length.to_bytes(4, "big")
+        return bytes(head) + field
+
+
+def load_capture(path: Path = CORE_CAPTURE) -> bytes:
+    """A capture file: its hex lines that are not comments, joined (tests/keys/captures/README.md)."""
+    lines = path.read_text().splitlines()
+    return bytes.fromhex("".join(line for line in lines if line and not line.startswith("#")))
+
+
+def core_template(opening: bytes) -> CoreTemplate:
+    """Cut a whole CORE opening (magic, packets, CREATESESSION_V2 last) before its client ID.
+
+    Raises:
+        ValueError: not an opening that ends with a CREATESESSION_V2 with a client ID.
+    """
+    try:
+        parsed = core.parse_opening(opening)
+    except SniffError as exc:
+        raise ValueError(f"not a CORE opening: {exc}") from exc
+    if parsed is NEED_MORE or parsed.session is None or parsed.end != len(opening):
+        raise ValueError("the opening must end with its whole CREATESESSION(_V2)")
+    client_id = parsed.session.client_id
+    if client_id is None:
+        raise ValueError("the opening's CREATESESSION has no client ID")
+    field = b"\x01" + core.encode_string(client_id)
+    if not opening.endswith(field):
+        raise ValueError("the client ID is not the opening's last field (a CREATESESSION_V2 ends with it)")
+    pos = len(core.ARTEMIS_MAGIC)
+    while True:
+        packet = core.parse_packet(opening, pos)
+        if packet is NEED_MORE:
+            raise ValueError("the opening ends inside a packet")
+        if packet.end == len(opening):
+            return CoreTemplate(head=opening[: -len(field)], length_at=packet.start)
+        pos = packet.end
+
+
+def amqp_opening(container_id: str) -> bytes:
+    """SASL header, sasl-init PLAIN, AMQP header, Open with `container_id`: what loadgen's amqp
+    kind sends (with a container-id-only Open)."""
+    user, password = AMQP_CREDENTIALS
+    return (
+        amqp.SASL_HEADER
+        + amqp.encode_sasl_init("PLAIN", amqp.sasl_plain_response(user, password))
+        + amqp.AMQP_HEADER
+        + amqp.encode_open(container_id)
+    )
+
+
+def _exchange(port: int, data: bytes, verdict: Callable[[bytes], str | None], timeout: float) -> str:
+    """Send `data` to 127.0.0.1:port and read until `verdict` of what came back is not None.
+
+    Returns:
+        The verdict, "closed" or "closed after N bytes" when the peer closed first, "timeout".
+    """
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.sendall(data)
+            got = b""
+            deadline = time.monotonic() + timeout
+            while True:
+                answer = verdict(got)
+                if answer is not None:
+                    return answer
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return "timeout"
+                sock.settimeout(remaining)
+                chunk = sock.recv(4096)
+                if not chunk:
+                    return f"closed after {len(got)} bytes" if got else "closed"
+                got += chunk
+    except TimeoutError:
+        return "timeout"
+    except ConnectionError:
+        return "closed"
+
+
+def _core_verdict(data: bytes) -> str | None:
+    """What the server's packets so far say about a CORE opening: None until they say something."""
+    redirect: core.CoreDisconnect | None = None
+    pos = 0
+    try:
+        while True:
+            packet = core.parse_packet(data, pos, max_size=1 << 20)
+            if packet is NEED_MORE:
+                return None
+            if packet.type == core.PacketType.DISCONNECT_V3:
+                redirect = core.decode_disconnect(packet)
+            elif packet.type == core.PacketType.EXCEPTION:
+                exception = core.decode_exception(packet)
+                if redirect is not None and exception.code == core.ROUTING_EXCEPTION and redirect.connector:
+                    return f"{REDIRECTED} to {redirect.connector.describe()}"
+                return exception.describe()
+            elif packet.type == core.PacketType.CREATESESSION_RESP:
+                return "CREATESESSION_RESP: the session was created"
+            pos = packet.end
+    except SniffError as exc:
+        return f"bad reply: {exc}"
+
+
+def probe_core_redirect(port: int, opening: bytes, *, timeout: float = 5.0) -> str:
+    """Send a whole CORE opening and say what came back.
+
+    Returns:
+        "redirect to TransportConfiguration(...)" for DISCONNECT_V3 with a connector and then
+        EXCEPTION 222; else the EXCEPTION (e.g. "EXCEPTION 222 (ROUTING_EXCEPTION): AMQ229238 ... not
+        ready"), "CREATESESSION_RESP: ...", "closed", "timeout" or "bad reply: ...".
+    """
+    return _exchange(port, opening, _core_verdict, timeout)
+
+
+def _amqp_verdict(data: bytes) -> str | None:
+    try:
+        close = amqp.parse_broker_close(data)
+    except SniffError as exc:
+        return f"bad reply: {exc}"
+    if close is NEED_MORE:
+        return None
+    if close.condition == "amqp:connection:redirect":
+        return f"{REDIRECTED}: {close.description}"
+    return f"Close {close.condition}: {close.description}"
+
+
+def probe_amqp_redirect(port: int, container_id: str, *, timeout: float = 5.0) -> str:
+    """Send `amqp_opening(container_id)` and say what came back.
+
+    Returns:
+        "redirect: DESCRIPTION" for a Close amqp:connection:redirect; else "Close CONDITION: ...",
+        "closed", "timeout" or "bad reply: ..." (a sasl-outcome other than ok is one).
+    """
+    return _exchange(port, amqp_opening(container_id), _amqp_verdict, timeout)
+
+
 class Loadgen:
     """Runs the compiled `loadgen` against 127.0.0.1 ports."""
 
@@ -224,10 +400,19 @@ class Loadgen:
         reason: int = 0,
         id_prefix: str = "bench",
         sources: int = SOURCE_ADDRESSES,
+        core_opening: CoreTemplate | None = None,
     ) -> RateResult:
-        """Short connections: connect, one request, one reply, close; bounded by count and time."""
+        """Short connections: connect, one request, one reply, close; bounded by count and time.
+
+        Raises:
+            ClientError: loadgen failed, or the kind is "core" without `core_opening`.
+        """
         args = ["rate", "-a", "127.0.0.1", "-p", str(port), "-c", str(concurrency), "-n", str(total)]
         args += ["-t", f"{seconds:g}", "-k", kind, "-r", str(reason), "-s", str(sources), "-i", id_prefix]
+        if kind == "core":
+            if core_opening is None:
+                raise ClientError("loadgen's core kind needs the opening to send (core_template)")
+            args += ["-o", core_opening.head.hex(), "-O", str(core_opening.length_at)]
         return RateResult.from_json(self._run(args, seconds + 30, f"rate {kind} on port {port}"))
 
     def ping(self, port: int, *, count: int, seconds: float, size: int = 16, warmup: int = 200) -> PingResult:

@@ -1,11 +1,14 @@
-"""The configurations the benchmark generates: HAProxy, its Lua MQTT redirect, routerd, mosquitto.
+"""The configurations the benchmark generates: HAProxy, its Lua MQTT redirect, routerd, mosquitto,
+and for the artemis group Artemis's broker.xml as a pure router, its targets' and routerd's.
 
-Pure text from a `Ports` plan; no I/O here. Every HAProxy setting is explained in
-benchmarks/README.md ("HAProxy settings"); keep the two in step.
+Pure text from a `Ports` (or `ArtemisPorts`) plan and the text `artemis create` wrote; no I/O
+here. Every HAProxy setting is explained in benchmarks/README.md ("HAProxy settings"), the
+artemis group's in "Artemis's own router"; keep them in step.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Final
 
@@ -13,14 +16,24 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
+    "ARTEMIS_PASSWORD",
+    "ARTEMIS_ROUTER",
+    "ARTEMIS_TARGETS",
+    "ARTEMIS_USER",
     "HAPROXY_MAXCONN",
     "PROBE_LOCAL_CLIENT_ID",
     "PROBE_OTHER_CLIENT_ID",
+    "ArtemisPorts",
     "Ports",
+    "artemis_log4j2",
+    "artemis_profile",
+    "artemis_router_xml",
+    "artemis_target_xml",
     "haproxy_config",
     "haproxy_maxconn",
     "mosquitto_config",
     "mqtt_redirect_lua",
+    "routerd_artemis_config",
     "routerd_config",
 ]
 
@@ -309,3 +322,226 @@ def mosquitto_config(port: int) -> str:
         f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
         "log_dest stderr\nlog_type error\nlog_type warning\n"
     )
+
+
+# --- the artemis group: Artemis 2.40 as a pure router, its target brokers, routerd beside it ------
+
+ARTEMIS_USER: Final = "admin"
+ARTEMIS_PASSWORD: Final = "admin"
+"""The target brokers' login (`artemis create --user --password --require-login`): the pools'
+credentials (Artemis's pool opens a CORE session to each target) and the Java client's."""
+ARTEMIS_ROUTER: Final = "bench"
+"""The connection router's name, in Artemis's broker.xml and routerd's configuration alike."""
+ARTEMIS_TARGETS: Final = ("target-1", "target-2")
+"""The target brokers' names: the connectors' names (and routerd's node ids, by default)."""
+ARTEMIS_CREATED_PORT: Final = 61616
+"""The acceptor port `artemis create --default-port` writes, replaced in each copy."""
+_ARTEMIS_CREATED_PROTOCOLS: Final = "protocols=CORE,AMQP,STOMP,HORNETQ,MQTT,OPENWIRE"
+ARTEMIS_ROUTER_PROTOCOLS: Final = "CORE,AMQP,MQTT"
+"""What the router acceptors of both take: the three protocols the group measures."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArtemisPorts:
+    """The artemis group's TCP ports, all on 127.0.0.1 and below 32768."""
+
+    targets: tuple[int, int]
+    """The two target brokers' acceptors (every protocol)."""
+    artemis_router: int
+    """The Artemis router broker's acceptor (`router=`, CORE, AMQP, MQTT)."""
+    routerd_redirect: int
+    """routerd's `mode=redirect` acceptor (CORE, AMQP, MQTT)."""
+    routerd_admin: int
+
+    COUNT: ClassVar[int] = 5
+
+    @classmethod
+    def from_numbers(cls, numbers: Sequence[int]) -> ArtemisPorts:
+        """A plan from `COUNT` port numbers in field order.
+
+        Raises:
+            ValueError: not `COUNT` numbers, or not distinct ports in 1024-32767.
+        """
+        if len(numbers) != cls.COUNT:
+            raise ValueError(f"an artemis port plan takes {cls.COUNT} ports, got {len(numbers)}")
+        n = numbers
+        return cls(targets=(n[0], n[1]), artemis_router=n[2], routerd_redirect=n[3], routerd_admin=n[4])
+
+    def __post_init__(self) -> None:
+        ports = self.all()
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"ports must be distinct, got {ports!r}")
+        bad = [p for p in ports if not 1024 <= p < 32768]
+        if bad:
+            raise ValueError(f"ports must be in 1024-32767 (below the ephemeral range), got {bad!r}")
+
+    def all(self) -> list[int]:
+        """Every port of the plan."""
+        return [*self.targets, self.artemis_router, self.routerd_redirect, self.routerd_admin]
+
+
+def _replace_once(text: str, old: str, new: str, what: str) -> str:
+    if text.count(old) != 1:
+        raise ValueError(
+            f"{what}: expected {old!r} once in what artemis create wrote, found it {text.count(old)} times"
+        )
+    return text.replace(old, new)
+
+
+def _artemis_instance_xml(created: str, *, name: str, port: int, what: str) -> str:
+    xml = _replace_once(created, "<name>template</name>", f"<name>{name}</name>", what)
+    return _replace_once(xml, f"tcp://127.0.0.1:{ARTEMIS_CREATED_PORT}?", f"tcp://127.0.0.1:{port}?", what)
+
+
+def artemis_target_xml(created: str, *, name: str, port: int) -> str:
+    """A target broker's broker.xml: what `artemis create` wrote, with its name and port.
+
+    Args:
+        created: the template's etc/broker.xml.
+        name: the broker's name.
+        port: its acceptor's port (all protocols, login required).
+
+    Raises:
+        ValueError: `created` lacks the name or the acceptor `artemis create` writes.
+    """
+    return _artemis_instance_xml(created, name=name, port=port, what=f"target {name}")
+
+
+def _routers_xml(targets: tuple[int, int], *, check_ms: int) -> str:
+    """The connectors and the connection router, the same text in both routers' files."""
+    connectors = "\n".join(
+        f'      <connector name="{n}">tcp://127.0.0.1:{p}</connector>'
+        for n, p in zip(ARTEMIS_TARGETS, targets, strict=True)
+    )
+    refs = "\n".join(f"            <connector-ref>{n}</connector-ref>" for n in ARTEMIS_TARGETS)
+    return f"""
+    <connectors>
+{connectors}
+    </connectors>
+    <connection-routers>
+      <connection-router name="{ARTEMIS_ROUTER}">
+        <key-type>CLIENT_ID</key-type>
+        <policy name="CONSISTENT_HASH"/>
+        <pool>
+          <username>{ARTEMIS_USER}</username>
+          <password>{ARTEMIS_PASSWORD}</password>
+          <check-period>{check_ms}</check-period>
+          <quorum-size>1</quorum-size>
+          <static-connectors>
+{refs}
+          </static-connectors>
+        </pool>
+      </connection-router>
+    </connection-routers>"""
+
+
+def artemis_router_xml(created: str, *, name: str, port: int, targets: tuple[int, int]) -> str:
+    """The router broker's broker.xml: what `artemis create` wrote, with its acceptor made a router
+    acceptor (`router=bench;protocols=CORE,AMQP,MQTT`, its other parameters as created), and the
+    connectors and router of `_routers_xml`: CONSISTENT_HASH on CLIENT_ID over the two targets, no
+    cache, no local target. A pure router holds no messages, so:
+
+    - persistence off: with the journal on, each MQTT redirect stores the client's session state
+      in it (`MQTTSession.stop` -> `MQTTStateManager.storeSessionState`, bounded by 5 s), and under
+      load the redirects queued behind those writes for seconds (AMQ850000 "Unable to store MQTT
+      state within given timeout"), CORE and AMQP connections with them;
+    - security off: routerd's benchmark configuration authenticates nobody either (the targets
+      still require a login).
+
+    Args:
+        created: the template's etc/broker.xml.
+        name: the broker's name.
+        port: the router acceptor's port.
+        targets: the target brokers' ports, in `ARTEMIS_TARGETS` order.
+
+    Raises:
+        ValueError: `created` lacks what `artemis create` writes.
+    """
+    what = f"router {name}"
+    xml = _artemis_instance_xml(created, name=name, port=port, what=what)
+    xml = _replace_once(
+        xml, _ARTEMIS_CREATED_PROTOCOLS, f"router={ARTEMIS_ROUTER};protocols={ARTEMIS_ROUTER_PROTOCOLS}", what
+    )
+    xml = _replace_once(
+        xml,
+        "<persistence-enabled>true</persistence-enabled>",
+        "<persistence-enabled>false</persistence-enabled>\n      <security-enabled>false</security-enabled>",
+        what,
+    )
+    routers = _routers_xml(targets, check_ms=CHECK_PERIOD_MS)
+    return _replace_once(xml, "</acceptors>", "</acceptors>" + routers, what)
+
+
+def artemis_profile(created: str, *, heap: str, c1_only: bool) -> str:
+    """An instance's etc/artemis.profile with its heap set: -Xms64M -Xmx`heap` (artemis create
+    writes -Xms512M whatever --java-memory says), and C1 alone (`-XX:TieredStopAtLevel=1`, which
+    starts a broker about 30 % sooner in 25 MB less) when `c1_only`.
+
+    Raises:
+        ValueError: `created` has no -Xms/-Xmx pair, or `heap` is not like "512M".
+    """
+    if not re.fullmatch(r"[1-9][0-9]*[MG]", heap):
+        raise ValueError(f"heap must be like '512M', got {heap!r}")
+    pattern = re.compile(r"-Xms\S+ -Xmx\S+")
+    if len(pattern.findall(created)) != 1:
+        raise ValueError("artemis.profile: expected one '-Xms... -Xmx...' in what artemis create wrote")
+    jit = "-XX:TieredStopAtLevel=1 " if c1_only else ""
+    return pattern.sub(f"{jit}-Xms64M -Xmx{heap}", created)
+
+
+_LOG4J2_LEVELS: Final = {"DEBUG": "DEBUG", "INFO": "INFO", "WARNING": "WARN", "ERROR": "ERROR"}
+
+
+def artemis_log4j2(created: str, *, level: str) -> str:
+    """The router broker's etc/log4j2.properties: every logger `artemis create` set to INFO at the
+    level routerd runs at (`--routerd-log-level`, WARNING by default), and the server's client
+    connection logger at ERROR.
+
+    As created, Artemis's router writes one INFO line per redirect (AMQ221085 "Route ... to
+    ActiveMQTarget ...") and one WARN line per redirected client that closes (AMQ212037 "...
+    connection failure ... has been detected"), each to the console and to log/artemis.log;
+    routerd at WARNING writes none (benchmarks/README.md: no per-connection logging on either side).
+
+    Args:
+        created: the template's etc/log4j2.properties.
+        level: routerd's log level (DEBUG, INFO, WARNING, ERROR).
+
+    Raises:
+        ValueError: an unknown level, or `created` sets no logger to INFO.
+    """
+    java = _LOG4J2_LEVELS.get(level)
+    if java is None:
+        raise ValueError(f"level must be one of {', '.join(_LOG4J2_LEVELS)}, got {level!r}")
+    pattern = re.compile(r"^((?:rootLogger|logger\.\w+)\.level\s*=\s*)INFO\s*$", re.MULTILINE)
+    if not pattern.search(created):
+        raise ValueError("log4j2.properties: expected loggers at INFO in what artemis create wrote")
+    text = pattern.sub(lambda m: m.group(1) + java, created)
+    return (
+        text.rstrip("\n")
+        + "\n\n# benchmarks/configs.py: no line per redirected client that closes (AMQ212037)\n"
+        + "logger.bench_client.name=org.apache.activemq.artemis.core.client\n"
+        + "logger.bench_client.level=ERROR\n"
+    )
+
+
+def routerd_artemis_config(ports: ArtemisPorts) -> str:
+    """routerd's configuration for the artemis group: the connectors and router of
+    `artemis_router_xml` (the same text) and one `mode=redirect` acceptor for CORE, AMQP and MQTT.
+
+    Args:
+        ports: the group's ports.
+
+    Returns:
+        The XML text.
+    """
+    return f"""\
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- Generated by benchmarks/run.py: routerd beside Artemis's own router (the artemis group). -->
+<configuration xmlns="urn:activemq">
+  <core xmlns="urn:activemq:core">
+    <acceptors>
+      <acceptor name="redirect">tcp://127.0.0.1:{ports.routerd_redirect}?router={ARTEMIS_ROUTER};protocols={ARTEMIS_ROUTER_PROTOCOLS};mode=redirect</acceptor>
+    </acceptors>{_routers_xml(ports.targets, check_ms=CHECK_PERIOD_MS)}
+  </core>
+</configuration>
+"""

@@ -21,7 +21,7 @@ import urllib.request
 from typing import IO, TYPE_CHECKING, Final, NoReturn
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
     from types import FrameType
 
@@ -117,14 +117,20 @@ def pick_ports(count: int, *, rng: random.Random | None = None) -> list[int]:
 
 
 def listening_ports() -> set[int]:
-    """The TCP ports something listens on, from /proc/net/tcp (IPv4; this benchmark is IPv4)."""
+    """The TCP ports something listens on, from /proc/net/tcp and /proc/net/tcp6 (a JVM listens on
+    127.0.0.1 with an IPv6 socket, IPv4-mapped)."""
     ports: set[int] = set()
-    with open("/proc/net/tcp") as table:
-        next(table)  # header
-        for line in table:
-            fields = line.split()
-            if len(fields) > 3 and fields[3] == _TCP_LISTEN:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            table = open(name)  # noqa: SIM115 - closed below; a kernel without IPv6 has no tcp6
+        except FileNotFoundError:
+            continue
+        with table:
+            next(table)  # header
+            for line in table:
+                fields = line.split()
+                if len(fields) > 3 and fields[3] == _TCP_LISTEN:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
 
 
@@ -291,8 +297,17 @@ class Fleet:
         ports: Iterable[int] = (),
         timeout: float = 20.0,
         cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start a long-running child and wait until it listens on all `ports`.
+        """Start a long-running child and wait until it listens on all `ports` (none: return at once).
+
+        Args:
+            name: names its log file and its lines in the harness's output.
+            argv: the command.
+            ports: what it must listen on before this returns.
+            timeout: how long it may take to listen.
+            cwd: its working directory (default: ours).
+            env: its environment (default: ours).
 
         Raises:
             FleetError: it exited, or did not listen in time (its log's tail is in the message).
@@ -305,6 +320,7 @@ class Fleet:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=cwd,
+                env=env,
             )
         self._procs.append((name, proc))
         wanted = set(ports)

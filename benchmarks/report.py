@@ -1,8 +1,11 @@
-"""Figures of a benchmark run: values per path, ratios routerd/HAProxy, the table and the JSON file.
+"""Figures of a benchmark run: values per path, ratios routerd/HAProxy (and routerd/Artemis), the
+table and the JSON file.
 
-A figure has a value for each path it applies to (`direct`, `haproxy`, `routerd`). A value is a
-positive number, or None with a reason: either `NOT_SUPPORTED` (routerd lacks the feature, the
-run goes on) or `FAILED` (something broke; the run exits non-zero). No I/O here.
+A figure has a value for each path it applies to (`direct`, `haproxy`, `artemis`, `routerd`). A
+value is a positive number, or None with a reason: either `NOT_SUPPORTED` (routerd lacks the
+feature, the run goes on) or `FAILED` (something broke; the run exits non-zero). The `artemis`
+path (Artemis's own connection router, the `artemis` group) and its column and ratio appear only
+in tables that have one of its figures. No I/O here.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 __all__ = [
+    "DEFAULT_GROUPS",
     "FAILED",
     "GOALS",
     "GROUPS",
@@ -29,19 +33,26 @@ __all__ = [
     "new_figures",
 ]
 
-PathName = Literal["direct", "haproxy", "routerd"]
+PathName = Literal["direct", "haproxy", "artemis", "routerd"]
 Better = Literal["higher", "lower"]
-PATHS: Final[tuple[PathName, ...]] = ("direct", "haproxy", "routerd")
-_HEADINGS: Final = {"direct": "direct", "haproxy": "HAProxy", "routerd": "routerd"}
+PATHS: Final[tuple[PathName, ...]] = ("direct", "haproxy", "artemis", "routerd")
+"""Every path a figure may have, in the table's column order."""
+_HEADINGS: Final = {"direct": "direct", "haproxy": "HAProxy", "artemis": "Artemis", "routerd": "routerd"}
+_BASELINES: Final[tuple[PathName, ...]] = ("haproxy", "artemis")
+"""The paths routerd's value is divided by in the table's ratio columns (and the JSON's)."""
 
 NOT_SUPPORTED: Final = "not supported by this routerd yet"
 """The start of the reason of a value routerd cannot produce yet."""
 FAILED: Final = "failed"
 """The start of the reason of a value whose measurement broke."""
 
-GROUPS: Final = ("memory", "bulk", "rate", "mqtt", "redirect", "latency", "decision")
+GROUPS: Final = ("memory", "bulk", "rate", "mqtt", "redirect", "latency", "decision", "artemis")
 """Measurement groups, in the order they run (`--only` takes these names). Memory comes first, on
-fresh proxies, so that heap grown by earlier runs does not hide the cost of new connections."""
+fresh proxies, so that heap grown by earlier runs does not hide the cost of new connections;
+artemis comes last, so that its JVMs (stopped at its end) run beside no other group."""
+DEFAULT_GROUPS: Final = GROUPS[:-1]
+"""The groups of a run without `--only`: all but artemis, which starts three JVMs, needs Java and
+the Artemis distribution, and adds about 2 minutes (`--quick`: 20-60 s)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -62,6 +73,9 @@ class Figure:
     """Why a value is None."""
     details: dict[str, object] = field(default_factory=dict)
     """Per path: error counts, run lengths, raw numbers."""
+    note: str = ""
+    """What the table must say about the figure (a numbered note on its title), e.g. that a column
+    holds a reference figure measured another way."""
 
     def __post_init__(self) -> None:
         if self.group not in GROUPS:
@@ -109,31 +123,49 @@ class Figure:
         """ "name/path: reason" of every failed value."""
         return [f"{self.name}/{p}: {r}" for p, r in self.reasons.items() if r.startswith(FAILED)]
 
-    def ratio(self) -> float | None:
-        """routerd / HAProxy, when both have a value."""
-        haproxy, routerd = self.values.get("haproxy"), self.values.get("routerd")
-        if haproxy is None or routerd is None:
+    def ratio(self, baseline: PathName = "haproxy") -> float | None:
+        """routerd / `baseline` (HAProxy unless said), when both have a value."""
+        bottom, routerd = self.values.get(baseline), self.values.get("routerd")
+        if bottom is None or routerd is None:
             return None
-        return routerd / haproxy
+        return routerd / bottom
 
     def to_json(self) -> dict[str, object]:
-        """The figure's object in the JSON file."""
-        ratio = self.ratio()
-        return {
+        """The figure's object in the JSON file (`ratio_routerd_artemis` only for figures with an
+        Artemis path)."""
+        doc: dict[str, object] = {
             "title": self.title,
             "unit": self.unit,
             "better": self.better,
             "values": {p: self.values.get(p) for p in self.paths},
             "reasons": dict(self.reasons),
-            "ratio_routerd_haproxy": None if ratio is None else round(ratio, 4),
-            "details": dict(self.details),
         }
+        for baseline in _BASELINES:
+            if baseline == "haproxy" or baseline in self.paths:
+                ratio = self.ratio(baseline)
+                doc[f"ratio_routerd_{baseline}"] = None if ratio is None else round(ratio, 4)
+        if self.note:
+            doc["note"] = self.note
+        doc["details"] = dict(self.details)
+        return doc
+
+
+_HAPROXY_REFERENCE: Final = (
+    "HAProxy: its proxied short-connection rate (16 B echo, same load client), measured once in the "
+    "artemis group as the scale of the redirect rates: HAProxy does not redirect CORE or AMQP"
+)
+_FIRST_SESSION: Final = (
+    "a real Artemis Java client (reconnectAttempts=5) following the redirect, median over the rounds; "
+    "direct: the same client straight to a target broker"
+)
 
 
 def new_figures() -> dict[str, Figure]:
     """Every figure of the benchmark, in table order, without values."""
-    all3: tuple[PathName, ...] = PATHS
+    all3: tuple[PathName, ...] = ("direct", "haproxy", "routerd")
     proxies: tuple[PathName, ...] = ("haproxy", "routerd")
+    routers: tuple[PathName, ...] = ("artemis", "routerd")
+    redirectors: tuple[PathName, ...] = ("haproxy", "artemis", "routerd")
     rows = [
         Figure(name="memory_per_connection", group="memory", title="memory per idle proxied connection",
                unit="KiB", better="lower", paths=proxies),
@@ -167,6 +199,28 @@ def new_figures() -> dict[str, Figure]:
                unit="us", better="lower", paths=("routerd",)),
         Figure(name="decision_hit_p99", group="decision", title="routing decision, cache hit, p99",
                unit="us", better="lower", paths=("routerd",)),
+        Figure(name="artemis_core_redirect_rate", group="artemis",
+               title="CORE redirect: Java opening -> DISCONNECT_V3 + 222", unit="conn/s", better="higher",
+               paths=redirectors, note=_HAPROXY_REFERENCE),
+        Figure(name="artemis_amqp_redirect_rate", group="artemis",
+               title="AMQP redirect: SASL PLAIN + Open -> Close redirect", unit="conn/s", better="higher",
+               paths=redirectors, note=_HAPROXY_REFERENCE),
+        Figure(name="artemis_mqtt5_redirect_rate", group="artemis",
+               title="MQTT 5 redirect: CONNECT -> CONNACK 0x9C", unit="conn/s", better="higher",
+               paths=redirectors, note=_HAPROXY_REFERENCE),
+        Figure(name="artemis_core_redirect_cpu", group="artemis", title="router CPU per CORE redirect",
+               unit="us", better="lower", paths=routers),
+        Figure(name="artemis_amqp_redirect_cpu", group="artemis", title="router CPU per AMQP redirect",
+               unit="us", better="lower", paths=routers),
+        Figure(name="artemis_mqtt5_redirect_cpu", group="artemis", title="router CPU per MQTT 5 redirect",
+               unit="us", better="lower", paths=routers),
+        Figure(name="artemis_first_session", group="artemis",
+               title="Java CORE client: createConnection -> started session", unit="ms", better="lower",
+               paths=("direct", "artemis", "routerd"), note=_FIRST_SESSION),
+        Figure(name="artemis_router_start", group="artemis", title="router start -> its first CORE redirect",
+               unit="s", better="lower", paths=routers),
+        Figure(name="artemis_router_rss", group="artemis", title="router RSS after the redirects",
+               unit="MiB", better="lower", paths=routers),
     ]  # fmt: skip
     return {f.name: f for f in rows}
 
@@ -184,8 +238,8 @@ def format_value(value: float) -> str:
     return f"{value:.3f}"
 
 
-def _ratio_text(figure: Figure) -> str:
-    ratio = figure.ratio()
+def _ratio_text(figure: Figure, baseline: PathName) -> str:
+    ratio = figure.ratio(baseline)
     if ratio is None:
         return "-"
     if round(ratio, 2) == 1:
@@ -195,20 +249,32 @@ def _ratio_text(figure: Figure) -> str:
 
 
 def format_table(figures: dict[str, Figure]) -> str:
-    """The table of the measured figures, with numbered notes for every value that is None.
+    """The table of the measured figures, with numbered notes for every value that is None and
+    for every figure with a `note`.
 
     Columns: figure, unit, which direction is better, direct, HAProxy, routerd, and the ratio
     routerd/HAProxy with whether that ratio means routerd did better or worse (or "equal" when it
-    rounds to 1.00).
+    rounds to 1.00). When a measured figure has an Artemis path, an Artemis column comes before
+    routerd and a ratio routerd/Artemis after routerd/HAProxy.
     """
-    header = ["figure", "unit", "better", *(_HEADINGS[p] for p in PATHS), "routerd/HAProxy"]
+    shown = [f for f in figures.values() if f.measured]
+    artemis = any("artemis" in f.paths for f in shown)
+    paths = [p for p in PATHS if p != "artemis" or artemis]
+    baselines = [b for b in _BASELINES if b != "artemis" or artemis]
+    header = ["figure", "unit", "better", *(_HEADINGS[p] for p in paths)]
+    header += [f"routerd/{_HEADINGS[b]}" for b in baselines]
     rows: list[list[str]] = []
     notes: list[str] = []
-    for figure in figures.values():
-        if not figure.measured:
-            continue
-        cells = [figure.title, figure.unit, figure.better]
-        for path in PATHS:
+
+    def mark(note: str) -> str:
+        if note not in notes:
+            notes.append(note)
+        return f"[{notes.index(note) + 1}]"
+
+    for figure in shown:
+        title = f"{figure.title} {mark(figure.note)}" if figure.note else figure.title
+        cells = [title, figure.unit, figure.better]
+        for path in paths:
             if path not in figure.paths:
                 cells.append("-")
                 continue
@@ -217,11 +283,8 @@ def format_table(figures: dict[str, Figure]) -> str:
                 cells.append(format_value(value))
                 continue
             reason = figure.reasons.get(path, "not measured")
-            note = f"{_HEADINGS[path]}: {reason}"
-            if note not in notes:
-                notes.append(note)
-            cells.append(f"null [{notes.index(note) + 1}]")
-        cells.append(_ratio_text(figure))
+            cells.append(f"null {mark(f'{_HEADINGS[path]}: {reason}')}")
+        cells += [_ratio_text(figure, b) for b in baselines]
         rows.append(cells)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     numeric = range(3, len(header))
@@ -285,8 +348,15 @@ GOALS: Final = (
          denominator=None, bound=50.0, at_least=False),
     Goal(title="routing decision p99, cache hit (us)", numerator=("decision_hit_p99", "routerd"),
          denominator=None, bound=50.0, at_least=False),
+    Goal(title="CORE redirect rate, routerd/Artemis", numerator=("artemis_core_redirect_rate", "routerd"),
+         denominator=("artemis_core_redirect_rate", "artemis"), bound=1.0, at_least=True),
+    Goal(title="AMQP redirect rate, routerd/Artemis", numerator=("artemis_amqp_redirect_rate", "routerd"),
+         denominator=("artemis_amqp_redirect_rate", "artemis"), bound=1.0, at_least=True),
+    Goal(title="MQTT 5 redirect rate, routerd/Artemis", numerator=("artemis_mqtt5_redirect_rate", "routerd"),
+         denominator=("artemis_mqtt5_redirect_rate", "artemis"), bound=1.0, at_least=True),
 )  # fmt: skip
-"""The goals of issue 5, each computed within one run (ratios of figures of the same run)."""
+"""The goals of issue 5, and routerd's redirect rate at least Artemis's own router's (issue 32), each
+computed within one run (ratios of figures of the same run)."""
 
 
 def goal_results(runs: list[dict[str, Figure]]) -> list[dict[str, object]]:

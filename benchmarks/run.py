@@ -1,4 +1,5 @@
-"""The benchmark command: HAProxy 2.6 and routerd in front of the same backends, same load clients.
+"""The benchmark command: HAProxy 2.6 and routerd in front of the same backends, same load clients;
+and (the artemis group) routerd's redirects against Artemis's own connection router.
 
     .venv/bin/python -m benchmarks.run [--quick] [--json PATH] [--only GROUP,...]
                                        [--routerd-log-level LEVEL] [--keep-logs] [--event-log]
@@ -14,6 +15,9 @@ CONSISTENT_HASH, proxy mode). Then it measures, in this order (`--only` takes th
     redirect  MQTT 5 CONNECT -> CONNACK 0x9C from the proxy itself (HAProxy: a Lua service)
     latency   ping-pong round trips over one connection, p50/p99, and what each proxy adds
     decision  routerd's routing decision in process (cache miss and hit), p50/p99
+    artemis   (only with --only) Artemis 2.40 as a pure router and routerd in mode=redirect over the
+              same two Artemis target brokers: CORE, AMQP and MQTT 5 redirects per second, router
+              CPU per redirect, a Java CORE client's time to its first session, start-up, RSS
 
 It prints a table (absolute figures and routerd/HAProxy ratios) and writes the figures to a JSON
 file, stops every process it started by PID (also on Ctrl-C, SIGTERM and errors), and exits 0, or
@@ -39,16 +43,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from benchmarks.artemis import ARTEMIS_VERSION, ArtemisFleet, missing_artemis, run_first_session
 from benchmarks.clients import (
+    REDIRECTED,
     REQUIRED_TOOLS,
     USE_ANOTHER_SERVER,
     ClientError,
+    CoreTemplate,
     Loadgen,
     PingResult,
     RateKind,
     build_c_tools,
     find_tool,
+    probe_amqp_redirect,
     probe_connack,
+    probe_core_redirect,
     run_iperf,
 )
 from benchmarks.configs import (
@@ -75,6 +84,7 @@ from benchmarks.fleet import (
     stop_signals_interrupt,
 )
 from benchmarks.report import (
+    DEFAULT_GROUPS,
     GROUPS,
     Figure,
     PathName,
@@ -86,7 +96,7 @@ from benchmarks.report import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["FULL", "QUICK", "Settings", "default_json_path", "main"]
 
@@ -95,10 +105,18 @@ INSTALL_HINT: Final = (
     "run ./benchmarks/bench (or ./run-tests), which installs them, or: "
     "apt-get install -y haproxy iperf3 mosquitto gcc libc6-dev"
 )
+ARTEMIS_HINT: Final = (
+    "the artemis group needs a JDK and Apache Artemis in .cache/artemis: run ./deploy/bootstrap.sh"
+)
 FD_MARGIN: Final = 500
 """Descriptors kept free beyond two per idle proxied connection (listeners, logs, probes)."""
 SETTLE_S: Final = 1.0
 """Pause before reading an RSS, so that the proxy has finished with the last connection."""
+WARMUP_PLATEAU: Final = 0.10
+"""A router is warm when a warm-up round's rate is at most this much above the round before's."""
+WARMUP_MIN_ROUNDS: Final = 3
+"""Warm-up rounds before the plateau is looked for (a round of a noisy machine can dip while the
+JIT is still at work), unless `artemis_warmup_max_seconds` ends the warm-up first."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +137,21 @@ class Settings:
     idle_connections: int
     idle_seconds: float
     decision_keys: int
+    artemis_total: int
+    """Redirects per protocol and router (also HAProxy's reference echo connections)."""
+    artemis_seconds: float
+    """Upper bound of each of those runs."""
+    artemis_warmup_round_seconds: float
+    """Untimed redirects first, per protocol and router, in rounds this long (bounded by
+    `artemis_total` too), until the rate stops rising (`WARMUP_PLATEAU`): the JIT of Artemis's
+    JVM compiles the paths a redirect takes (cold, its first second of CORE redirects runs at a
+    sixth of its warm rate)."""
+    artemis_warmup_max_seconds: float
+    """The most warm-up rounds may take per protocol and router."""
+    first_session_rounds: int
+    """Timed rounds of the Java client, each visiting direct, Artemis and routerd."""
+    first_session_warmup: int
+    """Untimed rounds first (class loading, the client JVM's JIT, the brokers' first sessions)."""
 
 
 FULL: Final = Settings(
@@ -134,6 +167,12 @@ FULL: Final = Settings(
     idle_connections=5_000,
     idle_seconds=60,
     decision_keys=20_000,
+    artemis_total=20_000,
+    artemis_seconds=10,
+    artemis_warmup_round_seconds=2,
+    artemis_warmup_max_seconds=20,
+    first_session_rounds=30,
+    first_session_warmup=10,
 )
 QUICK: Final = Settings(
     iperf_seconds=1,
@@ -148,6 +187,12 @@ QUICK: Final = Settings(
     idle_connections=200,
     idle_seconds=30,
     decision_keys=2_000,
+    artemis_total=300,
+    artemis_seconds=5,
+    artemis_warmup_round_seconds=0.5,
+    artemis_warmup_max_seconds=0.5,
+    first_session_rounds=3,
+    first_session_warmup=2,
 )
 
 
@@ -169,10 +214,10 @@ def _first_line(argv: Sequence[str]) -> str:
     return lines[0] if lines else "unknown"
 
 
-def _versions() -> dict[str, str]:
+def _versions(groups: Sequence[str] = ()) -> dict[str, str]:
     tool = {name: find_tool(name) or name for name in REQUIRED_TOOLS}
     commit = _first_line(["git", "-C", str(ROOT), "rev-parse", "HEAD"])  # read-only
-    return {
+    versions = {
         "haproxy": _first_line([tool["haproxy"], "-v"]),
         "iperf3": _first_line([tool["iperf3"], "--version"]),
         "mosquitto": _first_line([tool["mosquitto"], "-h"]),
@@ -180,6 +225,10 @@ def _versions() -> dict[str, str]:
         "python": sys.version.split()[0],
         "routerd_commit": commit,
     }
+    if "artemis" in groups:
+        versions["artemis"] = ARTEMIS_VERSION
+        versions["java"] = _first_line([shutil.which("java") or "java", "-version"])
+    return versions
 
 
 def _loadavg() -> list[float]:
@@ -304,6 +353,7 @@ class Bench:
             "redirect": self.redirect,
             "latency": self.latency,
             "decision": self.decision,
+            "artemis": self.artemis,
         }
         try:
             measure[group]()
@@ -331,6 +381,8 @@ class Bench:
         id_tag: str = "",
         unsupported: str | None = None,
         cpu_figure: Figure | None = None,
+        pids: Mapping[PathName, int] | None = None,
+        core_opening: CoreTemplate | None = None,
     ) -> None:
         """`loadgen rate` through each path; record the rates, with the proxy's CPU time per connection.
 
@@ -344,13 +396,15 @@ class Bench:
             id_tag: MQTT client ids of a path start "bench-" + id_tag + the path's initial + "-".
             unsupported: why routerd cannot be measured (routerd is then marked so, not run), or None.
             cpu_figure: where the proxies' CPU time per connection goes too, if anywhere.
+            pids: whose CPU time is the path's (default: the proxies of the fleet).
+            core_opening: the CORE opening of kind "core".
         """
         _, loadgen = self._need()
         if unsupported is not None:
             figure.unsupported("routerd", unsupported)
             paths = [(path, port) for path, port in paths if path != "routerd"]
         for path, port in paths:
-            pid = self.pids.get(path)
+            pid = (self.pids if pids is None else pids).get(path)
             cpu_before = cpu_ns(pid) if pid is not None else 0
             result = loadgen.rate(
                 port,
@@ -360,6 +414,7 @@ class Bench:
                 total=total,
                 seconds=seconds,
                 id_prefix=f"bench-{id_tag}{path[0]}-",
+                core_opening=core_opening,
             )
             details = result.details()
             if pid is not None and result.ok > 0:
@@ -579,6 +634,202 @@ class Bench:
         self.figures["decision_hit_p50"].set("routerd", times.hit_p50_us, details)
         self.figures["decision_hit_p99"].set("routerd", times.hit_p99_us)
 
+    def artemis(self) -> None:
+        """routerd against Artemis's own connection router: both redirect to the same two Artemis
+        brokers (see benchmarks/artemis.py for what runs, benchmarks/README.md for how it compares).
+        """
+        ports, _ = self._need()
+        group = ArtemisFleet(self.fleet, self.workdir / "artemis", log_level=self.log_level, say=_say)
+        try:
+            group.start()
+            unsupported = self._artemis_redirects(group, ports)
+            self._artemis_first_session(group, unsupported.get("core"))
+            rss = self.figures["artemis_router_rss"]
+            for path, pid in _router_pids(group).items():
+                rss.set(path, rss_kib(pid) / 1024, {"rss_at_start_kib": group.setup.rss_at_start_kib[path]})
+        finally:
+            start = self.figures["artemis_router_start"]
+            for path, took in _router_seconds(group).items():
+                start.set(path, took)
+            start.details["setup_s"] = {
+                "artemis_create_template": round(group.setup.template_s, 2),
+                "javac_first_session": round(group.setup.javac_s, 2),
+                "targets_start_to_listen": round(group.setup.targets_s, 2),
+                "routers_start_to_first_redirect": {p: round(t, 2) for p, t in group.setup.routers_s.items()},
+                "total": round(group.setup.total_s, 2),
+            }
+            start.details["rss_at_end_kib"] = group.rss_kib()
+            group.stop()
+
+    def _artemis_redirects(self, group: ArtemisFleet, ports: Ports) -> dict[str, str]:
+        """Check that both routers redirect each protocol, warm both up, measure HAProxy's proxied
+        echo rate as the scale, then each protocol's redirect rate through Artemis, then routerd.
+
+        Returns:
+            Why routerd cannot be measured, per kind it does not redirect.
+
+        Raises:
+            ClientError: Artemis's router does not redirect one of the openings.
+        """
+        _, loadgen = self._need()
+        s = self.settings
+        artemis_ports = group.need_ports()
+        routers: list[tuple[PathName, int]] = [
+            ("artemis", artemis_ports.artemis_router),
+            ("routerd", artemis_ports.routerd_redirect),
+        ]
+        unsupported: dict[str, str] = {}
+        for kind, label, _, _ in _ARTEMIS_KINDS:
+            for path, port in routers:
+                answer = _probe_redirect(kind, port, group.opening)
+                if answer is None:
+                    continue
+                if path == "artemis":
+                    raise ClientError(f"Artemis's router answered the {label} opening with {answer!r}")
+                unsupported[kind] = f"the mode=redirect acceptor answered the {label} opening with {answer!r}"
+        warmup: dict[str, list[float]] = {}
+        for kind, _, _, reason in _ARTEMIS_KINDS:
+            for path, port in routers:
+                if kind in unsupported and path == "routerd":
+                    continue
+                warmup[f"{path}/{kind}"] = self._warm_up(port, kind, reason, path, group.opening)
+        haproxy_pid = self.pids["haproxy"]
+        cpu_before = cpu_ns(haproxy_pid)
+        reference = loadgen.rate(
+            ports.haproxy_echo,
+            kind="echo",
+            concurrency=s.rate_concurrency,
+            total=s.artemis_total,
+            seconds=s.artemis_seconds,
+        )
+        details = reference.details()
+        if reference.ok:
+            details["proxy_cpu_us_per_connection"] = round(
+                (cpu_ns(haproxy_pid) - cpu_before) / 1000 / reference.ok, 2
+            )
+        for kind, _, name, reason in _ARTEMIS_KINDS:
+            figure = self.figures[name]
+            figure.details["warmup_rates"] = {p: warmup.get(f"{p}/{kind}", []) for p, _ in routers}
+            if reference.ok:
+                figure.set("haproxy", reference.rate, {"what": "proxied 16 B echo", **details})
+            else:
+                figure.fail(
+                    "haproxy", f"no echo connection through HAProxy succeeded ({reference.last_error})"
+                )
+            self._run_rates(
+                figure,
+                routers,
+                kind=kind,
+                reason=reason,
+                total=s.artemis_total,
+                seconds=s.artemis_seconds,
+                id_tag=kind[0],
+                unsupported=unsupported.get(kind),
+                cpu_figure=self.figures[name.replace("_rate", "_cpu")],
+                pids=_router_pids(group),
+                core_opening=group.opening,
+            )
+            if kind in unsupported:
+                self.figures[name.replace("_rate", "_cpu")].unsupported("routerd", unsupported[kind])
+        return unsupported
+
+    def _warm_up(
+        self, port: int, kind: RateKind, reason: int, path: PathName, opening: CoreTemplate
+    ) -> list[float]:
+        """Untimed redirect rounds until the rate stops rising (or the warm-up's time is up).
+
+        Returns:
+            Each round's rate.
+        """
+        _, loadgen = self._need()
+        s = self.settings
+        rates: list[float] = []
+        deadline = time.monotonic() + s.artemis_warmup_max_seconds
+        while True:
+            result = loadgen.rate(
+                port,
+                kind=kind,
+                reason=reason,
+                concurrency=s.rate_concurrency,
+                total=s.artemis_total,
+                seconds=s.artemis_warmup_round_seconds,
+                id_prefix=f"bench-w{len(rates)}{kind[0]}{path[0]}-",
+                core_opening=opening,
+            )
+            rates.append(round(result.rate, 1))
+            warm = len(rates) >= WARMUP_MIN_ROUNDS and rates[-1] <= rates[-2] * (1 + WARMUP_PLATEAU)
+            if warm or time.monotonic() >= deadline:
+                _say(f"warm-up of {path}, {kind}: {', '.join(f'{r:,.0f}' for r in rates)} conn/s")
+                return rates
+
+    def _artemis_first_session(self, group: ArtemisFleet, unsupported: str | None) -> None:
+        """A Java CORE client's createConnection -> started session: straight to a target, through
+        Artemis's router, through routerd (both redirects followed with reconnectAttempts)."""
+        s = self.settings
+        artemis_ports = group.need_ports()
+        paths: list[tuple[PathName, int]] = [
+            ("direct", artemis_ports.targets[0]),
+            ("artemis", artemis_ports.artemis_router),
+            ("routerd", artemis_ports.routerd_redirect),
+        ]
+        figure = self.figures["artemis_first_session"]
+        if unsupported is not None:
+            figure.unsupported("routerd", f"no CORE redirect: {unsupported}")
+            paths = paths[:2]
+        result = run_first_session(
+            group.classes,
+            paths,
+            warmup=s.first_session_warmup,
+            rounds=s.first_session_rounds,
+            log=self.fleet.log_path("first-session"),
+        )
+        for path, _ in paths:
+            samples = result.ms.get(path, [])
+            errors = result.errors.get(path, 0)
+            details: dict[str, object] = {
+                "rounds": len(samples),
+                "warmup_rounds": s.first_session_warmup,
+                "errors": errors,
+                "ms": samples,
+            }
+            if errors or not samples:
+                figure.details[path] = details
+                figure.fail(path, f"{errors} connection(s) failed, last: {result.last_error.get(path, '')}")
+            else:
+                details["min_ms"], details["max_ms"] = min(samples), max(samples)
+                figure.set(path, statistics.median(samples), details)
+
+
+_ARTEMIS_KINDS: Final[tuple[tuple[RateKind, str, str, int], ...]] = (
+    ("core", "CORE", "artemis_core_redirect_rate", 0),
+    ("amqp", "AMQP", "artemis_amqp_redirect_rate", 0),
+    ("mqtt5", "MQTT 5", "artemis_mqtt5_redirect_rate", USE_ANOTHER_SERVER),
+)
+"""The artemis group's redirects: loadgen kind, name, rate figure (its CPU figure is `_cpu`), and
+the CONNACK reason expected (MQTT)."""
+
+
+def _probe_redirect(kind: RateKind, port: int, opening: CoreTemplate) -> str | None:
+    """None when the router at `port` redirects one opening of `kind`, else what it answered."""
+    if kind == "core":
+        answer = probe_core_redirect(port, opening.opening("bench-probe-core"))
+        return None if answer.startswith(REDIRECTED) else answer
+    if kind == "amqp":
+        answer = probe_amqp_redirect(port, "bench-probe-amqp")
+        return None if answer.startswith(REDIRECTED) else answer
+    answer = probe_connack(port, "bench-probe-mqtt", "5")
+    return None if answer == f"connack 0x{USE_ANOTHER_SERVER:02x}" else answer
+
+
+def _router_pids(group: ArtemisFleet) -> dict[PathName, int]:
+    return {path: group.pids[path] for path in ("artemis", "routerd") if path in group.pids}
+
+
+def _router_seconds(group: ArtemisFleet) -> dict[PathName, float]:
+    return {
+        path: group.setup.routers_s[path] for path in ("artemis", "routerd") if path in group.setup.routers_s
+    }
+
 
 _PROXIES: Final[tuple[PathName, ...]] = ("haproxy", "routerd")
 
@@ -621,8 +872,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        default=",".join(GROUPS),
-        help=f"comma-separated groups to run (default all: {','.join(GROUPS)})",
+        default=",".join(DEFAULT_GROUPS),
+        help=f"comma-separated groups to run, from {','.join(GROUPS)} (default all but artemis, which "
+        "starts three Artemis JVMs: --only artemis, or add it to a list)",
     )
     parser.add_argument(
         "--routerd-log-level",
@@ -788,6 +1040,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"benchmarks: missing {', '.join(missing)}: {INSTALL_HINT}", file=sys.stderr)
         return 2
+    missing = missing_artemis() if "artemis" in groups else []
+    if missing:
+        print(f"benchmarks: missing {', '.join(missing)}: {ARTEMIS_HINT}", file=sys.stderr)
+        return 2
     json_path: Path = args.json or default_json_path()
     runs: list[dict[str, Figure]] = []
     workdir = Path(tempfile.mkdtemp(prefix="router-bench-"))
@@ -843,7 +1099,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "note": "load client, proxies and backends share these CPUs (one CPU for the latency "
             "group); compare figures of one run, not across machines",
         },
-        "versions": _versions(),
+        "versions": _versions(groups),
         "settings": {**asdict(settings), "idle_connections": idle_connections, "event_log": args.event_log},
         "figures": {name: f.to_json() for name, f in figures.items() if f.measured},
         "runs": len(runs),

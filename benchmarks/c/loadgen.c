@@ -1,14 +1,23 @@
 /* loadgen: the load client of the benchmark (benchmarks/run.py). One thread, epoll, non-blocking.
  *
- *   loadgen rate -a HOST -p PORT -c CONC -n TOTAL -t SECONDS -k echo|mqtt3|mqtt5 [-r REASON]
- *                [-s NSRC] [-i ID_PREFIX]
+ *   loadgen rate -a HOST -p PORT -c CONC -n TOTAL -t SECONDS -k echo|mqtt3|mqtt5|core|amqp
+ *                [-r REASON] [-s NSRC] [-i ID_PREFIX] [-o HEX -O OFFSET]
  *       Short connections, CONC at a time, until TOTAL are done or SECONDS have passed. Each one
  *       connects, sends one request and reads one reply, then closes:
  *         echo   16 bytes, expects the same 16 bytes back;
  *         mqtt3  an MQTT 3.1.1 CONNECT (clean session, client id ID_PREFIX + a counter), expects
  *                a CONNACK with return code REASON (default 0), then sends DISCONNECT;
  *         mqtt5  the same as MQTT 5, expects a CONNACK with reason code REASON (0x9C = "use
- *                another server" for a redirect).
+ *                another server" for a redirect);
+ *         core   a CORE opening sent whole (pipelined): HEX (-o) is a captured Java client's
+ *                opening up to its CREATESESSION_V2's last field, whose int32 length field is at
+ *                OFFSET (-O); each connection appends its client id (ID_PREFIX + a counter) as
+ *                that field, a nullable String, and fixes the length. Expects a CORE redirect:
+ *                DISCONNECT_V3 (type -19) with reason REDIRECT, then EXCEPTION (type 20) with
+ *                code 222; PING and topology packets before them are skipped;
+ *         amqp   the AMQP 1.0 SASL header, sasl-init PLAIN (admin/admin), the AMQP header and an
+ *                Open with container-id ID_PREFIX + a counter, sent whole. Expects sasl-outcome
+ *                ok, then a Close with the condition amqp:connection:redirect.
  *
  *   loadgen ping -a HOST -p PORT -n COUNT -t SECONDS [-z SIZE] [-w WARMUP]
  *       Request/response over one connection: send SIZE bytes, read SIZE bytes back, COUNT times
@@ -45,11 +54,12 @@
 #endif
 
 #define MAX_EVENTS 512
-#define REQ_MAX 128
-#define REPLY_MAX 512
+#define REQ_MAX 512
+#define REPLY_MAX 2048
+#define ID_MAX 64
 #define ECHO_SIZE 16
 
-enum kind { KIND_ECHO, KIND_MQTT3, KIND_MQTT5, KIND_IDLE };
+enum kind { KIND_ECHO, KIND_MQTT3, KIND_MQTT5, KIND_CORE, KIND_AMQP, KIND_IDLE };
 enum state { S_FREE, S_CONNECTING, S_READING };
 
 struct slot {
@@ -58,6 +68,7 @@ struct slot {
     double started;
     size_t got;
     size_t req_len;
+    int redirected; /* core: DISCONNECT_V3 seen */
     unsigned char req[REQ_MAX];
     unsigned char reply[REPLY_MAX];
 };
@@ -75,6 +86,9 @@ struct options {
     const char *id_prefix;
     size_t size;
     long warmup;
+    unsigned char core_head[REQ_MAX];
+    size_t core_head_len;
+    long core_length_at;
 };
 
 struct counters {
@@ -86,6 +100,7 @@ struct counters {
 static struct options opt = {
     .conc = 50, .total = 1000, .seconds = 10, .kind = KIND_ECHO, .reason = 0, .id_prefix = "bench",
     .size = 16, .warmup = 200,
+    .core_length_at = -1,
 };
 static struct counters cnt = {.last_reason = -1};
 static struct sockaddr_in target;
@@ -105,7 +120,8 @@ static double now_s(void) {
 static void usage(void) {
     fprintf(stderr,
             "usage: loadgen rate|ping|idle -a HOST -p PORT [-c CONC] [-n COUNT] [-t SECONDS]\n"
-            "               [-k echo|mqtt3|mqtt5] [-r REASON] [-s NSRC] [-i ID_PREFIX] [-z SIZE] [-w WARMUP]\n");
+            "               [-k echo|mqtt3|mqtt5|core|amqp] [-r REASON] [-s NSRC] [-i ID_PREFIX]\n"
+            "               [-o HEX -O OFFSET] [-z SIZE] [-w WARMUP]\n");
     exit(2);
 }
 
@@ -132,21 +148,26 @@ static size_t put_varint(unsigned char *p, size_t value) {
     return n;
 }
 
-/* The request of connection number `seq`: the echo message or an MQTT CONNECT. */
-static size_t build_request(unsigned char *req, long seq) {
-    if (opt.kind == KIND_IDLE) {
-        req[0] = 'i';
-        return 1;
-    }
-    if (opt.kind == KIND_ECHO) {
-        char text[32];
-        snprintf(text, sizeof(text), "echo%012lu", (unsigned long)seq % 1000000000000UL);
-        memcpy(req, text, ECHO_SIZE);
-        return ECHO_SIZE;
-    }
-    char id[64];
-    int id_len = snprintf(id, sizeof(id), "%s%08ld", opt.id_prefix, seq);
-    if (id_len < 0 || id_len >= (int)sizeof(id)) id_len = (int)sizeof(id) - 1;
+static void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static uint32_t get_be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+/* The client id of connection number `seq`: ID_PREFIX + 8 digits (at most ID_MAX - 1 bytes). */
+static size_t client_id(char *id, long seq) {
+    int n = snprintf(id, ID_MAX, "%s%08ld", opt.id_prefix, seq);
+    if (n < 0 || n >= ID_MAX) n = ID_MAX - 1;
+    return (size_t)n;
+}
+
+/* MQTT 3.1.1 §3.1 / MQTT 5 §3.1 CONNECT, clean session, keep-alive 60 s. */
+static size_t build_mqtt(unsigned char *req, const char *id, size_t id_len) {
     int v5 = opt.kind == KIND_MQTT5;
     unsigned char body[REQ_MAX];
     size_t b = 0;
@@ -160,13 +181,189 @@ static size_t build_request(unsigned char *req, long seq) {
     if (v5) body[b++] = 0x00; /* property length */
     body[b++] = (unsigned char)(id_len >> 8);
     body[b++] = (unsigned char)(id_len & 0xff);
-    memcpy(body + b, id, (size_t)id_len);
-    b += (size_t)id_len;
+    memcpy(body + b, id, id_len);
+    b += id_len;
     size_t n = 0;
     req[n++] = 0x10; /* CONNECT */
     n += put_varint(req + n, b);
     memcpy(req + n, body, b);
     return n + b;
+}
+
+/* The captured CORE opening with this connection's client id as CREATESESSION_V2's last field: a
+ * nullable String (Artemis UTF8Util.writeString): 0x01, int32 length in UTF-16 units, then for
+ * fewer than 9 units each unit as 2 bytes, else a uint16 byte count and the (ASCII) bytes. */
+static size_t build_core(unsigned char *req, const char *id, size_t id_len) {
+    size_t n = opt.core_head_len;
+    memcpy(req, opt.core_head, n);
+    req[n++] = 0x01;
+    put_be32(req + n, (uint32_t)id_len);
+    n += 4;
+    if (id_len < 9) {
+        for (size_t i = 0; i < id_len; i++) {
+            req[n++] = 0x00;
+            req[n++] = (unsigned char)id[i];
+        }
+    } else {
+        req[n++] = (unsigned char)(id_len >> 8);
+        req[n++] = (unsigned char)(id_len & 0xff);
+        memcpy(req + n, id, id_len);
+        n += id_len;
+    }
+    size_t at = (size_t)opt.core_length_at;
+    put_be32(req + at, (uint32_t)(n - at - 4)); /* the packet's length counts the bytes after it */
+    return n;
+}
+
+/* An AMQP 1.0 frame (§2.3.1): size, doff 2, type, channel 0, then a described list. Returns the
+ * frame's length; `fields` are already encoded, `count` of them. */
+static size_t amqp_frame(unsigned char *out, unsigned char type, unsigned char descriptor,
+                         const unsigned char *fields, size_t fields_len, unsigned char count) {
+    size_t n = 8;
+    out[n++] = 0x00; /* described type */
+    out[n++] = 0x53; /* smallulong descriptor */
+    out[n++] = descriptor;
+    out[n++] = 0xC0; /* list8: size (count byte + fields), count */
+    out[n++] = (unsigned char)(fields_len + 1);
+    out[n++] = count;
+    memcpy(out + n, fields, fields_len);
+    n += fields_len;
+    put_be32(out, (uint32_t)n);
+    out[4] = 2; /* doff: 2 words of header */
+    out[5] = type;
+    out[6] = 0x00;
+    out[7] = 0x00;
+    return n;
+}
+
+/* SASL header, sasl-init PLAIN (§5.3.3.2, RFC 4616), AMQP header, Open with the container id. */
+static size_t build_amqp(unsigned char *req, const char *id, size_t id_len) {
+    static const unsigned char sasl_header[] = {'A', 'M', 'Q', 'P', 3, 1, 0, 0};
+    static const unsigned char amqp_header[] = {'A', 'M', 'Q', 'P', 0, 1, 0, 0};
+    static const unsigned char plain[] = "\0admin\0admin";
+    unsigned char fields[ID_MAX + 32];
+    size_t n = 0, f = 0;
+    memcpy(req, sasl_header, sizeof(sasl_header));
+    n += sizeof(sasl_header);
+    fields[f++] = 0xA3; /* sym8 mechanism */
+    fields[f++] = 5;
+    memcpy(fields + f, "PLAIN", 5);
+    f += 5;
+    fields[f++] = 0xA0; /* vbin8 initial-response */
+    fields[f++] = (unsigned char)(sizeof(plain) - 1);
+    memcpy(fields + f, plain, sizeof(plain) - 1);
+    f += sizeof(plain) - 1;
+    n += amqp_frame(req + n, 0x01, 0x41, fields, f, 2); /* SASL frame, sasl-init */
+    memcpy(req + n, amqp_header, sizeof(amqp_header));
+    n += sizeof(amqp_header);
+    f = 0;
+    fields[f++] = 0xA1; /* str8-utf8 container-id */
+    fields[f++] = (unsigned char)id_len;
+    memcpy(fields + f, id, id_len);
+    f += id_len;
+    n += amqp_frame(req + n, 0x00, 0x10, fields, f, 1); /* AMQP frame, open */
+    return n;
+}
+
+/* The request of connection number `seq`: the echo message, an MQTT CONNECT or a CORE or AMQP
+ * opening. */
+static size_t build_request(unsigned char *req, long seq) {
+    if (opt.kind == KIND_IDLE) {
+        req[0] = 'i';
+        return 1;
+    }
+    if (opt.kind == KIND_ECHO) {
+        char text[32];
+        snprintf(text, sizeof(text), "echo%012lu", (unsigned long)seq % 1000000000000UL);
+        memcpy(req, text, ECHO_SIZE);
+        return ECHO_SIZE;
+    }
+    char id[ID_MAX];
+    size_t id_len = client_id(id, seq);
+    if (opt.kind == KIND_CORE) return build_core(req, id, id_len);
+    if (opt.kind == KIND_AMQP) return build_amqp(req, id, id_len);
+    return build_mqtt(req, id, id_len);
+}
+
+/* CORE (Artemis PacketImpl): packets of int32 length, int8 type, int64 channel, body. The
+ * redirect is DISCONNECT_V3 (-19: nullable SimpleString node id, byte reason 0 = REDIRECT, ...)
+ * on channel 0, then EXCEPTION (20: int32 code, 222 = ROUTING_EXCEPTION) on channel 1. */
+static int check_core(struct slot *s) {
+    size_t pos = 0;
+    while (pos + 4 <= s->got) {
+        uint32_t len = get_be32(s->reply + pos);
+        if (len < 9 || len > REPLY_MAX) {
+            snprintf(cnt.last_error, sizeof(cnt.last_error), "CORE packet length %u", len);
+            return -1;
+        }
+        if (pos + 4 + len > s->got) return 0;
+        const unsigned char *body = s->reply + pos + 13;
+        size_t body_len = len - 9;
+        int type = (signed char)s->reply[pos + 4];
+        if (type == -19) {
+            size_t at = 0;
+            if (body_len >= 5 && body[0] == 1) at = 5 + get_be32(body + 1);
+            else if (body_len >= 1 && body[0] == 0) at = 1;
+            if (at == 0 || at >= body_len || body[at] != 0) {
+                snprintf(cnt.last_error, sizeof(cnt.last_error), "DISCONNECT_V3 without reason REDIRECT");
+                return -1;
+            }
+            s->redirected = 1;
+        } else if (type == 20) {
+            uint32_t code = body_len >= 4 ? get_be32(body) : 0;
+            if (code == 222 && s->redirected) return 1;
+            snprintf(cnt.last_error, sizeof(cnt.last_error), "EXCEPTION %u%s", code,
+                     s->redirected ? "" : " without DISCONNECT_V3");
+            return -1;
+        } else if (type == 31) {
+            snprintf(cnt.last_error, sizeof(cnt.last_error), "CREATESESSION_RESP: the session was created");
+            return -1;
+        }
+        pos += 4 + len;
+    }
+    return 0;
+}
+
+/* AMQP 1.0: protocol headers (8 bytes, "AMQP"...) and frames (§2.3.1: size, doff, type, channel).
+ * sasl-outcome (0x44) must say ok (code 0); the Close (0x18) must carry amqp:connection:redirect. */
+static int check_amqp(struct slot *s) {
+    static const char redirect[] = "amqp:connection:redirect";
+    size_t pos = 0;
+    while (pos < s->got) {
+        if (s->reply[pos] == 'A') {
+            if (pos + 8 > s->got) return 0;
+            if (memcmp(s->reply + pos, "AMQP", 4) != 0) break;
+            pos += 8;
+            continue;
+        }
+        if (pos + 8 > s->got) return 0;
+        uint32_t size = get_be32(s->reply + pos);
+        size_t doff = (size_t)s->reply[pos + 4] * 4;
+        if (size < 8 || size > REPLY_MAX || doff < 8 || doff > size) break;
+        if (pos + size > s->got) return 0;
+        const unsigned char *frame = s->reply + pos, *body = frame + doff;
+        size_t body_len = size - doff;
+        if (body_len >= 3 && body[0] == 0x00 && body[1] == 0x53) {
+            if (body[2] == 0x44) { /* sasl-outcome: a list8 or list32 whose first field is the code */
+                size_t at = body_len > 3 && body[3] == 0xC0 ? 6 : body_len > 3 && body[3] == 0xD0 ? 12 : 0;
+                int ok = at > 0 && body_len >= at + 2 && body[at] == 0x50 && body[at + 1] == 0x00;
+                if (!ok) {
+                    snprintf(cnt.last_error, sizeof(cnt.last_error), "sasl-outcome is not ok");
+                    return -1;
+                }
+            } else if (body[2] == 0x18) { /* close */
+                if (memmem(body, body_len, redirect, sizeof(redirect) - 1) != NULL) return 1;
+                snprintf(cnt.last_error, sizeof(cnt.last_error), "Close without amqp:connection:redirect");
+                return -1;
+            }
+        }
+        pos += size;
+    }
+    if (pos < s->got) {
+        snprintf(cnt.last_error, sizeof(cnt.last_error), "unreadable AMQP frame at byte %zu", pos);
+        return -1;
+    }
+    return 0;
 }
 
 /* 1 = a complete good reply, 0 = need more bytes, -1 = a bad reply. */
@@ -175,6 +372,8 @@ static int check_reply(struct slot *s) {
         if (s->got < s->req_len) return 0;
         return memcmp(s->reply, s->req, s->req_len) == 0 && s->got == s->req_len ? 1 : -1;
     }
+    if (opt.kind == KIND_CORE) return check_core(s);
+    if (opt.kind == KIND_AMQP) return check_amqp(s);
     if (s->got < 2) return 0;
     if (s->reply[0] != 0x20) {
         snprintf(cnt.last_error, sizeof(cnt.last_error), "expected a CONNACK, got packet byte 0x%02x",
@@ -218,6 +417,7 @@ static int send_request(struct slot *s) {
 static int start_conn(int ep, struct slot *s, long seq) {
     cnt.started++;
     s->got = 0;
+    s->redirected = 0;
     s->req_len = build_request(s->req, seq);
     s->started = now_s();
     s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -461,12 +661,36 @@ static int run_ping(void) {
     return 0;
 }
 
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* -o HEX -O OFFSET of the core kind: the opening's head, and where its CREATESESSION_V2's length
+ * field is; room must be left for the client id field. Returns 0 when both are usable. */
+static int parse_core_head(const char *hex) {
+    if (hex == NULL) return -1;
+    size_t len = strlen(hex);
+    if (len % 2 != 0 || len / 2 + 1 + 4 + 2 + ID_MAX > REQ_MAX) return -1;
+    for (size_t i = 0; i < len / 2; i++) {
+        int high = hex_digit(hex[2 * i]), low = hex_digit(hex[2 * i + 1]);
+        if (high < 0 || low < 0) return -1;
+        opt.core_head[i] = (unsigned char)(high << 4 | low);
+    }
+    opt.core_head_len = len / 2;
+    if (opt.core_length_at < 7 || (size_t)opt.core_length_at + 4 + 9 > opt.core_head_len) return -1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) usage();
     opt.mode = argv[1];
     int c;
     optind = 2;
-    while ((c = getopt(argc, argv, "a:p:c:n:t:k:r:s:i:z:w:")) != -1) {
+    const char *core_hex = NULL;
+    while ((c = getopt(argc, argv, "a:p:c:n:t:k:r:s:i:z:w:o:O:")) != -1) {
         switch (c) {
         case 'a': opt.host = optarg; break;
         case 'p': opt.port = atoi(optarg); break;
@@ -478,10 +702,14 @@ int main(int argc, char **argv) {
         case 'i': opt.id_prefix = optarg; break;
         case 'z': opt.size = (size_t)atol(optarg); break;
         case 'w': opt.warmup = atol(optarg); break;
+        case 'o': core_hex = optarg; break;
+        case 'O': opt.core_length_at = atol(optarg); break;
         case 'k':
             if (strcmp(optarg, "echo") == 0) opt.kind = KIND_ECHO;
             else if (strcmp(optarg, "mqtt3") == 0) opt.kind = KIND_MQTT3;
             else if (strcmp(optarg, "mqtt5") == 0) opt.kind = KIND_MQTT5;
+            else if (strcmp(optarg, "core") == 0) opt.kind = KIND_CORE;
+            else if (strcmp(optarg, "amqp") == 0) opt.kind = KIND_AMQP;
             else usage();
             break;
         default: usage();
@@ -489,6 +717,7 @@ int main(int argc, char **argv) {
     }
     if (opt.host == NULL || opt.port <= 0 || opt.conc <= 0 || opt.total <= 0 || opt.seconds <= 0) usage();
     if (strlen(opt.id_prefix) > 40) usage();
+    if (opt.kind == KIND_CORE && parse_core_head(core_hex) != 0) usage();
     target.sin_family = AF_INET;
     target.sin_port = htons((uint16_t)opt.port);
     if (inet_pton(AF_INET, opt.host, &target.sin_addr) != 1) usage();

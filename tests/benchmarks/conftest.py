@@ -2,7 +2,8 @@
 
 `python -m benchmarks.run` runs from the repository root, which puts the root on `sys.path`;
 pytest in importlib mode does not, so these tests do. Also: `fake_broker`, a server that answers
-an MQTT client's CONNECT with fixed bytes.
+an MQTT client's CONNECT (or any opening) with fixed bytes, and `recording_broker`, the same that
+also keeps what each connection sent first.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class _FakeBroker:
         self._server = socket.create_server(("127.0.0.1", self.port))
         self._server.settimeout(0.2)
         self._reply = reply
+        self.received: list[bytes] = []
+        """What each connection sent in its first read (an opening sent whole arrives whole)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -47,7 +50,7 @@ class _FakeBroker:
                 continue
             with conn:
                 conn.settimeout(5)
-                conn.recv(1024)
+                self.received.append(conn.recv(4096))
                 if self._reply is None:
                     continue
                 conn.sendall(self._reply)
@@ -69,6 +72,21 @@ def fake_broker() -> Iterator[Callable[[bytes | None], int]]:
     def start(reply: bytes | None) -> int:
         brokers.append(_FakeBroker(reply))
         return brokers[-1].port
+
+    yield start
+    for broker in brokers:
+        broker.close()
+
+
+@pytest.fixture
+def recording_broker() -> Iterator[Callable[[bytes | None], _FakeBroker]]:
+    """Like `fake_broker`, but gives the broker: its `port`, and `received`, each connection's first
+    bytes."""
+    brokers: list[_FakeBroker] = []
+
+    def start(reply: bytes | None) -> _FakeBroker:
+        brokers.append(_FakeBroker(reply))
+        return brokers[-1]
 
     yield start
     for broker in brokers:

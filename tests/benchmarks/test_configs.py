@@ -1,4 +1,5 @@
-"""Generated configurations: HAProxy accepts its file, routerd loads its file, the plan is sane."""
+"""Generated configurations: HAProxy accepts its file, routerd loads its file, the plan is sane; for
+the artemis group, Artemis's files made from what `artemis create` writes."""
 
 from __future__ import annotations
 
@@ -10,13 +11,20 @@ import pytest
 
 from benchmarks.clients import find_tool
 from benchmarks.configs import (
+    ARTEMIS_ROUTER,
     HAPROXY_MAXCONN,
     PROBE_LOCAL_CLIENT_ID,
+    ArtemisPorts,
     Ports,
+    artemis_log4j2,
+    artemis_profile,
+    artemis_router_xml,
+    artemis_target_xml,
     haproxy_config,
     haproxy_maxconn,
     mosquitto_config,
     mqtt_redirect_lua,
+    routerd_artemis_config,
     routerd_config,
 )
 from keys import KeyType
@@ -111,3 +119,120 @@ def test_routerd_config_loads_with_the_routers_of_the_benchmark() -> None:
 
 def test_mosquitto_config_listens_on_loopback_only() -> None:
     assert mosquitto_config(21003).startswith("listener 21003 127.0.0.1\n")
+
+
+# --- the artemis group ----------------------------------------------------------------------------
+
+CREATED_BROKER_XML = """<configuration xmlns="urn:activemq">
+   <core xmlns="urn:activemq:core">
+      <name>template</name>
+      <persistence-enabled>true</persistence-enabled>
+      <acceptors>
+         <acceptor name="artemis">tcp://127.0.0.1:61616?tcpSendBufferSize=1048576;protocols=CORE,AMQP,STOMP,HORNETQ,MQTT,OPENWIRE;useEpoll=true</acceptor>
+      </acceptors>
+   </core>
+</configuration>
+"""
+"""The lines of Artemis 2.40's `artemis create ... --default-port=61616` broker.xml that the
+benchmark changes (the rest is left as written)."""
+CREATED_PROFILE = 'JAVA_ARGS="-XX:+UseG1GC -Xms512M -Xmx512M -Dhawtio.disableProxy=true"\n'
+CREATED_LOG4J2 = (
+    "rootLogger.level = INFO\nlogger.activemq.name=org.apache.activemq\nlogger.activemq.level=INFO\n"
+)
+
+
+def _artemis_ports() -> ArtemisPorts:
+    return ArtemisPorts.from_numbers(range(22000, 22000 + ArtemisPorts.COUNT))
+
+
+def test_artemis_ports_rejects_duplicates() -> None:
+    with pytest.raises(ValueError, match="distinct"):
+        dataclasses.replace(_artemis_ports(), routerd_admin=22000)
+
+
+def test_artemis_router_xml_is_a_pure_router_over_both_targets() -> None:
+    xml = artemis_router_xml(CREATED_BROKER_XML, name="router", port=22002, targets=(22000, 22001))
+    assert "<name>router</name>" in xml
+    assert (
+        "tcp://127.0.0.1:22002?tcpSendBufferSize=1048576;router=bench;protocols=CORE,AMQP,MQTT;useEpoll"
+        in xml
+    )
+    assert "<persistence-enabled>false</persistence-enabled>" in xml
+    assert "<security-enabled>false</security-enabled>" in xml
+    for line in [
+        '<connector name="target-1">tcp://127.0.0.1:22000</connector>',
+        '<connector name="target-2">tcp://127.0.0.1:22001</connector>',
+        f'<connection-router name="{ARTEMIS_ROUTER}">',
+        "<key-type>CLIENT_ID</key-type>",
+        '<policy name="CONSISTENT_HASH"/>',
+        "<username>admin</username>",
+    ]:
+        assert line in xml
+    assert "local-target" not in xml
+    assert "<cache>" not in xml
+
+
+def test_artemis_router_and_routerd_share_connectors_and_router() -> None:
+    """Scenario: the same connectors and connection router text in Artemis's file and routerd's."""
+    ports = _artemis_ports()
+    artemis = artemis_router_xml(
+        CREATED_BROKER_XML, name="r", port=ports.artemis_router, targets=ports.targets
+    )
+    routerd = routerd_artemis_config(ports)
+    shared = routerd[routerd.index("<connectors>") : routerd.index("</connection-routers>")]
+    assert shared in artemis
+
+
+def test_artemis_target_xml_keeps_every_protocol_and_the_login() -> None:
+    xml = artemis_target_xml(CREATED_BROKER_XML, name="target-1", port=22000)
+    assert "tcp://127.0.0.1:22000?" in xml
+    assert "protocols=CORE,AMQP,STOMP,HORNETQ,MQTT,OPENWIRE" in xml
+    assert "router=" not in xml
+    assert "<persistence-enabled>true</persistence-enabled>" in xml
+
+
+def test_artemis_router_xml_rejects_an_unexpected_file() -> None:
+    with pytest.raises(ValueError, match="expected '<name>template</name>' once"):
+        artemis_router_xml("<configuration/>", name="r", port=22002, targets=(22000, 22001))
+
+
+@pytest.mark.parametrize(
+    ("c1_only", "expected"),
+    [(True, "-XX:TieredStopAtLevel=1 -Xms64M -Xmx256M"), (False, "-XX:+UseG1GC -Xms64M -Xmx256M -D")],
+)
+def test_artemis_profile_sets_the_heap(c1_only: bool, expected: str) -> None:
+    assert expected in artemis_profile(CREATED_PROFILE, heap="256M", c1_only=c1_only)
+
+
+def test_artemis_profile_rejects_a_bad_heap() -> None:
+    with pytest.raises(ValueError, match="heap"):
+        artemis_profile(CREATED_PROFILE, heap="lots", c1_only=False)
+
+
+def test_artemis_log4j2_follows_routerd_level_and_quiets_client_failures() -> None:
+    text = artemis_log4j2(CREATED_LOG4J2, level="WARNING")
+    assert "rootLogger.level = WARN\n" in text
+    assert "logger.activemq.level=WARN\n" in text
+    assert text.endswith(
+        "logger.bench_client.name=org.apache.activemq.artemis.core.client\nlogger.bench_client.level=ERROR\n"
+    )
+    assert "level = INFO" not in artemis_log4j2(CREATED_LOG4J2, level="DEBUG")
+    with pytest.raises(ValueError, match="level"):
+        artemis_log4j2(CREATED_LOG4J2, level="TRACE")
+
+
+def test_routerd_artemis_config_redirects_three_protocols_by_client_id() -> None:
+    config = load_config_text(routerd_artemis_config(_artemis_ports()), "artemis.xml")
+    (router,) = config.routers
+    assert (router.name, router.key_type) == (ARTEMIS_ROUTER, KeyType.CLIENT_ID)
+    assert router.policy is not None
+    assert router.policy.name == "CONSISTENT_HASH"
+    assert router.pool is not None
+    assert router.pool.static_connectors == ("target-1", "target-2")
+    assert (router.cache, router.local_connector) == (None, None)
+    (acceptor,) = config.acceptors
+    assert (acceptor.port, acceptor.mode, acceptor.protocols) == (
+        22003,
+        AcceptorMode.REDIRECT,
+        ("CORE", "AMQP", "MQTT"),
+    )

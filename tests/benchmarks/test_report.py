@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.report import (
+    DEFAULT_GROUPS,
     FAILED,
     GOALS,
     GROUPS,
@@ -143,3 +144,53 @@ def test_median_figures_take_each_path_median_and_keep_reasons() -> None:
     assert medians["mqtt5_redirect_rate"].values == {"routerd": 30}
     assert medians["memory_per_connection"].values == {"routerd": None}
     assert medians["memory_per_connection"].reasons["routerd"].startswith(NOT_SUPPORTED)
+
+
+def test_default_groups_leave_out_artemis() -> None:
+    assert tuple(g for g in GROUPS if g != "artemis") == DEFAULT_GROUPS
+    assert GROUPS[-1] == "artemis"
+
+
+def test_format_table_without_artemis_figures_has_no_artemis_column() -> None:
+    figures = new_figures()
+    figures["connection_rate"].set("haproxy", 100.0)
+    assert "Artemis" not in format_table(figures).splitlines()[0]
+
+
+def test_format_table_with_artemis_figures_adds_its_column_ratio_and_note() -> None:
+    """Scenario: the artemis group's rows: an Artemis column, a ratio routerd/Artemis, the note
+    that HAProxy's value is a reference measured another way."""
+    figures = new_figures()
+    core = figures["artemis_core_redirect_rate"]
+    core.set("haproxy", 8000.0)
+    core.set("artemis", 4000.0)
+    core.set("routerd", 2000.0)
+    start = figures["artemis_router_start"]
+    start.set("artemis", 10.0)
+    start.set("routerd", 2.0)
+    table = format_table(figures).splitlines()
+    assert table[0].split() == [
+        "figure", "unit", "better", "direct", "HAProxy", "Artemis", "routerd",
+        "routerd/HAProxy", "routerd/Artemis",
+    ]  # fmt: skip
+    rows = {line.split("  ")[0].strip(): line for line in table[2:]}
+    assert rows[f"{core.title} [1]"].split()[-4:] == ["0.25", "(worse)", "0.50", "(worse)"]
+    assert rows[start.title].split()[-4:] == ["2.00", "-", "0.20", "(better)"]
+    assert table[-1] == f"[1] {core.note}"
+    assert core.to_json()["ratio_routerd_artemis"] == 0.5
+    assert "ratio_routerd_artemis" not in figures["connection_rate"].to_json()
+
+
+def test_goals_compare_routerd_redirects_with_artemis() -> None:
+    figures = new_figures()
+    for name, artemis, routerd in (
+        ("artemis_core_redirect_rate", 4000.0, 2000.0),
+        ("artemis_amqp_redirect_rate", 400.0, 2000.0),
+    ):
+        figures[name].set("artemis", artemis)
+        figures[name].set("routerd", routerd)
+    results = {r["goal"]: r for r in goal_results([figures])}
+    assert results["CORE redirect rate, routerd/Artemis"]["met"] is False
+    assert results["AMQP redirect rate, routerd/Artemis"]["median"] == 5.0
+    assert results["AMQP redirect rate, routerd/Artemis"]["met"] is True
+    assert results["MQTT 5 redirect rate, routerd/Artemis"]["met"] is None

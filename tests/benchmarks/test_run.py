@@ -1,7 +1,9 @@
-"""The benchmark command: a smoke run of the whole harness, and its command line.
+"""The benchmark command: a smoke run of the whole harness, one of the artemis group, and its
+command line.
 
-The smoke run is not a timed test: it asserts only that every figure is produced and positive,
-and that a figure routerd cannot produce yet is null with a reason saying so.
+The smoke runs are not timed tests: they assert only that every figure is produced and positive,
+that a figure routerd cannot produce yet is null with a reason saying so, and that every process
+started was stopped.
 """
 
 from __future__ import annotations
@@ -17,16 +19,21 @@ from typing import TYPE_CHECKING
 import pytest
 
 from benchmarks import run
+from benchmarks.artemis import missing_artemis
 from benchmarks.clients import REQUIRED_TOOLS, Loadgen, find_tool
 from benchmarks.configs import Ports
 from benchmarks.fleet import Fleet, pick_ports, pid_alive
-from benchmarks.report import GOALS, NOT_SUPPORTED, new_figures
+from benchmarks.report import DEFAULT_GROUPS, GOALS, NOT_SUPPORTED, new_figures
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 300
+ARTEMIS_SMOKE_TIMEOUT_S = 300
+"""Bound of `--quick --only artemis` (19-60 s measured on 2 shared CPUs: three JVM starts, an
+`artemis create`, javac, a client JVM)."""
+ARTEMIS_PROCESSES = {"target-1", "target-2", "artemis router", "routerd-artemis"}
 PAIRS_COMMAND = (
     sys.executable,
     "-m",
@@ -39,7 +46,7 @@ PAIRS_COMMAND = (
 )
 
 
-def _smoke(*args: str) -> subprocess.CompletedProcess[str]:
+def _smoke(*args: str, timeout: float = SMOKE_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """`python -m benchmarks.run ARGS` from the repository root; it must exit 0."""
     _require_tools()
     result = subprocess.run(
@@ -47,7 +54,7 @@ def _smoke(*args: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=SMOKE_TIMEOUT_S,
+        timeout=timeout,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -62,14 +69,16 @@ def _require_tools() -> None:
 
 @pytest.mark.integration
 def test_run_quick_produces_every_figure(tmp_path: Path) -> None:
-    """Scenario: `python -m benchmarks.run --quick` starts everything, fills every figure, stops all."""
+    """Scenario: `python -m benchmarks.run --quick` starts everything, fills every figure of the
+    default groups (all but artemis), stops all."""
     out = tmp_path / "x.json"
     result = _smoke("--quick", "--json", str(out))
     doc = json.loads(out.read_text())
     assert doc["failures"] == []
     assert doc["quick"] is True
+    assert doc["groups"] == list(DEFAULT_GROUPS)
     figures = doc["figures"]
-    assert set(figures) == set(new_figures())
+    assert set(figures) == {n for n, f in new_figures().items() if f.group in DEFAULT_GROUPS}
     for name, figure in figures.items():
         assert figure["values"], name
         for path, value in figure["values"].items():
@@ -83,8 +92,10 @@ def test_run_quick_produces_every_figure(tmp_path: Path) -> None:
             assert figure["ratio_routerd_haproxy"] > 0, name
     assert "routerd/HAProxy" in result.stdout
     assert len(doc["goals"]) == len(GOALS)
-    assert all(isinstance(goal["median"], float) for goal in doc["goals"]), doc["goals"]
+    default_goals = [g for g in doc["goals"] if "Artemis" not in g["goal"]]
+    assert all(isinstance(goal["median"], float) for goal in default_goals), doc["goals"]
     assert "goal (median over runs" in result.stdout
+    assert "Artemis" not in result.stdout.splitlines()[0]
     for figure in figures.values():
         assert figure["title"] in result.stdout
     started = dict(re.findall(r"started (.+) \(pid (\d+)\)", result.stderr))
@@ -92,6 +103,64 @@ def test_run_quick_produces_every_figure(tmp_path: Path) -> None:
     assert {"echo backends", "iperf3 server", "mosquitto", "haproxy", "routerd"} <= set(started)
     assert started.items() <= stopped.items(), result.stderr
     assert not [name for name, pid in started.items() if pid_alive(int(pid))]
+
+
+@pytest.mark.integration
+def test_run_quick_artemis_group_measures_routerd_beside_artemis(tmp_path: Path) -> None:
+    """Scenario: `--quick --only artemis` starts three real Artemis 2.40 brokers (a pure router and
+    its two targets) and a routerd over the same targets; both redirect the CORE, AMQP and MQTT 5
+    openings of the same load client, a Java client reaches a session through each, every figure
+    of the group is positive with its ratio routerd/Artemis, and every process is stopped."""
+    missing = missing_artemis()
+    if missing:
+        pytest.fail(f"the artemis group needs {', '.join(missing)}: run deploy/bootstrap.sh")
+    out = tmp_path / "artemis.json"
+    result = _smoke("--quick", "--only", "artemis", "--json", str(out), timeout=ARTEMIS_SMOKE_TIMEOUT_S)
+    doc = json.loads(out.read_text())
+    assert doc["failures"] == []
+    assert doc["groups"] == ["artemis"]
+    assert doc["versions"]["artemis"] == "2.40.0"
+    figures = doc["figures"]
+    assert set(figures) == {n for n, f in new_figures().items() if f.group == "artemis"}
+    for name, figure in figures.items():
+        for path, value in figure["values"].items():
+            assert isinstance(value, int | float), (name, path, figure["reasons"])
+            assert value > 0, (name, path, value)
+        assert figure["ratio_routerd_artemis"] > 0, name
+    for name in ("artemis_core_redirect_rate", "artemis_amqp_redirect_rate", "artemis_mqtt5_redirect_rate"):
+        assert figures[name]["details"]["artemis"]["errors"] == 0, figures[name]["details"]
+        assert figures[name]["details"]["routerd"]["errors"] == 0, figures[name]["details"]
+        assert (
+            figures[name]["values"]["haproxy"] == figures["artemis_core_redirect_rate"]["values"]["haproxy"]
+        )
+    session = figures["artemis_first_session"]["details"]
+    assert [session[p]["errors"] for p in ("direct", "artemis", "routerd")] == [0, 0, 0]
+    setup = figures["artemis_router_start"]["details"]["setup_s"]
+    assert setup["total"] > setup["routers_start_to_first_redirect"]["artemis"] > 0
+    artemis_goals = [g for g in doc["goals"] if "Artemis" in g["goal"]]
+    assert len(artemis_goals) == 3
+    assert all(isinstance(g["median"], float) for g in artemis_goals), artemis_goals
+    header = result.stdout.splitlines()[0].split()
+    assert header[-2:] == ["routerd/HAProxy", "routerd/Artemis"]
+    started = dict(re.findall(r"started (.+) \(pid (\d+)\)", result.stderr))
+    stopped = dict(re.findall(r"stopped (.+) \(pid (\d+)\)", result.stderr))
+    assert ARTEMIS_PROCESSES | {"haproxy", "routerd"} <= set(started)
+    assert started.items() <= stopped.items(), result.stderr
+    assert not [name for name, pid in started.items() if pid_alive(int(pid))]
+
+
+def test__parse_args_default_leaves_out_artemis() -> None:
+    assert run._parse_args([]).groups == list(DEFAULT_GROUPS)
+    assert run._parse_args(["--only", "artemis,rate"]).groups == ["rate", "artemis"]
+
+
+def test_main_artemis_without_java_or_artemis_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(run, "missing_artemis", lambda: ["javac"])
+    assert run.main(["--quick", "--only", "artemis", "--json", str(tmp_path / "x.json")]) == 2
+    assert "missing javac" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_main_only_decision_runs_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
