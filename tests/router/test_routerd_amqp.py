@@ -346,7 +346,8 @@ def _serve_one(port: int) -> str:
             False,
             r"protocol=amqp handshake rejected: \"unsupported protocol header .*\(AMQP 0-9-1\)",
         ),
-        (b"A", False, r"protocol=amqp handshake not complete after 2 s \(1 bytes\)"),
+        # Two bytes: "A" alone could still be AMQP or CORE ("ARTEMIS"), and says protocol=detect.
+        (b"AM", False, r"protocol=amqp handshake not complete after 2 s \(2 bytes\)"),
         (
             AMQP_HEADER + OPEN_OVERSIZED,
             False,
@@ -358,7 +359,7 @@ def _serve_one(port: int) -> str:
         "truncated-frame-then-stall",
         "garbage-after-header",
         "amqp-0-9-1-header",
-        "stall-after-first-byte",
+        "stall-after-two-bytes",
         "open-over-cap",
     ],
 )
