@@ -40,8 +40,7 @@ class WireProtocol(enum.Enum):
     OPENWIRE = "openwire"
     TLS = "tls"
     CORE = "core"
-    """Artemis CORE (and its HORNETQ variant): keys/core.py. Not offered by keys.detect yet: the
-    data path does not speak CORE (issue 32 point 3)."""
+    """Artemis CORE (and its HORNETQ variant): keys/core.py."""
 
 
 class NeedMore(enum.Enum):

@@ -9,6 +9,7 @@ module but through this list.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import TYPE_CHECKING, Final
 
@@ -45,13 +46,9 @@ def __getattr__(name: str) -> object:
     return _features()
 
 
+@functools.cache
 def _features() -> tuple[Feature, ...]:
-    found = globals().get("FEATURES")
-    if found is None:
-        found = globals()["FEATURES"] = tuple(
-            importlib.import_module(f"{__name__}.{folder}").FEATURE for folder in _FOLDERS
-        )
-    return found
+    return tuple(importlib.import_module(f"{__name__}.{folder}").FEATURE for folder in _FOLDERS)
 
 
 def routes() -> tuple[Route, ...]:

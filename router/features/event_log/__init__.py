@@ -28,6 +28,7 @@ router/config/ (`EventLogConfig`).
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -43,14 +44,15 @@ def __getattr__(name: str) -> object:
     needs none of the feature's routerd side (its service, routes, commands)."""
     if name != "FEATURE":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _feature()
+
+
+@functools.cache
+def _feature() -> Feature:
     from router.feature import Feature
     from router.features.event_log.commands import COMMANDS
     from router.features.event_log.metrics import EventLogMetrics
     from router.features.event_log.routes import ROUTES
     from router.features.event_log.service import start
 
-    feature = Feature(
-        name="event_log", routes=ROUTES, commands=COMMANDS, metrics=EventLogMetrics, start=start
-    )
-    globals()["FEATURE"] = feature
-    return feature
+    return Feature(name="event_log", routes=ROUTES, commands=COMMANDS, metrics=EventLogMetrics, start=start)
