@@ -26,7 +26,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias, assert_never
 
-from keys import ConnectionFacts, KeyType, WireProtocol
+from keys import ConnectionFacts, KeyType
 from keys.proxy_protocol import encode_v1, encode_v2
 from router.config.settings import AcceptorMode
 from router.core import answers
@@ -282,10 +282,11 @@ def plan(
     replay = opening.raw
     if acceptor.send_proxy_protocol is not None:
         replay = _proxy_header(opening, acceptor.send_proxy_protocol) + replay
-    if sniffed is None or (not opening.replied and sniffed.protocol is not WireProtocol.CORE):
-        # Nothing answered by the router: the target's own opening reaches the client unchanged.
-        # (A CORE client that sent its whole opening at once is owed the router's answers all the
-        # same, and its broker's topology is never passed on.)
+    target_filter = None if sniffed is None else answers.target_filter(sniffed)
+    if sniffed is None or (not opening.replied and target_filter is None):
+        # Nothing answered by the router, nothing to take out of the target's stream: the target's
+        # own opening reaches the client unchanged. (A protocol whose target stream is filtered,
+        # CORE, gets the router's answers and its broker's preamble dropped all the same.)
         return Proxy(key=key, reason=reason, target=target, connector=connector, replay=replay)
     return Proxy(
         key=key,
@@ -296,7 +297,7 @@ def plan(
         preamble=answers.target_preamble_measure(sniffed, opening.raw),
         owed=answers.owed_opening(sniffed, opening.raw, opening.replied),
         if_rejected=_with_owed(opening, answers.replay_rejected(sniffed, router)),
-        target_filter=answers.target_filter(sniffed),
+        target_filter=target_filter,
     )
 
 
