@@ -6,16 +6,17 @@ side then uses the options both offered (`OpenWireFormat.renegotiateWireFormat`:
 version, each flag only if both set it). The Java client sends its `WireFormatInfo` and waits
 for the server's before it sends anything else, so the router has to answer first, before it
 knows which broker the client goes to. It answers by echoing the client's own `WireFormatInfo`
-(version capped at the newest this module knows): negotiating with an echo leaves the client
-with exactly the options it offered, and an ActiveMQ Classic broker with default settings (tight
-encoding, cache, size prefix, version 12) agrees to those same options when the router later
-replays the client's bytes to it, so both ends of the spliced connection encode alike. The one
-default that differs is SizePrefixDisabled (off on brokers): a client that turns it on cannot be
-proxied to such a broker. Artemis (2.40) never negotiates the cache (its WireFormatInfo says
-CacheEnabled false), so a client proxied to Artemis must turn the cache off
-(`wireFormat.cacheEnabled=false`; docs/protocols.md). `sniff_server_preamble` measures the
-broker's own `WireFormatInfo` so the router can drop it on replay (the client already has the
-echo), and checks that the broker negotiates what the echo did.
+(version capped at the newest this module knows, `CacheEnabled` false): negotiating with an echo
+leaves the client with exactly the options it offered, less the marshal cache, and a broker with
+default settings (ActiveMQ Classic: tight encoding, cache, size prefix, version 12; Artemis: the
+same without the cache) agrees to those same options when the router later replays the client's
+bytes to it with `CacheEnabled` false too (`replayed_opening`), so both ends of the spliced
+connection encode alike. The cache is turned off because Artemis (2.40) never negotiates it:
+echoing it would leave a default client and Artemis disagreeing. The one default that differs is
+SizePrefixDisabled (off on brokers): a client that turns it on cannot be proxied to such a
+broker. `sniff_server_preamble` measures the broker's own `WireFormatInfo` so the router can drop
+it on replay (the client already has the echo), and checks that the broker negotiates what the
+echo did.
 
 After the echo the client sends `ConnectionInfo` (data type 3), possibly after `KeepAliveInfo`
 (data type 10) and, when a failover client reconnects, after the `ConnectionControl` (data type
@@ -54,6 +55,7 @@ __all__ = [
     "encode_wire_format_info",
     "parse_probe_response",
     "parse_probe_wire_format",
+    "replayed_opening",
     "sniff_server_preamble",
     "sniff_wire_format",
 ]
@@ -427,14 +429,18 @@ def _check_depth(depth: int) -> None:
         raise SniffError(_NAME, f"properties of WireFormatInfo nested deeper than {_MAX_PROPERTY_NESTING}")
 
 
-def _read_map(r: _Reader, depth: int) -> dict[str, object]:
-    """`MarshallingSupport.unmarshalPrimitiveMap`; a negative count is a null map."""
+def _read_map(r: _Reader, depth: int, flags: dict[str, int] | None = None) -> dict[str, object]:
+    """`MarshallingSupport.unmarshalPrimitiveMap`; a negative count is a null map. `flags`, if
+    given, gets the offset of each boolean value read (for `_without_cache`)."""
     _check_depth(depth)
     count = r.i32()
     result: dict[str, object] = {}
     for _ in range(max(count, 0)):
         name = _read_utf(r, "WireFormatInfo property name")
-        result[name] = _read_primitive(r, depth)
+        at = r.pos + 1
+        result[name] = value = _read_primitive(r, depth)
+        if flags is not None and value is True:
+            flags[name] = at
     return result
 
 
@@ -455,6 +461,9 @@ class _Opening:
     """The options as sent."""
     end: int
     """Offset just past the frame."""
+    cache_flag_at: int | None = None
+    """Offset of the byte that says `CacheEnabled` true (the boolean's value); None if the
+    frame does not turn the cache on."""
 
 
 def _check_wfi_prefix(data: bytes, who: str) -> None:
@@ -496,9 +505,11 @@ def _parse_wfi(data: bytes, who: str) -> _Opening | NeedMore:
     try:
         version = r.i32()
         props: dict[str, object] = {}
+        flags: dict[str, int] = {}
         if r.boolean():
             length = _non_negative(r.i32(), f"{who} WireFormatInfo properties")
-            props = _read_map(_Reader(r.take(length), 0, length), 0)
+            r.take(length)
+            props = _read_map(_Reader(data, r.pos - length, r.pos), 0, flags)
     except _Short:
         raise SniffError(_NAME, f"{who} WireFormatInfo is shorter than its fields") from None
     if version < 1:
@@ -512,25 +523,61 @@ def _parse_wfi(data: bytes, who: str) -> _Opening | NeedMore:
         max_inactivity_duration_ms=_number(props, "MaxInactivityDuration"),
         max_frame_size=_number(props, "MaxFrameSize"),
     )
-    return _Opening(offer=offer, end=end)
+    cache_flag_at = flags.get("CacheEnabled") if offer.cache_enabled else None
+    return _Opening(offer=offer, end=end, cache_flag_at=cache_flag_at)
 
 
 def _echo_offer(offer: WireFormat) -> WireFormat:
     """The options of the echo frame."""
-    return dataclasses.replace(offer, version=min(offer.version, MAX_VERSION))
+    return dataclasses.replace(
+        offer, version=min(offer.version, MAX_VERSION), cache_enabled=False, cache_size=0
+    )
+
+
+def _without_cache(frame: bytes, opening: _Opening) -> bytes:
+    """`frame` (starting with the `WireFormatInfo` of `opening`) with its `CacheEnabled` true
+    turned false in place: same length, so the size prefix still holds."""
+    at = opening.cache_flag_at
+    if at is None:
+        return frame
+    return frame[:at] + b"\x00" + frame[at + 1 :]
 
 
 def _echo_frame(data: bytes, opening: _Opening) -> bytes:
     """The client's own `WireFormatInfo` frame with the version field (after size, data type and
-    magic) replaced by min(client version, `MAX_VERSION`).
+    magic) replaced by min(client version, `MAX_VERSION`) and `CacheEnabled` false.
 
     Echoing the client's bytes, rather than offering options of our own, is what makes the
     options the client negotiates with the router equal those it would negotiate with a broker
     that accepts its offer (see the module docstring); the cap keeps the client on a marshaller
-    version this module can encode `ConnectionControl` for.
+    version this module can encode `ConnectionControl` for; the cache is off because not every
+    broker turns it on (see `replayed_opening`).
     """
     version = min(opening.offer.version, MAX_VERSION)
-    return data[:_WFI_VERSION_AT] + struct.pack(">i", version) + data[_WFI_VERSION_AT + 4 : opening.end]
+    frame = data[:_WFI_VERSION_AT] + struct.pack(">i", version) + data[_WFI_VERSION_AT + 4 : opening.end]
+    return _without_cache(frame, opening)
+
+
+def replayed_opening(data: bytes) -> bytes:
+    """What the router replays to the broker of a proxied client: the client's bytes, with its
+    `WireFormatInfo` saying `CacheEnabled` false.
+
+    The client negotiated the cache off with the router's echo, so the broker must negotiate it
+    off too (a broker that turns the cache on would read the client's commands as cached). Off is
+    the one choice every broker agrees to: Artemis never turns it on, ActiveMQ Classic turns it on
+    only if both sides offer it.
+
+    Args:
+        data: the bytes the client sent, from the start of the connection (its whole
+            `WireFormatInfo` among them).
+
+    Raises:
+        SniffError: the bytes do not start with a complete, valid `WireFormatInfo`.
+    """
+    opening = _parse_wfi(data, "client")
+    if opening is NEED_MORE:
+        raise SniffError(_NAME, "the client's WireFormatInfo is incomplete")
+    return _without_cache(data, opening)
 
 
 def _negotiated_with_echo(offer: WireFormat) -> WireFormat:

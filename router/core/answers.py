@@ -46,6 +46,7 @@ __all__ = [
     "redirects",
     "refusal",
     "replay_rejected",
+    "replayed_opening",
     "target_filter",
     "target_preamble_measure",
 ]
@@ -103,6 +104,15 @@ def owed_opening(sniffed: Sniffed, raw: bytes, replied: bytes) -> bytes:
             return b""
         case _:
             assert_never(sniffed.protocol)
+
+
+def replayed_opening(sniffed: Sniffed, raw: bytes) -> bytes:
+    """What the target of a proxied client whose opening the router answered is sent: the
+    client's bytes, adjusted where the router's answer changed what the client negotiated
+    (OpenWire: `CacheEnabled` false, as in the router's echo)."""
+    if sniffed.protocol is WireProtocol.OPENWIRE:
+        return openwire.replayed_opening(raw)
+    return raw
 
 
 def target_preamble_measure(sniffed: Sniffed, raw: bytes) -> Callable[[bytes], int | NeedMore] | None:

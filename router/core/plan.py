@@ -124,7 +124,8 @@ class Proxy:
     """The member to connect to (the active one of an HA pair)."""
     replay: bytes
     """Sent to the target first: the PROXY protocol header we send (when the acceptor sends one),
-    then the client's bytes read so far, unchanged."""
+    then the client's bytes read so far (unchanged, except where the router's own answer changed
+    what the client negotiated: `answers.replayed_opening`)."""
     preamble: Callable[[bytes], int | NeedMore] | None = None
     """When the router answered the client's server-first opening itself: measures the target's own
     version of those bytes in its answer to the replay, which is dropped (the client had ours)."""
@@ -279,21 +280,21 @@ def plan(
         said = answers.redirect(sniffed, opening.raw, connector, router, tls=acceptor.tls is not None)
         answer = _with_owed(opening, said)
         return Redirect(key=key, reason=reason, target=target, connector=connector, answer=answer)
-    replay = opening.raw
+    header = b""
     if acceptor.send_proxy_protocol is not None:
-        replay = _proxy_header(opening, acceptor.send_proxy_protocol) + replay
+        header = _proxy_header(opening, acceptor.send_proxy_protocol)
     target_filter = None if sniffed is None else answers.target_filter(sniffed)
     if sniffed is None or (not opening.replied and target_filter is None):
         # Nothing answered by the router, nothing to take out of the target's stream: the target's
         # own opening reaches the client unchanged. (A protocol whose target stream is filtered,
         # CORE, gets the router's answers and its broker's preamble dropped all the same.)
-        return Proxy(key=key, reason=reason, target=target, connector=connector, replay=replay)
+        return Proxy(key=key, reason=reason, target=target, connector=connector, replay=header + opening.raw)
     return Proxy(
         key=key,
         reason=reason,
         target=target,
         connector=connector,
-        replay=replay,
+        replay=header + answers.replayed_opening(sniffed, opening.raw),
         preamble=answers.target_preamble_measure(sniffed, opening.raw),
         owed=answers.owed_opening(sniffed, opening.raw, opening.replied),
         if_rejected=_with_owed(opening, answers.replay_rejected(sniffed, router)),

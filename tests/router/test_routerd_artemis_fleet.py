@@ -10,8 +10,7 @@ three clients whose client ids `routerctl route` sends to three different broker
 message to a queue of their own through routerd and leave it there. `artemis queue stat` on each
 broker then proves from the broker's side where each client landed: the message is on the
 predicted broker and nowhere else. Each client then receives its message back through routerd.
-A proxied OpenWire client needs `wireFormat.cacheEnabled=false` (see the OpenWire section below);
-with the defaults routerd closes it, which an xfail test records.
+The OpenWire clients run with their default options in both modes.
 
 Then a replication pair (`artemis_pair`) is one HA-pair target of its own routerd: a message sent
 through routerd to the primary is consumed through routerd from the backup after a kill -9 of the
@@ -395,14 +394,10 @@ def _stomp_receive(entry: Entry, client_id: str, queue: str) -> str:
 
 # OpenWire: the ActiveMQ Classic Java client from Debian (as test_routerd_activemq.py runs it), one
 # JVM for the three clients of a step; a JMS queue is an ANYCAST queue in Artemis. Proxied, the
-# client needs `wireFormat.cacheEnabled=false`: routerd answers the client's WireFormatInfo with an
-# echo of it before it knows the broker (keys/openwire.py), so the client keeps the marshal cache
-# it offers by default, and Artemis never negotiates that cache (its WireFormatInfo says
-# CacheEnabled false): routerd sees the two ends disagree and closes the client (`replay_failed`;
-# the xfail test_default_openwire_client_is_proxied_to_artemis). Redirected, the client negotiates
-# with the broker itself and needs nothing.
-
-OPENWIRE_PROXY_OPTIONS = "wireFormat.cacheEnabled=false"
+# client keeps its default options: routerd answers its WireFormatInfo before it knows the broker
+# with an echo that turns the marshal cache off, and replays it to Artemis with the cache off too
+# (Artemis never negotiates the cache; keys/openwire.py). Redirected, the client negotiates with
+# the broker itself.
 
 _FLEET_CLIENT_JAVA = """
 import javax.jms.*;
@@ -459,7 +454,7 @@ def _openwire_url(entry: Entry) -> str:
     router = f"tcp://127.0.0.1:{entry.port}"
     if entry.redirect:
         return f"failover:({router})?{FAILOVER_OPTIONS}"
-    return f"{router}?{OPENWIRE_PROXY_OPTIONS}"
+    return router
 
 
 def _run_fleet_client(
@@ -558,31 +553,6 @@ def test_fleet_clients_land_where_routerctl_route_predicts(
 
     received = _receive_all(client, entry, queues, classes)
     assert received == {client_id: f"hello-{client_id}" for client_id in predicted}
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="routerd echoes the OpenWire client's marshal cache, which Artemis does not negotiate",
-)
-def test_default_openwire_client_is_proxied_to_artemis(fleet: Fleet, fleet_client: Path) -> None:
-    """Scenario: the Java client with its default options (marshal cache on) through the proxy
-    acceptor. Today routerd closes it (`replay_failed`: Artemis negotiates CacheEnabled false but
-    the client was told true) and the client fails; strict, so this passes the day routerd
-    proxies it. Refused for any other reason, the test fails."""
-    client_id = _candidates("openwire", "proxy")[0]
-    queue = f"fleet.{uuid.uuid4().hex[:8]}.{client_id}"
-    before = fleet.router.mark()
-    entry = Entry(port=fleet.ports["proxy"], redirect=False)
-    default_options = f"tcp://127.0.0.1:{entry.port}"
-    try:
-        _run_fleet_client(fleet_client, "send", entry, {client_id: queue}, url=default_options)
-    finally:
-        # The closed line comes with the close, before the client's JVM has exited.
-        fleet.router.mark()
-        refused = [line for line in fleet.router.lines[before:] if "reason=replay_failed" in line]
-        if refused and "CacheEnabled False but the client was told True" not in refused[0]:
-            raise RuntimeError(f"refused for another reason: {refused}")
 
 
 # --- 2. an Artemis replication pair as one HA-pair target ---------------------------------------------
