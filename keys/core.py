@@ -48,6 +48,7 @@ function, `ChannelBufferWrapper`, `UTF8Util`, `SimpleString`, `TransportConfigur
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 import uuid
 from dataclasses import dataclass, field
@@ -245,6 +246,12 @@ def _err(reason: str) -> SniffError:
 # --- primitive encodings: ChannelBufferWrapper, UTF8Util, SimpleString ------------------------
 
 
+_U16: Final = struct.Struct(">H")
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+_TYPE_AND_CHANNEL: Final = struct.Struct(">bq")
+
+
 class _Reader:
     """Big-endian reads over `data[pos:end]`; reading past `end` is a SniffError naming the field."""
 
@@ -257,49 +264,82 @@ class _Reader:
         self.what = what
         """The packet being read, for messages ("CREATESESSION_V2")."""
 
-    def take(self, n: int, field_name: str) -> bytes:
-        if n > self.end - self.pos:
-            raise _err(
-                f"{self.what} {field_name} needs {n} bytes at offset {self.pos}, "
-                f"only {self.end - self.pos} are left in the packet"
-            )
-        chunk = self._data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
+    def _short(self, n: int, field_name: str) -> SniffError:
+        return _err(
+            f"{self.what} {field_name} needs {n} bytes at offset {self.pos}, "
+            f"only {self.end - self.pos} are left in the packet"
+        )
+
+    def take(self, n: int, field_name: str, suffix: str = "") -> bytes:
+        """`n` bytes; `field_name` + `suffix` names them in the error (joined only then: this runs
+        for every field of every opening)."""
+        pos = self.pos
+        if n > self.end - pos:
+            raise self._short(n, field_name + suffix)
+        self.pos = pos + n
+        return self._data[pos : pos + n]
 
     def u8(self, field_name: str) -> int:
-        return self.take(1, field_name)[0]
+        pos = self.pos
+        if pos >= self.end:
+            raise self._short(1, field_name)
+        self.pos = pos + 1
+        return self._data[pos]
 
     def boolean(self, field_name: str) -> bool:
         """`readBoolean`: any non-zero byte is true."""
         return self.u8(field_name) != 0
 
-    def u16(self, field_name: str) -> int:
-        return int.from_bytes(self.take(2, field_name), "big")
+    def u16(self, field_name: str, suffix: str = "") -> int:
+        pos = self.pos
+        if self.end - pos < 2:
+            raise self._short(2, field_name + suffix)
+        self.pos = pos + 2
+        value: int = _U16.unpack_from(self._data, pos)[0]
+        return value
 
-    def i32(self, field_name: str) -> int:
-        return int.from_bytes(self.take(4, field_name), "big", signed=True)
+    def i32(self, field_name: str, suffix: str = "") -> int:
+        pos = self.pos
+        if self.end - pos < 4:
+            raise self._short(4, field_name + suffix)
+        self.pos = pos + 4
+        value: int = _I32.unpack_from(self._data, pos)[0]
+        return value
 
     def i64(self, field_name: str) -> int:
-        return int.from_bytes(self.take(8, field_name), "big", signed=True)
+        pos = self.pos
+        if self.end - pos < 8:
+            raise self._short(8, field_name)
+        self.pos = pos + 8
+        value: int = _I64.unpack_from(self._data, pos)[0]
+        return value
 
     def present(self, field_name: str) -> bool:
         """The marker of a nullable value: 0 null, 1 present (`DataConstants`)."""
         marker = self.u8(field_name)
-        if marker not in (_NULL, _NOT_NULL):
+        if marker == _NOT_NULL:
+            return True
+        if marker != _NULL:
             raise _err(f"{self.what} {field_name}: nullable marker must be 0x00 or 0x01, got 0x{marker:02x}")
-        return marker == _NOT_NULL
+        return False
 
     def string(self, field_name: str) -> str:
         """`readString` (`ChannelBufferWrapper.readStringInternal`): int32 L = UTF-16 units, then
         L units (L < 9), or a uint16 byte count and modified UTF-8 (L < 4095), or a SimpleString."""
-        units = self.i32(f"{field_name} length")
+        units = self.i32(field_name, " length")
         if units < 0:
             raise _err(f"{self.what} {field_name}: string length {units} is negative")
         if units < _SHORT_STRING_UNITS:
             return self._units(self.take(2 * units, field_name), "utf-16-be", field_name)
         if units < _UTF_STRING_UNITS:
-            raw = self.take(self.u16(f"{field_name} byte count"), field_name)
+            raw = self.take(self.u16(field_name, " byte count"), field_name)
+            if raw.isascii():  # the common case: one byte per unit
+                if len(raw) != units:
+                    raise _err(
+                        f"{self.what} {field_name}: string length says {units} UTF-16 units, "
+                        f"its modified UTF-8 holds {len(raw)}"
+                    )
+                return raw.decode("ascii")
             decoded = _decode_modified_utf8(raw)
             if decoded is None:
                 raise _err(f"{self.what} {field_name}: bad modified UTF-8 {raw[:_QUOTE_BYTES].hex()}")
@@ -309,7 +349,7 @@ class _Reader:
                     f"its modified UTF-8 holds {len(decoded) // 2}"
                 )
             return self._units(decoded, "utf-16-be", field_name)
-        size = self.i32(f"{field_name} byte count")
+        size = self.i32(field_name, " byte count")
         if size != 2 * units:
             raise _err(
                 f"{self.what} {field_name}: string of {units} UTF-16 units must have {2 * units} "
@@ -324,7 +364,7 @@ class _Reader:
         """`readNullableSimpleString`: marker, int32 byte count, UTF-16LE."""
         if not self.present(field_name):
             return None
-        size = self.i32(f"{field_name} byte count")
+        size = self.i32(field_name, " byte count")
         if size < 0 or size % 2:
             raise _err(f"{self.what} {field_name}: SimpleString byte count must be even and >= 0, got {size}")
         return self._units(self.take(size, field_name), "utf-16-le", field_name)
@@ -384,6 +424,10 @@ def encode_string(value: str) -> bytes:
     Returns:
         The encoded String.
     """
+    if value.isascii():  # the common case, without a pass over the units: one byte per unit
+        count = len(value)
+        if _SHORT_STRING_UNITS <= count < _UTF_STRING_UNITS:
+            return struct.pack(">iH", count, count) + value.encode("ascii")
     units = value.encode("utf-16-be", "surrogatepass")
     count = len(units) // 2
     if count < _SHORT_STRING_UNITS:
@@ -491,18 +535,18 @@ def parse_packet(data: bytes, offset: int = 0, *, max_size: int = MAX_PACKET_BYT
     if len(data) < end:
         return NEED_MORE
     head = offset + _PREFIX_SIZE
-    packet_type, channel = struct.unpack_from(">bq", data, head)
+    packet_type, channel = _TYPE_AND_CHANNEL.unpack_from(data, head)
     return Packet(
         type=packet_type, channel=channel, body=data[head + _HEADER_SIZE : end], start=offset, end=end
     )
 
 
+_TYPE_NAMES: Final = {int(kind): kind.name for kind in PacketType}
+
+
 def _reader(packet: Packet) -> _Reader:
     """A reader over a packet's body whose errors name the packet."""
-    try:
-        what = PacketType(packet.type).name
-    except ValueError:
-        what = f"packet type {packet.type}"
+    what = _TYPE_NAMES.get(packet.type) or f"packet type {packet.type}"
     return _Reader(packet.body, 0, len(packet.body), what)
 
 
@@ -629,11 +673,31 @@ def encode_create_session(
     return encode_packet(packet_type, _SESSION_CHANNEL, body)
 
 
-def _topology_answer(client_version: int | None) -> bytes:
-    """The topology a non-clustered Artemis broker sends (`LocalChannelHandler`): one node, no
-    connectors, last=true, in the newest variant the client's version takes (None: the client
-    sent SUBSCRIBE_TOPOLOGY, which carries no version, so its channel version is 0)."""
+_PARSED_OPENINGS: Final = 64
+"""`parse_opening` results kept: a connection's opening is read a few times within one step, so a
+few per connection being opened at once is plenty; each is a few hundred bytes."""
+_MADE_ANSWERS: Final = 1024
+"""Redirect packets kept, one per (router, target, TLS), more than a fleet has; and PING answers,
+one per connection TTL (clients of one configuration send the same)."""
+
+
+def _topology_variant(client_version: int | None) -> int:
+    """The lowest client version of the topology variant `client_version` gets: the topology a
+    non-clustered Artemis broker sends (`LocalChannelHandler`) comes in the newest variant the
+    client's version takes (None: the client sent SUBSCRIBE_TOPOLOGY, which carries no version, so
+    its channel version is 0)."""
     version = client_version or 0
+    if version >= _CLIENT_ID_VERSION:
+        return _CLIENT_ID_VERSION
+    if version >= _TOPOLOGY_V2_VERSION:
+        return _TOPOLOGY_V2_VERSION
+    return 0
+
+
+@functools.cache
+def _topology_packet(version: int) -> bytes:
+    """The topology answer of a variant (`_topology_variant`): one node, no connectors,
+    last=true; made once per variant (three in all)."""
     # ClusterTopologyChangeMessage(_V2).encodeRest: exit, nodeID, [uniqueEventID,] then, as exit
     # is false, hasPrimary, hasBackup (no TransportConfiguration follows either) and last.
     node = encode_string(ROUTER_NODE_ID)
@@ -672,44 +736,68 @@ class Answered:
 
 
 def _answer(packet: Packet) -> Answered:
-    """The router's answer to a packet of the opening other than CREATESESSION."""
+    """The router's answer to a packet of the opening other than CREATESESSION (the packet's
+    fields are read for their checks; answers that do not depend on them are made once)."""
     r = _reader(packet)
-    kind = PacketType(packet.type)
-    if kind is PacketType.PING:
+    kind = packet.type
+    if kind == PacketType.PING:
         # Ping.decodeRest: connectionTTL; the broker echoes the packet (`channel0.send(packet)`).
-        ttl = r.i64("connectionTTL")
-        answer = encode_packet(PacketType.PING, _PING_CHANNEL, struct.pack(">q", ttl))
-        return Answered(
-            packet_type=kind, channel=packet.channel, answer=answer, broker_answers=frozenset({kind})
-        )
-    if kind in (PacketType.SUBSCRIBE_TOPOLOGY, PacketType.SUBSCRIBE_TOPOLOGY_V2):
+        return _ping_answered(packet.channel, r.i64("connectionTTL"))
+    if kind == PacketType.SUBSCRIBE_TOPOLOGY or kind == PacketType.SUBSCRIBE_TOPOLOGY_V2:
         # SubscribeClusterTopologyUpdatesMessage(V2).decodeRest: clusterConnection[, clientVersion].
         r.boolean("clusterConnection")
-        version = r.i32("clientVersion") if kind is PacketType.SUBSCRIBE_TOPOLOGY_V2 else None
-        return Answered(
-            packet_type=kind,
-            channel=packet.channel,
-            answer=_topology_answer(version),
-            broker_answers=_TOPOLOGY_TYPES,
-        )
-    if kind is PacketType.CHECK_FOR_FAILOVER:
-        # CheckFailoverMessage: nullable nodeID. Artemis says yes unless it has scaled down
-        # (`ActiveMQPacketHandler.handleCheckForFailover`); the router has nothing to scale down.
+        version = r.i32("clientVersion") if kind == PacketType.SUBSCRIBE_TOPOLOGY_V2 else None
+        return _topology_answered(kind, packet.channel, _topology_variant(version))
+    if kind == PacketType.CHECK_FOR_FAILOVER:
+        # CheckFailoverMessage: nullable nodeID.
         r.nullable_string("nodeID")
-        answer = encode_packet(PacketType.CHECK_FOR_FAILOVER_REPLY, _SESSION_CHANNEL, _TRUE)
-        reply = frozenset({PacketType.CHECK_FOR_FAILOVER_REPLY})
-        return Answered(packet_type=kind, channel=packet.channel, answer=answer, broker_answers=reply)
-    if kind is PacketType.REATTACH_SESSION:
-        # ReattachSessionMessage: name, lastConfirmedCommandID. For a session it does not know
-        # Artemis answers lastConfirmedCommandID -1, reattached false (`handleReattachSession`).
+        return _constant_answered(kind, packet.channel)
+    if kind == PacketType.REATTACH_SESSION:
+        # ReattachSessionMessage: name, lastConfirmedCommandID.
         r.string("name")
         r.i32("lastConfirmedCommandID")
+        return _constant_answered(kind, packet.channel)
+    raise AssertionError(f"no answer for {_type_name(packet.type)}")  # _check_opening_packet ran first
+
+
+@functools.lru_cache(maxsize=_MADE_ANSWERS)
+def _ping_answered(channel: int, ttl: int) -> Answered:
+    answer = encode_packet(PacketType.PING, _PING_CHANNEL, struct.pack(">q", ttl))
+    return Answered(
+        packet_type=PacketType.PING,
+        channel=channel,
+        answer=answer,
+        broker_answers=frozenset({PacketType.PING}),
+    )
+
+
+@functools.cache
+def _topology_answered(kind: int, channel: int, variant: int) -> Answered:
+    """Bounded: `_check_opening_packet` allows one channel per type, and there are three variants."""
+    return Answered(
+        packet_type=PacketType(kind),
+        channel=channel,
+        answer=_topology_packet(variant),
+        broker_answers=_TOPOLOGY_TYPES,
+    )
+
+
+@functools.cache
+def _constant_answered(kind: int, channel: int) -> Answered:
+    """The answers that depend on nothing the client sent (bounded as `_topology_answered`)."""
+    if kind == PacketType.CHECK_FOR_FAILOVER:
+        # Artemis says yes unless it has scaled down (`ActiveMQPacketHandler.handleCheckForFailover`);
+        # the router has nothing to scale down.
+        answer = encode_packet(PacketType.CHECK_FOR_FAILOVER_REPLY, _SESSION_CHANNEL, _TRUE)
+        reply = frozenset({PacketType.CHECK_FOR_FAILOVER_REPLY})
+    else:
+        # For a session it does not know Artemis answers lastConfirmedCommandID -1, reattached
+        # false (`handleReattachSession`).
         answer = encode_packet(
             PacketType.REATTACH_SESSION_RESP, _SESSION_CHANNEL, struct.pack(">i", -1) + _FALSE
         )
         reply = frozenset({PacketType.REATTACH_SESSION_RESP})
-        return Answered(packet_type=kind, channel=packet.channel, answer=answer, broker_answers=reply)
-    raise AssertionError(f"no answer for {_type_name(packet.type)}")  # _check_opening_packet ran first
+    return Answered(packet_type=PacketType(kind), channel=channel, answer=answer, broker_answers=reply)
 
 
 def _check_opening_packet(data: bytes, start: int) -> None:
@@ -761,8 +849,12 @@ def _check_magic(data: bytes) -> bytes | None:
     raise _err(f"connection must start with {ARTEMIS_MAGIC!r} or {HORNETQ_MAGIC!r}, got {got!r}")
 
 
+@functools.lru_cache(maxsize=_PARSED_OPENINGS)
 def parse_opening(data: bytes) -> CoreOpening | NeedMore:
     """Read a client's opening: the magic, then packets up to its first CREATESESSION(_V2).
+
+    The last few results are kept (the sniffer, the preamble the client is owed and the redirect
+    read one connection's opening several times); the result is immutable.
 
     Args:
         data: every byte the client sent so far.
@@ -780,26 +872,34 @@ def parse_opening(data: bytes) -> CoreOpening | NeedMore:
     if magic is None:
         return NEED_MORE
     answered: list[Answered] = []
-    pos = _MAGIC_SIZE
+    pos, size = _MAGIC_SIZE, len(data)
     while True:
         pending: int | None = None
-        if len(data) - pos >= _PREFIX_SIZE:
-            length = int.from_bytes(data[pos : pos + _PREFIX_SIZE], "big", signed=True)
+        if size - pos >= _PREFIX_SIZE:
+            length = _I32.unpack_from(data, pos)[0]
             _check_length(length, pos, MAX_PACKET_BYTES)
             pending = pos + _PREFIX_SIZE + length
         _check_opening_packet(data, pos)
-        packet = parse_packet(data, pos)
-        if packet is NEED_MORE:
+        if pending is None or size < pending:
             return CoreOpening(
                 magic=magic, answered=tuple(answered), session=None, end=pos, pending_end=pending
             )
-        if packet.type in (PacketType.CREATESESSION, PacketType.CREATESESSION_V2):
+        head = pos + _PREFIX_SIZE
+        packet_type, channel = _TYPE_AND_CHANNEL.unpack_from(data, head)
+        packet = Packet(
+            type=packet_type,
+            channel=channel,
+            body=data[head + _HEADER_SIZE : pending],
+            start=pos,
+            end=pending,
+        )
+        if packet_type == PacketType.CREATESESSION_V2 or packet_type == PacketType.CREATESESSION:
             session = _read_create_session(packet)
             return CoreOpening(
-                magic=magic, answered=tuple(answered), session=session, end=packet.end, pending_end=None
+                magic=magic, answered=tuple(answered), session=session, end=pending, pending_end=None
             )
         answered.append(_answer(packet))
-        pos = packet.end
+        pos = pending
 
 
 def server_preamble(data: bytes) -> bytes:
@@ -1090,6 +1190,14 @@ def encode_redirect(
     Raises:
         ValueError: an empty host or connector name, or a port out of range.
     """
+    return _redirect(router, connector_name, host, port, ssl_enabled, target_node_id)
+
+
+@functools.lru_cache(maxsize=_MADE_ANSWERS)
+def _redirect(
+    router: str, connector_name: str, host: str, port: int, ssl_enabled: bool, target_node_id: str | None
+) -> bytes:
+    """`encode_redirect`, made once per target and kept: every redirect to one target is the same."""
     if not host or not connector_name:
         raise ValueError(f"host and connector name must not be empty, got {host!r} and {connector_name!r}")
     if not 0 < port <= 0xFFFF:
