@@ -12,6 +12,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Final
 
+from pools.limits import TargetLimits, limits_from_params
+
 __all__ = [
     "COUNT_SOURCES",
     "LOCAL_NODE_ID",
@@ -56,6 +58,8 @@ _COUNT_PARAMS: Final = (
 _BOOLEANS: Final = {"true": True, "false": False}
 """URL parameter booleans, any letter case (as Artemis reads them with `Boolean.parseBoolean`,
 but strict: anything else is an error instead of false)."""
+
+_NO_LIMITS: Final = TargetLimits()
 
 LOCAL_NODE_ID: Final = "local"
 """Node id of the local target when the router has no local connector configured."""
@@ -197,6 +201,7 @@ class Connector:
     """(host, port) of each backup of an HA pair, in order; `host`/`port` are the primary's."""
     _pair: tuple[Connector, ...] = field(default=(), init=False, repr=False, compare=False)
     """An HA pair's `members`, built once here (routing reads them per decision); empty otherwise."""
+    _limits: TargetLimits = field(default=_NO_LIMITS, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -217,6 +222,11 @@ class Connector:
         if count.lower() == "true" and probe != "mqtt":
             raise ValueError(f"probeConnectionCount=true needs probe=mqtt, got probe={probe!r}")
         self._check_count_params(probe)
+        try:
+            limits = limits_from_params(self.param_map)
+        except ValueError as exc:
+            raise ValueError(f"connector {self.name!r}: {exc}") from None
+        object.__setattr__(self, "_limits", limits)  # frozen: set once, at construction
         weight = self.param_map.get("weight", "1")
         digits = weight.isascii() and weight.isdigit() and len(weight) <= len(str(MAX_WEIGHT))
         if not (digits and 1 <= int(weight) <= MAX_WEIGHT):
@@ -370,6 +380,12 @@ class Connector:
             password=params.get("connectionCountPassword"),
             origin=params.get("connectionCountOrigin"),
         )
+
+    @property
+    def limits(self) -> TargetLimits:
+        """The target's storm-protection limits (`maxConnections`, `maxQueue`, `queueTimeout`,
+        `connectRate`, `slowStart`: pools/limits.py); none by default."""
+        return self._limits
 
     @property
     def weight(self) -> int:

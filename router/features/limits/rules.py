@@ -18,7 +18,8 @@ The models are HAProxy's (server `maxconn` + `maxqueue` + `timeout queue`, `slow
   that instant (the slot is theirs). A redirect holds no slot (the router does not hold the
   client's connection), but takes a connect token: it sends one client to the target;
 - **slow start**: for `slow_start_s` after a target becomes ready (not at router start), its
-  effective limit and weight grow linearly from `SLOW_START_FLOOR` of full to full.
+  effective limit, connect rate and weight grow linearly from `SLOW_START_FLOOR` of full to full.
+  Hash policies keep their key -> target mapping: for them only the admission ramps.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ import enum
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pools.limits import TargetLimits
 
 __all__ = [
     "SLOW_START_FLOOR",
@@ -35,7 +39,6 @@ __all__ = [
     "Admit",
     "GateState",
     "TargetGate",
-    "TargetLimits",
     "TokenBucket",
     "Verdict",
     "slow_start_share",
@@ -44,9 +47,6 @@ __all__ = [
 SLOW_START_FLOOR: Final = 0.05
 """The share of its limit and weight a target starts slow start with (HAProxy starts above 0 too:
 a target at 0 would take nothing, and its ramp would never be measured)."""
-
-_BURST_SECONDS: Final = 0.1
-"""A target's connect bucket holds this many seconds of its rate (at least one token)."""
 
 
 def slow_start_share(ready_since: float | None, slow_start_s: float, now: float) -> float:
@@ -129,48 +129,6 @@ class AcceptRate:
 
     def retune(self, rate: float, burst: int, now: float) -> None:
         self._bucket.retune(rate, burst, now)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TargetLimits:
-    """A target's limits (its connector's `maxConnections`, `maxQueue`, `queueTimeout`,
-    `connectRate`, `slowStart`); the defaults are no limits."""
-
-    max_connections: int | None = None
-    """Proxied connections open at once; None = no limit."""
-    max_queue: int = 0
-    """Connections that may wait for a slot or a connect token; 0 = none wait (refused at once)."""
-    queue_timeout_s: float = 0.0
-    """How long one may wait before it is refused (or sent elsewhere)."""
-    connect_rate: float | None = None
-    """Connects (proxied) and redirects into the target a second; None = no limit."""
-    slow_start_s: float = 0.0
-    """The slow-start window; 0 = none."""
-
-    def __post_init__(self) -> None:
-        if self.max_connections is not None and self.max_connections < 1:
-            raise ValueError(f"maxConnections must be at least 1, got {self.max_connections!r}")
-        if self.max_queue < 0:
-            raise ValueError(f"maxQueue must be 0 or more, got {self.max_queue!r}")
-        if self.max_queue and self.max_connections is None and self.connect_rate is None:
-            raise ValueError("maxQueue needs maxConnections or connectRate: nothing would make clients wait")
-        if self.queue_timeout_s < 0 or not math.isfinite(self.queue_timeout_s):
-            raise ValueError(f"queueTimeout must be 0 or more, got {self.queue_timeout_s!r}")
-        if self.connect_rate is not None and not (self.connect_rate > 0 and math.isfinite(self.connect_rate)):
-            raise ValueError(f"connectRate must be a positive number, got {self.connect_rate!r}")
-        if self.slow_start_s < 0 or not math.isfinite(self.slow_start_s):
-            raise ValueError(f"slowStart must be 0 or more, got {self.slow_start_s!r}")
-
-    @property
-    def limited(self) -> bool:
-        """Whether anything here can make a client wait or be refused."""
-        return self.max_connections is not None or self.connect_rate is not None
-
-    @property
-    def connect_burst(self) -> float:
-        """The connect bucket's size: a tenth of a second of the rate, at least 1."""
-        assert self.connect_rate is not None
-        return max(1.0, self.connect_rate * _BURST_SECONDS)
 
 
 class Verdict(enum.Enum):
@@ -257,7 +215,15 @@ class TargetGate:
             limit = self.limit(now)
             if limit is not None and self.open >= limit:
                 return False
-        return self._bucket is None or self._bucket.ready_at(now) <= now
+        bucket = self._bucket
+        if bucket is None:
+            return True
+        if self.ready_since is not None:  # slow start: the rate ramps as the limit does
+            rate = self.limits.connect_rate
+            assert rate is not None
+            share = self.share(now)
+            bucket.retune(rate * share, max(1.0, self.limits.connect_burst * share), now)
+        return bucket.ready_at(now) <= now
 
     def _admit(self, now: float, *, slot: bool) -> None:
         if self._bucket is not None:

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pools.limits import TargetLimits
 from router.features.limits.rules import (
     SLOW_START_FLOOR,
     AcceptRate,
     TargetGate,
-    TargetLimits,
     TokenBucket,
     Verdict,
     slow_start_share,
@@ -66,31 +66,6 @@ def test_accept_rate_takes_its_burst_then_its_rate() -> None:
     assert sum(rate.take(1.0) for _ in range(10)) == 5
 
 
-class TestTargetLimits:
-    def test_defaults_limit_nothing(self) -> None:
-        assert not TargetLimits().limited
-
-    def test_connect_burst_is_a_tenth_of_a_second_at_least_one(self) -> None:
-        assert TargetLimits(connect_rate=500).connect_burst == 50
-        assert TargetLimits(connect_rate=3).connect_burst == 1
-
-    @pytest.mark.parametrize(
-        ("fields", "match"),
-        [
-            ({"max_connections": 0}, "maxConnections must be at least 1, got 0"),
-            ({"max_queue": -1, "max_connections": 1}, "maxQueue must be 0 or more, got -1"),
-            ({"max_queue": 10}, "maxQueue needs maxConnections or connectRate"),
-            ({"queue_timeout_s": -1.0}, "queueTimeout must be 0 or more"),
-            ({"connect_rate": 0.0}, "connectRate must be a positive number, got 0.0"),
-            ({"connect_rate": math.inf}, "connectRate must be a positive number"),
-            ({"slow_start_s": -5.0}, "slowStart must be 0 or more"),
-        ],
-    )
-    def test_rejects_bad_values_naming_the_option(self, fields: dict[str, float], match: str) -> None:
-        with pytest.raises(ValueError, match=match):
-            TargetLimits(**fields)  # type: ignore[arg-type]
-
-
 class TestSlowStart:
     def test_share_grows_linearly_from_the_floor(self) -> None:
         assert slow_start_share(None, 10.0, 5.0) == 1.0
@@ -104,6 +79,15 @@ class TestSlowStart:
         assert gate.limit(0.0) == 100  # ready at router start: no slow start
         gate.became_ready(50.0)
         assert [gate.limit(50.0 + s) for s in (0, 2.5, 5, 9.99, 10)] == [5, 25, 50, 99, 100]
+
+    def test_slow_start_ramps_the_connect_rate_too(self) -> None:
+        gate = TargetGate(TargetLimits(connect_rate=100, max_queue=1000, slow_start_s=10.0), now=0.0)
+        gate.became_ready(0.0)
+        admitted = sum(gate.offer(i, t / 100) is Verdict.ADMIT for i, t in enumerate(range(100)))
+        assert admitted <= 100 * 0.1 * 1.1 + 1  # the first second: at most ~10% of the rate
+        late = TargetGate(TargetLimits(connect_rate=100, max_queue=1000, slow_start_s=10.0), now=0.0)
+        late.became_ready(0.0)
+        assert sum(late.offer(i, 20 + t / 100) is Verdict.ADMIT for i, t in enumerate(range(100))) >= 95
 
     def test_slow_start_admits_a_growing_number(self) -> None:
         gate = TargetGate(TargetLimits(max_connections=20, max_queue=100, slow_start_s=10.0), now=0.0)
