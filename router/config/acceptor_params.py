@@ -302,6 +302,18 @@ ACCEPTOR_PARAMS: Final[tuple[AcceptorParam, ...]] = (
         meaning="client connections one source address may have open on the acceptor at once; -1 = no limit",
     ),
     AcceptorParam(
+        names=("connectionRate",),
+        kind=ParamKind.LIMIT,
+        field="connection_rate",
+        meaning="new connections a second the acceptor takes; over it, it stops accepting a moment; -1 = no limit",
+    ),
+    AcceptorParam(
+        names=("connectionBurst",),
+        kind=ParamKind.LIMIT,
+        field="connection_burst",
+        meaning="new connections the acceptor may take at once within connectionRate; -1 = a tenth of the rate",
+    ),
+    AcceptorParam(
         names=("fastPath",),
         kind=ParamKind.FLAG,
         field="fast_path",

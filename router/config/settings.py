@@ -131,6 +131,13 @@ class AcceptorConfig:
     connections_allowed_per_source: int = -1
     """Client connections one source address (the TCP peer's IP) may have open on the acceptor at
     once (our `connectionsAllowedPerSource`, as nginx's `limit_conn`); -1 = no limit."""
+    connection_rate: int = -1
+    """New connections a second the acceptor takes (our `connectionRate`, as EMQX's
+    `max_conn_rate`); over it the acceptor stops accepting for a moment and the kernel's backlog
+    holds the rest (router/features/limits). -1 = no limit."""
+    connection_burst: int = -1
+    """New connections the acceptor may take at once within `connection_rate` (our
+    `connectionBurst`); -1 = a tenth of the rate, at least 1."""
     fast_path: bool = True
     """Whether the acceptor may be served by the fast path when it qualifies (our `fastPath`);
     False keeps every connection on the trio path."""
@@ -152,6 +159,19 @@ class AcceptorConfig:
         check(ValueKind.TTL, "connectionTtl", self.connection_ttl_ms)
         check(ValueKind.TTL, "connectionsAllowed", self.connections_allowed)
         check(ValueKind.TTL, "connectionsAllowedPerSource", self.connections_allowed_per_source)
+        check(ValueKind.TTL, "connectionRate", self.connection_rate)
+        check(ValueKind.TTL, "connectionBurst", self.connection_burst)
+        if self.connection_burst != -1 and self.connection_rate == -1:
+            raise ValueError(f"connectionBurst needs connectionRate, got connectionBurst={self.connection_burst}")
+
+    @property
+    def accept_burst(self) -> int:
+        """`connection_burst`, or its default for `connection_rate`; 0 without a rate."""
+        if self.connection_rate == -1:
+            return 0
+        if self.connection_burst != -1:
+            return self.connection_burst
+        return max(1, self.connection_rate // 10)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

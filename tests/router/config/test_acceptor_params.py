@@ -68,6 +68,8 @@ class TestTable:
             "connectionTtl",
             "connectionsAllowed",
             "connectionsAllowedPerSource",
+            "connectionRate",
+            "connectionBurst",
             "fastPath",
         }
 
@@ -181,6 +183,9 @@ class TestAcceptorConfig:
                 "STOMP, got 'FOO' in 'MQTT,FOO'",
             ),
             ({"sendProxyProtocol": "v3"}, "acceptor 'a': sendProxyProtocol must be v1 or v2, got 'v3'"),
+            ({"connectionBurst": "5"}, "acceptor 'a': connectionBurst needs connectionRate, got connectionBurst=5"),
+            ({"connectionRate": "0"}, "connectionRate must be -1 (off) or > 0, got '0'"),
+            ({"connectionRate": "fast"}, "connectionRate must be"),
             (
                 {"sslEnabled": "true", "trustStoreType": "jks", "keyStorePath": "k"},
                 "trustStoreType 'JKS' is not supported",
@@ -190,6 +195,12 @@ class TestAcceptorConfig:
     def test_acceptor_config_rejects(self, params, message):
         with pytest.raises(ValueError, match=re.escape(message)):
             build(**params)
+
+    def test_acceptor_config_accept_burst_defaults_to_a_tenth_of_the_rate(self):
+        assert build().accept_burst == 0
+        assert build(connectionRate="1000").accept_burst == 100
+        assert build(connectionRate="5").accept_burst == 1
+        assert build(connectionRate="5", connectionBurst="20").accept_burst == 20
 
     def test_acceptor_config_agreeing_spellings_are_one_value(self):
         assert build(**{"handshake-timeout": "5", "handshakeTimeout": " 5"}).handshake_timeout_ms == 5000
