@@ -305,13 +305,13 @@ ACCEPTOR_PARAMS: Final[tuple[AcceptorParam, ...]] = (
         names=("connectionRate",),
         kind=ParamKind.LIMIT,
         field="connection_rate",
-        meaning="new connections a second the acceptor takes; over it, it stops accepting a moment; -1 = no limit",
+        meaning="new connections a second the acceptor takes (then it pauses accepting); -1 = no limit",
     ),
     AcceptorParam(
         names=("connectionBurst",),
         kind=ParamKind.LIMIT,
         field="connection_burst",
-        meaning="new connections the acceptor may take at once within connectionRate; -1 = a tenth of the rate",
+        meaning="new connections taken at once within connectionRate; -1 = a tenth of the rate",
     ),
     AcceptorParam(
         names=("fastPath",),

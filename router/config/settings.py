@@ -162,7 +162,9 @@ class AcceptorConfig:
         check(ValueKind.TTL, "connectionRate", self.connection_rate)
         check(ValueKind.TTL, "connectionBurst", self.connection_burst)
         if self.connection_burst != -1 and self.connection_rate == -1:
-            raise ValueError(f"connectionBurst needs connectionRate, got connectionBurst={self.connection_burst}")
+            raise ValueError(
+                f"connectionBurst needs connectionRate, got connectionBurst={self.connection_burst}"
+            )
 
     @property
     def accept_burst(self) -> int:

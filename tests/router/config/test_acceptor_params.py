@@ -183,7 +183,7 @@ class TestAcceptorConfig:
                 "STOMP, got 'FOO' in 'MQTT,FOO'",
             ),
             ({"sendProxyProtocol": "v3"}, "acceptor 'a': sendProxyProtocol must be v1 or v2, got 'v3'"),
-            ({"connectionBurst": "5"}, "acceptor 'a': connectionBurst needs connectionRate, got connectionBurst=5"),
+            ({"connectionBurst": "5"}, "connectionBurst needs connectionRate, got connectionBurst=5"),
             ({"connectionRate": "0"}, "connectionRate must be -1 (off) or > 0, got '0'"),
             ({"connectionRate": "fast"}, "connectionRate must be"),
             (
