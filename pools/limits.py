@@ -2,7 +2,7 @@
 
 Pure data: `TargetLimits` says how many proxied connections a target takes at once, how many may
 wait for it and how long, how many connects a second it takes, and how long its slow start lasts.
-The rules that apply them (gates, queues, token buckets) are router/features/limits/rules.py.
+The rules that apply them (gates, queues, token buckets) are pools/gates.py.
 
     maxConnections  proxied connections open at once (1 or more; none: no limit)
     maxQueue        connections that may wait for a slot or a connect (0 or more; default:

@@ -134,7 +134,7 @@ class AcceptorConfig:
     connection_rate: int = -1
     """New connections a second the acceptor takes (our `connectionRate`, as EMQX's
     `max_conn_rate`); over it the acceptor stops accepting for a moment and the kernel's backlog
-    holds the rest (router/features/limits). -1 = no limit."""
+    holds the rest (pools/gates.py `AcceptRate`). -1 = no limit."""
     connection_burst: int = -1
     """New connections the acceptor may take at once within `connection_rate` (our
     `connectionBurst`); -1 = a tenth of the rate, at least 1."""

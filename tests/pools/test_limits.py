@@ -1,5 +1,5 @@
 """A target's limits from its connector's URL parameters (pools/limits.py); the rules that apply
-them are tested in tests/router/features/limits/test_rules.py."""
+them are tested in tests/pools/test_gates.py."""
 
 from __future__ import annotations
 

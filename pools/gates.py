@@ -2,8 +2,8 @@
 bounded FIFO queue, connect-rate limits (per target and per acceptor) and slow start.
 
 Pure and clock-free (STYLE R4): every method takes `now` (seconds on the caller's monotonic clock)
-and returns a verdict; the data paths carry verdicts out (router/features/limits/service.py waits
-on the trio side). Everything that changes a gate's state is in this file.
+and returns a verdict; the data paths carry verdicts out. Everything that changes a gate's state
+is in this file; the limits themselves are read from connector parameters in pools/limits.py.
 
 The models are HAProxy's (server `maxconn` + `maxqueue` + `timeout queue`, `slowstart`,
 `rate-limit sessions`) and EMQX's (`max_conn_rate`, `max_conn_burst`):
@@ -112,23 +112,24 @@ class TokenBucket:
 class AcceptRate:
     """An acceptor's `connectionRate` / `connectionBurst`: how many new connections it takes a
     second. Over the limit the acceptor stops accepting until `ready_at` (the kernel's backlog
-    holds the rest), rather than closing connections."""
+    holds the rest), rather than closing connections. Its bucket starts full at the first `take`
+    (whose clock it then keeps: one acceptor is served by one data path)."""
 
-    __slots__ = ("_bucket",)
+    __slots__ = ("_bucket", "burst", "rate")
 
-    def __init__(self, rate: float, burst: int, now: float) -> None:
-        self._bucket = TokenBucket(rate, burst, now)
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._bucket: TokenBucket | None = None
 
     def take(self, now: float) -> bool:
         """Whether one more connection may be accepted now (taking its token)."""
+        if self._bucket is None:
+            self._bucket = TokenBucket(self.rate, self.burst, now)
         return self._bucket.take(now)
 
     def ready_at(self, now: float) -> float:
         """When the next connection may be accepted."""
-        return self._bucket.ready_at(now)
-
-    def retune(self, rate: float, burst: int, now: float) -> None:
-        self._bucket.retune(rate, burst, now)
+        return now if self._bucket is None else self._bucket.ready_at(now)
 
 
 class Verdict(enum.Enum):

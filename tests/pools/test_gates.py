@@ -1,4 +1,4 @@
-"""The storm protection rules (router/features/limits/rules.py): token buckets, target gates with
+"""The storm protection rules (pools/gates.py): token buckets, target gates with
 their FIFO queue, slow start. Pure: time is an argument, so each test walks its own clock."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pools.limits import TargetLimits
-from router.features.limits.rules import (
+from pools.gates import (
     SLOW_START_FLOOR,
     AcceptRate,
     TargetGate,
@@ -18,6 +17,7 @@ from router.features.limits.rules import (
     Verdict,
     slow_start_share,
 )
+from pools.limits import TargetLimits
 
 
 class TestTokenBucket:
@@ -60,7 +60,8 @@ class TestTokenBucket:
 
 
 def test_accept_rate_takes_its_burst_then_its_rate() -> None:
-    rate = AcceptRate(rate=100, burst=5, now=0.0)
+    rate = AcceptRate(rate=100, burst=5)
+    assert rate.ready_at(0.0) == 0.0
     assert sum(rate.take(0.0) for _ in range(10)) == 5
     assert rate.ready_at(0.0) == pytest.approx(0.01)
     assert sum(rate.take(1.0) for _ in range(10)) == 5
