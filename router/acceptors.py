@@ -22,6 +22,7 @@ import trio
 from keys import KeyType
 from keys.detect import make_detector
 from keys.users import UserStore
+from pools.gates import AcceptRate
 from router.core.address import Address
 from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission, descriptor_budget
 from router.core.plan import fast_path_serves
@@ -176,6 +177,9 @@ def serve_acceptor(
         connection_ttl_ms=connection_ttl_ms,
         limits=limits,
         admission=admission,
+        accept_rate=None
+        if acceptor.connection_rate < 0
+        else AcceptRate(acceptor.connection_rate, acceptor.accept_burst),
     )
 
 
@@ -188,7 +192,11 @@ def acceptor_limits(acceptor: AcceptorConfig) -> AcceptorLimits | None:
 async def _accept_loop(
     listener: trio.SocketListener, acceptor: ServedAcceptor, handlers: trio.Nursery
 ) -> None:
+    rate = acceptor.accept_rate
     while True:
+        if rate is not None and not rate.take(now := trio.current_time()):
+            await trio.sleep_until(rate.ready_at(now))  # the kernel's backlog holds the rest meanwhile
+            continue
         try:
             stream = await listener.accept()
         except trio.ClosedResourceError:  # a reload closed it (its scope was cancelled first)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from keys.detect import Detector
     from keys.users import UserStore
+    from pools.gates import AcceptRate
     from router.config.settings import AcceptorConfig
     from router.core.address import Address
     from router.runtime import RouterRuntime
@@ -69,6 +70,8 @@ class ServedAcceptor:
     """Shared by every acceptor of the process (the default, for tests: no limits)."""
     pending: Pending = field(default_factory=Pending)
     """Its trio-path connections without a decision yet (the status resource shows them)."""
+    accept_rate: AcceptRate | None = None
+    """Its `connectionRate`: the data path serving it pauses accepting while it is used up."""
 
     @property
     def name(self) -> str:

@@ -519,7 +519,13 @@ class FastPath:
     # -- accept, open --
 
     def _accept(self, listener: _Listener) -> None:
+        rate = listener.acceptor.accept_rate
         for _ in range(ACCEPT_BATCH):
+            if rate is not None and not rate.take(now := self._clock()):
+                # `connectionRate` used up: stop watching the listener until the next token; the
+                # kernel's backlog holds the connections meanwhile.
+                self._pause_listener(listener, rate.ready_at(now))
+                return
             try:
                 fd, address = listener.accept_fd()
             except BlockingIOError:
@@ -557,9 +563,12 @@ class FastPath:
             exc.strerror,
             ACCEPT_BACKOFF_S,
         )
+        self._pause_listener(listener, self._clock() + ACCEPT_BACKOFF_S)
+
+    def _pause_listener(self, listener: _Listener, until: float) -> None:
         self._epoll.unregister(listener.sock.fileno())
         listener.paused = True
-        self._at(self._clock() + ACCEPT_BACKOFF_S, listener)
+        self._at(until, listener)
 
     def _resume_accepting(self, listener: _Listener) -> None:
         fd = listener.sock.fileno()
