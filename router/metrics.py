@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONNECT_BUCKETS_S",
+    "QUEUE_BUCKETS_S",
     "Family",
     "FeatureMetrics",
     "Histogram",
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 CONNECT_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+QUEUE_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Buckets of `router_target_queue_wait_seconds`: a wait is a fraction of a queueTimeout (5 s by
+default), up to half a minute."""
 """Upper bounds of `router_target_connect_duration_seconds`: from a loopback connect (about 0.1 ms
 here) through a LAN's and a WAN's, to the connect deadline (5 s, HAProxy's usual `timeout
 connect`)."""
@@ -193,9 +197,39 @@ class Metrics:
             "router_routing_refusals_total",
             "Routed client connections the router refused (or closed) instead of connecting them, "
             "by router and reason: no_ready_target, policy_selects_none, no_pool_or_policy, "
-            "routing_timed_out, no_local_connector or connect_failed (the connect failed and no "
-            "other target was tried).",
+            "routing_timed_out, no_local_connector, connect_failed (the connect failed and no "
+            "other target was tried), queue_full or queue_timeout (the target's maxConnections "
+            "or connectRate held it back: its queue was full, or it waited queueTimeout).",
             ("router", "reason"),
+        )
+        self.queue_wait = Histogram(
+            "router_target_queue_wait_seconds",
+            "How long connections waited in their target's queue (maxConnections, connectRate) "
+            "before they were let in or refused at the queue timeout; its _count is the "
+            "connections that waited.",
+            ("router", "node_id"),
+            QUEUE_BUCKETS_S,
+        )
+        self.queue_length = Family(
+            MetricKind.GAUGE,
+            "router_target_queue_length",
+            "Connections waiting for their target's gate now (targets with maxConnections or "
+            "connectRate; read at each scrape).",
+            ("router", "node_id"),
+        )
+        self.gate_open = Family(
+            MetricKind.GAUGE,
+            "router_target_gate_connections",
+            "Proxied connections holding one of their target's maxConnections slots now (read at "
+            "each scrape).",
+            ("router", "node_id"),
+        )
+        self.gate_limit = Family(
+            MetricKind.GAUGE,
+            "router_target_gate_limit",
+            "A target's effective maxConnections now: lower than configured during its slow start "
+            "(read at each scrape; targets with maxConnections only).",
+            ("router", "node_id"),
         )
         self.proxied_bytes = Family(
             MetricKind.COUNTER,

@@ -31,6 +31,8 @@ from router.core.events import (
     ConnectFailure,
     ConnectionsClosed,
     Decided,
+    GateOutcome,
+    Held,
     LookedUp,
     Mode,
     NotAuthorized,
@@ -97,6 +99,31 @@ def _log_connect_failed(event: ConnectFailed) -> None:
         event.node_id,
         event.reason,
         "" if event.redispatched_to is None else f" redispatched_to={event.redispatched_to}",
+    )
+
+
+def _log_held(event: Held) -> None:
+    conn = event.conn
+    if event.outcome is GateOutcome.ADMITTED:
+        if conn_log.isEnabledFor(logging.INFO):
+            conn_log.info(
+                "peer=%s router=%s key=%s target=%s waited_s=%.3f: let in by the target's gate",
+                conn.peer,
+                conn.router,
+                shown(event.key),
+                event.node_id,
+                event.waited_s,
+            )
+        return
+    conn_log.warning(
+        "peer=%s acceptor=%s router=%s key=%s target=%s outcome=REFUSED_UNAVAILABLE reason=%s waited_s=%.3f",
+        conn.peer,
+        conn.acceptor,
+        conn.router,
+        shown(event.key),
+        event.node_id,
+        event.outcome.value,
+        event.waited_s,
     )
 
 
@@ -260,6 +287,7 @@ _LOG_LINES: Final[Mapping[type[Event], Callable[[Any], None]]] = {
     ConnectFailed: _log_connect_failed,
     OpeningFailed: _log_opening_failed,
     NotAuthorized: _log_not_authorized,
+    Held: _log_held,
     ConnectionsClosed: _log_connections_closed,
     PoolEvent: _log_pool_event,
 }
@@ -287,6 +315,7 @@ class MetricUpdates:
             ConnectFailed: self._connect_failed,
             OpeningFailed: self._opening_failed,
             NotAuthorized: self._not_authorized,
+            Held: self._held,
             LookedUp: self._looked_up,
             AcceptRefused: self._accept_refused,
             ConnectionsClosed: self._connections_closed,
@@ -337,6 +366,13 @@ class MetricUpdates:
             return
         if cause is not ConnectFailure.CLOSED_BY_ROUTER:  # the client is refused in its protocol
             m.refusals.inc((router, _REFUSAL_LABELS[DecisionReason.CONNECT_FAILED._value_]))
+
+    def _held(self, event: Held) -> None:
+        m, router, outcome = self.metrics, event.conn.router, event.outcome
+        if outcome is not GateOutcome.QUEUE_FULL:
+            m.queue_wait.observe((router, event.node_id), event.waited_s)
+        if outcome is not GateOutcome.ADMITTED:
+            m.refusals.inc((router, outcome.name.lower()))
 
     def _opening_failed(self, event: OpeningFailed) -> None:
         failure = event.failure

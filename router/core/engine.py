@@ -89,6 +89,11 @@ class DecisionReason(enum.Enum):
     (`RoutingEngine.redispatch`, HAProxy's `option redispatch`)."""
     CONNECT_FAILED = "connect failed"
     """The connect to the chosen target failed and there was no other to try."""
+    QUEUE_FULL = "queue full"
+    """The chosen target is at its `maxConnections` or `connectRate` and its queue is full (the
+    target's gate, router/runtime/gates.py)."""
+    QUEUE_TIMEOUT = "queue timeout"
+    """The connection waited the chosen target's `queueTimeout` for a slot or a connect token."""
 
 
 @quick_init

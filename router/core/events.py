@@ -52,6 +52,8 @@ __all__ = [
     "ConnectionsClosed",
     "Decided",
     "Event",
+    "GateOutcome",
+    "Held",
     "LookedUp",
     "Mode",
     "NotAuthorized",
@@ -310,8 +312,32 @@ class LookedUp:
     status: RouteStatus
 
 
+class GateOutcome(enum.Enum):
+    """How a connection's wait at its target's gate ended (router/runtime/gates.py); the value is
+    what the log line prints."""
+
+    ADMITTED = "admitted"
+    QUEUE_FULL = "queue full"
+    """The target's queue was full (or it has none): refused at once."""
+    QUEUE_TIMEOUT = "queue timeout"
+    """It waited the target's `queueTimeout` without a slot or a connect token: refused."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Held:
+    """A connection its target's gate (`maxConnections`, `connectRate`, pools/gates.py) did not let
+    through at once: let in after waiting, or refused in its protocol's words."""
+
+    conn: ConnectionRef
+    key: str
+    node_id: str
+    outcome: GateOutcome
+    waited_s: float
+    """From the gate's first answer to the outcome (0 for a full queue)."""
+
+
 ConnectionEvent: TypeAlias = (
-    Accepted | OpeningFailed | NotAuthorized | Decided | Connected | ConnectFailed | Closed
+    Accepted | OpeningFailed | NotAuthorized | Decided | Held | Connected | ConnectFailed | Closed
 )
 """What happened to one client connection."""
 

@@ -37,6 +37,7 @@ from router.core.plan import after_connect_failed
 from router.core.status import TargetHistory, snapshot
 from router.reports import MetricUpdates, TargetMetrics, log_event
 from router.runtime.connections import RouterConnections
+from router.runtime.gates import RouterGates
 from router.runtime.pool import RouterPool
 from router.runtime.reports import Reports
 from router.runtime.state import RouterState
@@ -89,7 +90,12 @@ class RouterRuntime:
         """Hand an event to every subscriber; `report.subscribe` adds one."""
         self.connections: Final = RouterConnections(self.name, state, self.report)
         """The proxied connections: registered by the data paths, closed by the router."""
-        self.pool: Final = RouterPool(self.name, state, self.report, self.connections, metrics)
+        try:
+            clock = trio.lowlevel.current_clock().current_time
+        except RuntimeError:  # built outside trio (tests of the decision code): a clock of its own
+            clock = time.monotonic
+        gates = RouterGates([] if pool is None else pool.targets, clock)
+        self.pool: Final = RouterPool(self.name, state, self.report, self.connections, metrics, gates)
         """The pool's changes, queries and waits."""
         updates.router_started(self.name, None if pool is None else [t.node_id for t in pool.targets])
         if pool is not None:
@@ -99,6 +105,7 @@ class RouterRuntime:
             metrics.sample_when_scraped(lambda: target_metrics(self.status().pool)),
             metrics.sample_when_scraped(self._sample_cache),
             metrics.sample_when_scraped(self._sample_bytes),
+            metrics.sample_when_scraped(self._sample_gates),
         )
         """Takes this router's samplers off (`retire`)."""
         self._cache_reported = (0, 0, 0)
@@ -147,6 +154,16 @@ class RouterRuntime:
             if now > before:
                 metrics.proxied_bytes.inc((name, direction), now - before)
         self._bytes_reported = relayed
+
+    def _sample_gates(self) -> None:
+        """Each gate's queue, slots held and effective limit, for a scrape (the metrics' thread)."""
+        metrics = self.metrics
+        for node_id, gate in self.pool.gates.states().items():
+            labels = (self.name, node_id)
+            metrics.queue_length.set(labels, gate.queued)
+            if gate.limit is not None:
+                metrics.gate_open.set(labels, gate.open)
+                metrics.gate_limit.set(labels, gate.limit)
 
     # -- connections and decisions (either thread, unless said) --
 
@@ -264,6 +281,8 @@ class RouterRuntime:
             if appeared:  # a pool the router did not have: its targets' history starts now
                 assert pool is not None
                 self.pool.observe([t.node_id for t in pool.targets], time.time())
+            in_pool = () if pool is None else pool.targets
+        self.pool.gates.reconfigure(in_pool)  # limits changed in place: waiting clients stay
         self.pool.apply(events)
 
     def retire(self) -> None:

@@ -21,7 +21,7 @@ from router.core.live import broker_failure, closed_by_pool_change
 from router.core.status import CheckRecord, operational_state
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from pools import AdminState, Connector, PoolEvent, Target, TargetState
     from router.core.engine import QuorumWait, RouteDecision
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from router.core.live import LiveConnection
     from router.metrics import Metrics
     from router.runtime.connections import RouterConnections
+    from router.runtime.gates import RouterGates
     from router.runtime.reports import Reports
     from router.runtime.state import RouterState
 
@@ -39,14 +40,26 @@ class RouterPool:
     """One router's pool at run time (see the module docstring)."""
 
     def __init__(
-        self, name: str, state: RouterState, report: Reports, connections: RouterConnections, metrics: Metrics
+        self,
+        name: str,
+        state: RouterState,
+        report: Reports,
+        connections: RouterConnections,
+        metrics: Metrics,
+        gates: RouterGates,
     ) -> None:
         self._name, self._state, self._report = name, state, report
-        self._connections, self._metrics = connections, metrics
+        self._connections, self._metrics, self._gates = connections, metrics, gates
         self._changed = trio.Event()
         """Set (and replaced) on every pool change: `wait_until` re-checks then."""
         self._outliers_changed = trio.Event()
         """Set when an ejection begins, so `serve_outlier_returns` looks at its end."""
+
+    @property
+    def gates(self) -> RouterGates:
+        """The targets' gates (`maxConnections`, `connectRate`, `slowStart`): both data paths pass
+        them before a connection goes to its target."""
+        return self._gates
 
     # -- changes (trio thread) --
 
@@ -252,6 +265,17 @@ class RouterPool:
         with self._state as state:
             return state.engine.finish(wait, trio.current_time())
 
+    def _update_gates(self, events: Sequence[PoolEvent]) -> None:
+        """A target that became ready starts its slow start; targets joining or leaving get or
+        lose their gates."""
+        if any(e.kind in (PoolEventKind.TARGET_ADDED, PoolEventKind.TARGET_REMOVED) for e in events):
+            with self._state as state:
+                targets = () if state.pool is None else state.pool.targets
+            self._gates.reconfigure(targets)
+        for event in events:
+            if event.kind is PoolEventKind.TARGET_READY and event.node_id is not None:
+                self._gates.became_ready(event.node_id)
+
     def _has_routing_targets(self) -> bool:
         with self._state as state:
             return state.pool is not None and bool(state.pool.routing_targets())
@@ -290,6 +314,7 @@ class RouterPool:
                     self.observe([event.node_id], now)
         for event in events:
             self._report(event)
+        self._update_gates(events)
         for event in events:
             if (closing := closed_by_pool_change(event)) is not None:
                 self._connections.close_to(*closing)

@@ -440,7 +440,7 @@ def _event_types() -> set[type]:
 
 def test_every_event_type_has_a_log_line_or_is_silent_and_has_a_metric_update() -> None:
     types = _event_types()
-    assert len(types) == 11
+    assert len(types) == 12
     assert set(reports._LOG_LINES) | reports.SILENT_EVENTS == types
     assert not set(reports._LOG_LINES) & reports.SILENT_EVENTS
     assert set(MetricUpdates(Metrics())._updates) == types

@@ -1,0 +1,190 @@
+"""One router's target gates at run time: the storm protection both data paths consult before a
+connection goes to its target (the rules: pools/gates.py; the limits: pools/limits.py).
+
+Only targets whose connector sets a limit have a gate; a target without one costs a dict lookup.
+Both data paths offer connections and release slots (a lock around each gate call, a few
+operations under it); waiting happens on the trio side only (`enter`): the fast path hands a
+connection that must wait over to it. A slot released by the fast-path thread wakes the trio
+side through `notify` (set when the trio side starts); waiting connections also look again at the
+time their gate names (a connect token due, slow start growing the limit) and at their deadline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from pools.gates import GateState, TargetGate, Verdict
+from router.core.events import GateOutcome
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from pools import Target
+
+__all__ = ["RouterGates"]
+
+_waiter_ids = itertools.count(1)
+"""Waiter ids, unique in the process (`next` on a count is atomic under the GIL)."""
+
+
+class RouterGates:
+    """The gates of one router's limited targets (see the module docstring)."""
+
+    __slots__ = ("_clock", "_events", "_first_ready", "_gates", "_lock", "notify")
+
+    def __init__(self, targets: Iterable[Target], clock: Callable[[], float]) -> None:
+        """Args:
+        targets: the router's targets; those whose connector sets limits get a gate.
+        clock: the trio clock's `current_time` (the time base of both data paths).
+        """
+        targets = tuple(targets)
+        self._clock: Final = clock
+        self._lock = threading.Lock()
+        self._gates: dict[str, TargetGate] = {}
+        self._events: dict[int, trio.Event] = {}
+        """Waiter id -> the event its `enter` waits on (trio thread only)."""
+        self._first_ready: set[str] = {target.node_id for target in targets}
+        """Targets present at router start that have not been ready yet: their first ready is
+        the start, not a return (no slow start)."""
+        self.notify: Callable[[str], None] | None = None
+        """Wakes the trio side for a target whose slot the fast path released (None: no trio side
+        yet; its waiters still look again at their deadlines)."""
+        self.reconfigure(targets)
+
+    # -- both threads --
+
+    def limited(self, node_id: str) -> bool:
+        """Whether the target has a gate (a dict lookup: what an unlimited target costs)."""
+        return node_id in self._gates
+
+    def offer(self, node_id: str, *, slot: bool) -> Verdict:
+        """Admit a connection at once if its target's gate lets it (ADMIT; a proxied one holds a
+        slot until `release`), else say so without queueing it (QUEUED: `enter` would wait; FULL:
+        refuse). For the fast path, which cannot wait."""
+        gate = self._gates.get(node_id)
+        if gate is None:
+            return Verdict.ADMIT
+        with self._lock:
+            if gate.waiting:
+                return Verdict.QUEUED if len(gate.waiting) < gate.limits.max_queue else Verdict.FULL
+            verdict = gate.offer(0, self._clock(), slot=slot)
+            if verdict is Verdict.QUEUED:  # nothing may be queued here: only `enter` waits
+                gate.cancel(0)
+            return verdict
+
+    def release(self, node_id: str) -> None:
+        """A proxied connection that held a slot of the target ended (or its connect failed)."""
+        gate = self._gates.get(node_id)
+        if gate is None:
+            return
+        with self._lock:
+            gate.release()
+            waiting = bool(gate.waiting)
+        if waiting and self.notify is not None:
+            self.notify(node_id)
+
+    # -- trio thread --
+
+    def pump(self, node_id: str) -> float | None:
+        """Let waiting connections of the target in while its gate allows; when to look again."""
+        gate = self._gates.get(node_id)
+        if gate is None:
+            return None
+        with self._lock:
+            admit = gate.admit_waiting(self._clock())
+        for waiter in admit.admitted:
+            event = self._events.get(waiter)
+            if event is not None:
+                event.set()
+        return admit.retry_at
+
+    async def enter(self, node_id: str, *, slot: bool) -> GateOutcome:
+        """Pass the target's gate: at once, or after waiting in its queue (FIFO) up to its
+        `queueTimeout`. ADMITTED holds a slot when `slot` (release it when the connection ends).
+        A waiter cancelled from outside (shutdown) leaves the queue, or gives its slot back."""
+        gate = self._gates.get(node_id)
+        if gate is None:
+            return GateOutcome.ADMITTED
+        waiter = next(_waiter_ids)
+        now = self._clock()
+        with self._lock:
+            verdict = gate.offer(waiter, now, slot=slot)
+        if verdict is Verdict.ADMIT:
+            return GateOutcome.ADMITTED
+        if verdict is Verdict.FULL:
+            return GateOutcome.QUEUE_FULL
+        event = self._events[waiter] = trio.Event()
+        deadline = now + gate.limits.queue_timeout_s
+        try:
+            while not event.is_set():
+                retry_at = self.pump(node_id)
+                if event.is_set() or self._clock() >= deadline:
+                    break
+                with trio.move_on_at(deadline if retry_at is None else min(deadline, retry_at)):
+                    await event.wait()
+        except BaseException:  # cancelled from outside: nothing may stay counted
+            self._leave(gate, waiter, event, slot=slot, node_id=node_id)
+            raise
+        self._leave(gate, waiter, event, slot=False, node_id=node_id)
+        return GateOutcome.ADMITTED if event.is_set() else GateOutcome.QUEUE_TIMEOUT
+
+    def _leave(self, gate: TargetGate, waiter: int, event: trio.Event, *, slot: bool, node_id: str) -> None:
+        """A waiter stops waiting: out of the queue if it is still in it (else it was let in
+        meanwhile: `event` is set); `slot`: give back the slot it was let in with."""
+        del self._events[waiter]
+        if not event.is_set():
+            with self._lock:
+                left = gate.cancel(waiter)
+            if not left:
+                event.set()
+        if slot and event.is_set():
+            self.release(node_id)
+
+    def became_ready(self, node_id: str) -> None:
+        """The target became ready: its slow start begins, unless this is its first ready of the
+        router's start."""
+        if node_id in self._first_ready:
+            self._first_ready.discard(node_id)
+            return
+        gate = self._gates.get(node_id)
+        if gate is not None:
+            with self._lock:
+                gate.became_ready(self._clock())
+
+    def share(self, node_id: str) -> float:
+        """The target's slow-start share now (weighted policies scale its weight by it)."""
+        gate = self._gates.get(node_id)
+        if gate is None or gate.ready_since is None:
+            return 1.0
+        with self._lock:
+            return gate.share(self._clock())
+
+    def reconfigure(self, targets: Iterable[Target]) -> None:
+        """The router's targets or their limits changed (start, reload, discovery): gates of
+        targets that keep limits keep their open and waiting connections."""
+        now = self._clock()
+        with self._lock:
+            gates: dict[str, TargetGate] = {}
+            for target in targets:
+                limits = None if target.connector is None else target.connector.limits
+                if limits is None or not (limits.limited or limits.slow_start_s > 0):
+                    continue
+                gate = self._gates.get(target.node_id)
+                if gate is None:
+                    gate = TargetGate(limits, now)
+                elif gate.limits != limits:
+                    gate.retune(limits, now)
+                gates[target.node_id] = gate
+            self._gates = gates
+        for node_id in gates:
+            self.pump(node_id)
+
+    def states(self) -> dict[str, GateState]:
+        """Each gate at one moment (status, metrics)."""
+        now = self._clock()
+        with self._lock:
+            return {node_id: gate.state(now) for node_id, gate in self._gates.items()}
