@@ -56,6 +56,7 @@ __all__ = [
     "decided",
     "fast_path_serves",
     "for_fast_path",
+    "held_back",
     "must_sniff",
     "not_authorized_answer",
     "plan",
@@ -366,6 +367,12 @@ def for_fast_path(action: Refuse | Redirect | Proxy | Wait) -> Action:
         if not _is_ip_literal(action.connector.host):
             return HandOver(reason=HandOverReason.NAME_LOOKUP, then=action)
     return action
+
+
+def held_back(router: str, opening: Opening, key: str, reason: DecisionReason) -> Refuse:
+    """The refusal of a connection its target's gate held back (`QUEUE_FULL`, `QUEUE_TIMEOUT`):
+    REFUSED_UNAVAILABLE in its protocol's words, as for a target that is not ready."""
+    return _refuse(router, opening, key, RouteStatus.REFUSED_UNAVAILABLE, reason)
 
 
 def _refuse(router: str, opening: Opening, key: str, status: RouteStatus, reason: DecisionReason) -> Refuse:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never, cast
 
 from keys import SniffError
+from pools.gates import Verdict
 from router.core.address import Address, endpoint
 from router.core.engine import QuorumWait, SharedCacheWait
 from router.core.events import CloseReason, ConnectFailure, OpeningFailure
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 
     from router.core.events import ConnectionRef
     from router.datapath.acceptor import ServedAcceptor
+    from router.runtime import RouterRuntime
 
 __all__ = ["Departing", "FastPath", "HandedOver", "Handoff"]
 
@@ -100,8 +102,9 @@ class HandedOver:
     """Its reference (reported Accepted already)."""
     opening: Opening
     """What its opening phase read."""
-    then: Proxy | QuorumWait | SharedCacheWait
-    """A Proxy to carry out (decided, planned and reported here), or the quorum to wait for."""
+    then: Proxy | Redirect | QuorumWait | SharedCacheWait
+    """A Proxy or Redirect to carry out (decided, planned and reported here; its target's gate
+    makes it wait), or the quorum to wait for."""
     retry: bool = True
     """Whether a failed connect of the Proxy may still go to another target (False for a
     redispatch, which has had its one retry)."""
@@ -178,6 +181,7 @@ class _Conn(LiveConnection):
         "connector",
         "eof",
         "fds",
+        "gated",
         "handoff",
         "masks",
         "opening",
@@ -228,6 +232,8 @@ class _Conn(LiveConnection):
         self.connector = connector
         self.request = request
         """`FastPath._request`, shared by every connection."""
+        self.gated = False
+        """Whether it holds a slot of its target's gate (given back by `FastPath._forget`)."""
         self.connected = False
         self.connected_at = started
         """When the connect to the target completed (`_connected`); a Closed's duration counts from it."""
@@ -658,8 +664,13 @@ class FastPath:
                 runtime.report(decided(conn, opening, planned, facts=facts, latency_s=latency_s))
                 action = for_fast_path(planned)
             match action:
-                case Refuse() | Redirect():
+                case Refuse():
                     self._answer(client, action.answer, acceptor, conn)
+                case Redirect():
+                    if _must_wait(runtime, action.target.node_id, slot=False):  # the trio side waits
+                        listener.handoff(HandedOver(_stdlib(client), conn, opening, action))
+                    else:
+                        self._answer(client, action.answer, acceptor, conn)
                 case HandOver(then=then):
                     listener.handoff(HandedOver(_stdlib(client), conn, opening, then))
                 case Proxy():
@@ -702,6 +713,11 @@ class FastPath:
         retry: bool,
         handoff: Handoff,
     ) -> None:
+        node_id = action.target.node_id
+        gated = acceptor.runtime.pool.gates.limited(node_id)
+        if gated and _must_wait(acceptor.runtime, node_id, slot=True):  # the trio side waits
+            handoff(HandedOver(_stdlib(client), conn, opening, action, retry=retry))
+            return
         client.setblocking(False)  # TCP_NODELAY it has from the listener
         connector = action.connector
         family = socket.AF_INET6 if ":" in connector.host else socket.AF_INET
@@ -721,6 +737,7 @@ class FastPath:
             request=self._request_bound,
             started=now,
         )
+        relayed.gated = gated
         try:
             upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             code = upstream.connect_ex((connector.host, connector.port))
@@ -1007,6 +1024,8 @@ class FastPath:
         if relayed.closed:
             return
         relayed.closed = True
+        if relayed.gated:  # the slot of its target's gate is free again
+            relayed.acceptor.runtime.pool.gates.release(relayed.target.node_id)
         for side in (1,) if keep_client else (0, 1):
             # Closing removes the descriptor from the epoll set (these sockets are never
             # duplicated), so no EPOLL_CTL_DEL first: two system calls fewer per connection.
@@ -1041,6 +1060,14 @@ def _broker_ended(relayed: _Conn, side: int) -> None:
     has sent nothing yet, passive health hears of it (`RouterPool.first_answer`)."""
     if side and not relayed.counts[1]:
         relayed.acceptor.runtime.pool.first_answer(relayed, b"")
+
+
+def _must_wait(runtime: RouterRuntime, node_id: str, *, slot: bool) -> bool:
+    """Whether the target's gate (`maxConnections`, `connectRate`) cannot let a connection in at
+    once: the fast path cannot wait, so the trio side queues it (or refuses it). False: let in
+    (holding a slot when `slot`: released by `_forget`)."""
+    gates = runtime.pool.gates
+    return gates.limited(node_id) and gates.offer(node_id, slot=slot) is not Verdict.ADMIT
 
 
 def _stdlib(sock: _Socket) -> socket.socket:

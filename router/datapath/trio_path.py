@@ -36,7 +36,7 @@ from keys.detect import detect_tls
 from router.core.address import Address, endpoint
 from router.core.auth import authenticate
 from router.core.engine import DecisionReason, RouteDecision, RouteStatus, Wait
-from router.core.events import CloseReason, ConnectFailure, NotAuthorized, OpeningFailure
+from router.core.events import CloseReason, ConnectFailure, GateOutcome, Held, NotAuthorized, OpeningFailure
 from router.core.live import LiveConnection
 from router.core.opening import opening_failed
 from router.core.plan import (
@@ -45,6 +45,7 @@ from router.core.plan import (
     Redirect,
     Refuse,
     decided,
+    held_back,
     must_sniff,
     not_authorized_answer,
     plan,
@@ -89,7 +90,8 @@ async def handle_connection(client: trio.SocketStream, acceptor: ServedAcceptor,
 async def resume_connection(client: trio.SocketStream, acceptor: ServedAcceptor, handed: HandedOver) -> None:
     """Continue a connection the fast path opened (and maybe decided and planned): carry out its
     Proxy, or wait for the quorum and go on as for any other connection."""
-    connection = _Connection(acceptor, handed.conn, client, undecided=not isinstance(handed.then, Proxy))
+    decided_already = isinstance(handed.then, Proxy | Redirect)
+    connection = _Connection(acceptor, handed.conn, client, undecided=not decided_already)
     connection.opening = handed.opening
     try:
         with contextlib.closing(client.socket):  # as in handle_connection
@@ -284,13 +286,14 @@ class _Connection:
 
     # -- decide, plan, answer --
 
-    async def serve(self, then: Proxy | Wait | None = None, *, retry: bool = True) -> None:
+    async def serve(self, then: Proxy | Redirect | Wait | None = None, *, retry: bool = True) -> None:
         """Decide (unless `then` says how far the fast path got), plan, and carry the plan out. The
         client's stream is closed on return, whichever way the connection ended (with TLS terminated
         by us, its close_notify goes first). The connection is `decided` once its decision is made.
 
         Args:
-            then: a Proxy the fast path decided, planned and reported; a wait it handed over; None
+            then: a Proxy or Redirect the fast path decided, planned and reported (a Redirect waits
+                for its target's gate here); a wait it handed over; None
                 for a connection this path opened.
             retry: whether a failed connect of `then` may still go to another target.
         """
@@ -298,6 +301,10 @@ class _Connection:
         async with self.stream as client:
             if isinstance(then, Proxy):  # decided, planned and reported by the fast path
                 await self._proxy_or_refuse(then, retry=retry)
+                return
+            if isinstance(then, Redirect):  # likewise; its target's gate makes it wait
+                refused = await self._pass_gate(then.key, then.target.node_id, slot=False)
+                await _answer(client, then.answer if refused is None else refused.answer)
                 return
             started = trio.current_time()
             decision: RouteDecision | Wait
@@ -316,8 +323,12 @@ class _Connection:
             runtime.report(decided(self.conn, opening, action, facts=facts, latency_s=latency_s))
             self.decided()
             match action:
-                case Refuse() | Redirect():
+                case Refuse():
                     await _answer(client, action.answer)
+                case Redirect():
+                    # A redirect sends one client to the target: it takes a connect token.
+                    refused = await self._pass_gate(action.key, action.target.node_id, slot=False)
+                    await _answer(client, action.answer if refused is None else refused.answer)
                 case Proxy():
                     await self._proxy_or_refuse(action)
                 case _:
@@ -354,13 +365,44 @@ class _Connection:
 
     # -- connect, replay, relay --
 
+    async def _pass_gate(self, key: str, node_id: str, *, slot: bool) -> Refuse | None:
+        """Pass the target's gate (`maxConnections`, `connectRate`: router/runtime/gates.py),
+        waiting in its queue if it must; None when let in (holding a slot when `slot`: released
+        when the connection ends), else the refusal in the client's protocol (reported)."""
+        runtime = self.acceptor.runtime
+        gates = runtime.pool.gates
+        if not gates.limited(node_id):
+            return None
+        began = trio.current_time()
+        outcome = await gates.enter(node_id, slot=slot)
+        waited_s = trio.current_time() - began
+        if outcome is GateOutcome.ADMITTED and waited_s == 0:
+            return None
+        runtime.report(Held(conn=self.conn, key=key, node_id=node_id, outcome=outcome, waited_s=waited_s))
+        if outcome is GateOutcome.ADMITTED:
+            return None
+        reason = (
+            DecisionReason.QUEUE_FULL if outcome is GateOutcome.QUEUE_FULL else DecisionReason.QUEUE_TIMEOUT
+        )
+        return held_back(runtime.name, self.opening, key, reason)
+
     async def _proxy_or_refuse(self, action: Proxy, *, retry: bool = True) -> None:
-        """Proxy; when the connect fails, once more to another ready target (redispatch, unless
-        `retry` is False: the fast path redispatched already), and then, when that fails too or
-        there is none, refuse in the client's protocol."""
-        then = await self._proxy(action, retry=retry)
-        if isinstance(then, Proxy):
-            then = await self._proxy(then, retry=False)
+        """Pass the target's gate, then proxy; when the connect fails, once more to another ready
+        target (redispatch, unless `retry` is False: the fast path redispatched already), and then,
+        when that fails too or there is none, refuse in the client's protocol."""
+        then: Proxy | Refuse | None = action
+        for again in (retry, False):
+            if not isinstance(then, Proxy):
+                break
+            node_id = then.target.node_id
+            refused = await self._pass_gate(then.key, node_id, slot=True)
+            if refused is not None:
+                then = refused
+                break
+            try:
+                then = await self._proxy(then, retry=again)
+            finally:
+                self.acceptor.runtime.pool.gates.release(node_id)
         if isinstance(then, Refuse):
             await _answer(self.stream, then.answer)
 
