@@ -60,8 +60,41 @@ its pools at start (which makes the target ready), so a period longer than the r
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Ports:
-    """Every TCP port of one run, all on 127.0.0.1 and below 32768."""
+class _PortPlan:
+    """What every port plan shares (`Ports`, `ArtemisPorts`): `COUNT` TCP ports on 127.0.0.1, listed
+    in field order by `all` and taken in that order by `from_numbers`, distinct and below the
+    ephemeral range (benchmarks/fleet.py `pick_ports` chooses them)."""
+
+    COUNT: ClassVar[int]
+    """How many ports a plan has."""
+
+    def all(self) -> list[int]:
+        """Every port of the plan, in field order."""
+        raise NotImplementedError
+
+    @classmethod
+    def _taken(cls, numbers: Sequence[int]) -> Sequence[int]:
+        """`numbers`, checked to be `COUNT` of them (`from_numbers`).
+
+        Raises:
+            ValueError: not `COUNT` numbers.
+        """
+        if len(numbers) != cls.COUNT:
+            raise ValueError(f"a {cls.__name__} plan takes {cls.COUNT} ports, got {len(numbers)}")
+        return numbers
+
+    def __post_init__(self) -> None:
+        ports = self.all()
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"ports must be distinct, got {ports!r}")
+        bad = [p for p in ports if not 1024 <= p < 32768]
+        if bad:
+            raise ValueError(f"ports must be in 1024-32767 (below the ephemeral range), got {bad!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ports(_PortPlan):
+    """Every TCP port of one run (a `_PortPlan`)."""
 
     echo: tuple[int, int]
     """The two echo backends (one C process listening on both)."""
@@ -90,25 +123,14 @@ class Ports:
         Raises:
             ValueError: not `COUNT` numbers, or the plan is invalid (see `__post_init__`).
         """
-        if len(numbers) != cls.COUNT:
-            raise ValueError(f"a port plan takes {cls.COUNT} ports, got {len(numbers)}")
-        n = numbers
+        n = cls._taken(numbers)
         return cls(
             echo=(n[0], n[1]), iperf=n[2], mosquitto=n[3], haproxy_echo=n[4], haproxy_iperf=n[5],
             haproxy_mqtt=n[6], haproxy_redirect=n[7], routerd_echo=n[8], routerd_iperf=n[9],
             routerd_mqtt=n[10], routerd_redirect=n[11], routerd_probe=n[12], routerd_admin=n[13],
         )  # fmt: skip
 
-    def __post_init__(self) -> None:
-        ports = self.all()
-        if len(set(ports)) != len(ports):
-            raise ValueError(f"ports must be distinct, got {ports!r}")
-        bad = [p for p in ports if not 1024 <= p < 32768]
-        if bad:
-            raise ValueError(f"ports must be in 1024-32767 (below the ephemeral range), got {bad!r}")
-
     def all(self) -> list[int]:
-        """Every port of the plan."""
         return [
             *self.echo,
             self.iperf,
@@ -342,8 +364,8 @@ ARTEMIS_ROUTER_PROTOCOLS: Final = "CORE,AMQP,MQTT"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ArtemisPorts:
-    """The artemis group's TCP ports, all on 127.0.0.1 and below 32768."""
+class ArtemisPorts(_PortPlan):
+    """The artemis group's TCP ports (a `_PortPlan`)."""
 
     targets: tuple[int, int]
     """The two target brokers' acceptors (every protocol)."""
@@ -362,21 +384,10 @@ class ArtemisPorts:
         Raises:
             ValueError: not `COUNT` numbers, or not distinct ports in 1024-32767.
         """
-        if len(numbers) != cls.COUNT:
-            raise ValueError(f"an artemis port plan takes {cls.COUNT} ports, got {len(numbers)}")
-        n = numbers
+        n = cls._taken(numbers)
         return cls(targets=(n[0], n[1]), artemis_router=n[2], routerd_redirect=n[3], routerd_admin=n[4])
 
-    def __post_init__(self) -> None:
-        ports = self.all()
-        if len(set(ports)) != len(ports):
-            raise ValueError(f"ports must be distinct, got {ports!r}")
-        bad = [p for p in ports if not 1024 <= p < 32768]
-        if bad:
-            raise ValueError(f"ports must be in 1024-32767 (below the ephemeral range), got {bad!r}")
-
     def all(self) -> list[int]:
-        """Every port of the plan."""
         return [*self.targets, self.artemis_router, self.routerd_redirect, self.routerd_admin]
 
 

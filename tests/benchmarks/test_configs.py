@@ -150,6 +150,22 @@ def test_artemis_ports_rejects_duplicates() -> None:
         dataclasses.replace(_artemis_ports(), routerd_admin=22000)
 
 
+def test_artemis_ports_rejects_ephemeral_range() -> None:
+    with pytest.raises(ValueError, match="below the ephemeral range"):
+        dataclasses.replace(_artemis_ports(), routerd_admin=40000)
+
+
+@pytest.mark.parametrize("plan", [Ports, ArtemisPorts])
+def test_port_plans_take_as_many_numbers_as_they_list(plan: type[Ports | ArtemisPorts]) -> None:
+    assert sorted(plan.from_numbers(range(23000, 23000 + plan.COUNT)).all()) == list(
+        range(23000, 23000 + plan.COUNT)
+    )
+    with pytest.raises(
+        ValueError, match=f"a {plan.__name__} plan takes {plan.COUNT} ports, got {plan.COUNT - 1}"
+    ):
+        plan.from_numbers(range(23000, 23000 + plan.COUNT - 1))
+
+
 def test_artemis_router_xml_is_a_pure_router_over_both_targets() -> None:
     xml = artemis_router_xml(CREATED_BROKER_XML, name="router", port=22002, targets=(22000, 22001))
     assert "<name>router</name>" in xml
