@@ -35,18 +35,17 @@ from typing import TYPE_CHECKING, Final
 
 from benchmarks.clients import REDIRECTED, ClientError, core_template, load_capture, probe_core_redirect
 from benchmarks.configs import (
-    ARTEMIS_CREATED_PORT,
     ARTEMIS_PASSWORD,
     ARTEMIS_TARGETS,
     ARTEMIS_USER,
     ArtemisPorts,
     artemis_log4j2,
-    artemis_profile,
     artemis_router_xml,
     artemis_target_xml,
     routerd_artemis_config,
 )
 from benchmarks.fleet import FleetError, listening_ports, pick_ports, rss_kib
+from tools.artemis_instance import CREATED_PORT, copy_instance, profile_heap
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -147,7 +146,7 @@ def create_template(directory: Path) -> float:
     argv = [str(ARTEMIS_CLI), "create", str(directory), "--silent", "--name=template"]
     argv += [f"--user={ARTEMIS_USER}", f"--password={ARTEMIS_PASSWORD}", "--require-login"]
     argv += ["--host=127.0.0.1", "--http-host=127.0.0.1", "--no-web", "--no-autotune", "--nio"]
-    argv += ["--no-fsync", f"--default-port={ARTEMIS_CREATED_PORT}", "--no-amqp-acceptor"]
+    argv += ["--no-fsync", f"--default-port={CREATED_PORT}", "--no-amqp-acceptor"]
     argv += ["--no-stomp-acceptor", "--no-mqtt-acceptor", "--no-hornetq-acceptor"]
     return _run(argv, "artemis create")
 
@@ -157,14 +156,11 @@ def make_instance(
 ) -> None:
     """Copy the template instance to `base`, write its broker.xml, artemis.profile and (if given)
     log4j2.properties (made from the template's), and point its scripts and settings at `base`
-    instead of the template."""
-    shutil.copytree(template, base, symlinks=True)
-    (base / "etc" / "broker.xml").write_text(broker_xml)
-    (base / "etc" / "artemis.profile").write_text(profile)
+    instead of the template (tools/artemis_instance.py `copy_instance`)."""
+    etc = {"broker.xml": broker_xml, "artemis.profile": profile}
     if log4j2 is not None:
-        (base / "etc" / "log4j2.properties").write_text(log4j2)
-    for path in [base / "bin" / "artemis", base / "bin" / "artemis-service", *(base / "etc").iterdir()]:
-        path.write_text(path.read_text().replace(str(template), str(base)))
+        etc["log4j2.properties"] = log4j2
+    copy_instance(template, base, etc)
 
 
 def compile_first_session(directory: Path) -> float:
@@ -318,7 +314,7 @@ class ArtemisFleet:
                 template,
                 base,
                 broker_xml=artemis_target_xml(created_xml, name=name, port=port),
-                profile=artemis_profile(created_profile, heap=TARGET_HEAP, c1_only=True),
+                profile=profile_heap(created_profile, heap=TARGET_HEAP, c1_only=True),
             )
             proc = self._launch(name, [str(base / "bin" / "artemis"), "run"])
             self.target_pids[name] = proc.pid
@@ -336,7 +332,7 @@ class ArtemisFleet:
             broker_xml=artemis_router_xml(
                 created_xml, name="router", port=ports.artemis_router, targets=ports.targets
             ),
-            profile=artemis_profile(created_profile, heap=ROUTER_HEAP, c1_only=False),
+            profile=profile_heap(created_profile, heap=ROUTER_HEAP, c1_only=False),
             log4j2=artemis_log4j2(created_log4j2, level=self.log_level),
         )
         self._start_router(

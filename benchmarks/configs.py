@@ -1,9 +1,10 @@
 """The configurations the benchmark generates: HAProxy, its Lua MQTT redirect, routerd, mosquitto,
 and for the artemis group Artemis's broker.xml as a pure router, its targets' and routerd's.
 
-Pure text from a `Ports` (or `ArtemisPorts`) plan and the text `artemis create` wrote; no I/O
-here. Every HAProxy setting is explained in benchmarks/README.md ("HAProxy settings"), the
-artemis group's in "Artemis's own router"; keep them in step.
+Pure text from a `Ports` (or `ArtemisPorts`) plan and the text `artemis create` wrote (changed
+through tools/artemis_instance.py, as the test suite's brokers are); no I/O here. Every HAProxy
+setting is explained in benchmarks/README.md ("HAProxy settings"), the artemis group's in
+"Artemis's own router"; keep them in step.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Final
+
+from tools.artemis_instance import broker_xml
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -26,7 +29,6 @@ __all__ = [
     "ArtemisPorts",
     "Ports",
     "artemis_log4j2",
-    "artemis_profile",
     "artemis_router_xml",
     "artemis_target_xml",
     "haproxy_config",
@@ -60,8 +62,41 @@ its pools at start (which makes the target ready), so a period longer than the r
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Ports:
-    """Every TCP port of one run, all on 127.0.0.1 and below 32768."""
+class _PortPlan:
+    """What every port plan shares (`Ports`, `ArtemisPorts`): `COUNT` TCP ports on 127.0.0.1, listed
+    in field order by `all` and taken in that order by `from_numbers`, distinct and below the
+    ephemeral range (benchmarks/fleet.py `pick_ports` chooses them)."""
+
+    COUNT: ClassVar[int]
+    """How many ports a plan has."""
+
+    def all(self) -> list[int]:
+        """Every port of the plan, in field order."""
+        raise NotImplementedError
+
+    @classmethod
+    def _taken(cls, numbers: Sequence[int]) -> Sequence[int]:
+        """`numbers`, checked to be `COUNT` of them (`from_numbers`).
+
+        Raises:
+            ValueError: not `COUNT` numbers.
+        """
+        if len(numbers) != cls.COUNT:
+            raise ValueError(f"a {cls.__name__} plan takes {cls.COUNT} ports, got {len(numbers)}")
+        return numbers
+
+    def __post_init__(self) -> None:
+        ports = self.all()
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"ports must be distinct, got {ports!r}")
+        bad = [p for p in ports if not 1024 <= p < 32768]
+        if bad:
+            raise ValueError(f"ports must be in 1024-32767 (below the ephemeral range), got {bad!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ports(_PortPlan):
+    """Every TCP port of one run (a `_PortPlan`)."""
 
     echo: tuple[int, int]
     """The two echo backends (one C process listening on both)."""
@@ -90,25 +125,14 @@ class Ports:
         Raises:
             ValueError: not `COUNT` numbers, or the plan is invalid (see `__post_init__`).
         """
-        if len(numbers) != cls.COUNT:
-            raise ValueError(f"a port plan takes {cls.COUNT} ports, got {len(numbers)}")
-        n = numbers
+        n = cls._taken(numbers)
         return cls(
             echo=(n[0], n[1]), iperf=n[2], mosquitto=n[3], haproxy_echo=n[4], haproxy_iperf=n[5],
             haproxy_mqtt=n[6], haproxy_redirect=n[7], routerd_echo=n[8], routerd_iperf=n[9],
             routerd_mqtt=n[10], routerd_redirect=n[11], routerd_probe=n[12], routerd_admin=n[13],
         )  # fmt: skip
 
-    def __post_init__(self) -> None:
-        ports = self.all()
-        if len(set(ports)) != len(ports):
-            raise ValueError(f"ports must be distinct, got {ports!r}")
-        bad = [p for p in ports if not 1024 <= p < 32768]
-        if bad:
-            raise ValueError(f"ports must be in 1024-32767 (below the ephemeral range), got {bad!r}")
-
     def all(self) -> list[int]:
-        """Every port of the plan."""
         return [
             *self.echo,
             self.iperf,
@@ -334,16 +358,14 @@ ARTEMIS_ROUTER: Final = "bench"
 """The connection router's name, in Artemis's broker.xml and routerd's configuration alike."""
 ARTEMIS_TARGETS: Final = ("target-1", "target-2")
 """The target brokers' names: the connectors' names (and routerd's node ids, by default)."""
-ARTEMIS_CREATED_PORT: Final = 61616
-"""The acceptor port `artemis create --default-port` writes, replaced in each copy."""
 _ARTEMIS_CREATED_PROTOCOLS: Final = "protocols=CORE,AMQP,STOMP,HORNETQ,MQTT,OPENWIRE"
 ARTEMIS_ROUTER_PROTOCOLS: Final = "CORE,AMQP,MQTT"
 """What the router acceptors of both take: the three protocols the group measures."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ArtemisPorts:
-    """The artemis group's TCP ports, all on 127.0.0.1 and below 32768."""
+class ArtemisPorts(_PortPlan):
+    """The artemis group's TCP ports (a `_PortPlan`)."""
 
     targets: tuple[int, int]
     """The two target brokers' acceptors (every protocol)."""
@@ -362,35 +384,11 @@ class ArtemisPorts:
         Raises:
             ValueError: not `COUNT` numbers, or not distinct ports in 1024-32767.
         """
-        if len(numbers) != cls.COUNT:
-            raise ValueError(f"an artemis port plan takes {cls.COUNT} ports, got {len(numbers)}")
-        n = numbers
+        n = cls._taken(numbers)
         return cls(targets=(n[0], n[1]), artemis_router=n[2], routerd_redirect=n[3], routerd_admin=n[4])
 
-    def __post_init__(self) -> None:
-        ports = self.all()
-        if len(set(ports)) != len(ports):
-            raise ValueError(f"ports must be distinct, got {ports!r}")
-        bad = [p for p in ports if not 1024 <= p < 32768]
-        if bad:
-            raise ValueError(f"ports must be in 1024-32767 (below the ephemeral range), got {bad!r}")
-
     def all(self) -> list[int]:
-        """Every port of the plan."""
         return [*self.targets, self.artemis_router, self.routerd_redirect, self.routerd_admin]
-
-
-def _replace_once(text: str, old: str, new: str, what: str) -> str:
-    if text.count(old) != 1:
-        raise ValueError(
-            f"{what}: expected {old!r} once in what artemis create wrote, found it {text.count(old)} times"
-        )
-    return text.replace(old, new)
-
-
-def _artemis_instance_xml(created: str, *, name: str, port: int, what: str) -> str:
-    xml = _replace_once(created, "<name>template</name>", f"<name>{name}</name>", what)
-    return _replace_once(xml, f"tcp://127.0.0.1:{ARTEMIS_CREATED_PORT}?", f"tcp://127.0.0.1:{port}?", what)
 
 
 def artemis_target_xml(created: str, *, name: str, port: int) -> str:
@@ -404,7 +402,7 @@ def artemis_target_xml(created: str, *, name: str, port: int) -> str:
     Raises:
         ValueError: `created` lacks the name or the acceptor `artemis create` writes.
     """
-    return _artemis_instance_xml(created, name=name, port=port, what=f"target {name}")
+    return broker_xml(created, what=f"target {name}", name=name, port=port)
 
 
 def _routers_xml(targets: tuple[int, int], *, check_ms: int) -> str:
@@ -457,36 +455,21 @@ def artemis_router_xml(created: str, *, name: str, port: int, targets: tuple[int
     Raises:
         ValueError: `created` lacks what `artemis create` writes.
     """
-    what = f"router {name}"
-    xml = _artemis_instance_xml(created, name=name, port=port, what=what)
-    xml = _replace_once(
-        xml, _ARTEMIS_CREATED_PROTOCOLS, f"router={ARTEMIS_ROUTER};protocols={ARTEMIS_ROUTER_PROTOCOLS}", what
+    return broker_xml(
+        created,
+        what=f"router {name}",
+        name=name,
+        port=port,
+        replace=[
+            (_ARTEMIS_CREATED_PROTOCOLS, f"router={ARTEMIS_ROUTER};protocols={ARTEMIS_ROUTER_PROTOCOLS}"),
+            (
+                "<persistence-enabled>true</persistence-enabled>",
+                "<persistence-enabled>false</persistence-enabled>\n"
+                "      <security-enabled>false</security-enabled>",
+            ),
+        ],
+        after_acceptors=_routers_xml(targets, check_ms=CHECK_PERIOD_MS),
     )
-    xml = _replace_once(
-        xml,
-        "<persistence-enabled>true</persistence-enabled>",
-        "<persistence-enabled>false</persistence-enabled>\n      <security-enabled>false</security-enabled>",
-        what,
-    )
-    routers = _routers_xml(targets, check_ms=CHECK_PERIOD_MS)
-    return _replace_once(xml, "</acceptors>", "</acceptors>" + routers, what)
-
-
-def artemis_profile(created: str, *, heap: str, c1_only: bool) -> str:
-    """An instance's etc/artemis.profile with its heap set: -Xms64M -Xmx`heap` (artemis create
-    writes -Xms512M whatever --java-memory says), and C1 alone (`-XX:TieredStopAtLevel=1`, which
-    starts a broker about 30 % sooner in 25 MB less) when `c1_only`.
-
-    Raises:
-        ValueError: `created` has no -Xms/-Xmx pair, or `heap` is not like "512M".
-    """
-    if not re.fullmatch(r"[1-9][0-9]*[MG]", heap):
-        raise ValueError(f"heap must be like '512M', got {heap!r}")
-    pattern = re.compile(r"-Xms\S+ -Xmx\S+")
-    if len(pattern.findall(created)) != 1:
-        raise ValueError("artemis.profile: expected one '-Xms... -Xmx...' in what artemis create wrote")
-    jit = "-XX:TieredStopAtLevel=1 " if c1_only else ""
-    return pattern.sub(f"{jit}-Xms64M -Xmx{heap}", created)
 
 
 _LOG4J2_LEVELS: Final = {"DEBUG": "DEBUG", "INFO": "INFO", "WARNING": "WARN", "ERROR": "ERROR"}

@@ -99,7 +99,7 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 prepare_router, discard_prepared, router_added, router_changed, router_removed,
                 process_status, serve, serve_router, serve_router_data, targets_left, stopping,
                 close_files), its routerd `Option`s, admin `Route`s and the `Call` they get,
-                routerctl `Command`s.
+                routerctl `Command`s and its part of a router's routerctl output.
 9. `services/`  beside the data paths: the ZooKeeper client and a session's state that
                 discovery and the shared cache use (`zookeeper`), the admin API
                 (`admin`, its HTTP server; `admin_routes`, the kernel's routes), a persisted
@@ -108,7 +108,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 (`files`), the process's status document (`process`). They may use the data
                 paths' I/O helpers (`net`, `reading`).
 10. `features/` one folder per feature (above): `probes/` (`checks`, one per broker protocol;
-                `service`, each router's health-check loop), `ttl/` (`service`, the connection-TTL
+                `service`, each router's health-check loop; `counts` and `status`, the brokers'
+                own connection counts read and shown), `ttl/` (`service`, the connection-TTL
                 checker), `moves/` (`rules`, `service` with `Moves`, `routes`, `commands`:
                 `routerctl evacuate`, `rebalance`, `shutdown`, `metrics`), `cache/` (`service`: the
                 cache's slice of a router and the sweep of expired entries; `routes`,

@@ -25,6 +25,7 @@ from router.ctl_client import ADMIN_ENV, Ctl, admin_options
 from router.ctl_commands import COMMANDS as KERNEL_COMMANDS
 from router.ctl_output import EXIT_CODES_HELP, CtlError, ExitCode, Output
 from router.features import commands as feature_commands
+from router.features import router_blocks as feature_router_blocks
 from router.services.process import package_version
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def main_routerctl(argv: Sequence[str] | None = None) -> int:
     )
     out = Output(json_output=getattr(args, "json", False))
     try:
-        return command.run(args, Ctl(args, out))
+        return command.run(args, Ctl(args, out, feature_router_blocks()))
     except CtlError as exc:
         print(f"routerctl: error: {exc.message}", file=sys.stderr)
         raise SystemExit(exc.code) from None

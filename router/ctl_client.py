@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from router.ctl_output import (
     CtlError,
@@ -28,6 +28,11 @@ from router.ctl_output import (
     add_json_option,
     exit_code_for_http,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from router.ctl_output import Blocks
 
 __all__ = [
     "ADMIN_ENV",
@@ -191,6 +196,8 @@ class Ctl:
 
     args: argparse.Namespace
     out: Output
+    router_blocks: Sequence[Blocks] = ()
+    """The features' parts of a router's output (`Feature.router_blocks`), after the kernel's."""
 
     @property
     def admin_url(self) -> str:

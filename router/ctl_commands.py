@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 import urllib.parse
 from typing import TYPE_CHECKING, Final
@@ -31,6 +32,7 @@ from router.services.cache_store import CacheStore, CacheStoreError
 
 if TYPE_CHECKING:
     from router.ctl_client import Ctl
+    from router.ctl_output import Blocks
 
 __all__ = ["COMMANDS", "ROUTER_CONDITIONS", "TARGET_CONDITIONS"]
 
@@ -151,13 +153,18 @@ def _target(args: argparse.Namespace, ctl: Ctl) -> int:
 
 def _status(args: argparse.Namespace, ctl: Ctl) -> int:
     if args.router is not None:
-        ctl.out.emit(ctl.request(quoted("api", "v1", "routers", args.router)), router_blocks)
+        ctl.out.emit(ctl.request(quoted("api", "v1", "routers", args.router)), _router_blocks(ctl))
         return ExitCode.OK
     document = ctl.request("/api/v1/status")
     routers = ctl.request("/api/v1/routers")
     assert isinstance(document, dict)
     ctl.out.emit({**document, "routers": routers}, status_blocks)
     return ExitCode.OK
+
+
+def _router_blocks(ctl: Ctl) -> Blocks:
+    """A router's document for people, with the features' parts (`Ctl.router_blocks`)."""
+    return functools.partial(router_blocks, features=ctl.router_blocks)
 
 
 def _wait(args: argparse.Namespace, ctl: Ctl) -> int:
@@ -188,7 +195,7 @@ def _wait(args: argparse.Namespace, ctl: Ctl) -> int:
             f"wait: {subject} did not become {args.state} within {args.timeout:g} s (last: {seen})",
             ExitCode.TIMED_OUT,
         )
-    ctl.out.emit(found[0], router_blocks if node_id is None else (lambda t: [targets_table([t])]))
+    ctl.out.emit(found[0], _router_blocks(ctl) if node_id is None else (lambda t: [targets_table([t])]))
     return ExitCode.OK
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_CODES_HELP",
+    "Blocks",
     "CtlError",
     "ExitCode",
     "Fields",
@@ -213,6 +214,9 @@ class Fields:
 
 Renderable: TypeAlias = "Table | Fields | str"
 """A block of output for people."""
+
+Blocks: TypeAlias = "Callable[[object], list[Renderable]]"
+"""What a document shows people: its blocks (a feature's part of a router's, `Feature.router_blocks`)."""
 
 
 class Output:

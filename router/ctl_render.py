@@ -11,6 +11,8 @@ from router.ctl_output import Fields, Renderable, Table
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from router.ctl_output import Blocks
+
 __all__ = [
     "decisions_blocks",
     "duration",
@@ -84,7 +86,9 @@ def targets_table(targets: Sequence[object]) -> Table:
     return table
 
 
-def router_blocks(router: object) -> list[Renderable]:
+def router_blocks(router: object, features: Sequence[Blocks] = ()) -> list[Renderable]:
+    """A router's document: its fields, its targets (and an HA pair's members), then the blocks
+    `features` add (the features' `router_blocks`, `Ctl.router_blocks`) when it has a pool."""
     pool = field(router, "pool")
     fields = Fields()
     for name in ("name", "key_type", "key_filter", "local_target_filter", "policy", "cache_entries"):
@@ -102,17 +106,8 @@ def router_blocks(router: object) -> list[Renderable]:
             members.add(t.get("node_id"), m.get("connector"), m.get("state"), m.get("active"))
     if members.rows:
         blocks.append(members)
-    counts = Table(["node_id", "count_source", "broker_count", "read", "last_error"])
-    for t in targets:
-        report = t.get("broker_count")
-        if isinstance(report, dict):
-            age = report.get("age_s")
-            read = None if report.get("read_at") is None else f"{duration(age)} ago"
-            counts.add(
-                t.get("node_id"), report.get("source"), report.get("count"), read, report.get("last_error")
-            )
-    if counts.rows:
-        blocks.append(counts)
+    for feature_blocks in features:
+        blocks += feature_blocks(router)
     return blocks
 
 

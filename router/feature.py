@@ -10,6 +10,8 @@ in its folder's `__init__.py`, as a `Feature`:
     metrics    its metric families (a `FeatureMetrics` of router/metrics.py)
     options    its routerd command-line options (`Option`), given to its service through `Kernel`
     start      builds its `Service` for one routerd (tests run several in one process)
+    router_blocks  its part of a router's `routerctl status` (tables of its members of the
+               router's document)
 
 `router/features/__init__.py` composes them in one list, `FEATURES`. The process (router/server.py),
 the admin API (router/services/admin.py, given the routes), the metrics registry and `routerctl`
@@ -24,7 +26,9 @@ unless the feature has something to do then:
     prepare_router  before a router joins (at start, or a reload adds it): read what it keeps for
                     that router (a persisted cache's file); `OpenError` when it cannot: routerd
                     does not start, or the reload changes nothing (`discard_prepared`)
-    router_added    a router joins the process: each one at start, each one a reload adds
+    router_added    a router joins the process: each one at start, each one a reload adds (where
+                    it may add its members of each target's status document to the router's
+                    `RouterState.target_sections`)
     router_changed  a reload changed a router's configuration in place
     router_removed  a reload removed a router (its tasks are cancelled already)
     serve           its task in the services nursery, started before the admin API answers
@@ -59,6 +63,7 @@ if TYPE_CHECKING:
     from router.config.settings import Config, RouterConfig
     from router.core.reload import Departed
     from router.ctl_client import Ctl
+    from router.ctl_output import Blocks
     from router.metrics import FeatureMetrics, Metrics
     from router.runtime import RouterRuntime
 
@@ -338,3 +343,7 @@ class Feature:
     """Its routerd command-line options (routerd's `--help` lists them)."""
     start: Callable[[Kernel], Service] | None = None
     """Builds its service for one routerd; None: it runs nothing in routerd."""
+    router_blocks: Blocks | None = None
+    """Its part of a router's routerctl output (`routerctl status ROUTER`, `wait`), after the
+    kernel's tables, from the router's document (where its service's `RouterState.target_sections`
+    put its members of each target's)."""

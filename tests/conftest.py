@@ -16,6 +16,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,12 @@ from typing import IO, TYPE_CHECKING, Any, Literal, Protocol
 
 import pytest
 from hypothesis import settings
+
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:  # tools/ is not an installed package (tests/tools/test_generate.py)
+    sys.path.insert(0, _ROOT)
+
+from tools.artemis_instance import CREATED_PORT, broker_xml, copy_instance, profile_heap, replace_once  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -493,8 +500,6 @@ ARTEMIS_ACTIVE = "AMQ221007"
 """`Server is now active`: logged by a broker that serves clients (a backup only once it fails over)."""
 ARTEMIS_BACKUP_SYNCHRONIZED = "AMQ221024"
 """`Backup server … is synchronized with primary server`: a backup that can take over without loss."""
-_ARTEMIS_TEMPLATE_PORT = 61616
-"""The acceptor port `artemis create` writes into the template; each broker gets its own."""
 
 
 def require_artemis() -> None:
@@ -545,7 +550,7 @@ def create_artemis_template(directory: Path) -> Path:
             "--nio",
             "--no-fsync",
             f"--java-memory={ARTEMIS_JAVA_MEMORY}",
-            f"--default-port={_ARTEMIS_TEMPLATE_PORT}",
+            f"--default-port={CREATED_PORT}",
             "--no-amqp-acceptor",
             "--no-stomp-acceptor",
             "--no-mqtt-acceptor",
@@ -558,9 +563,7 @@ def create_artemis_template(directory: Path) -> Path:
         timeout=ARTEMIS_TIMEOUT_S,
     )
     profile = directory / "etc" / "artemis.profile"
-    # The profile keeps -Xms512M whatever --java-memory says: with -Xmx256M the JVM would refuse to
-    # start. C1 alone (TieredStopAtLevel=1) starts a broker about 30 % sooner in 25 MB less.
-    profile.write_text(profile.read_text().replace("-Xms512M", "-XX:TieredStopAtLevel=1 -Xms64M"))
+    profile.write_text(profile_heap(profile.read_text(), heap=ARTEMIS_JAVA_MEMORY, c1_only=True))
     return directory
 
 
@@ -639,16 +642,10 @@ class Artemis:
         return self.base / "broker.log"
 
     def make(self, template: Path) -> None:
-        """Copy the template instance to `base` and give the copy its name, ports and HA role."""
-        shutil.copytree(template, self.base, symlinks=True)
-        for path in [self.base / "bin" / "artemis", self.base / "bin" / "artemis-service"]:
-            path.write_text(path.read_text().replace(str(template), str(self.base)))
-        for path in (self.base / "etc").iterdir():
-            path.write_text(path.read_text().replace(str(template), str(self.base)))
-        broker_xml = self.base / "etc" / "broker.xml"
-        xml = broker_xml.read_text()
-        xml = xml.replace("<name>template</name>", f"<name>{self.name}</name>")
-        xml = xml.replace(f"tcp://127.0.0.1:{_ARTEMIS_TEMPLATE_PORT}?", f"tcp://127.0.0.1:{self.port}?")
+        """Copy the template instance to `base` and give the copy its name, ports and HA role
+        (tools/artemis_instance.py)."""
+        created = template / "etc"
+        ha_xml = ""
         if self.ha_role is not None:
             assert self.peer_port is not None, "a member of a replication pair needs its peer's port"
             ha_xml = _ARTEMIS_HA_XML.format(
@@ -658,14 +655,21 @@ class Artemis:
                 cluster_password=ARTEMIS_CLUSTER_PASSWORD,
                 role=_ARTEMIS_HA_ROLES[self.ha_role],
             )
-            xml = xml.replace("</acceptors>", "</acceptors>" + ha_xml, 1)
-        broker_xml.write_text(xml)
-        if self.web_port is not None:
-            bootstrap_xml = self.base / "etc" / "bootstrap.xml"
-            text = bootstrap_xml.read_text()
-            bootstrap_xml.write_text(
-                text.replace("</broker>", _ARTEMIS_WEB_XML.format(web_port=self.web_port))
+        etc = {
+            "broker.xml": broker_xml(
+                (created / "broker.xml").read_text(),
+                what=self.name,
+                name=self.name,
+                port=self.port,
+                after_acceptors=ha_xml,
             )
+        }
+        if self.web_port is not None:
+            web_xml = _ARTEMIS_WEB_XML.format(web_port=self.web_port)
+            etc["bootstrap.xml"] = replace_once(
+                (created / "bootstrap.xml").read_text(), "</broker>", web_xml, self.name
+            )
+        copy_instance(template, self.base, etc)
 
     def start(self) -> None:
         """Start the JVM (without waiting for it: see `wait_ready`). `bin/artemis run` execs java,

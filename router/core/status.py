@@ -10,6 +10,8 @@ itself: none is read here): each member's last probe (when, how long, the outcom
 target is not ready, when its `OperationalState` (readiness and administrative state in
 one, as `router_target_state`) last changed, and what its broker last reported of its own
 connection count (a connector's `connectionCount=`: the count, when it was read, the last error).
+The features add their own members to a target's document (`TargetSection`: the probes show that
+count), computed under the same lock.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from pools import AdminState, TargetState
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from pools import Ejection, Pool, Target
     from router.config.settings import RouterConfig
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AcceptorStatus",
-    "BrokerCountStatus",
     "CheckRecord",
     "CountReport",
     "MemberStatus",
@@ -43,6 +44,7 @@ __all__ = [
     "RouterStatus",
     "ServerStatus",
     "TargetHistory",
+    "TargetSection",
     "TargetStatus",
     "ZooKeeperStatus",
     "operational_state",
@@ -210,6 +212,12 @@ class TargetHistory:
         return None if known is None else known[1]
 
 
+TargetSection: TypeAlias = "Callable[[Target, TargetHistory, float | None], object | None]"
+"""A feature's member of each target's status document: its JSON value for a target, from the
+router's history, at a time in seconds since the epoch (None: no clock given, no ages); None: the
+target has no such member. Called under the router's lock, with the snapshot; pure."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemberStatus:
     """One member of an HA-pair target."""
@@ -226,28 +234,6 @@ class MemberStatus:
             "state": self.state.value,
             "active": self.active,
             "last_check": None if self.last_check is None else self.last_check.to_json(),
-        }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BrokerCountStatus:
-    """A target's broker-reported connection count, as the status shows it."""
-
-    source: str
-    """Its connector's `connectionCount=` (pools.COUNT_SOURCES)."""
-    report: CountReport
-    age_s: float | None = None
-    """How old `report.read_at` was when the snapshot was taken; None: never read, or no clock given."""
-
-    def to_json(self) -> dict[str, object]:
-        report = self.report
-        return {
-            "source": self.source,
-            "count": report.count,
-            "read_at": None if report.read_at is None else rfc3339(report.read_at),
-            "age_s": None if self.age_s is None else round(self.age_s, 3),
-            "last_error": report.last_error,
-            "last_error_at": None if report.last_error_at is None else rfc3339(report.last_error_at),
         }
 
 
@@ -278,8 +264,8 @@ class TargetStatus:
     our change since)."""
     members: tuple[MemberStatus, ...] = ()
     """Each member of an HA pair; empty for a single broker."""
-    broker_count: BrokerCountStatus | None = None
-    """Its broker's own connection count, when its connector reads it (`connectionCount=`)."""
+    sections: Mapping[str, object] = field(default_factory=dict)
+    """The features' members of its document, each a JSON value (`TargetSection`)."""
 
     def to_json(self) -> dict[str, object]:
         document: dict[str, object] = {
@@ -296,8 +282,7 @@ class TargetStatus:
         if self.members:
             document["members"] = [m.to_json() for m in self.members]
         document["connections"] = self.connections
-        if self.broker_count is not None:
-            document["broker_count"] = self.broker_count.to_json()
+        document.update(self.sections)
         return document
 
 
@@ -360,6 +345,7 @@ def snapshot(
     connections: LiveConnections,
     history: TargetHistory | None = None,
     now: float | None = None,
+    sections: Mapping[str, TargetSection] | None = None,
 ) -> RouterStatus:
     """Copy a router's state (call it under the router's lock).
 
@@ -369,8 +355,9 @@ def snapshot(
         pool: its pool; None without one.
         connections: its live connections.
         history: its targets' probes and changes; None: none known.
-        now: the time, in seconds since the epoch, the ages are computed against (a broker
-            count's `age_s`); None: no ages.
+        now: the time, in seconds since the epoch, given to `sections` (which compute ages
+            against it); None: no ages.
+        sections: the features' members of each target's document, by name; None: none.
     """
     pool_status = None
     if pool is not None and config.pool is not None:
@@ -379,7 +366,7 @@ def snapshot(
             kind=config.pool.kind.value,
             active=pool.active,
             quorum_size=pool.quorum_size,
-            targets=tuple(_target(pool, t, connections, history, now) for t in pool.targets),
+            targets=tuple(_target(pool, t, connections, history, now, sections or {}) for t in pool.targets),
             counted=pool.ready_count(),
         )
     return RouterStatus(
@@ -394,7 +381,12 @@ def snapshot(
 
 
 def _target(
-    pool: Pool, target: Target, connections: LiveConnections, history: TargetHistory, now: float | None
+    pool: Pool,
+    target: Target,
+    connections: LiveConnections,
+    history: TargetHistory,
+    now: float | None,
+    sections: Mapping[str, TargetSection],
 ) -> TargetStatus:
     node_id, connector = target.node_id, target.connector
     members: tuple[MemberStatus, ...] = ()
@@ -420,17 +412,12 @@ def _target(
         last_change=history.last_change(node_id),
         connections=connections.connection_count(node_id),
         members=members,
-        broker_count=_broker_count(target, history, now),
+        sections={
+            name: value
+            for name, section in sections.items()
+            if (value := section(target, history, now)) is not None
+        },
     )
-
-
-def _broker_count(target: Target, history: TargetHistory, now: float | None) -> BrokerCountStatus | None:
-    source = None if target.connector is None else target.connector.connection_count
-    if source is None:
-        return None
-    report = history.count_report(target.node_id)
-    age_s = None if now is None or report.read_at is None else max(0.0, now - report.read_at)
-    return BrokerCountStatus(source=source.kind, report=report, age_s=age_s)
 
 
 # -- the process and its acceptors (GET /api/v1/status) ---------------------------------------

@@ -14,12 +14,13 @@ import importlib
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from router.ctl_output import Blocks
     from router.feature import Command, Feature, Route
     from router.metrics import Metrics
 
     FEATURES: tuple[Feature, ...]
 
-__all__ = ["FEATURES", "commands", "register_metrics", "routes"]
+__all__ = ["FEATURES", "commands", "register_metrics", "router_blocks", "routes"]
 
 _FOLDERS: Final = (
     "probes",
@@ -59,6 +60,11 @@ def routes() -> tuple[Route, ...]:
 def commands() -> tuple[Command, ...]:
     """Every feature's routerctl commands."""
     return tuple(command for feature in _features() for command in feature.commands)
+
+
+def router_blocks() -> tuple[Blocks, ...]:
+    """Every feature's part of a router's routerctl output."""
+    return tuple(feature.router_blocks for feature in _features() if feature.router_blocks is not None)
 
 
 def register_metrics(metrics: Metrics) -> Metrics:

@@ -221,10 +221,17 @@ class RouterRuntime:
         return decision
 
     def status(self) -> RouterStatus:
-        """A consistent snapshot of the router's filters, cache and pool."""
+        """A consistent snapshot of the router's filters, cache and pool (with the features' members
+        of each target's document, `RouterState.target_sections`, at the time of day)."""
         with self._state as state:
             return snapshot(
-                state.config, state.engine, state.pool, state.connections, state.history, now=time.time()
+                state.config,
+                state.engine,
+                state.pool,
+                state.connections,
+                state.history,
+                now=time.time(),
+                sections=state.target_sections,
             )
 
     # -- a configuration reload (trio thread) --

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from router.config.settings import RouterConfig
     from router.core.engine import RouteDecision, RoutingEngine, SharedCacheWait
     from router.core.live import LiveConnections
-    from router.core.status import TargetHistory, ZooKeeperStatus
+    from router.core.status import TargetHistory, TargetSection, ZooKeeperStatus
 
 __all__ = ["RouterState", "SharedResolver"]
 
@@ -36,7 +36,17 @@ class SharedResolver(Protocol):
 class RouterState:
     """A router's guarded state (see the module docstring): enter it to read or change it."""
 
-    __slots__ = ("config", "connections", "engine", "history", "lock", "pool", "resolver", "zookeeper")
+    __slots__ = (
+        "config",
+        "connections",
+        "engine",
+        "history",
+        "lock",
+        "pool",
+        "resolver",
+        "target_sections",
+        "zookeeper",
+    )
 
     def __init__(
         self,
@@ -64,6 +74,10 @@ class RouterState:
         """Its ZooKeeper sessions by use (`discovery`, `shared_cache`), as `SessionWatch`
         (router/services/zookeeper.py) last saw them; `GET /api/v1/status` shows them. Trio
         thread only."""
+        self.target_sections: dict[str, TargetSection] = {}
+        """The features' members of each target's status document, by name: a feature's service
+        adds its own when the router joins (`Service.router_added`); the snapshot
+        (`RouterRuntime.status`) computes them."""
 
     def __enter__(self) -> RouterState:
         self.lock.acquire()

@@ -17,7 +17,6 @@ from benchmarks.configs import (
     ArtemisPorts,
     Ports,
     artemis_log4j2,
-    artemis_profile,
     artemis_router_xml,
     artemis_target_xml,
     haproxy_config,
@@ -135,7 +134,6 @@ CREATED_BROKER_XML = """<configuration xmlns="urn:activemq">
 """
 """The lines of Artemis 2.40's `artemis create ... --default-port=61616` broker.xml that the
 benchmark changes (the rest is left as written)."""
-CREATED_PROFILE = 'JAVA_ARGS="-XX:+UseG1GC -Xms512M -Xmx512M -Dhawtio.disableProxy=true"\n'
 CREATED_LOG4J2 = (
     "rootLogger.level = INFO\nlogger.activemq.name=org.apache.activemq\nlogger.activemq.level=INFO\n"
 )
@@ -148,6 +146,22 @@ def _artemis_ports() -> ArtemisPorts:
 def test_artemis_ports_rejects_duplicates() -> None:
     with pytest.raises(ValueError, match="distinct"):
         dataclasses.replace(_artemis_ports(), routerd_admin=22000)
+
+
+def test_artemis_ports_rejects_ephemeral_range() -> None:
+    with pytest.raises(ValueError, match="below the ephemeral range"):
+        dataclasses.replace(_artemis_ports(), routerd_admin=40000)
+
+
+@pytest.mark.parametrize("plan", [Ports, ArtemisPorts])
+def test_port_plans_take_as_many_numbers_as_they_list(plan: type[Ports | ArtemisPorts]) -> None:
+    assert sorted(plan.from_numbers(range(23000, 23000 + plan.COUNT)).all()) == list(
+        range(23000, 23000 + plan.COUNT)
+    )
+    with pytest.raises(
+        ValueError, match=f"a {plan.__name__} plan takes {plan.COUNT} ports, got {plan.COUNT - 1}"
+    ):
+        plan.from_numbers(range(23000, 23000 + plan.COUNT - 1))
 
 
 def test_artemis_router_xml_is_a_pure_router_over_both_targets() -> None:
@@ -194,19 +208,6 @@ def test_artemis_target_xml_keeps_every_protocol_and_the_login() -> None:
 def test_artemis_router_xml_rejects_an_unexpected_file() -> None:
     with pytest.raises(ValueError, match="expected '<name>template</name>' once"):
         artemis_router_xml("<configuration/>", name="r", port=22002, targets=(22000, 22001))
-
-
-@pytest.mark.parametrize(
-    ("c1_only", "expected"),
-    [(True, "-XX:TieredStopAtLevel=1 -Xms64M -Xmx256M"), (False, "-XX:+UseG1GC -Xms64M -Xmx256M -D")],
-)
-def test_artemis_profile_sets_the_heap(c1_only: bool, expected: str) -> None:
-    assert expected in artemis_profile(CREATED_PROFILE, heap="256M", c1_only=c1_only)
-
-
-def test_artemis_profile_rejects_a_bad_heap() -> None:
-    with pytest.raises(ValueError, match="heap"):
-        artemis_profile(CREATED_PROFILE, heap="lots", c1_only=False)
 
 
 def test_artemis_log4j2_follows_routerd_level_and_quiets_client_failures() -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from router.ctl_render import duration
+
+if TYPE_CHECKING:
+    from router.ctl_output import Renderable
 
 
 def test__status_blocks_show_zookeeper_sessions_only_when_there_are_some() -> None:
@@ -41,55 +46,26 @@ def test_duration_is_short_and_readable() -> None:
     ]
 
 
-def test_router_blocks_show_broker_counts_only_when_a_target_reads_one() -> None:
+def test_router_blocks_end_with_the_features_blocks_when_the_router_has_a_pool() -> None:
+    """Scenario: a feature's part (`Feature.router_blocks`: the probes' broker counts) follows the
+    kernel's fields and targets table, and is not asked for a router without a pool."""
     from router.ctl_render import router_blocks
 
-    plain = {
+    target = {
         "node_id": "p",
         "state": "ready",
         "admin_state": "ready",
         "connections": 0,
         "connector": "tcp://h:1",
     }
-    counted = {
-        **plain,
-        "node_id": "a",
-        "connections": 12,
-        "broker_count": {
-            "source": "artemis-jolokia",
-            "count": 12,
-            "read_at": "2026-05-01T12:00:00.000Z",
-            "age_s": 1.25,
-            "last_error": None,
-            "last_error_at": None,
-        },
-    }
-    failing = {
-        **plain,
-        "node_id": "r",
-        "broker_count": {
-            "source": "rabbitmq-prometheus",
-            "count": None,
-            "read_at": None,
-            "age_s": None,
-            "last_error": "connect to http://h:15692/metrics failed: Connection refused",
-            "last_error_at": "2026-05-01T12:00:01.000Z",
-        },
-    }
+    router = {"name": "lc", "pool": {"kind": "static-connectors", "quorum_size": 1, "targets": [target]}}
+    asked: list[object] = []
 
-    def router(*targets: dict[str, object]) -> dict[str, object]:
-        return {
-            "name": "lc",
-            "pool": {"kind": "static-connectors", "quorum_size": 1, "targets": list(targets)},
-        }
+    def feature(document: object) -> list[Renderable]:
+        asked.append(document)
+        return ["a feature's line"]
 
-    assert len(router_blocks(router(plain))) == 2
-    blocks = router_blocks(router(plain, counted, failing))
-    table = blocks[-1]
-    assert not isinstance(table, str)
-    assert table.render().splitlines() == [
-        "NODE_ID  COUNT_SOURCE         BROKER_COUNT  READ      LAST_ERROR",
-        "a        artemis-jolokia      12            1.2s ago  -",
-        "r        rabbitmq-prometheus  -             -         "
-        "connect to http://h:15692/metrics failed: Connection refused",
-    ]
+    assert len(router_blocks(router)) == 2
+    assert router_blocks(router, [feature])[2:] == ["a feature's line"]
+    assert router_blocks({"name": "lc", "pool": None}, [feature])[1:] == []
+    assert asked == [router]

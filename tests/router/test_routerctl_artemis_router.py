@@ -66,6 +66,7 @@ from tests.conftest import (
     require_java,
 )
 from tests.router.conftest import ROUTERCTL
+from tools.artemis_instance import broker_xml
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -141,7 +142,8 @@ _ROUTER_XML = """
 _ACCEPTORS_XML = """
          <acceptor name="ch">tcp://127.0.0.1:{ch_port}?router=ch;protocols=CORE,MQTT</acceptor>
          <acceptor name="mod">tcp://127.0.0.1:{mod_port}?router=mod;protocols=CORE,MQTT</acceptor>
-      </acceptors>"""
+      """
+"""What goes last inside `<acceptors>` in the router broker's broker.xml."""
 
 _CORE_PROBE_JAVA = """
 import java.io.BufferedReader;
@@ -646,7 +648,9 @@ def side_by_side(
         modulo=MODULO,
     )
     acceptors_xml = _ACCEPTORS_XML.format(ch_port=ports["ch"], mod_port=ports["mod"])
-    config.write_text(config.read_text().replace("</acceptors>", acceptors_xml + routers_xml, 1))
+    config.write_text(
+        broker_xml(config.read_text(), what=router.name, acceptors=acceptors_xml, after_acceptors=routers_xml)
+    )
     try:
         started = time.monotonic()
         router.start()

@@ -18,7 +18,8 @@ A connector with an HTTP `connectionCount=` source (Artemis's or ActiveMQ Classi
 RabbitMQ's Prometheus page) has its broker's own connection count read beside its probes, on
 the same period and deadline, by a loop of its own (`read_count`): each read is recorded in the
 router's state (`LiveConnections.report_broker_count`, which LEAST_CONNECTIONS counts, and the
-target's history, which the status shows with its age and the last error). A failed read only
+target's history, which the status shows with its age and the last error: status.py, which the
+service adds to each target's document). A failed read only
 forgets the count, so the router's own is used until a read succeeds, as the MQTT probe's `$SYS`
 count does: load is not health, and a target's readiness is its probes' alone. Of an HA pair, only
 the active member's count is recorded.
@@ -48,6 +49,7 @@ from router.features.probes.checks import (
     read_count,
 )
 from router.features.probes.counts import CountError
+from router.features.probes.status import BROKER_COUNT, broker_count_status
 
 if TYPE_CHECKING:
     from pools import Connector, CountSource, Target
@@ -344,6 +346,10 @@ async def _probe_while_member(
 class Probes(Service):
     """The feature's service: each router's health-check loop, started first of its tasks (its
     first probes run at once) and restarted with a new configuration."""
+
+    def router_added(self, runtime: RouterRuntime) -> None:
+        with runtime.held() as state:
+            state.target_sections[BROKER_COUNT] = broker_count_status
 
     async def serve_router(
         self, runtime: RouterRuntime, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

@@ -11,7 +11,6 @@ from router.core.engine import RoutingEngine
 from router.core.live import LiveConnections
 from router.core.status import (
     AcceptorStatus,
-    BrokerCountStatus,
     CheckRecord,
     CountReport,
     OperationalState,
@@ -284,73 +283,40 @@ def test_rfc3339_is_utc_with_milliseconds() -> None:
     assert rfc3339(1_700_000_000.1234) == "2023-11-14T22:13:20.123Z"
 
 
-class TestBrokerCount:
-    """A target's broker-reported connection count in the status (a connector's `connectionCount=`)."""
+def test_target_history_count_reads_keep_the_last_success_and_the_last_error() -> None:
+    """Scenario: a broker's connection count (a connector's `connectionCount=`) is read, fails, is
+    read again; the probes' status (router/features/probes/status.py) shows the report."""
+    history = TargetHistory()
+    assert history.count_report("a") == CountReport()
+    assert history.counted("a", 5, 100.0) == CountReport()  # the report before
+    history.counted("a", "HTTP status 401", 102.0)
+    assert history.count_report("a") == CountReport(
+        count=None, read_at=100.0, last_error="HTTP status 401", last_error_at=102.0
+    )
+    history.counted("a", 7, 104.0)
+    assert history.count_report("a") == CountReport(
+        count=7, read_at=104.0, last_error="HTTP status 401", last_error_at=102.0
+    )
+    history.forget("a")
+    assert history.count_report("a") == CountReport()
 
-    def test_target_history_count_reads_keep_the_last_success_and_the_last_error(self) -> None:
-        history = TargetHistory()
-        assert history.count_report("a") == CountReport()
-        assert history.counted("a", 5, 100.0) == CountReport()  # the report before
-        history.counted("a", "HTTP status 401", 102.0)
-        assert history.count_report("a") == CountReport(
-            count=None, read_at=100.0, last_error="HTTP status 401", last_error_at=102.0
-        )
-        history.counted("a", 7, 104.0)
-        assert history.count_report("a") == CountReport(
-            count=7, read_at=104.0, last_error="HTTP status 401", last_error_at=102.0
-        )
-        history.forget("a")
-        assert history.count_report("a") == CountReport()
 
-    def test_snapshot_shows_the_broker_count_with_its_age_only_where_one_is_read(self) -> None:
-        counted = Connector.from_url(
-            "c", "tcp://127.0.0.1:20001?nodeId=counted;connectionCount=artemis-jolokia"
-        )
-        plain = Connector.from_url("p", "tcp://127.0.0.1:20002?nodeId=plain")
-        config = RouterConfig(
-            name="r",
-            policy=PolicyConfig(name="LEAST_CONNECTIONS"),
-            pool=PoolConfig(kind=PoolKind.STATIC, static_connectors=("c", "p")),
-        )
-        pool = Pool("r", 1, [Target.remote(counted), Target.remote(plain)])
-        connections, history = LiveConnections(), TargetHistory()
-        engine = RoutingEngine(config, pool, Target.local_target(None), counts=connections)
-        before = snapshot(config, engine, pool, connections, history, now=1_700_000_010.0).to_json()
-        connections.report_broker_count("counted", 12)
-        history.counted("counted", 12, 1_700_000_000.0)
-        after = snapshot(config, engine, pool, connections, history, now=1_700_000_002.5).to_json()
-        no_clock = snapshot(config, engine, pool, connections, history).to_json()
-        targets = [t for document in (before, after, no_clock) for t in document["pool"]["targets"]]  # type: ignore[index]
-        assert "broker_count" not in targets[1]
-        assert targets[0]["broker_count"] == {
-            "source": "artemis-jolokia",
-            "count": None,
-            "read_at": None,
-            "age_s": None,
-            "last_error": None,
-            "last_error_at": None,
-        }
-        assert targets[2]["broker_count"] == {
-            "source": "artemis-jolokia",
-            "count": 12,
-            "read_at": "2023-11-14T22:13:20.000Z",
-            "age_s": 2.5,
-            "last_error": None,
-            "last_error_at": None,
-        }
-        assert targets[2]["connections"] == 12
-        assert targets[4]["broker_count"]["age_s"] is None  # no clock given
+def test_snapshot_adds_the_features_members_of_a_target_after_the_kernels() -> None:
+    """Scenario: a feature's `TargetSection` gives one target a member and not the other; it is
+    given the router's history and the snapshot's time."""
+    config, pool, engine = _static_router(("b1", "b2"))
+    history = TargetHistory()
+    seen: list[tuple[str, TargetHistory, float | None]] = []
 
-    def test_broker_count_status_document_after_a_failed_read(self) -> None:
-        report = CountReport(
-            read_at=1_700_000_000.0, last_error="jolokia status 403: Origin", last_error_at=1_700_000_003.0
-        )
-        document = BrokerCountStatus(source="activemq-jolokia", report=report, age_s=4.0004).to_json()
-        assert document == {
-            "source": "activemq-jolokia",
-            "count": None,
-            "read_at": "2023-11-14T22:13:20.000Z",
-            "age_s": 4.0,
-            "last_error": "jolokia status 403: Origin",
-            "last_error_at": "2023-11-14T22:13:23.000Z",
-        }
+    def section(target: Target, given: TargetHistory, now: float | None) -> object | None:
+        seen.append((target.node_id, given, now))
+        return {"seen_at": now} if target.node_id == "b1" else None
+
+    status = snapshot(config, engine, pool, LiveConnections(), history, now=5.0, sections={"extra": section})
+    first, second = status.to_json()["pool"]["targets"]  # type: ignore[index]
+    assert list(first)[-2:] == ["connections", "extra"]
+    assert first["extra"] == {"seen_at": 5.0}
+    assert "extra" not in second
+    assert seen == [("b1", history, 5.0), ("b2", history, 5.0)]
+    without = snapshot(config, engine, pool, LiveConnections(), history).to_json()
+    assert "extra" not in without["pool"]["targets"][0]  # type: ignore[index]

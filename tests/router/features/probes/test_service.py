@@ -23,7 +23,7 @@ from router.features.probes.checks import (
     probe_client_id,
 )
 from router.features.probes.counts import CountError
-from router.features.probes.service import PROBE_TIMEOUT_CAP_S, make_check, serve_health_checks
+from router.features.probes.service import PROBE_TIMEOUT_CAP_S, Probes, make_check, serve_health_checks
 from router.metrics import Metrics
 from router.runtime import RouterRuntime
 
@@ -415,7 +415,6 @@ class TestServeHealthChecksMembership:
 async def test_probes_serve_router_probes_the_router_at_once() -> None:
     """Scenario: the feature's service for one router probes its target at once (for real: a TCP
     connect to a port nothing listens on, so it is not ready), not a check period later."""
-    from router.features.probes.service import Probes
     from tests.conftest import free_port
 
     connectors = (Connector.from_url("b1", f"tcp://127.0.0.1:{free_port()}"),)
@@ -454,7 +453,11 @@ def _count_runtime(urls: dict[str, str], *, check_period_ms: int = 1000) -> Rout
             password="secret",
         ),
     )
-    return RouterRuntime(Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics())
+    runtime = RouterRuntime(
+        Config(source="t.xml", connectors=connectors, routers=(router,)), router, Metrics()
+    )
+    Probes().router_added(runtime)  # the status shows the counts (status.py)
+    return runtime
 
 
 async def _ready(connector: Connector) -> tuple[bool, str]:
