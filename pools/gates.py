@@ -44,6 +44,9 @@ __all__ = [
     "slow_start_share",
 ]
 
+_MIN_WAIT_S: Final = 1e-6
+"""The shortest wait `TokenBucket.ready_at` names: a token a float rounding away is not there yet."""
+
 SLOW_START_FLOOR: Final = 0.05
 """The share of its limit and weight a target starts slow start with (HAProxy starts above 0 too:
 a target at 0 would take nothing, and its ramp would never be measured)."""
@@ -93,12 +96,18 @@ class TokenBucket:
             return True
         return False
 
+    def available(self, now: float) -> bool:
+        """Whether `take` would succeed now."""
+        self._refill(now)
+        return self._tokens >= 1
+
     def ready_at(self, now: float) -> float:
-        """When the next token will be there (`now` if it is)."""
+        """When the next token will be there (`now` if it is; else at least `_MIN_WAIT_S` later,
+        so that a caller's clock, whatever its offset, moves on before it asks again)."""
         self._refill(now)
         if self._tokens >= 1:
             return now
-        return now + (1 - self._tokens) / self.rate
+        return now + max(_MIN_WAIT_S, (1 - self._tokens) / self.rate)
 
     def retune(self, rate: float, burst: float, now: float) -> None:
         """A reload changed the rate: keep what was saved up, within the new burst."""
@@ -224,7 +233,7 @@ class TargetGate:
             assert rate is not None
             share = self.share(now)
             bucket.retune(rate * share, max(1.0, self.limits.connect_burst * share), now)
-        return bucket.ready_at(now) <= now
+        return bucket.available(now)
 
     def _admit(self, now: float, *, slot: bool) -> None:
         if self._bucket is not None:

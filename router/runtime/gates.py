@@ -4,13 +4,14 @@ connection goes to its target (the rules: pools/gates.py; the limits: pools/limi
 Only targets whose connector sets a limit have a gate; a target without one costs a dict lookup.
 Both data paths offer connections and release slots (a lock around each gate call, a few
 operations under it); waiting happens on the trio side only (`enter`): the fast path hands a
-connection that must wait over to it. A slot released by the fast-path thread wakes the trio
-side through `notify` (set when the trio side starts); waiting connections also look again at the
+connection that must wait over to it. A released slot wakes the trio side through `notify` (the
+trio token's `run_sync_soon`, from either thread); waiting connections also look again at the
 time their gate names (a connect token due, slow start growing the limit) and at their deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from typing import TYPE_CHECKING, Final
@@ -51,8 +52,15 @@ class RouterGates:
         """Targets present at router start that have not been ready yet: their first ready is
         the start, not a return (no slow start)."""
         self.notify: Callable[[str], None] | None = None
-        """Wakes the trio side for a target whose slot the fast path released (None: no trio side
-        yet; its waiters still look again at their deadlines)."""
+        """Wakes the trio side's waiters of a target whose slot was released, from either thread
+        (None: built outside trio, in tests of the decision code; waiters still look again at
+        their deadlines)."""
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            pass
+        else:
+            self.notify = lambda node_id: token.run_sync_soon(self.pump, node_id)
         self.reconfigure(targets)
 
     # -- both threads --
@@ -85,7 +93,8 @@ class RouterGates:
             gate.release()
             waiting = bool(gate.waiting)
         if waiting and self.notify is not None:
-            self.notify(node_id)
+            with contextlib.suppress(trio.RunFinishedError):  # shutting down: nobody waits
+                self.notify(node_id)
 
     # -- trio thread --
 
@@ -102,19 +111,20 @@ class RouterGates:
                 event.set()
         return admit.retry_at
 
-    async def enter(self, node_id: str, *, slot: bool) -> GateOutcome:
-        """Pass the target's gate: at once, or after waiting in its queue (FIFO) up to its
-        `queueTimeout`. ADMITTED holds a slot when `slot` (release it when the connection ends).
-        A waiter cancelled from outside (shutdown) leaves the queue, or gives its slot back."""
+    async def enter(self, node_id: str, *, slot: bool) -> GateOutcome | None:
+        """Pass the target's gate: at once (None), or after waiting in its queue (FIFO) up to its
+        `queueTimeout` (ADMITTED or QUEUE_TIMEOUT), or not at all (QUEUE_FULL). Let in, it holds
+        a slot when `slot` (release it when the connection ends). A waiter cancelled from outside
+        (shutdown) leaves the queue, or gives its slot back."""
         gate = self._gates.get(node_id)
         if gate is None:
-            return GateOutcome.ADMITTED
+            return None
         waiter = next(_waiter_ids)
         now = self._clock()
         with self._lock:
             verdict = gate.offer(waiter, now, slot=slot)
         if verdict is Verdict.ADMIT:
-            return GateOutcome.ADMITTED
+            return None
         if verdict is Verdict.FULL:
             return GateOutcome.QUEUE_FULL
         event = self._events[waiter] = trio.Event()

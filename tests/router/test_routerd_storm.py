@@ -1,6 +1,8 @@
-"""Storm protection with a real routerd and real mosquitto brokers (issue 33): an acceptor's
-`connectionRate` turns a burst of new connections into a ramp, on both data paths, without
-closing any of them (the kernel's backlog holds them while routerd pauses accepting).
+"""Storm protection with a real routerd and real mosquitto brokers (issue 33), on both data paths:
+an acceptor's `connectionRate` turns a burst of new connections into a ramp without closing any of
+them (the kernel's backlog holds them while routerd pauses accepting); a target's `maxConnections`
+holds clients in a bounded FIFO queue and refuses, in MQTT's words, those that find it full or
+wait longer than `queueTimeout`; its `connectRate` spaces the connects it receives.
 
 Every wait is bounded; routerd is stopped by its PID (tests/router/conftest.py)."""
 
@@ -12,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from keys import mqtt
 from tests.conftest import free_port
@@ -94,3 +97,113 @@ def test_connection_rate_turns_a_burst_into_a_ramp_and_closes_nothing(
     for i, first in enumerate(times):
         in_a_second = sum(1 for t in times[i:] if t < first + 1.0)
         assert in_a_second <= RATE + BURST + 1, (first, times)
+
+
+# -- a target's gate ---------------------------------------------------------------------------------
+
+SERVER_UNAVAILABLE = 0x88
+"""The CONNACK code routerd, as Artemis, sends an MQTT 3.1.1 client it refuses as unavailable (MQTT
+5's "server unavailable"; keys/mqtt.py `encode_connack_v3_as_artemis`)."""
+
+
+def _gated_config(broker: Mosquitto, ports: dict[str, int], connector_params: str) -> str:
+    connector = f'<connector name="c0">tcp://127.0.0.1:{broker.port}?nodeId=m0;{connector_params}</connector>'
+    acceptors = acceptors_xml({"fast": "router=r", "trio": "router=r;fastPath=false"}, ports)
+    routers = """
+      <connection-router name="r">
+        <key-type>CLIENT_ID</key-type>
+        <policy name="FIRST_ELEMENT"/>
+        <pool><check-period>1000</check-period>
+          <static-connectors><connector-ref>c0</connector-ref></static-connectors></pool>
+      </connection-router>"""
+    return broker_xml(connector, acceptors, routers)
+
+
+def _session(port: int, client_id: str) -> socket.socket:
+    """An MQTT 3.1.1 session's socket, its CONNECT sent (read its CONNACK with `_connack`)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
+    sock.sendall(mqtt.encode_connect(client_id))
+    return sock
+
+
+def _connack(sock: socket.socket) -> int | None:
+    """The CONNACK's return code; None when the connection closed without one."""
+    reply = b""
+    while len(reply) < 4:
+        chunk = sock.recv(4 - len(reply))
+        if not chunk:
+            return None
+        reply += chunk
+    assert reply[:2] == b"\x20\x02", reply
+    return reply[3]
+
+
+@pytest.mark.parametrize("acceptor", ["fast", "trio"])
+def test_max_connections_queues_then_refuses_in_mqtt_words(
+    acceptor: str, mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd]
+) -> None:
+    """Scenario: maxConnections=2, maxQueue=1, queueTimeout=1500. Two sessions get in; the third
+    waits; the fourth finds the queue full and is refused at once (CONNACK 0x88); when one of the two
+    leaves, the third gets in. Then a fourth waits the whole queue timeout and is refused."""
+    ports = {"fast": free_port(), "trio": free_port()}
+    params = "maxConnections=2;maxQueue=1;queueTimeout=1500"
+    router = start_routerd(lambda admin: _gated_config(mosquitto_fleet[0], ports, params))
+    router.wait_for_log(r"router=r target=m0 is ready", TIMEOUT_S)
+    port = ports[acceptor]
+    first, second = _session(port, "s1"), _session(port, "s2")
+    assert (_connack(first), _connack(second)) == (0, 0)
+    waiting = _session(port, "s3")
+    time.sleep(0.3)  # s3 is in the queue now (its CONNACK does not come)
+    full = _session(port, "s4")
+    began = time.monotonic()
+    assert _connack(full) == SERVER_UNAVAILABLE
+    assert time.monotonic() - began < 1.0  # at once, not after the queue timeout
+    router.wait_for_log(r"key=s4 target=m0 outcome=REFUSED_UNAVAILABLE reason=queue full", TIMEOUT_S)
+    first.close()
+    assert _connack(waiting) == 0
+    router.wait_for_log(r"key=s3 target=m0 waited_s=\d+\.\d+: let in by the target's gate", TIMEOUT_S)
+    late = _session(port, "s5")
+    began = time.monotonic()
+    assert _connack(late) == SERVER_UNAVAILABLE
+    assert 1.3 < time.monotonic() - began < 5.0
+    router.wait_for_log(
+        r"key=s5 target=m0 outcome=REFUSED_UNAVAILABLE reason=queue timeout waited_s=1\.", TIMEOUT_S
+    )
+    metrics = _samples(router)
+    assert metrics["router_routing_refusals_total", ("r", "queue_full")] == 1
+    assert metrics["router_routing_refusals_total", ("r", "queue_timeout")] == 1
+    assert metrics["router_target_gate_connections", ("r", "m0")] == 2
+    assert metrics["router_target_gate_limit", ("r", "m0")] == 2
+    assert metrics["router_target_queue_length", ("r", "m0")] == 0
+    assert metrics["router_target_queue_wait_seconds_count", ("r", "m0")] == 2  # s3 and s5 waited
+    for sock in (second, waiting, full, late):
+        sock.close()
+
+
+@pytest.mark.parametrize("acceptor", ["fast", "trio"])
+def test_connect_rate_spaces_the_connects_a_target_receives(
+    acceptor: str, mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd]
+) -> None:
+    """Scenario: connectRate=20 and 50 clients at once: every one gets in (the default queue holds
+    ten seconds of the rate), no second sees more than 1.1 x 20 (+1) connects."""
+    ports = {"fast": free_port(), "trio": free_port()}
+    router = start_routerd(lambda admin: _gated_config(mosquitto_fleet[0], ports, "connectRate=20"))
+    router.wait_for_log(r"router=r target=m0 is ready", TIMEOUT_S)
+    times = _connect_at_once(ports[acceptor], CLIENTS)
+    assert len(times) == CLIENTS
+    assert times[-1] >= (CLIENTS - 2) / 20 * 0.9
+    for i, first in enumerate(times):
+        in_a_second = sum(1 for t in times[i:] if t < first + 1.0)
+        assert in_a_second <= 20 * 1.1 + 1, (first, times)
+
+
+def _samples(router: Routerd) -> dict[tuple[str, tuple[str, ...]], float]:
+    """routerd's samples: (name, (router, then node_id or reason)) -> value."""
+    found: dict[tuple[str, tuple[str, ...]], float] = {}
+    for family in text_string_to_metric_families(router.metrics()):
+        for sample in family.samples:
+            labels = sample.labels
+            if "router" in labels:
+                rest = labels.get("node_id", labels.get("reason", ""))
+                found[sample.name, (labels["router"], rest)] = sample.value
+    return found
