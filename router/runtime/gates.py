@@ -193,6 +193,26 @@ class RouterGates:
         for node_id in gates:
             self.pump(node_id)
 
+    def section(self, node_id: str) -> dict[str, object] | None:
+        """The `gate` member of the target's status document: slots held, the effective limit,
+        clients waiting, the slow-start share; None for a target without a gate."""
+        gate = self._gates.get(node_id)
+        if gate is None:
+            return None
+        with self._lock:
+            state = gate.state(self._clock())
+        limits = gate.limits
+        return {
+            "open": state.open,
+            "limit": state.limit,
+            "max_connections": limits.max_connections,
+            "queued": state.queued,
+            "max_queue": limits.max_queue,
+            "queue_timeout_ms": round(limits.queue_timeout_s * 1000),
+            "connect_rate": limits.connect_rate,
+            "slow_start_share": round(state.share, 3),
+        }
+
     def states(self) -> dict[str, GateState]:
         """Each gate at one moment (status, metrics)."""
         now = self._clock()

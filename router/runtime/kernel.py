@@ -96,6 +96,7 @@ class RouterRuntime:
             clock = time.monotonic
         gates = RouterGates([] if pool is None else pool.targets, clock)
         self.pool: Final = RouterPool(self.name, state, self.report, self.connections, metrics, gates)
+        state.target_sections["gate"] = lambda target, _history, _now: gates.section(target.node_id)
         """The pool's changes, queries and waits."""
         updates.router_started(self.name, None if pool is None else [t.node_id for t in pool.targets])
         if pool is not None:

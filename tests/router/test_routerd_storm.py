@@ -11,10 +11,15 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
+from jsonschema import Draft202012Validator
 from prometheus_client.parser import text_string_to_metric_families
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 from keys import mqtt
 from tests.conftest import free_port
@@ -169,6 +174,20 @@ def test_max_connections_queues_then_refuses_in_mqtt_words(
     router.wait_for_log(
         r"key=s5 target=m0 outcome=REFUSED_UNAVAILABLE reason=queue timeout waited_s=1\.", TIMEOUT_S
     )
+    document = router.get("/api/v1/routers/r")
+    assert isinstance(document, dict)
+    (target,) = document["pool"]["targets"]
+    assert _schema_errors(target) == []
+    assert target["gate"] == {
+        "open": 2,
+        "limit": 2,
+        "max_connections": 2,
+        "queued": 0,
+        "max_queue": 1,
+        "queue_timeout_ms": 1500,
+        "connect_rate": None,
+        "slow_start_share": 1.0,
+    }
     metrics = _samples(router)
     assert metrics["router_routing_refusals_total", ("r", "queue_full")] == 1
     assert metrics["router_routing_refusals_total", ("r", "queue_timeout")] == 1
@@ -207,3 +226,14 @@ def _samples(router: Routerd) -> dict[tuple[str, tuple[str, ...]], float]:
                 rest = labels.get("node_id", labels.get("reason", ""))
                 found[sample.name, (labels["router"], rest)] = sample.value
     return found
+
+
+def _schema_errors(target: dict[str, Any]) -> list[str]:
+    """What makes a target's document not a `TargetStatus` of docs/admin-api.yaml."""
+    document = yaml.safe_load((Path(__file__).resolve().parents[2] / "docs" / "admin-api.yaml").read_text())
+    base = "urn:connection-router:admin-api"
+    registry: Registry[Any] = Registry().with_resource(
+        base, Resource.from_contents(document, default_specification=DRAFT202012)
+    )
+    validator = Draft202012Validator({"$ref": f"{base}#/components/schemas/TargetStatus"}, registry=registry)
+    return [error.message for error in validator.iter_errors(target)]
