@@ -8,6 +8,7 @@ Every wait is bounded; routerd is stopped by its PID (tests/router/conftest.py).
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -237,3 +238,33 @@ def _schema_errors(target: dict[str, Any]) -> list[str]:
     )
     validator = Draft202012Validator({"$ref": f"{base}#/components/schemas/TargetStatus"}, registry=registry)
     return [error.message for error in validator.iter_errors(target)]
+
+
+@pytest.mark.parametrize("acceptor", ["fast", "trio"])
+def test_a_reload_raising_max_connections_lets_waiting_clients_in(
+    acceptor: str, mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd]
+) -> None:
+    """Scenario: maxConnections=1 with a queue of 2 and a long queue timeout; one session is in,
+    two wait. A reload that raises maxConnections to 3 lets both in, in place (the first session
+    stays connected, nobody is refused)."""
+    ports = {"fast": free_port(), "trio": free_port()}
+    broker = mosquitto_fleet[0]
+    params = "maxConnections={};maxQueue=2;queueTimeout=20000"
+    router = start_routerd(lambda admin: _gated_config(broker, ports, params.format(1)))
+    router.wait_for_log(r"router=r target=m0 is ready", TIMEOUT_S)
+    port = ports[acceptor]
+    first = _session(port, "r1")
+    assert _connack(first) == 0
+    waiting = [_session(port, "r2"), _session(port, "r3")]
+    deadline = time.monotonic() + TIMEOUT_S
+    while _samples(router).get(("router_target_queue_length", ("r", "m0"))) != 2:
+        assert time.monotonic() < deadline, "the two sessions never waited"
+        time.sleep(0.1)  # another process's state: nothing to wait on
+    router.config.write_text(_gated_config(broker, ports, params.format(3)))
+    assert router.proc is not None
+    router.proc.send_signal(signal.SIGHUP)
+    assert [_connack(sock) for sock in waiting] == [0, 0]
+    first.sendall(b"\xc0\x00")  # PINGREQ: the first session is still there
+    assert first.recv(2) == b"\xd0\x00"
+    for sock in (first, *waiting):
+        sock.close()
