@@ -19,11 +19,14 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 from prometheus_client.parser import text_string_to_metric_families
+from proton import ConnectionException
+from proton.utils import BlockingConnection
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from keys import mqtt
-from tests.conftest import free_port
+from tests.conftest import free_port, read_until_closed
+from tests.keys.test_openwire import CI_TCP_TIGHT, _cache_off, _wfi_tcp
 from tests.router.conftest import acceptors_xml, broker_xml, static_connectors
 
 if TYPE_CHECKING:
@@ -268,3 +271,49 @@ def test_a_reload_raising_max_connections_lets_waiting_clients_in(
     assert first.recv(2) == b"\xd0\x00"
     for sock in (first, *waiting):
         sock.close()
+
+
+def test_a_full_queue_refuses_amqp_stomp_and_openwire_clients_in_their_words(
+    mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd]
+) -> None:
+    """Scenario: maxConnections=1 without a queue, its one slot held by an MQTT session. A proton
+    AMQP client gets Close amqp:connection:forced "... is not ready" (it heard "SASL ok" from
+    routerd first), a STOMP client an ERROR frame, an OpenWire client its WireFormatInfo echo and
+    then the close (OpenWire has no refusal of its own); each refusal is logged `queue full`."""
+    ports = {"fast": free_port(), "trio": free_port()}
+    router = start_routerd(
+        lambda admin: _gated_config(mosquitto_fleet[0], ports, "maxConnections=1;maxQueue=0")
+    )
+    router.wait_for_log(r"router=r target=m0 is ready", TIMEOUT_S)
+    holder = _session(ports["fast"], "holder")
+    assert _connack(holder) == 0
+
+    url = f"amqp://guest:guest@127.0.0.1:{ports['trio']}"
+    with pytest.raises(ConnectionException) as refused:
+        BlockingConnection(url, TIMEOUT_S, container_id="amqp-1", allowed_mechs="PLAIN").close()
+    assert "amqp:connection:forced" in str(refused.value)
+    assert "Connection router r is not ready" in str(refused.value)
+    router.wait_for_log(r"key=amqp-1 target=m0 outcome=REFUSED_UNAVAILABLE reason=queue full", TIMEOUT_S)
+
+    connect = b"CONNECT\naccept-version:1.2\nhost:/\nclient-id:stomp-1\n\n\x00"
+    with socket.create_connection(("127.0.0.1", ports["fast"]), timeout=TIMEOUT_S) as sock:
+        sock.sendall(connect)
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"ERROR\n")
+    assert b"message:Connection router r is not ready" in answer
+    router.wait_for_log(r"key=stomp-1 target=m0 outcome=REFUSED_UNAVAILABLE reason=queue full", TIMEOUT_S)
+
+    wire_format = _wfi_tcp()  # as the Java client: its WireFormatInfo, the echo, its ConnectionInfo
+    echo = _cache_off(wire_format)
+    with socket.create_connection(("127.0.0.1", ports["fast"]), timeout=TIMEOUT_S) as sock:
+        sock.sendall(wire_format)
+        got = b""
+        while len(got) < len(echo):
+            chunk = sock.recv(len(echo) - len(got))
+            assert chunk, "closed before the echo"
+            got += chunk
+        assert got == echo
+        sock.sendall(CI_TCP_TIGHT)
+        assert read_until_closed(sock) == b""  # nothing but the close
+    router.wait_for_log(r"key=client-42 target=m0 outcome=REFUSED_UNAVAILABLE reason=queue full", TIMEOUT_S)
+    holder.close()
