@@ -84,6 +84,9 @@ class Policy:
     round-robin position or connection counts): `routerctl simulate` can predict it. This is the
     policy with its default properties; `is_keyed` (and `PolicyConfig.keyed`) says it for the
     properties given (CONSISTENT_HASH with LOAD_FACTOR is not)."""
+    STICKY: ClassVar[bool] = False
+    """Whether a key belongs to one target (a hash of the key): a client its target's gate holds
+    back (maxConnections, connectRate) waits for that target instead of going to another one."""
     registry: ClassVar[dict[str, type[Policy]]] = {}
 
     def __init_subclass__(cls) -> None:
@@ -275,6 +278,7 @@ class ConsistentHashPolicy(Policy):
     """
 
     NAME = "CONSISTENT_HASH"
+    STICKY = True
     KEYED = True
     PROPERTIES = frozenset({"RING", "LOAD_FACTOR"})
 
@@ -400,6 +404,7 @@ class ConsistentHashModuloPolicy(Policy):
     """A key transformer: key -> str((hash(key) & 0x7fffffff) % MODULO). Never selects a target."""
 
     NAME = "CONSISTENT_HASH_MODULO"
+    STICKY = True
     KEYED = True
     PROPERTIES = frozenset({"MODULO", "modulo"})
 

@@ -115,6 +115,19 @@ def _log_held(event: Held) -> None:
                 event.waited_s,
             )
         return
+    if event.moved_to is not None:
+        if conn_log.isEnabledFor(logging.INFO):
+            conn_log.info(
+                "peer=%s router=%s key=%s target=%s reason=%s waited_s=%.3f redispatched_to=%s",
+                conn.peer,
+                conn.router,
+                shown(event.key),
+                event.node_id,
+                event.outcome.value,
+                event.waited_s,
+                event.moved_to,
+            )
+        return
     conn_log.warning(
         "peer=%s acceptor=%s router=%s key=%s target=%s outcome=REFUSED_UNAVAILABLE reason=%s waited_s=%.3f",
         conn.peer,
@@ -371,7 +384,7 @@ class MetricUpdates:
         m, router, outcome = self.metrics, event.conn.router, event.outcome
         if outcome is not GateOutcome.QUEUE_FULL:
             m.queue_wait.observe((router, event.node_id), event.waited_s)
-        if outcome is not GateOutcome.ADMITTED:
+        if outcome is not GateOutcome.ADMITTED and event.moved_to is None:
             m.refusals.inc((router, outcome.name.lower()))
 
     def _opening_failed(self, event: OpeningFailed) -> None:

@@ -361,6 +361,31 @@ class RoutingEngine:
             key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=DecisionReason.CONNECT_FAILED
         )
 
+    def elsewhere(self, key: str, reason: DecisionReason, held: str, now: float) -> RouteDecision | None:
+        """A connection its target's gate held back (a full queue, the queue timeout): the policy's
+        pick among the other ready targets, cached in place of the held one, when the key may go
+        elsewhere; None when it waits for its own target (a hash policy, a cache hit: the key is
+        pinned there) or there is no other ready target.
+
+        Args:
+            key: the connection's key.
+            reason: how the held target was chosen (only a POLICY pick may move).
+            held: its node id.
+            now: the current time (cache expiry).
+        """
+        if (
+            reason is not DecisionReason.POLICY
+            or self.policy is None
+            or self.policy.STICKY
+            or self.pool is None
+        ):
+            return None
+        targets = [t for t in self.pool.routing_targets() if t.node_id != held]
+        decision = self.select(key, targets, now)
+        if decision.target is None:
+            return None
+        return self._ok(key, decision.target, DecisionReason.REDISPATCH)
+
     def relocate(self, key: str, leaving: str | None, now: float, *, to: str | None = None) -> RouteDecision:
         """Where the key of a connection the router moves goes now (router/features/moves/):
         `to` when it is given and open to new connections, else the policy's pick among the

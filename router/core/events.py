@@ -334,6 +334,9 @@ class Held:
     outcome: GateOutcome
     waited_s: float
     """From the gate's first answer to the outcome (0 for a full queue)."""
+    moved_to: str | None = None
+    """Held back, the ready target it went to instead (its router's policy lets the key move);
+    None: refused (or let in)."""
 
 
 ConnectionEvent: TypeAlias = (

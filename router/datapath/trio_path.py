@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 import ssl
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Final, assert_never
 
 import trio
 
@@ -303,8 +303,7 @@ class _Connection:
                 await self._proxy_or_refuse(then, retry=retry)
                 return
             if isinstance(then, Redirect):  # likewise; its target's gate makes it wait
-                refused = await self._pass_gate(then.key, then.target.node_id, slot=False)
-                await _answer(client, then.answer if refused is None else refused.answer)
+                await self._redirect(then)
                 return
             started = trio.current_time()
             decision: RouteDecision | Wait
@@ -326,9 +325,7 @@ class _Connection:
                 case Refuse():
                     await _answer(client, action.answer)
                 case Redirect():
-                    # A redirect sends one client to the target: it takes a connect token.
-                    refused = await self._pass_gate(action.key, action.target.node_id, slot=False)
-                    await _answer(client, action.answer if refused is None else refused.answer)
+                    await self._redirect(action)
                 case Proxy():
                     await self._proxy_or_refuse(action)
                 case _:
@@ -365,44 +362,75 @@ class _Connection:
 
     # -- connect, replay, relay --
 
-    async def _pass_gate(self, key: str, node_id: str, *, slot: bool) -> Refuse | None:
+    async def _pass_gate(self, node_id: str, *, slot: bool) -> tuple[GateOutcome, float] | None:
         """Pass the target's gate (`maxConnections`, `connectRate`: router/runtime/gates.py),
-        waiting in its queue if it must; None when let in (holding a slot when `slot`: released
-        when the connection ends), else the refusal in the client's protocol (reported)."""
-        runtime = self.acceptor.runtime
-        gates = runtime.pool.gates
+        waiting in its queue if it must. None: let in at once; else how the wait ended and how long
+        it took (let in after waiting, or held back: QUEUE_FULL, QUEUE_TIMEOUT). Let in, it holds a
+        slot when `slot`, released when the connection ends."""
+        gates = self.acceptor.runtime.pool.gates
         if not gates.limited(node_id):
             return None
         began = trio.current_time()
         outcome = await gates.enter(node_id, slot=slot)
-        if outcome is None:  # let in at once
-            return None
-        waited_s = trio.current_time() - began
-        runtime.report(Held(conn=self.conn, key=key, node_id=node_id, outcome=outcome, waited_s=waited_s))
-        if outcome is GateOutcome.ADMITTED:
-            return None
-        reason = (
-            DecisionReason.QUEUE_FULL if outcome is GateOutcome.QUEUE_FULL else DecisionReason.QUEUE_TIMEOUT
+        return None if outcome is None else (outcome, trio.current_time() - began)
+
+    def _held(
+        self, key: str, node_id: str, waited: tuple[GateOutcome, float], moved_to: str | None = None
+    ) -> None:
+        outcome, waited_s = waited
+        self.acceptor.runtime.report(
+            Held(
+                conn=self.conn,
+                key=key,
+                node_id=node_id,
+                outcome=outcome,
+                waited_s=waited_s,
+                moved_to=moved_to,
+            )
         )
-        return held_back(runtime.name, self.opening, key, reason)
+
+    async def _redirect(self, action: Redirect) -> None:
+        """Send the redirect once the target's gate lets one more client go to it (a redirect takes
+        a connect token); held back, the client is refused instead."""
+        node_id = action.target.node_id
+        waited = await self._pass_gate(node_id, slot=False)
+        answer = action.answer
+        if waited is not None:
+            self._held(action.key, node_id, waited)
+            if waited[0] is not GateOutcome.ADMITTED:
+                held = _HELD_BACK[waited[0]]
+                answer = held_back(self.acceptor.runtime.name, self.opening, action.key, held).answer
+        await _answer(self.stream, answer)
 
     async def _proxy_or_refuse(self, action: Proxy, *, retry: bool = True) -> None:
         """Pass the target's gate, then proxy; when the connect fails, once more to another ready
         target (redispatch, unless `retry` is False: the fast path redispatched already), and then,
-        when that fails too or there is none, refuse in the client's protocol."""
+        when that fails too or there is none, refuse in the client's protocol. Held back by the
+        gate, a key that may move goes to another target (once), else it is refused."""
+        runtime = self.acceptor.runtime
         then: Proxy | Refuse | None = action
         for again in (retry, False):
             if not isinstance(then, Proxy):
                 break
-            node_id = then.target.node_id
-            refused = await self._pass_gate(then.key, node_id, slot=True)
-            if refused is not None:
-                then = refused
-                break
+            node_id, key = then.target.node_id, then.key
+            waited = await self._pass_gate(node_id, slot=True)
+            if waited is not None and waited[0] is not GateOutcome.ADMITTED:
+                then = runtime.after_connect_failed(
+                    self.acceptor.config,
+                    self.opening,
+                    then,
+                    trio.current_time(),
+                    retry=again,
+                    held=_HELD_BACK[waited[0]],
+                )
+                self._held(key, node_id, waited, then.target.node_id if isinstance(then, Proxy) else None)
+                continue
+            if waited is not None:
+                self._held(key, node_id, waited)
             try:
                 then = await self._proxy(then, retry=again)
             finally:
-                self.acceptor.runtime.pool.gates.release(node_id)
+                runtime.pool.gates.release(node_id)
         if isinstance(then, Refuse):
             await _answer(self.stream, then.answer)
 
@@ -528,6 +556,13 @@ class _Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return "connection closed during the replay"
         return ""
+
+
+_HELD_BACK: Final = {
+    GateOutcome.QUEUE_FULL: DecisionReason.QUEUE_FULL,
+    GateOutcome.QUEUE_TIMEOUT: DecisionReason.QUEUE_TIMEOUT,
+}
+"""The refusal reason of each way a target's gate holds a connection back."""
 
 
 async def _answer(client: trio.abc.Stream, answer: bytes) -> None:

@@ -33,7 +33,7 @@ from router.core.engine import (
 )
 from router.core.events import Accepted, ConnectionRef, LookedUp
 from router.core.live import LiveConnections
-from router.core.plan import after_connect_failed
+from router.core.plan import after_connect_failed, held_back
 from router.core.status import TargetHistory, snapshot
 from router.reports import MetricUpdates, TargetMetrics, log_event
 from router.runtime.connections import RouterConnections
@@ -198,11 +198,26 @@ class RouterRuntime:
         return await resolver(wait)
 
     def after_connect_failed(
-        self, acceptor: AcceptorConfig, opening: Opening, failed: Proxy, now: float, *, retry: bool
+        self,
+        acceptor: AcceptorConfig,
+        opening: Opening,
+        failed: Proxy,
+        now: float,
+        *,
+        retry: bool,
+        held: DecisionReason | None = None,
     ) -> Proxy | Refuse:
         """The connect `failed` planned did not succeed: connect to another ready target once
         (`retry`, HAProxy's redispatch; the cache entry moves with it), else refuse in the client's
-        protocol."""
+        protocol. `held`: it was not even tried, its target's gate held it back (QUEUE_FULL,
+        QUEUE_TIMEOUT): to another ready target only when the router's policy lets the key move
+        (`RoutingEngine.elsewhere`), else refused as held back."""
+        if held is not None:
+            with self._state as state:
+                moved = state.engine.elsewhere(failed.key, failed.reason, failed.target.node_id, now)
+            if moved is None or not retry:
+                return held_back(self.name, opening, failed.key, held)
+            return after_connect_failed(acceptor, self.name, opening, moved)
         if retry:
             with self._state as state:
                 decision = state.engine.redispatch(failed.key, failed.reason, failed.target.node_id, now)

@@ -317,3 +317,55 @@ def test_a_full_queue_refuses_amqp_stomp_and_openwire_clients_in_their_words(
         assert read_until_closed(sock) == b""  # nothing but the close
     router.wait_for_log(r"key=client-42 target=m0 outcome=REFUSED_UNAVAILABLE reason=queue full", TIMEOUT_S)
     holder.close()
+
+
+@pytest.mark.parametrize(
+    ("acceptor", "policy", "moves"), [("fast", "FIRST_ELEMENT", True), ("trio", "CONSISTENT_HASH", False)]
+)
+def test_a_held_back_key_moves_only_when_its_policy_lets_it(
+    acceptor: str,
+    policy: str,
+    moves: bool,
+    mosquitto_fleet: list[Mosquitto],
+    start_routerd: Callable[..., Routerd],
+) -> None:
+    """Scenario: two targets, the first with maxConnections=1 and no queue. With FIRST_ELEMENT (no
+    key belongs to a target) a second client goes to the other target; with CONSISTENT_HASH the
+    key belongs to its target and is refused instead."""
+    ports = {"fast": free_port(), "trio": free_port()}
+    m0, m1 = mosquitto_fleet[0], mosquitto_fleet[1]
+    connectors = (
+        f'<connector name="c0">tcp://127.0.0.1:{m0.port}?nodeId=m0;maxConnections=1;maxQueue=0</connector>'
+        f'<connector name="c1">tcp://127.0.0.1:{m1.port}?nodeId=m1</connector>'
+    )
+    routers = f"""
+      <connection-router name="r">
+        <key-type>CLIENT_ID</key-type>
+        <policy name="{policy}"/>
+        <pool><check-period>1000</check-period>
+          <static-connectors><connector-ref>c0</connector-ref><connector-ref>c1</connector-ref></static-connectors>
+        </pool>
+      </connection-router>"""
+    acceptors = acceptors_xml({"fast": "router=r", "trio": "router=r;fastPath=false"}, ports)
+    router = start_routerd(lambda admin: broker_xml(connectors, acceptors, routers))
+    for node_id in ("m0", "m1"):
+        router.wait_for_log(rf"router=r target={node_id} is ready", TIMEOUT_S, consume=False)
+    # Two client ids that CONSISTENT_HASH sends to m0 (FIRST_ELEMENT sends every one there).
+    predicted = router.predict("r", "--client-id", [f"k{i}" for i in range(40)])
+    on_m0 = [cid for cid, decision in predicted.items() if decision["node_id"] == "m0"][:2]
+    assert len(on_m0) == 2
+    first = _session(ports[acceptor], on_m0[0])
+    assert _connack(first) == 0
+    second = _session(ports[acceptor], on_m0[1])
+    if moves:
+        assert _connack(second) == 0
+        router.wait_for_log(
+            rf"key={on_m0[1]} target=m0 reason=queue full waited_s=\S+ redispatched_to=m1", TIMEOUT_S
+        )
+    else:
+        assert _connack(second) == SERVER_UNAVAILABLE
+        router.wait_for_log(
+            rf"key={on_m0[1]} target=m0 outcome=REFUSED_UNAVAILABLE reason=queue full", TIMEOUT_S
+        )
+    first.close()
+    second.close()
