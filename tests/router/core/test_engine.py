@@ -514,6 +514,39 @@ class TestRedispatch:
         assert refused.status is RouteStatus.REFUSED_UNAVAILABLE
 
 
+class TestElsewhere:
+    """A connection its target's gate held back (router/runtime/gates.py): where it may go instead."""
+
+    @pytest.mark.parametrize("policy", ["FIRST_ELEMENT", "ROUND_ROBIN", "LEAST_CONNECTIONS"])
+    def test_a_policy_pick_of_a_non_sticky_policy_moves_and_is_cached(self, policy):
+        engine = make_engine(policy=policy, cache_timeout_ms=0)
+        first = engine.route(client("k"), 0.0)
+        held = node(first)
+        moved = engine.elsewhere("k", first.reason, held, 1.0)
+        assert moved is not None
+        assert (moved.status, moved.reason) == (RouteStatus.OK, DecisionReason.REDISPATCH)
+        assert node(moved) != held
+        assert engine.cache is not None
+        assert engine.cache.get("k", 2.0) == node(moved)
+
+    @pytest.mark.parametrize(
+        ("policy", "properties"), [("CONSISTENT_HASH", ()), ("CONSISTENT_HASH_MODULO", (("MODULO", "3"),))]
+    )
+    def test_a_key_of_a_hash_policy_waits_for_its_own_target(self, policy, properties):
+        engine = make_engine(policy=policy, properties=properties)
+        assert engine.elsewhere("k", DecisionReason.POLICY, "broker1", 0.0) is None
+
+    def test_a_cache_hit_waits_for_its_own_target(self):
+        engine = make_engine(cache_timeout_ms=0)
+        engine.route(client("k"), 0.0)
+        hit = engine.route(client("k"), 1.0)
+        assert engine.elsewhere("k", hit.reason, node(hit), 2.0) is None
+
+    def test_nothing_else_ready_waits(self):
+        engine = make_engine(ready=["broker1"])
+        assert engine.elsewhere("k", DecisionReason.POLICY, "broker1", 0.0) is None
+
+
 class TestBeginAndFinish:
     """`begin` runs the workflow as far as it goes without waiting; `finish` selects after a wait."""
 
