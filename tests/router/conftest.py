@@ -60,6 +60,16 @@ def acceptors_xml(params: Mapping[str, str], ports: Mapping[str, int]) -> str:
     )
 
 
+def router_xml(name: str, key_type: str, policy: str, refs: str, *, check_period_ms: int = 1000) -> str:
+    """A `<connection-router>` over a static pool of the `<connector-ref>`s `refs`."""
+    return f"""
+      <connection-router name="{name}">
+        <key-type>{key_type}</key-type>
+        <policy name="{policy}"/>
+        <pool><check-period>{check_period_ms}</check-period><static-connectors>{refs}</static-connectors></pool>
+      </connection-router>"""
+
+
 def broker_xml(connectors: str, acceptors: str, routers: str) -> str:
     """A routerd configuration: `<connectors>`, `<acceptors>` and `<connection-routers>` holding
     these elements, in the `<core>` of a broker.xml."""

@@ -27,7 +27,7 @@ from referencing.jsonschema import DRAFT202012
 from keys import mqtt
 from tests.conftest import free_port, read_until_closed
 from tests.keys.test_openwire import CI_TCP_TIGHT, _cache_off, _wfi_tcp
-from tests.router.conftest import acceptors_xml, broker_xml, static_connectors
+from tests.router.conftest import acceptors_xml, broker_xml, router_xml, static_connectors
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,13 +53,7 @@ def _config(broker: Mosquitto, ports: dict[str, int]) -> str:
         },
         ports,
     )
-    routers = f"""
-      <connection-router name="r">
-        <key-type>SOURCE_IP</key-type>
-        <policy name="FIRST_ELEMENT"/>
-        <pool><check-period>1000</check-period><static-connectors>{refs}</static-connectors></pool>
-      </connection-router>"""
-    return broker_xml(connectors, acceptors, routers)
+    return broker_xml(connectors, acceptors, router_xml("r", "SOURCE_IP", "FIRST_ELEMENT", refs))
 
 
 def _connect_at_once(port: int, count: int) -> list[float]:
@@ -118,13 +112,7 @@ SERVER_UNAVAILABLE = 0x88
 def _gated_config(broker: Mosquitto, ports: dict[str, int], connector_params: str) -> str:
     connector = f'<connector name="c0">tcp://127.0.0.1:{broker.port}?nodeId=m0;{connector_params}</connector>'
     acceptors = acceptors_xml({"fast": "router=r", "trio": "router=r;fastPath=false"}, ports)
-    routers = """
-      <connection-router name="r">
-        <key-type>CLIENT_ID</key-type>
-        <policy name="FIRST_ELEMENT"/>
-        <pool><check-period>1000</check-period>
-          <static-connectors><connector-ref>c0</connector-ref></static-connectors></pool>
-      </connection-router>"""
+    routers = router_xml("r", "CLIENT_ID", "FIRST_ELEMENT", "<connector-ref>c0</connector-ref>")
     return broker_xml(connector, acceptors, routers)
 
 
@@ -338,14 +326,9 @@ def test_a_held_back_key_moves_only_when_its_policy_lets_it(
         f'<connector name="c0">tcp://127.0.0.1:{m0.port}?nodeId=m0;maxConnections=1;maxQueue=0</connector>'
         f'<connector name="c1">tcp://127.0.0.1:{m1.port}?nodeId=m1</connector>'
     )
-    routers = f"""
-      <connection-router name="r">
-        <key-type>CLIENT_ID</key-type>
-        <policy name="{policy}"/>
-        <pool><check-period>1000</check-period>
-          <static-connectors><connector-ref>c0</connector-ref><connector-ref>c1</connector-ref></static-connectors>
-        </pool>
-      </connection-router>"""
+    routers = router_xml(
+        "r", "CLIENT_ID", policy, "<connector-ref>c0</connector-ref><connector-ref>c1</connector-ref>"
+    )
     acceptors = acceptors_xml({"fast": "router=r", "trio": "router=r;fastPath=false"}, ports)
     router = start_routerd(lambda admin: broker_xml(connectors, acceptors, routers))
     for node_id in ("m0", "m1"):
