@@ -522,6 +522,7 @@ class TestElsewhere:
         engine = make_engine(policy=policy, cache_timeout_ms=0)
         first = engine.route(client("k"), 0.0)
         held = node(first)
+        assert held is not None
         moved = engine.elsewhere("k", first.reason, held, 1.0)
         assert moved is not None
         assert (moved.status, moved.reason) == (RouteStatus.OK, DecisionReason.REDISPATCH)
@@ -540,7 +541,8 @@ class TestElsewhere:
         engine = make_engine(cache_timeout_ms=0)
         engine.route(client("k"), 0.0)
         hit = engine.route(client("k"), 1.0)
-        assert engine.elsewhere("k", hit.reason, node(hit), 2.0) is None
+        assert hit.target is not None
+        assert engine.elsewhere("k", hit.reason, hit.target.node_id, 2.0) is None
 
     def test_nothing_else_ready_waits(self):
         engine = make_engine(ready=["broker1"])
