@@ -724,6 +724,8 @@ class FastPath:
         try:
             upstream = _Socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)  # no ioctl later
         except OSError as exc:  # out of descriptors or memory here: another target would need one too
+            if gated:
+                acceptor.runtime.pool.gates.release(node_id)  # the slot it took is free again
             self._no_socket(client, acceptor, conn, opening, action, exc)
             return
         relayed = _Conn(
