@@ -1002,6 +1002,9 @@ class FastPath:
             self._close(relayed, reason)
             return
         relayed.closed = True
+        if relayed.gated:  # it leaves its target: the slot of the target's gate is free again
+            relayed.gated = False
+            relayed.acceptor.runtime.pool.gates.release(relayed.target.node_id)
         for side in (0, 1):
             if relayed.masks[side]:
                 self._epoll.unregister(relayed.fds[side])
@@ -1027,6 +1030,7 @@ class FastPath:
             return
         relayed.closed = True
         if relayed.gated:  # the slot of its target's gate is free again
+            relayed.gated = False
             relayed.acceptor.runtime.pool.gates.release(relayed.target.node_id)
         for side in (1,) if keep_client else (0, 1):
             # Closing removes the descriptor from the epoll set (these sockets are never
