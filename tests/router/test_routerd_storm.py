@@ -26,8 +26,9 @@ from referencing.jsonschema import DRAFT202012
 
 from keys import mqtt
 from tests.conftest import free_port, read_until_closed
+from tests.keys.test_mqtt import connect_packet
 from tests.keys.test_openwire import CI_TCP_TIGHT, _cache_off, _wfi_tcp
-from tests.router.conftest import acceptors_xml, broker_xml, router_xml, static_connectors
+from tests.router.conftest import acceptors_xml, broker_xml, router_xml, routerctl_json, static_connectors
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -352,3 +353,63 @@ def test_a_held_back_key_moves_only_when_its_policy_lets_it(
         )
     first.close()
     second.close()
+
+
+@pytest.mark.parametrize("acceptor", ["fast", "trio"])
+def test_an_evacuated_connection_gives_its_slot_back(
+    acceptor: str, mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd]
+) -> None:
+    """Scenario: a session holds the one slot of m0 (maxConnections=1); evacuating m0 moves it
+    away, and the gate counts no connection any more."""
+    ports = {"fast": free_port(), "trio": free_port()}
+    m0, m1 = mosquitto_fleet[0], mosquitto_fleet[1]
+    connectors = (
+        f'<connector name="c0">tcp://127.0.0.1:{m0.port}?nodeId=m0;maxConnections=1;maxQueue=0</connector>'
+        f'<connector name="c1">tcp://127.0.0.1:{m1.port}?nodeId=m1</connector>'
+    )
+    routers = router_xml(
+        "r",
+        "CLIENT_ID",
+        "FIRST_ELEMENT",
+        "<connector-ref>c0</connector-ref><connector-ref>c1</connector-ref>",
+    )
+    acceptors = acceptors_xml({"fast": "router=r", "trio": "router=r;fastPath=false"}, ports)
+    router = start_routerd(lambda admin: broker_xml(connectors, acceptors, routers))
+    for node_id in ("m0", "m1"):
+        router.wait_for_log(rf"router=r target={node_id} is ready", TIMEOUT_S, consume=False)
+    sessions = [_session(ports[acceptor], "moved-1")]  # MQTT 3.1.1: the evacuation closes it
+    assert _connack(sessions[0]) == 0
+    assert _gate(router)["open"] == 1
+    code, status = routerctl_json(router, "evacuate", "r", "m0", "--rate", "10", "--wait", "--timeout", "30")
+    assert code == 0, status
+    assert read_until_closed(sessions[0]) == b""
+    _wait_for_gate(router, 0)
+    # MQTT 5: the evacuation tells it DISCONNECT 0x9C, and the connection leaves its target after.
+    code, status = routerctl_json(router, "state", "r", "m0", "ready")
+    assert code == 0, status
+    sessions.append(socket.create_connection(("127.0.0.1", ports[acceptor]), timeout=TIMEOUT_S))
+    sessions[1].sendall(connect_packet(level=5, client_id=b"moved-5"))
+    assert sessions[1].recv(3)[:1] == b"\x20"  # CONNACK
+    _wait_for_gate(router, 1)
+    code, status = routerctl_json(router, "evacuate", "r", "m0", "--rate", "10", "--wait", "--timeout", "30")
+    assert code == 0, status
+    assert read_until_closed(sessions[1]).find(b"\xe0") >= 0  # DISCONNECT
+    _wait_for_gate(router, 0)
+    for session in sessions:
+        session.close()
+
+
+def _wait_for_gate(router: Routerd, open_connections: int) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while _gate(router)["open"] != open_connections:
+        assert time.monotonic() < deadline, _gate(router)
+        time.sleep(0.1)  # another process's state: nothing to wait on
+
+
+def _gate(router: Routerd) -> dict[str, Any]:
+    """Target m0's gate in router r's status document."""
+    document = router.get("/api/v1/routers/r")
+    assert isinstance(document, dict)
+    (target,) = [t for t in document["pool"]["targets"] if t["node_id"] == "m0"]
+    gate: dict[str, Any] = target["gate"]
+    return gate
