@@ -110,10 +110,15 @@ SERVER_UNAVAILABLE = 0x88
 5's "server unavailable"; keys/mqtt.py `encode_connack_v3_as_artemis`)."""
 
 
-def _gated_config(broker: Mosquitto, ports: dict[str, int], connector_params: str) -> str:
+def _gated_config(
+    broker: Mosquitto, ports: dict[str, int], connector_params: str, *, check_period_ms: int = 1000
+) -> str:
+    """Router r over the one target m0 (connector c0 with `connector_params`), keyed on CLIENT_ID,
+    served by a fast-path and a trio-path acceptor."""
     connector = f'<connector name="c0">tcp://127.0.0.1:{broker.port}?nodeId=m0;{connector_params}</connector>'
     acceptors = acceptors_xml({"fast": "router=r", "trio": "router=r;fastPath=false"}, ports)
-    routers = router_xml("r", "CLIENT_ID", "FIRST_ELEMENT", "<connector-ref>c0</connector-ref>")
+    ref = "<connector-ref>c0</connector-ref>"
+    routers = router_xml("r", "CLIENT_ID", "FIRST_ELEMENT", ref, check_period_ms=check_period_ms)
     return broker_xml(connector, acceptors, routers)
 
 
@@ -413,3 +418,31 @@ def _gate(router: Routerd) -> dict[str, Any]:
     (target,) = [t for t in document["pool"]["targets"] if t["node_id"] == "m0"]
     gate: dict[str, Any] = target["gate"]
     return gate
+
+
+def test_slow_start_ramps_a_restarted_broker_not_one_ready_at_start(
+    mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd]
+) -> None:
+    """Scenario: maxConnections=100 with slowStart=4000. Ready at router start: the full limit.
+    Killed and restarted: once ready again its limit starts at 5 (5 %) and grows back to 100."""
+    ports = {"fast": free_port(), "trio": free_port()}
+    broker = mosquitto_fleet[0]
+    params = "maxConnections=100;slowStart=4000"
+    router = start_routerd(lambda admin: _gated_config(broker, ports, params, check_period_ms=200))
+    router.wait_for_log(r"router=r target=m0 is ready", TIMEOUT_S)
+    assert (_gate(router)["limit"], _gate(router)["slow_start_share"]) == (100, 1.0)
+    broker.kill()
+    router.wait_for_log(r"router=r target=m0 is not ready", TIMEOUT_S)
+    broker.start()
+    router.wait_for_log(r"router=r target=m0 is ready", TIMEOUT_S)
+    early = _gate(router)
+    assert early["limit"] < 50, early
+    assert early["slow_start_share"] < 0.5, early
+    deadline = time.monotonic() + TIMEOUT_S
+    seen = [early["limit"]]
+    while seen[-1] < 100:
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.5)  # another process's state: nothing to wait on
+        seen.append(_gate(router)["limit"])
+    assert seen == sorted(seen)  # it only grows
+    assert len(set(seen)) >= 3  # and in steps, not at once
