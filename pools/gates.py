@@ -18,8 +18,8 @@ The models are HAProxy's (server `maxconn` + `maxqueue` + `timeout queue`, `slow
   that instant (the slot is theirs). A redirect holds no slot (the router does not hold the
   client's connection), but takes a connect token: it sends one client to the target;
 - **slow start**: for `slow_start_s` after a target becomes ready (not at router start), its
-  effective limit, connect rate and weight grow linearly from `SLOW_START_FLOOR` of full to full.
-  Hash policies keep their key -> target mapping: for them only the admission ramps.
+  effective limit and connect rate grow linearly from `SLOW_START_FLOOR` of full to full (the
+  admission ramps; policies' weights do not, yet).
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ _MIN_WAIT_S: Final = 1e-6
 """The shortest wait `TokenBucket.ready_at` names: a token a float rounding away is not there yet."""
 
 SLOW_START_FLOOR: Final = 0.05
-"""The share of its limit and weight a target starts slow start with (HAProxy starts above 0 too:
+"""The share of its limit and connect rate a target starts slow start with (HAProxy starts above 0 too:
 a target at 0 would take nothing, and its ramp would never be measured)."""
 
 
 def slow_start_share(ready_since: float | None, slow_start_s: float, now: float) -> float:
-    """The share (`SLOW_START_FLOOR`..1) of its limit and weight a target has at `now`.
+    """The share (`SLOW_START_FLOOR`..1) of its limit and connect rate a target has at `now`.
 
     Args:
         ready_since: when the target last became ready; None when it was ready at router start
@@ -204,7 +204,7 @@ class TargetGate:
             self.ready_since = now
 
     def share(self, now: float) -> float:
-        """The slow-start share now; also what weighted policies scale the target's weight by."""
+        """The slow-start share now."""
         share = slow_start_share(self.ready_since, self.limits.slow_start_s, now)
         if share >= 1.0:
             self.ready_since = None  # over: no need to compute it again
@@ -255,13 +255,18 @@ class TargetGate:
             ADMIT (counted), QUEUED (remembered; wait for `admit_waiting` or time out and
             `cancel`), or FULL (nothing counted).
         """
+        verdict = self.admit_now(now, slot=slot)
+        if verdict is Verdict.QUEUED:
+            self._queue.append((waiter, slot))
+        return verdict
+
+    def admit_now(self, now: float, *, slot: bool = True) -> Verdict:
+        """`offer` without queueing: ADMIT (counted), QUEUED (it would have to wait; nothing is
+        remembered), or FULL. For a caller that cannot wait (the fast path)."""
         if not self._queue and self._can_admit(now, slot=slot):
             self._admit(now, slot=slot)
             return Verdict.ADMIT
-        if len(self._queue) >= self.limits.max_queue:
-            return Verdict.FULL
-        self._queue.append((waiter, slot))
-        return Verdict.QUEUED
+        return Verdict.QUEUED if len(self._queue) < self.limits.max_queue else Verdict.FULL
 
     def admit_waiting(self, now: float) -> Admit:
         """Let waiting connections in, in queue order, while there are slots and tokens (after a
@@ -312,9 +317,12 @@ class TargetGate:
         self.limits = limits
 
     def state(self, now: float) -> GateState:
-        return GateState(
-            open=self.open, queued=len(self._queue), limit=self.limit(now), share=self.share(now)
-        )
+        return GateState(open=self.open, queued=self.queued, limit=self.limit(now), share=self.share(now))
+
+    @property
+    def queued(self) -> int:
+        """How many are waiting."""
+        return len(self._queue)
 
     @property
     def waiting(self) -> tuple[int, ...]:

@@ -24,14 +24,14 @@ import enum
 import functools
 import ipaddress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias, assert_never
+from typing import TYPE_CHECKING, Final, TypeAlias, assert_never
 
 from keys import ConnectionFacts, KeyType
 from keys.proxy_protocol import encode_v1, encode_v2
 from router.config.settings import AcceptorMode
 from router.core import answers
 from router.core.engine import DecisionReason, QuorumWait, RouteStatus, SharedCacheWait, Wait
-from router.core.events import Decided, Mode
+from router.core.events import Decided, GateOutcome, Mode
 from router.core.records import quick_init
 
 if TYPE_CHECKING:
@@ -369,10 +369,17 @@ def for_fast_path(action: Refuse | Redirect | Proxy | Wait) -> Action:
     return action
 
 
-def held_back(router: str, opening: Opening, key: str, reason: DecisionReason) -> Refuse:
+_HELD_BACK: Final = {
+    GateOutcome.QUEUE_FULL: DecisionReason.QUEUE_FULL,
+    GateOutcome.QUEUE_TIMEOUT: DecisionReason.QUEUE_TIMEOUT,
+}
+"""The refusal reason of each way a target's gate holds a connection back."""
+
+
+def held_back(router: str, opening: Opening, key: str, outcome: GateOutcome) -> Refuse:
     """The refusal of a connection its target's gate held back (`QUEUE_FULL`, `QUEUE_TIMEOUT`):
     REFUSED_UNAVAILABLE in its protocol's words, as for a target that is not ready."""
-    return _refuse(router, opening, key, RouteStatus.REFUSED_UNAVAILABLE, reason)
+    return _refuse(router, opening, key, RouteStatus.REFUSED_UNAVAILABLE, _HELD_BACK[outcome])
 
 
 def _refuse(router: str, opening: Opening, key: str, status: RouteStatus, reason: DecisionReason) -> Refuse:

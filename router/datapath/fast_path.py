@@ -667,7 +667,8 @@ class FastPath:
                 case Refuse():
                     self._answer(client, action.answer, acceptor, conn)
                 case Redirect():
-                    if _must_wait(runtime, action.target.node_id, slot=False):  # the trio side waits
+                    node_id = action.target.node_id
+                    if runtime.pool.gates.limited(node_id) and _must_wait(runtime, node_id, slot=False):
                         listener.handoff(HandedOver(_stdlib(client), conn, opening, action))
                     else:
                         self._answer(client, action.answer, acceptor, conn)
@@ -1002,9 +1003,7 @@ class FastPath:
             self._close(relayed, reason)
             return
         relayed.closed = True
-        if relayed.gated:  # it leaves its target: the slot of the target's gate is free again
-            relayed.gated = False
-            relayed.acceptor.runtime.pool.gates.release(relayed.target.node_id)
+        _give_slot_back(relayed)  # it leaves its target
         for side in (0, 1):
             if relayed.masks[side]:
                 self._epoll.unregister(relayed.fds[side])
@@ -1029,9 +1028,7 @@ class FastPath:
         if relayed.closed:
             return
         relayed.closed = True
-        if relayed.gated:  # the slot of its target's gate is free again
-            relayed.gated = False
-            relayed.acceptor.runtime.pool.gates.release(relayed.target.node_id)
+        _give_slot_back(relayed)
         for side in (1,) if keep_client else (0, 1):
             # Closing removes the descriptor from the epoll set (these sockets are never
             # duplicated), so no EPOLL_CTL_DEL first: two system calls fewer per connection.
@@ -1069,11 +1066,17 @@ def _broker_ended(relayed: _Conn, side: int) -> None:
 
 
 def _must_wait(runtime: RouterRuntime, node_id: str, *, slot: bool) -> bool:
-    """Whether the target's gate (`maxConnections`, `connectRate`) cannot let a connection in at
-    once: the fast path cannot wait, so the trio side queues it (or refuses it). False: let in
-    (holding a slot when `slot`: released by `_forget`)."""
-    gates = runtime.pool.gates
-    return gates.limited(node_id) and gates.offer(node_id, slot=slot) is not Verdict.ADMIT
+    """Whether the gate of a target that has one (`maxConnections`, `connectRate`) cannot let a
+    connection in at once: the fast path cannot wait, so the trio side queues it (or refuses it).
+    False: let in (holding a slot when `slot`: given back by `_give_slot_back`)."""
+    return runtime.pool.gates.offer(node_id, slot=slot) is not Verdict.ADMIT
+
+
+def _give_slot_back(relayed: _Conn) -> None:
+    """A relayed connection that held a slot of its target's gate closes or leaves: free it (once)."""
+    if relayed.gated:
+        relayed.gated = False
+        relayed.acceptor.runtime.pool.gates.release(relayed.target.node_id)
 
 
 def _stdlib(sock: _Socket) -> socket.socket:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 import ssl
-from typing import TYPE_CHECKING, Final, assert_never
+from typing import TYPE_CHECKING, assert_never
 
 import trio
 
@@ -398,8 +398,7 @@ class _Connection:
         if waited is not None:
             self._held(action.key, node_id, waited)
             if waited[0] is not GateOutcome.ADMITTED:
-                held = _HELD_BACK[waited[0]]
-                answer = held_back(self.acceptor.runtime.name, self.opening, action.key, held).answer
+                answer = held_back(self.acceptor.runtime.name, self.opening, action.key, waited[0]).answer
         await _answer(self.stream, answer)
 
     async def _proxy_or_refuse(self, action: Proxy, *, retry: bool = True) -> None:
@@ -421,7 +420,7 @@ class _Connection:
                     then,
                     trio.current_time(),
                     retry=again,
-                    held=_HELD_BACK[waited[0]],
+                    held=waited[0],
                 )
                 self._held(key, node_id, waited, then.target.node_id if isinstance(then, Proxy) else None)
                 continue
@@ -556,13 +555,6 @@ class _Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return "connection closed during the replay"
         return ""
-
-
-_HELD_BACK: Final = {
-    GateOutcome.QUEUE_FULL: DecisionReason.QUEUE_FULL,
-    GateOutcome.QUEUE_TIMEOUT: DecisionReason.QUEUE_TIMEOUT,
-}
-"""The refusal reason of each way a target's gate holds a connection back."""
 
 
 async def _answer(client: trio.abc.Stream, answer: bytes) -> None:

@@ -77,12 +77,7 @@ class RouterGates:
         if gate is None:
             return Verdict.ADMIT
         with self._lock:
-            if gate.waiting:
-                return Verdict.QUEUED if len(gate.waiting) < gate.limits.max_queue else Verdict.FULL
-            verdict = gate.offer(0, self._clock(), slot=slot)
-            if verdict is Verdict.QUEUED:  # nothing may be queued here: only `enter` waits
-                gate.cancel(0)
-            return verdict
+            return gate.admit_now(self._clock(), slot=slot)
 
     def release(self, node_id: str) -> None:
         """A proxied connection that held a slot of the target ended (or its connect failed)."""
@@ -91,7 +86,7 @@ class RouterGates:
             return
         with self._lock:
             gate.release()
-            waiting = bool(gate.waiting)
+            waiting = gate.queued > 0
         if waiting and self.notify is not None:
             with contextlib.suppress(trio.RunFinishedError):  # shutting down: nobody waits
                 self.notify(node_id)
@@ -164,14 +159,6 @@ class RouterGates:
         if gate is not None:
             with self._lock:
                 gate.became_ready(self._clock())
-
-    def share(self, node_id: str) -> float:
-        """The target's slow-start share now (weighted policies scale its weight by it)."""
-        gate = self._gates.get(node_id)
-        if gate is None or gate.ready_since is None:
-            return 1.0
-        with self._lock:
-            return gate.share(self._clock())
 
     def reconfigure(self, targets: Iterable[Target]) -> None:
         """The router's targets or their limits changed (start, reload, discovery): gates of

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from router.config.settings import AcceptorConfig, Config, RouterConfig
     from router.core.address import Address
     from router.core.engine import Wait
+    from router.core.events import GateOutcome
     from router.core.plan import Opening, Proxy, Refuse
     from router.core.status import RouterStatus
     from router.metrics import Metrics
@@ -205,7 +206,7 @@ class RouterRuntime:
         now: float,
         *,
         retry: bool,
-        held: DecisionReason | None = None,
+        held: GateOutcome | None = None,
     ) -> Proxy | Refuse:
         """The connect `failed` planned did not succeed: connect to another ready target once
         (`retry`, HAProxy's redispatch; the cache entry moves with it), else refuse in the client's

@@ -327,18 +327,7 @@ def test_a_held_back_key_moves_only_when_its_policy_lets_it(
     key belongs to a target) a second client goes to the other target; with CONSISTENT_HASH the
     key belongs to its target and is refused instead."""
     ports = {"fast": free_port(), "trio": free_port()}
-    m0, m1 = mosquitto_fleet[0], mosquitto_fleet[1]
-    connectors = (
-        f'<connector name="c0">tcp://127.0.0.1:{m0.port}?nodeId=m0;maxConnections=1;maxQueue=0</connector>'
-        f'<connector name="c1">tcp://127.0.0.1:{m1.port}?nodeId=m1</connector>'
-    )
-    routers = router_xml(
-        "r", "CLIENT_ID", policy, "<connector-ref>c0</connector-ref><connector-ref>c1</connector-ref>"
-    )
-    acceptors = acceptors_xml({"fast": "router=r", "trio": "router=r;fastPath=false"}, ports)
-    router = start_routerd(lambda admin: broker_xml(connectors, acceptors, routers))
-    for node_id in ("m0", "m1"):
-        router.wait_for_log(rf"router=r target={node_id} is ready", TIMEOUT_S, consume=False)
+    router = _start_two_targets(start_routerd, mosquitto_fleet, ports, policy)
     # Two client ids that CONSISTENT_HASH sends to m0 (FIRST_ELEMENT sends every one there).
     predicted = router.predict("r", "--client-id", [f"k{i}" for i in range(40)])
     on_m0 = [cid for cid, decision in predicted.items() if decision["node_id"] == "m0"][:2]
@@ -367,21 +356,7 @@ def test_an_evacuated_connection_gives_its_slot_back(
     """Scenario: a session holds the one slot of m0 (maxConnections=1); evacuating m0 moves it
     away, and the gate counts no connection any more."""
     ports = {"fast": free_port(), "trio": free_port()}
-    m0, m1 = mosquitto_fleet[0], mosquitto_fleet[1]
-    connectors = (
-        f'<connector name="c0">tcp://127.0.0.1:{m0.port}?nodeId=m0;maxConnections=1;maxQueue=0</connector>'
-        f'<connector name="c1">tcp://127.0.0.1:{m1.port}?nodeId=m1</connector>'
-    )
-    routers = router_xml(
-        "r",
-        "CLIENT_ID",
-        "FIRST_ELEMENT",
-        "<connector-ref>c0</connector-ref><connector-ref>c1</connector-ref>",
-    )
-    acceptors = acceptors_xml({"fast": "router=r", "trio": "router=r;fastPath=false"}, ports)
-    router = start_routerd(lambda admin: broker_xml(connectors, acceptors, routers))
-    for node_id in ("m0", "m1"):
-        router.wait_for_log(rf"router=r target={node_id} is ready", TIMEOUT_S, consume=False)
+    router = _start_two_targets(start_routerd, mosquitto_fleet, ports, "FIRST_ELEMENT")
     sessions = [_session(ports[acceptor], "moved-1")]  # MQTT 3.1.1: the evacuation closes it
     assert _connack(sessions[0]) == 0
     assert _gate(router)["open"] == 1
@@ -446,3 +421,21 @@ def test_slow_start_ramps_a_restarted_broker_not_one_ready_at_start(
         seen.append(_gate(router)["limit"])
     assert seen == sorted(seen)  # it only grows
     assert len(set(seen)) >= 3  # and in steps, not at once
+
+
+def _start_two_targets(
+    start_routerd: Callable[..., Routerd], brokers: list[Mosquitto], ports: dict[str, int], policy: str
+) -> Routerd:
+    """routerd with router r (CLIENT_ID, `policy`) over m0 (maxConnections=1, no queue) and m1
+    (no limits), served by a fast-path and a trio-path acceptor; both targets ready."""
+    connectors = (
+        f'<connector name="c0">tcp://127.0.0.1:{brokers[0].port}?nodeId=m0;maxConnections=1;maxQueue=0</connector>'
+        f'<connector name="c1">tcp://127.0.0.1:{brokers[1].port}?nodeId=m1</connector>'
+    )
+    refs = "<connector-ref>c0</connector-ref><connector-ref>c1</connector-ref>"
+    routers = router_xml("r", "CLIENT_ID", policy, refs)
+    acceptors = acceptors_xml({"fast": "router=r", "trio": "router=r;fastPath=false"}, ports)
+    router = start_routerd(lambda admin: broker_xml(connectors, acceptors, routers))
+    for node_id in ("m0", "m1"):
+        router.wait_for_log(rf"router=r target={node_id} is ready", TIMEOUT_S, consume=False)
+    return router

@@ -121,4 +121,4 @@ async def test_slow_start_only_after_a_return(autojump_clock: trio.testing.MockC
     assert gates.states()["b"].limit == 5
     await trio.sleep(5)
     assert gates.states()["b"].limit == 50
-    assert gates.share("b") == pytest.approx(0.5)
+    assert gates.states()["b"].share == pytest.approx(0.5)
