@@ -352,11 +352,10 @@ class RoutingEngine:
             failed: its node id.
             now: the current time (cache expiry).
         """
-        if reason in (DecisionReason.CACHE, DecisionReason.POLICY) and self.pool is not None:
-            targets = [t for t in self.pool.routing_targets() if t.node_id != failed]
-            decision = self.select(key, targets, now)
-            if decision.target is not None:
-                return self._ok(key, decision.target, DecisionReason.REDISPATCH)
+        if reason in (DecisionReason.CACHE, DecisionReason.POLICY) and (
+            moved := self._other(key, failed, now)
+        ):
+            return moved
         return RouteDecision(
             key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=DecisionReason.CONNECT_FAILED
         )
@@ -373,18 +372,18 @@ class RoutingEngine:
             held: its node id.
             now: the current time (cache expiry).
         """
-        if (
-            reason is not DecisionReason.POLICY
-            or self.policy is None
-            or self.policy.STICKY
-            or self.pool is None
-        ):
+        if reason is not DecisionReason.POLICY or self.policy is None or self.policy.STICKY:
             return None
-        targets = [t for t in self.pool.routing_targets() if t.node_id != held]
+        return self._other(key, held, now)
+
+    def _other(self, key: str, leaving: str, now: float) -> RouteDecision | None:
+        """The policy's pick among the ready targets other than `leaving`, cached for the key
+        (REDISPATCH); None when there is none (or no pool)."""
+        if self.pool is None:
+            return None
+        targets = [t for t in self.pool.routing_targets() if t.node_id != leaving]
         decision = self.select(key, targets, now)
-        if decision.target is None:
-            return None
-        return self._ok(key, decision.target, DecisionReason.REDISPATCH)
+        return None if decision.target is None else self._ok(key, decision.target, DecisionReason.REDISPATCH)
 
     def relocate(self, key: str, leaving: str | None, now: float, *, to: str | None = None) -> RouteDecision:
         """Where the key of a connection the router moves goes now (router/features/moves/):
