@@ -17,5 +17,6 @@ from policies.policy import LeastConnectionsPolicy as LeastConnectionsPolicy
 from policies.policy import Policy as Policy
 from policies.policy import PolicyConfig as PolicyConfig
 from policies.policy import RoundRobinPolicy as RoundRobinPolicy
+from policies.policy import SlowStartSource as SlowStartSource
 from policies.policy import make_policy as make_policy
 from policies.policy import policy_names as policy_names

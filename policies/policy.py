@@ -9,6 +9,7 @@ Pure decision code: no clock, no I/O. A policy may hold state that Artemis's pol
 from __future__ import annotations
 
 import bisect
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ __all__ = [
     "Policy",
     "PolicyConfig",
     "RoundRobinPolicy",
+    "SlowStartSource",
     "make_policy",
     "policy_names",
 ]
@@ -74,6 +76,15 @@ class ConnectionCountSource(Protocol):
         ...
 
 
+class SlowStartSource(Protocol):
+    """Where ROUND_ROBIN, LEAST_CONNECTIONS and bounded-load CONSISTENT_HASH read the slow-start
+    shares of targets that became ready again (connector `slowStart`, pools/gates.py)."""
+
+    def ramping(self) -> Mapping[str, float]:
+        """The share (0 < share < 1) of each target in slow start now; empty when none is."""
+        ...
+
+
 class Policy:
     """Base of all policies. Subclasses set `NAME` and are registered under it."""
 
@@ -102,8 +113,11 @@ class Policy:
         *,
         round_robin_start: int | None = None,
         counts: ConnectionCountSource | None = None,
+        slow_start: SlowStartSource | None = None,
     ) -> None:
         del properties, round_robin_start, counts
+        self.slow_start = slow_start
+        """The slow-start shares of targets that became ready again (None: every share is full)."""
 
     @classmethod
     def validate_properties(cls, properties: Mapping[str, str]) -> None:
@@ -136,6 +150,7 @@ def make_policy(
     *,
     round_robin_start: int | None = None,
     counts: ConnectionCountSource | None = None,
+    slow_start: SlowStartSource | None = None,
 ) -> Policy:
     """Build the policy a configuration names.
 
@@ -144,12 +159,16 @@ def make_policy(
         round_robin_start: first round-robin position (tests); random when None, as in Artemis.
         counts: connection counts for LEAST_CONNECTIONS and CONSISTENT_HASH with LOAD_FACTOR;
             every count unknown when None.
+        slow_start: the slow-start shares of targets that became ready again; every share full
+            when None.
 
     Returns:
         A fresh policy instance with its own state.
     """
     cls = Policy.registry[config.name]
-    return cls(dict(config.properties), round_robin_start=round_robin_start, counts=counts)
+    return cls(
+        dict(config.properties), round_robin_start=round_robin_start, counts=counts, slow_start=slow_start
+    )
 
 
 class FirstElementPolicy(Policy):
@@ -166,6 +185,11 @@ class RoundRobinPolicy(Policy):
     """Each call takes the next target; the key is ignored.
 
     Like Artemis: `pos %= n; pick targets[pos]; pos += 1`, starting at a random position.
+
+    Slow start (a target that became ready again, `slow_start.ramping()`): a target at share s
+    takes only s of its turns, deterministically. Each turn that lands on it adds s to its credit;
+    it takes the turn when its credit reaches 1 (then less 1), else the turn passes to the next
+    target. With no target in slow start this is Artemis's sequence exactly.
     """
 
     NAME = "ROUND_ROBIN"
@@ -176,14 +200,39 @@ class RoundRobinPolicy(Policy):
         *,
         round_robin_start: int | None = None,
         counts: ConnectionCountSource | None = None,
+        slow_start: SlowStartSource | None = None,
     ) -> None:
-        super().__init__(properties, round_robin_start=round_robin_start, counts=counts)
+        super().__init__(
+            properties, round_robin_start=round_robin_start, counts=counts, slow_start=slow_start
+        )
         # Artemis starts at RandomUtil.randomInterval(0, Integer.MAX_VALUE).
         self.position = random.randrange(2**31 - 1) if round_robin_start is None else round_robin_start
+        self._credit: dict[str, float] = {}
+        """Slow start: the credit of each ramping target (see the class docstring)."""
 
     def select(self, targets: Sequence[Target], key: str) -> Target | None:
         if not targets:
             return None
+        ramping = None if self.slow_start is None else self.slow_start.ramping()
+        if not ramping:
+            if self._credit:
+                self._credit.clear()
+            return self._next(targets)
+        # Every share is > 0, so each ramping target's credit reaches 1 within 1/share turns: the
+        # loop ends (the bound is a guard against a share of 0 from a faulty source).
+        for _ in range(len(targets) * _MAX_TURNS_PASSED):
+            target = self._next(targets)
+            share = ramping.get(target.node_id)
+            if share is None:
+                return target
+            credit = self._credit.get(target.node_id, 0.0) + share
+            if credit >= 1.0:
+                self._credit[target.node_id] = credit - 1.0
+                return target
+            self._credit[target.node_id] = credit
+        return self._next(targets)
+
+    def _next(self, targets: Sequence[Target]) -> Target:
         # No shortcut for one target: Artemis's RoundRobinPolicy.selectTarget runs `pos %= n;
         # targets.get(pos++)` for every non-empty list, so a single pick moves the position too.
         self.position %= len(targets)
@@ -191,6 +240,10 @@ class RoundRobinPolicy(Policy):
         self.position += 1
         return target
 
+
+_MAX_TURNS_PASSED: Final = 21
+"""Slow start: turns ROUND_ROBIN passes on per target at most before it takes one (a share is at
+least pools.gates.SLOW_START_FLOOR, 1/20)."""
 
 RING_TYPES: Final = ("ARTEMIS", "KETAMA")
 """Values of CONSISTENT_HASH's `RING` property (default ARTEMIS)."""
@@ -274,7 +327,10 @@ class ConsistentHashPolicy(Policy):
     `ceil(c * (L + 1) * w / W)` connections, L being the connections of all ready targets and W
     their total weight; the pick is the first target clockwise from the key's point that holds
     fewer. Counts come from `counts`; a target whose count is unknown is passed over, and when
-    no target has room (or no count is known) the key's own target is taken.
+    no target has room (or no count is known) the key's own target is taken. Slow start scales a
+    target's weight in its capacity (w * share), not on the ring: keys keep their targets, and a
+    ramping target passes the keys over its ramped capacity on to the next one clockwise.
+    Without LOAD_FACTOR slow start ramps the admission only (pools/gates.py).
     """
 
     NAME = "CONSISTENT_HASH"
@@ -288,8 +344,11 @@ class ConsistentHashPolicy(Policy):
         *,
         round_robin_start: int | None = None,
         counts: ConnectionCountSource | None = None,
+        slow_start: SlowStartSource | None = None,
     ) -> None:
-        super().__init__(properties, round_robin_start=round_robin_start, counts=counts)
+        super().__init__(
+            properties, round_robin_start=round_robin_start, counts=counts, slow_start=slow_start
+        )
         self.ring_type, self.load_factor = _ring_settings(properties)
         self.counts = counts
         self._rings: dict[tuple[tuple[str, int], ...], _PlacedRing] = {}
@@ -339,6 +398,9 @@ class ConsistentHashPolicy(Policy):
         counts = self.counts
         loads = [None if counts is None else counts.connection_count(t.node_id) for t in targets]
         total = sum(load for load in loads if load is not None)
+        ramping = None if self.slow_start is None else self.slow_start.ramping()
+        if ramping:
+            return self._select_bounded_ramping(targets, key, placed, factor, loads, total, ramping)
         # capacity = ceil(c * (L + 1) * w / W), in integers: c = num / den exactly.
         num = factor.numerator * (total + 1)
         den = factor.denominator * placed.ring.total_weight
@@ -346,6 +408,27 @@ class ConsistentHashPolicy(Policy):
             i = placed.index[node_id]
             load = loads[i]
             if load is not None and load < -(-num * targets[i].weight // den):
+                return targets[i]
+        return targets[placed.index[placed.ring.node(key)]]
+
+    @staticmethod
+    def _select_bounded_ramping(
+        targets: Sequence[Target],
+        key: str,
+        placed: _PlacedRing,
+        factor: Fraction,
+        loads: Sequence[int | None],
+        total: int,
+        ramping: Mapping[str, float],
+    ) -> Target:
+        """Bounded load while targets are in slow start: each capacity from the weight times the
+        share, w * s (the ring, the key -> target mapping, keeps the full weights)."""
+        weights = [t.weight * ramping.get(t.node_id, 1.0) for t in targets]
+        scale = float(factor) * (total + 1) / sum(weights)
+        for node_id in placed.ring.walk(key):
+            i = placed.index[node_id]
+            load = loads[i]
+            if load is not None and load < math.ceil(scale * weights[i]):
                 return targets[i]
         return targets[placed.index[placed.ring.node(key)]]
 
@@ -359,7 +442,10 @@ def _keep(rings: dict[_K, _R], key: _K, ring: _R) -> _R:
 
 
 class LeastConnectionsPolicy(RoundRobinPolicy):
-    """The target with the fewest connections; ties are broken round-robin; unknown counts last."""
+    """The target with the fewest connections; ties are broken round-robin; unknown counts last.
+
+    Slow start: a target at share s counts as (count + 1) / s, the others as count + 1 (the same
+    order as the counts alone when no target is in slow start)."""
 
     NAME = "LEAST_CONNECTIONS"
     PROPERTIES = frozenset({"CONNECTION_COUNT_THRESHOLD"})
@@ -370,8 +456,11 @@ class LeastConnectionsPolicy(RoundRobinPolicy):
         *,
         round_robin_start: int | None = None,
         counts: ConnectionCountSource | None = None,
+        slow_start: SlowStartSource | None = None,
     ) -> None:
-        super().__init__(properties, round_robin_start=round_robin_start, counts=counts)
+        super().__init__(
+            properties, round_robin_start=round_robin_start, counts=counts, slow_start=slow_start
+        )
         self.threshold = int(properties.get("CONNECTION_COUNT_THRESHOLD", "0"))
         self.counts = counts
 
@@ -395,9 +484,14 @@ class LeastConnectionsPolicy(RoundRobinPolicy):
         if len(targets) <= 1:
             return targets[0] if targets else None
         counts = [self._count(t.node_id) for t in targets]
+        ramping = None if self.slow_start is None else self.slow_start.ramping()
+        if ramping:
+            # Slow start, HAProxy's leastconn with a ramping weight: (count + 1) / share, so a
+            # target at share s is picked while it holds less than about s times the others' count.
+            counts = [(c + 1) / ramping.get(t.node_id, 1.0) for t, c in zip(targets, counts, strict=True)]
         least = min(counts)
         tied = [t for t, c in zip(targets, counts, strict=True) if c == least]
-        return tied[0] if len(tied) == 1 else super().select(tied, key)
+        return tied[0] if len(tied) == 1 else self._next(tied)
 
 
 class ConsistentHashModuloPolicy(Policy):
@@ -414,8 +508,11 @@ class ConsistentHashModuloPolicy(Policy):
         *,
         round_robin_start: int | None = None,
         counts: ConnectionCountSource | None = None,
+        slow_start: SlowStartSource | None = None,
     ) -> None:
-        super().__init__(properties, round_robin_start=round_robin_start, counts=counts)
+        super().__init__(
+            properties, round_robin_start=round_robin_start, counts=counts, slow_start=slow_start
+        )
         self.modulo = _modulo(properties)
 
     @classmethod

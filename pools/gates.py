@@ -18,8 +18,9 @@ The models are HAProxy's (server `maxconn` + `maxqueue` + `timeout queue`, `slow
   that instant (the slot is theirs). A redirect holds no slot (the router does not hold the
   client's connection), but takes a connect token: it sends one client to the target;
 - **slow start**: for `slow_start_s` after a target becomes ready (not at router start), its
-  effective limit and connect rate grow linearly from `SLOW_START_FLOOR` of full to full (the
-  admission ramps; policies' weights do not, yet).
+  effective limit and connect rate grow linearly from `SLOW_START_FLOOR` of full to full; the
+  same share weighs it in the policies that weigh targets (policies/policy.py,
+  `SlowStartSource`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from keys import ConnectionFacts
     from keys.filter import KeyFilter
-    from policies import ConnectionCountSource, Policy
+    from policies import ConnectionCountSource, Policy, SlowStartSource
     from pools import Connector
     from router.config.settings import Config, RouterConfig
 
@@ -194,6 +194,7 @@ class RoutingEngine:
         *,
         round_robin_start: int | None = None,
         counts: ConnectionCountSource | None = None,
+        slow_start: SlowStartSource | None = None,
     ) -> None:
         """Build the engine of one router.
 
@@ -203,13 +204,17 @@ class RoutingEngine:
             local_target: what a local decision returns.
             round_robin_start: first round-robin position (tests); random when None.
             counts: connection counts for LEAST_CONNECTIONS.
+            slow_start: the slow-start shares of targets that became ready again (the policies'
+                weights ramp with them).
         """
         self.config = config
         self.name = config.name
         self.pool = pool
         self.local_target = local_target
         self.policy: Policy | None = (
-            make_policy(config.policy, round_robin_start=round_robin_start, counts=counts)
+            make_policy(
+                config.policy, round_robin_start=round_robin_start, counts=counts, slow_start=slow_start
+            )
             if config.policy is not None
             else None
         )

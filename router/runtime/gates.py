@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import types
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -22,11 +23,13 @@ from pools.gates import GateState, TargetGate, Verdict
 from router.core.events import GateOutcome
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Mapping
 
     from pools import Target
 
 __all__ = ["RouterGates"]
+
+_NONE_RAMPING: Final[Mapping[str, float]] = types.MappingProxyType({})
 
 _waiter_ids = itertools.count(1)
 """Waiter ids, unique in the process (`next` on a count is atomic under the GIL)."""
@@ -35,7 +38,7 @@ _waiter_ids = itertools.count(1)
 class RouterGates:
     """The gates of one router's limited targets (see the module docstring)."""
 
-    __slots__ = ("_clock", "_events", "_first_ready", "_gates", "_lock", "notify")
+    __slots__ = ("_clock", "_events", "_first_ready", "_gates", "_lock", "_ramping", "notify")
 
     def __init__(self, targets: Iterable[Target], clock: Callable[[], float]) -> None:
         """Args:
@@ -48,6 +51,8 @@ class RouterGates:
         self._gates: dict[str, TargetGate] = {}
         self._events: dict[int, trio.Event] = {}
         """Waiter id -> the event its `enter` waits on (trio thread only)."""
+        self._ramping: set[str] = set()
+        """Targets in slow start (their gates' `ready_since` set), for `ramping`."""
         self._first_ready: set[str] = {target.node_id for target in targets}
         """Targets present at router start that have not been ready yet: their first ready is
         the start, not a return (no slow start)."""
@@ -159,6 +164,25 @@ class RouterGates:
         if gate is not None:
             with self._lock:
                 gate.became_ready(self._clock())
+                if gate.ready_since is not None:
+                    self._ramping.add(node_id)
+
+    def ramping(self) -> Mapping[str, float]:
+        """The slow-start share of each target in slow start now, for the policies' weights
+        (`policies.SlowStartSource`); empty, without taking the lock, when none is."""
+        if not self._ramping:
+            return _NONE_RAMPING
+        now = self._clock()
+        shares: dict[str, float] = {}
+        with self._lock:
+            for node_id in tuple(self._ramping):
+                gate = self._gates.get(node_id)
+                share = 1.0 if gate is None else gate.share(now)
+                if share < 1.0:
+                    shares[node_id] = share
+                else:
+                    self._ramping.discard(node_id)
+        return shares
 
     def reconfigure(self, targets: Iterable[Target]) -> None:
         """The router's targets or their limits changed (start, reload, discovery): gates of

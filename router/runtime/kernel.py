@@ -80,7 +80,14 @@ class RouterRuntime:
         """
         pool, local = build_pool(config, router)
         connections = LiveConnections()
-        engine = RoutingEngine(router, pool, local, round_robin_start=round_robin_start, counts=connections)
+        try:
+            clock = trio.lowlevel.current_clock().current_time
+        except RuntimeError:  # built outside trio (tests of the decision code): a clock of its own
+            clock = time.monotonic
+        gates = RouterGates([] if pool is None else pool.targets, clock)
+        engine = RoutingEngine(
+            router, pool, local, round_robin_start=round_robin_start, counts=connections, slow_start=gates
+        )
         self._state = state = RouterState(router, engine, pool, connections, TargetHistory())
         self._lock = state.lock
         self.name: Final = router.name
@@ -91,11 +98,6 @@ class RouterRuntime:
         """Hand an event to every subscriber; `report.subscribe` adds one."""
         self.connections: Final = RouterConnections(self.name, state, self.report)
         """The proxied connections: registered by the data paths, closed by the router."""
-        try:
-            clock = trio.lowlevel.current_clock().current_time
-        except RuntimeError:  # built outside trio (tests of the decision code): a clock of its own
-            clock = time.monotonic
-        gates = RouterGates([] if pool is None else pool.targets, clock)
         self.pool: Final = RouterPool(self.name, state, self.report, self.connections, metrics, gates)
         state.target_sections["gate"] = lambda target, _history, _now: gates.section(target.node_id)
         """The pool's changes, queries and waits."""
@@ -286,7 +288,12 @@ class RouterRuntime:
                     targets += [t for t in pool.targets if not t.local]
                 events = pool.reconfigure(router.pool.quorum_size, targets, router.pool.outlier_detection)
             new = RoutingEngine(
-                router, pool, local, round_robin_start=self._round_robin_start, counts=state.connections
+                router,
+                pool,
+                local,
+                round_robin_start=self._round_robin_start,
+                counts=state.connections,
+                slow_start=self.pool.gates,
             )
             if old.policy == router.policy and engine.policy is not None:
                 new.policy = engine.policy

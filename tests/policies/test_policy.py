@@ -715,6 +715,104 @@ class TestLeastConnections:
             assert chosen is targets[0]
 
 
+# -- slow start of the weights --
+
+
+class FakeRamping:
+    """A SlowStartSource with fixed shares (targets not listed are at full share)."""
+
+    def __init__(self, shares: dict[str, float]) -> None:
+        self.shares = shares
+
+    def ramping(self) -> dict[str, float]:
+        return self.shares
+
+
+class TestSlowStart:
+    def test_round_robin_unchanged_when_nothing_ramps(self):
+        rr = policy("ROUND_ROBIN", round_robin_start=0, slow_start=FakeRamping({}))
+        assert [rr.select([A, B, C], "k") for _ in range(7)] == [A, B, C, A, B, C, A]
+
+    def test_round_robin_gives_a_ramping_target_its_share_of_the_turns(self):
+        """Scenario: b at share 0.25 takes every fourth of its turns; the turns it passes go to the
+        next target: over 90 picks b gets 90 * 0.25 / 2.25 = 10, a and c 40 each."""
+        rr = policy("ROUND_ROBIN", round_robin_start=0, slow_start=FakeRamping({"b": 0.25}))
+        picks = Counter(t.node_id for t in (rr.select([A, B, C], "k") for _ in range(90)) if t)
+        assert picks == {"a": 40, "b": 10, "c": 40}
+
+    def test_round_robin_credit_forgotten_when_slow_start_ends(self):
+        """Scenario: after slow start, b's saved-up credit does not give it extra turns."""
+        ramping = FakeRamping({"b": 0.5})
+        rr = policy("ROUND_ROBIN", round_robin_start=0, slow_start=ramping)
+        assert [rr.select([A, B], "k") for _ in range(2)] == [A, A]  # b passed: credit 0.5 saved up
+        ramping.shares = {}
+        assert [rr.select([A, B], "k") for _ in range(4)] == [B, A, B, A]
+        ramping.shares = {"b": 0.5}
+        # From credit 0 again: b passes its next turn (with the old 0.5 kept it would take it).
+        assert [rr.select([A, B], "k") for _ in range(3)] == [A, B, A]
+
+    def test_round_robin_every_target_ramping_still_picks(self):
+        rr = policy("ROUND_ROBIN", round_robin_start=0, slow_start=FakeRamping({"a": 0.05, "b": 0.05}))
+        picks = [rr.select([A, B], "k") for _ in range(10)]
+        assert Counter(t.node_id for t in picks if t) == {"a": 5, "b": 5}
+
+    @given(st.floats(min_value=0.05, max_value=0.99), st.integers(min_value=2, max_value=5))
+    def test_round_robin_ramping_share_is_s_over_n_minus_1_plus_s(self, share, n):
+        targets = [target(f"n{i}") for i in range(n)]
+        rr = policy("ROUND_ROBIN", round_robin_start=0, slow_start=FakeRamping({"n0": share}))
+        picks = [rr.select(targets, "k") for _ in range(2000)]
+        taken = sum(1 for t in picks if t is targets[0]) / len(picks)
+        assert taken == pytest.approx(share / (n - 1 + share), abs=0.01)
+
+    def test_least_connections_ramping_target_fills_to_its_share(self):
+        """Scenario: b returned empty at share 0.1 against a and c with 100 each: b is picked while
+        (count + 1) / 0.1 < 101, so up to 10 connections, then a and c (tie) again."""
+        live = LiveCounts()
+        live.counts.update({"a": 100, "c": 100})
+        lc = policy("LEAST_CONNECTIONS", counts=live, round_robin_start=0, slow_start=FakeRamping({"b": 0.1}))
+        for _ in range(10):
+            chosen = lc.select([A, B, C], "k")
+            assert chosen is B
+            live.counts["b"] += 1
+        assert lc.select([A, B, C], "k") is A
+
+    def test_least_connections_unchanged_when_nothing_ramps(self):
+        counts = FakeCounts({"a": 1, "b": 3, "c": 1})
+        lc = policy("LEAST_CONNECTIONS", counts=counts, round_robin_start=0, slow_start=FakeRamping({}))
+        assert [lc.select([A, B, C], "k") for _ in range(4)] == [A, C, A, C]
+
+    def test_ketama_without_load_factor_keeps_every_key_on_its_target(self):
+        """Hash policies keep their key -> target mapping during slow start (only the admission
+        ramps, in the target's gate)."""
+        plain = policy("CONSISTENT_HASH", KETAMA)
+        ramping = policy("CONSISTENT_HASH", KETAMA, slow_start=FakeRamping({"b": 0.05}))
+        for key in KEYS[:500]:
+            assert ramping.select([A, B, C], key) is plain.select([A, B, C], key)
+
+    def test_bounded_ketama_ramping_target_capacity_scales_with_its_share(self):
+        """Scenario: LOAD_FACTOR 1.25 over a, b, c (weight 1 each), b at share 0.2. Keys pile up
+        one connection per pick: b never holds more than ceil(1.25 * (L + 1) * 0.2 / 2.2) at its
+        pick, so it ends with about a tenth of the keys instead of a third; keys b passes over go
+        clockwise to another target."""
+        live = LiveCounts()
+        ch = policy(
+            "CONSISTENT_HASH",
+            KETAMA,
+            ("LOAD_FACTOR", "1.25"),
+            counts=live,
+            slow_start=FakeRamping({"b": 0.2}),
+        )
+        for key in KEYS:
+            chosen = ch.select([A, B, C], key)
+            assert chosen is not None
+            if chosen is B:
+                total = sum(live.counts.values())
+                assert live.counts["b"] < math.ceil(1.25 * (total + 1) * 0.2 / 2.2)
+            live.counts[chosen.node_id] += 1
+        assert live.counts["b"] <= math.ceil(1.25 * len(KEYS) * 0.2 / 2.2)
+        assert live.counts["b"] >= len(KEYS) * 0.2 / 2.2 * 0.8
+
+
 # -- CONSISTENT_HASH_MODULO --
 
 

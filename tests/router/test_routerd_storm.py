@@ -423,17 +423,56 @@ def test_slow_start_ramps_a_restarted_broker_not_one_ready_at_start(
     assert len(set(seen)) >= 3  # and in steps, not at once
 
 
+@pytest.mark.parametrize("policy", ["ROUND_ROBIN", "LEAST_CONNECTIONS"])
+def test_slow_start_ramps_a_restarted_brokers_share_of_new_clients(
+    policy: str, mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd]
+) -> None:
+    """Scenario: ROUND_ROBIN (or LEAST_CONNECTIONS) over m0 (slowStart=60000) and m1. After m0 is
+    killed and restarted, 40 new clients (half on each data path) arrive within a few seconds of
+    its return, at a share of about 5 %: m0 takes a few of them, not half (ROUND_ROBIN) nor all
+    until it catches up (LEAST_CONNECTIONS, whose m0 starts empty)."""
+    ports = {"fast": free_port(), "trio": free_port()}
+    router = _start_two_targets(
+        start_routerd, mosquitto_fleet, ports, policy, m0_params="slowStart=60000", check_period_ms=200
+    )
+    broker = mosquitto_fleet[0]
+    broker.kill()
+    router.wait_for_log(r"router=r target=m0 is not ready", TIMEOUT_S)
+    broker.start()
+    router.wait_for_log(r"router=r target=m0 is ready", TIMEOUT_S)
+    sessions = []
+    try:
+        for i in range(40):
+            sessions.append(_session(ports["fast" if i % 2 else "trio"], f"ramp-{i}"))
+            assert _connack(sessions[-1]) == 0
+        document = router.get("/api/v1/routers/r")
+        assert isinstance(document, dict)
+        counts = {t["node_id"]: t["connections"] for t in document["pool"]["targets"]}
+        assert counts["m0"] + counts["m1"] == 40, counts
+        assert 1 <= counts["m0"] <= 8, counts  # at a full share: 20 (ROUND_ROBIN), 40 (LEAST_CONNECTIONS)
+    finally:
+        for sock in sessions:
+            sock.close()
+
+
 def _start_two_targets(
-    start_routerd: Callable[..., Routerd], brokers: list[Mosquitto], ports: dict[str, int], policy: str
+    start_routerd: Callable[..., Routerd],
+    brokers: list[Mosquitto],
+    ports: dict[str, int],
+    policy: str,
+    *,
+    m0_params: str = "maxConnections=1;maxQueue=0",
+    check_period_ms: int = 1000,
 ) -> Routerd:
-    """routerd with router r (CLIENT_ID, `policy`) over m0 (maxConnections=1, no queue) and m1
-    (no limits), served by a fast-path and a trio-path acceptor; both targets ready."""
+    """routerd with router r (CLIENT_ID, `policy`) over m0 (`m0_params`: by default
+    maxConnections=1, no queue) and m1 (no limits), served by a fast-path and a trio-path
+    acceptor; both targets ready."""
     connectors = (
-        f'<connector name="c0">tcp://127.0.0.1:{brokers[0].port}?nodeId=m0;maxConnections=1;maxQueue=0</connector>'
+        f'<connector name="c0">tcp://127.0.0.1:{brokers[0].port}?nodeId=m0;{m0_params}</connector>'
         f'<connector name="c1">tcp://127.0.0.1:{brokers[1].port}?nodeId=m1</connector>'
     )
     refs = "<connector-ref>c0</connector-ref><connector-ref>c1</connector-ref>"
-    routers = router_xml("r", "CLIENT_ID", policy, refs)
+    routers = router_xml("r", "CLIENT_ID", policy, refs, check_period_ms=check_period_ms)
     acceptors = acceptors_xml({"fast": "router=r", "trio": "router=r;fastPath=false"}, ports)
     router = start_routerd(lambda admin: broker_xml(connectors, acceptors, routers))
     for node_id in ("m0", "m1"):

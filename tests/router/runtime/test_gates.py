@@ -122,3 +122,24 @@ async def test_slow_start_only_after_a_return(autojump_clock: trio.testing.MockC
     await trio.sleep(5)
     assert gates.states()["b"].limit == 50
     assert gates.states()["b"].share == pytest.approx(0.5)
+
+
+async def test_ramping_names_targets_in_slow_start_with_their_share(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Scenario: slowStart=10000 on b, none on c. At router start nothing ramps (an empty mapping,
+    no lock taken); after b's return its share grows with the clock (what ROUND_ROBIN,
+    LEAST_CONNECTIONS and bounded-load ketama weigh it by) and b leaves the mapping at the end."""
+    gates = _gates(_target("b", "slowStart=10000"), _target("c"))
+    gates.became_ready("b")  # the router's start
+    gates.became_ready("c")
+    assert gates.ramping() == {}
+    gates.became_ready("b")  # a return
+    gates.became_ready("c")  # no slow start: never ramps
+    assert gates.ramping() == {"b": pytest.approx(0.05)}
+    await trio.sleep(5)
+    assert gates.ramping() == {"b": pytest.approx(0.5)}
+    await trio.sleep(5)
+    assert gates.ramping() == {}
+    gates.became_ready("b")  # returns again later: ramps again
+    assert gates.ramping() == {"b": pytest.approx(0.05)}
