@@ -39,12 +39,12 @@ __all__ = [
 ]
 
 CONNECT_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-QUEUE_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-"""Buckets of `router_target_queue_wait_seconds`: a wait is a fraction of a queueTimeout (5 s by
-default), up to half a minute."""
 """Upper bounds of `router_target_connect_duration_seconds`: from a loopback connect (about 0.1 ms
 here) through a LAN's and a WAN's, to the connect deadline (5 s, HAProxy's usual `timeout
 connect`)."""
+QUEUE_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Buckets of `router_target_queue_wait_seconds`: a wait is a fraction of a queueTimeout (5 s by
+default), up to half a minute."""
 
 
 class _SuppressedLogLines(Family):
@@ -251,6 +251,14 @@ class Metrics:
             "handshake deadline; reason is the protocol that rejected it, 'timeout', or 'tls' (a failed "
             "TLS handshake).",
             ("acceptor", "reason"),
+        )
+        self.acceptor_paused = Family(
+            MetricKind.COUNTER,
+            "router_acceptor_paused_seconds_total",
+            "Seconds the acceptor stopped accepting because its connectionRate was used up (the "
+            "kernel's listen backlog held new connections meanwhile); its rate is the share of time "
+            "the acceptor is throttled.",
+            ("acceptor",),
         )
         self.connections_refused = Family(
             MetricKind.COUNTER,

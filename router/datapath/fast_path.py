@@ -140,7 +140,10 @@ class _Listener:
     handshake_timeout_s: float
     """0: no deadline."""
     paused: bool = False
-    """Not watched for a while after accept() ran out of descriptors (`_pause_accepting`)."""
+    """Not watched for a while after accept() ran out of descriptors (`_pause_accepting`) or its
+    `connectionRate` was used up."""
+    rate_paused_at: float | None = None
+    """When its `connectionRate` paused it (the pause is counted when it is watched again)."""
     accept_fd: Callable[[], tuple[int, Any]] = field(init=False)
     """`sock._accept`: (descriptor, address) of a new connection; `socket.socket.accept` is this plus
     the Python-level socket object we do without (`_Socket`)."""
@@ -530,6 +533,7 @@ class FastPath:
             if rate is not None and not rate.take(now := self._clock()):
                 # `connectionRate` used up: stop watching the listener until the next token; the
                 # kernel's backlog holds the connections meanwhile.
+                listener.rate_paused_at = now
                 self._pause_listener(listener, rate.ready_at(now))
                 return
             try:
@@ -581,6 +585,11 @@ class FastPath:
         if listener.paused and self._listeners.get(fd) is listener:  # not closed meanwhile
             listener.paused = False
             self._epoll.register(fd, select.EPOLLIN)
+            if listener.rate_paused_at is not None:
+                acceptor = listener.acceptor
+                paused_s = self._clock() - listener.rate_paused_at
+                acceptor.runtime.metrics.acceptor_paused.inc((acceptor.name,), max(0.0, paused_s))
+                listener.rate_paused_at = None
 
     def _open(self, opening: _Opening) -> None:
         """Read more of a client's opening; decide once its sniffer has the key."""

@@ -8,6 +8,7 @@ Every wait is bounded; routerd is stopped by its PID (tests/router/conftest.py).
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import threading
@@ -101,6 +102,12 @@ def test_connection_rate_turns_a_burst_into_a_ramp_and_closes_nothing(
     for i, first in enumerate(times):
         in_a_second = sum(1 for t in times[i:] if t < first + 1.0)
         assert in_a_second <= RATE + BURST + 1, (first, times)
+    # The pauses are counted: about as long as the ramp took beyond the burst.
+    found = re.search(
+        rf'^router_acceptor_paused_seconds_total\{{acceptor="{acceptor}"\}} (\S+)$', router.metrics(), re.M
+    )
+    assert found is not None
+    assert (CLIENTS - BURST) / RATE * 0.8 <= float(found.group(1)) <= times[-1] + 1.0
 
 
 # -- a target's gate ---------------------------------------------------------------------------------

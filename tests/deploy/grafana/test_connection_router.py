@@ -4,7 +4,9 @@ binary, started once for this module on a loopback port chosen at run time, scra
 second) that scrapes a real routerd over real mosquitto brokers while the test makes happen what
 the panels show: traffic, a broker that dies between two probes (a refused connect, redispatched;
 the target goes down), a cache hit, a refusal for want of a ready target, a refusal at accept by
-`connectionsAllowed`, and events the event log's ring (of one) drops. Prometheus also loads
+`connectionsAllowed`, events the event log's ring (of one) drops, and a full target's queue (a
+client waiting, refused at its queue timeout, another at a full queue) behind an acceptor its
+`connectionRate` throttles. Prometheus also loads
 deploy/prometheus/alerts.yml, whose rules must evaluate without error against those series.
 
 The held session's target is evacuated last, for the evacuation panel.
@@ -236,7 +238,7 @@ class Fleet:
 
     def __init__(self, workdir: Path, brokers: list[Mosquitto]) -> None:
         self.brokers = brokers
-        self.ports = {name: free_port() for name in ("main", "down", "capped")}
+        self.ports = {name: free_port() for name in ("main", "down", "capped", "gated")}
         dead = free_port()  # nothing listens there: router `down` never has a ready target
         connectors, refs = static_connectors(zip(NODE_IDS, (b.port for b in brokers), strict=True))
         events = workdir / "events"
@@ -247,11 +249,13 @@ class Fleet:
  <core xmlns="urn:activemq:core">
   <connectors>{connectors}
    <connector name="gone">tcp://127.0.0.1:{dead}?nodeId=gone</connector>
+   <connector name="g0">tcp://127.0.0.1:{brokers[0].port}?nodeId=g0;maxConnections=1;maxQueue=1;queueTimeout=3000</connector>
   </connectors>
   <acceptors>
    <acceptor name="main">tcp://127.0.0.1:{self.ports["main"]}?router=main;mode=proxy</acceptor>
    <acceptor name="down">tcp://127.0.0.1:{self.ports["down"]}?router=down;mode=proxy</acceptor>
    <acceptor name="capped">tcp://127.0.0.1:{self.ports["capped"]}?router=main;mode=proxy;connectionsAllowed=1</acceptor>
+   <acceptor name="gated">tcp://127.0.0.1:{self.ports["gated"]}?router=gated;mode=proxy;connectionRate=1;connectionBurst=1</acceptor>
   </acceptors>
   <event-log><directory>{events}</directory><ring-size>1</ring-size></event-log>
   <connection-routers>
@@ -268,6 +272,11 @@ class Fleet:
      <check-period>1000</check-period><quorum-timeout>0</quorum-timeout>
      <static-connectors><connector-ref>gone</connector-ref></static-connectors>
     </pool>
+   </connection-router>
+   <connection-router name="gated">
+    <key-type>CLIENT_ID</key-type>
+    <policy name="FIRST_ELEMENT"/>
+    <pool><check-period>60000</check-period><static-connectors><connector-ref>g0</connector-ref></static-connectors></pool>
    </connection-router>
   </connection-routers>
  </core>
@@ -309,6 +318,13 @@ def _metric(router: Routerd, pattern: str) -> float:
     name and labels), 0 when none does."""
     found = re.search(rf"^{pattern} (\S+)$", router.metrics(), re.MULTILINE)
     return 0.0 if found is None else float(found.group(1))
+
+
+def _gate(router: Routerd, name: str, node_id: str) -> dict[str, Any]:
+    """A target's `gate` in its router's status document."""
+    status: Any = router.get(f"/api/v1/routers/{name}")
+    gate: dict[str, Any] = next(t["gate"] for t in status["pool"]["targets"] if t["node_id"] == node_id)
+    return gate
 
 
 def _refused_mqtt(port: int, client_id: str) -> bytes:
@@ -379,6 +395,22 @@ def test_every_dashboard_panel_query_returns_data(fleet: Fleet, prometheus: Prom
             eventually(lambda: _metric(router, dropped) > 0, 2)
         assert _metric(router, dropped) > 0
 
+        # Storm protection: one session holds target g0's one slot; a second client waits in its
+        # queue and is refused at its queue timeout, a third finds the queue full. The acceptor
+        # takes one connection a second (connectionRate=1): it pauses between them.
+        slot_holder = _held_session(ports["gated"])
+        try:
+            waited: list[bytes] = []
+            waiter = threading.Thread(target=lambda: waited.append(_refused_mqtt(ports["gated"], "waiter")))
+            waiter.start()
+            assert eventually(lambda: _gate(router, "gated", "g0")["queued"] == 1, 10)
+            assert _refused_mqtt(ports["gated"], "too-many") == b"\x20\x02\x00\x88"
+            waiter.join(10)
+            assert waited == [b"\x20\x02\x00\x88"]
+        finally:
+            slot_holder.disconnect()
+            slot_holder.loop_stop()
+
         # The held session's target is evacuated (its one client moved at once).
         status: Any = router.get("/api/v1/routers/main")
         held_on = next(t["node_id"] for t in status["pool"]["targets"] if t["connections"])
@@ -417,6 +449,11 @@ def test_every_dashboard_panel_query_returns_data(fleet: Fleet, prometheus: Prom
     )
     assert one('max_over_time(router_cache_lookups_total{router="main", result="hit"}[5m])') >= 1
     assert one('up{job="routerd"}') == 1
+    assert one('max_over_time(router_routing_refusals_total{router="gated", reason="queue_full"}[5m])') == 1
+    assert (
+        one('max_over_time(router_routing_refusals_total{router="gated", reason="queue_timeout"}[5m])') == 1
+    )
+    assert one('max_over_time(router_acceptor_paused_seconds_total{acceptor="gated"}[5m])') > 0
 
     # The alert rules evaluate against routerd's series without error.
     def rules_evaluated() -> bool:
