@@ -269,6 +269,13 @@ class TargetGate:
             return Verdict.ADMIT
         return Verdict.QUEUED if len(self._queue) < self.limits.max_queue else Verdict.FULL
 
+    def full(self, now: float) -> bool:
+        """Whether a new connection wanting a slot would be refused now (`admit_now` would say
+        FULL), without counting anything."""
+        if not self._queue and self._can_admit(now, slot=True):
+            return False
+        return len(self._queue) >= self.limits.max_queue
+
     def admit_waiting(self, now: float) -> Admit:
         """Let waiting connections in, in queue order, while there are slots and tokens (after a
         `release`, when a token is due, when slow start has grown the limit, after a reload)."""

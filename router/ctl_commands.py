@@ -44,10 +44,12 @@ WAIT_INTERVAL_S: Final = 1.0
 WAIT_INTERVAL_BOUNDS_S: Final = (0.1, 60.0)
 """`wait --interval` is bounded: no busy loop against the admin API, no minute-long naps."""
 
-TARGET_CONDITIONS: Final = ("ready", "not-ready", "unknown", "absent")
-"""What `wait target` waits for: a probe state of the target, or its absence from the pool."""
+TARGET_CONDITIONS: Final = ("ready", "not-ready", "unknown", "open", "absent")
+"""What `wait target` waits for: a probe state of the target, its taking new clients (`open`:
+ready, not drained, in maintenance or ejected, its limit not full), or its absence from the pool."""
 ROUTER_CONDITIONS: Final = ("ready", "not-ready")
-"""What `wait router` waits for: its pool's quorum holds (or it has no pool), or not."""
+"""What `wait router` waits for: it takes new clients (its pool's quorum holds and a target is
+open, or it has no pool), or not."""
 
 
 def _wait_options(parser: argparse.ArgumentParser, *, again: bool = False) -> None:
@@ -206,13 +208,17 @@ def _condition(document: object, node_id: str | None, state: str) -> tuple[bool,
         return False, f"an answer that is not a router: {document!r}", document
     pool = document.get("pool")
     if node_id is None:
-        ready = pool is None or bool(pool.get("active"))
-        return ready == (state == "ready"), "ready" if ready else "not-ready (no quorum)", document
+        why = None if pool is None else pool.get("not_accepting_reason")
+        ready = why is None
+        return ready == (state == "ready"), "ready" if ready else f"not-ready ({why})", document
     targets = [] if pool is None else [t for t in pool.get("targets", []) if t.get("node_id") == node_id]
     if not targets:
         return state == "absent", "absent from the pool", {"node_id": node_id, "in_pool": False}
     target = targets[0]
-    return target.get("state") == state, str(target.get("state")), target
+    shown = f"{target.get('state')}, {'open' if target.get('open') else 'not open'}"
+    if state == "open":
+        return bool(target.get("open")), shown, target
+    return target.get("state") == state, shown, target
 
 
 def _reload(_args: argparse.Namespace, ctl: Ctl) -> int:
@@ -278,9 +284,11 @@ def _wait_arguments(wait: argparse.ArgumentParser) -> None:
     )
     wait_target = what.add_parser(
         "target",
-        help="a target's probe state, or its leaving the pool",
+        help="a target's probe state, its taking new clients, or its leaving the pool",
         description="ready, not-ready, unknown: the target's state as last probed (its "
-        "administrative state aside); absent: no longer in the pool (a discovered broker that left).",
+        "administrative state aside: a drained target is ready); open: it takes new clients (ready, "
+        "not drained, in maintenance or ejected, its maxConnections and queue not full); absent: "
+        "no longer in the pool (a discovered broker that left).",
     )
     admin_options(wait_target, again=True)
     _wait_options(wait_target, again=True)
@@ -289,9 +297,11 @@ def _wait_arguments(wait: argparse.ArgumentParser) -> None:
     wait_target.add_argument("state", choices=TARGET_CONDITIONS, help="the state to wait for")
     wait_router = what.add_parser(
         "router",
-        help="a router's readiness: its pool's quorum holds",
-        description="ready: the router's pool has its quorum of ready targets (a router without a "
-        "pool is always ready); not-ready: it has not.",
+        help="a router's readiness: it takes new clients",
+        description="ready: the router takes new clients, as /readyz counts it: its pool has its "
+        "quorum of ready targets and at least one target is open (not every one drained, in "
+        "maintenance, ejected or full); a router without a pool is always ready. not-ready: it "
+        "refuses new clients.",
     )
     admin_options(wait_router, again=True)
     _wait_options(wait_router, again=True)

@@ -4,6 +4,7 @@ are instead: router/ctl_output.py)."""
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING
 
 from router.ctl_output import Fields, Renderable, Table
@@ -69,21 +70,58 @@ def decisions_blocks(decisions: list[object]) -> list[Renderable]:
     return [table]
 
 
-def targets_table(targets: Sequence[object]) -> Table:
-    table = Table(["node_id", "state", "admin_state", "connections", "connector"])
+def targets_table(targets: Sequence[object], now: datetime.datetime | None = None) -> Table:
+    """One line per target: its state, whether it takes new clients, its last check (how long
+    ago, how long it took) and last change, and why it is not ready (as HAProxy's `show stat` puts
+    the check status on the server's line). `now`: the time ages are counted to (default: now)."""
+    now = datetime.datetime.now(datetime.UTC) if now is None else now
+    table = Table(
+        [
+            "node_id",
+            "state",
+            "admin_state",
+            "open",
+            "connections",
+            "checked",
+            "changed",
+            "connector",
+            "reason",
+        ]
+    )
     for t in targets:
         if field(t, "in_pool") is False:
-            table.add(field(t, "node_id"), "absent", field(t, "admin_state"), None, None)
+            table.add(
+                field(t, "node_id"), "absent", field(t, "admin_state"), None, None, None, None, None, None
+            )
             continue
         ejected = field(t, "operational_state") == "ejected"  # ready, but passive health took it out
+        check = field(t, "last_check")
+        checked = _ago(field(check, "at"), now)
+        if checked is not None and isinstance(took := field(check, "duration_s"), (int, float)):
+            checked += f" ({took * 1000:.1f} ms)"
         table.add(
             field(t, "node_id"),
             "ejected" if ejected else field(t, "state"),
             field(t, "admin_state"),
+            None if field(t, "open") is None else ("yes" if field(t, "open") else "no"),
             field(t, "connections"),
+            checked,
+            _ago(field(t, "last_change"), now),
             field(t, "connector"),
+            field(t, "not_ready_reason"),
         )
     return table
+
+
+def _ago(at: object, now: datetime.datetime) -> str | None:
+    """ "4m05s ago" for an RFC 3339 time; None when there is none (or it is not one)."""
+    if not isinstance(at, str):
+        return None
+    try:
+        then = datetime.datetime.fromisoformat(at)
+    except ValueError:
+        return None
+    return f"{duration(max(0.0, (now - then).total_seconds()))} ago"
 
 
 def router_blocks(router: object, features: Sequence[Blocks] = ()) -> list[Renderable]:
@@ -98,6 +136,8 @@ def router_blocks(router: object, features: Sequence[Blocks] = ()) -> list[Rende
         return [fields]
     fields.add("pool", f"{pool.get('kind')}, quorum {pool.get('quorum_size')}")
     fields.add("pool state", "active" if pool.get("active") else "inactive")
+    why = pool.get("not_accepting_reason")
+    fields.add("new clients", "accepted" if why is None else f"refused: {why}")
     targets = pool.get("targets", [])
     blocks: list[Renderable] = [fields, targets_table(targets)]
     members = Table(["member_of", "connector", "state", "active"])
@@ -144,7 +184,7 @@ def status_blocks(document: object) -> list[Renderable]:
             field(a, "pending"),
             field(a, "connections_allowed"),
         )
-    routers = Table(["router", "key_type", "policy", "pool", "ready", "cache"])
+    routers = Table(["router", "key_type", "policy", "pool", "ready", "open", "cache"])
     for r in items(document, "routers"):
         pool = field(r, "pool")
         targets = items(pool, "targets")
@@ -155,6 +195,7 @@ def status_blocks(document: object) -> list[Renderable]:
             field(r, "policy"),
             None if pool is None else ("active" if field(pool, "active") else "inactive"),
             None if pool is None else f"{ready}/{len(targets)}",
+            None if pool is None else f"{sum(bool(field(t, 'open')) for t in targets)}/{len(targets)}",
             field(r, "cache_entries"),
         )
     blocks: list[Renderable] = [fields, acceptors, routers]

@@ -143,6 +143,14 @@ class Metrics:
             "1 while the router's pool has its quorum of ready targets, else 0.",
             ("router",),
         )
+        self.pool_open_targets = Family(
+            MetricKind.GAUGE,
+            "router_pool_open_targets",
+            "Targets of the router's pool that take a new client now: up (ready, not drained, in "
+            "maintenance or ejected) and not at a full limit. 0 with the quorum held: every new "
+            "client is refused (read when scraped).",
+            ("router",),
+        )
         self.active_connections = Family(
             MetricKind.GAUGE,
             "router_proxied_connections",

@@ -451,6 +451,8 @@ class TargetMetrics:
         """Export the targets of `pool` (the router's status now; None: no pool)."""
         m, router = self.metrics, self.router
         targets = () if pool is None else pool.targets
+        if pool is not None:
+            m.pool_open_targets.set((router,), pool.open)
         for target in targets:
             labels = (router, target.node_id)
             for state in OperationalState:

@@ -16,11 +16,12 @@ count), computed under the same lock.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from pools import AdminState, TargetState
 
@@ -67,6 +68,16 @@ class OperationalState(enum.Enum):
     """In maintenance: not probed, no new connections."""
     EJECTED = "ejected"
     """Ready, and ejected by passive health (pools/outlier.py) for a while: no new connections."""
+
+
+_CLOSED_WORDS: Final = {
+    OperationalState.DOWN: "not ready",
+    OperationalState.DRAIN: "drained",
+    OperationalState.MAINT: "in maintenance",
+    OperationalState.EJECTED: "ejected",
+}
+"""Why a target in each closed operational state takes no new client (`TargetStatus.closed_because`)."""
+_CLOSED_ORDER: Final = ("drained", "in maintenance", "not ready", "ejected", "full")
 
 
 def operational_state(state: TargetState, admin: AdminState, *, ejected: bool = False) -> OperationalState:
@@ -266,6 +277,24 @@ class TargetStatus:
     """Each member of an HA pair; empty for a single broker."""
     sections: Mapping[str, object] = field(default_factory=dict)
     """The features' members of its document, each a JSON value (`TargetSection`)."""
+    full: bool = False
+    """Its gate refuses a new client now: at its `maxConnections` (or out of connect tokens)
+    with its queue full (router/runtime/gates.py)."""
+
+    @property
+    def open(self) -> bool:
+        """Whether it takes a new client now: up (ready, not drained, in maintenance or ejected)
+        and its gate not full."""
+        return self.operational_state is OperationalState.UP and not self.full
+
+    @property
+    def closed_because(self) -> str | None:
+        """Why it takes no new client, in a word or two (`PoolStatus.closed`); None when open."""
+        if self.open:
+            return None
+        if self.operational_state is OperationalState.UP:
+            return "full"
+        return _CLOSED_WORDS[self.operational_state]
 
     def to_json(self) -> dict[str, object]:
         document: dict[str, object] = {
@@ -275,6 +304,7 @@ class TargetStatus:
             "state": self.state.value,
             "admin_state": self.admin_state.value,
             "operational_state": self.operational_state.value,
+            "open": self.open,
             "not_ready_reason": self.not_ready_reason,
             "last_check": None if self.last_check is None else self.last_check.to_json(),
             "last_change": None if self.last_change is None else rfc3339(self.last_change),
@@ -303,11 +333,38 @@ class PoolStatus:
         """Node ids of the ready targets, in pool order."""
         return tuple(t.node_id for t in self.targets if t.state is TargetState.READY)
 
+    @property
+    def open(self) -> int:
+        """How many targets take a new client now (`TargetStatus.open`)."""
+        return sum(1 for t in self.targets if t.open)
+
+    @property
+    def closed(self) -> str:
+        """Why the others take none, counted: "2 drained, 1 not ready" ("" when all are open)."""
+        counts = collections.Counter(t.closed_because for t in self.targets if not t.open)
+        return ", ".join(f"{counts[word]} {word}" for word in _CLOSED_ORDER if counts[word])
+
+    @property
+    def not_accepting(self) -> str | None:
+        """Why a new client of this pool is refused now (one line), or None when one is taken:
+        the quorum does not hold, or no target is open."""
+        if not self.active:
+            return (
+                f"pool below its quorum, {self.counted} of {len(self.targets)} target(s) ready, "
+                f"quorum-size {self.quorum_size}"
+            )
+        if self.open == 0:
+            return f"0 of {len(self.targets)} target(s) open: {self.closed or 'none in the pool'}"
+        return None
+
     def to_json(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "active": self.active,
             "quorum_size": self.quorum_size,
+            "open": self.open,
+            "accepting": self.not_accepting is None,
+            "not_accepting_reason": self.not_accepting,
             "targets": [t.to_json() for t in self.targets],
         }
 
@@ -346,6 +403,7 @@ def snapshot(
     history: TargetHistory | None = None,
     now: float | None = None,
     sections: Mapping[str, TargetSection] | None = None,
+    full: Callable[[str], bool] | None = None,
 ) -> RouterStatus:
     """Copy a router's state (call it under the router's lock).
 
@@ -358,6 +416,7 @@ def snapshot(
         now: the time, in seconds since the epoch, given to `sections` (which compute ages
             against it); None: no ages.
         sections: the features' members of each target's document, by name; None: none.
+        full: whether a target's gate refuses a new client now (by node id); None: no gates.
     """
     pool_status = None
     if pool is not None and config.pool is not None:
@@ -366,7 +425,9 @@ def snapshot(
             kind=config.pool.kind.value,
             active=pool.active,
             quorum_size=pool.quorum_size,
-            targets=tuple(_target(pool, t, connections, history, now, sections or {}) for t in pool.targets),
+            targets=tuple(
+                _target(pool, t, connections, history, now, sections or {}, full) for t in pool.targets
+            ),
             counted=pool.ready_count(),
         )
     return RouterStatus(
@@ -387,6 +448,7 @@ def _target(
     history: TargetHistory,
     now: float | None,
     sections: Mapping[str, TargetSection],
+    full: Callable[[str], bool] | None,
 ) -> TargetStatus:
     node_id, connector = target.node_id, target.connector
     members: tuple[MemberStatus, ...] = ()
@@ -417,6 +479,7 @@ def _target(
             for name, section in sections.items()
             if (value := section(target, history, now)) is not None
         },
+        full=full is not None and full(node_id),
     )
 
 

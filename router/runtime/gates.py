@@ -96,6 +96,15 @@ class RouterGates:
             with contextlib.suppress(trio.RunFinishedError):  # shutting down: nobody waits
                 self.notify(node_id)
 
+    def full(self, node_id: str) -> bool:
+        """Whether the target's gate refuses a new proxied connection now (status: the target is
+        not open); False for a target without a gate."""
+        gate = self._gates.get(node_id)
+        if gate is None:
+            return False
+        with self._lock:
+            return gate.full(self._clock())
+
     # -- trio thread --
 
     def pump(self, node_id: str) -> float | None:

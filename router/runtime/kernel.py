@@ -251,6 +251,7 @@ class RouterRuntime:
                 state.history,
                 now=time.time(),
                 sections=state.target_sections,
+                full=self.pool.gates.full,
             )
 
     # -- a configuration reload (trio thread) --
@@ -281,6 +282,7 @@ class RouterRuntime:
                     self._updates.router_started(self.name, [t.node_id for t in built.targets])
                 else:
                     self.metrics.pool_active.remove((self.name,))
+                    self.metrics.pool_open_targets.remove((self.name,))
             else:
                 assert router.pool is not None
                 targets = list(built.targets)
@@ -329,7 +331,7 @@ class RouterRuntime:
         for unsample in self._unsample:
             unsample()
         self._target_metrics(None)
-        for family in (self.metrics.pool_active, self.metrics.cache_entries):
+        for family in (self.metrics.pool_active, self.metrics.pool_open_targets, self.metrics.cache_entries):
             family.remove((self.name,))
 
 

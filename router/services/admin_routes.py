@@ -63,12 +63,9 @@ def not_ready(runtimes: Mapping[str, RouterRuntime], lifecycle: Lifecycle) -> st
     reasons = []
     for runtime in runtimes.values():
         pool = runtime.status().pool
-        if pool is None or pool.active:
-            continue
-        reasons.append(
-            f"router {runtime.name!r}: pool below its quorum, {pool.counted} of {len(pool.targets)} "
-            f"target(s) ready, quorum-size {pool.quorum_size}"
-        )
+        why = None if pool is None else pool.not_accepting
+        if why is not None:
+            reasons.append(f"router {runtime.name!r}: {why}")
     return "; ".join(reasons) or None
 
 

@@ -225,7 +225,7 @@ class TestAdminCommands:
         assert re.search(r"^descriptors: +\d+ of \d+$", out, re.MULTILINE)
         port = info.acceptors["a"][1]
         assert re.search(rf"^a +r +127\.0\.0\.1:{port} +proxy +fast +0 +0 +-$", out, re.MULTILINE), out
-        assert re.search(r"^r +SOURCE_IP +FIRST_ELEMENT +inactive +0/2 +-$", out, re.MULTILINE), out
+        assert re.search(r"^r +SOURCE_IP +FIRST_ELEMENT +inactive +0/2 +0/2 +-$", out, re.MULTILINE), out
         assert "\x1b[" not in out  # not a terminal: no colours
 
     async def test_status_json_is_the_status_document_with_the_routers(
@@ -245,9 +245,19 @@ class TestAdminCommands:
         assert await _routerctl("status", "--admin", admin, "r") == 0
         out = capsys.readouterr().out
         assert re.search(r"^policy: +FIRST_ELEMENT$", out, re.MULTILINE)
-        assert re.search(r"^b0 +not-ready +ready +0 +tcp://127\.0\.0\.1:\d+$", out, re.MULTILINE), out
+        # The target's line says why it is not ready, when it was last checked (and how long that
+        # took) and when its state last changed.
+        line = (
+            r"^b0 +not-ready +ready +no +0 +\d+\.\ds ago \(\d+\.\d ms\) +\d+\.\ds ago +"
+            r"tcp://127\.0\.0\.1:(\d+) +"
+            r"connect to tcp://127\.0\.0\.1:(\d+) failed: Connection refused$"
+        )
+        found = re.search(line, out, re.MULTILINE)
+        assert found is not None, out
+        assert found.group(1) == found.group(2), out
+        assert re.search(r"^new clients: +refused: pool below its quorum", out, re.MULTILINE), out
         assert await _routerctl("state", "--admin", admin, "r", "b1", "drain") == 0
-        assert re.search(r"^b1 +not-ready +drain +0 ", capsys.readouterr().out, re.MULTILINE)
+        assert re.search(r"^b1 +not-ready +drain +no +0 ", capsys.readouterr().out, re.MULTILINE)
         assert await _routerctl("state", "--json", "--admin", admin, "r", "b1") == 0
         assert json.loads(capsys.readouterr().out)["admin_state"] == "drain"
         assert await _routerctl("target", "--admin", admin, "r", "k") == 0
@@ -276,7 +286,7 @@ class TestAdminCommands:
             info.runtimes["r"].pool.record_check("b0", True)
         assert status == [0]
         assert trio.current_time() - started < 5
-        assert re.search(r"^b0 +ready +ready +0 ", capsys.readouterr().out, re.MULTILINE)
+        assert re.search(r"^b0 +ready +ready +yes +0 ", capsys.readouterr().out, re.MULTILINE)
 
     async def test_wait_times_out_with_exit_status_5(
         self, server: tuple[ServerInfo, str], capsys: pytest.CaptureFixture[str]
@@ -291,7 +301,7 @@ class TestAdminCommands:
         assert 0.5 <= elapsed < 3
         assert capsys.readouterr().err.strip() == (
             "routerctl: error: wait: target 'b0' of router 'r' did not become ready within 0.5 s "
-            "(last: not-ready)"
+            "(last: not-ready, not open)"
         )
 
     async def test_wait_for_absent_targets_and_router_states(

@@ -1,14 +1,17 @@
 """routerd's readiness endpoint end to end: real mosquitto brokers, a real routerd, `GET /readyz`.
 
-200 `ready` only while the acceptors listen and every router's pool has its quorum; 503 with one
-line naming the router (or `shutting down`) otherwise, from the moment SIGTERM arrives, while the
+200 `ready` only while the acceptors listen and every router takes new clients (its pool has its
+quorum and a target open to new clients); 503 with one line naming the router and why (or
+`shutting down`) otherwise, from the moment SIGTERM arrives, while the
 open connections drain. Kubernetes' readinessProbe (deploy/kubernetes/) relies on it.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
+import subprocess
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
@@ -16,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import eventually, free_port
-from tests.router.conftest import acceptors_xml, static_connectors
+from tests.router.conftest import ROUTERCTL, acceptors_xml, routerctl_json, static_connectors
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -154,3 +157,43 @@ def test_readyz_is_503_from_sigterm_on_while_a_connection_drains(
         assert router.proc.poll() is None
     assert router.proc.wait(TIMEOUT_S) == 0
     router.wait_for_log(r"stopped")
+
+
+def test_every_target_drained_is_not_ready_everywhere(
+    mosquitto_fleet: list[Mosquitto], start_routerd
+) -> None:
+    """Scenario (issue 34): both targets of a router drained, the quorum still holds (drained
+    targets count for it, as in Artemis), yet every new client is refused: /readyz is 503 and
+    says why, the status and the metric say 0 targets open, `routerctl wait router … ready` times
+    out and `wait target … open` does too while `wait target … ready` returns (a drained target
+    is ready). Undrained, all is ready again."""
+    ports = [b.port for b in mosquitto_fleet[:2]]
+    router: Routerd = start_routerd(_config({"fleet": (ports, 1)}, free_port()))
+    assert eventually(lambda: _get(router, "/readyz") == (200, "ready\n"), TIMEOUT_S)
+    for node_id in ("b0", "b1"):
+        code, _ = routerctl_json(router, "state", "fleet", node_id, "drain")
+        assert code == 0
+    assert _get(router, "/readyz") == (503, "not ready: router 'fleet': 0 of 2 target(s) open: 2 drained\n")
+    document = router.get("/api/v1/routers/fleet")
+    assert isinstance(document, dict)
+    pool = document["pool"]
+    assert (pool["active"], pool["open"], pool["accepting"]) == (True, 0, False)
+    assert pool["not_accepting_reason"] == "0 of 2 target(s) open: 2 drained"
+    assert re.search(r"^router_pool_open_targets\{router=\"fleet\"\} 0\.0$", router.metrics(), re.M)
+
+    def wait(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [*ROUTERCTL, "wait", "--timeout", "1", "--interval", "0.2", "--admin", router.admin, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    refused = wait("router", "fleet", "ready")
+    assert refused.returncode == 5, refused
+    assert "last: not-ready (0 of 2 target(s) open: 2 drained)" in refused.stderr
+    assert wait("target", "fleet", "b0", "open").returncode == 5
+    assert wait("target", "fleet", "b0", "ready").returncode == 0
+
+    code, _ = routerctl_json(router, "state", "fleet", "b1", "ready")
+    assert code == 0
+    assert _get(router, "/readyz") == (200, "ready\n")
+    assert wait("router", "fleet", "ready").returncode == 0
+    assert wait("target", "fleet", "b1", "open").returncode == 0
+    assert re.search(r"^router_pool_open_targets\{router=\"fleet\"\} 1\.0$", router.metrics(), re.M)

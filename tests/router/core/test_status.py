@@ -61,6 +61,9 @@ def test_snapshot_of_an_ha_pair_shows_its_members_and_the_active_one() -> None:
             "kind": "static-connectors",
             "active": False,
             "quorum_size": 2,
+            "open": 1,
+            "accepting": False,
+            "not_accepting_reason": "pool below its quorum, 1 of 2 target(s) ready, quorum-size 2",
             "targets": [
                 {
                     "node_id": "pair",
@@ -69,6 +72,7 @@ def test_snapshot_of_an_ha_pair_shows_its_members_and_the_active_one() -> None:
                     "state": "ready",
                     "admin_state": "ready",
                     "operational_state": "up",
+                    "open": True,
                     "not_ready_reason": None,
                     "last_check": {"at": "2023-11-14T22:13:21.500Z", "duration_s": 0.002, "ok": True},
                     "last_change": "2023-11-14T22:13:21.500Z",
@@ -100,6 +104,7 @@ def test_snapshot_of_an_ha_pair_shows_its_members_and_the_active_one() -> None:
                     "state": "unknown",
                     "admin_state": "ready",
                     "operational_state": "down",
+                    "open": False,
                     "not_ready_reason": "not probed yet",
                     "last_check": None,
                     "last_change": None,

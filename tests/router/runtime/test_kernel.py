@@ -205,6 +205,9 @@ class TestStatusAndFilters:
             "kind": "static-connectors",
             "active": False,
             "quorum_size": 2,
+            "open": 1,
+            "accepting": False,
+            "not_accepting_reason": "pool below its quorum, 1 of 3 target(s) ready, quorum-size 2",
             "targets": [t.to_json() for t in status.pool.targets],
         }
 

@@ -37,7 +37,7 @@ async def test_state_sets_shows_and_refuses(admin: str, capsys: pytest.CaptureFi
     """Scenario: drain a target (its row says drain), show it as JSON, and an unknown target is
     exit status 1 with the admin API's reason."""
     assert await _routerctl("state", "--admin", admin, "r", "b1", "drain") == 0
-    assert re.search(r"^b1 +not-ready +drain +0 ", capsys.readouterr().out, re.MULTILINE)
+    assert re.search(r"^b1 +not-ready +drain +no +0 ", capsys.readouterr().out, re.MULTILINE)
     assert await _routerctl("state", "--json", "--admin", admin, "r", "b1") == 0
     assert json.loads(capsys.readouterr().out)["admin_state"] == "drain"
     assert await _routerctl("state", "--admin", admin, "r", "nope", "ready") == 1
