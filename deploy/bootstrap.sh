@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# systemd: systemd-analyze checks deploy/systemd's unit; procps: its ExecReload's /bin/kill;
+# systemd: systemd-analyze checks deploy/systemd's unit; procps: pidof and kill of the docs' examples;
 # prometheus: promtool and a real Prometheus for the metrics, dashboard and alert tests;
 # gcc, libc6-dev, python3-dev: the event log's native recorder (setup.py) and the benchmark's tools.
 # libjolokia-core-java, libjetty9-java, libservlet-api-java: Jolokia for the tests' ActiveMQ brokers

@@ -297,6 +297,27 @@ class Metrics:
             "a reserve for probes, the admin API and the process, over two descriptors a connection.",
             (),
         )
+        self.reload_successful = Family(
+            MetricKind.GAUGE,
+            "router_config_last_reload_successful",
+            "1 when the last configuration reload (SIGHUP, POST /api/v1/reload, routerctl reload) "
+            "was applied, 0 when the file was refused and nothing changed (1 from the start until "
+            "a reload is tried).",
+            (),
+        )
+        self.reload_timestamp = Family(
+            MetricKind.GAUGE,
+            "router_config_last_reload_success_timestamp_seconds",
+            "When the configuration in force was loaded: the start, or the last reload that was "
+            "applied, in seconds since the epoch.",
+            (),
+        )
+        self.build_info = Family(
+            MetricKind.GAUGE,
+            "router_build_info",
+            "Always 1: the version of routerd and of the Python running it, as labels.",
+            ("version", "python_version"),
+        )
         self.client_connections = Family(
             MetricKind.GAUGE,
             "router_client_connections",

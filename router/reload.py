@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from router.feature import Service
     from router.metrics import Metrics
     from router.router_tasks import RouterTasks
+    from router.services.notify import Notifier
 
 __all__ = ["ReloadHost", "Reloads"]
 
@@ -72,6 +74,8 @@ class ReloadHost(Protocol):
     metrics: Metrics
     features: dict[type, Service]
     stopping: bool
+    notify: Notifier
+    """systemd's readiness protocol: RELOADING=1, then READY=1, around each reload."""
 
     routers: RouterTasks
     """Each router's service tasks: started, restarted and stopped here."""
@@ -130,15 +134,28 @@ class Reloads:
         Raises:
             ReloadError: nothing changed (the one-line reason; also when shutting down).
         """
+        host = self._host
+        metrics, notify = host.metrics, host.notify
         async with self._lock:
             try:
-                if self._host.stopping:
+                if host.stopping:
                     raise ReloadError("routerd is shutting down")
+                notify.reloading()
                 diff = await self._reload()
             except ReloadError as exc:
-                log.error("reload of %s failed, nothing changed: %s", self._host.config.source, exc)
+                metrics.reload_successful.set((), 0)
+                log.error("reload of %s failed, nothing changed: %s", host.config.source, exc)
+                if not host.stopping:
+                    notify.ready(f"reload refused, the configuration in force is unchanged: {exc}")
                 raise
-        log.info("configuration %s reloaded: %s", self._host.config.source, diff.summary())
+            except BaseException:
+                notify.ready("reload cancelled, the configuration in force is unchanged")
+                raise
+        metrics.reload_successful.set((), 1)
+        metrics.reload_timestamp.set((), time.time())
+        summary = diff.summary()
+        notify.ready(f"configuration reloaded: {summary}")
+        log.info("configuration %s reloaded: %s", host.config.source, summary)
         return diff
 
     async def _reload(self) -> ConfigDiff:

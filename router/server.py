@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import platform
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -68,7 +70,8 @@ from router.runtime import RouterRuntime
 from router.services.admin import serve_admin
 from router.services.admin_routes import KERNEL_ROUTES, AdminContext, Lifecycle
 from router.services.files import EXIT_FILES_S
-from router.services.process import ProcessView
+from router.services.notify import Notifier
+from router.services.process import ProcessView, package_version
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -175,6 +178,9 @@ async def serve_router(
     limits = limits if limits is not None else ConnectionLimits()
     warn_unsupported(config)
     metrics = register_metrics(Metrics())
+    metrics.build_info.set((package_version(), platform.python_version()), 1)
+    metrics.reload_successful.set((), 1)
+    metrics.reload_timestamp.set((), time.time())
     runtimes = {
         r.name: RouterRuntime(config, r, metrics, round_robin_start=round_robin_start) for r in config.routers
     }
@@ -233,6 +239,8 @@ class _Server:
         self.limits = limits
         self.options = options
         self.stopping = False
+        self.notify = Notifier()
+        """systemd's readiness protocol (nothing without systemd)."""
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()
         self.fast = FastPath(clock.current_time, token.run_sync_soon, limits.connect_timeout_s)
         kernel = Kernel(
@@ -319,6 +327,7 @@ class _Server:
                         fast_serves = fast.started
                         self.lifecycle.accepting.set()
                         log.info("ready: %d acceptor(s) listening", len(self.serving.bound))
+                        self.notify.ready(f"{len(self.serving.bound)} acceptor(s) listening")
                         info = ServerInfo(
                             acceptors=self.serving.bound,
                             admin=admin_bound,
@@ -328,6 +337,7 @@ class _Server:
                         )
                         task_status.started(info)
                         await self.options.shutdown.wait()
+                        self.notify.stopping(f"shutting down: open connections are moved over {grace_s:g} s")
                         log.info(
                             "shutting down: no new connections; open ones are moved over %g s, then closed",
                             grace_s,

@@ -24,7 +24,7 @@ import pytest
 from router.core.admission import descriptors_for
 from router.server import EXIT_FILES_S
 from tests.conftest import eventually, free_port
-from tests.deploy.conftest import ROOT, SYSTEMD_UNIT, parse, systemd_command_lines, systemd_directives
+from tests.deploy.conftest import SYSTEMD_UNIT, parse, systemd_command_lines, systemd_directives
 from tests.router.conftest import Mosquitto, Routerd, acceptors_xml, running, static_connectors
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ SECURITY_THRESHOLD = 1.5
 The unit scores 1.2: what is left is what a network proxy needs (host network, internet and unix
 sockets, setrlimit/setpriority) and a root directory of its own, which it does not get."""
 INSTALLED_ROUTERD = "/usr/local/bin/routerd"
+INSTALLED_ROUTERCTL = "/usr/local/bin/routerctl"
 TIMEOUT_S = 60.0
 
 
@@ -48,13 +49,16 @@ def _analyze(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _testable_copy(directory: Path, text: str | None = None) -> Path:
-    """The unit (or `text`) in `directory`, its routerd the venv's (verify checks it exists)."""
-    routerd = Path(sys.executable).with_name("routerd")
-    assert routerd.exists(), f"{routerd}: the venv has no routerd; run deploy/bootstrap.sh"
+    """The unit (or `text`) in `directory`, its routerd and routerctl the venv's (verify checks
+    that they exist)."""
     unit = directory / SYSTEMD_UNIT.name
     text = SYSTEMD_UNIT.read_text() if text is None else text
-    assert INSTALLED_ROUTERD in text
-    unit.write_text(text.replace(INSTALLED_ROUTERD, str(routerd)))
+    for installed in (INSTALLED_ROUTERD, INSTALLED_ROUTERCTL):
+        program = Path(sys.executable).with_name(Path(installed).name)
+        assert program.exists(), f"{program}: not in the venv; run deploy/bootstrap.sh"
+        assert installed in text
+        text = text.replace(installed, str(program))
+    unit.write_text(text)
     return unit
 
 
@@ -108,12 +112,14 @@ def test_systemd_unit_fits_routerd() -> None:
     (argv,) = [c for c in systemd_command_lines(SYSTEMD_UNIT) if Path(c[0]).name == "routerd"]
     assert argv[0] == INSTALLED_ROUTERD
     args = parse(argv)
-    # routerd does not speak sd_notify (Type=notify would wait for a READY=1 that never comes)
-    assert directives["Type"] == ["exec"]
-    assert not any("NOTIFY_SOCKET" in p.read_text() for p in (ROOT / "router").rglob("*.py"))
+    # routerd speaks sd_notify (tests/router/test_routerd_reload.py: READY=1, RELOADING=1, STOPPING=1)
+    assert directives["Type"] == ["notify"]
+    assert directives["NotifyAccess"] == ["main"]
+    assert "AF_UNIX" in directives["RestrictAddressFamilies"][0].split()  # the notify socket
     assert directives["KillSignal"] == ["SIGTERM"]
-    assert directives["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
-    assert Path("/bin/kill").exists()
+    # A reload through the admin API, whose refusal fails `systemctl reload`, at routerd's --admin.
+    (reload,) = directives["ExecReload"]
+    assert reload == f"{INSTALLED_ROUTERCTL} reload --admin {args.admin[0]}:{args.admin[1]}"
     assert args.max_connections is not None
     assert int(directives["LimitNOFILE"][0]) >= descriptors_for(args.max_connections)
     assert float(directives["TimeoutStopSec"][0]) > args.grace_period + EXIT_FILES_S

@@ -220,6 +220,8 @@ class Routerd:
         self.config = workdir / "router.xml"
         self.config.write_text(make_config(self.admin_port))
         self.proc: subprocess.Popen[str] | None = None
+        self.env: dict[str, str] = {}
+        """More environment variables of the process (set before `start`)."""
         self._log: LineLog | None = None
         self._cursor = 0
 
@@ -251,7 +253,7 @@ class Routerd:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         assert self.proc.stderr is not None
         self._log = LineLog(self.proc.stderr, "routerd")

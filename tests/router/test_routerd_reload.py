@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from tests.conftest import accepts, eventually, free_port
 from tests.router.conftest import (
     ROUND_ROBIN_NODE_IDS,
     ROUTERCTL,
+    Routerd,
     acceptors_xml,
     mqtt_round_trip,
     static_connectors,
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
     from pathlib import Path
 
-    from tests.router.conftest import Mosquitto, Routerd
+    from tests.router.conftest import Mosquitto
 
 pytestmark = pytest.mark.integration
 
@@ -415,3 +417,69 @@ def test_sighup_and_the_endpoint_apply_the_same_change(
     assert eventually(lambda: landed() == "b1", 10)
     assert eventually(lambda: _stable(router.get("/api/v1/routers/rr")) == status_after_signal, 10)
     assert mqtt_round_trip(port, client_id=f"same-{uuid.uuid4()}", topic="reload/same")
+
+
+def test_reload_outcome_in_metrics_and_to_systemd(
+    mosquitto_fleet: list[Mosquitto],
+    start_routerd: Callable[[Callable[[int], str]], Routerd],
+    run_routerd: Callable[[Routerd], Routerd],
+    tmp_path: Path,
+) -> None:
+    """Scenario (issue 34): routerd under a `Type=notify` unit (NOTIFY_SOCKET: a datagram socket
+    of the test's). It says READY=1 once listening; a refused file gives RELOADING=1 then READY=1
+    with the refusal, `router_config_last_reload_successful` 0 and the success timestamp kept; a
+    good file gives 1 and a later timestamp; SIGTERM gives STOPPING=1. `router_build_info` names
+    the version."""
+    sock_path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(sock_path))
+        notify.settimeout(15)
+        router = Routerd(tmp_path, lambda _admin: _config(mosquitto_fleet, [0, 1], {"mqtt": free_port()}))
+        router.env["NOTIFY_SOCKET"] = str(sock_path)
+        run_routerd(router)
+        assert notify.recv(4096).decode() == "READY=1\nSTATUS=1 acceptor(s) listening"
+
+        def metric(name: str) -> float:
+            found = re.search(rf"^{name} (\S+)$", router.metrics(), re.MULTILINE)
+            assert found is not None, name
+            return float(found.group(1))
+
+        assert metric("router_config_last_reload_successful") == 1
+        started = metric("router_config_last_reload_success_timestamp_seconds")
+        assert re.search(
+            r'^router_build_info\{python_version="3\.\d+\.\d+",version="[^"]+"\} 1\.0$',
+            router.metrics(),
+            re.M,
+        )
+
+        good = router.config.read_text()
+        router.config.write_text(
+            good.replace("<check-period>200</check-period>", "<check-period>-1</check-period>")
+        )
+        refused = subprocess.run(
+            [*ROUTERCTL, "reload", "--admin", router.admin], capture_output=True, text=True, timeout=60
+        )
+        assert refused.returncode == 1, refused
+        assert notify.recv(4096).decode() == "RELOADING=1\nSTATUS=reloading the configuration"
+        message = notify.recv(4096).decode()
+        assert message.startswith("READY=1\nSTATUS=reload refused, the configuration in force is unchanged: ")
+        assert "check-period" in message
+        assert metric("router_config_last_reload_successful") == 0
+        assert metric("router_config_last_reload_success_timestamp_seconds") == started
+
+        router.config.write_text(
+            good.replace("<check-period>200</check-period>", "<check-period>300</check-period>")
+        )
+        applied = subprocess.run(
+            [*ROUTERCTL, "reload", "--admin", router.admin], capture_output=True, text=True, timeout=60
+        )
+        assert applied.returncode == 0, applied
+        assert notify.recv(4096).decode() == "RELOADING=1\nSTATUS=reloading the configuration"
+        assert notify.recv(4096).decode().startswith("READY=1\nSTATUS=configuration reloaded: ")
+        assert metric("router_config_last_reload_successful") == 1
+        assert metric("router_config_last_reload_success_timestamp_seconds") > started
+
+        assert router.proc is not None
+        router.proc.send_signal(signal.SIGTERM)
+        assert notify.recv(4096).decode().startswith("STOPPING=1\nSTATUS=shutting down")
+        assert router.proc.wait(30) == 0

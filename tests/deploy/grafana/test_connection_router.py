@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import socket
-import subprocess
 import threading
 import time
 import urllib.error
@@ -35,7 +33,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from router.features import register_metrics
 from router.metrics import Metrics
-from tests.conftest import eventually, free_port, read_until_closed, stop_process
+from tests.conftest import eventually, free_port, read_until_closed
+from tests.deploy.prometheus.conftest import SCRAPE_INTERVAL_S, Prometheus
 from tests.keys.test_mqtt import connect_packet
 from tests.router.conftest import Mosquitto, Routerd, mqtt_round_trip, running, static_connectors
 
@@ -51,8 +50,6 @@ VARIABLES: Final = {"$__rate_interval": "1m", "$job": ".*", "$instance": ".*", "
 """What Grafana puts for the dashboard's variables with "All" selected (their allValue), and a
 rate interval of a few scrapes."""
 
-SCRAPE_INTERVAL_S: Final = 1
-PROMETHEUS_START_S: Final = 30.0
 QUERY_DEADLINE_S: Final = 40.0
 """How long every panel query together may take to return data: the events are made before, so
 this is a few scrapes and rule evaluations, with room for a loaded machine."""
@@ -137,95 +134,6 @@ def test_dashboard_uses_a_datasource_variable_and_rate_interval() -> None:
                 assert "[$__rate_interval]" in target["expr"], panel["title"]
     ids = [panel["id"] for panel in document["panels"]]
     assert len(ids) == len(set(ids))
-
-
-# -- a real Prometheus ---------------------------------------------------------------------------
-
-
-class Prometheus:
-    """The Debian package's Prometheus on 127.0.0.1, with its storage in a temporary directory."""
-
-    def __init__(self, workdir: Path, scrape_targets: list[str], rule_files: list[Path]) -> None:
-        self.port = free_port()
-        self.dir = workdir
-        self.config = workdir / "prometheus.yml"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {
-                        "scrape_interval": f"{SCRAPE_INTERVAL_S}s",
-                        "scrape_timeout": f"{SCRAPE_INTERVAL_S}s",
-                        "evaluation_interval": f"{SCRAPE_INTERVAL_S}s",
-                    },
-                    "rule_files": [str(path) for path in rule_files],
-                    "scrape_configs": [
-                        {"job_name": "routerd", "static_configs": [{"targets": scrape_targets}]}
-                    ],
-                }
-            )
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        binary = shutil.which("prometheus")
-        if binary is None:
-            pytest.fail("prometheus is not installed: run ./run-tests, which installs the prometheus package")
-        with open(self.dir / "prometheus.log", "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={self.config}",
-                    f"--storage.tsdb.path={self.dir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--log.level=warn",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-        if not eventually(self._ready, PROMETHEUS_START_S):
-            self.stop()
-            raise TimeoutError(
-                f"prometheus not ready after {PROMETHEUS_START_S} s: see {self.dir / 'prometheus.log'}"
-            )
-
-    def _ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(
-                f"prometheus exited with {self.proc.returncode}: see {self.dir / 'prometheus.log'}"
-            )
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, ConnectionError):
-            return False
-
-    def api(self, path: str, **params: str) -> Any:
-        """The `data` of a successful HTTP API answer."""
-        url = f"{self.url}/api/v1/{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        with urllib.request.urlopen(url, timeout=10) as response:
-            answer = json.loads(response.read())
-        assert answer["status"] == "success", answer
-        return answer["data"]
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """The instant vector (or scalar) of an expression now; empty when it has no data."""
-        data = self.api("query", query=expr)
-        if data["resultType"] in ("scalar", "string"):
-            return [{"value": data["result"]}]
-        result = data["result"]
-        assert isinstance(result, list)
-        return result
-
-    def stop(self) -> None:
-        stop_process(self.proc, 15)
-        self.proc = None
 
 
 # -- routerd over three brokers ------------------------------------------------------------------

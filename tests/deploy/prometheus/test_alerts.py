@@ -5,13 +5,21 @@ test, a severity, a summary and a description. promtool comes with the Debian pa
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+
+from tests.conftest import eventually, free_port
+from tests.deploy.prometheus.conftest import Prometheus
+from tests.router.conftest import ROUTERCTL, Routerd
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -78,3 +86,67 @@ def test_alerts_each_have_a_test_a_severity_a_summary_and_a_description() -> Non
         assert alert["annotations"]["summary"], alert["alert"]
         assert alert["annotations"]["description"], alert["alert"]
         assert alert["alert"].startswith("Router"), alert["alert"]
+
+
+# -- the rules against a real routerd, in a real Prometheus ------------------------------------------
+
+ALERT_DEADLINE_S = 40.0
+"""How long an alert whose condition holds may take to fire: a few scrapes and evaluations (one a
+second here), with room for a loaded machine."""
+
+
+def _dead_pool_config(dead_port: int) -> Callable[[int], str]:
+    """routerd with one router over a connector where nothing listens (no broker needed)."""
+    return lambda _admin: (
+        f"""<?xml version="1.0"?>
+<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+ <connectors><connector name="c0">tcp://127.0.0.1:{dead_port}?nodeId=b0</connector></connectors>
+ <acceptors><acceptor name="a">tcp://127.0.0.1:{free_port()}?router=r</acceptor></acceptors>
+ <connection-routers><connection-router name="r"><key-type>CLIENT_ID</key-type>
+  <policy name="FIRST_ELEMENT"/><pool><check-period>1000</check-period>
+  <static-connectors><connector-ref>c0</connector-ref></static-connectors></pool></connection-router>
+ </connection-routers>
+</core></configuration>
+"""
+    )
+
+
+@pytest.mark.integration
+def test_a_refused_reload_and_a_stopped_routerd_fire_their_alerts(tmp_path: Path) -> None:
+    """Scenario (issue 34): a real Prometheus with a copy of alerts.yml whose `for:` are 0s scrapes
+    a real routerd. A refused configuration file fires RouterConfigReloadFailed; routerd stopped
+    fires RouterDown (its scrape fails)."""
+    rules = RULES.read_text()
+    quick = re.sub(
+        r"(- alert: Router(?:Down|ConfigReloadFailed)\n(?:.*\n)*?        for: )\S+", r"\g<1>0s", rules
+    )
+    assert quick.count("for: 0s") == 2
+    (tmp_path / "alerts.yml").write_text(quick)
+    router = Routerd(tmp_path, _dead_pool_config(free_port()))
+    router.start()
+    try:
+        server = Prometheus(tmp_path, [f"127.0.0.1:{router.admin_port}"], [tmp_path / "alerts.yml"])
+        server.start()
+        try:
+
+            def firing() -> set[str]:
+                alerts = server.api("alerts")["alerts"]
+                return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+
+            assert eventually(lambda: server.query('up{job="routerd"} == 1') != [], ALERT_DEADLINE_S)
+            assert "RouterConfigReloadFailed" not in firing()
+            router.config.write_text(
+                router.config.read_text().replace("<check-period>1000", "<check-period>-1")
+            )
+            refused = subprocess.run(
+                [*ROUTERCTL, "reload", "--admin", router.admin], capture_output=True, text=True, timeout=60
+            )
+            assert refused.returncode == 1, refused
+            assert eventually(lambda: "RouterConfigReloadFailed" in firing(), ALERT_DEADLINE_S)
+            assert "RouterDown" not in firing()
+            router.stop()
+            assert eventually(lambda: "RouterDown" in firing(), ALERT_DEADLINE_S)
+        finally:
+            server.stop()
+    finally:
+        router.stop()
