@@ -4,8 +4,10 @@ updated from any thread under their own lock and read by a collector when scrape
 An update is a dict store under a lock, about a fifth of what the client library's `inc()`
 costs, and a proxied connection makes six of them (the fast path counts every one); a histogram's
 observation is a bisect and two stores. The exposition is the client library's own (its names,
-HELP and TYPE lines, `_created` samples for counters and histograms). router/metrics.py holds the
-process's families (`Metrics`) and each feature's (`FeatureMetrics`).
+HELP and TYPE lines), without `_created` samples: a series per label set that only says when it
+was first counted doubles the series count and shows as noise in dashboards (as
+`prometheus_client.disable_created_metrics()` does for the library's own). router/metrics.py
+holds the process's families (`Metrics`) and each feature's (`FeatureMetrics`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,9 @@ import enum
 import itertools
 import math
 import threading
-import time
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
@@ -33,15 +33,15 @@ _V = TypeVar("_V")
 
 class MetricKind(enum.Enum):
     COUNTER = "counter"
-    """Only goes up; exported with a `_created` sample per label set."""
+    """Only goes up."""
     GAUGE = "gauge"
 
 
 class _Labelled(Generic[_V]):
     """What `Family` and `Histogram` share: a name, a help text, label names, a value per label
-    set (`_V`), when each was first counted, and the lock every thread takes to change them."""
+    set (`_V`), and the lock every thread takes to change them."""
 
-    __slots__ = ("_created", "_lock", "_values", "documentation", "labels", "name")
+    __slots__ = ("_lock", "_values", "documentation", "labels", "name")
 
     def __init__(self, name: str, documentation: str, labels: tuple[str, ...]) -> None:
         self.name = name
@@ -49,8 +49,6 @@ class _Labelled(Generic[_V]):
         self.documentation = documentation
         self.labels = labels
         self._values: dict[tuple[str, ...], _V] = {}
-        self._created: dict[tuple[str, ...], float] = {}
-        """Counters and histograms: when each label set was first counted (seconds since the epoch)."""
         self._lock = threading.Lock()
 
     def _check(self, labels: tuple[str, ...]) -> None:
@@ -68,7 +66,6 @@ class _Labelled(Generic[_V]):
         with self._lock:
             for labels in [labels for labels in self._values if labels[:width] == prefix]:
                 del self._values[labels]
-                self._created.pop(labels, None)
 
 
 class Family(_Labelled[float]):
@@ -120,7 +117,6 @@ class Family(_Labelled[float]):
         """Drop a label set from the exposition (nothing when it has none)."""
         with self._lock:
             self._values.pop(labels, None)
-            self._created.pop(labels, None)
 
     def label_sets(self) -> list[tuple[str, ...]]:
         """The label sets exported now."""
@@ -134,18 +130,15 @@ class Family(_Labelled[float]):
 
     def _first(self, labels: tuple[str, ...]) -> None:
         self._check(labels)
-        if self.kind is MetricKind.COUNTER:
-            self._created[labels] = time.time()
 
     def collect(self) -> Metric:
         """The family as the client library exports it (a consistent copy of its values)."""
         with self._lock:
             values = list(self._values.items())
-            created = dict(self._created)
         if self.kind is MetricKind.COUNTER:
             counter = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
             for labels, value in values:
-                counter.add_metric(labels, value, created=created.get(labels))
+                counter.add_metric(labels, value)
             return counter
         gauge = GaugeMetricFamily(self.name, self.documentation, labels=self.labels)
         for labels, value in values:
@@ -166,7 +159,7 @@ class Histogram(_Labelled[list[float]]):
         self, name: str, documentation: str, labels: tuple[str, ...], buckets: tuple[float, ...]
     ) -> None:
         """Args:
-        name: the exposed name (its `_bucket`, `_count`, `_sum` and `_created` series follow).
+        name: the exposed name (its `_bucket`, `_count` and `_sum` series follow).
         documentation: the HELP text.
         labels: the label names (`le` is the histogram's own).
         buckets: the finite upper bounds, increasing; `+Inf` is added.
@@ -199,7 +192,6 @@ class Histogram(_Labelled[list[float]]):
             if counts is None:
                 self._check(labels)
                 counts = self._values[labels] = [0.0] * (len(self._bounds) + 2)
-                self._created[labels] = time.time()
             counts[index] += 1
             counts[-1] += value
         finally:
@@ -215,7 +207,6 @@ class Histogram(_Labelled[list[float]]):
         """The family as the client library exports it (a consistent copy of its counts)."""
         with self._lock:
             values = [(labels, list(counts)) for labels, counts in self._values.items()]
-            created = dict(self._created)
         histogram = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
         # The library's own `le` formatting (Go's), as its Histogram writes it; it is not typed.
         bounds = [*(floatToGoString(b) for b in self._bounds), "+Inf"]  # type: ignore[no-untyped-call]
@@ -225,7 +216,4 @@ class Histogram(_Labelled[list[float]]):
                 cumulative += count
                 buckets.append((bound, cumulative))
             histogram.add_metric(labels, buckets, counts[-1])
-            histogram.samples.append(
-                Sample(f"{self.name}_created", dict(zip(self.labels, labels, strict=True)), created[labels])
-            )
         return histogram

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import Histogram as LibraryHistogram
@@ -74,36 +73,33 @@ def test_exposition_is_what_the_client_library_writes() -> None:
     ready.labels("r", "b1").set(1)
 
     def families(text: str) -> dict[str, list[str]]:
-        """Lines by family, with the _created timestamps masked."""
+        """Lines by family, without the library's _created samples (we export none)."""
         blocks: dict[str, list[str]] = {}
         name = ""
         for line in text.splitlines():
             if line.startswith("# HELP "):
                 name = line.split()[2]
-            masked = re.sub(r"(_created\{.*\}) \S+$", r"\1 T", line)
-            blocks.setdefault(name, []).append(masked)
+            if not re.match(r"\w+_created\{", line):
+                blocks.setdefault(name, []).append(line)
         return blocks
 
     ours, theirs = families(metrics.exposition().decode()), families(generate_latest(library).decode())
+    theirs = {name: lines for name, lines in theirs.items() if not name.endswith("_created")}
     assert theirs  # four families
     for name, lines in theirs.items():
         assert ours[name] == lines
 
 
-def test_created_is_when_a_label_set_was_first_counted() -> None:
+def test_counters_and_histograms_export_no_created_series() -> None:
+    """Scenario (issue 34): a `_created` series per label set doubles the series and is noise in
+    dashboards; the client library writes them, we do not."""
     metrics = Metrics()
-    before = time.time()
     metrics.decisions.inc(("r", "OK"))
-    created = metrics.registry.get_sample_value(
-        "router_routing_decisions_created", {"router": "r", "status": "OK"}
-    )
-    assert created is not None
-    assert before <= created <= time.time()
-    metrics.decisions.inc(("r", "OK"))
-    again = metrics.registry.get_sample_value(
-        "router_routing_decisions_created", {"router": "r", "status": "OK"}
-    )
-    assert again == created
+    metrics.connect_duration.observe(("r", "b1"), 0.001)
+    text = metrics.exposition().decode()
+    assert 'router_routing_decisions_total{router="r",status="OK"} 1.0' in text
+    assert 'router_target_connect_duration_seconds_count{node_id="b1",router="r"} 1.0' in text
+    assert "_created" not in text
 
 
 def test_histogram_exposition_is_what_the_client_library_writes() -> None:
@@ -122,7 +118,7 @@ def test_histogram_exposition_is_what_the_client_library_writes() -> None:
 
     def block(text: str) -> list[str]:
         lines = [line for line in text.splitlines() if "router_target_connect_duration_seconds" in line]
-        return [re.sub(r"(_created\{.*\}) \S+$", r"\1 T", line) for line in lines]
+        return [line for line in lines if "_created" not in line]
 
     ours = block(metrics.exposition().decode())
     assert ours == block(generate_latest(library).decode())

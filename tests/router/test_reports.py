@@ -203,7 +203,6 @@ def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in metrics.registry.collect()
         for sample in family.samples
-        if not sample.name.endswith("_created")
     }
 
 

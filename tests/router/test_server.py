@@ -364,7 +364,7 @@ _PROCESS_WIDE: Final = ("router_log_lines_suppressed_total",)
 for one server run."""
 _TIMINGS: Final = re.compile(
     r"process_.*|router_target_(check_duration_seconds|last_change_timestamp_seconds)|.*_(sum|bucket)"
-    r"|router_client_connections"
+    r"|router_client_connections|router_config_last_reload_success_timestamp_seconds"
 )
 """Samples of times and durations (and the process's own figures), which no two runs share (a
 histogram's _count stays compared), and the client connections open at the scrape: the fast path
@@ -377,7 +377,7 @@ def _metric_samples(info: ServerInfo) -> dict[str, float]:
         f"{s.name}{sorted(s.labels.items())}": s.value
         for family in registry.collect()
         for s in family.samples
-        if not s.name.endswith("_created") and s.name not in _PROCESS_WIDE and not _TIMINGS.fullmatch(s.name)
+        if s.name not in _PROCESS_WIDE and not _TIMINGS.fullmatch(s.name)
     }
 
 

@@ -85,9 +85,9 @@ def exported_names() -> set[str]:
     for family in register_metrics(Metrics()).registry.collect():
         match family.type:
             case "counter":
-                names |= {f"{family.name}_total", f"{family.name}_created"}
+                names.add(f"{family.name}_total")
             case "histogram":
-                names |= {f"{family.name}_{suffix}" for suffix in ("bucket", "count", "sum", "created")}
+                names |= {f"{family.name}_{suffix}" for suffix in ("bucket", "count", "sum")}
             case _:
                 names.add(family.name)
     return names
