@@ -24,7 +24,7 @@ from keys.detect import make_detector
 from keys.users import UserStore
 from pools.gates import AcceptRate
 from router.core.address import Address
-from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission, descriptor_budget
+from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission, Refusal, descriptor_budget
 from router.core.plan import fast_path_serves
 from router.datapath.acceptor import ServedAcceptor
 from router.datapath.fast_path import Departing
@@ -130,6 +130,9 @@ def make_admission(
         probes,
     )
     metrics.connection_budget.set((), budget)
+    for acceptor in config.acceptors:  # at 0 from the start: panels show 0, not "no data"
+        for refusal in Refusal:
+            metrics.connections_refused.inc((acceptor.name, refusal.value), 0)
     limits_by_name = {a.name: limits for a in config.acceptors if (limits := acceptor_limits(a)) is not None}
     admission = Admission(budget, limits_by_name)
     metrics.sample_when_scraped(lambda: metrics.client_connections.set((), admission.open))

@@ -137,6 +137,20 @@ class Metrics:
             "when the router started or the target joined until then (read when scraped).",
             ("router", "node_id"),
         )
+        self.check_failures = Family(
+            MetricKind.COUNTER,
+            "router_target_check_failures_total",
+            "Failed health probes of a target (of any member of an HA pair) since it joined the pool "
+            "(HAProxy's chkfail; read when scraped).",
+            ("router", "node_id"),
+        )
+        self.down_seconds = Family(
+            MetricKind.COUNTER,
+            "router_target_down_seconds_total",
+            "Seconds a target has been down (router_target_state down) since it joined the pool, its "
+            "current spell included (HAProxy's downtime; read when scraped).",
+            ("router", "node_id"),
+        )
         self.pool_active = Family(
             MetricKind.GAUGE,
             "router_pool_active",
@@ -242,9 +256,9 @@ class Metrics:
         self.proxied_bytes = Family(
             MetricKind.COUNTER,
             "router_proxied_bytes_total",
-            "Bytes relayed, open connections' included (read at each scrape); direction is "
-            "client_to_target or target_to_client.",
-            ("router", "direction"),
+            "Bytes relayed, open connections' included (read at each scrape), by router and target; "
+            "direction is client_to_target or target_to_client.",
+            ("router", "node_id", "direction"),
         )
         self.auth_failures = Family(
             MetricKind.COUNTER,

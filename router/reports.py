@@ -20,7 +20,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Final, assert_never
 
 from pools import PoolEvent, PoolEventKind
-from router.core.engine import DecisionReason
+from router.core.engine import DecisionReason, RouteStatus
 from router.core.events import (
     Accepted,
     AcceptRefused,
@@ -63,6 +63,22 @@ _WARN_CLOSES = frozenset({CloseReason.REPLAY_FAILED.value, CloseReason.INTERNAL_
 
 _REFUSAL_LABELS: Final = {reason._value_: reason.name.lower() for reason in DecisionReason}
 """The `reason` label of `router_routing_refusals_total` for each decision reason, by value."""
+_REFUSAL_REASONS: Final = (
+    DecisionReason.NO_READY_TARGET,
+    DecisionReason.POLICY_SELECTS_NONE,
+    DecisionReason.NO_POOL_OR_POLICY,
+    DecisionReason.ROUTING_TIMED_OUT,
+    DecisionReason.NO_LOCAL_CONNECTOR,
+    DecisionReason.CONNECT_FAILED,
+    DecisionReason.QUEUE_FULL,
+    DecisionReason.QUEUE_TIMEOUT,
+)
+"""The decision reasons that refuse a client (docs/operations.md, `router_routing_refusals_total`):
+their series start at 0."""
+_TARGET_FAILURES: Final = tuple(
+    cause for cause in ConnectFailure if cause is not ConnectFailure.CLOSED_BY_ROUTER
+)
+"""The `reason`s of `router_target_connect_failures_total` a target's series start with, at 0."""
 
 
 def log_event(event: Event) -> None:
@@ -338,7 +354,15 @@ class MetricUpdates:
         event type has one)."""
 
     def router_started(self, router: str, node_ids: Iterable[str] | None) -> None:
-        """Export a router's pool as not active with no target ready yet (None: it has no pool)."""
+        """Export a router's counters at 0 for each of their known label values (so that panels
+        and rates show 0, not "no data", before the first one), and its pool as not active with no
+        target ready yet (None: it has no pool)."""
+        m = self.metrics
+        for status in RouteStatus:
+            m.decisions.inc((router, status._value_), 0)
+        for reason in _REFUSAL_REASONS:
+            m.refusals.inc((router, _REFUSAL_LABELS[reason._value_]), 0)
+        m.redispatches.inc((router,), 0)
         if node_ids is None:
             return
         self.metrics.pool_active.set((router,), 0)
@@ -437,15 +461,17 @@ class MetricUpdates:
 class TargetMetrics:
     """Copies a router's targets from its status into the metrics, before each scrape:
     `router_target_state` (one-hot), `router_target_check_duration_seconds` and
-    `router_target_last_change_timestamp_seconds`; the series of targets that left are dropped."""
+    `router_target_last_change_timestamp_seconds`, `router_target_check_failures_total` and
+    `router_target_down_seconds_total` (counted on from what the status said at the last scrape);
+    the series of targets that left are dropped."""
 
     __slots__ = ("_exported", "metrics", "router")
 
     def __init__(self, metrics: Metrics, router: str) -> None:
         self.metrics = metrics
         self.router = router
-        self._exported: set[str] = set()
-        """Node ids exported at the last scrape."""
+        self._exported: dict[str, tuple[int, float]] = {}
+        """Node ids exported at the last scrape, with their failed probes and down time then."""
 
     def __call__(self, pool: PoolStatus | None) -> None:
         """Export the targets of `pool` (the router's status now; None: no pool)."""
@@ -461,10 +487,16 @@ class TargetMetrics:
                 m.target_check_duration.set(labels, target.last_check.duration_s)
             if target.last_change is not None:
                 m.target_last_change.set(labels, target.last_change)
-        current = {target.node_id for target in targets}
-        for node_id in self._exported - current:
+            if target.node_id not in self._exported:  # at 0 from the start: panels show 0, not "no data"
+                for cause in _TARGET_FAILURES:
+                    m.connect_failures.inc((*labels, cause._value_), 0)
+            failures, down_s = self._exported.get(target.node_id, (0, 0.0))
+            m.check_failures.inc(labels, max(0, target.check_failures - failures))
+            m.down_seconds.inc(labels, max(0.0, target.down_s - down_s))
+        current = {target.node_id: (target.check_failures, target.down_s) for target in targets}
+        for node_id in self._exported.keys() - current.keys():
             labels = (router, node_id)
             m.target_state.remove_matching(labels)
-            m.target_check_duration.remove(labels)
-            m.target_last_change.remove(labels)
+            for family in (m.target_check_duration, m.target_last_change, m.check_failures, m.down_seconds):
+                family.remove(labels)
         self._exported = current

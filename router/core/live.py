@@ -337,8 +337,9 @@ class LiveConnections:
 
     def __init__(self) -> None:
         self._by_node: dict[str, dict[LiveConnection, None]] = {}
-        self._ended = (0, 0)
-        """The bytes each way of the connections discarded so far (`relayed`)."""
+        self._ended: dict[str, tuple[int, int]] = {}
+        """node id -> the bytes each way of its connections discarded so far (`relayed`); one entry
+        per target that ever had a connection (targets come from the configuration, not clients)."""
         self._with_ttl: dict[LiveConnection, None] = {}
         """The connections the TTL checker walks (an exempted one is dropped at its next check)."""
         self._reported: dict[str, tuple[int, int]] = {}
@@ -365,19 +366,22 @@ class LiveConnections:
         if not conns:
             del self._by_node[conn.node_id]
         self._with_ttl.pop(conn, None)
-        ended_in, ended_out = self._ended
-        self._ended = (ended_in + conn.counts[0], ended_out + conn.counts[1])
+        ended_in, ended_out = self._ended.get(conn.node_id, (0, 0))
+        self._ended[conn.node_id] = (ended_in + conn.counts[0], ended_out + conn.counts[1])
 
-    def relayed(self) -> tuple[int, int]:
+    def relayed(self) -> dict[str, tuple[int, int]]:
         """The bytes relayed client -> target and target -> client by every connection registered
-        so far, ended or open. Never decreases, provided a data path counts nothing into a
-        connection after discarding it: an open one's bytes move to the ended total unchanged."""
-        ended_in, ended_out = self._ended
-        for conns in self._by_node.values():
+        so far, ended or open, by target node id. Never decreases, provided a data path counts
+        nothing into a connection after discarding it: an open one's bytes move to the ended total
+        unchanged."""
+        totals = dict(self._ended)
+        for node_id, conns in self._by_node.items():
+            relayed_in, relayed_out = totals.get(node_id, (0, 0))
             for conn in conns:
-                ended_in += conn.counts[0]
-                ended_out += conn.counts[1]
-        return ended_in, ended_out
+                relayed_in += conn.counts[0]
+                relayed_out += conn.counts[1]
+            totals[node_id] = (relayed_in, relayed_out)
+        return totals
 
     def holds(self, conn: LiveConnection) -> bool:
         """Whether a connection is registered (it has not ended)."""

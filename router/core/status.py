@@ -153,7 +153,7 @@ class TargetHistory:
     the times in.
     """
 
-    __slots__ = ("_changes", "_checks", "_counts", "_reasons")
+    __slots__ = ("_changes", "_checks", "_counts", "_down", "_failures", "_reasons")
 
     def __init__(self) -> None:
         self._checks: dict[str, dict[int, CheckRecord]] = {}
@@ -164,12 +164,17 @@ class TargetHistory:
         """Node id -> its operational state and since when (seconds since the epoch)."""
         self._counts: dict[str, CountReport] = {}
         """Node id -> what its broker reported of its connection count."""
+        self._failures: dict[str, int] = {}
+        """Node id -> its failed probes so far (HAProxy's `chkfail`)."""
+        self._down: dict[str, float] = {}
+        """Node id -> the seconds it was down before its current state (HAProxy's `downtime`)."""
 
     def checked(self, node_id: str, member: int, record: CheckRecord) -> None:
         """Remember a member's probe (and its reason, when it failed)."""
         self._checks.setdefault(node_id, {})[member] = record
         if not record.ok:
             self._reasons[node_id] = record.reason
+            self._failures[node_id] = self._failures.get(node_id, 0) + 1
 
     def failed(self, node_id: str, reason: str) -> None:
         """Remember why a target became not ready (a refused connect is not a probe)."""
@@ -181,8 +186,23 @@ class TargetHistory:
         known = self._changes.get(node_id)
         if known is not None and known[0] is state:
             return False
+        if known is not None and known[0] is OperationalState.DOWN:
+            self._down[node_id] = self._down.get(node_id, 0.0) + max(0.0, now - known[1])
         self._changes[node_id] = (state, now)
         return True
+
+    def check_failures(self, node_id: str) -> int:
+        """How many of its probes (of any member) failed since it joined."""
+        return self._failures.get(node_id, 0)
+
+    def down_s(self, node_id: str, now: float | None) -> float:
+        """How long it has been down since it joined: its past spells, and its current one to
+        `now` (None: past spells only)."""
+        down = self._down.get(node_id, 0.0)
+        known = self._changes.get(node_id)
+        if now is not None and known is not None and known[0] is OperationalState.DOWN:
+            down += max(0.0, now - known[1])
+        return down
 
     def counted(self, node_id: str, count: int | str, at: float) -> CountReport:
         """Remember a read of a broker's connection count at `at` (seconds since the epoch): the
@@ -205,6 +225,8 @@ class TargetHistory:
         self._reasons.pop(node_id, None)
         self._changes.pop(node_id, None)
         self._counts.pop(node_id, None)
+        self._failures.pop(node_id, None)
+        self._down.pop(node_id, None)
 
     def last_check(self, node_id: str, member: int | None = None) -> CheckRecord | None:
         """The last probe of a member, or (None) of any member of the target; None before any."""
@@ -277,6 +299,11 @@ class TargetStatus:
     """Each member of an HA pair; empty for a single broker."""
     sections: Mapping[str, object] = field(default_factory=dict)
     """The features' members of its document, each a JSON value (`TargetSection`)."""
+    check_failures: int = 0
+    """Its failed probes since it joined (`router_target_check_failures_total`)."""
+    down_s: float = 0.0
+    """How long it has been down since it joined, its current spell included
+    (`router_target_down_seconds_total`)."""
     full: bool = False
     """Its gate refuses a new client now: at its `maxConnections` (or out of connect tokens)
     with its queue full (router/runtime/gates.py)."""
@@ -308,6 +335,8 @@ class TargetStatus:
             "not_ready_reason": self.not_ready_reason,
             "last_check": None if self.last_check is None else self.last_check.to_json(),
             "last_change": None if self.last_change is None else rfc3339(self.last_change),
+            "check_failures": self.check_failures,
+            "down_s": round(self.down_s, 3),
         }
         if self.members:
             document["members"] = [m.to_json() for m in self.members]
@@ -480,6 +509,8 @@ def _target(
             if (value := section(target, history, now)) is not None
         },
         full=full is not None and full(node_id),
+        check_failures=history.check_failures(node_id),
+        down_s=history.down_s(node_id, now),
     )
 
 

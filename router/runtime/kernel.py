@@ -59,6 +59,10 @@ _connection_ids = itertools.count(1)
 """Connection ids, unique in the process (`next` on a count is atomic under the GIL)."""
 
 
+_DIRECTIONS: Final = ("client_to_target", "target_to_client")
+"""The `direction` label of `router_proxied_bytes_total`, in `LiveConnections.relayed`'s order."""
+
+
 class RouterRuntime:
     """A connection router at run time (see the module docstring)."""
 
@@ -114,8 +118,8 @@ class RouterRuntime:
         """Takes this router's samplers off (`retire`)."""
         self._cache_reported = (0, 0, 0)
         """The cache's evictions, hits and misses at the last scrape."""
-        self._bytes_reported = (0, 0)
-        """The bytes relayed each way at the last scrape (`_sample_bytes`)."""
+        self._bytes_reported: dict[str, tuple[int, int]] = {}
+        """The bytes relayed each way to each target at the last scrape (`_sample_bytes`)."""
 
     @property
     def config(self) -> RouterConfig:
@@ -151,12 +155,12 @@ class RouterRuntime:
         metrics' thread): a long-lived connection's traffic shows while it flows."""
         with self._state as state:
             relayed = state.connections.relayed()
-        metrics, name = self.metrics, self.name
-        for direction, now, before in zip(
-            ("client_to_target", "target_to_client"), relayed, self._bytes_reported, strict=True
-        ):
-            if now > before:
-                metrics.proxied_bytes.inc((name, direction), now - before)
+        metrics, name, reported = self.metrics, self.name, self._bytes_reported
+        for node_id, counts in relayed.items():
+            before = reported.get(node_id, (0, 0))
+            for direction, now, then in zip(_DIRECTIONS, counts, before, strict=True):
+                if now > then:
+                    metrics.proxied_bytes.inc((name, node_id, direction), now - then)
         self._bytes_reported = relayed
 
     def _sample_gates(self) -> None:

@@ -40,7 +40,7 @@ def test_exposition_is_what_the_client_library_writes() -> None:
     """Families export exactly what prometheus_client's own Counter and Gauge would."""
     metrics = Metrics()
     metrics.connections_accepted.inc(("a", "r"))
-    metrics.proxied_bytes.inc(("r", "client_to_target"), 16)
+    metrics.proxied_bytes.inc(("r", "b1", "client_to_target"), 16)
     metrics.active_connections.inc(("r", "b1"))
     metrics.active_connections.inc(("r", "b1"), -1)
     metrics.target_ready.set(("r", "b1"), 1)
@@ -55,10 +55,10 @@ def test_exposition_is_what_the_client_library_writes() -> None:
     relayed = Counter(
         "router_proxied_bytes_total",
         metrics.proxied_bytes.documentation,
-        ["router", "direction"],
+        ["router", "node_id", "direction"],
         registry=library,
     )
-    relayed.labels("r", "client_to_target").inc(16)
+    relayed.labels("r", "b1", "client_to_target").inc(16)
     active = Gauge(
         "router_proxied_connections",
         metrics.active_connections.documentation,

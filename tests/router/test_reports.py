@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import logging
 import re
 import typing
@@ -597,3 +598,34 @@ def test_log_event_any_key_gives_one_line_and_its_prefix_back(key: str) -> None:
         assert ast.literal_eval(text) == key
     else:
         assert text == key
+
+
+def test_target_metrics_count_failed_probes_and_down_time_on_from_the_last_scrape() -> None:
+    """Scenario: the status says 2 failed probes and 3.5 s down, then 5 and 10 s: the counters
+    follow (from 0 at the first scrape, never counting a value twice); a target's connect
+    failures start at 0 for every reason; a target that leaves takes its series along."""
+    metrics = Metrics()
+    export = TargetMetrics(metrics, "r")
+    registry = metrics.registry
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"router": "r", "node_id": "b1", **labels})
+
+    down = OperationalState.DOWN
+    first = dataclasses.replace(_target_status("b1", operational_state=down), check_failures=2, down_s=3.5)
+    export(_pool_status(first))
+    assert (value("router_target_check_failures_total"), value("router_target_down_seconds_total")) == (
+        2.0,
+        3.5,
+    )
+    assert value("router_target_connect_failures_total", reason="refused") == 0.0
+    later = dataclasses.replace(first, check_failures=5, down_s=10.0)
+    export(_pool_status(later))
+    export(_pool_status(later))
+    assert (value("router_target_check_failures_total"), value("router_target_down_seconds_total")) == (
+        5.0,
+        10.0,
+    )
+    export(_pool_status())
+    assert value("router_target_check_failures_total") is None
+    assert value("router_target_down_seconds_total") is None

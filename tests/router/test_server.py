@@ -365,6 +365,7 @@ for one server run."""
 _TIMINGS: Final = re.compile(
     r"process_.*|router_target_(check_duration_seconds|last_change_timestamp_seconds)|.*_(sum|bucket)"
     r"|router_client_connections|router_config_last_reload_success_timestamp_seconds"
+    r"|router_target_down_seconds_total"
 )
 """Samples of times and durations (and the process's own figures), which no two runs share (a
 histogram's _count stays compared), and the client connections open at the scrape: the fast path

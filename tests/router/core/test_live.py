@@ -230,25 +230,26 @@ class TestLiveConnections:
         assert live.to("b2") == []
 
     def test_relayed_counts_open_connections_and_keeps_ended_ones(self) -> None:
-        """Scenario: bytes pass on two connections; one ends, is discarded twice, then a third
-        registers. The total counts open connections' bytes as they pass and never goes down."""
+        """Scenario: bytes pass on two connections to two targets; one ends, is discarded twice,
+        then a third registers. Each target's total counts open connections' bytes as they pass
+        and never goes down."""
         live = LiveConnections()
         first, second, third = (live_connection(f"10.1.0.1:{n}", node_id=f"b{n}") for n in (1, 2, 3))
         live.add(first)
         live.add(second)
-        assert live.relayed() == (0, 0)
+        assert live.relayed() == {"b1": (0, 0), "b2": (0, 0)}
         first.counts[0] += 10
         second.counts[1] += 200
-        assert live.relayed() == (10, 200)
+        assert live.relayed() == {"b1": (10, 0), "b2": (0, 200)}
         first.counts[1] += 5
         live.discard(first)
-        assert live.relayed() == (10, 205)
+        assert live.relayed() == {"b1": (10, 5), "b2": (0, 200)}
         live.discard(first)  # an unknown connection adds nothing
-        assert live.relayed() == (10, 205)
+        assert live.relayed() == {"b1": (10, 5), "b2": (0, 200)}
         live.add(third)
         third.counts[0] += 1
         live.discard(second)
-        assert live.relayed() == (11, 205)
+        assert live.relayed() == {"b1": (10, 5), "b2": (0, 200), "b3": (1, 0)}
 
     def test_open_to_gives_only_that_targets_open_connections(self) -> None:
         live = LiveConnections()

@@ -76,6 +76,8 @@ def test_snapshot_of_an_ha_pair_shows_its_members_and_the_active_one() -> None:
                     "not_ready_reason": None,
                     "last_check": {"at": "2023-11-14T22:13:21.500Z", "duration_s": 0.002, "ok": True},
                     "last_change": "2023-11-14T22:13:21.500Z",
+                    "check_failures": 1,
+                    "down_s": 1.5,
                     "members": [
                         {
                             "connector": "tcp://127.0.0.1:20001",
@@ -108,6 +110,8 @@ def test_snapshot_of_an_ha_pair_shows_its_members_and_the_active_one() -> None:
                     "not_ready_reason": "not probed yet",
                     "last_check": None,
                     "last_change": None,
+                    "check_failures": 0,
+                    "down_s": 0.0,
                     "connections": 0,
                 },
             ],
@@ -325,3 +329,22 @@ def test_snapshot_adds_the_features_members_of_a_target_after_the_kernels() -> N
     assert seen == [("b1", history, 5.0), ("b2", history, 5.0)]
     without = snapshot(config, engine, pool, LiveConnections(), history).to_json()
     assert "extra" not in without["pool"]["targets"][0]  # type: ignore[index]
+
+
+def test_history_counts_failed_probes_and_down_time() -> None:
+    """Scenario: b1 is down 10 s, up 5 s, down again; two of its probes failed. Its down time is
+    both spells (the current one to `now`), as HAProxy's downtime; forgetting it resets both."""
+    history = TargetHistory()
+    history.observe("b1", OperationalState.DOWN, 100.0)
+    history.checked("b1", 0, CheckRecord(at=101.0, duration_s=0.001, ok=False, reason="refused"))
+    history.observe("b1", OperationalState.UP, 110.0)
+    history.checked("b1", 0, CheckRecord(at=111.0, duration_s=0.001, ok=True))
+    assert (history.check_failures("b1"), history.down_s("b1", 112.0)) == (1, 10.0)
+    history.observe("b1", OperationalState.DOWN, 115.0)
+    history.checked("b1", 0, CheckRecord(at=116.0, duration_s=0.001, ok=False, reason="refused"))
+    assert (history.check_failures("b1"), history.down_s("b1", 118.0)) == (2, 13.0)
+    assert history.down_s("b1", None) == 10.0  # past spells only
+    history.observe("b1", OperationalState.DRAIN, 120.0)  # drained: not down
+    assert history.down_s("b1", 200.0) == 15.0
+    history.forget("b1")
+    assert (history.check_failures("b1"), history.down_s("b1", 300.0)) == (0, 0.0)

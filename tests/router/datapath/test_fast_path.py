@@ -163,7 +163,7 @@ class TestRelay:
         assert result[0] == payload
         registry = info.runtimes["r"].metrics.registry
         sent = registry.get_sample_value(
-            "router_proxied_bytes_total", {"router": "r", "direction": "client_to_target"}
+            "router_proxied_bytes_total", {"router": "r", "node_id": "b0", "direction": "client_to_target"}
         )
         assert sent == BIG
         assert info.runtimes["r"].connections.open_connections("b0") == 0

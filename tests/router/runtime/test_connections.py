@@ -53,7 +53,9 @@ class TestConnections:
         def scraped() -> tuple[float | None, ...]:
             runtime.metrics.exposition()
             return tuple(
-                registry.get_sample_value("router_proxied_bytes_total", {"router": "r", "direction": d})
+                registry.get_sample_value(
+                    "router_proxied_bytes_total", {"router": "r", "node_id": "b1", "direction": d}
+                )
                 for d in ("client_to_target", "target_to_client")
             )
 
