@@ -91,9 +91,10 @@ def test_routerd_metrics_with_traffic_pass_promtool_check_metrics(
 
 
 def _proxied_bytes(text: str, direction: str) -> float:
-    series = f'router_proxied_bytes_total{{direction="{direction}",router="rr"}}'
-    found = re.search(rf"^{re.escape(series)} (\S+)$", text, re.MULTILINE)
-    return 0.0 if found is None else float(found.group(1))
+    """Router rr's bytes one way, every target's together."""
+    series = re.escape(f'router_proxied_bytes_total{{direction="{direction}",node_id="') + r'[^"]+",'
+    series += re.escape('router="rr"}')
+    return sum(float(value) for value in re.findall(rf"^{series} (\S+)$", text, re.MULTILINE))
 
 
 @pytest.mark.integration

@@ -351,7 +351,10 @@ def test_every_dashboard_panel_query_returns_data(fleet: Fleet, prometheus: Prom
         return float(result[0]["value"][1])
 
     assert one('router_target_state{router="main", node_id="b2", state="down"}') == 1
-    assert one('max_over_time(router_connections_refused_total{acceptor="capped"}[5m])') == 1
+    assert (
+        one('max_over_time(router_connections_refused_total{acceptor="capped", reason="acceptor_limit"}[5m])')
+        == 1
+    )
     assert (
         one('max_over_time(router_routing_refusals_total{router="down", reason="no_ready_target"}[5m])') >= 1
     )
