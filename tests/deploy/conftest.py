@@ -36,6 +36,42 @@ PROGRAMS = ("routerd", "routerctl")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Instruction:
+    """One instruction of a Dockerfile, its continuation lines joined."""
+
+    stage: int
+    """Which build stage it belongs to (0: the first FROM's; the last is the image's)."""
+    keyword: str
+    """`RUN`, `COPY`, … (upper case)."""
+    arguments: str
+
+
+def dockerfile_instructions(text: str) -> list[Instruction]:
+    """The instructions of a Dockerfile, each with its stage: comment lines (also inside an
+    instruction, and whatever they end with) and blank lines left out, `\\` continuations joined."""
+    logical: list[str] = []
+    pending: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        pending.append(line.removesuffix("\\").strip())
+        if not line.endswith("\\"):
+            logical.append(" ".join(pending))
+            pending = []
+    assert not pending, "the Dockerfile ends inside a continued instruction"
+    found = []
+    stage = -1
+    for line in logical:
+        keyword, _, arguments = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            stage += 1
+        found.append(Instruction(stage=stage, keyword=keyword, arguments=arguments.strip()))
+    return found
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Dockerfile:
     """The facts of the repository's Dockerfile the deployment files depend on."""
 
@@ -43,31 +79,71 @@ class Dockerfile:
     cmd: tuple[str, ...]
     uid: int
     """The uid of the user it runs as (`useradd --uid`)."""
+    user: str
+    """The image's USER (a name)."""
     stop_signal: str
     copied: frozenset[str]
-    """What its COPY instructions copy (sources, as written)."""
+    """What its COPY instructions copy from the build context (sources, as written; not `--from`)."""
+    bases: tuple[str, ...]
+    """The base image of each stage, as written (`FROM IMAGE [AS NAME]`), the image's last."""
+    exposed: frozenset[int]
+    """Its EXPOSE ports (TCP)."""
+    volumes: tuple[str, ...]
+    workdir: str
+    """The image's WORKDIR (the last stage's last one)."""
+    healthcheck: tuple[str, ...]
+    """The HEALTHCHECK's command (exec form)."""
+    healthcheck_options: dict[str, str]
+    """The HEALTHCHECK's options (`interval` -> `30s`, …)."""
+    runs: tuple[str, ...]
+    """The image's RUN commands (its last stage's), in order."""
+    instructions: tuple[Instruction, ...]
 
 
 def dockerfile() -> Dockerfile:
     text = DOCKERFILE.read_text()
-    instructions = [line for line in text.splitlines() if line and not line.startswith("#")]
+    instructions = dockerfile_instructions(text)
+    image = [i for i in instructions if i.stage == instructions[-1].stage]
 
-    def exec_form(name: str) -> tuple[str, ...]:
-        (line,) = [i for i in instructions if i.startswith(f"{name} ")]
-        value = json.loads(line.removeprefix(f"{name} "))
-        assert isinstance(value, list), f"{name} must be in exec form (a JSON list): {line!r}"
+    def exec_form(arguments: str, what: str) -> tuple[str, ...]:
+        value = json.loads(arguments)
+        assert isinstance(value, list), f"{what} must be in exec form (a JSON list): {arguments!r}"
         return tuple(str(word) for word in value)
+
+    def only(keyword: str) -> str:
+        (found,) = [i.arguments for i in instructions if i.keyword == keyword]
+        return found
 
     uid = re.search(r"useradd .*--uid (\d+)", text)
     assert uid is not None, "the Dockerfile makes its user with useradd --uid"
-    (stop,) = [i.split()[1] for i in instructions if i.startswith("STOPSIGNAL ")]
-    copied = frozenset(word for i in instructions if i.startswith("COPY ") for word in i.split()[1:-1])
+    copied = frozenset(
+        word
+        for i in instructions
+        if i.keyword == "COPY" and not i.arguments.startswith("--from")
+        for word in i.arguments.split()[:-1]
+    )
+    health = only("HEALTHCHECK")
+    options_text, _, command = health.partition("CMD ")
+    options = dict(re.findall(r"--([a-z-]+)=(\S+)", options_text))
+    exposed = frozenset(
+        int(p.split("/")[0]) for i in image if i.keyword == "EXPOSE" for p in i.arguments.split()
+    )
+    volumes = tuple(v for i in image if i.keyword == "VOLUME" for v in exec_form(i.arguments, "VOLUME"))
     return Dockerfile(
-        entrypoint=exec_form("ENTRYPOINT"),
-        cmd=exec_form("CMD"),
+        entrypoint=exec_form(only("ENTRYPOINT"), "ENTRYPOINT"),
+        cmd=exec_form(only("CMD"), "CMD"),
         uid=int(uid.group(1)),
-        stop_signal=stop,
+        user=only("USER"),
+        stop_signal=only("STOPSIGNAL"),
         copied=copied,
+        bases=tuple(i.arguments.split()[0] for i in instructions if i.keyword == "FROM"),
+        exposed=exposed,
+        volumes=volumes,
+        workdir=[i.arguments for i in image if i.keyword == "WORKDIR"][-1],
+        healthcheck=exec_form(command, "HEALTHCHECK CMD"),
+        healthcheck_options=options,
+        runs=tuple(i.arguments for i in image if i.keyword == "RUN"),
+        instructions=tuple(instructions),
     )
 
 

@@ -1,10 +1,13 @@
 """deploy/compose/compose.yaml: valid by the compose specification's JSON schema (the copy
 check-jsonschema ships), and consistent with what it mounts and builds: routerd's configuration
 loads with the real loader and names the brokers the file starts, routerd is built from the
-repository's Dockerfile, and Prometheus scrapes routerd's admin address."""
+repository's Dockerfile and keeps its state file in the image's state directory on a volume, and
+Prometheus scrapes routerd's admin address and loads deploy/prometheus/alerts.yml (`promtool check
+config` on its configuration with the mounts' host files)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path, PurePosixPath
@@ -15,7 +18,7 @@ import yaml
 
 from router.config import load_config
 from router.core.admin_access import is_loopback
-from tests.deploy.conftest import COMPOSE, ROOT, dockerfile, parse, yaml_documents
+from tests.deploy.conftest import COMPOSE, DEPLOY, ROOT, dockerfile, parse, yaml_documents
 
 (DOCUMENT,) = yaml_documents(COMPOSE)
 SERVICES: dict[str, Any] = DOCUMENT["services"]
@@ -71,9 +74,15 @@ def test_compose_routerd_is_the_repositorys_image() -> None:
     image = dockerfile()
     assert ROUTERD.get("stop_signal", image.stop_signal) == image.stop_signal == "SIGTERM"
     assert _seconds(ROUTERD["stop_grace_period"]) > ARGS.grace_period
-    # The image's user may write only where the container has a writable place.
+    # The image's user may write only where the container has a writable place: its state file is
+    # in the image's state directory (its VOLUME), here a named volume, so states outlive `down`.
     assert ROUTERD["read_only"] is True
-    assert any(PurePosixPath(ARGS.state_file).is_relative_to(t) for t in ROUTERD["tmpfs"])
+    image_state = parse([*image.entrypoint, *image.cmd]).state_file
+    assert ARGS.state_file == image_state
+    named = {v.split(":")[1]: v.split(":")[0] for v in ROUTERD["volumes"] if not v.startswith(".")}
+    (target,) = [t for t in named if PurePosixPath(ARGS.state_file).is_relative_to(t)]
+    assert target in image.volumes
+    assert named[target] in DOCUMENT["volumes"]
 
 
 def test_compose_routerd_configuration_loads_and_names_the_brokers() -> None:
@@ -108,3 +117,29 @@ def test_compose_prometheus_scrapes_routerds_admin_api() -> None:
 @pytest.mark.parametrize("published", ROUTERD["ports"])
 def test_compose_publishes_on_the_hosts_loopback_only(published: str) -> None:
     assert published.startswith("127.0.0.1:")
+
+
+def test_compose_prometheus_loads_the_alert_rules(tmp_path: Path) -> None:
+    """Scenario (issue 34): the demo's Prometheus has the rules of deploy/prometheus/alerts.yml:
+    its configuration names a rule file that compose mounts from there, and `promtool check config`
+    (the container's paths replaced by the mounts' host files) loads them all."""
+    prometheus = SERVICES["prometheus"]
+    mounts = _bind_mounts(prometheus)
+    configuration = mounts["/etc/prometheus/prometheus.yml"]
+    rule_files = yaml.safe_load(configuration.read_text())["rule_files"]
+    assert [mounts[path] for path in rule_files] == [DEPLOY / "prometheus" / "alerts.yml"]
+    binary = shutil.which("promtool")
+    if binary is None:
+        pytest.fail("promtool is not installed: run ./run-tests, which installs the prometheus package")
+    copy = tmp_path / "prometheus.yml"
+    text = configuration.read_text()
+    for path in rule_files:
+        text = text.replace(path, str(mounts[path]))
+    copy.write_text(text)
+    checked = subprocess.run(
+        [binary, "check", "config", str(copy)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    alerts = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    count = sum(len(group["rules"]) for group in alerts["groups"])
+    assert f"SUCCESS: {count} rules found" in checked.stdout

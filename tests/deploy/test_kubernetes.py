@@ -1,11 +1,16 @@
 """deploy/kubernetes/: every manifest is valid Kubernetes (the API's JSON schemas, strict: no
-unknown field), and the manifests agree with routerd and with each other: the ConfigMap's
-broker.xml loads, the probes reach /readyz and /healthz on the admin port, the preStop hook and
-the grace periods fit, the Service and the PodDisruptionBudget select the pods."""
+unknown field; the ServiceMonitor, a custom resource they do not have, by the fields of the
+Prometheus Operator's CRD it uses), and the manifests agree with routerd and with each other: the
+ConfigMap's broker.xml loads, the probes reach /readyz and /healthz on the admin port, the preStop
+hook and the grace periods fit, the Services and the PodDisruptionBudget select the pods, the
+ServiceMonitor scrapes /metrics on routerd's admin port with a token from a Secret, and the
+Secrets are the ones docs/operations.md says how to create."""
 
 from __future__ import annotations
 
 import copy
+import re
+import shlex
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +20,7 @@ import pytest
 from router.config import load_config
 from router.core.admin_access import is_loopback
 from router.ctl_client import DEFAULT_ADMIN
-from tests.deploy.conftest import KUBERNETES, dockerfile, parse, yaml_documents
+from tests.deploy.conftest import KUBERNETES, ROOT, dockerfile, parse, yaml_documents
 
 if TYPE_CHECKING:
     from router.config.settings import Config
@@ -25,26 +30,36 @@ OLDEST_KUBERNETES = "1.28"
 """The oldest Kubernetes the manifests are checked against (and the newest kubernetes-validate has)."""
 
 
-def _resources() -> dict[str, dict[str, Any]]:
-    """kind -> the one resource of that kind."""
-    found: dict[str, dict[str, Any]] = {}
+CUSTOM_KINDS = {"ServiceMonitor"}
+"""Kinds of custom resources (CRDs), which the Kubernetes schemas do not have."""
+
+
+def _resources() -> dict[tuple[str, str], dict[str, Any]]:
+    """(kind, name) -> the resource."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for path in MANIFESTS:
         for document in yaml_documents(path):
-            assert document["kind"] not in found, f"two {document['kind']}s"
-            found[document["kind"]] = document
+            key = (document["kind"], document["metadata"]["name"])
+            assert key not in found, f"two {key}"
+            found[key] = document
     return found
 
 
 RESOURCES = _resources()
-DEPLOYMENT = RESOURCES["Deployment"]
+DEPLOYMENT = RESOURCES["Deployment", "connection-router"]
+CONFIGMAP = RESOURCES["ConfigMap", "connection-router-config"]
+SERVICE = RESOURCES["Service", "connection-router"]
+METRICS_SERVICE = RESOURCES["Service", "connection-router-metrics"]
+SERVICE_MONITOR = RESOURCES["ServiceMonitor", "connection-router"]
 POD = DEPLOYMENT["spec"]["template"]["spec"]
 (CONTAINER,) = POD["containers"]
 ROUTERD = parse([*dockerfile().entrypoint, *CONTAINER["args"]])
+OPERATIONS = (ROOT / "docs" / "operations.md").read_text()
 
 
 def _broker_xml(tmp_path: Path) -> Config:
     path = tmp_path / "broker.xml"
-    path.write_text(RESOURCES["ConfigMap"]["data"]["broker.xml"])
+    path.write_text(CONFIGMAP["data"]["broker.xml"])
     return load_config(str(path))
 
 
@@ -58,13 +73,20 @@ def _mount(path: str) -> dict[str, Any]:
 
 
 def test_kubernetes_manifests_are_the_expected_kinds() -> None:
-    assert set(RESOURCES) == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
+    assert {kind for kind, _ in RESOURCES} == {
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "ServiceMonitor",
+    }
 
 
 @pytest.mark.parametrize("version", [OLDEST_KUBERNETES, kubernetes_validate.latest_version()])
 @pytest.mark.parametrize("path", MANIFESTS, ids=[p.name for p in MANIFESTS])
 def test_kubernetes_manifest_validates_strictly(path: Path, version: str) -> None:
-    for document in yaml_documents(path):
+    documents = [d for d in yaml_documents(path) if d["kind"] not in CUSTOM_KINDS]
+    for document in documents:
         kubernetes_validate.validate(document, version, strict=True)
 
 
@@ -84,7 +106,7 @@ def test_kubernetes_configmap_holds_a_configuration_routerd_loads(tmp_path: Path
     assert all(a.host == "0.0.0.0" for a in config.acceptors)  # the pod's address, not its loopback
     (config_mount,) = [m for m in CONTAINER["volumeMounts"] if m["name"] == "config"]
     assert PurePosixPath(ROUTERD.config) == PurePosixPath(config_mount["mountPath"]) / "broker.xml"
-    assert _mount(ROUTERD.config)["volume"]["configMap"]["name"] == RESOURCES["ConfigMap"]["metadata"]["name"]
+    assert _mount(ROUTERD.config)["volume"]["configMap"]["name"] == CONFIGMAP["metadata"]["name"]
 
 
 def test_kubernetes_deployment_runs_routerd_as_documented() -> None:
@@ -141,10 +163,11 @@ def test_kubernetes_shutdown_fits_in_the_termination_grace_period() -> None:
 
 def test_kubernetes_service_and_budget_select_the_pods(tmp_path: Path) -> None:
     labels = DEPLOYMENT["spec"]["template"]["metadata"]["labels"]
-    service = RESOURCES["Service"]["spec"]
-    budget = RESOURCES["PodDisruptionBudget"]["spec"]
+    service = SERVICE["spec"]
+    budget = RESOURCES["PodDisruptionBudget", "connection-router"]["spec"]
     for selector in (
         service["selector"],
+        METRICS_SERVICE["spec"]["selector"],
         budget["selector"]["matchLabels"],
         DEPLOYMENT["spec"]["selector"]["matchLabels"],
     ):
@@ -154,3 +177,99 @@ def test_kubernetes_service_and_budget_select_the_pods(tmp_path: Path) -> None:
     assert {p["targetPort"] for p in service["ports"]} <= container_ports - {"admin"}  # clients only
     assert {p["port"] for p in service["ports"]} == acceptor_ports
     assert budget["maxUnavailable"] < DEPLOYMENT["spec"]["replicas"]
+
+
+SERVICE_MONITOR_ENDPOINT_FIELDS = {
+    "port",
+    "targetPort",
+    "path",
+    "scheme",
+    "interval",
+    "scrapeTimeout",
+    "authorization",
+    "tlsConfig",
+    "honorLabels",
+    "relabelings",
+    "metricRelabelings",
+}
+"""Fields of a ServiceMonitor endpoint (monitoring.coreos.com/v1, the Prometheus Operator's CRD),
+those a manifest of ours may use: a misspelt one would be dropped by the API server unseen."""
+
+
+def test_kubernetes_service_monitor_has_the_crds_shape() -> None:
+    """The ServiceMonitor by the CRD's rules it relies on: the group and version, a label selector,
+    each endpoint's known fields, a Bearer token from a Secret's key (`authorization`; the
+    deprecated `bearerTokenSecret` not used)."""
+    assert SERVICE_MONITOR["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(SERVICE_MONITOR["spec"]) == {"selector", "endpoints"}
+    assert set(SERVICE_MONITOR["spec"]["selector"]) == {"matchLabels"}
+    (endpoint,) = SERVICE_MONITOR["spec"]["endpoints"]
+    assert set(endpoint) <= SERVICE_MONITOR_ENDPOINT_FIELDS, set(endpoint) - SERVICE_MONITOR_ENDPOINT_FIELDS
+    assert endpoint["authorization"]["type"] == "Bearer"
+    assert set(endpoint["authorization"]["credentials"]) == {"name", "key"}
+    for duration in ("interval", "scrapeTimeout"):
+        assert re.fullmatch(r"\d+s", endpoint[duration]), endpoint[duration]
+    assert int(endpoint["scrapeTimeout"][:-1]) <= int(endpoint["interval"][:-1])
+
+
+def test_kubernetes_service_monitor_scrapes_metrics_on_routerds_admin_port() -> None:
+    """ServiceMonitor -> the metrics Service (by its labels and port name) -> the container's port
+    (by name) -> routerd's --admin port; /metrics over plain HTTP, as routerd serves it. The
+    clients' Service is not selected (clients never reach the admin API)."""
+    selector = SERVICE_MONITOR["spec"]["selector"]["matchLabels"]
+    selected = [
+        resource
+        for (kind, _), resource in RESOURCES.items()
+        if kind == "Service" and selector.items() <= resource["metadata"]["labels"].items()
+    ]
+    assert selected == [METRICS_SERVICE]
+    (endpoint,) = SERVICE_MONITOR["spec"]["endpoints"]
+    (port,) = [p for p in METRICS_SERVICE["spec"]["ports"] if p["name"] == endpoint["port"]]
+    (container_port,) = [p for p in CONTAINER["ports"] if p["name"] == port["targetPort"]]
+    assert container_port["containerPort"] == ROUTERD.admin[1] == port["port"]
+    assert (endpoint["path"], endpoint["scheme"]) == ("/metrics", "http")
+    assert METRICS_SERVICE["spec"]["clusterIP"] == "None"  # each pod its own target
+    assert port["targetPort"] not in {p["targetPort"] for p in SERVICE["spec"]["ports"]}
+
+
+def test_kubernetes_metrics_token_is_a_user_token_of_its_own_secret() -> None:
+    """The admin API needs a token for /metrics (it listens on the pod's address): the
+    ServiceMonitor's comes from a Secret apart from the one holding routerd's tokens file (the
+    operator reads it into Prometheus's configuration), and the docs make it of level `user`."""
+    (endpoint,) = SERVICE_MONITOR["spec"]["endpoints"]
+    credentials = endpoint["authorization"]["credentials"]
+    assert ROUTERD.admin_tokens is not None
+    tokens_secret = _mount(ROUTERD.admin_tokens)["volume"]["secret"]["secretName"]
+    assert credentials["name"] != tokens_secret
+    assert re.search(r"prometheus user %s", OPERATIONS), "the docs make the metrics token of level user"
+
+
+def _documented_secrets() -> dict[str, set[str]]:
+    """Secret name -> its keys, from docs/operations.md's `kubectl create secret generic` lines."""
+    secrets: dict[str, set[str]] = {}
+    for line in OPERATIONS.splitlines():
+        if not line.startswith("kubectl create secret generic "):
+            continue
+        words = shlex.split(line)
+        keys = {w.split("=", 1)[1].split("=")[0] for w in words if w.startswith("--from-file=")}
+        secrets[words[4]] = {Path(key).name for key in keys}
+    return secrets
+
+
+def test_kubernetes_secrets_the_manifests_use_are_the_documented_ones() -> None:
+    """Every Secret key a manifest reads is created by docs/operations.md's commands."""
+    documented = _documented_secrets()
+    used: dict[str, set[str]] = {}
+    (endpoint,) = SERVICE_MONITOR["spec"]["endpoints"]
+    credentials = endpoint["authorization"]["credentials"]
+    used.setdefault(credentials["name"], set()).add(credentials["key"])
+    assert ROUTERD.admin_tokens is not None
+    tokens = _mount(ROUTERD.admin_tokens)
+    env = {e["name"]: e["value"] for e in CONTAINER["env"]}
+    for path in (ROUTERD.admin_tokens, env["ROUTERCTL_TOKEN_FILE"]):
+        mount = _mount(path)
+        assert mount["name"] == tokens["name"]
+        used.setdefault(mount["volume"]["secret"]["secretName"], set()).add(PurePosixPath(path).name)
+    assert len(used) == 2
+    for name, keys in used.items():
+        assert keys <= documented.get(name, set()), (name, keys, documented)

@@ -15,13 +15,14 @@ import trio
 
 from router.feature import Kernel, OpenError, Service
 from router.features.admin_states.state_file import KeptStates, StateFile, StateFileError
+from router.services.files import why_unwritable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from router.runtime import RouterRuntime
 
-__all__ = ["AdminStates", "restore_admin_states"]
+__all__ = ["AdminStates", "restore_admin_states", "warn_if_unwritable"]
 
 log = logging.getLogger("router.server")
 
@@ -37,7 +38,8 @@ class AdminStates(Service):
         self._file = None if not isinstance(path, str) else StateFile(path)
 
     def open_files(self) -> None:
-        """Read the state file and apply its states (each change is logged).
+        """Read the state file and apply its states (each change is logged); a WARNING when it
+        cannot be written (`warn_if_unwritable`).
 
         Raises:
             OpenError: the file cannot be read.
@@ -46,6 +48,7 @@ class AdminStates(Service):
             return
         runtimes = self._runtimes
         file = restore_admin_states(self._file, runtimes)
+        warn_if_unwritable(file)
         self.kept = KeptStates(file, lambda: {r.name: r.pool.admin_states() for r in runtimes.values()})
 
     def process_status(self) -> Mapping[str, object]:
@@ -88,3 +91,20 @@ def restore_admin_states(states: StateFile, runtimes: Mapping[str, RouterRuntime
     if restored:
         log.info("state file %s: %d administrative state(s) restored", states.path, restored)
     return states
+
+
+def warn_if_unwritable(states: StateFile) -> bool:
+    """Log one WARNING, at start, when the state file cannot be written (its directory is missing,
+    read-only or not routerd's: the default place, beside a configuration mounted read-only in a
+    container, is such a one), rather than leave it to the first `routerctl state` to answer 500;
+    whether it warned. routerd starts all the same: the states work, in memory."""
+    reason = why_unwritable(states.path)
+    if reason is None:
+        return False
+    log.warning(
+        "%s cannot be written: %s; drain and maint states set from now on are not kept across a "
+        "restart, and setting one answers 500: give routerd --state-file FILE in a writable directory",
+        states.where,
+        reason,
+    )
+    return True

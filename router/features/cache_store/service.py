@@ -24,7 +24,7 @@ from cache.cache import Changes
 from router.feature import Kernel, OpenError, Service
 from router.features.cache_store.metrics import CacheStoreMetrics
 from router.services.cache_store import WRITE_INTERVAL_S, CacheStore, CacheStoreError, set_aside
-from router.services.files import EXIT_FILES_S
+from router.services.files import EXIT_FILES_S, why_unwritable
 
 if TYPE_CHECKING:
     from cache.cache import Row
@@ -137,11 +137,20 @@ def load_cache_store(
 
 
 def _open_cache_store(router: str, path: str, discard_unreadable: bool) -> CacheStore:
+    """Open the file. A file in a directory routerd cannot write fails here, at start (creating it,
+    or SQLite's first write, which needs a journal beside it), rather than at its first write: the
+    error says why and how to fix it (`why_unwritable`), as the state file's start-up warning does."""
     try:
         return CacheStore.open(path)
     except CacheStoreError as exc:
         if not (exc.damaged and discard_unreadable):
-            hint = "; move it away, or start routerd with --discard-unreadable-cache" if exc.damaged else ""
+            unwritable = None if exc.damaged else why_unwritable(path)
+            if exc.damaged:
+                hint = "; move it away, or start routerd with --discard-unreadable-cache"
+            elif unwritable is not None:
+                hint = f" ({unwritable}): set <file> in its <cache> to a file in a writable directory"
+            else:
+                hint = ""
             raise OpenError(f"router {router!r}: {exc}{hint}") from exc
         aside = set_aside(path)
         log.warning("router=%s %s: renamed to %s; the cache starts empty", router, exc, aside)

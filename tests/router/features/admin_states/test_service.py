@@ -4,6 +4,7 @@ routerd: test_routerd_admin_state.py, test_routerd_file_faults.py)."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import pytest
@@ -65,4 +66,38 @@ async def test_without_the_option_the_states_are_in_memory_only() -> None:
     service.open_files()
     assert service.kept is None
     assert service.process_status() == {"state_file": None}
+    await service.close_files(1.0)
+
+
+async def test_the_service_warns_at_open_when_its_file_cannot_be_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario (issue 34): a state file where routerd cannot write (here in a directory that does
+    not exist, which stops root too; a read-only one: test_files.py): one WARNING at start naming
+    the file, why and the fix, instead of a 500 at the first drain; routerd starts, the states work
+    in memory."""
+    path = tmp_path / "gone" / "state.json"
+    runtime = make_runtime()
+    service = AdminStates(_kernel(runtime, state_file=str(path)))
+    with caplog.at_level(logging.WARNING, logger="router.server"):
+        service.open_files()
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        f"state file {str(path)!r} cannot be written: its directory {tmp_path / 'gone'} does not "
+        "exist; drain and maint states set from now on are not kept across a restart, and setting "
+        "one answers 500: give routerd --state-file FILE in a writable directory"
+    )
+    assert service.kept is not None
+    await service.close_files(1.0)
+
+
+async def test_the_service_says_nothing_of_a_writable_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = make_runtime()
+    service = AdminStates(_kernel(runtime, state_file=str(tmp_path / "state.json")))
+    with caplog.at_level(logging.WARNING, logger="router.server"):
+        service.open_files()
+    assert caplog.records == []
     await service.close_files(1.0)

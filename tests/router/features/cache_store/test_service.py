@@ -48,6 +48,24 @@ def test_a_persisted_cache_is_loaded_alike_at_start_and_by_a_reload(tmp_path):
     assert loaded[1] == []
 
 
+def test_a_persisted_cache_in_a_directory_routerd_cannot_write_stops_it_saying_why(tmp_path):
+    """Scenario (issue 34): the default cache file beside a configuration in a place routerd cannot
+    write (here under a file, which stops root too) fails at start, and says why and the fix."""
+    (tmp_path / "broker.xml").write_text("<configuration/>")
+    path = tmp_path / "broker.xml" / "broker-cache-r.sqlite"
+    base = _config([1])
+    persisted = dataclasses.replace(
+        base.routers[0], cache=CacheConfig(persisted=True, timeout_ms=600_000, file=str(path))
+    )
+    with pytest.raises(OpenError) as info:
+        load_cache_store(persisted, False, 0.0)
+    assert str(info.value) == (
+        f"router 'r': persisted cache {str(path)!r} cannot be opened: Not a directory (its directory "
+        f"{tmp_path / 'broker.xml'} is not a directory): set <file> in its <cache> to a file in a "
+        "writable directory"
+    )
+
+
 async def test_the_service_loads_at_start_writes_and_closes_at_exit(tmp_path):
     """`CacheStores`: a router's file read before the router joins (`prepare_router`), its entries
     in the router's cache once it does (`router_added`), its changes written at exit (`close_files`)
