@@ -133,6 +133,7 @@ def make_admission(
     for acceptor in config.acceptors:  # at 0 from the start: panels show 0, not "no data"
         for refusal in Refusal:
             metrics.connections_refused.inc((acceptor.name, refusal.value), 0)
+        metrics.auth_failures.inc((acceptor.name,), 0)
     limits_by_name = {a.name: limits for a in config.acceptors if (limits := acceptor_limits(a)) is not None}
     admission = Admission(budget, limits_by_name)
     metrics.sample_when_scraped(lambda: metrics.client_connections.set((), admission.open))

@@ -65,23 +65,26 @@ def dashboard() -> dict[str, Any]:
 
 
 def panel_queries() -> list[tuple[str, str]]:
-    """(panel title, PromQL expression) of every query of every panel (rows hold none)."""
+    """(panel title, PromQL expression) of every query of every panel (rows hold none), and of
+    every annotation (its name as the title)."""
+    document = dashboard()
     return [
         (panel["title"], target["expr"])
-        for panel in dashboard()["panels"]
+        for panel in document["panels"]
         if panel["type"] != "row"
         for target in panel["targets"]
-    ]
+    ] + [(annotation["name"], annotation["expr"]) for annotation in document["annotations"]["list"]]
 
 
 def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression of ours reads (they all start router_ or process_)."""
-    return set(re.findall(r"\b(?:router|process)_[a-z0-9_]+\b", expr))
+    """The metric names a PromQL expression of ours reads: routerd's (router_, process_) and
+    Prometheus's own `up`."""
+    return set(re.findall(r"\b(?:router|process)_[a-z0-9_]+\b|\bup(?=\{)", expr))
 
 
 def exported_names() -> set[str]:
     """Every series name a routerd exports (its families, histograms' and counters' series)."""
-    names = set()
+    names = {"up"}  # Prometheus's own series of each scrape target
     for family in register_metrics(Metrics()).registry.collect():
         match family.type:
             case "counter":
@@ -294,6 +297,10 @@ def test_every_dashboard_panel_query_returns_data(fleet: Fleet, prometheus: Prom
         )
 
         assert _refused_mqtt(ports["down"], "refused-1") == b"\x20\x02\x00\x88"  # 0x88 as Artemis answers
+        # Bytes no protocol reads: a client error.
+        with socket.create_connection(("127.0.0.1", ports["main"]), timeout=10) as sock:
+            sock.sendall(b"\x00garbage, no protocol\r\n")
+            assert read_until_closed(sock) == b""
         # The event log's ring holds one event, and its sender takes them every 50 ms: a burst of
         # decisions overflows it.
         dropped = r'router_event_log_events_total\{outcome="dropped"\}'
@@ -331,6 +338,22 @@ def test_every_dashboard_panel_query_returns_data(fleet: Fleet, prometheus: Prom
             assert answer.status == 202
         moved = rf'router_evacuation_moved_total\{{node_id="{held_on}",router="main"\}}'
         assert eventually(lambda: _metric(router, moved) == 1, 10)
+
+        # The annotations show changes Prometheus saw happen: once it has scraped routerd, a reload
+        # of the same file and a target drained.
+        assert eventually(
+            lambda: prometheus.query('router_target_state{router="main"}') != [], QUERY_DEADLINE_S
+        )
+        reload = urllib.request.Request(f"{router.admin}/api/v1/reload", data=b"", method="POST")
+        with urllib.request.urlopen(reload, timeout=10) as answer:
+            assert answer.status == 200
+        drain = urllib.request.Request(
+            f"{router.admin}/api/v1/routers/main/targets/b0",
+            data=json.dumps({"admin_state": "drain"}).encode(),
+            method="PUT",
+        )
+        with urllib.request.urlopen(drain, timeout=10) as answer:
+            assert answer.status == 200
 
         queries = [(title, expanded(expr)) for title, expr in panel_queries()]
         empty = list(queries)
