@@ -233,10 +233,11 @@ class Output:
         self.color = use_color(self.stream) if color is None else color
 
     def emit(self, data: object, render: Callable[[object], Iterable[Renderable]]) -> None:
-        """Print `data` as one JSON document (`--json`), else what `render` makes of it, blocks
-        separated by an empty line."""
+        """Print `data` as one compact JSON line (`--json`: every command's JSON is one value per
+        line, as `emit_lines` prints a sequence), else what `render` makes of it, blocks separated
+        by an empty line."""
         if self.json:
-            print(json.dumps(data, indent=2), file=self.stream)
+            print(json.dumps(data), file=self.stream)
             return
         self.blocks(render(data))
 

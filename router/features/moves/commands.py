@@ -22,6 +22,7 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Final
 
+from router.core.status import rfc3339
 from router.ctl_client import fields_blocks
 from router.ctl_output import CtlError, ExitCode, finite_number, poll
 from router.feature import Command
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
     import argparse
 
     from router.ctl_client import Ctl
+    from router.ctl_output import Renderable
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "status_blocks"]
 
 POLL_S: Final = 0.5
 """How often --wait asks for the status."""
@@ -76,6 +78,20 @@ def _progress_option(parser: argparse.ArgumentParser, what: str) -> None:
         action="store_true",
         help=f"with --wait: a line on stderr each time the {what}'s count changes (moved, left, ETA)",
     )
+
+
+def status_blocks(status: object) -> list[Renderable]:
+    """A move's status for people: its fields, with `started_at` and `finished_at` (seconds since
+    the epoch in the JSON) as RFC 3339 dates."""
+    if isinstance(status, dict):
+        status = {
+            name: rfc3339(value) if name in _DATES and isinstance(value, int | float) else value
+            for name, value in status.items()
+        }
+    return fields_blocks(status)
+
+
+_DATES: Final = frozenset({"started_at", "finished_at"})
 
 
 def _progress_line(status: object) -> str:
@@ -183,7 +199,7 @@ def _move(args: argparse.Namespace, ctl: Ctl) -> int:
                 return None if _state(status) in _UNFINISHED else (status,)
 
             poll(ask, timeout_s=args.timeout, interval_s=POLL_S)
-    ctl.out.emit(status, fields_blocks)
+    ctl.out.emit(status, status_blocks)
     if args.wait and not (args.status or args.abort):
         state = _state(status)
         if state in _UNFINISHED:

@@ -71,6 +71,14 @@ _NOUNS: Final = {
 }
 
 
+_NOTHING_TO_DO: Final = {
+    MoveKind.EVACUATE: "nothing to do: the target had no connection to move",
+    MoveKind.REBALANCE: "nothing to do: every target was within the band of the mean",
+    MoveKind.SHUTDOWN: "nothing to do: no connection to move",
+}
+"""The note of a move that ended done without moving anything."""
+
+
 class MoveConflict(Exception):
     """A move cannot start: one of the same kind runs, or the router cannot do what it asks."""
 
@@ -84,6 +92,8 @@ class _Move:
         self.started_at = time.time()
         self.started = trio.current_time()
         self.finished_at: float | None = None
+        self.finished: float | None = None
+        """When it finished on trio's clock: its achieved rate stops there."""
         self.moved = 0
         self.left = 0
         """Once finished: what was left (while it runs, `Moves._left` counts it)."""
@@ -294,7 +304,7 @@ class Moves(Service):
         return 0 if runtime is None else _count_movable(runtime, move.queue)
 
     def _status(self, move: _Move) -> MoveStatus:
-        elapsed = trio.current_time() - move.started
+        elapsed = (trio.current_time() if move.finished is None else move.finished) - move.started
         left = self._left(move)
         return MoveStatus(
             request=move.request,
@@ -313,7 +323,9 @@ class Moves(Service):
             return
         move.left = 0 if state is MoveState.DONE else self._left(move)
         move.state = state
-        move.finished_at = time.time()
+        move.finished_at, move.finished = time.time(), trio.current_time()
+        if state is MoveState.DONE and move.moved == 0 and not move.note:
+            move.note = _NOTHING_TO_DO[move.request.kind]
         request = move.request
         log.info(
             "router=%s %s of %s %s: moved=%d left=%d in %.1f s",

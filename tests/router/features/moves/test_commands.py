@@ -120,3 +120,17 @@ def test_evacuate_wait_progress_prints_each_change_on_stderr(
     assert moved[-1] == 2, lines
     assert lines[-1].startswith("evacuate done: moved 2 left 0"), lines
     assert len(lines) == len(set(lines)), "a line only when the status changes"
+
+
+def test_status_blocks_show_the_times_as_dates() -> None:
+    """Scenario: the JSON's seconds since the epoch are RFC 3339 dates for people; other fields
+    and a missing finish stay as they are."""
+    from router.features.moves.commands import status_blocks
+
+    (fields,) = status_blocks(
+        {"state": "done", "started_at": 1_700_000_000.25, "finished_at": None, "achieved_rate": 9.5}
+    )
+    text = fields.render()
+    assert re.search(r"^started at: +2023-11-14T22:13:20\.250Z$", text, re.MULTILINE), text
+    assert re.search(r"^finished at: +-$", text, re.MULTILINE), text
+    assert re.search(r"^achieved rate: +9\.5$", text, re.MULTILINE), text

@@ -122,6 +122,37 @@ async def test_rebalance_plans_once_and_sends_each_to_the_emptiest(autojump_cloc
     assert len(moved_keys) == 4
 
 
+async def test_a_finished_moves_rate_stays_and_nothing_to_do_says_so(autojump_clock: object) -> None:
+    """Scenario: 5 clients evacuated at 10/s are done in 0.4 s: the achieved rate is 5 / 0.4 s and
+    stays so 10 s later. A rebalance of a balanced router, and an evacuation of an empty target,
+    end done with a note saying there was nothing to do."""
+    runtime = make_runtime()
+    _connect(runtime, "b1", 5, [])
+    for node in ("b2", "b3"):
+        _connect(runtime, node, 2, [])
+    moves = Moves({"r": runtime})
+    async with trio.open_nursery() as nursery:
+        await _started(moves, nursery)
+        moves.start(MoveRequest(kind=MoveKind.EVACUATE, router="r", node_id="b1", rate=10))
+        await trio.sleep(1)
+        done = moves.status(MoveKind.EVACUATE, "r", "b1")
+        await trio.sleep(10)
+        later = moves.status(MoveKind.EVACUATE, "r", "b1")
+        assert (done.state, done.moved, done.note) == (MoveState.DONE, 5, "")
+        assert done.rate == pytest.approx(5 / 0.4, rel=0.3)
+        assert later.rate == done.rate
+        moves.start(MoveRequest(kind=MoveKind.REBALANCE, router="r", rate=10, band=0.5))
+        moves.start(MoveRequest(kind=MoveKind.EVACUATE, router="r", node_id="b1", rate=10))
+        await trio.sleep(1)
+        rebalance = moves.status(MoveKind.REBALANCE, "r")
+        empty = moves.status(MoveKind.EVACUATE, "r", "b1")
+        nursery.cancel_scope.cancel()
+    assert (rebalance.state, rebalance.moved) == (MoveState.DONE, 0)
+    assert rebalance.note == "nothing to do: every target was within the band of the mean"
+    assert (empty.state, empty.moved) == (MoveState.DONE, 0)
+    assert empty.note == "nothing to do: the target had no connection to move"
+
+
 def test_rebalance_without_a_cache_is_refused() -> None:
     runtime = make_runtime(cache=False)
     moves = Moves({"r": runtime})
