@@ -333,6 +333,11 @@ class TargetGate:
         return len(self._queue)
 
     @property
+    def head(self) -> int | None:
+        """The waiter id at the head of the queue (the next to be let in); None when none waits."""
+        return self._queue[0][0] if self._queue else None
+
+    @property
     def waiting(self) -> tuple[int, ...]:
         """The waiter ids, head first."""
         return tuple(waiter for waiter, _ in self._queue)

@@ -76,7 +76,23 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from types import FrameType
 
-__all__ = ["Session", "SessionClient", "main", "routerd_idle_config", "serves_fast_path"]
+__all__ = [
+    "CONNACK_TIMEOUT_S",
+    "OPEN",
+    "PINGREQ",
+    "HardTimeout",
+    "Session",
+    "SessionClient",
+    "broker_config",
+    "established_on",
+    "keep_outputs",
+    "log_summary",
+    "main",
+    "nofile_limits",
+    "routerd_idle_config",
+    "routerd_ready",
+    "serves_fast_path",
+]
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 BROKERS: Final = 3
@@ -163,8 +179,12 @@ class Session:
 class SessionClient:
     """N MQTT sessions to one address in one epoll loop: open at a bounded rate, ping, close."""
 
-    def __init__(self, port: int, *, keepalive_s: int, id_prefix: str) -> None:
+    def __init__(
+        self, port: int, *, keepalive_s: int, id_prefix: str, connack_timeout_s: float = CONNACK_TIMEOUT_S
+    ) -> None:
         self.port = port
+        self.connack_timeout_s = connack_timeout_s
+        """An open without CONNACK after this long failed."""
         self.keepalive_s = keepalive_s
         self.ping_interval_s = keepalive_s / 2
         self.id_prefix = id_prefix
@@ -220,7 +240,7 @@ class SessionClient:
         self.pending += 1
         self.by_fd[sock.fileno()] = session
         self.epoll.register(sock.fileno(), select.EPOLLOUT)
-        self._deadlines.append((now + CONNACK_TIMEOUT_S, session))
+        self._deadlines.append((now + self.connack_timeout_s, session))
 
     def ramp(
         self, count: int, *, rate: float, max_pending: int, deadline: float, start_index: int = 0
@@ -276,7 +296,7 @@ class SessionClient:
         while deadlines and deadlines[0][0] <= now:
             _, session = deadlines.popleft()
             if session.state in (CONNECTING, WAIT_CONNACK):
-                self._fail(session, f"no CONNACK within {CONNACK_TIMEOUT_S:g} s")
+                self._fail(session, f"no CONNACK within {self.connack_timeout_s:g} s")
         due = self._due
         while due and due[0][0] <= now:
             _, session = due.popleft()
@@ -285,20 +305,24 @@ class SessionClient:
             if session.ping_sent:
                 self._drop(session, f"no PINGRESP within {self.ping_interval_s:g} s")
                 continue
-            if not self.pinging:
-                continue
-            try:
-                sent = session.sock.send(PINGREQ)
-            except OSError as exc:
-                self._drop(session, f"PINGREQ send: {exc.strerror or exc}")
-                continue
-            if sent != len(PINGREQ):
-                self._drop(session, "PINGREQ send: the send buffer is full")
-                continue
-            session.ping_sent = now
-            self.outstanding += 1
-            self.pings_sent += 1
-            due.append((now + self.ping_interval_s, session))
+            if self.pinging and self.send_ping(session, now):
+                due.append((now + self.ping_interval_s, session))
+
+    def send_ping(self, session: Session, now: float) -> bool:
+        """Send PINGREQ on an open session (its PINGRESP is expected); False when that failed and
+        the session was dropped."""
+        try:
+            sent = session.sock.send(PINGREQ)
+        except OSError as exc:
+            self._drop(session, f"PINGREQ send: {exc.strerror or exc}")
+            return False
+        if sent != len(PINGREQ):
+            self._drop(session, "PINGREQ send: the send buffer is full")
+            return False
+        session.ping_sent = now
+        self.outstanding += 1
+        self.pings_sent += 1
+        return True
 
     def _on_event(self, session: Session, events: int) -> None:
         sock = session.sock
@@ -351,6 +375,7 @@ class SessionClient:
             self.opened += 1
             self.connect_ms.append((now - session.started) * 1000)
             self._due.append((now + self.ping_interval_s, session))
+            self.on_open(session, now)
         elif kind == PINGRESP and session.state == OPEN and session.ping_sent and not body:
             self.ping_ms.append((now - session.ping_sent) * 1000)
             session.ping_sent = 0.0
@@ -359,6 +384,15 @@ class SessionClient:
         else:
             what = f"unexpected packet 0x{kind:02x} ({len(body)} bytes) while {_STATE_NAMES[session.state]}"
             self._drop(session, what)
+
+    # -- hooks for a subclass (benchmarks/studies/storm.py reconnects) --
+
+    def on_open(self, session: Session, now: float) -> None:
+        """Session `session` got its CONNACK 0x00 at `now` (nothing here)."""
+
+    def on_end(self, session: Session, reason: str, *, was_open: bool) -> None:
+        """Session `session` ended without us asking: lost (`was_open`) or failed to open (nothing
+        here)."""
 
     # -- ending sessions --
 
@@ -380,6 +414,7 @@ class SessionClient:
         self._release(session)
         session.state = FAILED
         self.failed[reason] += 1
+        self.on_end(session, reason, was_open=False)
 
     def _drop(self, session: Session, reason: str) -> None:
         """The session ended without us asking: lost if it was open, else failed."""
@@ -390,6 +425,7 @@ class SessionClient:
         session.state = LOST
         self.lost[reason] += 1
         self.lost_at.append(time.monotonic())
+        self.on_end(session, reason, was_open=True)
 
     def close_all(self) -> None:
         """DISCONNECT and close every session still open (and every one still opening)."""
@@ -476,19 +512,37 @@ def sys_clients_connected(port: int, *, listen_s: float = 2.5) -> int | None:
 # -- configurations -------------------------------------------------------------------------------
 
 
-def broker_config(port: int) -> str:
+def broker_config(port: int, *, notices: bool = False) -> str:
     """mosquitto for this benchmark: the run's configuration without a connection limit, with a
-    `$SYS` tree refreshed every second (the per-broker session count is read from it)."""
-    return mosquitto_config(port) + "max_connections -1\nsys_interval 1\n"
+    `$SYS` tree refreshed every second (the per-broker session count is read from it); `notices`
+    also logs every connection and session ("New client connected from … as ID", after the
+    epoch second: mosquitto's default `log_timestamp`)."""
+    extra = "log_type notice\n" if notices else ""
+    return mosquitto_config(port) + "max_connections -1\nsys_interval 1\n" + extra
 
 
-def routerd_idle_config(broker_ports: Sequence[int], acceptor_port: int, *, fast_path: bool) -> str:
+def routerd_idle_config(
+    broker_ports: Sequence[int],
+    acceptor_port: int,
+    *,
+    fast_path: bool,
+    connector_params: str = "",
+    check_period_ms: int = CHECK_PERIOD_MS,
+    cache_timeout_ms: int | None = None,
+) -> str:
     """routerd's broker.xml: one MQTT proxy acceptor, a CLIENT_ID router with CONSISTENT_HASH over
-    the brokers (static pool, TCP probes every `CHECK_PERIOD_MS`, no cache); `fastPath=false`
-    keeps the acceptor on the trio path."""
+    the brokers (static pool, TCP probes every `check_period_ms`); `fastPath=false` keeps the
+    acceptor on the trio path. `connector_params` (e.g. `connectRate=500`) go on every connector;
+    `cache_timeout_ms` adds a key cache with that expire-after-access (none by default)."""
+    params = f";{connector_params}" if connector_params else ""
     connectors = "\n".join(
-        f'      <connector name="broker-{n}">tcp://127.0.0.1:{port}?nodeId={node_id}</connector>'
+        f'      <connector name="broker-{n}">tcp://127.0.0.1:{port}?nodeId={node_id}{params}</connector>'
         for n, (port, node_id) in enumerate(zip(broker_ports, NODE_IDS, strict=True), 1)
+    )
+    cache = (
+        ""
+        if cache_timeout_ms is None
+        else f"\n        <cache>\n          <timeout>{cache_timeout_ms}</timeout>\n        </cache>"
     )
     refs = "\n".join(
         f"            <connector-ref>broker-{n}</connector-ref>" for n in range(1, len(broker_ports) + 1)
@@ -507,10 +561,10 @@ def routerd_idle_config(broker_ports: Sequence[int], acceptor_port: int, *, fast
     </acceptors>
     <connection-routers>
       <connection-router name="{ROUTER}">
-        <key-type>CLIENT_ID</key-type>
+        <key-type>CLIENT_ID</key-type>{cache}
         <policy name="CONSISTENT_HASH"/>
         <pool>
-          <check-period>{CHECK_PERIOD_MS}</check-period>
+          <check-period>{check_period_ms}</check-period>
           <quorum-size>1</quorum-size>
           <static-connectors>
 {refs}
@@ -550,7 +604,8 @@ def _per_session(kib: int, sessions: int) -> float | None:
     return round(kib / sessions, 2) if sessions else None
 
 
-def _routerd_ready(admin_port: int) -> bool:
+def routerd_ready(admin_port: int) -> bool:
+    """Whether routerd's admin API reports every broker of the router ready."""
     status = admin_get(admin_port, f"/api/v1/routers/{ROUTER}")
     if not isinstance(status, dict):
         return False
@@ -561,7 +616,7 @@ def _routerd_ready(admin_port: int) -> bool:
     return all(isinstance(t, dict) and t.get("state") == "ready" for t in targets)
 
 
-def _log_summary(path: Path, limit: int = 8) -> list[str]:
+def log_summary(path: Path, limit: int = 8) -> list[str]:
     """routerd's WARNING/ERROR lines and tracebacks' last lines, with digits folded, most frequent first."""
     try:
         lines = path.read_text(errors="replace").splitlines()
@@ -630,6 +685,26 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def keep_outputs(
+    result: dict[str, object],
+    json_path: Path | None,
+    workdir: Path,
+    *,
+    keep_logs: bool,
+    say: Callable[[str], None],
+) -> None:
+    """Write `result` as JSON to `json_path` (if given), and keep the work directory (`keep_logs`:
+    a failed run or --keep-logs) or delete it."""
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+        say(f"JSON: {json_path}")
+    if keep_logs:
+        say(f"logs kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def _on_signal(_signum: int, _frame: FrameType | None) -> NoReturn:
     raise KeyboardInterrupt
 
@@ -683,7 +758,7 @@ def run(args: argparse.Namespace, workdir: Path, result: dict[str, object]) -> N
         argv += ["--admin", f"127.0.0.1:{admin_port}", "--log-level", args.routerd_log_level]
         routerd = fleet.start("routerd", argv, ports=[acceptor_port, admin_port], cwd=ROOT)
         pid = routerd.pid
-        fleet.wait_until("routerd", routerd, lambda: _routerd_ready(admin_port), 20, "report 3 brokers ready")
+        fleet.wait_until("routerd", routerd, lambda: routerd_ready(admin_port), 20, "report 3 brokers ready")
         soft_r, hard_r = nofile_limits(pid)
         result["routerd"] = {"pid": pid, "nofile_soft": soft_r, "nofile_hard": hard_r}
         for n, proc in enumerate(brokers, 1):
@@ -920,9 +995,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     result["error"] = error
-    result["routerd_log"] = _log_summary(workdir / "routerd.log")
+    result["routerd_log"] = log_summary(workdir / "routerd.log")
     result["mosquitto_log"] = [
-        line for n in range(1, BROKERS + 1) for line in _log_summary(workdir / f"mosquitto-{n}.log", 3)
+        line for n in range(1, BROKERS + 1) for line in log_summary(workdir / f"mosquitto-{n}.log", 3)
     ]
     result["duration_s"] = round(time.monotonic() - started, 1)
     result["machine"] = {
@@ -935,14 +1010,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(lines, list):
             for line in lines:
                 print(f"{name.replace('_', ' ')}: {line}")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        _say(f"JSON: {args.json}")
-    if not ok or args.keep_logs:
-        _say(f"logs kept in {workdir}")
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    keep_outputs(result, args.json, workdir, keep_logs=args.keep_logs or not ok, say=_say)
     return 0 if ok else 1
 
 

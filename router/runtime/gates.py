@@ -5,8 +5,10 @@ Only targets whose connector sets a limit have a gate; a target without one cost
 Both data paths offer connections and release slots (a lock around each gate call, a few
 operations under it); waiting happens on the trio side only (`enter`): the fast path hands a
 connection that must wait over to it. A released slot wakes the trio side through `notify` (the
-trio token's `run_sync_soon`, from either thread); waiting connections also look again at the
-time their gate names (a connect token due, slow start growing the limit) and at their deadline.
+trio token's `run_sync_soon`, from either thread); the connection at the head of a queue also
+looks again at the time its gate names (a connect token due, slow start growing the limit), and
+every waiting connection at its deadline. Only the head is woken for a token: in a reconnect storm
+thousands wait, and waking them all at each token costs O(waiters) per token (a test counts it).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ _waiter_ids = itertools.count(1)
 class RouterGates:
     """The gates of one router's limited targets (see the module docstring)."""
 
-    __slots__ = ("_clock", "_events", "_first_ready", "_gates", "_lock", "_ramping", "notify")
+    __slots__ = ("_clock", "_events", "_first_ready", "_gates", "_lock", "_ramping", "_wakers", "notify")
 
     def __init__(self, targets: Iterable[Target], clock: Callable[[], float]) -> None:
         """Args:
@@ -53,6 +55,9 @@ class RouterGates:
         """Waiter id -> the event its `enter` waits on (trio thread only)."""
         self._ramping: set[str] = set()
         """Targets in slow start (their gates' `ready_since` set), for `ramping`."""
+        self._wakers: dict[int, trio.CancelScope] = {}
+        """Waiter id -> the scope its `enter` waits in: `pump` moves the head's deadline to the time
+        its gate names (trio thread only)."""
         self._first_ready: set[str] = {target.node_id for target in targets}
         """Targets present at router start that have not been ready yet: their first ready is
         the start, not a return (no slow start)."""
@@ -108,16 +113,22 @@ class RouterGates:
     # -- trio thread --
 
     def pump(self, node_id: str) -> float | None:
-        """Let waiting connections of the target in while its gate allows; when to look again."""
+        """Let waiting connections of the target in while its gate allows; when to look again
+        (the head of the queue is woken then)."""
         gate = self._gates.get(node_id)
         if gate is None:
             return None
         with self._lock:
             admit = gate.admit_waiting(self._clock())
+            head = gate.head
         for waiter in admit.admitted:
             event = self._events.get(waiter)
             if event is not None:
                 event.set()
+        if admit.retry_at is not None and head is not None:
+            waker = self._wakers.get(head)
+            if waker is not None:
+                waker.deadline = min(waker.deadline, admit.retry_at)
         return admit.retry_at
 
     async def enter(self, node_id: str, *, slot: bool) -> GateOutcome | None:
@@ -140,11 +151,13 @@ class RouterGates:
         deadline = now + gate.limits.queue_timeout_s
         try:
             while not event.is_set():
-                retry_at = self.pump(node_id)
-                if event.is_set() or self._clock() >= deadline:
+                with trio.move_on_at(deadline) as waker:
+                    self._wakers[waiter] = waker
+                    self.pump(node_id)  # the head: its deadline moves to the time its gate names
+                    if not event.is_set():
+                        await event.wait()
+                if self._clock() >= deadline:
                     break
-                with trio.move_on_at(deadline if retry_at is None else min(deadline, retry_at)):
-                    await event.wait()
         except BaseException:  # cancelled from outside: nothing may stay counted
             self._leave(gate, waiter, event, slot=slot, node_id=node_id)
             raise
@@ -155,11 +168,14 @@ class RouterGates:
         """A waiter stops waiting: out of the queue if it is still in it (else it was let in
         meanwhile: `event` is set); `slot`: give back the slot it was let in with."""
         del self._events[waiter]
+        self._wakers.pop(waiter, None)
         if not event.is_set():
             with self._lock:
                 left = gate.cancel(waiter)
             if not left:
                 event.set()
+            elif gate.queued:
+                self.pump(node_id)  # a head that left: the next one is woken at its gate's time
         if slot and event.is_set():
             self.release(node_id)
 

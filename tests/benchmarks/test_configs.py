@@ -15,12 +15,14 @@ from benchmarks.configs import (
     HAPROXY_MAXCONN,
     PROBE_LOCAL_CLIENT_ID,
     ArtemisPorts,
+    HaproxyLimits,
     Ports,
     artemis_log4j2,
     artemis_router_xml,
     artemis_target_xml,
     haproxy_config,
     haproxy_maxconn,
+    haproxy_mqtt_pool_config,
     mosquitto_config,
     mqtt_redirect_lua,
     routerd_artemis_config,
@@ -237,3 +239,46 @@ def test_routerd_artemis_config_redirects_three_protocols_by_client_id() -> None
         AcceptorMode.REDIRECT,
         ("CORE", "AMQP", "MQTT"),
     )
+
+
+class TestHaproxyMqttPoolConfig:
+    """`haproxy_mqtt_pool_config`: the storm benchmark's HAProxy in front of several brokers."""
+
+    SERVERS = (("broker-1", 21010), ("broker-2", 21011), ("broker-3", 21012))
+
+    def test_haproxy_mqtt_pool_config_sets_each_lever_given(self) -> None:
+        limits = HaproxyLimits(
+            server_maxconn=3000, server_maxqueue=5000, queue_timeout_ms=5000, rate_limit_sessions=1000
+        )
+        text = haproxy_mqtt_pool_config(21020, self.SERVERS, maxconn=9000, limits=limits)
+        for line in [
+            "    bind 127.0.0.1:21020",
+            "    rate-limit sessions 1000",
+            "    timeout queue 5000ms",
+            "    balance hash req.payload(0,0),mqtt_field_value(connect,client_identifier)",
+            "    hash-type consistent",
+            "    option redispatch",
+        ]:
+            assert line in text
+        assert text.count("maxconn 3000 maxqueue 5000") == 3
+        assert "server broker-3 127.0.0.1:21012 check inter 1000 observe layer4" in text
+
+    def test_haproxy_mqtt_pool_config_leaves_out_the_levers_not_given(self) -> None:
+        text = haproxy_mqtt_pool_config(21020, self.SERVERS, maxconn=9000, limits=HaproxyLimits())
+        for absent in ("rate-limit", "timeout queue", "maxqueue", "mark-down maxconn"):
+            assert absent not in text
+
+    @pytest.mark.integration
+    def test_haproxy_mqtt_pool_config_passes_haproxy_check(self, tmp_path: Path) -> None:
+        haproxy = find_tool("haproxy")
+        if haproxy is None:
+            pytest.fail("haproxy is not installed: run ./run-tests, which installs it")
+        limits = HaproxyLimits(
+            server_maxconn=3000, server_maxqueue=5000, queue_timeout_ms=5000, rate_limit_sessions=1000
+        )
+        cfg = tmp_path / "haproxy.cfg"
+        cfg.write_text(haproxy_mqtt_pool_config(21020, self.SERVERS, maxconn=9000, limits=limits))
+        result = subprocess.run(
+            [haproxy, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30, check=False
+        )
+        assert result.returncode == 0, result.stdout + result.stderr

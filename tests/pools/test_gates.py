@@ -126,6 +126,13 @@ class TestTargetGate:
         gate.release()
         assert gate.admit_waiting(1.0).admitted == (7,)
         assert gate.waiting == (3, 9)
+        assert gate.head == 3
+
+    def test_head_is_none_without_waiters(self) -> None:
+        gate = TargetGate(TargetLimits(max_connections=1, max_queue=5), now=0.0)
+        assert gate.head is None
+        gate.offer(0, 0.0)
+        assert gate.head is None  # admitted, not waiting
 
     def test_a_newcomer_does_not_overtake_the_queue(self) -> None:
         gate = TargetGate(TargetLimits(max_connections=1, max_queue=5), now=0.0)

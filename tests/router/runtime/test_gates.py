@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 from pools import Connector, Target
@@ -143,3 +144,39 @@ async def test_ramping_names_targets_in_slow_start_with_their_share(
     assert gates.ramping() == {}
     gates.became_ready("b")  # returns again later: ramps again
     assert gates.ramping() == {"b": pytest.approx(0.05)}
+
+
+class _CountingGates(RouterGates):
+    """RouterGates that counts how often a gate is pumped (the work its waiters cause)."""
+
+    __slots__ = ("pumps",)
+
+    def __init__(self, targets: list[Target]) -> None:
+        self.pumps = 0
+        super().__init__(targets, trio.current_time)
+
+    def pump(self, node_id: str) -> float | None:
+        self.pumps += 1
+        return super().pump(node_id)
+
+
+async def test_connect_rate_wakes_only_the_head_of_a_long_queue(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Scenario: 300 clients wait for a target with connectRate=100 (a reconnect storm). Each token
+    is taken by the head of the queue, in order, one every 10 ms; the waiters behind it are not all
+    woken at each token (that would be 300 x 300 / 2 pumps: a routerd at 100 % CPU in a storm)."""
+    gates = _CountingGates([_target("b", "connectRate=100;maxQueue=1000;queueTimeout=10000")])
+    admitted: list[tuple[int, float]] = []
+
+    async def one(n: int) -> None:
+        assert await gates.enter("b", slot=False) in (None, GateOutcome.ADMITTED)
+        admitted.append((n, trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        for n in range(300):
+            nursery.start_soon(one, n)
+            await trio.lowlevel.checkpoint()  # they queue in this order
+    assert [n for n, _ in admitted] == list(range(300))
+    assert admitted[-1][1] == pytest.approx((300 - 10) / 100, abs=0.02)  # 10 from the full bucket
+    assert gates.pumps < 4 * 300, gates.pumps  # 61,605 when every waiter woke at each token

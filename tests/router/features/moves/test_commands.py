@@ -130,6 +130,7 @@ def test_status_blocks_show_the_times_as_dates() -> None:
     (fields,) = status_blocks(
         {"state": "done", "started_at": 1_700_000_000.25, "finished_at": None, "achieved_rate": 9.5}
     )
+    assert not isinstance(fields, str)
     text = fields.render()
     assert re.search(r"^started at: +2023-11-14T22:13:20\.250Z$", text, re.MULTILINE), text
     assert re.search(r"^finished at: +-$", text, re.MULTILINE), text
