@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import Histogram as LibraryHistogram
 
+from router.features import register_metrics
 from router.metrics import CONNECT_BUCKETS_S, Metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATIONS = ROOT / "docs" / "operations.md"
 
 
 def test_metrics_exposition_names_every_family() -> None:
@@ -147,3 +153,27 @@ def test_metrics_include_the_process_collector_and_the_scraped_samplers() -> Non
     text = metrics.exposition().decode()
     assert f"router_client_connections {float(len(scrapes) - 1)}" in text
     assert Metrics().registry.get_sample_value("process_open_fds") is not None  # one per instance
+
+
+def test_every_metric_family_is_in_the_operations_metric_table_and_no_other() -> None:
+    """docs/operations.md's metric tables name every family routerd exports (its features'
+    included), with its type, and nothing it does not export."""
+    table = r"^\| `(router_[a-z0-9_]+)` \| (counter|gauge|histogram) \|"
+    documented = dict(re.findall(table, OPERATIONS.read_text(), re.MULTILINE))
+    exported = {
+        (f"{family.name}_total" if family.type == "counter" else family.name): family.type
+        for family in register_metrics(Metrics()).registry.collect()
+        if family.name.startswith("router_")
+    }
+    assert documented == exported
+
+
+def test_every_alert_is_in_the_operations_alert_table_and_no_other() -> None:
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    alerts = {
+        rule["alert"]: rule["labels"]["severity"] for group in rules["groups"] for rule in group["rules"]
+    }
+    documented = dict(
+        re.findall(r"^\| `(Router[A-Za-z]+)` \| (critical|warning|info) \|", OPERATIONS.read_text(), re.M)
+    )
+    assert documented == alerts
