@@ -83,6 +83,7 @@ __all__ = [
     "HardTimeout",
     "Session",
     "SessionClient",
+    "add_run_options",
     "broker_config",
     "established_on",
     "keep_outputs",
@@ -648,6 +649,20 @@ class _Sampler:
                 self.samples.append((round(now - self.start, 1), rss_kib(self.pid), fd_count(self.pid)))
 
 
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a study that runs MQTT sessions through routerd (this one, storm.py): which
+    data path, where the JSON goes, routerd's log level, the run's bound, the work directory."""
+    path = parser.add_mutually_exclusive_group()
+    path.add_argument("--fast-path", dest="fast_path", action="store_true", default=True, help="(default)")
+    path.add_argument("--trio-path", dest="fast_path", action="store_false", help="acceptor fastPath=false")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument(
+        "--routerd-log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    parser.add_argument("--timeout", type=float, default=None, help="hard bound of the whole run in s")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the work directory")
+
+
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.studies.idle_sessions",
@@ -656,20 +671,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=10_000, help="sessions to open (default 10000)")
     parser.add_argument("--minutes", type=float, default=3.0, help="how long to hold them (default 3)")
     parser.add_argument("--keepalive", type=int, default=30, help="MQTT keep-alive K in s; PINGREQ every K/2")
-    path = parser.add_mutually_exclusive_group()
-    path.add_argument("--fast-path", dest="fast_path", action="store_true", default=True, help="(default)")
-    path.add_argument("--trio-path", dest="fast_path", action="store_false", help="acceptor fastPath=false")
     parser.add_argument("--rate", type=float, default=500.0, help="sessions opened per second (default 500)")
     parser.add_argument("--max-pending", type=int, default=200, help="opens in flight at most (default 200)")
     parser.add_argument(
         "--warmup", type=int, default=100, help="sessions opened and closed first (default 100)"
     )
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    parser.add_argument(
-        "--routerd-log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
-    parser.add_argument("--timeout", type=float, default=None, help="hard bound of the whole run in s")
-    parser.add_argument("--keep-logs", action="store_true", help="keep the work directory")
+    add_run_options(parser)
     args = parser.parse_args(argv)
     if not 1 <= args.sessions <= 100_000:
         parser.error("--sessions must be 1-100000")

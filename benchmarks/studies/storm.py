@@ -111,6 +111,7 @@ from benchmarks.studies.idle_sessions import (
     HardTimeout,
     Session,
     SessionClient,
+    add_run_options,
     broker_config,
     established_on,
     keep_outputs,
@@ -780,17 +781,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--queue-timeout", type=int, default=5000, help="routerd queueTimeout and HAProxy timeout queue, ms"
     )
-    path = parser.add_mutually_exclusive_group()
-    path.add_argument("--fast-path", dest="fast_path", action="store_true", default=True, help="(default)")
-    path.add_argument("--trio-path", dest="fast_path", action="store_false", help="acceptor fastPath=false")
     parser.add_argument("--quick", action="store_true", help="a tiny run: 300 sessions, R 60/s, S 3 s")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"some of {','.join(SCENARIOS)}")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    parser.add_argument(
-        "--routerd-log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
-    parser.add_argument("--timeout", type=float, default=None, help="hard bound of the whole run in s")
-    parser.add_argument("--keep-logs", action="store_true", help="keep the work directory")
+    add_run_options(parser)
     args = parser.parse_args(argv)
     if args.sessions is None:
         args.sessions = 300 if args.quick else (5000 if args.fast_path else 1000)

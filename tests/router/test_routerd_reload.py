@@ -453,12 +453,17 @@ def test_reload_outcome_in_metrics_and_to_systemd(
         )
 
         good = router.config.read_text()
-        router.config.write_text(
-            good.replace("<check-period>200</check-period>", "<check-period>-1</check-period>")
-        )
-        refused = subprocess.run(
-            [*ROUTERCTL, "reload", "--admin", router.admin], capture_output=True, text=True, timeout=60
-        )
+
+        def reload_with_check_period(period: str) -> subprocess.CompletedProcess[str]:
+            """`routerctl reload` of the file with another <check-period>."""
+            router.config.write_text(
+                good.replace("<check-period>200</check-period>", f"<check-period>{period}</check-period>")
+            )
+            return subprocess.run(
+                [*ROUTERCTL, "reload", "--admin", router.admin], capture_output=True, text=True, timeout=60
+            )
+
+        refused = reload_with_check_period("-1")
         assert refused.returncode == 1, refused
         assert notify.recv(4096).decode() == "RELOADING=1\nSTATUS=reloading the configuration"
         message = notify.recv(4096).decode()
@@ -467,12 +472,7 @@ def test_reload_outcome_in_metrics_and_to_systemd(
         assert metric("router_config_last_reload_successful") == 0
         assert metric("router_config_last_reload_success_timestamp_seconds") == started
 
-        router.config.write_text(
-            good.replace("<check-period>200</check-period>", "<check-period>300</check-period>")
-        )
-        applied = subprocess.run(
-            [*ROUTERCTL, "reload", "--admin", router.admin], capture_output=True, text=True, timeout=60
-        )
+        applied = reload_with_check_period("300")
         assert applied.returncode == 0, applied
         assert notify.recv(4096).decode() == "RELOADING=1\nSTATUS=reloading the configuration"
         assert notify.recv(4096).decode().startswith("READY=1\nSTATUS=configuration reloaded: ")
