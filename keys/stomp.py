@@ -199,7 +199,12 @@ class StompSniffer:
             return False
         if not content_length.isascii() or not content_length.isdigit():
             raise _err(f"content-length must be a decimal number of octets, got {content_length[:32]!r}")
-        length = int(content_length)
+        # Leading zeros dropped first: int() of thousands of digits raises its own ValueError
+        # (the interpreter's int_max_str_digits), and a value that long is over the limit anyway.
+        significant = content_length.lstrip("0")
+        if len(significant) > len(str(MAX_BODY_BYTES)):
+            raise _err(f"content-length {significant[:16]}... exceeds the {MAX_BODY_BYTES}-byte body limit")
+        length = int(significant or "0")
         if length > MAX_BODY_BYTES:
             raise _err(f"content-length {length} exceeds the {MAX_BODY_BYTES}-byte body limit")
         end = body_start + length

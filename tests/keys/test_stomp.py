@@ -239,6 +239,14 @@ class TestErrors:
         with pytest.raises(SniffError, match="content-length 8193 exceeds the 8192-byte body limit"):
             SNIFFER.sniff(b"CONNECT\ncontent-length:8193\n\n")
 
+    def test_sniff_content_length_of_thousands_of_digits_is_refused_as_too_large(self) -> None:
+        """Scenario: 5,000 digits (past int()'s own limit, whose ValueError the sniffer used to let
+        through): refused for the body limit; leading zeros do not count."""
+        with pytest.raises(SniffError, match=r"content-length 9{16}\.\.\. exceeds the 8192-byte body limit"):
+            SNIFFER.sniff(b"CONNECT\ncontent-length:" + b"9" * 5000 + b"\n\n")
+        padded = b"CONNECT\nlogin:u\ncontent-length:" + b"0" * 5000 + b"1\n\na\x00"
+        assert SNIFFER.sniff(padded) is not None
+
     def test_sniff_stomp_body_not_terminated_by_nul(self) -> None:
         with pytest.raises(SniffError, match="body of content-length 2 is not followed by NUL, got b'c'"):
             SNIFFER.sniff(b"CONNECT\ncontent-length:2\n\nabc\x00")
