@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from keys import mqtt, native, stomp
 from keys.sniff import Sniffed, SniffError, WireProtocol
-from tests.keys.test_mqtt import CAPTURED_FRAMES, ERRORS, connect_packet
-from tests.keys.test_stomp import CAPTURES
+from tests.keys.test_mqtt import CAPTURED, CAPTURED_FRAMES, ERRORS, connect_packet
+from tests.keys.test_stomp import CAPTURE_IDS, CAPTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # fuzz/ is not an installed package (tests/fuzz/test_fuzz.py)
@@ -70,6 +70,20 @@ def test_native_limits_and_refusal_codes_match_the_python_modules() -> None:
 def test_mqtt_connect_captured_frames_agree_at_every_prefix(frame: bytes) -> None:
     _agree_at_every_prefix(frame + b"\xe0\x00", stomp_frame=False)  # and a DISCONNECT after it
     assert isinstance(MQTT.sniff(frame), Sniffed)
+
+
+@pytest.mark.parametrize(("frame", "expected"), CAPTURED)
+def test_native_mqtt_sniffer_captures_give_the_expected_sniffed(frame: bytes, expected: Sniffed) -> None:
+    """Scenario: test_mqtt.py's annotated captures and what they must give, through the C parser."""
+    assert MQTT.sniff(frame) == expected
+    assert MQTT.sniff(frame + b"\xe0\x00") == expected
+
+
+@pytest.mark.parametrize(("frame", "expected"), CAPTURES, ids=CAPTURE_IDS)
+def test_native_stomp_sniffer_captures_give_the_expected_sniffed(frame: bytes, expected: Sniffed) -> None:
+    """Scenario: test_stomp.py's annotated captures and what they must give, through the C parser."""
+    assert STOMP.sniff(frame) == expected
+    assert STOMP.sniff(frame + b"SEND\n\n\x00") == expected
 
 
 def test_mqtt_connect_v5_returns_plain_values() -> None:
