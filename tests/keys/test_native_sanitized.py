@@ -123,3 +123,18 @@ def test_native_sanitized_differential_tests_pass(sanitized_build: Path) -> None
     )
     assert_sanitizers_quiet(result)
     assert re.search(r"^\d+ passed", result.stdout, re.M), result.stdout[-3000:]
+
+
+@pytest.mark.integration
+def test_native_sanitized_exact_buffers_catch_a_read_past_their_end(sanitized_build: Path) -> None:
+    """Scenario: the negative control of the driver's exact-size buffers: reading one byte past the
+    end of one (as a C parser off by one would) is ASan's heap-buffer-overflow. (A small ctypes
+    array or a `bytes` would hide it: they keep bytes after the data.)"""
+    overread = (
+        "import ctypes; from tests.keys.native_driver import parse_exact; "
+        "parse_exact(lambda view: ctypes.string_at(ctypes.addressof(ctypes.c_char.from_buffer(view)), "
+        "len(view) + 1), b'CONNECT')"
+    )
+    result = run_sanitized(sanitized_build, "-c", overread)
+    assert result.returncode != 0
+    assert "ERROR: AddressSanitizer: heap-buffer-overflow" in result.stderr, result.stderr[-5000:]
