@@ -1,8 +1,11 @@
-"""The one thing pyproject.toml cannot say without a warning: the event log's native recorder.
+"""What pyproject.toml cannot say without a warning: the C extensions.
 
-It is optional, so an install without a C compiler (or the Python headers) works; routerd then logs
-through the Python recorder, which costs routing more (docs/event-log.md). `./run-tests` checks it
-is built.
+- `event_format._native`, the event log's native recorder;
+- `keys._native`, the MQTT and STOMP CONNECT parsers (keys/native.py wraps them).
+
+Both are optional, so an install without a C compiler (or the Python headers) works; routerd then
+logs through the Python recorder, which costs routing more (docs/event-log.md), and keys/native.py
+falls back to the Python sniffers. `./run-tests` checks they are built.
 """
 
 from setuptools import Extension, setup
@@ -15,6 +18,12 @@ setup(
             depends=["event_format/_native_program.h"],  # generated: python -m tools.generate
             extra_compile_args=["-O2", "-Wall", "-Werror"],
             optional=True,
-        )
+        ),
+        Extension(
+            "keys._native",
+            sources=["keys/_native.c"],
+            extra_compile_args=["-O2", "-Wall", "-Werror"],
+            optional=True,
+        ),
     ]
 )

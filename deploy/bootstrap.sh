@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 
 # systemd: systemd-analyze checks deploy/systemd's unit; procps: pidof and kill of the docs' examples;
 # prometheus: promtool and a real Prometheus for the metrics, dashboard and alert tests;
-# gcc, libc6-dev, python3-dev: the event log's native recorder (setup.py) and the benchmark's tools.
+# gcc, libc6-dev, python3-dev: the C extensions (setup.py: the event log's native recorder, the
+# MQTT/STOMP CONNECT parsers) and the benchmark's tools.
 # libjolokia-core-java, libjetty9-java, libservlet-api-java: Jolokia for the tests' ActiveMQ brokers
 # (Debian's activemq leaves out upstream's web console and its Jolokia; tests/conftest.py).
 APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev python3-dev activemq libactivemq-java libmqtt-client-java libjolokia-core-java libjetty9-java libservlet-api-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps prometheus)
@@ -56,10 +57,10 @@ install_apt() {
 
 install_venv() {
     local stamp=.venv/.installed stamp_value
-    # The C source is built in place by the editable install: a change to it installs again.
-    stamp_value=$(cat pyproject.toml setup.py event_format/_native.c event_format/_native_program.h | sha256sum | cut -d' ' -f1)
+    # The C sources are built in place by the editable install: a change to one installs again.
+    stamp_value=$(cat pyproject.toml setup.py event_format/_native.c event_format/_native_program.h keys/_native.c | sha256sum | cut -d' ' -f1)
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_value" ] && [ -x .venv/bin/routerd ] \
-        && .venv/bin/python -c "import event_format._native" 2>/dev/null; then
+        && .venv/bin/python -c "import event_format._native, keys._native" 2>/dev/null; then
         return 0
     fi
     [ -x .venv/bin/python ] || { log "creating .venv"; python3 -m venv .venv; }
@@ -70,6 +71,8 @@ install_venv() {
         || { log "the venv is incomplete; see pip's output above"; exit 1; }
     .venv/bin/python -c "import event_format._native" \
         || log "the event log's native recorder did not build (a C compiler and Python's headers are needed); routerd uses the Python one"
+    .venv/bin/python -c "import keys._native" \
+        || log "the C CONNECT parsers (keys._native) did not build (a C compiler and Python's headers are needed); tests/keys/test_native.py will fail"
     echo "$stamp_value" > "$stamp"
 }
 

@@ -42,6 +42,7 @@ from keys import (
     amqp,
     core,
     mqtt,
+    native,
     openwire,
     proxy_protocol,
     stomp,
@@ -58,6 +59,7 @@ from tls_sni import ClientHello, parse_client_hello
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from types import ModuleType
 
     from keys import Sniffer
 
@@ -215,6 +217,91 @@ def fuzz_amqp(data: bytes) -> None:
 def fuzz_stomp(data: bytes) -> None:
     """STOMP CONNECT/STOMP frame (1.0 to 1.2)."""
     _check_sniffer(_STOMP, data)
+
+
+# --- the C parsers against the Python sniffers (keys/native.py, keys/_native.c) ------------------
+
+_NATIVE_MQTT: Final = native.NativeMqttSniffer()
+_NATIVE_STOMP: Final = native.NativeStompSniffer()
+
+
+def _native_module() -> ModuleType:
+    """`keys._native`, or InvariantBroken when it is not built (nothing to compare)."""
+    module = native.EXTENSION
+    if module is None:
+        raise InvariantBroken("keys._native is not built: python setup.py build_ext --inplace")
+    return module
+
+
+def check_native_agrees(data: bytes, *, stomp_frame: bool) -> object:
+    """The C parser (`mqtt_connect` or `stomp_connect`) and the Python sniffer on `data`: None for
+    NEED_MORE, the same fields as the `Sniffed` (and `consumed` where the opening ends), a refusal
+    code for a `SniffError` whose reason is that code's (`native.MQTT_REFUSALS`); and the wrapping
+    `Native*Sniffer` gives exactly the Python sniffer's result or error. STOMP's `DEFER` is allowed
+    only where it is documented: a content-length of more than 640 digits (where Python's int()
+    may raise its own ValueError, which is then allowed too).
+
+    Returns:
+        The Python sniffer's outcome.
+
+    Raises:
+        InvariantBroken: any disagreement.
+    """
+    module = _native_module()
+    reference: Sniffer = _STOMP if stomp_frame else _MQTT
+    wrapper: Sniffer = _NATIVE_STOMP if stomp_frame else _NATIVE_MQTT
+    raw = module.stomp_connect(data) if stomp_frame else module.mqtt_connect(data)
+    deferred = isinstance(raw, int) and raw == module.DEFER
+    allowed: type[Exception] = ValueError if deferred else SniffError
+    expected = _outcome(reference.sniff, data, allowed)
+    got = _outcome(wrapper.sniff, data, allowed)
+    name = reference.name
+    if deferred:
+        if not stomp_frame or not re.search(rb"content-length:[0-9]{641}", data):
+            raise InvariantBroken(f"{name}: the C parser deferred an input it should decide")
+    elif raw is None:
+        if expected is not NEED_MORE:
+            raise InvariantBroken(f"{name}: C needs more, Python says {expected!r}")
+    elif isinstance(raw, int):
+        refusals = native.STOMP_REFUSALS if stomp_frame else native.MQTT_REFUSALS
+        if not isinstance(expected, SniffError) or not re.search(refusals[raw], expected.reason):
+            raise InvariantBroken(f"{name}: C refuses with code {raw}, Python says {expected!r}")
+    else:
+        if not isinstance(expected, Sniffed):
+            raise InvariantBroken(f"{name}: C parsed {raw!r}, Python says {expected!r}")
+        consumed = raw[-1]
+        if not 0 < consumed <= len(data):
+            raise InvariantBroken(f"{name}: C consumed {consumed} of {len(data)} bytes")
+        if stomp_frame and data[consumed - 1] != 0:
+            raise InvariantBroken(f"stomp: C's frame ends at {consumed}, not after a NUL")
+        if not stomp_frame and consumed != _MQTT.announced_size(data):
+            raise InvariantBroken(f"mqtt: C consumed {consumed}, the CONNECT announces a different size")
+    if not _same_outcome(got, expected):
+        raise InvariantBroken(f"{name}: the native sniffer gives {got!r}, Python {expected!r}")
+    return expected
+
+
+def _same_outcome(got: object, expected: object) -> bool:
+    """Equal results, or errors of the same class with the same message (and MQTT answer)."""
+    if isinstance(got, Exception) or isinstance(expected, Exception):
+        return (
+            type(got) is type(expected)
+            and str(got) == str(expected)
+            and getattr(got, "answer", None) == getattr(expected, "answer", None)
+        )
+    return got == expected
+
+
+def fuzz_mqtt_native(data: bytes) -> None:
+    """keys._native.mqtt_connect against MqttSniffer.sniff, on the input and its prefixes."""
+    for cut in (*_cuts(data), len(data)):
+        check_native_agrees(data[:cut], stomp_frame=False)
+
+
+def fuzz_stomp_native(data: bytes) -> None:
+    """keys._native.stomp_connect against StompSniffer.sniff, on the input and its prefixes."""
+    for cut in (*_cuts(data), len(data)):
+        check_native_agrees(data[:cut], stomp_frame=True)
 
 
 def fuzz_openwire(data: bytes) -> None:
@@ -620,6 +707,22 @@ TARGETS: Final[dict[str, Target]] = dict(
         _target("mqtt", fuzz_mqtt, "MqttSniffer.sniff: SniffError only, prefix-stable"),
         _target("amqp", fuzz_amqp, "AmqpSniffer.sniff: SniffError only, prefix-stable, replies grow"),
         _target("stomp", fuzz_stomp, "StompSniffer.sniff: SniffError only, prefix-stable"),
+        (
+            "mqtt_native",
+            Target(
+                fuzz=fuzz_mqtt_native,
+                corpus=CORPUS / "mqtt",
+                checks="keys._native.mqtt_connect = MqttSniffer.sniff (fields, need-more, refusals)",
+            ),
+        ),
+        (
+            "stomp_native",
+            Target(
+                fuzz=fuzz_stomp_native,
+                corpus=CORPUS / "stomp",
+                checks="keys._native.stomp_connect = StompSniffer.sniff (fields, need-more, refusals)",
+            ),
+        ),
         _target("openwire", fuzz_openwire, "OpenWireSniffer.sniff: SniffError only, echo readable"),
         _target("core", fuzz_core, "CoreSniffer.sniff: SniffError only, replies grow; core packet decoders"),
         _target("tls", fuzz_tls, "tls_sni.parse_client_hello: ValueError only; TlsSniffer agrees"),
