@@ -26,7 +26,7 @@
 # for byte-for-byte rebuilds.
 FROM python:3.11.16-slim-bookworm AS build
 
-# gcc for the event log's native recorder (setup.py), in this stage only.
+# gcc for the C extensions (setup.py: the event log's native recorder, the C CONNECT parsers), in this stage only.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
@@ -53,7 +53,7 @@ ENV PATH=/opt/connection-router/bin:$PATH
 # The native recorder is optional at install (setup.py): an image without it would log events
 # through the slower Python recorder. Checked from / against the installed package: no source tree
 # on sys.path can answer for it.
-RUN cd / && python -c "import event_format._native"
+RUN cd / && python -c "import event_format._native, keys._native"
 
 USER router
 WORKDIR /var/lib/connection-router

@@ -237,9 +237,8 @@ def check_native_agrees(data: bytes, *, stomp_frame: bool) -> object:
     """The C parser (`mqtt_connect` or `stomp_connect`) and the Python sniffer on `data`: None for
     NEED_MORE, the same fields as the `Sniffed` (and `consumed` where the opening ends), a refusal
     code for a `SniffError` whose reason is that code's (`native.MQTT_REFUSALS`); and the wrapping
-    `Native*Sniffer` gives exactly the Python sniffer's result or error. STOMP's `DEFER` is allowed
-    only where it is documented: a content-length of more than 640 digits (where Python's int()
-    may raise its own ValueError, which is then allowed too).
+    `Native*Sniffer` gives exactly the Python sniffer's result or error. Nothing may be deferred
+    (`DEFER`): the C decides every input today.
 
     Returns:
         The Python sniffer's outcome.
@@ -251,15 +250,12 @@ def check_native_agrees(data: bytes, *, stomp_frame: bool) -> object:
     reference: Sniffer = _STOMP if stomp_frame else _MQTT
     wrapper: Sniffer = _NATIVE_STOMP if stomp_frame else _NATIVE_MQTT
     raw = module.stomp_connect(data) if stomp_frame else module.mqtt_connect(data)
-    deferred = isinstance(raw, int) and raw == module.DEFER
-    allowed: type[Exception] = ValueError if deferred else SniffError
-    expected = _outcome(reference.sniff, data, allowed)
-    got = _outcome(wrapper.sniff, data, allowed)
+    expected = _outcome(reference.sniff, data, SniffError)
+    got = _outcome(wrapper.sniff, data, SniffError)
     name = reference.name
-    if deferred:
-        if not stomp_frame or not re.search(rb"content-length:[0-9]{641}", data):
-            raise InvariantBroken(f"{name}: the C parser deferred an input it should decide")
-    elif raw is None:
+    if isinstance(raw, int) and raw == module.DEFER:
+        raise InvariantBroken(f"{name}: the C parser deferred an input it should decide")
+    if raw is None:
         if expected is not NEED_MORE:
             raise InvariantBroken(f"{name}: C needs more, Python says {expected!r}")
     elif isinstance(raw, int):

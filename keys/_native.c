@@ -22,9 +22,7 @@
  * Strings are str: every header name and value, the MQTT client id and user name are checked as
  * Python's strict UTF-8 codec checks them before any is made. A refusal's message (and an MQTT
  * CONNACK to send first) comes from the Python sniffer, which the caller runs on the rare refused
- * input (keys/native.py). Only STOMP defers: a content-length of more than 640 digits, which
- * Python's int() may refuse with a ValueError, depending on sys.set_int_max_str_digits() (the
- * Python sniffer then raises int()'s ValueError: 4300 digits by default).
+ * input (keys/native.py). Nothing defers today (DEFER stays for a rule too costly to port).
  *
  * No state, no allocation but the returned objects, no I/O; reads stay inside the buffer.
  */
@@ -61,10 +59,6 @@ enum {
 /* keys/stomp.py MAX_HEADER_BYTES and MAX_BODY_BYTES (tests/keys/test_native.py checks they agree). */
 #define STOMP_MAX_HEADER_BYTES (8 * 1024)
 #define STOMP_MAX_BODY_BYTES (8 * 1024)
-/* The lowest limit CPython lets sys.set_int_max_str_digits() set (sys.int_info.
- * str_digits_check_threshold; the default limit is 4300): int() of a longer digit string may
- * raise ValueError, depending on the running process's limit, so this code defers on those. */
-#define PY_INT_DIGITS_THRESHOLD 640
 
 /* Strict UTF-8 as CPython's codec decodes it (Unicode 15 Table 3-7): no overlong forms, no
  * surrogates (U+D800-DFFF), nothing over U+10FFFF, no truncated sequence. `nul` is set when the
@@ -418,10 +412,9 @@ static int parse_stomp(const unsigned char *data, Py_ssize_t len, StompConnect *
     for (Py_ssize_t i = 0; i < digits; i++) {
         if (cl[i] < '0' || cl[i] > '9') return STOMP_ERR_CONTENT_LENGTH; /* isascii() and isdigit() */
     }
-    if (digits > PY_INT_DIGITS_THRESHOLD) return P_DEFER;
     Py_ssize_t length = 0, i = 0;
-    while (i < digits && cl[i] == '0') i++;
-    if (digits - i > 5) return STOMP_ERR_CONTENT_LENGTH; /* over 99,999 > MAX_BODY_BYTES */
+    while (i < digits && cl[i] == '0') i++; /* leading zeros do not count, as in keys/stomp.py */
+    if (digits - i > 4) return STOMP_ERR_CONTENT_LENGTH; /* 10,000 or more > MAX_BODY_BYTES */
     for (; i < digits; i++) length = length * 10 + (cl[i] - '0');
     if (length > STOMP_MAX_BODY_BYTES) return STOMP_ERR_CONTENT_LENGTH;
     Py_ssize_t end = pos + length;
@@ -508,7 +501,6 @@ PyMODINIT_FUNC PyInit__native(void) {
         {"STOMP_ERR_BODY", STOMP_ERR_BODY},
         {"STOMP_MAX_HEADER_BYTES", STOMP_MAX_HEADER_BYTES},
         {"STOMP_MAX_BODY_BYTES", STOMP_MAX_BODY_BYTES},
-        {"PY_INT_DIGITS_THRESHOLD", PY_INT_DIGITS_THRESHOLD},
     };
     for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++) {
         if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) {

@@ -11,9 +11,8 @@ same fields, the same NEED_MORE and refuses the same inputs (tests/keys/test_nat
 Python sniffer returns: the C result mapped to `Sniffed`, and on a refusal (rare) or a deferral
 the Python sniffer's own answer, so a `SniffError` carries the same reason and the same `answer`
 bytes (the MQTT CONNACK 0x01). Without the extension they are the Python sniffers' answers
-throughout; `NATIVE` says which. The C defers only a STOMP content-length of more than 640
-digits (`_native.PY_INT_DIGITS_THRESHOLD`): Python's `int()` may refuse those, depending on
-`sys.set_int_max_str_digits`. Nothing routes through this module yet: the native data path will.
+throughout; `NATIVE` says which. Nothing is deferred today (`DEFER` stays for a rule too costly
+to port). Nothing routes through this module yet: the native data path will.
 
 No I/O, no state.
 """
@@ -77,7 +76,7 @@ STOMP_REFUSALS: Final = {
     3: r"^header section exceeds",
     4: r"^header line without a colon",
     5: r"^header (name|value) is not valid utf-8",
-    6: r"^content-length must be a decimal number|^content-length \d+ exceeds",
+    6: r"^content-length must be a decimal number|^content-length \d+(\.\.\.)? exceeds",
     7: r"^body exceeds|is not followed by NUL",
 }
 """`stomp_connect`'s refusal codes (`_native.STOMP_ERR_*`) -> a pattern of `StompSniffer.sniff`'s
