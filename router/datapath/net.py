@@ -105,8 +105,12 @@ def describe_oserror(exc: OSError) -> str:
     """The reason of a socket error in a few words (`Connection refused`), for log lines.
 
     trio's connect errors carry a whole sentence with the address in `strerror`; the address is
-    already in our log line, so we keep the system's text for the errno.
+    already in our log line, so we keep the system's text for the errno. A failed name lookup's
+    errno is getaddrinfo's (negative: `os.strerror` says "Unknown error -3"), so its own text is
+    kept, said to be a lookup.
     """
+    if isinstance(exc, socket.gaierror):
+        return f"name lookup failed: {exc.strerror or exc}"
     return os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__
 
 

@@ -4,6 +4,7 @@ what a failed connect's exception says about its cause."""
 from __future__ import annotations
 
 import errno
+import socket
 
 import pytest
 import trio
@@ -47,6 +48,14 @@ async def test_open_connection_refused_is_oserror() -> None:
         (OSError(111, "Error connecting to ('127.0.0.1', 1): Connection refused"), "Connection refused"),
         (OSError("no errno here"), "no errno here"),
         (OSError(), "OSError"),
+        (
+            socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"),
+            "name lookup failed: Temporary failure in name resolution",
+        ),
+        (
+            socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+            "name lookup failed: Name or service not known",
+        ),
     ],
 )
 def test_describe_oserror_keeps_only_the_reason(exc: OSError, text: str) -> None:

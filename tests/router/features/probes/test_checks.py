@@ -38,6 +38,7 @@ from router.features.probes.checks import (
     check_core,
     check_mqtt,
     check_openwire,
+    check_target,
     probe_client_id,
     read_count,
 )
@@ -896,3 +897,13 @@ def _port_of(message: object) -> str:
     match = re.search(r"127\.0\.0\.1:(\d+)", str(message))
     assert match is not None, message
     return match.group(1)
+
+
+async def test_check_of_a_name_that_does_not_resolve_says_the_lookup_failed() -> None:
+    """Scenario: a connector's host no resolver knows (`.invalid` is reserved, RFC 2606): the
+    reason names the failed lookup in the resolver's words, not "Unknown error -2"."""
+    connector = Connector.from_url("gone", "tcp://no-such-host.invalid:1883?nodeId=gone")
+    ready, reason = await check_target(connector)
+    assert not ready
+    assert re.fullmatch(r"connect to tcp://no-such-host\.invalid:1883 failed: name lookup failed: .+", reason)
+    assert "Unknown error" not in reason
