@@ -347,8 +347,10 @@ def test_every_dashboard_panel_query_returns_data(fleet: Fleet, prometheus: Prom
         reload = urllib.request.Request(f"{router.admin}/api/v1/reload", data=b"", method="POST")
         with urllib.request.urlopen(reload, timeout=10) as answer:
             assert answer.status == 200
+        # A target that is up: neither b2 (down) nor the evacuated one (drained already).
+        up_target = next(n for n in NODE_IDS if n not in (held_on, "b2"))
         drain = urllib.request.Request(
-            f"{router.admin}/api/v1/routers/main/targets/b0",
+            f"{router.admin}/api/v1/routers/main/targets/{up_target}",
             data=json.dumps({"admin_state": "drain"}).encode(),
             method="PUT",
         )
