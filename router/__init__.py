@@ -82,9 +82,10 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
 4. `ctl_output`, `ctl_client`, `ctl_render`: routerctl's kernel: tables, JSON output and exit
                 codes; the admin API client (`Ctl`) every command that asks a routerd runs with;
                 what people see of routers, targets, decisions and the process.
-5. `metric_values`, `metrics`, `reports`: metric values (`Family`, `Histogram`), the Prometheus
-                families (a feature's own: `FeatureMetrics`), and the subscribers that turn events
-                into log lines and metric updates (one more consumer is one more subscriber).
+5. `metric_values`, `storm_metrics`, `metrics`, `reports`: metric values (`Family`,
+                `Histogram`), the Prometheus families (the storm protection's in `storm_metrics`,
+                `Metrics.storm`; a feature's own: `FeatureMetrics`), and the subscribers that turn
+                events into log lines and metric updates (one more consumer is one more subscriber).
 6. `runtime/`  one router at run time, the kernel every feature shares: `kernel`
                 (`RouterRuntime`: accept, decide, connect failures, lookups, status, reload),
                 `state` (what the router's one lock guards, entered through `held()`), `pool`

@@ -197,7 +197,7 @@ async def _accept_loop(
     listener: trio.SocketListener, acceptor: ServedAcceptor, handlers: trio.Nursery
 ) -> None:
     rate = acceptor.accept_rate
-    paused = acceptor.runtime.metrics.acceptor_paused
+    paused = acceptor.runtime.metrics.storm.acceptor_paused
     while True:
         if rate is not None and not rate.take(now := trio.current_time()):
             await trio.sleep_until(rate.ready_at(now))  # the kernel's backlog holds the rest meanwhile

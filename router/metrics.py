@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 
 from router.logs import LOG_BURST, LOG_INTERVAL_S, suppressed_log_lines
 from router.metric_values import Family, Histogram, MetricKind
+from router.storm_metrics import StormMetrics
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONNECT_BUCKETS_S",
-    "QUEUE_BUCKETS_S",
     "Family",
     "FeatureMetrics",
     "Histogram",
@@ -42,9 +42,6 @@ CONNECT_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 """Upper bounds of `router_target_connect_duration_seconds`: from a loopback connect (about 0.1 ms
 here) through a LAN's and a WAN's, to the connect deadline (5 s, HAProxy's usual `timeout
 connect`)."""
-QUEUE_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-"""Buckets of `router_target_queue_wait_seconds`: a wait is a fraction of a queueTimeout (5 s by
-default), up to half a minute."""
 
 
 class _SuppressedLogLines(Family):
@@ -224,35 +221,6 @@ class Metrics:
             "or connectRate held it back: its queue was full, or it waited queueTimeout).",
             ("router", "reason"),
         )
-        self.queue_wait = Histogram(
-            "router_target_queue_wait_seconds",
-            "How long connections waited in their target's queue (maxConnections, connectRate) "
-            "before they were let in or refused at the queue timeout; its _count is the "
-            "connections that waited.",
-            ("router", "node_id"),
-            QUEUE_BUCKETS_S,
-        )
-        self.queue_length = Family(
-            MetricKind.GAUGE,
-            "router_target_queue_length",
-            "Connections waiting for their target's gate now (targets with maxConnections or "
-            "connectRate; read at each scrape).",
-            ("router", "node_id"),
-        )
-        self.gate_open = Family(
-            MetricKind.GAUGE,
-            "router_target_gate_connections",
-            "Proxied connections holding one of their target's maxConnections slots now (read at "
-            "each scrape).",
-            ("router", "node_id"),
-        )
-        self.gate_limit = Family(
-            MetricKind.GAUGE,
-            "router_target_gate_limit",
-            "A target's effective maxConnections now: lower than configured during its slow start "
-            "(read at each scrape; targets with maxConnections only).",
-            ("router", "node_id"),
-        )
         self.proxied_bytes = Family(
             MetricKind.COUNTER,
             "router_proxied_bytes_total",
@@ -273,14 +241,6 @@ class Metrics:
             "handshake deadline; reason is the protocol that rejected it, 'timeout', or 'tls' (a failed "
             "TLS handshake).",
             ("acceptor", "reason"),
-        )
-        self.acceptor_paused = Family(
-            MetricKind.COUNTER,
-            "router_acceptor_paused_seconds_total",
-            "Seconds the acceptor stopped accepting because its connectionRate was used up (the "
-            "kernel's listen backlog held new connections meanwhile); its rate is the share of time "
-            "the acceptor is throttled.",
-            ("acceptor",),
         )
         self.connections_refused = Family(
             MetricKind.COUNTER,
@@ -382,7 +342,9 @@ class Metrics:
             "seconds since the epoch; when its client started until then.",
             ("router", "use"),
         )
-        self._families: list[Family | Histogram] = list(_families_of(self))
+        self.storm = StormMetrics()
+        """The storm protection's families (router/storm_metrics.py)."""
+        self._families: list[Family | Histogram] = [*_families_of(self), *_families_of(self.storm)]
         self._features: dict[type[FeatureMetrics], FeatureMetrics] = {}
         self._samplers: list[Callable[[], None]] = []
         self.registry = CollectorRegistry(auto_describe=True)

@@ -407,7 +407,7 @@ class MetricUpdates:
     def _held(self, event: Held) -> None:
         m, router, outcome = self.metrics, event.conn.router, event.outcome
         if outcome is not GateOutcome.QUEUE_FULL:
-            m.queue_wait.observe((router, event.node_id), event.waited_s)
+            m.storm.queue_wait.observe((router, event.node_id), event.waited_s)
         if outcome is not GateOutcome.ADMITTED and event.moved_to is None:
             m.refusals.inc((router, outcome.name.lower()))
 

@@ -79,7 +79,7 @@ ROUTER_LAYERS = (
     ("router.config",),
     ("router.core",),
     ("router.ctl_output", "router.ctl_client", "router.ctl_render"),
-    ("router.metric_values", "router.metrics", "router.reports"),
+    ("router.metric_values", "router.storm_metrics", "router.metrics", "router.reports"),
     ("router.runtime",),
     ("router.datapath",),
     ("router.feature",),

@@ -588,7 +588,7 @@ class FastPath:
             if listener.rate_paused_at is not None:
                 acceptor = listener.acceptor
                 paused_s = self._clock() - listener.rate_paused_at
-                acceptor.runtime.metrics.acceptor_paused.inc((acceptor.name,), max(0.0, paused_s))
+                acceptor.runtime.metrics.storm.acceptor_paused.inc((acceptor.name,), max(0.0, paused_s))
                 listener.rate_paused_at = None
 
     def _open(self, opening: _Opening) -> None:

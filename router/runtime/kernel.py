@@ -168,10 +168,10 @@ class RouterRuntime:
         metrics = self.metrics
         for node_id, gate in self.pool.gates.states().items():
             labels = (self.name, node_id)
-            metrics.queue_length.set(labels, gate.queued)
+            metrics.storm.queue_length.set(labels, gate.queued)
             if gate.limit is not None:
-                metrics.gate_open.set(labels, gate.open)
-                metrics.gate_limit.set(labels, gate.limit)
+                metrics.storm.gate_open.set(labels, gate.open)
+                metrics.storm.gate_limit.set(labels, gate.limit)
 
     # -- connections and decisions (either thread, unless said) --
 
