@@ -280,22 +280,19 @@ fail:
     return NULL;
 }
 
+/* What a parse that did not give a CONNECT returns: None (P_MORE), DEFER, or the refusal code. */
+static PyObject *not_parsed(int rc) {
+    if (rc == P_MORE) return Py_NewRef(Py_None);
+    return PyLong_FromLong(rc == P_DEFER ? DEFER : rc);
+}
+
 static PyObject *mqtt_connect(PyObject *module, PyObject *arg) {
     (void)module;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     MqttConnect c;
     int rc = parse_mqtt(view.buf, view.len, &c);
-    PyObject *result;
-    if (rc == P_OK) {
-        result = mqtt_result(&c);
-    } else if (rc == P_MORE) {
-        result = Py_NewRef(Py_None);
-    } else if (rc == P_DEFER) {
-        result = PyLong_FromLong(DEFER);
-    } else {
-        result = PyLong_FromLong(rc);
-    }
+    PyObject *result = rc == P_OK ? mqtt_result(&c) : not_parsed(rc);
     PyBuffer_Release(&view);
     return result;
 }
@@ -442,16 +439,7 @@ static PyObject *stomp_connect(PyObject *module, PyObject *arg) {
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     StompConnect c;
     int rc = parse_stomp(view.buf, view.len, &c);
-    PyObject *result;
-    if (rc == P_OK) {
-        result = stomp_result(&c);
-    } else if (rc == P_MORE) {
-        result = Py_NewRef(Py_None);
-    } else if (rc == P_DEFER) {
-        result = PyLong_FromLong(DEFER);
-    } else {
-        result = PyLong_FromLong(rc);
-    }
+    PyObject *result = rc == P_OK ? stomp_result(&c) : not_parsed(rc);
     PyBuffer_Release(&view);
     return result;
 }

@@ -61,17 +61,16 @@ def _runtime(gcc: str, library: str) -> str:
     return path
 
 
-@pytest.fixture(scope="session")
-def sanitized_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory holding a copy of the `event_format` package with the extension built with
-    ASan and UBSan: what goes first on the driver's PYTHONPATH."""
+def build_sanitized_package(build: Path, package: str) -> None:
+    """Copy the package `package` into the directory `build` and build its `_native.c` there with
+    ASan and UBSan (`SANITIZE`, warnings as errors as setup.py builds it): `build` then goes first
+    on a sanitized process's path."""
     gcc = _gcc()
-    build = tmp_path_factory.mktemp("native-sanitized")
-    package = build / "event_format"
+    target = build / package
     shutil.copytree(
-        ROOT / "event_format", package, ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.c", "*.h")
+        ROOT / package, target, ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.c", "*.h")
     )
-    extension = package / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
+    extension = target / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
     result = subprocess.run(
         [
             gcc,
@@ -81,7 +80,7 @@ def sanitized_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "-shared",
             "-fPIC",
             f"-I{sysconfig.get_paths()['include']}",
-            str(ROOT / "event_format" / "_native.c"),
+            str(ROOT / package / "_native.c"),
             "-o",
             str(extension),
         ],
@@ -94,6 +93,14 @@ def sanitized_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     built = extension.read_bytes()
     assert b"__asan_report_load" in built  # instrumented: every load checked
     assert b"__ubsan_handle_" in built
+
+
+@pytest.fixture(scope="session")
+def sanitized_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding a copy of the `event_format` package with the extension built with
+    ASan and UBSan: what goes first on the driver's PYTHONPATH."""
+    build = tmp_path_factory.mktemp("native-sanitized")
+    build_sanitized_package(build, "event_format")
     return build
 
 

@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 from tests.event_format.test_native_sanitized import (
     RUN_TIMEOUT_S,
-    SANITIZE,
     SANITIZER_ENV,
     _gcc,
     _runtime,
     assert_sanitizers_quiet,
+    build_sanitized_package,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,33 +41,8 @@ SEED = 35
 def sanitized_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding a copy of the `keys` package with the extension built with ASan and
     UBSan: what goes first on the sanitized process's path (the rest comes from the tree)."""
-    gcc = _gcc()
     build = tmp_path_factory.mktemp("keys-native-sanitized")
-    package = build / "keys"
-    shutil.copytree(ROOT / "keys", package, ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.c"))
-    extension = package / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
-    result = subprocess.run(
-        [
-            gcc,
-            *SANITIZE,
-            "-Wall",
-            "-Werror",  # as setup.py builds it
-            "-shared",
-            "-fPIC",
-            f"-I{sysconfig.get_paths()['include']}",
-            str(ROOT / "keys" / "_native.c"),
-            "-o",
-            str(extension),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    built = extension.read_bytes()
-    assert b"__asan_report_load" in built  # instrumented: every load checked
-    assert b"__ubsan_handle_" in built
+    build_sanitized_package(build, "keys")
     return build
 
 
