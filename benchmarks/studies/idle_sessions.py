@@ -90,6 +90,7 @@ __all__ = [
     "log_summary",
     "main",
     "nofile_limits",
+    "result_header",
     "routerd_idle_config",
     "routerd_ready",
     "serves_fast_path",
@@ -649,6 +650,15 @@ class _Sampler:
                 self.samples.append((round(now - self.start, 1), rss_kib(self.pid), fd_count(self.pid)))
 
 
+def result_header(schema: str, module: str, argv: Sequence[str] | None) -> dict[str, object]:
+    """The first members of a session study's JSON: its schema, when it started and its command."""
+    return {
+        "schema": schema,
+        "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join([f"python -m {module}", *(argv if argv is not None else sys.argv[1:])]),
+    }
+
+
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The options of a study that runs MQTT sessions through routerd (this one, storm.py): which
     data path, where the JSON goes, routerd's log level, the run's bound, the work directory."""
@@ -951,11 +961,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="router-idle-"))
     started = time.monotonic()
     result: dict[str, object] = {
-        "schema": "router-idle-sessions/1",
-        "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(
-            ["python -m benchmarks.studies.idle_sessions", *(argv if argv is not None else sys.argv[1:])]
-        ),
+        **result_header("router-idle-sessions/1", "benchmarks.studies.idle_sessions", argv),
         "settings": {
             "sessions": args.sessions,
             "minutes": args.minutes,

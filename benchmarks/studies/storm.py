@@ -116,6 +116,7 @@ from benchmarks.studies.idle_sessions import (
     established_on,
     keep_outputs,
     log_summary,
+    result_header,
     routerd_idle_config,
     routerd_ready,
     serves_fast_path,
@@ -868,11 +869,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="router-storm-"))
     started = time.monotonic()
     result: dict[str, object] = {
-        "schema": SCHEMA,
-        "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(
-            ["python -m benchmarks.studies.storm", *(argv if argv is not None else sys.argv[1:])]
-        ),
+        **result_header(SCHEMA, "benchmarks.studies.storm", argv),
         "settings": {
             "sessions": settings.sessions,
             "rate": settings.rate,
