@@ -387,13 +387,14 @@ class PoolStatus:
         return None
 
     def to_json(self) -> dict[str, object]:
+        why = self.not_accepting
         return {
             "kind": self.kind,
             "active": self.active,
             "quorum_size": self.quorum_size,
             "open": self.open,
-            "accepting": self.not_accepting is None,
-            "not_accepting_reason": self.not_accepting,
+            "accepting": why is None,
+            "not_accepting_reason": why,
             "targets": [t.to_json() for t in self.targets],
         }
 
