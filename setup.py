@@ -1,11 +1,13 @@
 """What pyproject.toml cannot say without a warning: the C extensions.
 
 - `event_format._native`, the event log's native recorder;
-- `keys._native`, the MQTT and STOMP CONNECT parsers (keys/native.py wraps them).
+- `keys._native`, the MQTT and STOMP CONNECT parsers (keys/native.py wraps them);
+- `router.datapath._core`, the native data path's C core (router/datapath/native_path.py drives it).
 
-Both are optional, so an install without a C compiler (or the Python headers) works; routerd then
+All are optional, so an install without a C compiler (or the Python headers) works; routerd then
 logs through the Python recorder, which costs routing more (docs/event-log.md), and keys/native.py
-falls back to the Python sniffers. `./run-tests` checks they are built.
+falls back to the Python sniffers, and the Python fast path serves instead of the C core.
+`./run-tests` checks they are built.
 """
 
 from setuptools import Extension, setup
@@ -22,6 +24,12 @@ setup(
         Extension(
             "keys._native",
             sources=["keys/_native.c"],
+            extra_compile_args=["-O2", "-Wall", "-Werror"],
+            optional=True,
+        ),
+        Extension(
+            "router.datapath._core",
+            sources=["router/datapath/_core.c"],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
             optional=True,
         ),

@@ -94,8 +94,10 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 slice of a router at run time lives in its folder, written against `held()`.
 7. `datapath/`  the two data paths, which carry out the plan with the same phases (accept, open,
                 decide, plan, answer | connect, replay, relay, closed): `trio_path` (one task per
-                connection) and `fast_path` (an epoll thread), with `acceptor` (what an acceptor's
-                connections share), `reading`, `relay`, `net` and `tls`.
+                connection) and `fast_path` (an epoll thread), whose loop `native_path` carries
+                on a C core (`_core.c`, the default when built; `fast_path` is its fallback and
+                reference), with `acceptor` (what an acceptor's connections share), `reading`,
+                `relay`, `net` and `tls`.
 8. `feature`    the contract of a feature folder: `Feature`, its `Service` hooks (open_files,
                 prepare_router, discard_prepared, router_added, router_changed, router_removed,
                 process_status, serve, serve_router, serve_router_data, targets_left, stopping,

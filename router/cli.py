@@ -45,6 +45,7 @@ from router.ctl_output import (
     only_error,
     seconds,
 )
+from router.datapath.native_path import DATA_PATH_ENV, DATA_PATHS, NATIVE, default_data_path
 from router.datapath.net import describe_oserror
 from router.features import FEATURES
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
@@ -172,6 +173,13 @@ def _routerd_parser() -> argparse.ArgumentParser:
         else:
             parser.add_argument(option.flag, dest=option.name, metavar=option.metavar, help=option.help)
     parser.add_argument(
+        "--data-path",
+        choices=DATA_PATHS,
+        default=default_data_path(),
+        help="what carries plain-TCP acceptors: native (the C core, the default when it is built) or "
+        f"python (the Python fast path); default from ${DATA_PATH_ENV}, else native when built",
+    )
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO"
     )
     return parser
@@ -233,6 +241,7 @@ async def _run_routerd(config: Config, args: argparse.Namespace, access: AdminAc
             admin_access=access,
             load=functools.partial(_load_routerd, args.config, args.event_log),
             reloads=reloads,
+            data_path=args.data_path,
         )
         nursery.cancel_scope.cancel()
 
@@ -246,6 +255,7 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     install_log_limits()  # repeated WARNING-and-above lines are rate-limited (router/logs.py)
+    _check_data_path(args.data_path)
     try:
         config = _load_routerd(args.config, args.event_log)
     except ConfigError as exc:
@@ -267,6 +277,23 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
             _fail("routerd", error.strerror or describe_oserror(error))
         _fail("routerd", str(error), EXIT_USAGE)
     return 0
+
+
+def _check_data_path(data_path: str) -> None:
+    """Exit 2 on a `--data-path` (or `$ROUTERD_DATA_PATH`) routerd cannot serve with."""
+    if data_path not in DATA_PATHS:
+        _fail(
+            "routerd",
+            f"--data-path (${DATA_PATH_ENV}) must be one of {', '.join(DATA_PATHS)}, not {data_path!r}",
+            EXIT_USAGE,
+        )
+    if data_path == "native" and not NATIVE:
+        _fail(
+            "routerd",
+            "--data-path native: the C core router.datapath._core is not built (a C compiler and "
+            "Python's headers are needed: deploy/bootstrap.sh); --data-path python serves without it",
+            EXIT_USAGE,
+        )
 
 
 def _admin_access(args: argparse.Namespace) -> AdminAccess:

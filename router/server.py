@@ -58,7 +58,7 @@ from router.core.admin_access import AdminAccess
 from router.core.events import CloseReason
 from router.core.reload import ReloadError
 from router.datapath.acceptor import ConnectionLimits, ServedAcceptor
-from router.datapath.fast_path import FastPath
+from router.datapath.native_path import open_fast_path
 from router.feature import Kernel, Service
 from router.features import FEATURES, register_metrics
 from router.features import routes as feature_routes
@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from router.config.settings import Config
     from router.core.admission import Admission
     from router.core.reload import ConfigDiff
+    from router.datapath.fast_path import FastPath
 
 __all__ = ["EXIT_FILES_S", "ROUTES", "ReloadError", "ServerInfo", "StartupError", "serve_router"]
 
@@ -140,6 +141,7 @@ async def serve_router(
     admin_access: AdminAccess | None = None,
     load: Callable[[], Config] | None = None,
     reloads: trio.MemoryReceiveChannel[None] | None = None,
+    data_path: str | None = None,
     task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router until `shutdown` is set (or forever), then drain and return.
@@ -161,6 +163,8 @@ async def serve_router(
         load: how a reload reads the configuration again (raises `ConfigError` for a bad file);
             by default `load_config(config.source)`.
         reloads: each item received is a reload request (routerd's SIGHUP), logged, never raised.
+        data_path: what carries the fast path's acceptors (`--data-path`: native_path.DATA_PATHS);
+            None: `native_path.default_data_path()`.
         task_status: receives a `ServerInfo` once every listener is open.
 
     Raises:
@@ -168,7 +172,7 @@ async def serve_router(
         StartupError: an acceptor's key, trust or user store cannot be loaded, or a feature's
             files (the state file, a persisted cache's file, the event log's directory and writer
             process: `Service.open_files`, `Service.prepare_router`) cannot be opened.
-        ValueError: `options` names an option no feature has.
+        ValueError: `options` names an option no feature has, or `data_path` is not one.
     """
     shutdown = shutdown if shutdown is not None else trio.Event()
     options = dict(options or {})
@@ -198,6 +202,7 @@ async def serve_router(
         features=options,
         access=admin_access or AdminAccess(),
         round_robin_start=round_robin_start,
+        data_path=data_path,
     )
     server = _Server(config, runtimes, metrics, admission, limits, kept)
     services = list(server.features.values())
@@ -242,7 +247,9 @@ class _Server:
         self.notify = Notifier()
         """systemd's readiness protocol (nothing without systemd)."""
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()
-        self.fast = FastPath(clock.current_time, token.run_sync_soon, limits.connect_timeout_s)
+        self.fast = open_fast_path(
+            options.data_path, clock.current_time, token.run_sync_soon, limits.connect_timeout_s
+        )
         kernel = Kernel(
             runtimes=runtimes,
             metrics=metrics,
@@ -380,3 +387,4 @@ class _Options:
     """The features' routerd options by name (`Kernel.options`)."""
     access: AdminAccess
     round_robin_start: int | None
+    data_path: str | None

@@ -39,7 +39,7 @@ import socket
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, assert_never, cast
 
 from keys import SniffError
 from pools.gates import Verdict
@@ -144,6 +144,8 @@ class _Listener:
     `connectionRate` was used up."""
     rate_paused_at: float | None = None
     """When its `connectionRate` paused it (the pause is counted when it is watched again)."""
+    lid: int = -1
+    """Its number in the native path's C core (router/datapath/native_path.py)."""
     accept_fd: Callable[[], tuple[int, Any]] = field(init=False)
     """`sock._accept`: (descriptor, address) of a new connection; `socket.socket.accept` is this plus
     the Python-level socket object we do without (`_Socket`)."""
@@ -270,7 +272,8 @@ class _CloseAll:
 class _CloseConnection:
     """The router closes one relayed connection (a closer of the live-connection registry)."""
 
-    conn: _Conn
+    conn: LiveConnection
+    """The loop's own connection type (`_Conn`, or the native path's)."""
     reason: CloseReason
 
 
@@ -278,7 +281,8 @@ class _CloseConnection:
 class _MoveConnection:
     """The router moves one relayed connection (`LiveConnection.move`): to the trio side's `leave`."""
 
-    conn: _Conn
+    conn: LiveConnection
+    """The loop's own connection type (`_Conn`, or the native path's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +321,6 @@ class FastPath:
         self._clock = clock
         self._call_trio = call_trio
         self._connect_timeout_s = connect_timeout_s
-        self._epoll = select.epoll()
         self._listeners: dict[int, _Listener] = {}
         self._conns: dict[int, _Conn] = {}
         self._openings: dict[int, _Opening] = {}
@@ -325,11 +328,9 @@ class FastPath:
         """(when, tie-breaker, what): weak, so a connection that ended meanwhile (with its opening,
         up to sniffMaxBytes) is freed at once rather than when its deadline comes."""
         self._sequence = 0  # ties of the deadline heap
-        self._buffer = bytearray(BUFFER_SIZE)
-        self._view = memoryview(self._buffer)
         self._requests: collections.deque[_Request] = collections.deque()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._epoll.register(self._wake_r, select.EPOLLIN)
+        self._open_loop()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._done = threading.Event()
@@ -337,6 +338,16 @@ class FastPath:
         self._pipe_lock = threading.Lock()
         self._request_bound = self._request
         """The closers' way in: one bound method for every connection."""
+
+    def _open_loop(self) -> None:
+        """Make the loop's epoll set (watching the wake-up pipe) and its read buffer."""
+        self._epoll = select.epoll()
+        self._buffer = bytearray(BUFFER_SIZE)
+        self._view = memoryview(self._buffer)
+        self._epoll.register(self._wake_r, select.EPOLLIN)
+
+    def _close_loop(self) -> None:
+        self._epoll.close()
 
     # -- called from the trio thread --
 
@@ -429,7 +440,7 @@ class FastPath:
 
     def _release(self) -> None:
         self._accepting_stopped.set()
-        self._epoll.close()
+        self._close_loop()
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._done.set()
@@ -489,9 +500,9 @@ class FastPath:
                     self._close_everything()
                     self._stopping = True
                 case _CloseConnection(conn=conn, reason=reason):
-                    self._close(conn, reason)
+                    self._close_requested(conn, reason)
                 case _MoveConnection(conn=conn):
-                    self._depart(conn)
+                    self._move_requested(conn)
                 case _AddListener(listener=listener):
                     if self._stopping:  # shutting down: accept nothing new
                         listener.sock.close()
@@ -502,6 +513,12 @@ class FastPath:
                     done.set()
                 case request:
                     assert_never(request)
+
+    def _close_requested(self, conn: LiveConnection, reason: CloseReason) -> None:
+        self._close(cast("_Conn", conn), reason)  # this loop's requests carry its own connections
+
+    def _move_requested(self, conn: LiveConnection) -> None:
+        self._depart(cast("_Conn", conn))
 
     def _watch(self, listener: _Listener) -> None:
         fd = listener.sock.fileno()
@@ -1081,11 +1098,19 @@ def _must_wait(runtime: RouterRuntime, node_id: str, *, slot: bool) -> bool:
     return runtime.pool.gates.offer(node_id, slot=slot) is not Verdict.ADMIT
 
 
-def _give_slot_back(relayed: _Conn) -> None:
+class _HoldsSlot(Protocol):
+    """A relayed connection of either loop (`_Conn`, the native path's), as its gate sees it."""
+
+    gated: bool
+    acceptor: ServedAcceptor
+    node_id: str
+
+
+def _give_slot_back(relayed: _HoldsSlot) -> None:
     """A relayed connection that held a slot of its target's gate closes or leaves: free it (once)."""
     if relayed.gated:
         relayed.gated = False
-        relayed.acceptor.runtime.pool.gates.release(relayed.target.node_id)
+        relayed.acceptor.runtime.pool.gates.release(relayed.node_id)
 
 
 def _stdlib(sock: _Socket) -> socket.socket:

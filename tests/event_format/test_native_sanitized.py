@@ -61,16 +61,17 @@ def _runtime(gcc: str, library: str) -> str:
     return path
 
 
-def build_sanitized_package(build: Path, package: str) -> None:
-    """Copy the package `package` into the directory `build` and build its `_native.c` there with
-    ASan and UBSan (`SANITIZE`, warnings as errors as setup.py builds it): `build` then goes first
-    on a sanitized process's path."""
+def build_sanitized_package(build: Path, package: str, module: str = "_native") -> None:
+    """Copy the package `package` into the directory `build` and build its extension `module` (a
+    path in the package without `.c`: "_native", "datapath/_core") there with ASan and UBSan
+    (`SANITIZE`, warnings as errors as setup.py builds it): `build` then goes first on a sanitized
+    process's path."""
     gcc = _gcc()
     target = build / package
     shutil.copytree(
         ROOT / package, target, ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.c", "*.h")
     )
-    extension = target / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
+    extension = target / f"{module}{sysconfig.get_config_var('EXT_SUFFIX')}"
     result = subprocess.run(
         [
             gcc,
@@ -80,7 +81,7 @@ def build_sanitized_package(build: Path, package: str) -> None:
             "-shared",
             "-fPIC",
             f"-I{sysconfig.get_paths()['include']}",
-            str(ROOT / package / "_native.c"),
+            str(ROOT / package / f"{module}.c"),
             "-o",
             str(extension),
         ],

@@ -19,6 +19,7 @@ from pools import Connector, PoolConfig, PoolKind, TargetState
 from router.config.settings import AcceptorConfig, AcceptorMode, Config, RouterConfig
 from router.datapath import fast_path as fast_path_module
 from router.datapath.acceptor import ConnectionLimits
+from router.datapath.native_path import DATA_PATH_ENV
 from router.datapath.net import open_connection
 from router.server import ServerInfo, serve_router
 from tests.conftest import read_until_closed, recv_exactly
@@ -269,7 +270,9 @@ async def test_a_failed_redispatch_is_answered_in_the_clients_protocol(
 
 
 def _no_second_upstream_socket(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fast path's second socket towards a target fails with EMFILE (the process ran short)."""
+    """The Python fast path's second socket towards a target fails with EMFILE (the process ran
+    short); the C core's socket() is out of reach of a test's monkeypatch."""
+    monkeypatch.setenv(DATA_PATH_ENV, "python")
     real, made = fast_path_module._Socket, []
 
     def make(*args: Any) -> Any:  # targets' sockets are made with 2 arguments, accepted ones with 4
@@ -332,6 +335,7 @@ async def test_a_fast_path_redispatch_to_a_host_name_resolves_it_on_the_trio_sid
             return int(super().connect_ex(address))
 
     monkeypatch.setattr(fast_path_module, "_Socket", Recording)
+    monkeypatch.setenv(DATA_PATH_ENV, "python")  # the Python fast path's sockets are the ones recorded
     live = await nursery.start(_serve_named_echo, b"b1")
     info = await _redispatch_router(nursery, [_dead_port(), live], True, hosts={1: "localhost"})
     connect = connect_packet(client_id=b"c-1")

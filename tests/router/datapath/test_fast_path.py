@@ -1,4 +1,6 @@
-"""The fast path (router/datapath/fast_path.py) in process, over real loopback sockets.
+"""The fast path in process, over real loopback sockets, on both data paths: the C core
+(router/datapath/native_path.py, the default when built) and the Python fast path
+(router/datapath/fast_path.py, its fallback and reference): every test runs on each.
 
 serve_router runs as routerd does; which acceptors take the fast path is the plan's rule
 (`plan.fast_path_serves`, tests/router/core/test_plan.py), checked here with the `fastPath=false`
@@ -7,6 +9,7 @@ switch. Fake brokers are trio servers in the test's nursery.
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +21,7 @@ from policies import PolicyConfig
 from pools import Connector, PoolConfig, PoolKind
 from router.config.settings import AcceptorConfig, AcceptorMode, Config, RouterConfig
 from router.core import answers as fastpath_answers
+from router.datapath.native_path import DATA_PATH_ENV, DATA_PATHS, NativePath
 from router.server import ServerInfo, serve_router
 from tests.keys.test_mqtt import connect_packet
 
@@ -86,6 +90,8 @@ async def _start(nursery: trio.Nursery, config: Config, *, ready: bool = True) -
         )
     )
     runtime = info.runtimes["r"]
+    assert info.fast_path is not None
+    assert isinstance(info.fast_path, NativePath) == (os.environ[DATA_PATH_ENV] == "native")
     if ready:
         await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 1)
     nursery.start_soon(_stop_later, shutdown)
@@ -113,6 +119,14 @@ def _read_until_eof(sock: socket.socket) -> bytes:
 
 async def _in_thread(fn: Callable[[], bytes]) -> bytes:
     return await trio.to_thread.run_sync(fn)
+
+
+@pytest.fixture(autouse=True, params=DATA_PATHS)
+def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test on each data path (serve_router's default comes from the environment)."""
+    chosen: str = request.param
+    monkeypatch.setenv(DATA_PATH_ENV, chosen)
+    return chosen
 
 
 @pytest.fixture

@@ -1,0 +1,1176 @@
+/* The native data path's C core (router/datapath/native_path.py drives it).
+ *
+ * One epoll loop carries the sockets of the connections the fast path serves: listeners, accept4,
+ * the opening reads, non-blocking connects, the relay with backpressure and half-close, the phase
+ * deadlines and the close. It decides nothing: at each step that needs a decision it calls its
+ * handler (a Python object) with plain values and carries out the action the handler returns.
+ *
+ *   handler.accepted(listener_token, cid, fd, host, port)  -> action
+ *   handler.read(token, bytes | None)                      -> action   (None: the read failed)
+ *   handler.timed_out(token)                               -> action   (handshake deadline)
+ *   handler.connected(token)                               -> None
+ *   handler.upstream(token, bytes, first)                  -> None     (flags F_FIRST / F_FEED)
+ *   handler.connect_failed(token, errno | reason, no_socket) -> action
+ *   handler.closed(token, reason, bytes_in, bytes_out)     -> None
+ *   handler.accept_wait(listener_token, errno)             -> float    (seconds to stop accepting)
+ *   handler.resumed(listener_token)                        -> None
+ *   handler.wake()                                         -> None     (the wake descriptor is ready)
+ *
+ * Actions: None (go on reading the opening), (ACT_WAIT, token|None, reply, read_size),
+ * (ACT_CLOSE, answer), (ACT_PROXY, token, host, port, replay, flags), (ACT_HANDOVER,).
+ * A handler's own exceptions are its business (it logs them and returns a safe action); one
+ * that escapes is written as unraisable and costs its connection only.
+ *
+ * Sockets are registered once (edge-triggered, in, out and read-hangup) and closed without
+ * EPOLL_CTL_DEL; readiness is kept per side (rd, wr) and the relay pumps until the kernel says
+ * EAGAIN, a side's peer has unsent bytes (backpressure), or a fairness bound (then the connection
+ * waits on the run queue for the next turn of the loop). Deadlines live on FIFO lists, one per
+ * duration (every listener's handshake timeout, the connect timeout): each list is sorted by
+ * construction, so arming and expiring are O(1). Connections live in chunks that are never moved,
+ * found by a cid (slot index and generation) that stays unique while the slot is reused.
+ *
+ * Threads: every method runs with the GIL held; the loop holds it except while in epoll_wait.
+ * Only the loop's thread changes the table (its callbacks and `wake` included); other threads
+ * read counts and snapshots under the GIL.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK_BITS 10
+#define CHUNK (1u << CHUNK_BITS)
+#define MAX_CHUNKS (1u << 20)
+#define ACCEPT_BATCH 64
+#define EVENTS 256
+#define PUMP_ROUNDS 16
+#define TICK_MS 250
+#define NIL (-1)
+
+enum { ACT_WAIT = 0, ACT_CLOSE = 1, ACT_PROXY = 2, ACT_HANDOVER = 3 };
+enum { F_FIRST = 1, F_FEED = 2 };
+enum { S_FREE = 0, S_OPENING, S_DECIDING, S_CONNECTING, S_RELAY };
+enum { K_SIDE0 = 0, K_SIDE1 = 1, K_LISTENER = 2, K_WAKE = 3 };
+enum { R_CLOSED = 0, R_RESET = 1 };
+enum {
+    CB_ACCEPTED, CB_READ, CB_TIMED_OUT, CB_CONNECTED, CB_UPSTREAM, CB_CONNECT_FAILED, CB_CLOSED,
+    CB_ACCEPT_WAIT, CB_RESUMED, CB_WAKE, CB_COUNT
+};
+static const char *const CALLBACKS[CB_COUNT] = {
+    "accepted", "read", "timed_out", "connected", "upstream", "connect_failed", "closed",
+    "accept_wait", "resumed", "wake",
+};
+
+typedef struct {
+    uint32_t gen;
+    uint8_t state, flags, registered, queued;
+    uint8_t rd[2], wr[2], eof[2], hup[2]; /* hup: the peer's EOF or an error was signalled */
+    int fd[2];
+    int32_t listener;
+    int32_t tnext, tprev, tlist; /* deadline list: -1 none, 0 connect, 1 + i listener i */
+    int32_t rnext;               /* run queue */
+    uint32_t read_size;
+    double deadline;
+    char *pend[2];               /* bytes read from side i that side 1 - i has not taken yet */
+    uint32_t plen[2], poff[2];
+    uint64_t count[2];
+    PyObject *token;
+} Conn;
+
+typedef struct {
+    int32_t head, tail;
+    double duration;
+} TimerList;
+
+typedef struct {
+    int fd;
+    uint8_t active, paused, sniffs, rated;
+    double resume_at;
+    TimerList handshake;
+    PyObject *token;
+} Listener;
+
+typedef struct {
+    PyObject_HEAD
+    int ep;
+    int wake_fd;
+    int stopping;
+    int running;
+    Conn **chunks;
+    uint32_t nchunks;
+    int32_t free_head;
+    uint32_t live, proxied;
+    Listener *ls;
+    int32_t nls, cap_ls;
+    TimerList connect;
+    int32_t runq_head, runq_tail;
+    char *buf;
+    size_t bufsize;
+    PyObject *cb[CB_COUNT];
+    PyObject *reasons[2];
+} Core;
+
+/* -- time -- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* -- the table -- */
+
+static inline Conn *slot(Core *c, int32_t i) { return &c->chunks[i >> CHUNK_BITS][i & (CHUNK - 1)]; }
+
+static inline int64_t cid_of(Core *c, int32_t i) { return ((int64_t)slot(c, i)->gen << 32) | (uint32_t)i; }
+
+static int32_t find(Core *c, int64_t cid) {
+    if (cid < 0) return NIL;
+    uint32_t i = (uint32_t)(cid & 0xffffffff), gen = (uint32_t)(cid >> 32);
+    if ((i >> CHUNK_BITS) >= c->nchunks) return NIL;
+    Conn *k = slot(c, (int32_t)i);
+    return (k->state != S_FREE && k->gen == gen) ? (int32_t)i : NIL;
+}
+
+static int32_t alloc_slot(Core *c) {
+    if (c->free_head == NIL) {
+        if (c->nchunks == MAX_CHUNKS) return NIL;
+        Conn **chunks = PyMem_Realloc(c->chunks, sizeof(Conn *) * (c->nchunks + 1));
+        if (chunks == NULL) return NIL;
+        c->chunks = chunks;
+        Conn *chunk = PyMem_Calloc(CHUNK, sizeof(Conn));
+        if (chunk == NULL) return NIL;
+        c->chunks[c->nchunks] = chunk;
+        int32_t base = (int32_t)(c->nchunks << CHUNK_BITS);
+        for (int32_t j = CHUNK - 1; j >= 0; j--) {
+            chunk[j].tnext = c->free_head; /* the free list reuses tnext */
+            c->free_head = base + j;
+        }
+        c->nchunks++;
+    }
+    int32_t i = c->free_head;
+    Conn *k = slot(c, i);
+    c->free_head = k->tnext;
+    uint32_t gen = k->gen + 1;
+    memset(k, 0, sizeof(*k));
+    k->gen = gen ? gen : 1;
+    k->fd[0] = k->fd[1] = -1;
+    k->tnext = k->tprev = k->tlist = k->rnext = NIL;
+    k->listener = NIL;
+    c->live++;
+    return i;
+}
+
+/* -- deadlines -- */
+
+static TimerList *timer_list(Core *c, int32_t which) {
+    return which == 0 ? &c->connect : &c->ls[which - 1].handshake;
+}
+
+static void timer_stop(Core *c, int32_t i) {
+    Conn *k = slot(c, i);
+    if (k->tlist == NIL) return;
+    TimerList *l = timer_list(c, k->tlist);
+    if (k->tprev != NIL) slot(c, k->tprev)->tnext = k->tnext; else l->head = k->tnext;
+    if (k->tnext != NIL) slot(c, k->tnext)->tprev = k->tprev; else l->tail = k->tprev;
+    k->tnext = k->tprev = k->tlist = NIL;
+}
+
+static void timer_start(Core *c, int32_t i, int32_t which) {
+    TimerList *l = timer_list(c, which);
+    if (l->duration <= 0) return;
+    timer_stop(c, i);
+    Conn *k = slot(c, i);
+    k->deadline = now_s() + l->duration;
+    k->tlist = which;
+    k->tprev = l->tail;
+    k->tnext = NIL;
+    if (l->tail != NIL) slot(c, l->tail)->tnext = i; else l->head = i;
+    l->tail = i;
+}
+
+/* -- releasing a slot -- */
+
+static void free_pending(Conn *k) {
+    for (int s = 0; s < 2; s++) {
+        PyMem_Free(k->pend[s]);
+        k->pend[s] = NULL;
+        k->plen[s] = k->poff[s] = 0;
+    }
+}
+
+static void release(Core *c, int32_t i) {
+    Conn *k = slot(c, i);
+    timer_stop(c, i);
+    free_pending(k);
+    if (k->state == S_CONNECTING || k->state == S_RELAY) c->proxied--;
+    k->state = S_FREE;
+    PyObject *token = k->token;
+    k->token = NULL;
+    k->tnext = c->free_head; /* a slot on the run queue is skipped there (its state is FREE) */
+    c->free_head = i;
+    c->live--;
+    Py_XDECREF(token);
+}
+
+static void close_fd(int *fd) {
+    if (*fd >= 0) {
+        close(*fd); /* never duplicated: closing takes it out of the epoll set */
+        *fd = -1;
+    }
+}
+
+static void drop(Core *c, int32_t i) {
+    Conn *k = slot(c, i);
+    close_fd(&k->fd[0]);
+    close_fd(&k->fd[1]);
+    release(c, i);
+}
+
+/* -- calling the handler -- */
+
+static PyObject *call(Core *c, int cb, PyObject *const *args, size_t n) {
+    if (c->cb[cb] == NULL) { /* disposed of */
+        PyErr_SetString(PyExc_RuntimeError, "the core is disposed of");
+        PyErr_WriteUnraisable(NULL);
+        return NULL;
+    }
+    PyObject *result = PyObject_Vectorcall(c->cb[cb], args, n, NULL);
+    if (result == NULL) PyErr_WriteUnraisable(c->cb[cb]);
+    return result;
+}
+
+static void call_none(Core *c, int cb, PyObject *const *args, size_t n) {
+    Py_XDECREF(call(c, cb, args, n));
+}
+
+static int set_pending(Conn *k, int side, const char *data, size_t n) {
+    char *copy = PyMem_Malloc(n ? n : 1);
+    if (copy == NULL) return -1;
+    memcpy(copy, data, n);
+    PyMem_Free(k->pend[side]);
+    k->pend[side] = copy;
+    k->plen[side] = (uint32_t)n;
+    k->poff[side] = 0;
+    return 0;
+}
+
+static int watch(Core *c, int32_t i, int side) {
+    Conn *k = slot(c, i);
+    struct epoll_event ev;
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.u64 = ((uint64_t)k->gen << 32) | ((uint64_t)(uint32_t)i << 2) | (uint64_t)side;
+    return epoll_ctl(c->ep, EPOLL_CTL_ADD, k->fd[side], &ev);
+}
+
+static void run_later(Core *c, int32_t i) {
+    Conn *k = slot(c, i);
+    if (k->queued) return;
+    k->queued = 1;
+    k->rnext = NIL;
+    if (c->runq_tail != NIL) slot(c, c->runq_tail)->rnext = i; else c->runq_head = i;
+    c->runq_tail = i;
+}
+
+static void apply(Core *c, int32_t i, PyObject *action);
+static void pump(Core *c, int32_t i);
+static void close_relay(Core *c, int32_t i, PyObject *reason);
+
+/* Send what the router says itself (a few bytes into an empty send buffer) and close the client. */
+static void answer_and_close(Core *c, int32_t i, PyObject *answer) {
+    Conn *k = slot(c, i);
+    char *data;
+    Py_ssize_t n;
+    if (answer != NULL && PyBytes_AsStringAndSize(answer, &data, &n) == 0 && n > 0)
+        (void)send(k->fd[0], data, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    PyErr_Clear();
+    drop(c, i);
+}
+
+static void start_connect(Core *c, int32_t i, PyObject *host, long port, PyObject *replay) {
+    Conn *k = slot(c, i);
+    const char *h = PyUnicode_AsUTF8(host);
+    struct sockaddr_storage ss;
+    socklen_t len;
+    memset(&ss, 0, sizeof(ss));
+    int family = (h != NULL && strchr(h, ':') != NULL) ? AF_INET6 : AF_INET;
+    if (family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        len = sizeof(*a);
+        if (inet_pton(AF_INET6, h, &a->sin6_addr) != 1) h = NULL;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        len = sizeof(*a);
+        if (h == NULL || inet_pton(AF_INET, h, &a->sin_addr) != 1) h = NULL;
+    }
+    PyErr_Clear();
+    char *data;
+    Py_ssize_t n;
+    if (h == NULL || PyBytes_AsStringAndSize(replay, &data, &n) != 0 || set_pending(k, 0, data, (size_t)n)) {
+        PyErr_Clear();
+        PyObject *args[] = {k->token, PyLong_FromLong(EINVAL), Py_True};
+        PyObject *action = call(c, CB_CONNECT_FAILED, args, 3);
+        Py_XDECREF(args[1]);
+        apply(c, i, action);
+        return;
+    }
+    k->state = S_CONNECTING;
+    c->proxied++;
+    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int err = errno;
+        k->state = S_DECIDING;
+        c->proxied--;
+        PyObject *args[] = {k->token, PyLong_FromLong(err), Py_True};
+        PyObject *action = call(c, CB_CONNECT_FAILED, args, 3);
+        Py_XDECREF(args[1]);
+        apply(c, i, action);
+        return;
+    }
+    k->fd[1] = fd;
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    int err = 0;
+    if (connect(fd, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS) err = errno;
+    if (!err && !k->registered) {
+        if (watch(c, i, 0) != 0) err = errno;
+        else k->registered = 1;
+    }
+    if (!err && watch(c, i, 1) != 0) err = errno;
+    if (err) {
+        close_fd(&k->fd[1]);
+        k->state = S_DECIDING;
+        c->proxied--;
+        free_pending(k);
+        PyObject *args[] = {k->token, PyLong_FromLong(err), Py_False};
+        PyObject *action = call(c, CB_CONNECT_FAILED, args, 3);
+        Py_XDECREF(args[1]);
+        apply(c, i, action);
+        return;
+    }
+    timer_start(c, i, 0); /* the EPOLLOUT of the connect's end stops it */
+}
+
+/* Carry out a handler's action for connection i (takes the action's reference). */
+static void apply(Core *c, int32_t i, PyObject *action) {
+    Conn *k = slot(c, i);
+    if (action == NULL) { /* the handler failed (written as unraisable): this connection only */
+        drop(c, i);
+        return;
+    }
+    if (action == Py_None) {
+        Py_DECREF(action);
+        if (k->state != S_OPENING) drop(c, i);
+        return;
+    }
+    long code = PyTuple_Check(action) && PyTuple_GET_SIZE(action) > 0
+                    ? PyLong_AsLong(PyTuple_GET_ITEM(action, 0)) : -1;
+    Py_ssize_t size = PyTuple_Check(action) ? PyTuple_GET_SIZE(action) : 0;
+    switch (code) {
+    case ACT_WAIT:
+        if (size == 4) {
+            PyObject *token = PyTuple_GET_ITEM(action, 1), *reply = PyTuple_GET_ITEM(action, 2);
+            if (token != Py_None) {
+                Py_INCREF(token);
+                Py_XSETREF(k->token, token);
+            }
+            long read_size = PyLong_AsLong(PyTuple_GET_ITEM(action, 3));
+            k->read_size = read_size > 0 ? (uint32_t)read_size : 1;
+            char *data;
+            Py_ssize_t n;
+            if (PyBytes_AsStringAndSize(reply, &data, &n) == 0 && n > 0)
+                (void)send(k->fd[0], data, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            PyErr_Clear();
+            Py_DECREF(action);
+            if (k->state != S_OPENING) {
+                k->state = S_OPENING;
+                if (!k->registered) {
+                    if (watch(c, i, 0) != 0) { /* out of memory: the handler drops it */
+                        PyObject *a[] = {k->token, Py_None};
+                        apply(c, i, call(c, CB_READ, a, 2));
+                        if (slot(c, i)->state == S_OPENING) drop(c, i);
+                        return;
+                    }
+                    k->registered = 1;
+                }
+                timer_start(c, i, 1 + k->listener);
+            }
+            return;
+        }
+        break;
+    case ACT_CLOSE:
+        if (size == 2) {
+            answer_and_close(c, i, PyTuple_GET_ITEM(action, 1));
+            Py_DECREF(action);
+            return;
+        }
+        break;
+    case ACT_PROXY:
+        if (size == 6) {
+            PyObject *token = PyTuple_GET_ITEM(action, 1);
+            Py_INCREF(token);
+            Py_XSETREF(k->token, token);
+            k->flags = (uint8_t)PyLong_AsLong(PyTuple_GET_ITEM(action, 5));
+            long port = PyLong_AsLong(PyTuple_GET_ITEM(action, 3));
+            timer_stop(c, i);
+            k->state = S_DECIDING;
+            start_connect(c, i, PyTuple_GET_ITEM(action, 2), port, PyTuple_GET_ITEM(action, 4));
+            Py_DECREF(action);
+            return;
+        }
+        break;
+    case ACT_HANDOVER: /* the handler owns the client's descriptor now */
+        if (k->registered) epoll_ctl(c->ep, EPOLL_CTL_DEL, k->fd[0], NULL);
+        k->fd[0] = -1;
+        close_fd(&k->fd[1]);
+        release(c, i);
+        Py_DECREF(action);
+        return;
+    }
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "not a data-path action: %R", action);
+    PyErr_WriteUnraisable(action);
+    Py_DECREF(action);
+    drop(c, i);
+}
+
+/* -- accept -- */
+
+static void pause_listener(Core *c, Listener *l, double seconds) {
+    if (!l->paused) epoll_ctl(c->ep, EPOLL_CTL_DEL, l->fd, NULL);
+    l->paused = 1;
+    l->resume_at = now_s() + seconds;
+}
+
+static int accept_waits(Core *c, Listener *l, int err) {
+    PyObject *args[] = {l->token, PyLong_FromLong(err)};
+    PyObject *r = call(c, CB_ACCEPT_WAIT, args, 2);
+    Py_XDECREF(args[1]);
+    double wait = r == NULL ? 1.0 : PyFloat_AsDouble(r);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    if (wait > 0) {
+        pause_listener(c, l, wait);
+        return 1;
+    }
+    return 0;
+}
+
+static PyObject *peer_host(const struct sockaddr_storage *ss, long *port) {
+    char text[INET6_ADDRSTRLEN];
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+        *port = ntohs(a->sin6_port);
+    } else {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+        *port = ntohs(a->sin_port);
+    }
+    return PyUnicode_FromString(text);
+}
+
+static void on_listener(Core *c, int32_t li) {
+    for (int n = 0; n < ACCEPT_BATCH; n++) {
+        Listener *l = &c->ls[li]; /* a callback may add listeners (a realloc) */
+        if (!l->active || l->paused) return;
+        if (l->rated && accept_waits(c, l, 0)) return;
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = accept4(l->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            if (errno == ECONNABORTED || errno == EINTR) continue;
+            (void)accept_waits(c, l, errno); /* out of descriptors or memory: the handler says how long */
+            return;
+        }
+        int32_t i = alloc_slot(c);
+        if (i == NIL) {
+            close(fd);
+            (void)accept_waits(c, l, ENOMEM);
+            return;
+        }
+        Conn *k = slot(c, i);
+        k->fd[0] = fd;
+        k->listener = li;
+        k->state = S_DECIDING;
+        long port;
+        PyObject *host = peer_host(&ss, &port);
+        PyObject *args[] = {l->token, PyLong_FromLongLong(cid_of(c, i)), PyLong_FromLong(fd), host,
+                            PyLong_FromLong(port)};
+        PyObject *action = (host && args[1] && args[2] && args[4]) ? call(c, CB_ACCEPTED, args, 5) : NULL;
+        for (int j = 1; j < 5; j++) Py_XDECREF(args[j]);
+        apply(c, i, action);
+    }
+}
+
+/* -- the opening -- */
+
+static void on_opening(Core *c, int32_t i) {
+    Conn *k = slot(c, i);
+    uint32_t gen = k->gen;
+    while (k->state == S_OPENING && k->gen == gen && k->rd[0]) {
+        size_t want = k->read_size < c->bufsize ? k->read_size : c->bufsize;
+        ssize_t n = recv(k->fd[0], c->buf, want, 0);
+        PyObject *data;
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                k->rd[0] = 0;
+                return;
+            }
+            if (errno == EINTR) continue;
+            data = Py_NewRef(Py_None);
+        } else {
+            /* A short read drained the socket (new bytes bring a new edge), unless its EOF was
+             * signalled already: that edge is gone, and the EOF waits behind the bytes read. */
+            if ((size_t)n < want && !k->hup[0]) k->rd[0] = 0;
+            data = PyBytes_FromStringAndSize(c->buf, n);
+        }
+        if (n == 0) k->rd[0] = 1; /* EOF stays readable: the handler is told once */
+        PyObject *args[] = {k->token, data};
+        PyObject *action = data ? call(c, CB_READ, args, 2) : NULL;
+        Py_XDECREF(data);
+        apply(c, i, action);
+        if (n <= 0) return;
+    }
+}
+
+/* -- connect -- */
+
+static void connect_failed(Core *c, int32_t i, PyObject *why) {
+    Conn *k = slot(c, i);
+    timer_stop(c, i);
+    close_fd(&k->fd[1]);
+    free_pending(k);
+    k->state = S_DECIDING;
+    c->proxied--;
+    PyObject *args[] = {k->token, why, Py_False};
+    apply(c, i, call(c, CB_CONNECT_FAILED, args, 3));
+}
+
+static void connect_errno(Core *c, int32_t i, int err) {
+    PyObject *code = PyLong_FromLong(err);
+    if (code == NULL) {
+        PyErr_WriteUnraisable(NULL);
+        drop(c, i);
+        return;
+    }
+    connect_failed(c, i, code);
+    Py_DECREF(code);
+}
+
+static void on_connected(Core *c, int32_t i) {
+    Conn *k = slot(c, i);
+    uint32_t gen = k->gen;
+    timer_stop(c, i);
+    k->state = S_RELAY;
+    k->count[0] = k->plen[0]; /* the replayed opening, all pending: the client is not read yet */
+    if (k->plen[0] == 0) {
+        PyMem_Free(k->pend[0]);
+        k->pend[0] = NULL;
+    }
+    PyObject *args[] = {k->token};
+    call_none(c, CB_CONNECTED, args, 1);
+    if (k->gen == gen && k->state == S_RELAY) pump(c, i);
+}
+
+/* -- relay -- */
+
+static int upstream(Core *c, int32_t i, const char *data, size_t n, int first) {
+    Conn *k = slot(c, i);
+    uint32_t gen = k->gen;
+    PyObject *bytes = PyBytes_FromStringAndSize(data, (Py_ssize_t)n);
+    if (bytes == NULL) {
+        PyErr_WriteUnraisable(NULL);
+        return 0;
+    }
+    PyObject *args[] = {k->token, bytes, first ? Py_True : Py_False};
+    call_none(c, CB_UPSTREAM, args, 3);
+    Py_DECREF(bytes);
+    return k->gen == gen && k->state == S_RELAY; /* the handler may have closed it */
+}
+
+/* Side `side` ended or broke: when that is the broker's side and it sent nothing yet, passive
+ * health hears of it (an empty first answer). */
+static int side_ended(Core *c, int32_t i, int side) {
+    Conn *k = slot(c, i);
+    if (side == 1 && k->count[1] == 0 && (k->flags & (F_FIRST | F_FEED))) return upstream(c, i, "", 0, 1);
+    return 1;
+}
+
+static void reset(Core *c, int32_t i, int side) {
+    if (side_ended(c, i, side)) close_relay(c, i, c->reasons[R_RESET]);
+}
+
+static void pump(Core *c, int32_t i) {
+    Conn *k = slot(c, i);
+    for (int round = 0; round < PUMP_ROUNDS; round++) {
+        int progress = 0;
+        for (int s = 0; s < 2; s++) {
+            int d = 1 - s;
+            if (k->plen[s]) {
+                if (!k->wr[d]) continue;
+                ssize_t w = send(k->fd[d], k->pend[s] + k->poff[s], k->plen[s], MSG_NOSIGNAL);
+                if (w < 0) {
+                    if (errno == EAGAIN || errno == EWOULDBLOCK) { k->wr[d] = 0; continue; }
+                    reset(c, i, d);
+                    return;
+                }
+                k->poff[s] += (uint32_t)w;
+                k->plen[s] -= (uint32_t)w;
+                progress = 1;
+                if (k->plen[s]) { k->wr[d] = 0; continue; }
+                PyMem_Free(k->pend[s]); /* (side s is not read while it has bytes pending: no EOF yet) */
+                k->pend[s] = NULL;
+                k->poff[s] = 0;
+            }
+            if (k->eof[s] || !k->rd[s]) continue;
+            ssize_t n = recv(k->fd[s], c->buf, c->bufsize, 0);
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK) { k->rd[s] = 0; continue; }
+                if (errno == EINTR) { progress = 1; continue; }
+                reset(c, i, s);
+                return;
+            }
+            progress = 1;
+            if (n == 0) {
+                if (!side_ended(c, i, s)) return;
+                k->eof[s] = 1;
+                if (k->eof[d]) { /* both ways done, nothing pending either way */
+                    close_relay(c, i, c->reasons[R_CLOSED]);
+                    return;
+                }
+                if (shutdown(k->fd[d], SHUT_WR) != 0) {
+                    close_relay(c, i, c->reasons[R_RESET]);
+                    return;
+                }
+                continue;
+            }
+            if (s == 1 && ((k->flags & F_FEED) || ((k->flags & F_FIRST) && k->count[1] == 0))) {
+                if (!upstream(c, i, c->buf, (size_t)n, k->count[1] == 0)) return;
+            }
+            k->count[s] += (uint64_t)n;
+            ssize_t w = send(k->fd[d], c->buf, (size_t)n, MSG_NOSIGNAL);
+            if (w < 0) {
+                if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                    reset(c, i, d);
+                    return;
+                }
+                w = 0;
+            }
+            if (w < n) { /* the other side is slow: keep the rest, stop reading this side */
+                k->wr[d] = 0;
+                if (set_pending(k, s, c->buf + w, (size_t)(n - w)) != 0) {
+                    close_relay(c, i, c->reasons[R_RESET]);
+                    return;
+                }
+            }
+        }
+        if (!progress) return;
+    }
+    run_later(c, i); /* a busy connection yields to the others */
+}
+
+static void close_relay(Core *c, int32_t i, PyObject *reason) {
+    Conn *k = slot(c, i);
+    if (k->state != S_RELAY) return;
+    PyObject *in = PyLong_FromUnsignedLongLong(k->count[0]), *out = PyLong_FromUnsignedLongLong(k->count[1]);
+    PyObject *args[] = {k->token, reason, in, out};
+    if (in && out) call_none(c, CB_CLOSED, args, 4); /* before the close: a client that sees it finds it reported */
+    else PyErr_WriteUnraisable(NULL);
+    Py_XDECREF(in);
+    Py_XDECREF(out);
+    drop(c, i);
+}
+
+static void on_side(Core *c, int32_t i, int side, uint32_t events) {
+    Conn *k = slot(c, i);
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) k->rd[side] = 1;
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) k->hup[side] = 1;
+    if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) k->wr[side] = 1;
+    switch (k->state) {
+    case S_OPENING:
+        if (side == 0) on_opening(c, i);
+        return;
+    case S_CONNECTING:
+        if (side == 1 && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
+            if (events & (EPOLLERR | EPOLLHUP)) {
+                int err = 0;
+                socklen_t len = sizeof(err);
+                if (getsockopt(k->fd[1], SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+                if (err) {
+                    connect_errno(c, i, err);
+                    return;
+                }
+            }
+            on_connected(c, i);
+        }
+        return;
+    case S_RELAY:
+        if (k->eof[side] && (events & (EPOLLHUP | EPOLLERR))) { /* gone while we still write to it */
+            close_relay(c, i, c->reasons[R_RESET]);
+            return;
+        }
+        pump(c, i);
+        return;
+    }
+}
+
+/* -- deadlines and the run queue -- */
+
+static void expire(Core *c) {
+    double now = now_s();
+    while (c->connect.head != NIL && slot(c, c->connect.head)->deadline <= now)
+        connect_errno(c, c->connect.head, ETIMEDOUT);
+    for (int32_t li = 0; li < c->nls; li++) {
+        while (c->ls[li].handshake.head != NIL && slot(c, c->ls[li].handshake.head)->deadline <= now) {
+            int32_t i = c->ls[li].handshake.head;
+            timer_stop(c, i);
+            PyObject *args[] = {slot(c, i)->token};
+            apply(c, i, call(c, CB_TIMED_OUT, args, 1));
+            if (slot(c, i)->state == S_OPENING && slot(c, i)->tlist == NIL) drop(c, i);
+        }
+        Listener *l = &c->ls[li];
+        if (l->active && l->paused && l->resume_at <= now) {
+            struct epoll_event ev = {.events = EPOLLIN, .data.u64 = ((uint64_t)li << 2) | K_LISTENER};
+            if (epoll_ctl(c->ep, EPOLL_CTL_ADD, l->fd, &ev) == 0) {
+                l->paused = 0;
+                PyObject *args[] = {l->token};
+                call_none(c, CB_RESUMED, args, 1);
+            }
+        }
+    }
+}
+
+static int next_timeout_ms(Core *c) {
+    if (c->runq_head != NIL) return 0;
+    double soonest = now_s() + TICK_MS / 1000.0;
+    if (c->connect.head != NIL && slot(c, c->connect.head)->deadline < soonest)
+        soonest = slot(c, c->connect.head)->deadline;
+    for (int32_t li = 0; li < c->nls; li++) {
+        Listener *l = &c->ls[li];
+        if (l->handshake.head != NIL && slot(c, l->handshake.head)->deadline < soonest)
+            soonest = slot(c, l->handshake.head)->deadline;
+        if (l->active && l->paused && l->resume_at < soonest) soonest = l->resume_at;
+    }
+    double ms = (soonest - now_s()) * 1000.0;
+    return ms <= 0 ? 0 : (int)ms + 1;
+}
+
+static void run_queue(Core *c) {
+    int32_t i = c->runq_head;
+    c->runq_head = c->runq_tail = NIL; /* pumping may queue again, for the next turn */
+    while (i != NIL) {
+        Conn *k = slot(c, i);
+        int32_t next = k->rnext;
+        k->queued = 0;
+        if (k->state == S_RELAY) pump(c, i);
+        i = next;
+    }
+}
+
+/* -- the Python type -- */
+
+static int Core_init(Core *c, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"handler", "connect_timeout_s", "closed", "reset", "buffer_size", NULL};
+    PyObject *handler, *closed, *reset_reason;
+    double connect_timeout;
+    Py_ssize_t bufsize = 256 * 1024;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OdOO|n", names, &handler, &connect_timeout, &closed,
+                                     &reset_reason, &bufsize))
+        return -1;
+    if (c->ep >= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "a Core is initialised once");
+        return -1;
+    }
+    if (bufsize < 1024) {
+        PyErr_Format(PyExc_ValueError, "buffer_size must be at least 1024, not %zd", bufsize);
+        return -1;
+    }
+    for (int j = 0; j < CB_COUNT; j++) {
+        c->cb[j] = PyObject_GetAttrString(handler, CALLBACKS[j]);
+        if (c->cb[j] == NULL) return -1;
+    }
+    c->reasons[R_CLOSED] = Py_NewRef(closed);
+    c->reasons[R_RESET] = Py_NewRef(reset_reason);
+    c->buf = PyMem_Malloc((size_t)bufsize);
+    if (c->buf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->bufsize = (size_t)bufsize;
+    c->connect.duration = connect_timeout;
+    c->ep = epoll_create1(EPOLL_CLOEXEC);
+    if (c->ep < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Core *c = (Core *)type->tp_alloc(type, 0);
+    if (c == NULL) return NULL;
+    c->ep = c->wake_fd = -1;
+    c->free_head = c->runq_head = c->runq_tail = NIL;
+    c->connect.head = c->connect.tail = NIL;
+    return (PyObject *)c;
+}
+
+static int Core_traverse(Core *c, visitproc visit, void *arg) {
+    for (int j = 0; j < CB_COUNT; j++) Py_VISIT(c->cb[j]);
+    for (int32_t li = 0; li < c->nls; li++) Py_VISIT(c->ls[li].token);
+    for (uint32_t ch = 0; ch < c->nchunks; ch++)
+        for (uint32_t j = 0; j < CHUNK; j++) Py_VISIT(c->chunks[ch][j].token);
+    return 0;
+}
+
+static int Core_clear(Core *c) {
+    for (int j = 0; j < CB_COUNT; j++) Py_CLEAR(c->cb[j]);
+    for (int j = 0; j < 2; j++) Py_CLEAR(c->reasons[j]);
+    for (int32_t li = 0; li < c->nls; li++) Py_CLEAR(c->ls[li].token);
+    for (uint32_t ch = 0; ch < c->nchunks; ch++)
+        for (uint32_t j = 0; j < CHUNK; j++) Py_CLEAR(c->chunks[ch][j].token);
+    return 0;
+}
+
+static void Core_dealloc(Core *c) {
+    PyObject_GC_UnTrack(c);
+    Core_clear(c);
+    for (uint32_t ch = 0; ch < c->nchunks; ch++) {
+        for (uint32_t j = 0; j < CHUNK; j++) {
+            Conn *k = &c->chunks[ch][j];
+            if (k->state != S_FREE) {
+                close_fd(&k->fd[0]);
+                close_fd(&k->fd[1]);
+            }
+            free_pending(k);
+        }
+        PyMem_Free(c->chunks[ch]);
+    }
+    PyMem_Free(c->chunks);
+    PyMem_Free(c->ls);
+    PyMem_Free(c->buf);
+    if (c->ep >= 0) close(c->ep);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyObject *Core_watch_listener(Core *c, PyObject *args) {
+    int fd, sniffs, rated;
+    double handshake;
+    PyObject *token;
+    if (!PyArg_ParseTuple(args, "iOppd", &fd, &token, &sniffs, &rated, &handshake)) return NULL;
+    int32_t li = NIL;
+    for (int32_t j = 0; j < c->nls; j++)
+        if (!c->ls[j].active && c->ls[j].handshake.head == NIL) { li = j; break; }
+    if (li == NIL) {
+        if (c->nls == c->cap_ls) {
+            int32_t cap = c->cap_ls ? c->cap_ls * 2 : 8;
+            Listener *ls = PyMem_Realloc(c->ls, sizeof(Listener) * (size_t)cap);
+            if (ls == NULL) return PyErr_NoMemory();
+            c->ls = ls;
+            c->cap_ls = cap;
+        }
+        li = c->nls++;
+    }
+    Listener *l = &c->ls[li];
+    memset(l, 0, sizeof(*l));
+    l->fd = fd;
+    l->sniffs = (uint8_t)sniffs;
+    l->rated = (uint8_t)rated;
+    l->handshake.head = l->handshake.tail = NIL;
+    l->handshake.duration = handshake;
+    l->token = Py_NewRef(token);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = ((uint64_t)li << 2) | K_LISTENER};
+    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        Py_CLEAR(l->token);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    l->active = 1;
+    return PyLong_FromLong(li);
+}
+
+static int unwatch(Core *c, long li) {
+    if (li < 0 || li >= c->nls || !c->ls[li].active) return 0;
+    Listener *l = &c->ls[li];
+    if (!l->paused) epoll_ctl(c->ep, EPOLL_CTL_DEL, l->fd, NULL);
+    l->active = 0;
+    l->paused = 0;
+    Py_CLEAR(l->token);
+    return 1;
+}
+
+static PyObject *Core_unwatch_listener(Core *c, PyObject *arg) {
+    long li = PyLong_AsLong(arg);
+    if (li == -1 && PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(unwatch(c, li));
+}
+
+static PyObject *Core_watch_wake(Core *c, PyObject *arg) {
+    int fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred()) return NULL;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = K_WAKE};
+    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev) != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    c->wake_fd = fd;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_pause_listener(Core *c, PyObject *args) {
+    long li;
+    double seconds;
+    if (!PyArg_ParseTuple(args, "ld", &li, &seconds)) return NULL;
+    if (li >= 0 && li < c->nls && c->ls[li].active) pause_listener(c, &c->ls[li], seconds);
+    Py_RETURN_NONE;
+}
+
+static int32_t find_arg(Core *c, PyObject *arg) {
+    long long cid = PyLong_AsLongLong(arg);
+    if (cid == -1 && PyErr_Occurred()) return -2;
+    return find(c, cid);
+}
+
+/* End connection cid as the router asks: an opening is dropped (the handler hears a failed read), a
+ * connect in progress fails with `reason`, a relay is closed with it. False: it had ended. */
+static PyObject *Core_close(Core *c, PyObject *args) {
+    PyObject *cid, *reason;
+    if (!PyArg_ParseTuple(args, "OO", &cid, &reason)) return NULL;
+    int32_t i = find_arg(c, cid);
+    if (i == -2) return NULL;
+    if (i == NIL) Py_RETURN_FALSE;
+    Conn *k = slot(c, i);
+    switch (k->state) {
+    case S_OPENING: {
+        timer_stop(c, i);
+        PyObject *a[] = {k->token, Py_None};
+        apply(c, i, call(c, CB_READ, a, 2));
+        if (k->state == S_OPENING) drop(c, i); /* (k is the slot: freed, its state is FREE) */
+        break;
+    }
+    case S_CONNECTING:
+        connect_failed(c, i, reason);
+        break;
+    case S_RELAY:
+        close_relay(c, i, reason);
+        break;
+    default:
+        Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+/* Hand a relayed connection's descriptors to the caller: (client fd, target fd, the target's bytes
+ * not yet written to the client), or None when it is not relaying. */
+static PyObject *Core_detach(Core *c, PyObject *arg) {
+    int32_t i = find_arg(c, arg);
+    if (i == -2) return NULL;
+    if (i == NIL || slot(c, i)->state != S_RELAY) Py_RETURN_NONE;
+    Conn *k = slot(c, i);
+    PyObject *pending = PyBytes_FromStringAndSize(k->pend[1] ? k->pend[1] + k->poff[1] : "", k->plen[1]);
+    if (pending == NULL) return NULL;
+    PyObject *result = Py_BuildValue("iiN", k->fd[0], k->fd[1], pending);
+    if (result == NULL) return NULL;
+    epoll_ctl(c->ep, EPOLL_CTL_DEL, k->fd[0], NULL);
+    epoll_ctl(c->ep, EPOLL_CTL_DEL, k->fd[1], NULL);
+    k->fd[0] = k->fd[1] = -1;
+    release(c, i);
+    return result;
+}
+
+static PyObject *Core_counts(Core *c, PyObject *arg) {
+    int32_t i = find_arg(c, arg);
+    if (i == -2) return NULL;
+    if (i == NIL) return Py_BuildValue("(ii)", 0, 0);
+    Conn *k = slot(c, i);
+    return Py_BuildValue("(KK)", (unsigned long long)k->count[0], (unsigned long long)k->count[1]);
+}
+
+static PyObject *Core_stop_accepting(Core *c, PyObject *unused) {
+    for (int32_t li = 0; li < c->nls; li++) unwatch(c, li);
+    c->stopping = 1;
+    Py_RETURN_NONE;
+}
+
+/* Close every connection (the end of a graceful shutdown): relays and connects with `reason`. */
+static PyObject *Core_close_all(Core *c, PyObject *reason) {
+    for (uint32_t ch = 0; ch < c->nchunks; ch++) {
+        for (uint32_t j = 0; j < CHUNK; j++) {
+            int32_t i = (int32_t)((ch << CHUNK_BITS) | j);
+            Conn *k = slot(c, i);
+            if (k->state == S_FREE) continue;
+            PyObject *cid = PyLong_FromLongLong(cid_of(c, i));
+            PyObject *args = cid ? PyTuple_Pack(2, cid, reason) : NULL;
+            Py_XDECREF(cid);
+            uint32_t gen = k->gen;
+            /* A connect that fails with `reason` is not sent elsewhere; a second close ends
+             * whatever the handler did instead. */
+            for (int tries = 0; tries < 2 && args && k->state != S_FREE && k->gen == gen; tries++) {
+                PyObject *r = Core_close(c, args);
+                if (r == NULL) {
+                    Py_DECREF(args);
+                    return NULL;
+                }
+                Py_DECREF(r);
+            }
+            Py_XDECREF(args);
+            if (args == NULL) return NULL;
+            if (k->state != S_FREE && k->gen == gen) drop(c, i);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_openings(Core *c, PyObject *unused) {
+    PyObject *list = PyList_New(0);
+    if (list == NULL) return NULL;
+    for (uint32_t ch = 0; ch < c->nchunks; ch++)
+        for (uint32_t j = 0; j < CHUNK; j++) {
+            Conn *k = &c->chunks[ch][j];
+            if (k->state == S_OPENING && k->token && PyList_Append(list, k->token) != 0) {
+                Py_DECREF(list);
+                return NULL;
+            }
+        }
+    return list;
+}
+
+static PyObject *Core_run(Core *c, PyObject *unused) {
+    if (c->running || c->ep < 0) {
+        PyErr_SetString(PyExc_RuntimeError, c->running ? "the core runs already" : "the core is disposed of");
+        return NULL;
+    }
+    c->running = 1;
+    struct epoll_event events[EVENTS];
+    while (!(c->stopping && c->live == 0)) {
+        int timeout = next_timeout_ms(c);
+        int n;
+        Py_BEGIN_ALLOW_THREADS
+        n = epoll_wait(c->ep, events, EVENTS, timeout);
+        Py_END_ALLOW_THREADS
+        if (n < 0 && errno != EINTR) {
+            c->running = 0;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        for (int e = 0; e < n; e++) {
+            uint64_t data = events[e].data.u64;
+            int kind = (int)(data & 3);
+            uint32_t index = (uint32_t)((data & 0xffffffff) >> 2);
+            if (kind == K_WAKE) {
+                call_none(c, CB_WAKE, NULL, 0);
+            } else if (kind == K_LISTENER) {
+                if ((int32_t)index < c->nls) on_listener(c, (int32_t)index);
+            } else {
+                int32_t i = (int32_t)index;
+                if ((index >> CHUNK_BITS) >= c->nchunks) continue;
+                Conn *k = slot(c, i);
+                if (k->state == S_FREE || k->gen != (uint32_t)(data >> 32)) continue; /* ended meanwhile */
+                on_side(c, i, kind, events[e].events);
+            }
+        }
+        if (c->runq_head != NIL) run_queue(c);
+        expire(c);
+    }
+    c->running = 0;
+    Py_RETURN_NONE;
+}
+
+/* Close the epoll set and drop the handler (which refers to the core: a cycle); every connection
+ * left is closed without a word. The loop must not be running. */
+static PyObject *Core_dispose(Core *c, PyObject *unused) {
+    if (c->running) {
+        PyErr_SetString(PyExc_RuntimeError, "the core is running");
+        return NULL;
+    }
+    for (uint32_t ch = 0; ch < c->nchunks; ch++)
+        for (uint32_t j = 0; j < CHUNK; j++)
+            if (c->chunks[ch][j].state != S_FREE) drop(c, (int32_t)((ch << CHUNK_BITS) | j));
+    for (int32_t li = 0; li < c->nls; li++) unwatch(c, li);
+    Core_clear(c);
+    if (c->ep >= 0) {
+        close(c->ep);
+        c->ep = -2; /* not -1: initialised once */
+    }
+    c->stopping = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_get_live(Core *c, void *unused) { return PyLong_FromUnsignedLong(c->live); }
+static PyObject *Core_get_proxied(Core *c, void *unused) { return PyLong_FromUnsignedLong(c->proxied); }
+
+static PyMethodDef Core_methods[] = {
+    {"watch_listener", (PyCFunction)Core_watch_listener, METH_VARARGS,
+     "watch_listener(fd, token, sniffs, rated, handshake_s) -> listener id: accept from it."},
+    {"unwatch_listener", (PyCFunction)Core_unwatch_listener, METH_O,
+     "unwatch_listener(id) -> bool: stop accepting from it (the caller closes it afterwards)."},
+    {"pause_listener", (PyCFunction)Core_pause_listener, METH_VARARGS,
+     "pause_listener(id, seconds): stop accepting from it for a while."},
+    {"watch_wake", (PyCFunction)Core_watch_wake, METH_O,
+     "watch_wake(fd): call handler.wake() whenever fd is readable."},
+    {"close", (PyCFunction)Core_close, METH_VARARGS, "close(cid, reason) -> bool: end a connection."},
+    {"detach", (PyCFunction)Core_detach, METH_O,
+     "detach(cid) -> (client fd, target fd, pending) | None: hand a relayed connection over."},
+    {"counts", (PyCFunction)Core_counts, METH_O, "counts(cid) -> (bytes in, bytes out)."},
+    {"stop_accepting", (PyCFunction)Core_stop_accepting, METH_NOARGS,
+     "Stop watching every listener; run() returns once no connection is left."},
+    {"close_all", (PyCFunction)Core_close_all, METH_O, "close_all(reason): end every connection."},
+    {"openings", (PyCFunction)Core_openings, METH_NOARGS, "The tokens of connections reading their opening."},
+    {"run", (PyCFunction)Core_run, METH_NOARGS, "Run the loop (in its own thread)."},
+    {"dispose", (PyCFunction)Core_dispose, METH_NOARGS,
+     "Close the epoll set and drop the handler (after the loop ended)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Core_getset[] = {
+    {"live", (getter)Core_get_live, NULL, "Connections in the table (any phase).", NULL},
+    {"proxied", (getter)Core_get_proxied, NULL, "Connections connecting or relayed.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "router.datapath._core.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The native data path's epoll loop (router/datapath/native_path.py drives it).",
+    .tp_new = Core_new,
+    .tp_init = (initproc)Core_init,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_traverse = (traverseproc)Core_traverse,
+    .tp_clear = (inquiry)Core_clear,
+    .tp_methods = Core_methods,
+    .tp_getset = Core_getset,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "router.datapath._core",
+    "The native data path's C core (router/datapath/native_path.py).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__core(void) {
+    if (PyType_Ready(&CoreType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0 ||
+        PyModule_AddIntConstant(m, "ACT_WAIT", ACT_WAIT) < 0 ||
+        PyModule_AddIntConstant(m, "ACT_CLOSE", ACT_CLOSE) < 0 ||
+        PyModule_AddIntConstant(m, "ACT_PROXY", ACT_PROXY) < 0 ||
+        PyModule_AddIntConstant(m, "ACT_HANDOVER", ACT_HANDOVER) < 0 ||
+        PyModule_AddIntConstant(m, "F_FIRST", F_FIRST) < 0 ||
+        PyModule_AddIntConstant(m, "F_FEED", F_FEED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,582 @@
+"""The native data path: the fast path's phases with its sockets carried by a C core.
+
+`router.datapath._core` (an optional C extension, router/datapath/_core.c) owns what the fast path
+(router/datapath/fast_path.py) does with sockets in Python: listeners, `accept4`, the opening
+reads, non-blocking connects, the edge-triggered relay with backpressure and half-close, the
+handshake and connect deadlines, the close. It decides nothing: at each step that needs a
+decision it calls this module's `NativePath` with plain values (a listener, a descriptor, the
+bytes read) and carries out the action returned, a plain tuple:
+
+    accepted / read / timed_out  -> keep reading (ACT_WAIT), answer and close (ACT_CLOSE),
+    connect_failed                  connect to a target (ACT_PROXY), or hand over (ACT_HANDOVER)
+
+Everything between, the decision, the plan, the reports, the registry of live connections, the
+gates, passive health and the frame cursors of moves, is the fast path's own code and objects:
+the same rules, now called once per step by the core. `NativePath` extends `FastPath` for its
+requests (closes and moves from the trio side, listeners added and removed by reloads, shutdown),
+served in the core's thread when the wake pipe is readable. The Python fast path stays as the
+fallback when the extension is not built, and as the reference both are tested against.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, assert_never, cast
+
+from keys import SniffError
+from router.core.address import Address, endpoint
+from router.core.engine import QuorumWait, SharedCacheWait
+from router.core.events import CloseReason, ConnectFailure, OpeningFailure
+from router.core.live import LiveConnection, broker_failure
+from router.core.opening import SniffBuffer, opening_failed
+from router.core.plan import (
+    HandOver,
+    Opening,
+    Proxy,
+    Redirect,
+    Refuse,
+    decided,
+    for_fast_path,
+    plan,
+    routing_facts,
+)
+from router.datapath.fast_path import (
+    BUFFER_SIZE,
+    Departing,
+    FastPath,
+    HandedOver,
+    _CloseConnection,
+    _give_slot_back,
+    _Listener,
+    _MoveConnection,
+    _must_wait,
+)
+from router.datapath.net import ACCEPT_BACKOFF_S, connect_failed
+
+try:
+    from router.datapath import _core  # type: ignore[attr-defined]  # the C extension has no stubs
+except ImportError:  # built without a C compiler: the Python fast path serves
+    _core = None
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from router.core.events import ConnectionRef
+    from router.datapath.acceptor import ServedAcceptor
+    from router.datapath.fast_path import Handoff
+
+__all__ = ["NATIVE", "NativePath"]
+
+log = logging.getLogger("router.conn")
+
+NATIVE: Final = _core is not None
+"""Whether the C core is built (without it the Python fast path serves the same acceptors)."""
+
+Action: TypeAlias = "tuple[Any, ...] | None"
+"""What the core carries out next for one connection (router/datapath/_core.c's actions)."""
+
+
+class Core(Protocol):
+    """`_core.Core` as this module uses it (router/datapath/_core.c documents each method)."""
+
+    @property
+    def proxied(self) -> int: ...
+    def watch_listener(
+        self, fd: int, token: _Listener, sniffs: bool, rated: bool, handshake_s: float
+    ) -> int: ...
+    def unwatch_listener(self, lid: int) -> bool: ...
+    def watch_wake(self, fd: int) -> None: ...
+    def close(self, cid: int, reason: CloseReason) -> bool: ...
+    def detach(self, cid: int) -> tuple[int, int, bytes] | None: ...
+    def counts(self, cid: int) -> tuple[int, int]: ...
+    def stop_accepting(self) -> None: ...
+    def close_all(self, reason: CloseReason) -> None: ...
+    def openings(self) -> list[_Reading]: ...
+    def run(self) -> None: ...
+    def dispose(self) -> None: ...
+
+
+if _core is not None:
+    _WAIT: Final = _core.ACT_WAIT
+    _CLOSE: Final = _core.ACT_CLOSE
+    _PROXY: Final = _core.ACT_PROXY
+    _HANDED: Final = (_core.ACT_HANDOVER,)
+    _SILENT: Final = (_core.ACT_CLOSE, b"")
+    _F_FIRST: Final = _core.F_FIRST
+    _F_FEED: Final = _core.F_FEED
+
+
+class _Reading:
+    """A client whose opening the core is reading (sniffed); the token of its connection."""
+
+    __slots__ = ("buffer", "cid", "conn", "fd", "listener")
+
+    def __init__(
+        self, listener: _Listener, cid: int, fd: int, conn: ConnectionRef, buffer: SniffBuffer
+    ) -> None:
+        self.listener = listener
+        self.cid = cid
+        self.fd = fd
+        self.conn = conn
+        self.buffer = buffer
+
+
+class _Relayed(LiveConnection):
+    """One connection the core connects and relays: its token, and its entry in the registry of
+    live connections (`end` and `depart` ask the core's thread to close or move it). Its byte
+    counts are the core's while it relays, its own once it left the core."""
+
+    __slots__ = (
+        "__weakref__",
+        "_core",
+        "_counts",
+        "acceptor",
+        "action",
+        "cid",
+        "connected",
+        "connected_at",
+        "connector",
+        "fd",
+        "gated",
+        "handoff",
+        "opening",
+        "request",
+        "retry",
+        "target",
+    )
+
+    def __init__(
+        self,
+        *,
+        core: Core,
+        cid: int,
+        fd: int,
+        acceptor: ServedAcceptor,
+        conn: ConnectionRef,
+        opening: Opening,
+        action: Proxy,
+        retry: bool,
+        handoff: Handoff,
+        request: Callable[[Any], None],
+        started: float,
+    ) -> None:
+        self._core = core
+        self._counts: list[int] | None = None
+        target, connector = action.target, action.connector
+        super().__init__(
+            conn=conn,
+            node_id=target.node_id,
+            address=endpoint(connector.host, connector.port),
+            now=started,
+            sniffed=opening.sniffed,
+            opening=opening.raw,
+            key=action.key,
+            mode=acceptor.config.mode,
+        )
+        self.cid = cid
+        self.fd = fd
+        """The client's descriptor (a redispatch that needs waiting hands it to the trio side)."""
+        self.acceptor = acceptor
+        self.opening: Opening | None = opening
+        self.action: Proxy | None = action
+        """What was planned: a failed connect plans again from it (both dropped once connected)."""
+        self.retry = retry
+        self.handoff = handoff
+        self.target = target
+        self.connector = connector
+        self.request = request
+        self.gated = False
+        self.connected = False
+        self.connected_at = started
+
+    @property  # LiveConnection's slot, read through the core
+    def counts(self) -> list[int]:
+        if self._counts is not None:
+            return self._counts
+        return list(self._core.counts(self.cid))
+
+    @counts.setter
+    def counts(self, value: list[int]) -> None:  # LiveConnection.__init__'s [0, 0]: the core counts
+        pass
+
+    def left_core(self, counts: list[int]) -> None:
+        """The core no longer carries it (moved to the trio side): its counts are its own now."""
+        self._counts = counts
+
+    def end(self, reason: CloseReason) -> None:
+        """Have the core's thread close this connection (called from any thread)."""
+        self.request(_CloseConnection(self, reason))
+
+    def depart(self, reason: CloseReason) -> None:
+        """Have the core's thread hand this connection to the trio side's `leave` (any thread)."""
+        self.request(_MoveConnection(self))
+
+
+def _stdlib(fd: int) -> socket.socket:
+    """A descriptor the core hands over, as the `socket.socket` the trio side takes."""
+    return socket.socket(fileno=fd)
+
+
+class NativePath(FastPath):
+    """The C core's loop in one thread, with the fast path's decisions and bookkeeping.
+
+    Its methods named after the core's callbacks (`accepted`, `read`, ...) run in that thread.
+    """
+
+    def _open_loop(self) -> None:
+        assert _core is not None, "NativePath needs router.datapath._core (NATIVE)"
+        self._core: Core = _core.Core(
+            self, self._connect_timeout_s, CloseReason.CLOSED, CloseReason.RESET, BUFFER_SIZE
+        )
+        self._core.watch_wake(self._wake_r)
+
+    def _close_loop(self) -> None:
+        self._core.dispose()
+
+    # -- FastPath's requests, on the core --
+
+    def _loop(self) -> None:
+        self._core.run()
+
+    def _watch(self, listener: _Listener) -> None:
+        rated = listener.acceptor.accept_rate is not None
+        listener.lid = self._core.watch_listener(
+            listener.sock.fileno(), listener, listener.sniffs, rated, listener.handshake_timeout_s
+        )
+        self._listeners[listener.lid] = listener
+
+    def _close_listeners(self, acceptor: str | None = None) -> None:
+        for lid, listener in list(self._listeners.items()):
+            if acceptor is not None and listener.acceptor.name != acceptor:
+                continue
+            self._core.unwatch_listener(lid)
+            listener.sock.close()
+            del self._listeners[lid]
+        if acceptor is None:
+            self._core.stop_accepting()
+
+    def _close_everything(self) -> None:
+        self._close_listeners()
+        self._core.close_all(CloseReason.SHUTDOWN)
+
+    def _close_requested(self, conn: LiveConnection, reason: CloseReason) -> None:
+        self._core.close(cast("_Relayed", conn).cid, reason)
+
+    def _move_requested(self, conn: LiveConnection) -> None:
+        """Hand a moved connection to the trio side's `leave` (see `FastPath._depart`)."""
+        relayed = cast("_Relayed", conn)
+        if not relayed.connected:
+            self._core.close(relayed.cid, relayed.closed_by or CloseReason.EVACUATED)
+            return
+        counts = list(self._core.counts(relayed.cid))
+        handed = self._core.detach(relayed.cid)
+        if handed is None:  # ended meanwhile
+            return
+        client, upstream, pending = handed
+        relayed.left_core(counts)
+        _give_slot_back(relayed)  # it leaves its target
+        relayed.handoff(Departing(_stdlib(client), _stdlib(upstream), relayed, pending, relayed.connected_at))
+
+    def open_count(self) -> int:
+        """Connections connecting or relayed now."""
+        return int(self._core.proxied)
+
+    def pending_by_acceptor(self) -> dict[str, int]:
+        """Connections whose opening the core is reading, by acceptor name (see `FastPath`)."""
+        counts: dict[str, int] = {}
+        for reading in self._core.openings():
+            name = reading.listener.acceptor.name
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    # -- the core's callbacks --
+
+    def wake(self) -> None:
+        try:
+            self._serve_requests()
+        except Exception:
+            log.exception("fast path: unexpected error serving a request")
+
+    def accept_wait(self, listener: _Listener, code: int) -> float:
+        """Before an accept of a rate-limited listener (code 0), or after accept() failed (an
+        errno): how long to stop accepting (0: go on)."""
+        if code:
+            log.error(
+                "acceptor=%s accept failed (%s); retrying in %g s",
+                listener.acceptor.name,
+                os.strerror(code),
+                ACCEPT_BACKOFF_S,
+            )
+            return ACCEPT_BACKOFF_S
+        rate = listener.acceptor.accept_rate
+        now = self._clock()
+        if rate is None or rate.take(now):
+            return 0.0
+        listener.rate_paused_at = now  # the kernel's backlog holds the connections meanwhile
+        return max(rate.ready_at(now) - now, 0.001)
+
+    def resumed(self, listener: _Listener) -> None:
+        if listener.rate_paused_at is not None:
+            acceptor = listener.acceptor
+            paused_s = self._clock() - listener.rate_paused_at
+            acceptor.runtime.metrics.storm.acceptor_paused.inc((acceptor.name,), max(0.0, paused_s))
+            listener.rate_paused_at = None
+
+    def accepted(self, listener: _Listener, cid: int, fd: int, host: str, port: int) -> Action:
+        acceptor = listener.acceptor
+        peer = Address(host, port)
+        if not acceptor.admit(peer):
+            return _SILENT
+        try:
+            conn = acceptor.runtime.accept(acceptor.name, peer)
+            if not listener.sniffs:
+                return self._decision(listener, cid, fd, conn, Opening(source=peer))
+            buffer = SniffBuffer(acceptor.detect, acceptor.config.sniff_max_bytes)
+            return (_WAIT, _Reading(listener, cid, fd, conn, buffer), b"", buffer.read_size)
+        except Exception:
+            log.exception("fast path: unexpected error on descriptor %d; closing its connection", fd)
+            acceptor.release(peer)
+            return _SILENT
+
+    def read(self, reading: _Reading, chunk: bytes | None) -> Action:
+        """More of a client's opening (None: the read failed): read on, or decide."""
+        acceptor = reading.listener.acceptor
+        if chunk is None:
+            acceptor.release(reading.conn.peer)
+            return _SILENT
+        buffer = reading.buffer
+        try:
+            buffer.feed(chunk)
+            result = buffer.step()
+            if isinstance(result, bytes):
+                buffer.check_cap()
+                return (_WAIT, None, result, buffer.read_size)
+        except SniffError as exc:
+            try:
+                acceptor.runtime.report(opening_failed(reading.conn, exc, bytes_read=len(buffer.raw)))
+            finally:
+                acceptor.release(reading.conn.peer)
+            return (_CLOSE, exc.answer or b"")
+        except Exception:
+            log.exception("fast path: unexpected error on descriptor %d; closing its connection", reading.fd)
+            acceptor.release(reading.conn.peer)
+            return _SILENT
+        read = Opening(source=reading.conn.peer, raw=buffer.raw, sniffed=result, replied=buffer.replied)
+        return self._decision(reading.listener, reading.cid, reading.fd, reading.conn, read)
+
+    def timed_out(self, reading: _Reading) -> Action:
+        listener, buffer = reading.listener, reading.buffer
+        failed = opening_failed(
+            reading.conn,
+            OpeningFailure.TIMEOUT,
+            protocol=buffer.protocol,
+            bytes_read=len(buffer.raw),
+            timeout_s=listener.handshake_timeout_s,
+        )
+        try:
+            listener.acceptor.runtime.report(failed)
+        finally:
+            listener.acceptor.release(reading.conn.peer)
+        return _SILENT
+
+    def _decision(
+        self, listener: _Listener, cid: int, fd: int, conn: ConnectionRef, opening: Opening
+    ) -> Action:
+        """Decide and plan (as `FastPath._decide`): the action for the core."""
+        acceptor = listener.acceptor
+        runtime = acceptor.runtime
+        now = self._clock()
+        try:
+            facts = routing_facts(opening)
+            decision = runtime.decide_now(facts, now)
+            if isinstance(decision, (QuorumWait, SharedCacheWait)):
+                action = for_fast_path(decision)
+            else:
+                planned = plan(acceptor.config, runtime.name, opening, decision)
+                latency_s = self._clock() - now
+                runtime.report(decided(conn, opening, planned, facts=facts, latency_s=latency_s))
+                action = for_fast_path(planned)
+            match action:
+                case Refuse():
+                    acceptor.release(conn.peer)
+                    return (_CLOSE, action.answer)
+                case Redirect():
+                    node_id = action.target.node_id
+                    if runtime.pool.gates.limited(node_id) and _must_wait(runtime, node_id, slot=False):
+                        listener.handoff(HandedOver(_stdlib(fd), conn, opening, action))
+                        return _HANDED
+                    acceptor.release(conn.peer)
+                    return (_CLOSE, action.answer)
+                case HandOver(then=then):
+                    listener.handoff(HandedOver(_stdlib(fd), conn, opening, then))
+                    return _HANDED
+                case Proxy():
+                    return self._proxy(
+                        cid, fd, acceptor, conn, opening, action, now, retry=True, handoff=listener.handoff
+                    )
+                case _:
+                    assert_never(action)
+        except Exception:
+            log.exception("fast path: unexpected error on descriptor %d; closing its connection", fd)
+            acceptor.release(conn.peer)
+            return _SILENT
+
+    def _proxy(
+        self,
+        cid: int,
+        fd: int,
+        acceptor: ServedAcceptor,
+        conn: ConnectionRef,
+        opening: Opening,
+        action: Proxy,
+        now: float,
+        *,
+        retry: bool,
+        handoff: Handoff,
+    ) -> Action:
+        runtime = acceptor.runtime
+        node_id = action.target.node_id
+        gated = runtime.pool.gates.limited(node_id)
+        if gated and _must_wait(runtime, node_id, slot=True):  # the trio side waits
+            handoff(HandedOver(_stdlib(fd), conn, opening, action, retry=retry))
+            return _HANDED
+        relayed = _Relayed(
+            core=self._core,
+            cid=cid,
+            fd=fd,
+            acceptor=acceptor,
+            conn=conn,
+            opening=opening,
+            action=action,
+            retry=retry,
+            handoff=handoff,
+            request=self._request_bound,
+            started=now,
+        )
+        relayed.gated = gated
+        runtime.connections.register(relayed)  # unregistered by `closed` or `connect_failed`
+        flags = _F_FIRST | (_F_FEED if relayed.cursor is not None else 0)
+        connector = action.connector
+        return (_PROXY, relayed, connector.host, connector.port, opening.raw, flags)
+
+    def connected(self, relayed: _Relayed) -> None:
+        relayed.connected = True
+        relayed.opening = relayed.action = None
+        began, relayed.connected_at = relayed.connected_at, self._clock()
+        relayed.acceptor.runtime.report(relayed.connected_in(relayed.connected_at - began))
+
+    def upstream(self, relayed: _Relayed, data: bytes, first: bool) -> None:
+        """The broker's bytes: its first answer (passive health; b"" when it ended its side
+        without one), and every read when the connection has a frame cursor (moves)."""
+        if first:
+            relayed.acceptor.runtime.pool.first_answer(relayed, data)
+        if data and relayed.cursor is not None:
+            relayed.cursor.feed(data)
+
+    def connect_failed(self, relayed: _Relayed, why: int | CloseReason, no_socket: bool) -> Action:
+        """The connect failed (an errno; `no_socket`: this process could not make a socket, which
+        another target would need too) or the router closed the connection meanwhile (a reason):
+        another target once, else the client's refusal (as `FastPath._connect_failed`)."""
+        acceptor = relayed.acceptor
+        runtime = acceptor.runtime
+        runtime.connections.unregister(relayed)  # before a refused connect makes the target un-ready
+        opening, action = relayed.opening, relayed.action
+        relayed.opening = relayed.action = None
+        then: Proxy | Refuse | None = None
+        try:
+            if isinstance(why, CloseReason):
+                failed = relayed.connect_failed(why)
+            else:
+                assert opening is not None, "kept until connected"
+                assert action is not None, "kept until connected"
+                retry = relayed.retry and not no_socket
+                then = runtime.after_connect_failed(
+                    acceptor.config, opening, action, self._clock(), retry=retry
+                )
+                failed = relayed.connect_failed(connect_failed(OSError(why, os.strerror(why))), then)
+            try:
+                runtime.report(failed)  # before the close: a client that sees it finds it reported
+            finally:
+                _give_slot_back(relayed)
+            if failed.cause is ConnectFailure.REFUSED:
+                self._call_trio(
+                    runtime.pool.connect_refused, relayed.target, relayed.connector, failed.reason
+                )
+            if isinstance(then, Proxy) and not no_socket:
+                assert opening is not None
+                return self._redispatch(relayed, opening, then)
+        except Exception:
+            log.exception("fast path: unexpected error on descriptor %d; closing its connection", relayed.fd)
+            then = None
+        acceptor.release(relayed.conn.peer)
+        return (_CLOSE, then.answer) if isinstance(then, Refuse) else _SILENT
+
+    def _redispatch(self, failed: _Relayed, opening: Opening, then: Proxy) -> Action:
+        """Connect to the target a failed connect goes on to (on the trio side when that needs
+        waiting, such as a host name to resolve)."""
+        action = for_fast_path(then)
+        if isinstance(action, HandOver):
+            failed.handoff(HandedOver(_stdlib(failed.fd), failed.conn, opening, then, retry=False))
+            return _HANDED
+        return self._proxy(
+            failed.cid,
+            failed.fd,
+            failed.acceptor,
+            failed.conn,
+            opening,
+            then,
+            self._clock(),
+            retry=False,
+            handoff=failed.handoff,
+        )
+
+    def closed(self, relayed: _Relayed, reason: CloseReason, bytes_in: int, bytes_out: int) -> None:
+        """A relayed connection ended (the core closes its sockets when this returns)."""
+        runtime = relayed.acceptor.runtime
+        runtime.connections.unregister(relayed)
+        relayed.left_core([bytes_in, bytes_out])
+        closed = relayed.ended(self._clock() - relayed.connected_at, reason)
+        try:
+            runtime.report(closed)  # before the close: a client that sees it finds it counted
+        finally:
+            _give_slot_back(relayed)
+            relayed.acceptor.release(relayed.conn.peer)
+        if broker_failure(closed.reason) is not None:  # passive health counts it, in the trio thread
+            self._call_trio(runtime.pool.broker_failed, closed)
+
+
+DATA_PATHS: Final = ("native", "python")
+"""routerd's `--data-path` choices: the C core, or the Python fast path (its reference)."""
+DATA_PATH_ENV: Final = "ROUTERD_DATA_PATH"
+"""The environment variable that sets `--data-path`'s default (the test suite runs both)."""
+
+
+def default_data_path() -> str:
+    """`--data-path`'s default: `$ROUTERD_DATA_PATH`, else native when the C core is built."""
+    return os.environ.get(DATA_PATH_ENV) or ("native" if NATIVE else "python")
+
+
+def open_fast_path(
+    data_path: str | None,
+    clock: Callable[[], float],
+    call_trio: Callable[..., None],
+    connect_timeout_s: float,
+) -> FastPath:
+    """The fast path's loop on the data path asked for (None: `default_data_path()`).
+
+    Raises:
+        ValueError: not one of `DATA_PATHS`, or native without the C core built.
+    """
+    chosen = default_data_path() if data_path is None else data_path
+    if chosen not in DATA_PATHS:
+        raise ValueError(f"data path must be one of {', '.join(DATA_PATHS)}, not {chosen!r}")
+    if chosen == "python":
+        return FastPath(clock, call_trio, connect_timeout_s)
+    if not NATIVE:
+        raise ValueError(
+            "data path native: the C core router.datapath._core is not built (a C compiler and "
+            "Python's headers are needed: deploy/bootstrap.sh); --data-path python serves without it"
+        )
+    return NativePath(clock, call_trio, connect_timeout_s)
