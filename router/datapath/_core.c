@@ -33,11 +33,13 @@
  * Only the loop's thread changes the table (its callbacks and `wake` included); other threads
  * read counts and snapshots under the GIL.
  */
+#define _GNU_SOURCE /* splice */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
@@ -55,6 +57,9 @@
 #define PUMP_ROUNDS 16
 #define TICK_MS 250
 #define NIL (-1)
+#define SPLICE_AFTER (64 * 1024) /* bytes one way before that way goes through a pipe (HAProxy's splice-auto) */
+#define SPLICE_MAX (1024 * 1024)
+#define PIPE_POOL 64             /* empty pipes kept for the next bulk connection */
 
 enum { ACT_WAIT = 0, ACT_CLOSE = 1, ACT_PROXY = 2, ACT_HANDOVER = 3 };
 enum { F_FIRST = 1, F_FEED = 2 };
@@ -71,6 +76,11 @@ static const char *const CALLBACKS[CB_COUNT] = {
 };
 
 typedef struct {
+    int r, w;
+    uint32_t len; /* bytes in the pipe: read from one side, not yet written to the other */
+} Pipe;
+
+typedef struct {
     uint32_t gen;
     uint8_t state, flags, registered, queued;
     uint8_t rd[2], wr[2], eof[2], hup[2]; /* hup: the peer's EOF or an error was signalled */
@@ -83,6 +93,7 @@ typedef struct {
     char *pend[2];               /* bytes read from side i that side 1 - i has not taken yet */
     uint32_t plen[2], poff[2];
     uint64_t count[2];
+    Pipe *pipe[2];               /* side i's bytes go through a pipe once it sent SPLICE_AFTER */
     PyObject *token;
 } Conn;
 
@@ -115,6 +126,9 @@ typedef struct {
     int32_t runq_head, runq_tail;
     char *buf;
     size_t bufsize;
+    Pipe *pipes[PIPE_POOL];
+    int npipes;
+    uint64_t spliced;
     PyObject *cb[CB_COUNT];
     PyObject *reasons[2];
 } Core;
@@ -208,10 +222,49 @@ static void free_pending(Conn *k) {
     }
 }
 
+static void close_pipe(Pipe *p) {
+    close(p->r);
+    close(p->w);
+    PyMem_Free(p);
+}
+
+static void put_pipes(Core *c, Conn *k) {
+    for (int s = 0; s < 2; s++) {
+        Pipe *p = k->pipe[s];
+        if (p == NULL) continue;
+        k->pipe[s] = NULL;
+        if (p->len == 0 && c->npipes < PIPE_POOL) c->pipes[c->npipes++] = p;
+        else close_pipe(p);
+    }
+}
+
+/* A pipe for side s's bytes (from the pool, else a new one); 0: none, relay through the buffer. */
+static int take_pipe(Core *c, Conn *k, int s) {
+    Pipe *p;
+    if (c->npipes > 0) {
+        p = c->pipes[--c->npipes];
+    } else {
+        int fds[2];
+        if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return 0;
+        p = PyMem_Malloc(sizeof(Pipe));
+        if (p == NULL) {
+            close(fds[0]);
+            close(fds[1]);
+            return 0;
+        }
+        p->r = fds[0];
+        p->w = fds[1];
+        p->len = 0;
+    }
+    k->pipe[s] = p;
+    return 1;
+}
+
 static void release(Core *c, int32_t i) {
     Conn *k = slot(c, i);
     timer_stop(c, i);
     free_pending(k);
+    put_pipes(c, k);
     if (k->state == S_CONNECTING || k->state == S_RELAY) c->proxied--;
     k->state = S_FREE;
     PyObject *token = k->token;
@@ -615,12 +668,66 @@ static void reset(Core *c, int32_t i, int side) {
     if (side_ended(c, i, side)) close_relay(c, i, c->reasons[R_RESET]);
 }
 
+/* Move side s's bytes to side 1 - s through its pipe (zero copy): -1 when the connection ended,
+ * else whether anything moved. As with the buffer, side s is read only when its pipe is empty. */
+static int splice_way(Core *c, int32_t i, int s) {
+    Conn *k = slot(c, i);
+    Pipe *p = k->pipe[s];
+    int d = 1 - s, progress = 0;
+    for (;;) {
+        if (p->len) {
+            if (!k->wr[d]) return progress;
+            ssize_t w = splice(p->r, NULL, k->fd[d], NULL, p->len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+            if (w < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK) { k->wr[d] = 0; return progress; }
+                if (errno == EINTR) continue;
+                reset(c, i, d);
+                return -1;
+            }
+            p->len -= (uint32_t)w;
+            progress = 1;
+            if (p->len) { k->wr[d] = 0; return progress; }
+        }
+        if (k->eof[s] || !k->rd[s]) return progress;
+        ssize_t n = splice(k->fd[s], NULL, p->w, NULL, SPLICE_MAX, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) { k->rd[s] = 0; return progress; }
+            if (errno == EINTR) continue;
+            reset(c, i, s);
+            return -1;
+        }
+        if (n == 0) {
+            k->eof[s] = 1;
+            if (k->eof[d]) {
+                close_relay(c, i, c->reasons[R_CLOSED]);
+                return -1;
+            }
+            if (shutdown(k->fd[d], SHUT_WR) != 0) {
+                close_relay(c, i, c->reasons[R_RESET]);
+                return -1;
+            }
+            return 1;
+        }
+        k->count[s] += (uint64_t)n;
+        c->spliced += (uint64_t)n;
+        p->len = (uint32_t)n;
+        progress = 1;
+    }
+}
+
 static void pump(Core *c, int32_t i) {
     Conn *k = slot(c, i);
     for (int round = 0; round < PUMP_ROUNDS; round++) {
         int progress = 0;
         for (int s = 0; s < 2; s++) {
             int d = 1 - s;
+            if (k->pipe[s] != NULL || (k->count[s] >= SPLICE_AFTER && k->plen[s] == 0 &&
+                                       !(s == 1 && (k->flags & F_FEED)) && take_pipe(c, k, s))) {
+                int r = splice_way(c, i, s);
+                if (r < 0) return;
+                progress |= r;
+                continue;
+            }
             if (k->plen[s]) {
                 if (!k->wr[d]) continue;
                 ssize_t w = send(k->fd[d], k->pend[s] + k->poff[s], k->plen[s], MSG_NOSIGNAL);
@@ -858,10 +965,13 @@ static void Core_dealloc(Core *c) {
                 close_fd(&k->fd[1]);
             }
             free_pending(k);
+            for (int s = 0; s < 2; s++)
+                if (k->pipe[s] != NULL) close_pipe(k->pipe[s]);
         }
         PyMem_Free(c->chunks[ch]);
     }
     PyMem_Free(c->chunks);
+    for (int j = 0; j < c->npipes; j++) close_pipe(c->pipes[j]);
     PyMem_Free(c->ls);
     PyMem_Free(c->buf);
     if (c->ep >= 0) close(c->ep);
@@ -978,8 +1088,18 @@ static PyObject *Core_detach(Core *c, PyObject *arg) {
     if (i == -2) return NULL;
     if (i == NIL || slot(c, i)->state != S_RELAY) Py_RETURN_NONE;
     Conn *k = slot(c, i);
-    PyObject *pending = PyBytes_FromStringAndSize(k->pend[1] ? k->pend[1] + k->poff[1] : "", k->plen[1]);
-    if (pending == NULL) return NULL;
+    PyObject *pending;
+    if (k->pipe[1] != NULL && k->pipe[1]->len) { /* (spliced: nothing is in the buffer's pending) */
+        pending = PyBytes_FromStringAndSize(NULL, k->pipe[1]->len);
+        if (pending == NULL) return NULL;
+        ssize_t n = read(k->pipe[1]->r, PyBytes_AS_STRING(pending), k->pipe[1]->len);
+        if (n < 0) n = 0;
+        k->pipe[1]->len -= (uint32_t)n;
+        if (_PyBytes_Resize(&pending, n) != 0) return NULL;
+    } else {
+        pending = PyBytes_FromStringAndSize(k->pend[1] ? k->pend[1] + k->poff[1] : "", k->plen[1]);
+        if (pending == NULL) return NULL;
+    }
     PyObject *result = Py_BuildValue("iiN", k->fd[0], k->fd[1], pending);
     if (result == NULL) return NULL;
     epoll_ctl(c->ep, EPOLL_CTL_DEL, k->fd[0], NULL);
@@ -1108,6 +1228,7 @@ static PyObject *Core_dispose(Core *c, PyObject *unused) {
 
 static PyObject *Core_get_live(Core *c, void *unused) { return PyLong_FromUnsignedLong(c->live); }
 static PyObject *Core_get_proxied(Core *c, void *unused) { return PyLong_FromUnsignedLong(c->proxied); }
+static PyObject *Core_get_spliced(Core *c, void *unused) { return PyLong_FromUnsignedLongLong(c->spliced); }
 
 static PyMethodDef Core_methods[] = {
     {"watch_listener", (PyCFunction)Core_watch_listener, METH_VARARGS,
@@ -1135,6 +1256,7 @@ static PyMethodDef Core_methods[] = {
 static PyGetSetDef Core_getset[] = {
     {"live", (getter)Core_get_live, NULL, "Connections in the table (any phase).", NULL},
     {"proxied", (getter)Core_get_proxied, NULL, "Connections connecting or relayed.", NULL},
+    {"spliced", (getter)Core_get_spliced, NULL, "Bytes relayed through pipes (splice) so far.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -83,6 +83,8 @@ class Core(Protocol):
 
     @property
     def proxied(self) -> int: ...
+    @property
+    def spliced(self) -> int: ...
     def watch_listener(
         self, fd: int, token: _Listener, sniffs: bool, rated: bool, handshake_s: float
     ) -> int: ...
@@ -282,6 +284,11 @@ class NativePath(FastPath):
     def open_count(self) -> int:
         """Connections connecting or relayed now."""
         return int(self._core.proxied)
+
+    def spliced_bytes(self) -> int:
+        """Bytes relayed through pipes (`splice(2)`, zero copy) so far: each way of a connection
+        goes through one once it has carried 64 KiB (`SPLICE_AFTER` in _core.c)."""
+        return int(self._core.spliced)
 
     def pending_by_acceptor(self) -> dict[str, int]:
         """Connections whose opening the core is reading, by acceptor name (see `FastPath`)."""
