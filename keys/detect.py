@@ -20,23 +20,24 @@ from typing import Final
 
 from keys.amqp import AmqpSniffer
 from keys.core import CoreSniffer
-from keys.mqtt import MqttSniffer
+from keys.native import NativeMqttSniffer, NativeStompSniffer
 from keys.openwire import OpenWireSniffer
 from keys.sniff import NEED_MORE, NeedMore, Sniffer
-from keys.stomp import StompSniffer
 from keys.tls import TlsSniffer
 
 __all__ = ["ARTEMIS_PROTOCOLS", "SNIFFERS", "Detector", "detect_tls", "make_detector"]
 
 SNIFFERS: Final[dict[str, Sniffer]] = {
     "AMQP": AmqpSniffer(),
-    "MQTT": MqttSniffer(),
+    "MQTT": NativeMqttSniffer(),
     "OPENWIRE": OpenWireSniffer(),
-    "STOMP": StompSniffer(),
+    "STOMP": NativeStompSniffer(),
     "CORE": CoreSniffer(),
 }
 """The broker-protocol sniffers by their Artemis protocol name (HORNETQ's is CORE's: the same
-packets after their own magic)."""
+packets after their own magic). MQTT's and STOMP's CONNECT are parsed in C when `keys._native` is
+built (keys/native.py: the same results as the Python sniffers, which they fall back to), on both
+data paths: about 73k instructions less per MQTT CONNECT."""
 
 TLS: Final = TlsSniffer()
 

@@ -12,7 +12,8 @@ Python sniffer returns: the C result mapped to `Sniffed`, and on a refusal (rare
 the Python sniffer's own answer, so a `SniffError` carries the same reason and the same `answer`
 bytes (the MQTT CONNACK 0x01). Without the extension they are the Python sniffers' answers
 throughout; `NATIVE` says which. Nothing is deferred today (`DEFER` stays for a rule too costly
-to port). Nothing routes through this module yet: the native data path will.
+to port). keys/detect.py's `SNIFFERS` are these two, so both data paths parse MQTT and STOMP
+openings in C.
 
 No I/O, no state.
 """
