@@ -43,7 +43,8 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
 
 1. `logs`       log-line hygiene any layer may use: `shown` (a client-supplied value, escaped and
                 capped, in a `key=value` line) and `LogLimiter` (rate-limits repeated WARNING lines;
-                `routerd` installs it). Imports nothing of `router`.
+                `routerd` installs it); `conn_lines`, the buffer routerd writes the per-connection
+                INFO lines through (as nginx's `access_log buffer=`). Import nothing of `router`.
 2. `config/`    the `broker.xml` loader (`loader`), the wording of value rules (`values`), the
                 acceptor URL parameters (`acceptor_params`), the dataclasses it builds (`settings`),
                 pool passwords (`passwords`) and the shipped XSD (`schema/`).

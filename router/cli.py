@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Final, NoReturn
 
 import trio
 
+from router import conn_lines
 from router.config import ConfigError, load_config
 from router.config.settings import EventLogConfig
 from router.core.admin_access import AdminAccess, Token, hosts_of, is_loopback, parse_tokens
@@ -229,8 +230,14 @@ async def _run_routerd(config: Config, args: argparse.Namespace, access: AdminAc
                 await trio.sleep(LOG_INTERVAL_S)
                 flush_log_limits()
 
+        async def flush_conn_lines() -> None:
+            while True:
+                await trio.sleep(conn_lines.FLUSH_INTERVAL_S)
+                conn_lines.flush()
+
         await nursery.start(watch_signals)
         nursery.start_soon(flush_log_summaries)
+        nursery.start_soon(flush_conn_lines)
         await serve_router(
             config,
             admin=None if args.no_admin else args.admin,
@@ -255,6 +262,7 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     install_log_limits()  # repeated WARNING-and-above lines are rate-limited (router/logs.py)
+    conn_lines.install()  # the per-connection INFO lines go through a buffer (router/conn_lines.py)
     _check_data_path(args.data_path)
     try:
         config = _load_routerd(args.config, args.event_log)

@@ -20,6 +20,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Final, assert_never
 
 from pools import PoolEvent, PoolEventKind
+from router import conn_lines
 from router.core.engine import DecisionReason, RouteStatus
 from router.core.events import (
     Accepted,
@@ -96,7 +97,7 @@ def _log_decided_unless_proxied(event: Decided) -> None:
 def _log_connected(event: Connected) -> None:
     if conn_log.isEnabledFor(logging.INFO):
         conn = event.conn
-        conn_log.info(
+        conn_lines.info(
             "peer=%s router=%s key=%s target=%s outcome=OK",
             conn.peer,
             conn.router,
@@ -122,7 +123,7 @@ def _log_held(event: Held) -> None:
     conn = event.conn
     if event.outcome is GateOutcome.ADMITTED:
         if conn_log.isEnabledFor(logging.INFO):
-            conn_log.info(
+            conn_lines.info(
                 "peer=%s router=%s key=%s target=%s waited_s=%.3f: let in by the target's gate",
                 conn.peer,
                 conn.router,
@@ -133,7 +134,7 @@ def _log_held(event: Held) -> None:
         return
     if event.moved_to is not None:
         if conn_log.isEnabledFor(logging.INFO):
-            conn_log.info(
+            conn_lines.info(
                 "peer=%s router=%s key=%s target=%s reason=%s waited_s=%.3f redispatched_to=%s",
                 conn.peer,
                 conn.router,
@@ -205,7 +206,7 @@ def _log_decided(event: Decided) -> None:
             pass  # the Connected or ConnectFailed line follows
         case Mode.REDIRECT:
             if conn_log.isEnabledFor(logging.INFO):
-                conn_log.info(
+                conn_lines.info(
                     "peer=%s router=%s key=%s target=%s outcome=REDIRECT protocol=%s",
                     conn.peer,
                     conn.router,
@@ -215,7 +216,9 @@ def _log_decided(event: Decided) -> None:
                 )
         case Mode.REFUSE:
             level = logging.WARNING if event.reason in _WARN_REASONS else logging.INFO
-            conn_log.log(
+            if not conn_log.isEnabledFor(level):
+                return
+            conn_lines.log(
                 level,
                 "peer=%s router=%s key=%s outcome=%s reason=%s",
                 conn.peer,
@@ -233,7 +236,7 @@ def _log_closed(event: Closed) -> None:
     if not conn_log.isEnabledFor(level):
         return
     conn = event.conn
-    conn_log.log(
+    conn_lines.log(
         level,
         "peer=%s router=%s target=%s closed bytes_in=%d bytes_out=%d duration_s=%.3f reason=%s%s",
         conn.peer,
