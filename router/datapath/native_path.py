@@ -52,6 +52,7 @@ from router.datapath.fast_path import (
     _Listener,
     _MoveConnection,
     _must_wait,
+    _Request,
 )
 from router.datapath.net import ACCEPT_BACKOFF_S, connect_failed
 
@@ -161,7 +162,7 @@ class _Relayed(LiveConnection):
         action: Proxy,
         retry: bool,
         handoff: Handoff,
-        request: Callable[[Any], None],
+        request: Callable[[_Request], None],
         started: float,
     ) -> None:
         self._core = core
