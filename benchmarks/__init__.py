@@ -6,6 +6,8 @@ Run it with `.venv/bin/python -m benchmarks.run` (see benchmarks/README.md). Lay
     run.py       command line, the order of the measurements, the table and the JSON file
     configs.py   the generated HAProxy, Lua, routerd and mosquitto configurations (pure text)
     fleet.py     processes: ports, start and stop by PID, readiness, RSS
+    callgrind.py the instructions group: a process under valgrind's callgrind, its dumps, the
+                 instructions per connection
     clients.py   the C load client and echo server (compiled at run time), iperf3, MQTT, CORE and
                  AMQP probes
     artemis.py   the artemis group's processes: Artemis brokers, routerd beside them, the Java

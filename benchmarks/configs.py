@@ -145,6 +145,24 @@ class Ports(_PortPlan):
             routerd_mqtt=n[10], routerd_redirect=n[11], routerd_probe=n[12], routerd_admin=n[13],
         )  # fmt: skip
 
+    PROXY_COUNT: ClassVar[int] = 10
+    """How many of them the proxies listen on (`with_proxy_ports`)."""
+
+    def with_proxy_ports(self, numbers: Sequence[int]) -> Ports:
+        """This plan with new ports for HAProxy's frontends and routerd's acceptors and admin API, the
+        backends kept: a second HAProxy and routerd (the instructions group's, under callgrind) in
+        front of the same backends as the fleet's, which keep their own ports.
+
+        Args:
+            numbers: `PROXY_COUNT` ports, in field order (haproxy_echo ... routerd_admin).
+
+        Raises:
+            ValueError: not `PROXY_COUNT` numbers, or the plan is invalid (see `__post_init__`).
+        """
+        if len(numbers) != self.PROXY_COUNT:
+            raise ValueError(f"a plan's proxies take {self.PROXY_COUNT} ports, got {len(numbers)}")
+        return Ports.from_numbers([*self.all()[: self.COUNT - self.PROXY_COUNT], *numbers])
+
     def all(self) -> list[int]:
         return [
             *self.echo,

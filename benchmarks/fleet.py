@@ -278,6 +278,8 @@ class Fleet:
         self.workdir = workdir
         self._say = say
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._grace_s: dict[int, float] = {}
+        """PID -> how long that child may take to exit after SIGTERM (`start`; else `STOP_GRACE_S`)."""
 
     def __enter__(self) -> Fleet:
         return self
@@ -298,6 +300,7 @@ class Fleet:
         timeout: float = 20.0,
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
+        stop_grace_s: float = STOP_GRACE_S,
     ) -> subprocess.Popen[bytes]:
         """Start a long-running child and wait until it listens on all `ports` (none: return at once).
 
@@ -308,6 +311,7 @@ class Fleet:
             timeout: how long it may take to listen.
             cwd: its working directory (default: ours).
             env: its environment (default: ours).
+            stop_grace_s: how long it may take to exit after SIGTERM before it gets SIGKILL.
 
         Raises:
             FleetError: it exited, or did not listen in time (its log's tail is in the message).
@@ -323,6 +327,7 @@ class Fleet:
                 env=env,
             )
         self._procs.append((name, proc))
+        self._grace_s[proc.pid] = stop_grace_s
         wanted = set(ports)
         self.wait_until(
             name, proc, lambda: wanted <= listening_ports(), timeout, f"listen on {sorted(wanted)}"
@@ -376,7 +381,7 @@ class Fleet:
         return " | ".join(text.strip().splitlines()[-lines:]) or "(empty log)"
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
-        """Stop one child by its PID: SIGTERM, then SIGKILL after `STOP_GRACE_S`."""
+        """Stop one child by its PID: SIGTERM, then SIGKILL after its stop grace (`start`)."""
         for entry in list(self._procs):
             if entry[1] is proc:
                 self._procs.remove(entry)
@@ -390,11 +395,12 @@ class Fleet:
     def _stop_one(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         for stream in (proc.stdin, proc.stdout):
             _close_quietly(stream)
+        grace_s = self._grace_s.pop(proc.pid, STOP_GRACE_S)
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(STOP_GRACE_S)
+                proc.wait(grace_s)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(signal.SIGKILL)

@@ -46,13 +46,18 @@ NOT_SUPPORTED: Final = "not supported by this routerd yet"
 FAILED: Final = "failed"
 """The start of the reason of a value whose measurement broke."""
 
-GROUPS: Final = ("memory", "bulk", "rate", "mqtt", "redirect", "latency", "decision", "artemis")
+GROUPS: Final = (
+    "memory", "bulk", "rate", "mqtt", "redirect", "latency", "decision", "instructions", "artemis",
+)  # fmt: skip
 """Measurement groups, in the order they run (`--only` takes these names). Memory comes first, on
 fresh proxies, so that heap grown by earlier runs does not hide the cost of new connections;
-artemis comes last, so that its JVMs (stopped at its end) run beside no other group."""
+instructions runs its own proxies under callgrind, after the timed groups, so that valgrind's load
+is on the machine during none of them; artemis comes last, so that its JVMs (stopped at its end)
+run beside no other group."""
 DEFAULT_GROUPS: Final = GROUPS[:-1]
 """The groups of a run without `--only`: all but artemis, which starts three JVMs, needs Java and
-the Artemis distribution, and adds about 2 minutes (`--quick`: 20-60 s)."""
+the Artemis distribution, and adds about 2 minutes (`--quick`: 20-60 s). The instructions group is
+one of them: it adds about 45 s (`--quick`: about 20 s) on 2 shared CPUs."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -154,6 +159,10 @@ _HAPROXY_REFERENCE: Final = (
     "HAProxy: its proxied short-connection rate (16 B echo, same load client), measured once in the "
     "artemis group as the scale of the redirect rates: HAProxy does not redirect CORE or AMQP"
 )
+_INSTRUCTIONS: Final = (
+    "user-space instructions a second proxy of each kind, run under valgrind's callgrind, executes "
+    "per connection: routerd's data-path thread, HAProxy's threads summed"
+)
 _FIRST_SESSION: Final = (
     "a real Artemis Java client (reconnectAttempts=5) following the redirect, median over the rounds; "
     "direct: the same client straight to a target broker"
@@ -199,6 +208,12 @@ def new_figures() -> dict[str, Figure]:
                unit="us", better="lower", paths=("routerd",)),
         Figure(name="decision_hit_p99", group="decision", title="routing decision, cache hit, p99",
                unit="us", better="lower", paths=("routerd",)),
+        Figure(name="instructions_echo", group="instructions",
+               title="instructions per short connection, 16 B echo (callgrind)", unit="instr",
+               better="lower", paths=proxies, note=_INSTRUCTIONS),
+        Figure(name="instructions_mqtt3", group="instructions",
+               title="instructions per MQTT 3.1.1 CONNECT->CONNACK (callgrind)", unit="instr",
+               better="lower", paths=proxies, note=_INSTRUCTIONS),
         Figure(name="artemis_core_redirect_rate", group="artemis",
                title="CORE redirect: Java opening -> DISCONNECT_V3 + 222", unit="conn/s", better="higher",
                paths=redirectors, note=_HAPROXY_REFERENCE),
@@ -348,6 +363,10 @@ GOALS: Final = (
          denominator=None, bound=50.0, at_least=False),
     Goal(title="routing decision p99, cache hit (us)", numerator=("decision_hit_p99", "routerd"),
          denominator=None, bound=50.0, at_least=False),
+    Goal(title="instructions per echo connection (callgrind)", numerator=("instructions_echo", "routerd"),
+         denominator=None, bound=30_000, at_least=False),
+    Goal(title="instructions per MQTT CONNECT (callgrind)", numerator=("instructions_mqtt3", "routerd"),
+         denominator=None, bound=30_000, at_least=False),
     Goal(title="CORE redirect rate, routerd/Artemis", numerator=("artemis_core_redirect_rate", "routerd"),
          denominator=("artemis_core_redirect_rate", "artemis"), bound=1.0, at_least=True),
     Goal(title="AMQP redirect rate, routerd/Artemis", numerator=("artemis_amqp_redirect_rate", "routerd"),
@@ -355,8 +374,9 @@ GOALS: Final = (
     Goal(title="MQTT 5 redirect rate, routerd/Artemis", numerator=("artemis_mqtt5_redirect_rate", "routerd"),
          denominator=("artemis_mqtt5_redirect_rate", "artemis"), bound=1.0, at_least=True),
 )  # fmt: skip
-"""The goals of issue 5, and routerd's redirect rate at least Artemis's own router's (issue 32), each
-computed within one run (ratios of figures of the same run)."""
+"""The goals of issue 5, routerd's user-space instructions per connection, and routerd's redirect
+rate at least Artemis's own router's (issue 32), each computed within one run (ratios of figures of
+the same run)."""
 
 
 def goal_results(runs: list[dict[str, Figure]]) -> list[dict[str, object]]:
@@ -370,7 +390,7 @@ def goal_results(runs: list[dict[str, Figure]]) -> list[dict[str, object]]:
         results.append(
             {
                 "goal": goal.title,
-                "bound": f"{'>=' if goal.at_least else '<='} {goal.bound:g}",
+                "bound": f"{'>=' if goal.at_least else '<='} {goal.bound:,g}",
                 "per_run": [None if v is None else round(v, 4) for v in values],
                 "median": None if median is None else round(median, 4),
                 "met": None if median is None else goal.met(median),
@@ -385,13 +405,20 @@ def format_goals(results: list[dict[str, object]]) -> str:
     for result in results:
         per_run = result["per_run"]
         assert isinstance(per_run, list)
-        runs = ", ".join("-" if v is None else f"{v:.2f}" for v in per_run)
+        runs = ", ".join("-" if v is None else _goal_value(v) for v in per_run)
         median = result["median"]
+        assert median is None or isinstance(median, int | float)
         met = result["met"]
         verdict = "not measured" if met is None else "met" if met else "NOT met"
-        shown = "-" if median is None else f"{median:.2f}"
+        shown = "-" if median is None else _goal_value(median)
         lines.append(f"  {result['goal']}: {shown} ({runs}); goal {result['bound']}: {verdict}")
     return "\n".join(lines)
+
+
+def _goal_value(value: float) -> str:
+    """A goal's value: two decimals (ratios, microseconds), or whole with thousands separators from
+    1,000 up (instruction counts)."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.2f}"
 
 
 def median_figures(runs: list[dict[str, Figure]]) -> dict[str, Figure]:

@@ -15,6 +15,8 @@ CONSISTENT_HASH, proxy mode). Then it measures, in this order (`--only` takes th
     redirect  MQTT 5 CONNECT -> CONNACK 0x9C from the proxy itself (HAProxy: a Lua service)
     latency   ping-pong round trips over one connection, p50/p99, and what each proxy adds
     decision  routerd's routing decision in process (cache miss and hit), p50/p99
+    instructions  user-space instructions per connection (echo, MQTT 3.1.1 CONNECT) of a second
+              HAProxy and routerd run under valgrind's callgrind on their own ports
     artemis   (only with --only) Artemis 2.40 as a pure router and routerd in mode=redirect over the
               same two Artemis target brokers: CORE, AMQP and MQTT 5 redirects per second, router
               CPU per redirect, a Java CORE client's time to its first session, start-up, RSS
@@ -44,6 +46,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from benchmarks.artemis import ARTEMIS_VERSION, ArtemisFleet, missing_artemis, run_first_session
+from benchmarks.callgrind import (
+    CALLGRIND_TOOLS,
+    Callgrind,
+    Counted,
+    counted_value,
+    per_connection,
+    valgrind_argv,
+)
 from benchmarks.clients import (
     REDIRECTED,
     REQUIRED_TOOLS,
@@ -53,6 +63,7 @@ from benchmarks.clients import (
     Loadgen,
     PingResult,
     RateKind,
+    RateResult,
     build_c_tools,
     find_tool,
     probe_amqp_redirect,
@@ -103,7 +114,7 @@ __all__ = ["FULL", "QUICK", "Settings", "default_json_path", "main"]
 ROOT: Final = Path(__file__).resolve().parent.parent
 INSTALL_HINT: Final = (
     "run ./benchmarks/bench (or ./run-tests), which installs them, or: "
-    "apt-get install -y haproxy iperf3 mosquitto gcc libc6-dev"
+    "apt-get install -y haproxy iperf3 mosquitto gcc libc6-dev valgrind"
 )
 ARTEMIS_HINT: Final = (
     "the artemis group needs a JDK and Apache Artemis in .cache/artemis: run ./deploy/bootstrap.sh"
@@ -114,6 +125,12 @@ SETTLE_S: Final = 1.0
 """Pause before reading an RSS, so that the proxy has finished with the last connection."""
 WARMUP_PLATEAU: Final = 0.10
 """A router is warm when a warm-up round's rate is at most this much above the round before's."""
+VALGRIND_START_S: Final = 120.0
+"""How long a proxy under callgrind may take to listen and, routerd, to report its pools ready:
+routerd took 8 s on 2 shared CPUs, not yet counting (`valgrind_argv`), and 50-70 s counting."""
+VALGRIND_STOP_S: Final = 60.0
+"""How long a proxy under callgrind may take to exit after SIGTERM: at its exit callgrind writes a
+last dump of every thread and removes its vgdb FIFOs from /tmp, which SIGKILL would leave."""
 WARMUP_MIN_ROUNDS: Final = 3
 """Warm-up rounds before the plateau is looked for (a round of a noisy machine can dip while the
 JIT is still at work), unless `artemis_warmup_max_seconds` ends the warm-up first."""
@@ -152,6 +169,14 @@ class Settings:
     """Timed rounds of the Java client, each visiting direct, Artemis and routerd."""
     first_session_warmup: int
     """Untimed rounds first (class loading, the client JVM's JIT, the brokers' first sessions)."""
+    instructions_warmup: int
+    """Connections through a proxy under callgrind before the counted ones, per kind: the first
+    connections pay for imports, caches and pools that later ones find ready."""
+    instructions_batches: tuple[int, int]
+    """N1 and N2, the counted batches (`benchmarks.callgrind.per_connection`). Under callgrind
+    routerd carries about 250 connections a second, HAProxy more."""
+    instructions_seconds: float
+    """Upper bound of each of those batches; a batch must finish all its connections."""
 
 
 FULL: Final = Settings(
@@ -173,6 +198,9 @@ FULL: Final = Settings(
     artemis_warmup_max_seconds=20,
     first_session_rounds=30,
     first_session_warmup=10,
+    instructions_warmup=300,
+    instructions_batches=(500, 1500),
+    instructions_seconds=120,
 )
 QUICK: Final = Settings(
     iperf_seconds=1,
@@ -193,6 +221,9 @@ QUICK: Final = Settings(
     artemis_warmup_max_seconds=0.5,
     first_session_rounds=3,
     first_session_warmup=2,
+    instructions_warmup=50,
+    instructions_batches=(50, 150),
+    instructions_seconds=60,
 )
 
 
@@ -225,6 +256,8 @@ def _versions(groups: Sequence[str] = ()) -> dict[str, str]:
         "python": sys.version.split()[0],
         "routerd_commit": commit,
     }
+    if "instructions" in groups:
+        versions["valgrind"] = _first_line([find_tool("valgrind") or "valgrind", "--version"])
     if "artemis" in groups:
         versions["artemis"] = ARTEMIS_VERSION
         versions["java"] = _first_line([shutil.which("java") or "java", "-version"])
@@ -301,38 +334,22 @@ class Bench:
         self.fleet.start(
             "mosquitto", [tool["mosquitto"], "-c", str(work / "mosquitto.conf")], ports=[ports.mosquitto]
         )
-        haproxy_ports = [ports.haproxy_echo, ports.haproxy_iperf, ports.haproxy_mqtt, ports.haproxy_redirect]
         haproxy = self.fleet.start(
-            "haproxy", [tool["haproxy"], "-f", str(work / "haproxy.cfg"), "-db"], ports=haproxy_ports
+            "haproxy", [tool["haproxy"], "-f", str(work / "haproxy.cfg"), "-db"], ports=_haproxy_ports(ports)
         )
         self.pids["haproxy"] = haproxy.pid
         routerd_argv = [sys.executable, "-m", "router", "--config", str(work / "routerd.xml")]
         routerd_argv += ["--admin", f"127.0.0.1:{ports.routerd_admin}", "--log-level", self.log_level]
         if self.event_log:
             routerd_argv += ["--event-log", str(work / "events")]
-        routerd_ports = [ports.routerd_echo, ports.routerd_iperf, ports.routerd_mqtt, ports.routerd_redirect]
-        routerd_ports += [ports.routerd_probe, ports.routerd_admin]
-        routerd = self.fleet.start("routerd", routerd_argv, ports=routerd_ports, cwd=ROOT)
+        routerd = self.fleet.start("routerd", routerd_argv, ports=_routerd_ports(ports), cwd=ROOT)
         self.pids["routerd"] = routerd.pid
-        self.fleet.wait_until("routerd", routerd, self._routerd_ready, 20, "report every pool target ready")
+        ready = "report every pool target ready"
+        self.fleet.wait_until("routerd", routerd, lambda: _pools_ready(ports.routerd_admin), 20, ready)
         _say(
             f"haproxy maxconn {maxconn}, fd limit {self.fd_limit}, {self.idle_connections} idle connections; "
             f"logs in {work}"
         )
-
-    def _routerd_ready(self) -> bool:
-        assert self.ports is not None
-        for name in ("echo", "iperf", "mqtt", "mqtt-probe"):
-            status = admin_get(self.ports.routerd_admin, f"/api/v1/routers/{name}")
-            if not isinstance(status, dict):
-                return False
-            pool = status.get("pool")
-            targets = pool.get("targets") if isinstance(pool, dict) else None
-            if not isinstance(targets, list) or not targets:
-                return False
-            if not all(isinstance(t, dict) and t.get("state") == "ready" for t in targets):
-                return False
-        return True
 
     def _need(self) -> tuple[Ports, Loadgen]:
         if self.ports is None or self.loadgen is None:
@@ -353,6 +370,7 @@ class Bench:
             "redirect": self.redirect,
             "latency": self.latency,
             "decision": self.decision,
+            "instructions": self.instructions,
             "artemis": self.artemis,
         }
         try:
@@ -634,6 +652,131 @@ class Bench:
         self.figures["decision_hit_p50"].set("routerd", times.hit_p50_us, details)
         self.figures["decision_hit_p99"].set("routerd", times.hit_p99_us)
 
+    def instructions(self) -> None:
+        """User-space instructions per connection, counted by callgrind (benchmarks/callgrind.py).
+
+        A second HAProxy and a second routerd, each under callgrind and started in turn, listen on
+        ports of their own (`Ports.with_proxy_ports`) in front of the fleet's backends, with the
+        fleet's configurations otherwise; the fleet's proxies keep theirs, so the timed groups are
+        untouched. A proxy that fails leaves the other's values measured.
+        """
+        ports, _ = self._need()
+        work = self.workdir / "callgrind"
+        work.mkdir(exist_ok=True)
+        own = ports.with_proxy_ports(pick_ports(Ports.PROXY_COUNT))
+        tool = {name: find_tool(name) or name for name in (*REQUIRED_TOOLS, *CALLGRIND_TOOLS)}
+        maxconn = haproxy_maxconn(self.fd_limit)
+        lua = str(self.workdir / "redirect.lua")
+        (work / "haproxy.cfg").write_text(haproxy_config(own, lua_path=lua, maxconn=maxconn))
+        (work / "routerd.xml").write_text(routerd_config(own))
+        routerd_argv = [sys.executable, "-m", "router", "--config", str(work / "routerd.xml")]
+        routerd_argv += ["--admin", f"127.0.0.1:{own.routerd_admin}", "--log-level", self.log_level]
+        if self.event_log:
+            routerd_argv += ["--event-log", str(work / "events")]
+        proxies: list[tuple[PathName, list[str], list[int], dict[RateKind, int]]] = [
+            (
+                "haproxy",
+                [tool["haproxy"], "-f", str(work / "haproxy.cfg"), "-db"],
+                _haproxy_ports(own),
+                {"echo": own.haproxy_echo, "mqtt3": own.haproxy_mqtt},
+            ),
+            (
+                "routerd",
+                routerd_argv,
+                _routerd_ports(own),
+                {"echo": own.routerd_echo, "mqtt3": own.routerd_mqtt},
+            ),
+        ]
+        for path, argv, listens, kinds in proxies:
+            name = f"{path} callgrind"
+            started = time.monotonic()
+            try:
+                proc = self.fleet.start(
+                    name,
+                    valgrind_argv(tool["valgrind"], work, argv),
+                    ports=listens,
+                    timeout=VALGRIND_START_S,
+                    cwd=ROOT,
+                    stop_grace_s=VALGRIND_STOP_S,
+                )
+                try:
+                    if path == "routerd":
+                        self.fleet.wait_until(
+                            name, proc, lambda: _pools_ready(own.routerd_admin), VALGRIND_START_S,
+                            "report every pool target ready",
+                        )  # fmt: skip
+                    ready_s = round(time.monotonic() - started, 1)
+                    _say(f"{name} ready after {ready_s:g} s")
+                    control = Callgrind(tool["callgrind_control"], proc.pid, work)
+                    control.instrument()
+                    for kind, figure_name in _INSTRUCTION_KINDS:
+                        per_thread, details = self._count_instructions(control, path, kind, kinds[kind])
+                        value, details["counted"] = counted_value(per_thread, _COUNTED[path])
+                        details["start_s"] = ready_s
+                        self.figures[figure_name].set(path, value, details)
+                finally:
+                    self.fleet.stop(proc)
+            except (ClientError, FleetError, OSError, ValueError, subprocess.SubprocessError) as exc:
+                _say(f"instructions of {path} failed: {exc}")
+                for _, figure_name in _INSTRUCTION_KINDS:
+                    if path not in self.figures[figure_name].values:
+                        self.figures[figure_name].fail(path, f"{type(exc).__name__}: {exc}")
+
+    def _count_instructions(
+        self, control: Callgrind, path: PathName, kind: RateKind, port: int
+    ) -> tuple[dict[int, float], dict[str, object]]:
+        """One kind of connection through a proxy under callgrind: a warm-up, then N1 and N2
+        connections (`Settings.instructions_batches`), each batch between a zero and a dump.
+
+        Returns:
+            Thread -> instructions per connection, and details for the JSON file.
+
+        Raises:
+            ClientError: a batch did not finish every one of its connections (the count per
+                connection divides by the number sent).
+            FleetError: callgrind_control failed.
+        """
+        _, loadgen = self._need()
+        s = self.settings
+
+        def batch(tag: str, total: int) -> RateResult:
+            # MQTT client ids "bench-i" + batch + path initial + "-" + counter: none repeats
+            return loadgen.rate(
+                port,
+                kind=kind,
+                concurrency=s.rate_concurrency,
+                total=total,
+                seconds=s.instructions_seconds,
+                id_prefix=f"bench-i{tag}{path[0]}-",
+            )
+
+        warmup = batch(f"w{kind[0]}", s.instructions_warmup)
+        if warmup.errors:
+            _say(f"{kind} warm-up of {path} under callgrind: {warmup.errors} errors ({warmup.last_error})")
+        dumps: list[dict[int, int]] = []
+        rates: list[float] = []
+        for number, total in enumerate(s.instructions_batches, 1):
+            control.zero()
+            result = batch(f"{number}{kind[0]}", total)
+            dumps.append(control.dump())
+            if result.ok != total:
+                raise ClientError(
+                    f"{kind} through {path} under callgrind: {result.ok} of {total} connections succeeded "
+                    f"({result.errors} errors, {result.unfinished} unfinished, last: {result.last_error})"
+                )
+            rates.append(round(result.rate, 1))
+        first, second = dumps
+        per_thread = per_connection(first, second, counts=s.instructions_batches)
+        details: dict[str, object] = {
+            "batches": list(s.instructions_batches),
+            "warmup": s.instructions_warmup,
+            "warmup_errors": warmup.errors,
+            "rates_under_callgrind": rates,
+            "per_thread": {str(t): round(v) for t, v in per_thread.items()},
+            "dumps": [{str(t): n for t, n in d.items()} for d in dumps],
+        }
+        return per_thread, details
+
     def artemis(self) -> None:
         """routerd against Artemis's own connection router: both redirect to the same two Artemis
         brokers (see benchmarks/artemis.py for what runs, benchmarks/README.md for how it compares).
@@ -800,6 +943,15 @@ class Bench:
                 figure.set(path, statistics.median(samples), details)
 
 
+_INSTRUCTION_KINDS: Final[tuple[tuple[RateKind, str], ...]] = (
+    ("echo", "instructions_echo"),
+    ("mqtt3", "instructions_mqtt3"),
+)
+"""The instructions group's connections: loadgen kind and figure."""
+_COUNTED: Final[dict[PathName, Counted]] = {"haproxy": "all", "routerd": "busiest"}
+"""Which threads each proxy's instruction count takes (see `Counted`)."""
+
+
 _ARTEMIS_KINDS: Final[tuple[tuple[RateKind, str, str, int], ...]] = (
     ("core", "CORE", "artemis_core_redirect_rate", 0),
     ("amqp", "AMQP", "artemis_amqp_redirect_rate", 0),
@@ -849,6 +1001,35 @@ def _fail_missing(figures: dict[str, Figure], groups: Sequence[str], why: str) -
             for path in figure.paths:
                 if path not in figure.values:
                     figure.fail(path, why)
+
+
+def _haproxy_ports(ports: Ports) -> list[int]:
+    """What HAProxy listens on (`haproxy_config`)."""
+    return [ports.haproxy_echo, ports.haproxy_iperf, ports.haproxy_mqtt, ports.haproxy_redirect]
+
+
+def _routerd_ports(ports: Ports) -> list[int]:
+    """What routerd listens on (`routerd_config`, and its admin API)."""
+    return [
+        ports.routerd_echo, ports.routerd_iperf, ports.routerd_mqtt, ports.routerd_redirect,
+        ports.routerd_probe, ports.routerd_admin,
+    ]  # fmt: skip
+
+
+def _pools_ready(admin_port: int) -> bool:
+    """Whether the routerd whose admin API is on `admin_port` reports every target of every
+    router of `routerd_config` ready."""
+    for name in ("echo", "iperf", "mqtt", "mqtt-probe"):
+        status = admin_get(admin_port, f"/api/v1/routers/{name}")
+        if not isinstance(status, dict):
+            return False
+        pool = status.get("pool")
+        targets = pool.get("targets") if isinstance(pool, dict) else None
+        if not isinstance(targets, list) or not targets:
+            return False
+        if not all(isinstance(t, dict) and t.get("state") == "ready" for t in targets):
+            return False
+    return True
 
 
 def _echo_paths(ports: Ports) -> list[tuple[PathName, int]]:
@@ -1037,6 +1218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     groups: list[str] = args.groups
     needs_fleet = any(g != "decision" for g in groups)
     missing = [t for t in REQUIRED_TOOLS if find_tool(t) is None] if needs_fleet else []
+    if missing:
+        print(f"benchmarks: missing {', '.join(missing)}: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    missing = [t for t in CALLGRIND_TOOLS if find_tool(t) is None] if "instructions" in groups else []
     if missing:
         print(f"benchmarks: missing {', '.join(missing)}: {INSTALL_HINT}", file=sys.stderr)
         return 2

@@ -12,9 +12,10 @@ cd "$(dirname "$0")/.."
 # prometheus: promtool and a real Prometheus for the metrics, dashboard and alert tests;
 # gcc, libc6-dev, python3-dev: the C extensions (setup.py: the event log's native recorder, the
 # MQTT/STOMP CONNECT parsers) and the benchmark's tools.
+# valgrind: callgrind and callgrind_control, the benchmark's instructions per connection.
 # libjolokia-core-java, libjetty9-java, libservlet-api-java: Jolokia for the tests' ActiveMQ brokers
 # (Debian's activemq leaves out upstream's web console and its Jolokia; tests/conftest.py).
-APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev python3-dev activemq libactivemq-java libmqtt-client-java libjolokia-core-java libjetty9-java libservlet-api-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps prometheus)
+APT_PACKAGES=(mosquitto haproxy iperf3 gcc libc6-dev python3-dev valgrind activemq libactivemq-java libmqtt-client-java libjolokia-core-java libjetty9-java libservlet-api-java openjdk-17-jdk-headless rabbitmq-server zookeeper systemd procps prometheus)
 # Maven fetches Artemis (install_artemis); any mvn on the PATH will do.
 command -v mvn >/dev/null || APT_PACKAGES+=(maven)
 

@@ -54,6 +54,25 @@ def test_ports_rejects_ephemeral_range() -> None:
         dataclasses.replace(_ports(), iperf=40000)
 
 
+def test_ports_with_proxy_ports_keeps_the_backends() -> None:
+    """Scenario: the instructions group's second HAProxy and routerd in front of the fleet's
+    backends, on ports of their own."""
+    ports = _ports()
+    own = ports.with_proxy_ports(range(22000, 22000 + Ports.PROXY_COUNT))
+    assert (own.echo, own.iperf, own.mosquitto) == (ports.echo, ports.iperf, ports.mosquitto)
+    assert own.all()[-Ports.PROXY_COUNT :] == list(range(22000, 22010))
+    assert (own.haproxy_echo, own.routerd_admin) == (22000, 22009)
+    assert "127.0.0.1:22004?router=echo" in routerd_config(own)
+    assert f"127.0.0.1:{ports.echo[0]}?nodeId=echo-1" in routerd_config(own)
+
+
+def test_ports_with_proxy_ports_rejects_a_wrong_count_or_a_backend_port() -> None:
+    with pytest.raises(ValueError, match="take 10 ports, got 9"):
+        _ports().with_proxy_ports(range(22000, 22009))
+    with pytest.raises(ValueError, match="distinct"):
+        _ports().with_proxy_ports([21000, *range(22001, 22010)])
+
+
 @pytest.mark.parametrize(
     ("limit", "maxconn"), [(20000, HAPROXY_MAXCONN), (1 << 20, HAPROXY_MAXCONN), (4500, 2000)]
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import resource
@@ -113,6 +114,27 @@ def test_fleet_starts_waits_for_the_port_and_stops_by_pid(tmp_path: Path) -> Non
     assert proc.returncode is not None
     assert not pid_alive(proc.pid)
     assert said == [f"started toy (pid {proc.pid})", f"stopped toy (pid {proc.pid})"]
+
+
+def _says_up(fleet: Fleet, name: str) -> bool:
+    return "up" in fleet.tail(name)
+
+
+def test_fleet_stop_waits_a_child_s_own_grace_before_sigkill(tmp_path: Path) -> None:
+    """Scenario: a child that takes 1 s to exit after SIGTERM, as valgrind writing its last dump:
+    with a grace of 0.2 s it is killed, with 10 s it exits by itself."""
+    slow_exit = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1), sys.exit(7)))\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with Fleet(tmp_path, say=lambda _t: None) as fleet:
+        for name, grace_s, status in (("killed", 0.2, -signal.SIGKILL), ("waited", 10.0, 7)):
+            proc = fleet.start(name, [sys.executable, "-c", slow_exit], stop_grace_s=grace_s)
+            fleet.wait_until(name, proc, functools.partial(_says_up, fleet, name), 10, "set its handler")
+            fleet.stop(proc)
+            assert proc.returncode == status
 
 
 def test_fleet_start_reports_an_early_exit_with_the_log(tmp_path: Path) -> None:

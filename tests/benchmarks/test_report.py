@@ -136,6 +136,17 @@ def test_goal_not_met_and_not_measured_are_said() -> None:
     assert "bulk throughput 1 stream, routerd/HAProxy: - (-); goal >= 1: not measured" in text
 
 
+def test_goal_on_an_instruction_count_prints_whole_numbers() -> None:
+    figures = new_figures()
+    figures["instructions_echo"].set("haproxy", 21_575.0)
+    figures["instructions_echo"].set("routerd", 217_546.0)
+    figures["instructions_mqtt3"].set("routerd", 29_999.4)
+    text = format_goals(goal_results([figures]))
+    assert "instructions per echo connection (callgrind): 217,546 (217,546); goal <= 30,000: NOT met" in text
+    assert "instructions per MQTT CONNECT (callgrind): 29,999 (29,999); goal <= 30,000: met" in text
+    assert "routing decision p99, cache miss (us): - (-); goal <= 50: not measured" in text
+
+
 def test_median_figures_take_each_path_median_and_keep_reasons() -> None:
     runs = [_run(100, 40, 90), _run(300, 60, 10), _run(200, 50, 30)]
     runs[0]["memory_per_connection"].unsupported("routerd", "no")
@@ -149,6 +160,7 @@ def test_median_figures_take_each_path_median_and_keep_reasons() -> None:
 def test_default_groups_leave_out_artemis() -> None:
     assert tuple(g for g in GROUPS if g != "artemis") == DEFAULT_GROUPS
     assert GROUPS[-1] == "artemis"
+    assert "instructions" in DEFAULT_GROUPS
 
 
 def test_format_table_without_artemis_figures_has_no_artemis_column() -> None:

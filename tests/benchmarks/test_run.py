@@ -70,7 +70,7 @@ def _require_tools() -> None:
 @pytest.mark.integration
 def test_run_quick_produces_every_figure(tmp_path: Path) -> None:
     """Scenario: `python -m benchmarks.run --quick` starts everything, fills every figure of the
-    default groups (all but artemis), stops all."""
+    default groups (all but artemis; the instructions group's under callgrind too), stops all."""
     out = tmp_path / "x.json"
     result = _smoke("--quick", "--json", str(out))
     doc = json.loads(out.read_text())
@@ -101,6 +101,12 @@ def test_run_quick_produces_every_figure(tmp_path: Path) -> None:
     started = dict(re.findall(r"started (.+) \(pid (\d+)\)", result.stderr))
     stopped = dict(re.findall(r"stopped (.+) \(pid (\d+)\)", result.stderr))
     assert {"echo backends", "iperf3 server", "mosquitto", "haproxy", "routerd"} <= set(started)
+    assert {"haproxy callgrind", "routerd callgrind"} <= set(started)
+    for name in ("instructions_echo", "instructions_mqtt3"):
+        details = figures[name]["details"]
+        assert details["routerd"]["counted"].endswith("the busiest"), details
+        assert details["haproxy"]["counted"] == "all threads", details
+        assert details["routerd"]["batches"] == list(run.QUICK.instructions_batches)
     assert started.items() <= stopped.items(), result.stderr
     assert not [name for name, pid in started.items() if pid_alive(int(pid))]
 
@@ -160,6 +166,15 @@ def test_main_artemis_without_java_or_artemis_exits_2(
     monkeypatch.setattr(run, "missing_artemis", lambda: ["javac"])
     assert run.main(["--quick", "--only", "artemis", "--json", str(tmp_path / "x.json")]) == 2
     assert "missing javac" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_main_instructions_without_valgrind_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(run, "find_tool", lambda name: None if name == "callgrind_control" else name)
+    assert run.main(["--quick", "--only", "instructions", "--json", str(tmp_path / "x.json")]) == 2
+    assert "missing callgrind_control" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
 
 
@@ -270,6 +285,10 @@ def test_settings_quick_is_smaller_than_full() -> None:
     assert run.QUICK.idle_connections < run.FULL.idle_connections
     assert run.FULL.idle_connections == 5000
     assert run.FULL.rate_concurrency == 50
+    assert sum(run.QUICK.instructions_batches) < sum(run.FULL.instructions_batches)
+    for settings in (run.QUICK, run.FULL):
+        first, second = settings.instructions_batches
+        assert 0 < first < second
 
 
 @pytest.fixture(params=[b"\x20\x02\x00\x00", b"\x20\x03\x00\x9c\x00"], ids=["connack-0", "connack-9c"])
