@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from router.core.events import ConnectionRef
+    from router.core.plan import Action as PlannedAction
     from router.datapath.acceptor import ServedAcceptor
     from router.runtime import RouterRuntime
 
@@ -680,15 +681,7 @@ class FastPath:
         runtime = acceptor.runtime
         now = self._clock()
         try:
-            facts = routing_facts(opening)
-            decision = runtime.decide_now(facts, now)
-            if isinstance(decision, (QuorumWait, SharedCacheWait)):
-                action = for_fast_path(decision)
-            else:
-                planned = plan(acceptor.config, runtime.name, opening, decision)
-                latency_s = self._clock() - now
-                runtime.report(decided(conn, opening, planned, facts=facts, latency_s=latency_s))
-                action = for_fast_path(planned)
+            action = planned_action(acceptor, conn, opening, now, self._clock)
             match action:
                 case Refuse():
                     self._answer(client, action.answer, acceptor, conn)
@@ -1082,6 +1075,26 @@ class FastPath:
             self._forget(relayed)
         if broker_failure(closed.reason) is not None:  # passive health counts it, in the trio thread
             self._call_trio(runtime.pool.broker_failed, closed)
+
+
+def planned_action(
+    acceptor: ServedAcceptor, conn: ConnectionRef, opening: Opening, now: float, clock: Callable[[], float]
+) -> PlannedAction:
+    """Decide and plan a connection as far as it goes without waiting, the decision reported, as
+    the fast path carries it out (`plan.for_fast_path`: what needs waiting is a `HandOver`); both
+    loops' step (this one's `_decide`, the native path's `_decision`).
+
+    Args:
+        now: when the decision starts (the trio clock); `clock` reads it again for its latency.
+    """
+    runtime = acceptor.runtime
+    facts = routing_facts(opening)
+    decision = runtime.decide_now(facts, now)
+    if isinstance(decision, (QuorumWait, SharedCacheWait)):
+        return for_fast_path(decision)
+    planned = plan(acceptor.config, runtime.name, opening, decision)
+    runtime.report(decided(conn, opening, planned, facts=facts, latency_s=clock() - now))
+    return for_fast_path(planned)
 
 
 def _broker_ended(relayed: _Conn, side: int) -> None:

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, assert_never,
 
 from keys import SniffError
 from router.core.address import Address, endpoint
-from router.core.engine import QuorumWait, SharedCacheWait
 from router.core.events import CloseReason, ConnectFailure, OpeningFailure
 from router.core.live import LiveConnection, broker_failure
 from router.core.opening import SniffBuffer, opening_failed
@@ -37,10 +36,7 @@ from router.core.plan import (
     Proxy,
     Redirect,
     Refuse,
-    decided,
     for_fast_path,
-    plan,
-    routing_facts,
 )
 from router.datapath.fast_path import (
     BUFFER_SIZE,
@@ -53,6 +49,7 @@ from router.datapath.fast_path import (
     _MoveConnection,
     _must_wait,
     _Request,
+    planned_action,
 )
 from router.datapath.net import ACCEPT_BACKOFF_S, connect_failed
 
@@ -397,15 +394,7 @@ class NativePath(FastPath):
         runtime = acceptor.runtime
         now = self._clock()
         try:
-            facts = routing_facts(opening)
-            decision = runtime.decide_now(facts, now)
-            if isinstance(decision, (QuorumWait, SharedCacheWait)):
-                action = for_fast_path(decision)
-            else:
-                planned = plan(acceptor.config, runtime.name, opening, decision)
-                latency_s = self._clock() - now
-                runtime.report(decided(conn, opening, planned, facts=facts, latency_s=latency_s))
-                action = for_fast_path(planned)
+            action = planned_action(acceptor, conn, opening, now, self._clock)
             match action:
                 case Refuse():
                     acceptor.release(conn.peer)
