@@ -39,7 +39,7 @@ import socket
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, assert_never, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, TypedDict, Unpack, assert_never, cast
 
 from keys import SniffError
 from pools.gates import Verdict
@@ -170,38 +170,46 @@ class _Opening:
     done: bool = False
 
 
-class _Conn(LiveConnection):
-    """One proxied connection. Side 0 is the client, side 1 the target.
+class Planned(TypedDict):
+    """`PlannedConnection`'s arguments, as its subclasses pass them on."""
 
-    It is its own entry in the live-connection registry: `end` asks the fast path's thread to
-    close it (no closer object per connection, and no reference cycle for the collector to find).
+    acceptor: ServedAcceptor
+    conn: ConnectionRef
+    opening: Opening
+    action: Proxy
+    retry: bool
+    handoff: Handoff
+    request: Callable[[_Request], None]
+    started: float
+
+
+class PlannedConnection(LiveConnection):
+    """A proxied connection of either loop (this one's `_Conn`, the native path's `_Relayed`): what
+    its plan said, where it goes, and its way back to its loop's thread.
+
+    It is its own entry in the live-connection registry: `end` and `depart` ask the loop's thread
+    to close or move it (no closer object per connection, and no reference cycle for the collector
+    to find).
     """
 
     __slots__ = (
         "__weakref__",
         "acceptor",
         "action",
-        "closed",
         "connected",
         "connected_at",
         "connector",
-        "eof",
-        "fds",
         "gated",
         "handoff",
-        "masks",
         "opening",
-        "pending",
         "request",
         "retry",
-        "socks",
         "target",
     )
 
     def __init__(
         self,
         *,
-        socks: tuple[_Socket, _Socket],
         acceptor: ServedAcceptor,
         conn: ConnectionRef,
         opening: Opening,
@@ -222,14 +230,12 @@ class _Conn(LiveConnection):
             key=action.key,
             mode=acceptor.config.mode,
         )
-        self.socks = socks
-        self.fds = (socks[0].fileno(), socks[1].fileno())
         self.acceptor = acceptor
         self.opening: Opening | None = opening
         self.action: Proxy | None = action
-        """What was planned: a failed connect plans again from it. Both are dropped once connected
-        (`_connected`): the connection may stay on the deadline heap for the connect timeout, and
-        an opening can be as big as the acceptor's byte cap."""
+        """What was planned: a failed connect plans again from it. Both are dropped once connected:
+        the connection may wait for its connect deadline a while, and an opening can be as big as
+        the acceptor's byte cap."""
         self.retry = retry
         """Whether a failed connect may go to another target (once per connection)."""
         self.handoff = handoff
@@ -237,26 +243,37 @@ class _Conn(LiveConnection):
         self.target = target
         self.connector = connector
         self.request = request
-        """`FastPath._request`, shared by every connection."""
+        """Its loop's `_request`, shared by every connection."""
         self.gated = False
-        """Whether it holds a slot of its target's gate (given back by `FastPath._forget`)."""
+        """Whether it holds a slot of its target's gate (given back by `_give_slot_back`)."""
         self.connected = False
         self.connected_at = started
-        """When the connect to the target completed (`_connected`); a Closed's duration counts from it."""
+        """When the connect to the target completed; a Closed's duration counts from it."""
+
+    def end(self, reason: CloseReason) -> None:
+        """Have the loop's thread close this connection (called from any thread)."""
+        self.request(_CloseConnection(self, reason))
+
+    def depart(self, reason: CloseReason) -> None:
+        """Have the loop's thread hand this connection to the trio side's `leave` (any thread)."""
+        self.request(_MoveConnection(self))
+
+
+class _Conn(PlannedConnection):
+    """One proxied connection of this loop. Side 0 is the client, side 1 the target."""
+
+    __slots__ = ("closed", "eof", "fds", "masks", "pending", "socks")
+
+    def __init__(self, *, socks: tuple[_Socket, _Socket], **planned: Unpack[Planned]) -> None:
+        super().__init__(**planned)
+        self.socks = socks
+        self.fds = (socks[0].fileno(), socks[1].fileno())
         self.closed = False
         self.pending = [b"", b""]
         """Bytes read from side i not yet written to the other side."""
         self.eof = [False, False]
         """Side i sent EOF (and we passed it on once its pending bytes were written)."""
         self.masks = [0, 0]
-
-    def end(self, reason: CloseReason) -> None:
-        """Have the fast path's thread close this connection (called from any thread)."""
-        self.request(_CloseConnection(self, reason))
-
-    def depart(self, reason: CloseReason) -> None:
-        """Have the fast path's thread hand this connection to the trio side's `leave` (any thread)."""
-        self.request(_MoveConnection(self))
 
 
 @dataclass(frozen=True, slots=True)

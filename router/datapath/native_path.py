@@ -23,10 +23,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, assert_never, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, Unpack, assert_never, cast
 
 from keys import SniffError
-from router.core.address import Address, endpoint
+from router.core.address import Address
 from router.core.events import CloseReason, ConnectFailure, OpeningFailure
 from router.core.live import LiveConnection, broker_failure
 from router.core.opening import SniffBuffer, opening_failed
@@ -43,12 +43,11 @@ from router.datapath.fast_path import (
     Departing,
     FastPath,
     HandedOver,
-    _CloseConnection,
+    Planned,
+    PlannedConnection,
     _give_slot_back,
     _Listener,
-    _MoveConnection,
     _must_wait,
-    _Request,
     planned_action,
 )
 from router.datapath.net import ACCEPT_BACKOFF_S, connect_failed
@@ -123,73 +122,20 @@ class _Reading:
         self.buffer = buffer
 
 
-class _Relayed(LiveConnection):
+class _Relayed(PlannedConnection):
     """One connection the core connects and relays: its token, and its entry in the registry of
-    live connections (`end` and `depart` ask the core's thread to close or move it). Its byte
-    counts are the core's while it relays, its own once it left the core."""
+    live connections. Its byte counts are the core's while it relays, its own once it left the
+    core."""
 
-    __slots__ = (
-        "__weakref__",
-        "_core",
-        "_counts",
-        "acceptor",
-        "action",
-        "cid",
-        "connected",
-        "connected_at",
-        "connector",
-        "fd",
-        "gated",
-        "handoff",
-        "opening",
-        "request",
-        "retry",
-        "target",
-    )
+    __slots__ = ("_core", "_counts", "cid", "fd")
 
-    def __init__(
-        self,
-        *,
-        core: Core,
-        cid: int,
-        fd: int,
-        acceptor: ServedAcceptor,
-        conn: ConnectionRef,
-        opening: Opening,
-        action: Proxy,
-        retry: bool,
-        handoff: Handoff,
-        request: Callable[[_Request], None],
-        started: float,
-    ) -> None:
+    def __init__(self, *, core: Core, cid: int, fd: int, **planned: Unpack[Planned]) -> None:
         self._core = core
         self._counts: list[int] | None = None
-        target, connector = action.target, action.connector
-        super().__init__(
-            conn=conn,
-            node_id=target.node_id,
-            address=endpoint(connector.host, connector.port),
-            now=started,
-            sniffed=opening.sniffed,
-            opening=opening.raw,
-            key=action.key,
-            mode=acceptor.config.mode,
-        )
+        super().__init__(**planned)
         self.cid = cid
         self.fd = fd
         """The client's descriptor (a redispatch that needs waiting hands it to the trio side)."""
-        self.acceptor = acceptor
-        self.opening: Opening | None = opening
-        self.action: Proxy | None = action
-        """What was planned: a failed connect plans again from it (both dropped once connected)."""
-        self.retry = retry
-        self.handoff = handoff
-        self.target = target
-        self.connector = connector
-        self.request = request
-        self.gated = False
-        self.connected = False
-        self.connected_at = started
 
     @property  # LiveConnection's slot, read through the core
     def counts(self) -> list[int]:
@@ -204,14 +150,6 @@ class _Relayed(LiveConnection):
     def left_core(self, counts: list[int]) -> None:
         """The core no longer carries it (moved to the trio side): its counts are its own now."""
         self._counts = counts
-
-    def end(self, reason: CloseReason) -> None:
-        """Have the core's thread close this connection (called from any thread)."""
-        self.request(_CloseConnection(self, reason))
-
-    def depart(self, reason: CloseReason) -> None:
-        """Have the core's thread hand this connection to the trio side's `leave` (any thread)."""
-        self.request(_MoveConnection(self))
 
 
 def _stdlib(fd: int) -> socket.socket:
