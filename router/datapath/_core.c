@@ -175,10 +175,16 @@ static int32_t alloc_slot(Core *c) {
     Conn *k = slot(c, i);
     c->free_head = k->tnext;
     uint32_t gen = k->gen + 1;
+    /* A slot freed while on the run queue stays on it (the queue is a list through the slots): its
+     * new connection is pumped there once, harmlessly, and the rest of the list stays reachable. */
+    uint8_t queued = k->queued;
+    int32_t rnext = k->rnext;
     memset(k, 0, sizeof(*k));
     k->gen = gen ? gen : 1;
     k->fd[0] = k->fd[1] = -1;
-    k->tnext = k->tprev = k->tlist = k->rnext = NIL;
+    k->tnext = k->tprev = k->tlist = NIL;
+    k->queued = queued;
+    k->rnext = queued ? rnext : NIL;
     k->listener = NIL;
     c->live++;
     return i;
@@ -269,7 +275,7 @@ static void release(Core *c, int32_t i) {
     k->state = S_FREE;
     PyObject *token = k->token;
     k->token = NULL;
-    k->tnext = c->free_head; /* a slot on the run queue is skipped there (its state is FREE) */
+    k->tnext = c->free_head; /* a slot on the run queue stays there: skipped while FREE (alloc_slot) */
     c->free_head = i;
     c->live--;
     Py_XDECREF(token);
