@@ -39,7 +39,7 @@ import socket
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, TypedDict, Unpack, assert_never, cast
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypedDict, Unpack, assert_never, cast
 
 from keys import SniffError
 from pools.gates import Verdict
@@ -65,7 +65,7 @@ from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, connec
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from router.core.events import ConnectionRef
+    from router.core.events import ConnectFailed, ConnectionRef
     from router.core.plan import Action as PlannedAction
     from router.datapath.acceptor import ServedAcceptor
     from router.runtime import RouterRuntime
@@ -156,6 +156,22 @@ class _Listener:
     def __post_init__(self) -> None:
         self.family = int(self.sock.family)
         self.accept_fd = cast("Callable[[], tuple[int, Any]]", self.sock._accept)  # type: ignore[attr-defined]  # not in typeshed
+
+    def backs_off(self, why: str) -> float:
+        """accept() ran out of descriptors or memory (`why`): logged; how long to stop watching it,
+        as the trio path sleeps (a level-triggered listener would be reported ready again at once)."""
+        log.error(
+            "acceptor=%s accept failed (%s); retrying in %g s", self.acceptor.name, why, ACCEPT_BACKOFF_S
+        )
+        return ACCEPT_BACKOFF_S
+
+    def watched_again(self, now: float) -> None:
+        """It is watched again: a pause its `connectionRate` caused is counted."""
+        if self.rate_paused_at is not None:
+            acceptor = self.acceptor
+            paused_s = max(0.0, now - self.rate_paused_at)
+            acceptor.runtime.metrics.storm.acceptor_paused.inc((acceptor.name,), paused_s)
+            self.rate_paused_at = None
 
 
 @dataclass(slots=True, eq=False, weakref_slot=True)
@@ -249,6 +265,24 @@ class PlannedConnection(LiveConnection):
         self.connected = False
         self.connected_at = started
         """When the connect to the target completed; a Closed's duration counts from it."""
+
+    def failed_connect(
+        self, why: OSError | CloseReason, now: float, *, retry: bool
+    ) -> tuple[ConnectFailed, Proxy | Refuse | None]:
+        """Its connect failed (an OSError) or the router closed it meanwhile (a CloseReason): it
+        leaves the registry (before a refused connect makes the target un-ready) and its plan is
+        dropped (its loop may hold the attempt a while); what it reports, and what follows: another
+        target once (`retry`), the client's refusal, or None when it is just closed."""
+        runtime = self.acceptor.runtime
+        runtime.connections.unregister(self)
+        opening, action = self.opening, self.action
+        self.opening = self.action = None
+        if isinstance(why, CloseReason):
+            return self.connect_failed(why), None
+        assert opening is not None, "kept until connected"
+        assert action is not None, "kept until connected"
+        then = runtime.after_connect_failed(self.acceptor.config, opening, action, now, retry=retry)
+        return self.connect_failed(connect_failed(why), then), then
 
     def end(self, reason: CloseReason) -> None:
         """Have the loop's thread close this connection (called from any thread)."""
@@ -600,15 +634,8 @@ class FastPath:
                 self._at(self._clock() + listener.handshake_timeout_s, opening)
 
     def _pause_accepting(self, listener: _Listener, exc: OSError) -> None:
-        """Out of descriptors or memory: stop watching the listener for `ACCEPT_BACKOFF_S`, as the
-        trio path sleeps (a level-triggered listener would be reported ready again at once)."""
-        log.error(
-            "acceptor=%s accept failed (%s); retrying in %g s",
-            listener.acceptor.name,
-            exc.strerror,
-            ACCEPT_BACKOFF_S,
-        )
-        self._pause_listener(listener, self._clock() + ACCEPT_BACKOFF_S)
+        """Out of descriptors or memory: stop watching the listener a while (`backs_off`)."""
+        self._pause_listener(listener, self._clock() + listener.backs_off(str(exc.strerror)))
 
     def _pause_listener(self, listener: _Listener, until: float) -> None:
         self._epoll.unregister(listener.sock.fileno())
@@ -620,11 +647,7 @@ class FastPath:
         if listener.paused and self._listeners.get(fd) is listener:  # not closed meanwhile
             listener.paused = False
             self._epoll.register(fd, select.EPOLLIN)
-            if listener.rate_paused_at is not None:
-                acceptor = listener.acceptor
-                paused_s = self._clock() - listener.rate_paused_at
-                acceptor.runtime.metrics.storm.acceptor_paused.inc((acceptor.name,), max(0.0, paused_s))
-                listener.rate_paused_at = None
+            listener.watched_again(self._clock())
 
     def _open(self, opening: _Opening) -> None:
         """Read more of a client's opening; decide once its sniffer has the key."""
@@ -814,21 +837,8 @@ class FastPath:
         client's refusal; or the router closed the connection meanwhile (a CloseReason): closed."""
         acceptor = relayed.acceptor
         runtime = acceptor.runtime
-        runtime.connections.unregister(relayed)  # before a refused connect makes the target un-ready
-        then: Proxy | Refuse | None = None
         opening = relayed.opening
-        if isinstance(exc, CloseReason):
-            failed = relayed.connect_failed(exc)
-        else:
-            failure = connect_failed(exc)
-            action = relayed.action
-            assert opening is not None, "kept until connected"
-            assert action is not None, "kept until connected"
-            then = runtime.after_connect_failed(
-                acceptor.config, opening, action, self._clock(), retry=relayed.retry
-            )
-            failed = relayed.connect_failed(failure, then)
-        relayed.opening = relayed.action = None  # the deadline heap may hold this attempt a while
+        failed, then = relayed.failed_connect(exc, self._clock(), retry=relayed.retry)
         client = relayed.socks[0]
         try:
             runtime.report(failed)  # before the close: a client that sees it finds it reported
@@ -1128,15 +1138,7 @@ def _must_wait(runtime: RouterRuntime, node_id: str, *, slot: bool) -> bool:
     return runtime.pool.gates.offer(node_id, slot=slot) is not Verdict.ADMIT
 
 
-class _HoldsSlot(Protocol):
-    """A relayed connection of either loop (`_Conn`, the native path's), as its gate sees it."""
-
-    gated: bool
-    acceptor: ServedAcceptor
-    node_id: str
-
-
-def _give_slot_back(relayed: _HoldsSlot) -> None:
+def _give_slot_back(relayed: PlannedConnection) -> None:
     """A relayed connection that held a slot of its target's gate closes or leaves: free it (once)."""
     if relayed.gated:
         relayed.gated = False

@@ -50,7 +50,6 @@ from router.datapath.fast_path import (
     _must_wait,
     planned_action,
 )
-from router.datapath.net import ACCEPT_BACKOFF_S, connect_failed
 
 try:
     from router.datapath import _core  # type: ignore[attr-defined]  # the C extension has no stubs
@@ -246,13 +245,7 @@ class NativePath(FastPath):
         """Before an accept of a rate-limited listener (code 0), or after accept() failed (an
         errno): how long to stop accepting (0: go on)."""
         if code:
-            log.error(
-                "acceptor=%s accept failed (%s); retrying in %g s",
-                listener.acceptor.name,
-                os.strerror(code),
-                ACCEPT_BACKOFF_S,
-            )
-            return ACCEPT_BACKOFF_S
+            return listener.backs_off(os.strerror(code))
         rate = listener.acceptor.accept_rate
         now = self._clock()
         if rate is None or rate.take(now):
@@ -261,11 +254,7 @@ class NativePath(FastPath):
         return max(rate.ready_at(now) - now, 0.001)
 
     def resumed(self, listener: _Listener) -> None:
-        if listener.rate_paused_at is not None:
-            acceptor = listener.acceptor
-            paused_s = self._clock() - listener.rate_paused_at
-            acceptor.runtime.metrics.storm.acceptor_paused.inc((acceptor.name,), max(0.0, paused_s))
-            listener.rate_paused_at = None
+        listener.watched_again(self._clock())
 
     def accepted(self, listener: _Listener, cid: int, fd: int, host: str, port: int) -> Action:
         acceptor = listener.acceptor
@@ -413,24 +402,15 @@ class NativePath(FastPath):
     def connect_failed(self, relayed: _Relayed, why: int | CloseReason, no_socket: bool) -> Action:
         """The connect failed (an errno; `no_socket`: this process could not make a socket, which
         another target would need too) or the router closed the connection meanwhile (a reason):
-        another target once, else the client's refusal (as `FastPath._connect_failed`)."""
+        another target once, else the client's refusal (`PlannedConnection.failed_connect`)."""
         acceptor = relayed.acceptor
         runtime = acceptor.runtime
-        runtime.connections.unregister(relayed)  # before a refused connect makes the target un-ready
-        opening, action = relayed.opening, relayed.action
-        relayed.opening = relayed.action = None
+        opening = relayed.opening
         then: Proxy | Refuse | None = None
         try:
-            if isinstance(why, CloseReason):
-                failed = relayed.connect_failed(why)
-            else:
-                assert opening is not None, "kept until connected"
-                assert action is not None, "kept until connected"
-                retry = relayed.retry and not no_socket
-                then = runtime.after_connect_failed(
-                    acceptor.config, opening, action, self._clock(), retry=retry
-                )
-                failed = relayed.connect_failed(connect_failed(OSError(why, os.strerror(why))), then)
+            error = why if isinstance(why, CloseReason) else OSError(why, os.strerror(why))
+            retry = relayed.retry and not no_socket
+            failed, then = relayed.failed_connect(error, self._clock(), retry=retry)
             try:
                 runtime.report(failed)  # before the close: a client that sees it finds it reported
             finally:
@@ -493,6 +473,19 @@ def default_data_path() -> str:
     return os.environ.get(DATA_PATH_ENV) or ("native" if NATIVE else "python")
 
 
+def data_path_problem(chosen: str) -> str | None:
+    """Why routerd cannot serve with the data path `chosen`, to follow "data path" or the option's
+    name; None when it can."""
+    if chosen not in DATA_PATHS:
+        return f"must be one of {', '.join(DATA_PATHS)}, not {chosen!r}"
+    if chosen == "native" and not NATIVE:
+        return (
+            "native: the C core router.datapath._core is not built (a C compiler and Python's headers "
+            "are needed: deploy/bootstrap.sh); --data-path python serves without it"
+        )
+    return None
+
+
 def open_fast_path(
     data_path: str | None,
     clock: Callable[[], float],
@@ -505,13 +498,9 @@ def open_fast_path(
         ValueError: not one of `DATA_PATHS`, or native without the C core built.
     """
     chosen = default_data_path() if data_path is None else data_path
-    if chosen not in DATA_PATHS:
-        raise ValueError(f"data path must be one of {', '.join(DATA_PATHS)}, not {chosen!r}")
+    problem = data_path_problem(chosen)
+    if problem is not None:
+        raise ValueError(f"data path {problem}")
     if chosen == "python":
         return FastPath(clock, call_trio, connect_timeout_s)
-    if not NATIVE:
-        raise ValueError(
-            "data path native: the C core router.datapath._core is not built (a C compiler and "
-            "Python's headers are needed: deploy/bootstrap.sh); --data-path python serves without it"
-        )
     return NativePath(clock, call_trio, connect_timeout_s)
