@@ -338,10 +338,7 @@ class Bench:
             "haproxy", [tool["haproxy"], "-f", str(work / "haproxy.cfg"), "-db"], ports=_haproxy_ports(ports)
         )
         self.pids["haproxy"] = haproxy.pid
-        routerd_argv = [sys.executable, "-m", "router", "--config", str(work / "routerd.xml")]
-        routerd_argv += ["--admin", f"127.0.0.1:{ports.routerd_admin}", "--log-level", self.log_level]
-        if self.event_log:
-            routerd_argv += ["--event-log", str(work / "events")]
+        routerd_argv = self._routerd_argv(work, ports.routerd_admin)
         routerd = self.fleet.start("routerd", routerd_argv, ports=_routerd_ports(ports), cwd=ROOT)
         self.pids["routerd"] = routerd.pid
         ready = "report every pool target ready"
@@ -350,6 +347,14 @@ class Bench:
             f"haproxy maxconn {maxconn}, fd limit {self.fd_limit}, {self.idle_connections} idle connections; "
             f"logs in {work}"
         )
+
+    def _routerd_argv(self, work: Path, admin_port: int) -> list[str]:
+        """routerd with `work`'s routerd.xml, the run's log level and event log (into `work`)."""
+        argv = [sys.executable, "-m", "router", "--config", str(work / "routerd.xml")]
+        argv += ["--admin", f"127.0.0.1:{admin_port}", "--log-level", self.log_level]
+        if self.event_log:
+            argv += ["--event-log", str(work / "events")]
+        return argv
 
     def _need(self) -> tuple[Ports, Loadgen]:
         if self.ports is None or self.loadgen is None:
@@ -669,10 +674,7 @@ class Bench:
         lua = str(self.workdir / "redirect.lua")
         (work / "haproxy.cfg").write_text(haproxy_config(own, lua_path=lua, maxconn=maxconn))
         (work / "routerd.xml").write_text(routerd_config(own))
-        routerd_argv = [sys.executable, "-m", "router", "--config", str(work / "routerd.xml")]
-        routerd_argv += ["--admin", f"127.0.0.1:{own.routerd_admin}", "--log-level", self.log_level]
-        if self.event_log:
-            routerd_argv += ["--event-log", str(work / "events")]
+        routerd_argv = self._routerd_argv(work, own.routerd_admin)
         proxies: list[tuple[PathName, list[str], list[int], dict[RateKind, int]]] = [
             (
                 "haproxy",
