@@ -50,10 +50,11 @@ RUN groupadd --system --gid 10001 router \
     && install -d -o router -g router -m 0700 /var/lib/connection-router
 COPY --from=build /opt/connection-router /opt/connection-router
 ENV PATH=/opt/connection-router/bin:$PATH
-# The native recorder is optional at install (setup.py): an image without it would log events
-# through the slower Python recorder. Checked from / against the installed package: no source tree
-# on sys.path can answer for it.
-RUN cd / && python -c "import event_format._native, keys._native"
+# The C extensions are optional at install (setup.py): an image without them would log events
+# through the slower Python recorder, parse openings in Python, serve on the Python fast path and
+# format its lines in Python. Checked from / against the installed package: no source tree on
+# sys.path can answer for them.
+RUN cd / && python -c "import event_format._native, keys._native, router.datapath._core, router._conn_lines"
 
 USER router
 WORKDIR /var/lib/connection-router

@@ -22,9 +22,11 @@ tests/fuzz/test_fuzz.py runs them over the seed corpus without the fuzzer. No I/
 from __future__ import annotations
 
 import functools
+import io
 import itertools
 import random
 import re
+import threading
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -52,9 +54,12 @@ from keys.refusal import parse_refusal
 from keys.sniff import WireProtocol
 from keys.users import HashedPassword, PlainPassword, UserStore, UserStoreError
 from policies import policy_names
+from router import conn_lines
 from router.config import ConfigError, load_config_text
 from router.config.acceptor_params import ACCEPTOR_PARAMS
+from router.core.address import Address
 from router.core.opening import SniffBuffer
+from router.logs import MAX_SHOWN_CHARS, shown
 from tls_sni import ClientHello, parse_client_hello
 
 if TYPE_CHECKING:
@@ -397,6 +402,42 @@ def _parse_client_hello(data: bytes) -> ClientHello | NeedMore:
 # --- what brokers send: probe answers and proxy-mode preambles (router/features/probes/checks.py) -------
 
 
+# --- the C line buffer against the Python one (router/_conn_lines.c, router/conn_lines.py) --------
+
+_LINES_AT: Final = 1_795_961_196.534325
+"""The wall-clock time both buffers' lines are stamped with."""
+
+
+def _lines_of(kind: type[conn_lines.ConnLines], write: Callable[[conn_lines.ConnLines], None]) -> str:
+    """What one buffer of `kind` writes for the lines `write` puts in it."""
+    stream = io.StringIO()
+    lines = kind(stream, threading.RLock(), clock=lambda: _LINES_AT)
+    write(lines)
+    lines.flush()
+    return stream.getvalue()
+
+
+def fuzz_shown_native(data: bytes) -> None:
+    """router._conn_lines.shown and the C buffer's lines against logs.shown and `ConnLines`: the
+    input as text (UTF-8 with its undecodable bytes as lone surrogates, and as Latin-1), as a key
+    and a close's detail, at caps around its length."""
+    module = conn_lines.EXTENSION
+    if module is None:
+        raise InvariantBroken("router._conn_lines is not built: python setup.py build_ext --inplace")
+    for value in (data.decode("utf-8", "surrogateescape"), data.decode("latin-1")):
+        for cap in {0, 1, len(value) - 1, len(value), MAX_SHOWN_CHARS} - {-1}:
+            if module.shown(value, cap) != shown(value, cap):
+                raise InvariantBroken(f"shown({value!r}, {cap}): C {module.shown(value, cap)!r}")
+
+        def write(lines: conn_lines.ConnLines, value: str = value) -> None:
+            lines.connected(Address("::1", 1883), "r", value, "b-0")
+            lines.closed(Address("127.0.0.1", 1), "r", "b-0", len(data), 7, 0.0625, "closed", value)
+
+        native, python = _lines_of(conn_lines.NativeConnLines, write), _lines_of(conn_lines.ConnLines, write)
+        if native != python:
+            raise InvariantBroken(f"lines for {value!r}: C {native!r}, Python {python!r}")
+
+
 def fuzz_mqtt_broker(data: bytes) -> None:
     """MQTT CONNACK (`parse_connack`) and the retained `$SYS` count (`parse_subscribed_value`)."""
     _check_growing(mqtt.parse_connack, data, SniffError)
@@ -717,6 +758,14 @@ TARGETS: Final[dict[str, Target]] = dict(
                 fuzz=fuzz_stomp_native,
                 corpus=CORPUS / "stomp",
                 checks="keys._native.stomp_connect = StompSniffer.sniff (fields, need-more, refusals)",
+            ),
+        ),
+        (
+            "shown_native",
+            Target(
+                fuzz=fuzz_shown_native,
+                corpus=CORPUS / "mqtt",
+                checks="router._conn_lines: shown and the two lines = logs.shown and ConnLines",
             ),
         ),
         _target("openwire", fuzz_openwire, "OpenWireSniffer.sniff: SniffError only, echo readable"),

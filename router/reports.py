@@ -97,13 +97,7 @@ def _log_decided_unless_proxied(event: Decided) -> None:
 def _log_connected(event: Connected) -> None:
     if conn_log.isEnabledFor(logging.INFO):
         conn = event.conn
-        conn_lines.info(
-            "peer=%s router=%s key=%s target=%s outcome=OK",
-            conn.peer,
-            conn.router,
-            shown(event.key),
-            event.node_id,
-        )
+        conn_lines.connected(conn.peer, conn.router, event.key, event.node_id)
 
 
 def _log_connect_failed(event: ConnectFailed) -> None:
@@ -236,17 +230,16 @@ def _log_closed(event: Closed) -> None:
     if not conn_log.isEnabledFor(level):
         return
     conn = event.conn
-    conn_lines.log(
+    conn_lines.closed(
         level,
-        "peer=%s router=%s target=%s closed bytes_in=%d bytes_out=%d duration_s=%.3f reason=%s%s",
         conn.peer,
         conn.router,
         event.node_id,
         event.bytes_in,
         event.bytes_out,
         event.duration_s,
-        event.reason.value,
-        f" ({shown(event.detail)})" if event.detail else "",
+        event.reason._value_,
+        event.detail,
     )
 
 

@@ -41,7 +41,7 @@ ROUTERD = parse([*IMAGE.entrypoint, *IMAGE.cmd])
 PINNED_BASE = re.compile(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?")
 """A base pinned by its full Python version (a digest may follow); `python:3.11-slim`, a bare
 `python` or `:latest` move under the image between two builds."""
-NATIVE_CHECK = "import event_format._native, keys._native"
+NATIVE_CHECK = "import event_format._native, keys._native, router.datapath._core, router._conn_lines"
 HEALTH_URL = re.compile(
     r"urlopen\('http://(?P<host>[^:/']+):(?P<port>\d+)(?P<path>/[^']*)', timeout=(?P<timeout>\d+)\)"
 )
@@ -347,9 +347,14 @@ def test_image_native_check_passes_against_the_installed_wheel_only(installed: I
     tree = installed.context
     planted = tree / "event_format" / installed.native.name
     shutil.copy2(installed.native, planted)  # as an editable install builds it in place
-    (parser,) = (installed.native.parent.parent / "keys").glob("_native*.so")
-    planted_parser = tree / "keys" / parser.name
-    shutil.copy2(parser, planted_parser)
+    purelib = installed.native.parent.parent
+    others = [  # the other extensions, planted too: the negative control imports them all
+        next((purelib / folder).glob(f"{name}*.so"))
+        for folder, name in (("keys", "_native"), ("router/datapath", "_core"), ("router", "_conn_lines"))
+    ]
+    planted_others = [tree / other.relative_to(purelib) for other in others]
+    for other, planted_other in zip(others, planted_others, strict=True):
+        shutil.copy2(other, planted_other)
     aside = installed.native.with_name("native.aside")
     try:
         passed = _run(["sh", "-c", check], cwd=tree, env=installed.env())
@@ -364,7 +369,8 @@ def test_image_native_check_passes_against_the_installed_wheel_only(installed: I
         if aside.exists():
             aside.rename(installed.native)
         planted.unlink()
-        planted_parser.unlink()
+        for planted_other in planted_others:
+            planted_other.unlink()
     version = _run(["routerd", "--version"], cwd="/", env=installed.env())
     assert version.returncode == 0, version.stderr
     assert (
