@@ -249,6 +249,7 @@ async def _run_routerd(config: Config, args: argparse.Namespace, access: AdminAc
             load=functools.partial(_load_routerd, args.config, args.event_log),
             reloads=reloads,
             data_path=args.data_path,
+            lean=True,
         )
         nursery.cancel_scope.cancel()
 

@@ -28,7 +28,7 @@ import atexit
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias
 
 from router.logs import shown
 
@@ -57,6 +57,7 @@ __all__ = [
     "flush",
     "info",
     "install",
+    "line_writers",
     "log",
 ]
 
@@ -281,6 +282,27 @@ def info(message: str, *args: object) -> None:
         conn_log.info(message, *args)
     else:
         lines.info(message % args)
+
+
+LineWriters: TypeAlias = (
+    "tuple[Callable[..., bool] | None, Callable[..., bool] | None, Callable[[], None] | None]"
+)
+"""`line_writers`' answer: the C buffer's `connected` and `closed`, and the buffer's flush."""
+_NO_LINES: Final[LineWriters] = (None, None, None)
+
+
+def line_writers() -> LineWriters | None:
+    """How a C core writes the two lines of a proxied connection itself (router/datapath/_core.c's
+    lean connections): the C buffer's `connected(host, port, router, key, node_id)` and
+    `closed(host, port, router, node_id, bytes_in, bytes_out, duration_s, reason, detail)`, which
+    answer whether the buffer is full, and the flush to call then; three Nones when router.conn's
+    INFO lines are off. None: it cannot, the lines are on but do not go through the C buffer."""
+    if not conn_log.isEnabledFor(logging.INFO):
+        return _NO_LINES
+    lines = _installed
+    if not isinstance(lines, NativeConnLines) or lines._now is not None:
+        return None
+    return lines._c.connected, lines._c.closed, lines.flush
 
 
 def connected(peer: Address, router: str, key: str, node_id: str) -> None:

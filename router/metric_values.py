@@ -23,6 +23,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from prometheus_client.metrics_core import Metric
 
 __all__ = ["Family", "Histogram", "MetricKind"]
@@ -196,6 +198,29 @@ class Histogram(_Labelled[list[float]]):
             counts[-1] += value
         finally:
             lock.release()
+
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        """The finite upper bounds of the buckets (`+Inf` follows)."""
+        return self._bounds
+
+    def add(self, labels: tuple[str, ...], counts: Sequence[int], total: float) -> None:
+        """Count observations made elsewhere (a C core's): how many fell in each bucket on its own
+        (not cumulative; `+Inf`'s last) and their sum.
+
+        Raises:
+            ValueError: not one count per bucket and `+Inf`, or not one string per label name.
+        """
+        if len(counts) != len(self._bounds) + 1:
+            raise ValueError(f"{self.name}: wants {len(self._bounds) + 1} bucket counts, got {len(counts)}")
+        with self._lock:
+            values = self._values.get(labels)
+            if values is None:
+                self._check(labels)
+                values = self._values[labels] = [0.0] * (len(self._bounds) + 2)
+            for index, count in enumerate(counts):
+                values[index] += count
+            values[-1] += total
 
     def count(self, labels: tuple[str, ...]) -> int | None:
         """How many observations a label set has; None when it has none."""

@@ -142,6 +142,7 @@ async def serve_router(
     load: Callable[[], Config] | None = None,
     reloads: trio.MemoryReceiveChannel[None] | None = None,
     data_path: str | None = None,
+    lean: bool = False,
     task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router until `shutdown` is set (or forever), then drain and return.
@@ -165,6 +166,9 @@ async def serve_router(
         reloads: each item received is a reload request (routerd's SIGHUP), logged, never raised.
         data_path: what carries the fast path's acceptors (`--data-path`: native_path.DATA_PATHS);
             None: `native_path.default_data_path()`.
+        lean: the native core may carry connections without Python once decided (routerd's;
+            router/datapath/native_path.py): the metrics then count them when scraped, not as
+            they happen.
         task_status: receives a `ServerInfo` once every listener is open.
 
     Raises:
@@ -203,6 +207,7 @@ async def serve_router(
         access=admin_access or AdminAccess(),
         round_robin_start=round_robin_start,
         data_path=data_path,
+        lean=lean,
     )
     server = _Server(config, runtimes, metrics, admission, limits, kept)
     services = list(server.features.values())
@@ -248,7 +253,11 @@ class _Server:
         """systemd's readiness protocol (nothing without systemd)."""
         clock, token = trio.lowlevel.current_clock(), trio.lowlevel.current_trio_token()
         self.fast = open_fast_path(
-            options.data_path, clock.current_time, token.run_sync_soon, limits.connect_timeout_s
+            options.data_path,
+            clock.current_time,
+            token.run_sync_soon,
+            limits.connect_timeout_s,
+            lean=metrics if options.lean else None,
         )
         kernel = Kernel(
             runtimes=runtimes,
@@ -388,3 +397,4 @@ class _Options:
     access: AdminAccess
     round_robin_start: int | None
     data_path: str | None
+    lean: bool

@@ -21,7 +21,10 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "DESCRIPTOR_RESERVE",
@@ -152,18 +155,27 @@ class Admission:
 
     def release(self, acceptor: str, source: str) -> None:
         """A connection `admit` counted has ended."""
-        limits = self._limits.get(acceptor)
         with self._lock:
-            self.open -= 1
-            # .get and not below 0: a reload may have changed the acceptor meanwhile.
-            self._by_acceptor[acceptor] = max(0, self._by_acceptor.get(acceptor, 0) - 1)
-            if limits is not None and limits.per_source >= 0:
-                key = (acceptor, source)
-                left = self._by_source.get(key, 0) - 1
-                if left > 0:
-                    self._by_source[key] = left
-                else:  # sources come and go: keep only those with connections
-                    self._by_source.pop(key, None)
+            self._release(acceptor, source)
+
+    def release_many(self, ended: Iterable[tuple[str, str]]) -> None:
+        """Connections `admit` counted have ended: (acceptor, source host) each, under one lock."""
+        with self._lock:
+            for acceptor, source in ended:
+                self._release(acceptor, source)
+
+    def _release(self, acceptor: str, source: str) -> None:
+        self.open -= 1
+        # .get and not below 0: a reload may have changed the acceptor meanwhile.
+        self._by_acceptor[acceptor] = max(0, self._by_acceptor.get(acceptor, 0) - 1)
+        limits = self._limits.get(acceptor)
+        if limits is not None and limits.per_source >= 0:
+            key = (acceptor, source)
+            left = self._by_source.get(key, 0) - 1
+            if left > 0:
+                self._by_source[key] = left
+            else:  # sources come and go: keep only those with connections
+                self._by_source.pop(key, None)
 
     def set_limits(self, acceptor: str, limits: AcceptorLimits | None) -> None:
         """A configuration reload changed an acceptor's limits (None: it has none now). Connections

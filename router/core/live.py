@@ -331,11 +331,18 @@ class LiveConnection:
 
 
 class LiveConnections:
-    """The proxied connections open now, by target node id, in the order they were opened."""
+    """The proxied connections open now, by target node id, in the order they were opened.
 
-    __slots__ = ("_by_node", "_ended", "_reported", "_with_ttl")
+    A data path may carry connections it has not registered yet (the native core's lean ones, see
+    router/datapath/native_path.py): it sets `sync`, which every reading method calls first, and
+    which registers them (`add`) and counts the bytes of those that ended (`add_ended`).
+    """
+
+    __slots__ = ("_by_node", "_ended", "_reported", "_with_ttl", "sync")
 
     def __init__(self) -> None:
+        self.sync: Callable[[LiveConnections], None] | None = None
+        """Registers what a data path carries unregistered (called under the runtime's lock)."""
         self._by_node: dict[str, dict[LiveConnection, None]] = {}
         self._ended: dict[str, tuple[int, int]] = {}
         """node id -> the bytes each way of its connections discarded so far (`relayed`); one entry
@@ -346,6 +353,8 @@ class LiveConnections:
         """node id -> (the broker's count, our live count when it was read)."""
 
     def __len__(self) -> int:
+        if self.sync is not None:
+            self.sync(self)
         return sum(len(conns) for conns in self._by_node.values())
 
     def add(self, conn: LiveConnection) -> None:
@@ -369,11 +378,18 @@ class LiveConnections:
         ended_in, ended_out = self._ended.get(conn.node_id, (0, 0))
         self._ended[conn.node_id] = (ended_in + conn.counts[0], ended_out + conn.counts[1])
 
+    def add_ended(self, node_id: str, bytes_in: int, bytes_out: int) -> None:
+        """Count the bytes of connections to a target that ended without being registered."""
+        ended_in, ended_out = self._ended.get(node_id, (0, 0))
+        self._ended[node_id] = (ended_in + bytes_in, ended_out + bytes_out)
+
     def relayed(self) -> dict[str, tuple[int, int]]:
         """The bytes relayed client -> target and target -> client by every connection registered
         so far, ended or open, by target node id. Never decreases, provided a data path counts
         nothing into a connection after discarding it: an open one's bytes move to the ended total
         unchanged."""
+        if self.sync is not None:
+            self.sync(self)
         totals = dict(self._ended)
         for node_id, conns in self._by_node.items():
             relayed_in, relayed_out = totals.get(node_id, (0, 0))
@@ -385,10 +401,14 @@ class LiveConnections:
 
     def holds(self, conn: LiveConnection) -> bool:
         """Whether a connection is registered (it has not ended)."""
+        if self.sync is not None:
+            self.sync(self)
         return conn in self._by_node.get(conn.node_id, ())
 
     def to(self, node_id: str, address: Address | None = None) -> list[LiveConnection]:
         """The open connections to a target; with `address`, only those to that member address."""
+        if self.sync is not None:
+            self.sync(self)
         conns = self._by_node.get(node_id, {})
         return [c for c in conns if address is None or c.address == address]
 
@@ -398,6 +418,8 @@ class LiveConnections:
 
     def open_all(self) -> list[LiveConnection]:
         """Every connection the router has not closed."""
+        if self.sync is not None:
+            self.sync(self)
         return [conn for conns in self._by_node.values() for conn in conns if conn.closed_by is None]
 
     def close_idle(self, now: float, reason: CloseReason) -> list[tuple[LiveConnection, float]]:
@@ -410,6 +432,8 @@ class LiveConnections:
         Returns:
             The connections closed now, each with its idle time in seconds.
         """
+        if self.sync is not None:
+            self.sync(self)
         closed: list[tuple[LiveConnection, float]] = []
         for conn in list(self._with_ttl):
             if conn.ttl_s == math.inf:  # exempted by its first bytes
@@ -429,6 +453,8 @@ class LiveConnections:
         more connections we hold to it now than when the count was read, so a burst between two
         probes still spreads; without one it is our own live count.
         """
+        if self.sync is not None:
+            self.sync(self)
         live = len(self._by_node.get(node_id, ()))
         reported = self._reported.get(node_id)
         if reported is None:
@@ -439,6 +465,8 @@ class LiveConnections:
     def report_broker_count(self, node_id: str, broker_count: int | None) -> None:
         """Record the connection count a broker reported to its probe; None forgets the last one
         (the probe could not read it), leaving our own count."""
+        if self.sync is not None:
+            self.sync(self)
         if broker_count is None:
             self._reported.pop(node_id, None)
         else:

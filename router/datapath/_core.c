@@ -18,6 +18,21 @@
  *
  * Actions: None (go on reading the opening), (ACT_WAIT, token|None, reply, read_size),
  * (ACT_CLOSE, answer), (ACT_PROXY, token, host, port, replay, flags), (ACT_HANDOVER,).
+ *
+ * A lean connection (ACT_PROXY with F_LEAN) is carried by the core alone once decided: its token
+ * is a tuple (host, port, router, key, node_id, target index, router index, record) and the
+ * handler hears nothing of its connect and its end. The core counts them per target index
+ * (connections open, connect-time histogram, bytes of those ended: `lean_counts`), writes their
+ * two INFO lines through the C line buffer (`set_lines`), tells the BROKER_CLOSED_EARLY rule
+ * itself, and hands the tokens of those that ended to handler.released(list) once per turn of the
+ * loop (their admission). The rest goes to the handler as for any connection: a failed connect,
+ * a first answer (F_FIRST), and, when the router needs the connection as an object (its registry
+ * is read, it closes it for a reason of its own), handler.materialized(token, cid, fd, connected,
+ * age_s, silent) -> the token it is from then on, an ordinary connection's.
+ *
+ *   handler.materialized(token, cid, fd, connected, age_s, silent) -> token
+ *   handler.lean_failed(token, reason, bytes_in, bytes_out, duration_s) -> None (passive health)
+ *   handler.released(tokens)                                 -> None
  * A handler's own exceptions are its business (it logs them and returns a safe action); one
  * that escapes is written as unraisable and costs its connection only.
  *
@@ -62,18 +77,19 @@
 #define PIPE_POOL 64             /* empty pipes kept for the next bulk connection */
 
 enum { ACT_WAIT = 0, ACT_CLOSE = 1, ACT_PROXY = 2, ACT_HANDOVER = 3 };
-enum { F_FIRST = 1, F_FEED = 2 };
+enum { F_FIRST = 1, F_FEED = 2, F_LEAN = 4 };
 enum { S_FREE = 0, S_OPENING, S_DECIDING, S_CONNECTING, S_RELAY };
 enum { K_SIDE0 = 0, K_SIDE1 = 1, K_LISTENER = 2, K_WAKE = 3 };
-enum { R_CLOSED = 0, R_RESET = 1 };
+enum { R_CLOSED = 0, R_RESET = 1, R_EARLY = 2, R_COUNT = 3 };
 enum {
     CB_ACCEPTED, CB_READ, CB_TIMED_OUT, CB_CONNECTED, CB_UPSTREAM, CB_CONNECT_FAILED, CB_CLOSED,
-    CB_ACCEPT_WAIT, CB_RESUMED, CB_WAKE, CB_COUNT
+    CB_ACCEPT_WAIT, CB_RESUMED, CB_WAKE, CB_MATERIALIZED, CB_LEAN_FAILED, CB_RELEASED, CB_COUNT
 };
 static const char *const CALLBACKS[CB_COUNT] = {
     "accepted", "read", "timed_out", "connected", "upstream", "connect_failed", "closed",
-    "accept_wait", "resumed", "wake",
+    "accept_wait", "resumed", "wake", "materialized", "lean_failed", "released",
 };
+enum { L_HOST, L_PORT, L_ROUTER, L_KEY, L_NODE, L_TARGET, L_ROUTER_IX, L_SIZE }; /* a lean token */
 
 typedef struct {
     int r, w;
@@ -95,7 +111,17 @@ typedef struct {
     uint64_t count[2];
     Pipe *pipe[2];               /* side i's bytes go through a pipe once it sent SPLICE_AFTER */
     PyObject *token;
+    double t_start, t_connected; /* lean: when the connect started, when it completed */
+    int32_t target, router;      /* lean: its counters' index, its router's index */
+    uint8_t silent, closing;     /* lean: the broker ended without a byte after the client's; ending */
 } Conn;
+
+typedef struct {
+    uint64_t opened, ended, moved; /* lean connections connected, ended, materialized while open */
+    uint64_t bytes[2];             /* bytes each way of the lean connections that ended */
+    uint64_t *hist;                /* connect times: one count per bucket, then +Inf */
+    double sum;
+} LeanTarget;
 
 typedef struct {
     int32_t head, tail;
@@ -130,7 +156,16 @@ typedef struct {
     int npipes;
     uint64_t spliced;
     PyObject *cb[CB_COUNT];
-    PyObject *reasons[2];
+    PyObject *reasons[R_COUNT];
+    PyObject *reason_names[R_COUNT];
+    double early_close_s;
+    PyObject *released;          /* lean tokens ended this turn (their admission goes back) */
+    PyObject *empty;             /* "": a lean close's detail */
+    PyObject *lines_connected, *lines_closed, *flush_lines;
+    double *bounds;              /* the connect-time histogram's bucket bounds */
+    int32_t nbounds;
+    LeanTarget *targets;
+    int32_t ntargets;
 } Core;
 
 /* -- time -- */
@@ -323,6 +358,159 @@ static int set_pending(Conn *k, int side, const char *data, size_t n) {
     return 0;
 }
 
+/* -- lean connections -- */
+
+/* The counters of target index ix, made on first use (NULL: out of memory or a wrong index). */
+static LeanTarget *lean_target(Core *c, long ix) {
+    if (ix < 0 || ix >= (1L << 20)) return NULL;
+    if (ix >= c->ntargets) {
+        int32_t n = c->ntargets ? c->ntargets : 8;
+        while (n <= ix) n *= 2;
+        LeanTarget *t = PyMem_Realloc(c->targets, sizeof(LeanTarget) * (size_t)n);
+        if (t == NULL) return NULL;
+        memset(t + c->ntargets, 0, sizeof(LeanTarget) * (size_t)(n - c->ntargets));
+        c->targets = t;
+        c->ntargets = n;
+    }
+    LeanTarget *t = &c->targets[ix];
+    if (t->hist == NULL) t->hist = PyMem_Calloc((size_t)c->nbounds + 1, sizeof(uint64_t));
+    return t->hist == NULL ? NULL : t;
+}
+
+/* One of the line buffer's methods (`set_lines`); when the buffer is full, the handler's flush. */
+static void lean_line(Core *c, PyObject *method, PyObject *const *args, size_t n) {
+    PyObject *full = PyObject_Vectorcall(method, args, n, NULL);
+    if (full == NULL) {
+        PyErr_WriteUnraisable(method);
+        return;
+    }
+    int flush = full == Py_True;
+    Py_DECREF(full);
+    if (flush && c->flush_lines != NULL) {
+        PyObject *r = PyObject_Vectorcall(c->flush_lines, NULL, 0, NULL);
+        if (r == NULL) PyErr_WriteUnraisable(c->flush_lines);
+        Py_XDECREF(r);
+    }
+}
+
+#define LEAN_FIELD(k, f) PyTuple_GET_ITEM((k)->token, (f))
+
+static void lean_connected(Core *c, int32_t i) {
+    Conn *k = slot(c, i);
+    double now = now_s(), took = now - k->t_start;
+    k->t_connected = now;
+    LeanTarget *t = &c->targets[k->target];
+    t->opened++;
+    int32_t b = 0;
+    while (b < c->nbounds && c->bounds[b] < took) b++; /* the first bound >= took: `le` is inclusive */
+    t->hist[b]++;
+    t->sum += took;
+    if (c->lines_connected != NULL) {
+        PyObject *args[] = {LEAN_FIELD(k, L_HOST), LEAN_FIELD(k, L_PORT), LEAN_FIELD(k, L_ROUTER),
+                            LEAN_FIELD(k, L_KEY), LEAN_FIELD(k, L_NODE)};
+        lean_line(c, c->lines_connected, args, 5);
+    }
+}
+
+/* A lean connection ended by itself (R_CLOSED, R_RESET): counted, its line written, its token to
+ * `released`; a broker that ended it silently and early is passive health's (lean_failed). */
+static void lean_close(Core *c, int32_t i, int r) {
+    Conn *k = slot(c, i);
+    k->closing = 1; /* not materialized any more */
+    double duration = now_s() - k->t_connected;
+    if (k->silent && duration <= c->early_close_s) r = R_EARLY;
+    LeanTarget *t = &c->targets[k->target];
+    t->ended++;
+    t->bytes[0] += k->count[0];
+    t->bytes[1] += k->count[1];
+    PyObject *token = Py_NewRef(k->token);
+    PyObject *in = PyLong_FromUnsignedLongLong(k->count[0]), *out = PyLong_FromUnsignedLongLong(k->count[1]);
+    PyObject *took = PyFloat_FromDouble(duration);
+    if (in && out && took) {
+        if (c->lines_closed != NULL) {
+            PyObject *args[] = {PyTuple_GET_ITEM(token, L_HOST), PyTuple_GET_ITEM(token, L_PORT),
+                                PyTuple_GET_ITEM(token, L_ROUTER), PyTuple_GET_ITEM(token, L_NODE), in, out, took,
+                                c->reason_names[r], c->empty};
+            lean_line(c, c->lines_closed, args, 9);
+        }
+        if (r == R_EARLY) {
+            PyObject *args[] = {token, c->reasons[R_EARLY], in, out, took};
+            call_none(c, CB_LEAN_FAILED, args, 5);
+        }
+    } else {
+        PyErr_WriteUnraisable(NULL);
+    }
+    Py_XDECREF(in);
+    Py_XDECREF(out);
+    Py_XDECREF(took);
+    if (PyList_Append(c->released, token) != 0) PyErr_WriteUnraisable(NULL);
+    Py_DECREF(token);
+    drop(c, i);
+}
+
+/* Hand the handler what ended lean this turn: their admission goes back. */
+static void flush_released(Core *c) {
+    if (c->released == NULL || PyList_GET_SIZE(c->released) == 0) return;
+    PyObject *ended = c->released;
+    c->released = PyList_New(0);
+    if (c->released == NULL) { /* out of memory: keep the list for the next turn */
+        PyErr_WriteUnraisable(NULL);
+        c->released = ended;
+        return;
+    }
+    PyObject *args[] = {ended};
+    call_none(c, CB_RELEASED, args, 1);
+    Py_DECREF(ended);
+}
+
+/* Make lean connection i an ordinary one: the handler's `materialized` gives its token from now on
+ * (NULL: it failed, or the connection ended meanwhile in another turn of the loop). `closing`: it
+ * is about to be closed by the router, in this thread (nothing else can end it meanwhile).
+ * `*again`: its connect completed while the handler made the object (the handler's code may let
+ * the loop's thread run when another thread materializes): the object is stale, make it again. */
+static PyObject *materialize_once(Core *c, int32_t i, int closing, int *again) {
+    Conn *k = slot(c, i);
+    uint32_t gen = k->gen;
+    uint8_t state = k->state;
+    int connected = state == S_RELAY;
+    *again = 0;
+    PyObject *cid = PyLong_FromLongLong(cid_of(c, i)), *fd = PyLong_FromLong(k->fd[0]);
+    PyObject *age = PyFloat_FromDouble(connected ? now_s() - k->t_connected : 0.0);
+    PyObject *token = NULL;
+    if (cid && fd && age) {
+        PyObject *args[] = {k->token, cid, fd, connected ? Py_True : Py_False, age,
+                            k->silent ? Py_True : Py_False, closing ? Py_True : Py_False};
+        token = call(c, CB_MATERIALIZED, args, 7);
+    } else {
+        PyErr_WriteUnraisable(NULL);
+    }
+    Py_XDECREF(cid);
+    Py_XDECREF(fd);
+    Py_XDECREF(age);
+    if (token == NULL) return NULL;
+    if (k->gen != gen || !(k->flags & F_LEAN) || (k->closing && !closing) ||
+        (k->state != S_RELAY && k->state != S_CONNECTING)) {
+        Py_DECREF(token); /* it ended (or changed) while the handler made the object */
+        return NULL;
+    }
+    if (k->state != state) {
+        Py_DECREF(token);
+        *again = 1;
+        return NULL;
+    }
+    if (k->state == S_RELAY) c->targets[k->target].moved++;
+    k->flags = F_FIRST; /* an ordinary connection's (its first answer, if it has none yet) */
+    Py_XSETREF(k->token, Py_NewRef(token));
+    return token;
+}
+
+static PyObject *materialize_slot(Core *c, int32_t i, int closing) {
+    int again = 1;
+    PyObject *token = NULL;
+    for (int attempt = 0; again && attempt < 4; attempt++) token = materialize_once(c, i, closing, &again);
+    return token; /* (still changing after four attempts: left lean, the next read makes it) */
+}
+
 static int watch(Core *c, int32_t i, int side) {
     Conn *k = slot(c, i);
     struct epoll_event ev;
@@ -480,9 +668,19 @@ static void apply(Core *c, int32_t i, PyObject *action) {
     case ACT_PROXY:
         if (size == 6) {
             PyObject *token = PyTuple_GET_ITEM(action, 1);
+            long flags = PyLong_AsLong(PyTuple_GET_ITEM(action, 5));
+            if (flags & F_LEAN) {
+                if (!PyTuple_Check(token) || PyTuple_GET_SIZE(token) < L_SIZE) break;
+                long target = PyLong_AsLong(PyTuple_GET_ITEM(token, L_TARGET));
+                long router = PyLong_AsLong(PyTuple_GET_ITEM(token, L_ROUTER_IX));
+                if (router < 0 || router > INT32_MAX || lean_target(c, target) == NULL) break;
+                k->target = (int32_t)target;
+                k->router = (int32_t)router;
+                k->t_start = now_s();
+            }
             Py_INCREF(token);
             Py_XSETREF(k->token, token);
-            k->flags = (uint8_t)PyLong_AsLong(PyTuple_GET_ITEM(action, 5));
+            k->flags = (uint8_t)flags;
             long port = PyLong_AsLong(PyTuple_GET_ITEM(action, 3));
             timer_stop(c, i);
             k->state = S_DECIDING;
@@ -641,8 +839,12 @@ static void on_connected(Core *c, int32_t i) {
         PyMem_Free(k->pend[0]);
         k->pend[0] = NULL;
     }
-    PyObject *args[] = {k->token};
-    call_none(c, CB_CONNECTED, args, 1);
+    if (k->flags & F_LEAN) {
+        lean_connected(c, i);
+    } else {
+        PyObject *args[] = {k->token};
+        call_none(c, CB_CONNECTED, args, 1);
+    }
     if (k->gen == gen && k->state == S_RELAY) pump(c, i);
 }
 
@@ -666,7 +868,12 @@ static int upstream(Core *c, int32_t i, const char *data, size_t n, int first) {
  * health hears of it (an empty first answer). */
 static int side_ended(Core *c, int32_t i, int side) {
     Conn *k = slot(c, i);
-    if (side == 1 && k->count[1] == 0 && (k->flags & (F_FIRST | F_FEED))) return upstream(c, i, "", 0, 1);
+    if (side != 1 || k->count[1] != 0) return 1;
+    if (k->flags & F_LEAN) { /* LiveConnection.broker_ended_silently's rule, told at the close */
+        if (k->count[0] > 0) k->silent = 1;
+        return 1;
+    }
+    if (k->flags & (F_FIRST | F_FEED)) return upstream(c, i, "", 0, 1);
     return 1;
 }
 
@@ -799,7 +1006,21 @@ static void pump(Core *c, int32_t i) {
 
 static void close_relay(Core *c, int32_t i, PyObject *reason) {
     Conn *k = slot(c, i);
-    if (k->state != S_RELAY) return;
+    if (k->state != S_RELAY || (k->closing && (k->flags & F_LEAN))) return;
+    if (k->flags & F_LEAN) {
+        if (reason == c->reasons[R_CLOSED] || reason == c->reasons[R_RESET]) {
+            lean_close(c, i, reason == c->reasons[R_RESET] ? R_RESET : R_CLOSED);
+            return;
+        }
+        k->closing = 1; /* the router closes it for a reason of its own: as an ordinary connection */
+        PyObject *token = materialize_slot(c, i, 1);
+        k->closing = 0;
+        if (token == NULL) {
+            lean_close(c, i, R_RESET);
+            return;
+        }
+        Py_DECREF(token);
+    }
     PyObject *in = PyLong_FromUnsignedLongLong(k->count[0]), *out = PyLong_FromUnsignedLongLong(k->count[1]);
     PyObject *args[] = {k->token, reason, in, out};
     if (in && out) call_none(c, CB_CLOSED, args, 4); /* before the close: a client that sees it finds it reported */
@@ -898,12 +1119,13 @@ static void run_queue(Core *c) {
 /* -- the Python type -- */
 
 static int Core_init(Core *c, PyObject *args, PyObject *kwds) {
-    static char *names[] = {"handler", "connect_timeout_s", "closed", "reset", "buffer_size", NULL};
-    PyObject *handler, *closed, *reset_reason;
-    double connect_timeout;
+    static char *names[] = {"handler", "connect_timeout_s", "closed", "reset", "buffer_size",
+                            "closed_early", "early_close_s", NULL};
+    PyObject *handler, *closed, *reset_reason, *early = Py_None;
+    double connect_timeout, early_close_s = 0.0;
     Py_ssize_t bufsize = 256 * 1024;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OdOO|n", names, &handler, &connect_timeout, &closed,
-                                     &reset_reason, &bufsize))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OdOO|nOd", names, &handler, &connect_timeout, &closed,
+                                     &reset_reason, &bufsize, &early, &early_close_s))
         return -1;
     if (c->ep >= 0) {
         PyErr_SetString(PyExc_RuntimeError, "a Core is initialised once");
@@ -919,6 +1141,20 @@ static int Core_init(Core *c, PyObject *args, PyObject *kwds) {
     }
     c->reasons[R_CLOSED] = Py_NewRef(closed);
     c->reasons[R_RESET] = Py_NewRef(reset_reason);
+    c->reasons[R_EARLY] = Py_NewRef(early);
+    for (int j = 0; j < R_COUNT; j++) { /* a lean close's line names its reason by its value */
+        c->reason_names[j] = c->reasons[j] == Py_None ? PyUnicode_FromString("")
+                                                      : PyObject_GetAttrString(c->reasons[j], "value");
+        if (c->reason_names[j] == NULL) return -1;
+        if (!PyUnicode_Check(c->reason_names[j])) {
+            PyErr_SetString(PyExc_TypeError, "a close reason's value must be str");
+            return -1;
+        }
+    }
+    c->early_close_s = early_close_s;
+    c->released = PyList_New(0);
+    c->empty = PyUnicode_FromString("");
+    if (c->released == NULL || c->empty == NULL) return -1;
     c->buf = PyMem_Malloc((size_t)bufsize);
     if (c->buf == NULL) {
         PyErr_NoMemory();
@@ -945,6 +1181,10 @@ static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 
 static int Core_traverse(Core *c, visitproc visit, void *arg) {
     for (int j = 0; j < CB_COUNT; j++) Py_VISIT(c->cb[j]);
+    Py_VISIT(c->released);
+    Py_VISIT(c->lines_connected);
+    Py_VISIT(c->lines_closed);
+    Py_VISIT(c->flush_lines);
     for (int32_t li = 0; li < c->nls; li++) Py_VISIT(c->ls[li].token);
     for (uint32_t ch = 0; ch < c->nchunks; ch++)
         for (uint32_t j = 0; j < CHUNK; j++) Py_VISIT(c->chunks[ch][j].token);
@@ -953,7 +1193,15 @@ static int Core_traverse(Core *c, visitproc visit, void *arg) {
 
 static int Core_clear(Core *c) {
     for (int j = 0; j < CB_COUNT; j++) Py_CLEAR(c->cb[j]);
-    for (int j = 0; j < 2; j++) Py_CLEAR(c->reasons[j]);
+    for (int j = 0; j < R_COUNT; j++) {
+        Py_CLEAR(c->reasons[j]);
+        Py_CLEAR(c->reason_names[j]);
+    }
+    Py_CLEAR(c->released);
+    Py_CLEAR(c->empty);
+    Py_CLEAR(c->lines_connected);
+    Py_CLEAR(c->lines_closed);
+    Py_CLEAR(c->flush_lines);
     for (int32_t li = 0; li < c->nls; li++) Py_CLEAR(c->ls[li].token);
     for (uint32_t ch = 0; ch < c->nchunks; ch++)
         for (uint32_t j = 0; j < CHUNK; j++) Py_CLEAR(c->chunks[ch][j].token);
@@ -980,6 +1228,9 @@ static void Core_dealloc(Core *c) {
     for (int j = 0; j < c->npipes; j++) close_pipe(c->pipes[j]);
     PyMem_Free(c->ls);
     PyMem_Free(c->buf);
+    for (int32_t t = 0; t < c->ntargets; t++) PyMem_Free(c->targets[t].hist);
+    PyMem_Free(c->targets);
+    PyMem_Free(c->bounds);
     if (c->ep >= 0) close(c->ep);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
@@ -1196,6 +1447,7 @@ static PyObject *Core_run(Core *c, PyObject *unused) {
             if (kind == K_WAKE) {
                 call_none(c, CB_WAKE, NULL, 0);
             } else if (kind == K_LISTENER) {
+                flush_released(c); /* admission counts the connections that ended first */
                 if ((int32_t)index < c->nls) on_listener(c, (int32_t)index);
             } else {
                 int32_t i = (int32_t)index;
@@ -1207,6 +1459,7 @@ static PyObject *Core_run(Core *c, PyObject *unused) {
         }
         if (c->runq_head != NIL) run_queue(c);
         expire(c);
+        flush_released(c);
     }
     c->running = 0;
     Py_RETURN_NONE;
@@ -1232,6 +1485,108 @@ static PyObject *Core_dispose(Core *c, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* Make router `router`'s lean connections (connecting or relayed) ordinary ones: the tokens the
+ * handler's `materialized` gave, for the caller to register. */
+static PyObject *Core_materialize(Core *c, PyObject *arg) {
+    long router = PyLong_AsLong(arg);
+    if (router == -1 && PyErr_Occurred()) return NULL;
+    PyObject *made = PyList_New(0);
+    if (made == NULL) return NULL;
+    for (uint32_t ch = 0; ch < c->nchunks; ch++) {
+        for (uint32_t j = 0; j < CHUNK; j++) {
+            int32_t i = (int32_t)((ch << CHUNK_BITS) | j);
+            Conn *k = slot(c, i);
+            if (!(k->flags & F_LEAN) || k->closing || k->router != router ||
+                (k->state != S_RELAY && k->state != S_CONNECTING))
+                continue;
+            PyObject *token = materialize_slot(c, i, 0);
+            if (token == NULL) {
+                PyErr_Clear();
+                continue;
+            }
+            int failed = PyList_Append(made, token);
+            Py_DECREF(token);
+            if (failed) {
+                Py_DECREF(made);
+                return NULL;
+            }
+        }
+    }
+    return made;
+}
+
+/* Per target index: (open, (count of each bucket..., +Inf), sum of connect times, bytes in, bytes
+ * out) of its lean connections so far (open: connected, not ended or materialized). */
+static PyObject *Core_lean_counts(Core *c, PyObject *unused) {
+    PyObject *list = PyList_New(c->ntargets);
+    if (list == NULL) return NULL;
+    for (int32_t ix = 0; ix < c->ntargets; ix++) {
+        LeanTarget *t = &c->targets[ix];
+        PyObject *hist = PyTuple_New(c->nbounds + 1);
+        if (hist == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        for (int32_t b = 0; b <= c->nbounds; b++) {
+            PyObject *n = PyLong_FromUnsignedLongLong(t->hist ? t->hist[b] : 0);
+            if (n == NULL) {
+                Py_DECREF(hist);
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(hist, b, n);
+        }
+        PyObject *row = Py_BuildValue("(KNdKK)", (unsigned long long)(t->opened - t->ended - t->moved), hist,
+                                      t->sum, (unsigned long long)t->bytes[0], (unsigned long long)t->bytes[1]);
+        if (row == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, ix, row);
+    }
+    return list;
+}
+
+/* The line buffer's `connected` and `closed` methods (router/_conn_lines.c) and the handler's
+ * flush for when it is full; None: lean connections write no lines. */
+static PyObject *Core_set_lines(Core *c, PyObject *args) {
+    PyObject *connected, *closed, *flush;
+    if (!PyArg_ParseTuple(args, "OOO", &connected, &closed, &flush)) return NULL;
+    Py_XSETREF(c->lines_connected, connected == Py_None ? NULL : Py_NewRef(connected));
+    Py_XSETREF(c->lines_closed, closed == Py_None ? NULL : Py_NewRef(closed));
+    Py_XSETREF(c->flush_lines, flush == Py_None ? NULL : Py_NewRef(flush));
+    Py_RETURN_NONE;
+}
+
+/* The connect-time histogram's bucket bounds (increasing), once, before any lean connection. */
+static PyObject *Core_set_buckets(Core *c, PyObject *arg) {
+    if (c->ntargets > 0 || c->bounds != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the buckets are set once, before any lean connection");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(arg, "buckets must be a sequence of floats");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    double *bounds = PyMem_Malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (bounds == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t b = 0; b < n; b++) {
+        bounds[b] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, b));
+        if ((bounds[b] == -1 && PyErr_Occurred()) || (b > 0 && bounds[b] <= bounds[b - 1])) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bucket bounds must increase");
+            PyMem_Free(bounds);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    c->bounds = bounds;
+    c->nbounds = (int32_t)n;
+    Py_RETURN_NONE;
+}
+
 static PyObject *Core_get_live(Core *c, void *unused) { return PyLong_FromUnsignedLong(c->live); }
 static PyObject *Core_get_proxied(Core *c, void *unused) { return PyLong_FromUnsignedLong(c->proxied); }
 static PyObject *Core_get_spliced(Core *c, void *unused) { return PyLong_FromUnsignedLongLong(c->spliced); }
@@ -1254,6 +1609,14 @@ static PyMethodDef Core_methods[] = {
     {"close_all", (PyCFunction)Core_close_all, METH_O, "close_all(reason): end every connection."},
     {"openings", (PyCFunction)Core_openings, METH_NOARGS, "The tokens of connections reading their opening."},
     {"run", (PyCFunction)Core_run, METH_NOARGS, "Run the loop (in its own thread)."},
+    {"materialize", (PyCFunction)Core_materialize, METH_O,
+     "materialize(router index) -> [token]: that router's lean connections made ordinary ones."},
+    {"lean_counts", (PyCFunction)Core_lean_counts, METH_NOARGS,
+     "[(open, bucket counts, connect time sum, bytes in, bytes out)] of lean connections, by target index."},
+    {"set_lines", (PyCFunction)Core_set_lines, METH_VARARGS,
+     "set_lines(connected, closed, flush): how lean connections write their lines (None: none)."},
+    {"set_buckets", (PyCFunction)Core_set_buckets, METH_O,
+     "set_buckets(bounds): the connect-time histogram of lean connections (once, first)."},
     {"dispose", (PyCFunction)Core_dispose, METH_NOARGS,
      "Close the epoll set and drop the handler (after the loop ended)."},
     {NULL, NULL, 0, NULL},
@@ -1296,7 +1659,9 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddIntConstant(m, "ACT_PROXY", ACT_PROXY) < 0 ||
         PyModule_AddIntConstant(m, "ACT_HANDOVER", ACT_HANDOVER) < 0 ||
         PyModule_AddIntConstant(m, "F_FIRST", F_FIRST) < 0 ||
-        PyModule_AddIntConstant(m, "F_FEED", F_FEED) < 0) {
+        PyModule_AddIntConstant(m, "F_FEED", F_FEED) < 0 ||
+        PyModule_AddIntConstant(m, "F_LEAN", F_LEAN) < 0 ||
+        PyModule_AddIntConstant(m, "LEAN_FIELDS", L_SIZE) < 0) {
         Py_DECREF(m);
         return NULL;
     }

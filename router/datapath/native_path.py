@@ -16,6 +16,20 @@ the same rules, now called once per step by the core. `NativePath` extends `Fast
 requests (closes and moves from the trio side, listeners added and removed by reloads, shutdown),
 served in the core's thread when the wake pipe is readable. The Python fast path stays as the
 fallback when the extension is not built, and as the reference both are tested against.
+
+**Lean connections.** routerd's own (`lean=` the process's metrics) hands the core the connections
+that need nothing of Python once decided: an opening not read (no protocol to answer, watch or
+move at a frame boundary), no gate slot, the first attempt, and no subscriber to its router's
+events besides the log lines and the metrics. The core then connects, relays and closes them with
+no call back: it counts them per target (`lean_counts`, folded into the metrics when they are
+scraped: open connections, connect times, bytes), writes their two INFO lines through the C line
+buffer (router/_conn_lines.c), tells a broker's silent early close itself (passive health hears of
+it), and gives their admission back once per turn of its loop. Nothing of them is in the
+registry of live connections until it is read: its reads (`LiveConnections.sync`) first make the
+router's lean connections ordinary `_Relayed` ones (`materialized`), and so does a close the
+router asks for, so every feature that finds, counts, closes or moves connections sees them as
+before. A redispatch after a failed connect, a first answer of a target with failures in a row,
+and the close of a lean connection the broker ended early come back to Python as before.
 """
 
 from __future__ import annotations
@@ -26,9 +40,10 @@ import socket
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, Unpack, assert_never, cast
 
 from keys import SniffError
+from router import conn_lines
 from router.core.address import Address
-from router.core.events import CloseReason, ConnectFailure, OpeningFailure
-from router.core.live import LiveConnection, broker_failure
+from router.core.events import Closed, CloseReason, ConnectFailure, OpeningFailure
+from router.core.live import BROKER_EARLY_CLOSE_S, LiveConnection, LiveConnections, broker_failure
 from router.core.opening import SniffBuffer, opening_failed
 from router.core.plan import (
     HandOver,
@@ -59,9 +74,12 @@ except ImportError:  # built without a C compiler: the Python fast path serves
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from router.core.admission import Admission
     from router.core.events import ConnectionRef
     from router.datapath.acceptor import ServedAcceptor
     from router.datapath.fast_path import Handoff
+    from router.metrics import Metrics
+    from router.runtime.connections import RouterConnections
 
 __all__ = ["NATIVE", "NativePath"]
 
@@ -92,6 +110,15 @@ class Core(Protocol):
     def stop_accepting(self) -> None: ...
     def close_all(self, reason: CloseReason) -> None: ...
     def openings(self) -> list[_Reading]: ...
+    def materialize(self, router: int) -> list[_Relayed]: ...
+    def lean_counts(self) -> list[tuple[int, tuple[int, ...], float, int, int]]: ...
+    def set_lines(
+        self,
+        connected: Callable[..., bool] | None,
+        closed: Callable[..., bool] | None,
+        flush: Callable[[], None] | None,
+    ) -> None: ...
+    def set_buckets(self, bounds: tuple[float, ...]) -> None: ...
     def run(self) -> None: ...
     def dispose(self) -> None: ...
 
@@ -104,6 +131,20 @@ if _core is not None:
     _SILENT: Final = (_core.ACT_CLOSE, b"")
     _F_FIRST: Final = _core.F_FIRST
     _F_FEED: Final = _core.F_FEED
+    _F_LEAN: Final = _core.F_LEAN
+
+Lean: TypeAlias = (
+    "tuple[str, int, str, str, str, int, int, ServedAcceptor, ConnectionRef, Opening, Proxy, float, "
+    "Handoff, int, int]"
+)
+"""A lean connection's token: what the core reads (host, port, router, key, node id: its lines;
+the target's and the router's indexes: its counters), then what `materialized` makes a
+`_Relayed` of (acceptor, connection, opening, plan, decision time, hand-off, cid, descriptor)."""
+_HOST: Final = 0
+_NODE: Final = 4
+_ACCEPTOR: Final = 7
+_CONN: Final = 8
+"""Positions in a `Lean` this module reads (and 13, 14: its cid and descriptor)."""
 
 
 class _Reading:
@@ -156,18 +197,68 @@ def _stdlib(fd: int) -> socket.socket:
     return socket.socket(fileno=fd)
 
 
+class _LeanTarget:
+    """What the metrics have of one target's lean connections (`NativePath._fold`)."""
+
+    __slots__ = ("bytes", "hist", "labels", "metrics", "open", "router", "sum")
+
+    def __init__(self, router: int, labels: tuple[str, str], metrics: Metrics) -> None:
+        self.router = router
+        """Its router's index (`NativePath._routers`)."""
+        self.labels = labels
+        self.metrics = metrics
+        self.open = 0
+        self.hist: tuple[int, ...] = ()
+        self.sum = 0.0
+        self.bytes = (0, 0)
+        """The bytes of its ended lean connections its registry counts (`NativePath._sync`)."""
+
+
 class NativePath(FastPath):
     """The C core's loop in one thread, with the fast path's decisions and bookkeeping.
 
     Its methods named after the core's callbacks (`accepted`, `read`, ...) run in that thread.
     """
 
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        call_trio: Callable[..., None],
+        connect_timeout_s: float,
+        *,
+        lean: Metrics | None = None,
+    ) -> None:
+        """Args (see `FastPath`):
+        lean: the process's metrics, when the core may carry lean connections (see the module
+            docstring); their counts are folded into these when they are scraped.
+        """
+        self._lean_metrics = lean
+        self._targets: list[_LeanTarget] = []
+        """Lean connections' counters by target index (the core's)."""
+        self._target_ix: dict[tuple[int, str], int] = {}
+        self._routers: dict[RouterConnections, int] = {}
+        """Each router's index (its registry's): its lean connections are materialized together."""
+        super().__init__(clock, call_trio, connect_timeout_s)
+
     def _open_loop(self) -> None:
         assert _core is not None, "NativePath needs router.datapath._core (NATIVE)"
         self._core: Core = _core.Core(
-            self, self._connect_timeout_s, CloseReason.CLOSED, CloseReason.RESET, BUFFER_SIZE
+            self,
+            self._connect_timeout_s,
+            CloseReason.CLOSED,
+            CloseReason.RESET,
+            BUFFER_SIZE,
+            CloseReason.BROKER_CLOSED_EARLY,
+            BROKER_EARLY_CLOSE_S,
         )
         self._core.watch_wake(self._wake_r)
+        writers = None if self._lean_metrics is None else conn_lines.line_writers()
+        self._lean = writers is not None
+        """Whether lean connections are carried (the INFO lines, when on, go through the C buffer)."""
+        if writers is not None and self._lean_metrics is not None:
+            self._core.set_lines(*writers)
+            self._core.set_buckets(self._lean_metrics.connect_duration.bounds)
+            self._lean_metrics.sample_when_scraped(self._fold)
 
     def _close_loop(self) -> None:
         self._core.dispose()
@@ -366,6 +457,8 @@ class NativePath(FastPath):
         if gated and _must_wait(runtime, node_id, slot=True):  # the trio side waits
             handoff(HandedOver(_stdlib(fd), conn, opening, action, retry=retry))
             return _HANDED
+        if self._lean and not gated and retry and opening.sniffed is None and not runtime.report.subscribed:
+            return self._lean_proxy(cid, fd, acceptor, conn, opening, action, now, handoff)
         relayed = _Relayed(
             core=self._core,
             cid=cid,
@@ -385,24 +478,157 @@ class NativePath(FastPath):
         connector = action.connector
         return (_PROXY, relayed, connector.host, connector.port, opening.raw, flags)
 
+    def _lean_proxy(
+        self,
+        cid: int,
+        fd: int,
+        acceptor: ServedAcceptor,
+        conn: ConnectionRef,
+        opening: Opening,
+        action: Proxy,
+        now: float,
+        handoff: Handoff,
+    ) -> Action:
+        """Have the core carry a connection on its own (see the module docstring)."""
+        runtime = acceptor.runtime
+        node_id = action.target.node_id
+        router = self._routers.get(runtime.connections)
+        if router is None:
+            router = self._routers[runtime.connections] = len(self._routers)
+            runtime.connections.carried_by(lambda registry: self._sync(router, registry))
+        target = self._target_ix.get((router, node_id))
+        if target is None:
+            assert self._lean_metrics is not None, "lean connections have metrics"
+            target = self._target_ix[router, node_id] = len(self._targets)
+            self._targets.append(_LeanTarget(router, (runtime.name, node_id), self._lean_metrics))
+        peer = conn.peer
+        token = (
+            peer.host,
+            peer.port,
+            runtime.name,
+            action.key,
+            node_id,
+            target,
+            router,
+            acceptor,
+            conn,
+            opening,
+            action,
+            now,
+            handoff,
+            cid,
+            fd,
+        )
+        flags = _F_LEAN | (_F_FIRST if runtime.pool.failing(node_id) else 0)
+        connector = action.connector
+        return (_PROXY, token, connector.host, connector.port, opening.raw, flags)
+
+    def materialized(
+        self, lean: Lean, cid: int, fd: int, connected: bool, age_s: float, silent: bool, closing: bool
+    ) -> _Relayed:
+        """A lean connection as an ordinary one (the core's token for it from now on): connected
+        `age_s` ago or still connecting; `closing`: the router closes it now (in this thread)."""
+        acceptor, conn, opening, action, started, handoff = lean[7:13]
+        relayed = _Relayed(
+            core=self._core,
+            cid=cid,
+            fd=fd,
+            acceptor=acceptor,
+            conn=conn,
+            opening=opening,
+            action=action,
+            retry=True,
+            handoff=handoff,
+            request=self._request_bound,
+            started=started,
+        )
+        relayed.silent_close = silent
+        if connected:
+            relayed.connected = True
+            relayed.opening = relayed.action = None
+            relayed.connected_at = self._clock() - age_s
+            if closing:
+                _adopted(relayed)
+        return relayed
+
+    def _sync(self, router: int, registry: LiveConnections) -> None:
+        """A router's registry is read (under its lock): its lean connections are registered first,
+        and the bytes of those that ended counted."""
+        for relayed in self._core.materialize(router):
+            registry.add(relayed)
+            if relayed.connected:
+                _adopted(relayed)
+        counts = self._core.lean_counts()
+        # A copy: the loop's thread may add a target meanwhile (this runs in either thread).
+        for entry, (_, _, _, bytes_in, bytes_out) in zip(list(self._targets), counts, strict=False):
+            before_in, before_out = entry.bytes
+            if entry.router == router and (bytes_in != before_in or bytes_out != before_out):
+                registry.add_ended(entry.labels[1], bytes_in - before_in, bytes_out - before_out)
+                entry.bytes = (bytes_in, bytes_out)
+
+    def _fold(self) -> None:
+        """Before a scrape: what lean connections did since the last one, into the metrics (open
+        connections, connect times)."""
+        counts = self._core.lean_counts()
+        for entry, (open_now, hist, total, _, _) in zip(list(self._targets), counts, strict=False):
+            metrics = entry.metrics
+            if open_now != entry.open or hist != entry.hist:  # (a series from its first connection on)
+                metrics.active_connections.inc(entry.labels, open_now - entry.open)
+                entry.open = open_now
+            if hist != entry.hist:
+                before = entry.hist or (0,) * len(hist)
+                added = [now - then for now, then in zip(hist, before, strict=True)]
+                metrics.connect_duration.add(entry.labels, added, total - entry.sum)
+                entry.hist, entry.sum = hist, total
+
+    def released(self, ended: list[Lean]) -> None:
+        """Lean connections that ended: their admission goes back (once per turn of the loop)."""
+        by_admission: dict[Admission, list[tuple[str, str]]] = {}
+        for lean in ended:
+            acceptor = lean[_ACCEPTOR]
+            by_admission.setdefault(acceptor.admission, []).append((acceptor.name, lean[_HOST]))
+        for admission, pairs in by_admission.items():
+            admission.release_many(pairs)
+
+    def lean_failed(
+        self, lean: Lean, reason: CloseReason, bytes_in: int, bytes_out: int, duration_s: float
+    ) -> None:
+        """A lean connection the broker ended silently and early: passive health counts it."""
+        runtime = lean[_ACCEPTOR].runtime
+        closed = Closed(
+            conn=lean[_CONN],
+            node_id=lean[_NODE],
+            bytes_in=bytes_in,
+            bytes_out=bytes_out,
+            duration_s=duration_s,
+            reason=reason,
+        )
+        self._call_trio(runtime.pool.broker_failed, closed)
+
     def connected(self, relayed: _Relayed) -> None:
         relayed.connected = True
         relayed.opening = relayed.action = None
         began, relayed.connected_at = relayed.connected_at, self._clock()
         relayed.acceptor.runtime.report(relayed.connected_in(relayed.connected_at - began))
 
-    def upstream(self, relayed: _Relayed, data: bytes, first: bool) -> None:
+    def upstream(self, relayed: _Relayed | Lean, data: bytes, first: bool) -> None:
         """The broker's bytes: its first answer (passive health; b"" when it ended its side
-        without one), and every read when the connection has a frame cursor (moves)."""
+        without one), and every read when the connection has a frame cursor (moves). A lean
+        connection's first answer, when its target has failures in a row, ends them."""
+        if isinstance(relayed, tuple):
+            relayed[_ACCEPTOR].runtime.pool.answered(relayed[_NODE])
+            return
         if first:
             relayed.acceptor.runtime.pool.first_answer(relayed, data)
         if data and relayed.cursor is not None:
             relayed.cursor.feed(data)
 
-    def connect_failed(self, relayed: _Relayed, why: int | CloseReason, no_socket: bool) -> Action:
+    def connect_failed(self, relayed: _Relayed | Lean, why: int | CloseReason, no_socket: bool) -> Action:
         """The connect failed (an errno; `no_socket`: this process could not make a socket, which
         another target would need too) or the router closed the connection meanwhile (a reason):
         another target once, else the client's refusal (`PlannedConnection.failed_connect`)."""
+        if isinstance(relayed, tuple):  # a lean one: as an ordinary one from here on
+            relayed = self.materialized(relayed, relayed[13], relayed[14], False, 0.0, False, False)
         acceptor = relayed.acceptor
         runtime = acceptor.runtime
         opening = relayed.opening
@@ -462,6 +688,13 @@ class NativePath(FastPath):
             self._call_trio(runtime.pool.broker_failed, closed)
 
 
+def _adopted(relayed: _Relayed) -> None:
+    """A lean connection made ordinary while connected: the metrics count it open from now on (its
+    Closed takes it off), as the core stopped counting it."""
+    runtime = relayed.acceptor.runtime
+    runtime.metrics.active_connections.inc((runtime.name, relayed.node_id))
+
+
 DATA_PATHS: Final = ("native", "python")
 """routerd's `--data-path` choices: the C core, or the Python fast path (its reference)."""
 DATA_PATH_ENV: Final = "ROUTERD_DATA_PATH"
@@ -491,8 +724,11 @@ def open_fast_path(
     clock: Callable[[], float],
     call_trio: Callable[..., None],
     connect_timeout_s: float,
+    *,
+    lean: Metrics | None = None,
 ) -> FastPath:
-    """The fast path's loop on the data path asked for (None: `default_data_path()`).
+    """The fast path's loop on the data path asked for (None: `default_data_path()`); `lean`: the
+    process's metrics, when the native path may carry lean connections (`NativePath`).
 
     Raises:
         ValueError: not one of `DATA_PATHS`, or native without the C core built.
@@ -503,4 +739,4 @@ def open_fast_path(
         raise ValueError(f"data path {problem}")
     if chosen == "python":
         return FastPath(clock, call_trio, connect_timeout_s)
-    return NativePath(clock, call_trio, connect_timeout_s)
+    return NativePath(clock, call_trio, connect_timeout_s, lean=lean)

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from router.core.events import CloseReason, ConnectionsClosed
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from router.core.address import Address
-    from router.core.live import LiveConnection
+    from router.core.live import LiveConnection, LiveConnections
     from router.core.reload import Departed
     from router.runtime.reports import Reports
     from router.runtime.state import RouterState
@@ -52,6 +52,12 @@ class RouterConnections:
             self._state.connections.discard(conn)
         finally:
             lock.release()
+
+    def carried_by(self, sync: Callable[[LiveConnections], None]) -> None:
+        """A data path carries connections of this router unregistered until the registry is read
+        (the native core's lean ones): `sync` registers them, first thing in every read."""
+        with self._state as state:
+            state.connections.sync = sync
 
     # -- what the router reads and closes (trio thread) --
 

@@ -163,11 +163,23 @@ class RouterPool:
         if not data:
             live.broker_ended_silently()
             return
+        if live.broker_answered(data):
+            self.answered(live.node_id)
+
+    def failing(self, node_id: str) -> bool:
+        """Whether a target has failures in a row (read without the lock: a hint for a data path,
+        which then reports the first answers of its connections to it)."""
+        pool = self._state.pool
+        return pool is not None and pool.failing(node_id)
+
+    def answered(self, node_id: str) -> None:
+        """A target answered a proxied connection (not with a refusal): its failures in a row end
+        (from either thread; the lock is taken only when it has some)."""
         state = self._state
         pool = state.pool
-        if live.broker_answered(data) and pool is not None and pool.failing(live.node_id):
+        if pool is not None and pool.failing(node_id):
             with state:
-                pool.broker_answered(live.node_id)
+                pool.broker_answered(node_id)
 
     def broker_failed(self, closed: Closed) -> None:
         """Count a proxied connection that the broker refused or dropped (trio thread): the

@@ -15,10 +15,13 @@ class Reports:
     """Where a router's events go: call it with an event and every subscriber gets it (in the
     reporting thread); `subscribe` adds one (the event log, tests)."""
 
-    __slots__ = ("_subscribers",)
+    __slots__ = ("_subscribers", "subscribed")
 
     def __init__(self, *subscribers: Subscriber) -> None:
         self._subscribers = subscribers
+        self.subscribed = False
+        """Whether a subscriber besides the first ones was added (the event log, a test): every
+        event must then be made (the native core's lean connections make none of theirs)."""
 
     def __call__(self, event: Event) -> None:
         """Hand an event to every subscriber (log lines, metrics, ...)."""
@@ -28,3 +31,4 @@ class Reports:
     def subscribe(self, subscriber: Subscriber) -> None:
         """Have `subscriber` receive every event from now on."""
         self._subscribers = (*self._subscribers, subscriber)
+        self.subscribed = True

@@ -7,15 +7,22 @@ connections growing past one chunk, its deadline lists), over real loopback sock
 
 from __future__ import annotations
 
+import io
+import logging
+import re
 import socket
 import subprocess
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from keys import KeyType
+from router import conn_lines
+from router.conn_lines import NativeConnLines
+from router.core.events import Closed, CloseReason, Connected
 from router.datapath.acceptor import ConnectionLimits
 from router.datapath.fast_path import FastPath
 from router.datapath.native_path import (
@@ -31,6 +38,8 @@ from tests.keys.test_mqtt import connect_packet
 from tests.router.datapath.test_fast_path import _config, _serve_echo
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from router.config.settings import Config
 
 CHUNK = 1024
@@ -176,4 +185,226 @@ async def test_connect_that_never_completes_fails_at_the_deadline(nursery: trio.
             "router_target_connect_failures_total", {"router": "r", "node_id": "b0", "reason": "timeout"}
         )
         assert failed == 1
+        shutdown.set()
+
+
+async def _start_lean(nursery: trio.Nursery, config: Config) -> tuple[ServerInfo, trio.Event]:
+    """A server whose core carries lean connections (as routerd's), the pool ready."""
+    shutdown = trio.Event()
+    info: ServerInfo = await nursery.start(
+        lambda task_status: serve_router(
+            config,
+            admin=None,
+            grace_s=1,
+            shutdown=shutdown,
+            data_path="native",
+            lean=True,
+            task_status=task_status,
+        )
+    )
+    runtime = info.runtimes["r"]
+    await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 1)
+    assert isinstance(info.fast_path, NativePath)
+    assert info.fast_path._lean  # its connections are lean ones
+    return info, shutdown
+
+
+def _echo_round(host: str, port: int, count: int, *, keep: bool = False) -> list[socket.socket]:
+    """`count` connections that each send 16 bytes and get them back; closed unless `keep`."""
+    socks = [socket.create_connection((host, port), timeout=10) for _ in range(count)]
+    for n, sock in enumerate(socks):
+        sock.sendall(b"lean-%011d" % n)
+    for n, sock in enumerate(socks):
+        got = b""
+        while len(got) < 16:
+            got += sock.recv(16 - len(got))
+        assert got == b"lean-%011d" % n
+    if not keep:
+        for sock in socks:
+            sock.close()
+        return []
+    return socks
+
+
+async def _until_no_proxied(fast: object) -> None:
+    assert isinstance(fast, NativePath)
+    with trio.fail_after(10):
+        while fast.open_count():  # noqa: ASYNC110  # the core's thread closes them: no trio event
+            await trio.sleep(0.02)
+
+
+@pytest.fixture
+def conn_level() -> Iterator[Callable[[int], None]]:
+    """Sets router.conn's level for the test (its INFO lines decide whether connections are lean:
+    `conn_lines.line_writers`); WARNING to begin with."""
+    logger = conn_lines.conn_log
+    before = logger.level
+    logger.setLevel(logging.WARNING)
+    yield logger.setLevel
+    logger.setLevel(before)
+
+
+@pytest.mark.usefixtures("conn_level")
+class TestLean:
+    """Connections the core carries alone once decided (routerd's `lean`): the metrics, the
+    registry, the admission, passive health and the lines see them as ordinary ones."""
+
+    async def test_short_connections_are_counted_when_scraped(self, nursery: trio.Nursery) -> None:
+        """Scenario: 300 short echo connections: no Python object is registered for them, and a
+        scrape shows each one connected, its bytes, none open and the admission back to 0."""
+        echo_port: int = await nursery.start(_serve_echo)
+        info, shutdown = await _start_lean(nursery, _config(echo_port))
+        runtime, fast = info.runtimes["r"], info.fast_path
+        assert isinstance(fast, NativePath)
+        host, port = info.acceptors["a"]
+        await trio.to_thread.run_sync(_echo_round, host, port, 300)
+        await _until_no_proxied(fast)
+        registry = runtime.metrics.registry
+        labels = {"router": "r", "node_id": "b0"}
+        assert registry.get_sample_value("router_target_connect_duration_seconds_count", labels) == 300
+        assert registry.get_sample_value("router_proxied_connections", labels) == 0
+        for direction in ("client_to_target", "target_to_client"):
+            bytes_labels = {**labels, "direction": direction}
+            assert registry.get_sample_value("router_proxied_bytes_total", bytes_labels) == 16 * 300
+        assert (
+            registry.get_sample_value("router_connections_accepted_total", {"router": "r", "acceptor": "a"})
+            == 300
+        )
+        with trio.fail_after(5):
+            while registry.get_sample_value("router_client_connections"):  # noqa: ASYNC110  # released once per turn
+                await trio.sleep(0.02)
+        assert runtime.connections.open_connections() == 0
+        shutdown.set()
+
+    async def test_open_connections_are_registered_when_the_registry_is_read(
+        self, nursery: trio.Nursery
+    ) -> None:
+        """Scenario: 5 connections stay open: the registry's count shows them (made ordinary
+        connections on the read), the gauge counts them once, and the router can close them (a
+        target that is not ready): every client sees its connection end, and none is left."""
+        echo_port: int = await nursery.start(_serve_echo)
+        info, shutdown = await _start_lean(nursery, _config(echo_port))
+        runtime, fast = info.runtimes["r"], info.fast_path
+        host, port = info.acceptors["a"]
+        socks = await trio.to_thread.run_sync(lambda: _echo_round(host, port, 5, keep=True))
+        try:
+            registry = runtime.metrics.registry
+            labels = {"router": "r", "node_id": "b0"}
+            assert registry.get_sample_value("router_proxied_connections", labels) == 5  # the core's
+            assert runtime.connections.open_connections("b0") == 5
+            assert registry.get_sample_value("router_proxied_connections", labels) == 5  # Python's now
+            assert runtime.connections.close_to("b0", CloseReason.TARGET_NOT_READY) == 5
+
+            def ended() -> list[bytes]:
+                return [sock.recv(16) for sock in socks]
+
+            assert await trio.to_thread.run_sync(ended) == [b""] * 5
+            await _until_no_proxied(fast)
+            assert registry.get_sample_value("router_proxied_connections", labels) == 0
+            closes = {"router": "r", "reason": "target_not_ready"}
+            assert registry.get_sample_value("router_proxied_connections_closed_total", closes) == 5
+            assert runtime.connections.open_connections() == 0
+        finally:
+            for sock in socks:
+                sock.close()
+        shutdown.set()
+
+    async def test_lines_are_written_by_the_core(
+        self, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, conn_level: Callable[[int], None]
+    ) -> None:
+        """Scenario: with routerd's INFO lines through the C buffer, two connections write their
+        `outcome=OK` and `closed` lines, the Python lines' text."""
+        stream = io.StringIO()
+        lines = NativeConnLines(stream, threading.RLock())
+        monkeypatch.setattr(conn_lines, "_installed", lines)
+        conn_level(logging.INFO)
+        echo_port: int = await nursery.start(_serve_echo)
+        info, shutdown = await _start_lean(nursery, _config(echo_port))
+        host, port = info.acceptors["a"]
+        await trio.to_thread.run_sync(_echo_round, host, port, 2)
+        await _until_no_proxied(info.fast_path)
+        lines.flush()
+        text = [line.split(" INFO router.conn: ", 1)[1] for line in stream.getvalue().splitlines()]
+        connected = [line for line in text if line.endswith("outcome=OK")]
+        closed = [line for line in text if " closed " in line]
+        assert len(connected) == 2
+        assert len(closed) == 2
+        assert all(
+            re.fullmatch(r"peer=127\.0\.0\.1:\d+ router=r key=127\.0\.0\.1 target=b0 outcome=OK", line)
+            for line in connected
+        )
+        assert all(
+            re.fullmatch(
+                r"peer=127\.0\.0\.1:\d+ router=r target=b0 closed bytes_in=16 bytes_out=16 "
+                r"duration_s=\d+\.\d{3} reason=closed",
+                line,
+            )
+            for line in closed
+        )
+        shutdown.set()
+
+    async def test_broker_that_drops_the_client_is_passive_healths(self, nursery: trio.Nursery) -> None:
+        """Scenario: a target that accepts, reads the client's bytes and closes without a word:
+        the core tells BROKER_CLOSED_EARLY itself and passive health counts the failure."""
+
+        async def dropper(stream: trio.SocketStream) -> None:
+            async with stream:
+                with trio.move_on_after(2):
+                    await stream.receive_some(64)
+
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        nursery.start_soon(trio.serve_listeners, dropper, listeners)
+        info, shutdown = await _start_lean(nursery, _config(listeners[0].socket.getsockname()[1]))
+        runtime = info.runtimes["r"]
+        host, port = info.acceptors["a"]
+
+        def dropped() -> bytes:
+            with socket.create_connection((host, port), timeout=10) as sock:
+                sock.sendall(b"hello")
+                return sock.recv(16)
+
+        assert await trio.to_thread.run_sync(dropped) == b""
+        registry = runtime.metrics.registry
+        with trio.fail_after(5):
+            while not registry.get_sample_value(  # noqa: ASYNC110  # counted in the trio thread
+                "router_target_outlier_failures_total", {"router": "r", "reason": "broker_closed_early"}
+            ):
+                await trio.sleep(0.02)
+        shutdown.set()
+
+    async def test_info_lines_through_logging_make_no_lean_connection(
+        self, nursery: trio.Nursery, conn_level: Callable[[int], None]
+    ) -> None:
+        """Scenario: router.conn's INFO lines on but not through the C buffer (logging's): the core
+        cannot write them, so its connections are ordinary ones."""
+        conn_level(logging.INFO)
+        echo_port: int = await nursery.start(_serve_echo)
+        shutdown = trio.Event()
+        info: ServerInfo = await nursery.start(
+            lambda task_status: serve_router(
+                _config(echo_port),
+                admin=None,
+                shutdown=shutdown,
+                data_path="native",
+                lean=True,
+                task_status=task_status,
+            )
+        )
+        assert isinstance(info.fast_path, NativePath)
+        assert not info.fast_path._lean
+        shutdown.set()
+
+    async def test_a_subscriber_gets_every_event(self, nursery: trio.Nursery) -> None:
+        """Scenario: a subscriber to the router's events (the event log, a test): connections are
+        ordinary ones again, each reported connected and closed."""
+        echo_port: int = await nursery.start(_serve_echo)
+        info, shutdown = await _start_lean(nursery, _config(echo_port))
+        runtime = info.runtimes["r"]
+        events: list[object] = []
+        runtime.report.subscribe(events.append)
+        host, port = info.acceptors["a"]
+        await trio.to_thread.run_sync(_echo_round, host, port, 3)
+        await _until_no_proxied(info.fast_path)
+        assert sum(isinstance(e, Connected) for e in events) == 3
+        assert sum(isinstance(e, Closed) for e in events) == 3
         shutdown.set()
