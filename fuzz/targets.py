@@ -58,7 +58,9 @@ from router import conn_lines
 from router.config import ConfigError, load_config_text
 from router.config.acceptor_params import ACCEPTOR_PARAMS
 from router.core.address import Address
+from router.core.framing import MqttFrames
 from router.core.opening import SniffBuffer
+from router.datapath import native_path
 from router.logs import MAX_SHOWN_CHARS, shown
 from tls_sni import ClientHello, parse_client_hello
 
@@ -400,6 +402,31 @@ def _parse_client_hello(data: bytes) -> ClientHello | NeedMore:
 
 
 # --- what brokers send: probe answers and proxy-mode preambles (router/features/probes/checks.py) -------
+
+
+# --- the native core's MQTT reading against the Python one (router/datapath/_core.c) -------------
+
+
+def fuzz_mqtt_broker_native(data: bytes) -> None:
+    """The core's follower of a broker's MQTT packets and its reading of a first answer, against
+    MqttFrames and parse_refusal: the input whole, and cut at each of `_cuts`."""
+    module = native_path.EXTENSION
+    if module is None:
+        raise InvariantBroken("router.datapath._core is not built: python setup.py build_ext --inplace")
+    if module.mqtt_refused(data) != (parse_refusal(WireProtocol.MQTT, data) is not None):
+        raise InvariantBroken(
+            f"mqtt_refused({data!r}) = {module.mqtt_refused(data)}, parse_refusal disagrees"
+        )
+    points = sorted({0, *_cuts(data), len(data)})
+    pieces = [data[a:b] for a, b in itertools.pairwise(points)]
+    reference = MqttFrames()
+    for piece in pieces:
+        reference.feed(piece)
+    expected = (reference.frames, reference._left, reference._head, reference.lost)
+    if module.mqtt_frames(*pieces) != expected:
+        raise InvariantBroken(
+            f"the core follows {pieces!r} to {module.mqtt_frames(*pieces)}, MqttFrames to {expected}"
+        )
 
 
 # --- the C line buffer against the Python one (router/_conn_lines.c, router/conn_lines.py) --------
@@ -758,6 +785,14 @@ TARGETS: Final[dict[str, Target]] = dict(
                 fuzz=fuzz_stomp_native,
                 corpus=CORPUS / "stomp",
                 checks="keys._native.stomp_connect = StompSniffer.sniff (fields, need-more, refusals)",
+            ),
+        ),
+        (
+            "mqtt_broker_native",
+            Target(
+                fuzz=fuzz_mqtt_broker_native,
+                corpus=CORPUS / "mqtt_broker",
+                checks="router.datapath._core: mqtt_refused = parse_refusal, mqtt_frames = MqttFrames",
             ),
         ),
         (

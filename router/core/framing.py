@@ -113,6 +113,15 @@ class MqttFrames(_Frames):
 
     __slots__ = ()
 
+    @classmethod
+    def resumed(cls, frames: int, left: int, head: bytes, lost: bool) -> MqttFrames:
+        """A cursor where another follower of the same bytes stopped (the native core's, for a
+        connection it carried alone until now): its frames, the bytes of the frame under way still
+        to come, the part of a header that came, whether it is lost."""
+        cursor = cls()
+        cursor.frames, cursor._left, cursor._head, cursor.lost = frames, left, head, lost
+        return cursor
+
     def _scan(self, data: bytes | bytearray | memoryview, *, stop: bool) -> int | None:
         if self.lost:
             return None

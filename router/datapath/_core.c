@@ -27,10 +27,15 @@
  * itself, and hands the tokens of those that ended to handler.released(list) once per turn of the
  * loop (their admission). The rest goes to the handler as for any connection: a failed connect,
  * a first answer (F_FIRST), and, when the router needs the connection as an object (its registry
- * is read, it closes it for a reason of its own), handler.materialized(token, cid, fd, connected,
- * age_s, silent) -> the token it is from then on, an ordinary connection's.
+ * is read, it closes it for a reason of its own, an MQTT broker refused the client),
+ * handler.materialized(...) -> the token it is from then on, an ordinary connection's. A lean MQTT
+ * connection (F_MQTT) has its broker's packets followed here (MqttFrames in router/core/framing.py,
+ * ported), so that the object made of it knows where they end.
  *
- *   handler.materialized(token, cid, fd, connected, age_s, silent) -> token
+ *   handler.materialized(token, cid, fd, connected, age_s, silent, why, frames) -> token
+ *         why: M_READ (its registry is read: the caller registers it), M_CLOSING (the router closes
+ *         it now), M_ANSWER (its first answer is a refusal: the handler registers it, the answer
+ *         follows as an ordinary connection's); frames: (count, bytes left, header part, lost)
  *   handler.lean_failed(token, reason, bytes_in, bytes_out, duration_s) -> None (passive health)
  *   handler.released(tokens)                                 -> None
  * A handler's own exceptions are its business (it logs them and returns a safe action); one
@@ -77,7 +82,7 @@
 #define PIPE_POOL 64             /* empty pipes kept for the next bulk connection */
 
 enum { ACT_WAIT = 0, ACT_CLOSE = 1, ACT_PROXY = 2, ACT_HANDOVER = 3 };
-enum { F_FIRST = 1, F_FEED = 2, F_LEAN = 4 };
+enum { F_FIRST = 1, F_FEED = 2, F_LEAN = 4, F_MQTT = 8 };
 enum { S_FREE = 0, S_OPENING, S_DECIDING, S_CONNECTING, S_RELAY };
 enum { K_SIDE0 = 0, K_SIDE1 = 1, K_LISTENER = 2, K_WAKE = 3 };
 enum { R_CLOSED = 0, R_RESET = 1, R_EARLY = 2, R_COUNT = 3 };
@@ -90,6 +95,8 @@ static const char *const CALLBACKS[CB_COUNT] = {
     "accept_wait", "resumed", "wake", "materialized", "lean_failed", "released",
 };
 enum { L_HOST, L_PORT, L_ROUTER, L_KEY, L_NODE, L_TARGET, L_ROUTER_IX, L_SIZE }; /* a lean token */
+enum { M_READ = 0, M_CLOSING = 1, M_ANSWER = 2 };
+#define MQTT_HEADER_MAX 5 /* a type byte and a remaining length of 4 bytes at most */
 
 typedef struct {
     int r, w;
@@ -114,6 +121,10 @@ typedef struct {
     double t_start, t_connected; /* lean: when the connect started, when it completed */
     int32_t target, router;      /* lean: its counters' index, its router's index */
     uint8_t silent, closing;     /* lean: the broker ended without a byte after the client's; ending */
+    uint8_t mq_lost, mq_headlen; /* lean MQTT: the broker's packets (MqttFrames' state) */
+    uint8_t mq_head[MQTT_HEADER_MAX];
+    uint32_t mq_left;
+    uint64_t mq_frames;
 } Conn;
 
 typedef struct {
@@ -360,6 +371,80 @@ static int set_pending(Conn *k, int side, const char *data, size_t n) {
 
 /* -- lean connections -- */
 
+/* Follow the broker's MQTT packets (router/core/framing.py's MqttFrames._scan, without stop): a
+ * type byte, a remaining length of 1 to 4 bytes, that many bytes. */
+static void mqtt_follow(Conn *k, const unsigned char *d, size_t n) {
+    if (k->mq_lost) return;
+    size_t i = 0;
+    uint32_t left = k->mq_left;
+    for (;;) {
+        if (left) {
+            if (left > n - i) {
+                k->mq_left = left - (uint32_t)(n - i);
+                return;
+            }
+            i += left;
+            left = 0;
+            k->mq_frames++;
+        }
+        if (i >= n) {
+            k->mq_left = 0;
+            return;
+        }
+        if (!k->mq_headlen && i + 1 < n && d[i + 1] < 0x80) { /* most packets: a 1-byte length */
+            left = d[i + 1];
+            i += 2;
+            if (!left) k->mq_frames++;
+            continue;
+        }
+        unsigned char h[MQTT_HEADER_MAX];
+        size_t kept = k->mq_headlen, more = MQTT_HEADER_MAX - kept;
+        if (more > n - i) more = n - i;
+        memcpy(h, k->mq_head, kept);
+        memcpy(h + kept, d + i, more);
+        size_t total = kept + more, used = 0;
+        uint32_t length = 0, multiplier = 1;
+        int complete = 0;
+        for (used = 1; used < total; used++) {
+            length += (uint32_t)(h[used] & 0x7f) * multiplier;
+            multiplier <<= 7;
+            if (!(h[used] & 0x80)) {
+                complete = 1;
+                break;
+            }
+        }
+        if (!complete) {
+            if (total >= MQTT_HEADER_MAX) { /* a fifth length byte: not MQTT */
+                k->mq_lost = 1;
+                return;
+            }
+            memcpy(k->mq_head, h, total); /* the header goes on in the next read */
+            k->mq_headlen = (uint8_t)total;
+            k->mq_left = 0;
+            return;
+        }
+        i += used + 1 - kept;
+        k->mq_headlen = 0;
+        left = length;
+        if (!left) k->mq_frames++;
+    }
+}
+
+/* Whether a broker's first read refuses an MQTT client (keys/refusal.py: a CONNACK whose return or
+ * reason code is not 0; anything else, or too short to tell, is no refusal). */
+static int mqtt_refused(const unsigned char *d, size_t n) {
+    if (n < 1 || d[0] != 0x20) return 0;
+    uint32_t length = 0;
+    size_t i = 1;
+    for (;; i++) {
+        if (i >= n || i >= MQTT_HEADER_MAX) return 0;
+        length |= (uint32_t)(d[i] & 0x7f) << (7 * (i - 1));
+        if (!(d[i] & 0x80)) break;
+    }
+    size_t body = i + 1;
+    return length >= 2 && n >= body + 2 && d[body + 1] != 0;
+}
+
 /* The counters of target index ix, made on first use (NULL: out of memory or a wrong index). */
 static LeanTarget *lean_target(Core *c, long ix) {
     if (ix < 0 || ix >= (1L << 20)) return NULL;
@@ -463,12 +548,18 @@ static void flush_released(Core *c) {
     Py_DECREF(ended);
 }
 
+/* A lean MQTT connection's packet cursor for the handler: (frames, bytes left, header part, lost). */
+static PyObject *mqtt_state(Conn *k) {
+    return Py_BuildValue("(KIy#O)", (unsigned long long)k->mq_frames, (unsigned int)k->mq_left,
+                         (const char *)k->mq_head, (Py_ssize_t)k->mq_headlen, k->mq_lost ? Py_True : Py_False);
+}
+
 /* Make lean connection i an ordinary one: the handler's `materialized` gives its token from now on
- * (NULL: it failed, or the connection ended meanwhile in another turn of the loop). `closing`: it
- * is about to be closed by the router, in this thread (nothing else can end it meanwhile).
- * `*again`: its connect completed while the handler made the object (the handler's code may let
- * the loop's thread run when another thread materializes): the object is stale, make it again. */
-static PyObject *materialize_once(Core *c, int32_t i, int closing, int *again) {
+ * (NULL: it failed, or the connection ended meanwhile in another turn of the loop). `why`: M_READ,
+ * M_CLOSING (the router closes it now, in this thread: nothing else can end it meanwhile),
+ * M_ANSWER. `*again`: its connect completed while the handler made the object (the handler's code
+ * may let the loop's thread run when another thread materializes): the object is stale. */
+static PyObject *materialize_once(Core *c, int32_t i, int why, int *again) {
     Conn *k = slot(c, i);
     uint32_t gen = k->gen;
     uint8_t state = k->state;
@@ -476,19 +567,23 @@ static PyObject *materialize_once(Core *c, int32_t i, int closing, int *again) {
     *again = 0;
     PyObject *cid = PyLong_FromLongLong(cid_of(c, i)), *fd = PyLong_FromLong(k->fd[0]);
     PyObject *age = PyFloat_FromDouble(connected ? now_s() - k->t_connected : 0.0);
+    PyObject *reason = PyLong_FromLong(why);
+    PyObject *frames = (k->flags & F_MQTT) ? mqtt_state(k) : Py_NewRef(Py_None);
     PyObject *token = NULL;
-    if (cid && fd && age) {
+    if (cid && fd && age && reason && frames) {
         PyObject *args[] = {k->token, cid, fd, connected ? Py_True : Py_False, age,
-                            k->silent ? Py_True : Py_False, closing ? Py_True : Py_False};
-        token = call(c, CB_MATERIALIZED, args, 7);
+                            k->silent ? Py_True : Py_False, reason, frames};
+        token = call(c, CB_MATERIALIZED, args, 8);
     } else {
         PyErr_WriteUnraisable(NULL);
     }
     Py_XDECREF(cid);
     Py_XDECREF(fd);
     Py_XDECREF(age);
+    Py_XDECREF(reason);
+    Py_XDECREF(frames);
     if (token == NULL) return NULL;
-    if (k->gen != gen || !(k->flags & F_LEAN) || (k->closing && !closing) ||
+    if (k->gen != gen || !(k->flags & F_LEAN) || (k->closing && why != M_CLOSING) ||
         (k->state != S_RELAY && k->state != S_CONNECTING)) {
         Py_DECREF(token); /* it ended (or changed) while the handler made the object */
         return NULL;
@@ -499,15 +594,16 @@ static PyObject *materialize_once(Core *c, int32_t i, int closing, int *again) {
         return NULL;
     }
     if (k->state == S_RELAY) c->targets[k->target].moved++;
-    k->flags = F_FIRST; /* an ordinary connection's (its first answer, if it has none yet) */
+    /* An ordinary connection's: its first answer (if it has none yet), its packets followed. */
+    k->flags = F_FIRST | ((k->flags & F_MQTT) ? F_FEED : 0);
     Py_XSETREF(k->token, Py_NewRef(token));
     return token;
 }
 
-static PyObject *materialize_slot(Core *c, int32_t i, int closing) {
+static PyObject *materialize_slot(Core *c, int32_t i, int why) {
     int again = 1;
     PyObject *token = NULL;
-    for (int attempt = 0; again && attempt < 4; attempt++) token = materialize_once(c, i, closing, &again);
+    for (int attempt = 0; again && attempt < 4; attempt++) token = materialize_once(c, i, why, &again);
     return token; /* (still changing after four attempts: left lean, the next read makes it) */
 }
 
@@ -935,7 +1031,7 @@ static void pump(Core *c, int32_t i) {
         for (int s = 0; s < 2; s++) {
             int d = 1 - s;
             if (k->pipe[s] != NULL || (k->count[s] >= SPLICE_AFTER && k->plen[s] == 0 &&
-                                       !(s == 1 && (k->flags & F_FEED)) && take_pipe(c, k, s))) {
+                                       !(s == 1 && (k->flags & (F_FEED | F_MQTT))) && take_pipe(c, k, s))) {
                 int r = splice_way(c, i, s);
                 if (r < 0) return;
                 progress |= r;
@@ -979,6 +1075,14 @@ static void pump(Core *c, int32_t i) {
                 }
                 continue;
             }
+            if (s == 1 && (k->flags & F_LEAN) && (k->flags & F_MQTT)) {
+                if (k->count[1] == 0 && mqtt_refused((const unsigned char *)c->buf, (size_t)n)) {
+                    uint32_t gen = k->gen; /* a refusal: passive health and the line need the object */
+                    Py_XDECREF(materialize_slot(c, i, M_ANSWER));
+                    if (k->gen != gen || k->state != S_RELAY) return;
+                }
+                if (k->flags & F_LEAN) mqtt_follow(k, (const unsigned char *)c->buf, (size_t)n);
+            }
             if (s == 1 && ((k->flags & F_FEED) || ((k->flags & F_FIRST) && k->count[1] == 0))) {
                 if (!upstream(c, i, c->buf, (size_t)n, k->count[1] == 0)) return;
             }
@@ -1013,7 +1117,7 @@ static void close_relay(Core *c, int32_t i, PyObject *reason) {
             return;
         }
         k->closing = 1; /* the router closes it for a reason of its own: as an ordinary connection */
-        PyObject *token = materialize_slot(c, i, 1);
+        PyObject *token = materialize_slot(c, i, M_CLOSING);
         k->closing = 0;
         if (token == NULL) {
             lean_close(c, i, R_RESET);
@@ -1499,7 +1603,7 @@ static PyObject *Core_materialize(Core *c, PyObject *arg) {
             if (!(k->flags & F_LEAN) || k->closing || k->router != router ||
                 (k->state != S_RELAY && k->state != S_CONNECTING))
                 continue;
-            PyObject *token = materialize_slot(c, i, 0);
+            PyObject *token = materialize_slot(c, i, M_READ);
             if (token == NULL) {
                 PyErr_Clear();
                 continue;
@@ -1644,9 +1748,40 @@ static PyTypeObject CoreType = {
     .tp_getset = Core_getset,
 };
 
+/* mqtt_frames(data, ...) -> (frames, bytes left, header part, lost): the lean MQTT follower after
+ * each of the reads given, for the tests against MqttFrames. */
+static PyObject *module_mqtt_frames(PyObject *unused, PyObject *reads) {
+    Conn k;
+    memset(&k, 0, sizeof(k));
+    Py_ssize_t n = PyTuple_GET_SIZE(reads);
+    for (Py_ssize_t r = 0; r < n; r++) {
+        char *data;
+        Py_ssize_t len;
+        if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(reads, r), &data, &len) != 0) return NULL;
+        mqtt_follow(&k, (const unsigned char *)data, (size_t)len);
+    }
+    return mqtt_state(&k);
+}
+
+/* mqtt_refused(data) -> bool: the core's reading of a broker's first answer, for the tests. */
+static PyObject *module_mqtt_refused(PyObject *unused, PyObject *arg) {
+    char *data;
+    Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(arg, &data, &len) != 0) return NULL;
+    return PyBool_FromLong(mqtt_refused((const unsigned char *)data, (size_t)len));
+}
+
+static PyMethodDef module_methods[] = {
+    {"mqtt_frames", module_mqtt_frames, METH_VARARGS,
+     "mqtt_frames(*reads) -> (frames, left, head, lost): the lean MQTT follower after the reads."},
+    {"mqtt_refused", module_mqtt_refused, METH_O,
+     "mqtt_refused(first answer) -> bool: whether it is an MQTT CONNACK that refuses the client."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "router.datapath._core",
-    "The native data path's C core (router/datapath/native_path.py).", -1, NULL,
+    "The native data path's C core (router/datapath/native_path.py).", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__core(void) {
@@ -1661,6 +1796,10 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddIntConstant(m, "F_FIRST", F_FIRST) < 0 ||
         PyModule_AddIntConstant(m, "F_FEED", F_FEED) < 0 ||
         PyModule_AddIntConstant(m, "F_LEAN", F_LEAN) < 0 ||
+        PyModule_AddIntConstant(m, "F_MQTT", F_MQTT) < 0 ||
+        PyModule_AddIntConstant(m, "M_READ", M_READ) < 0 ||
+        PyModule_AddIntConstant(m, "M_CLOSING", M_CLOSING) < 0 ||
+        PyModule_AddIntConstant(m, "M_ANSWER", M_ANSWER) < 0 ||
         PyModule_AddIntConstant(m, "LEAN_FIELDS", L_SIZE) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -40,9 +40,11 @@ import socket
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, Unpack, assert_never, cast
 
 from keys import SniffError
+from keys.sniff import WireProtocol
 from router import conn_lines
 from router.core.address import Address
 from router.core.events import Closed, CloseReason, ConnectFailure, OpeningFailure
+from router.core.framing import MqttFrames
 from router.core.live import BROKER_EARLY_CLOSE_S, LiveConnection, LiveConnections, broker_failure
 from router.core.opening import SniffBuffer, opening_failed
 from router.core.plan import (
@@ -73,6 +75,7 @@ except ImportError:  # built without a C compiler: the Python fast path serves
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import ModuleType
 
     from router.core.admission import Admission
     from router.core.events import ConnectionRef
@@ -81,12 +84,14 @@ if TYPE_CHECKING:
     from router.metrics import Metrics
     from router.runtime.connections import RouterConnections
 
-__all__ = ["NATIVE", "NativePath"]
+__all__ = ["EXTENSION", "NATIVE", "NativePath"]
 
 log = logging.getLogger("router.conn")
 
 NATIVE: Final = _core is not None
 """Whether the C core is built (without it the Python fast path serves the same acceptors)."""
+EXTENSION: Final[ModuleType | None] = _core
+"""`router.datapath._core`, or None when it is not built (its tests reach its helpers here)."""
 
 Action: TypeAlias = "tuple[Any, ...] | None"
 """What the core carries out next for one connection (router/datapath/_core.c's actions)."""
@@ -131,7 +136,11 @@ if _core is not None:
     _SILENT: Final = (_core.ACT_CLOSE, b"")
     _F_FIRST: Final = _core.F_FIRST
     _F_FEED: Final = _core.F_FEED
-    _F_LEAN: Final = _core.F_LEAN
+    _F_LEAN: Final[int] = _core.F_LEAN
+    _F_MQTT: Final[int] = _core.F_MQTT
+    _M_READ: Final = _core.M_READ
+    _M_CLOSING: Final = _core.M_CLOSING
+    _M_ANSWER: Final = _core.M_ANSWER
 
 Lean: TypeAlias = (
     "tuple[str, int, str, str, str, int, int, ServedAcceptor, ConnectionRef, Opening, Proxy, float, "
@@ -457,8 +466,10 @@ class NativePath(FastPath):
         if gated and _must_wait(runtime, node_id, slot=True):  # the trio side waits
             handoff(HandedOver(_stdlib(fd), conn, opening, action, retry=retry))
             return _HANDED
-        if self._lean and not gated and retry and opening.sniffed is None and not runtime.report.subscribed:
-            return self._lean_proxy(cid, fd, acceptor, conn, opening, action, now, handoff)
+        if self._lean and not gated and retry and not runtime.report.subscribed:
+            lean = _lean_flags(opening, action)
+            if lean:
+                return self._lean_proxy(cid, fd, acceptor, conn, opening, action, now, handoff, lean)
         relayed = _Relayed(
             core=self._core,
             cid=cid,
@@ -488,6 +499,7 @@ class NativePath(FastPath):
         action: Proxy,
         now: float,
         handoff: Handoff,
+        flags: int,
     ) -> Action:
         """Have the core carry a connection on its own (see the module docstring)."""
         runtime = acceptor.runtime
@@ -519,15 +531,26 @@ class NativePath(FastPath):
             cid,
             fd,
         )
-        flags = _F_LEAN | (_F_FIRST if runtime.pool.failing(node_id) else 0)
+        if runtime.pool.failing(node_id):
+            flags |= _F_FIRST
         connector = action.connector
         return (_PROXY, token, connector.host, connector.port, opening.raw, flags)
 
     def materialized(
-        self, lean: Lean, cid: int, fd: int, connected: bool, age_s: float, silent: bool, closing: bool
+        self,
+        lean: Lean,
+        cid: int,
+        fd: int,
+        connected: bool,
+        age_s: float,
+        silent: bool,
+        why: int,
+        frames: tuple[int, int, bytes, bool] | None,
     ) -> _Relayed:
         """A lean connection as an ordinary one (the core's token for it from now on): connected
-        `age_s` ago or still connecting; `closing`: the router closes it now (in this thread)."""
+        `age_s` ago or still connecting; `why`: its registry is read (the caller registers it), the
+        router closes it now, or its broker refused it in its first answer (registered here);
+        `frames`: where the core's follower of its broker's MQTT packets stopped."""
         acceptor, conn, opening, action, started, handoff = lean[7:13]
         relayed = _Relayed(
             core=self._core,
@@ -543,12 +566,16 @@ class NativePath(FastPath):
             started=started,
         )
         relayed.silent_close = silent
+        if frames is not None:
+            relayed.cursor = MqttFrames.resumed(*frames)
         if connected:
             relayed.connected = True
             relayed.opening = relayed.action = None
             relayed.connected_at = self._clock() - age_s
-            if closing:
-                _adopted(relayed)
+        if why == _M_ANSWER:
+            acceptor.runtime.connections.register(relayed)
+        if connected and why != _M_READ:
+            _adopted(relayed)
         return relayed
 
     def _sync(self, router: int, registry: LiveConnections) -> None:
@@ -628,7 +655,9 @@ class NativePath(FastPath):
         another target would need too) or the router closed the connection meanwhile (a reason):
         another target once, else the client's refusal (`PlannedConnection.failed_connect`)."""
         if isinstance(relayed, tuple):  # a lean one: as an ordinary one from here on
-            relayed = self.materialized(relayed, relayed[13], relayed[14], False, 0.0, False, False)
+            relayed = self.materialized(
+                relayed, relayed[13], relayed[14], False, 0.0, False, _M_CLOSING, None
+            )
         acceptor = relayed.acceptor
         runtime = acceptor.runtime
         opening = relayed.opening
@@ -686,6 +715,18 @@ class NativePath(FastPath):
             relayed.acceptor.release(relayed.conn.peer)
         if broker_failure(closed.reason) is not None:  # passive health counts it, in the trio thread
             self._call_trio(runtime.pool.broker_failed, closed)
+
+
+def _lean_flags(opening: Opening, action: Proxy) -> int:
+    """The core's flags for a connection it may carry alone (0: it may not): its opening not read,
+    a TLS hello passed through, or an MQTT CONNECT whose broker's packets the core follows (no other
+    protocol's broker is watched or moved at a frame boundary in C yet)."""
+    sniffed = opening.sniffed
+    if sniffed is None or sniffed.protocol is WireProtocol.TLS:
+        return _F_LEAN
+    if sniffed.protocol is WireProtocol.MQTT and action.target_filter is None and not opening.replied:
+        return _F_LEAN | _F_MQTT
+    return 0
 
 
 def _adopted(relayed: _Relayed) -> None:

@@ -103,6 +103,24 @@ class TestMqttFrames:
         assert cursor.frames == 2
         assert cursor.at_boundary
 
+    @given(_BODIES, st.lists(st.integers(min_value=0), max_size=20), st.integers(min_value=0))
+    def test_resumed_goes_on_where_another_follower_stopped(
+        self, bodies: list[bytes], cuts: list[int], stop: int
+    ) -> None:
+        data = b"".join(_mqtt_packet(0x30, b) for b in bodies)
+        pieces = _splits(data, cuts)
+        stop %= len(pieces) + 1
+        first = MqttFrames()
+        for piece in pieces[:stop]:
+            first.feed(piece)
+        resumed = MqttFrames.resumed(first.frames, first._left, first._head, first.lost)
+        for piece in pieces[stop:]:  # the same steps as the follower that saw everything
+            first.feed(piece)
+            resumed.feed(piece)
+            assert (resumed.frames, resumed.at_boundary) == (first.frames, first.at_boundary)
+        assert resumed.frames == len(bodies)
+        assert resumed.at_boundary
+
     def test_five_length_bytes_is_not_mqtt(self) -> None:
         cursor = MqttFrames()
         cursor.feed(b"\x30\xff\xff\xff\xff\x01")

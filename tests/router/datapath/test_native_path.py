@@ -8,6 +8,7 @@ connections growing past one chunk, its deadline lists), over real loopback sock
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import re
 import socket
@@ -18,11 +19,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
-from keys import KeyType
+from keys import KeyType, WireProtocol
+from keys.refusal import parse_refusal
 from router import conn_lines
 from router.conn_lines import NativeConnLines
 from router.core.events import Closed, CloseReason, Connected
+from router.core.framing import MqttFrames
+from router.datapath import native_path
 from router.datapath.acceptor import ConnectionLimits
 from router.datapath.fast_path import FastPath
 from router.datapath.native_path import (
@@ -41,6 +47,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from router.config.settings import Config
+
+_core = native_path.EXTENSION
 
 CHUNK = 1024
 """Connections per chunk of the core's table (`CHUNK` in _core.c)."""
@@ -407,4 +415,164 @@ class TestLean:
         await _until_no_proxied(info.fast_path)
         assert sum(isinstance(e, Connected) for e in events) == 3
         assert sum(isinstance(e, Closed) for e in events) == 3
+        shutdown.set()
+
+
+def _packet(kind: int, body: bytes) -> bytes:
+    length, out = len(body), bytearray()
+    while True:
+        byte, length = length & 0x7F, length >> 7
+        out.append(byte | (0x80 if length else 0))
+        if not length:
+            break
+    return bytes((kind,)) + bytes(out) + body
+
+
+_STREAMS = st.lists(
+    st.builds(
+        _packet, st.sampled_from([0x20, 0x30, 0x90, 0xD0]), st.binary(max_size=200) | st.just(b"y" * 20_000)
+    ),
+    max_size=8,
+).map(b"".join) | st.binary(max_size=64)
+"""A broker's bytes: MQTT packets (lengths of 1 to 3 bytes), or anything (a follower gets lost)."""
+
+
+@pytest.mark.skipif(_core is None, reason="never: ./run-tests builds the core")
+class TestMqttInC:
+    """The core's MQTT follower and first-answer reading against their Python references."""
+
+    @given(data=_STREAMS, cuts=st.lists(st.integers(min_value=0), max_size=10))
+    def test_follower_is_mqtt_frames(self, data: bytes, cuts: list[int]) -> None:
+        points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+        pieces = [data[a:b] for a, b in itertools.pairwise(points)]
+        reference = MqttFrames()
+        for piece in pieces:
+            reference.feed(piece)
+        assert _core is not None
+        assert _core.mqtt_frames(*pieces) == (
+            reference.frames,
+            reference._left,
+            reference._head,
+            reference.lost,
+        )
+
+    @given(
+        answer=st.builds(
+            lambda code, extra, cut: (_packet(0x20, bytes((0, code)) + extra))[:cut],
+            st.integers(min_value=0, max_value=255),
+            st.binary(max_size=4),
+            st.integers(min_value=0, max_value=12),
+        )
+        | st.binary(max_size=12)
+    )
+    def test_refusal_is_parse_refusals(self, answer: bytes) -> None:
+        assert _core is not None
+        assert _core.mqtt_refused(answer) == (parse_refusal(WireProtocol.MQTT, answer) is not None)
+
+
+async def _serve_mqtt_broker(
+    answer: bytes, then: list[bytes], *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """A fake MQTT broker: reads a CONNECT, sends `answer`, then each of `then` in its own write,
+    and keeps the connection until the client leaves (health probes connect and leave)."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                if not await stream.receive_some(4096):
+                    return
+                await stream.send_all(answer)
+                for part in then:
+                    await trio.sleep(0.02)
+                    await stream.send_all(part)
+                while await stream.receive_some(4096):
+                    pass
+            except trio.BrokenResourceError:
+                pass
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handler, listeners)
+
+
+@pytest.mark.usefixtures("conn_level")
+class TestLeanMqtt:
+    """MQTT connections the core carries alone: it follows the broker's packets and reads its first
+    answer, so an evacuation still finds the boundaries and passive health still sees a refusal."""
+
+    async def test_materialized_connection_knows_where_packets_end(self, nursery: trio.Nursery) -> None:
+        """Scenario: the broker sends a CONNACK, then a PUBLISH whose header is split over two
+        writes and a PINGRESP; the connection made ordinary afterwards (the registry read) has a
+        cursor at a boundary, three packets counted, as Python's follower of the same bytes."""
+        publish = _packet(0x30, b"t" * 300)  # a 2-byte remaining length
+        then = [publish[:2], publish[2:], b"\xd0\x00"]
+        port: int = await nursery.start(_serve_mqtt_broker, b"\x20\x02\x00\x00", then)
+        config = _config(port, key_type=KeyType.CLIENT_ID)
+        info, shutdown = await _start_lean(nursery, config)
+        runtime = info.runtimes["r"]
+        host, acceptor_port = info.acceptors["a"]
+        expected = b"\x20\x02\x00\x00" + b"".join(then)
+
+        def client() -> socket.socket:
+            sock = socket.create_connection((host, acceptor_port), timeout=10)
+            sock.sendall(connect_packet(client_id=b"lean-1"))
+            got = b""
+            while len(got) < len(expected):
+                got += sock.recv(4096)
+            assert got == expected
+            return sock
+
+        sock = await trio.to_thread.run_sync(client)
+        try:
+            (conn,) = runtime.connections.movable("b0")
+            assert isinstance(conn.cursor, MqttFrames)
+            assert conn.cursor.frames == 3
+            assert conn.cursor.at_boundary
+            assert conn.protocol is WireProtocol.MQTT
+        finally:
+            sock.close()
+        shutdown.set()
+
+    async def test_refusal_in_the_first_answer_is_passive_healths(self, nursery: trio.Nursery) -> None:
+        """Scenario: the broker refuses the CONNECT (CONNACK 0x05, not authorized) and closes: the
+        client gets the refusal, the close is `broker_refused` and passive health counts it."""
+        port: int = await nursery.start(_serve_mqtt_broker, b"\x20\x02\x00\x05", [])
+        info, shutdown = await _start_lean(nursery, _config(port, key_type=KeyType.CLIENT_ID))
+        runtime = info.runtimes["r"]
+        host, acceptor_port = info.acceptors["a"]
+
+        def client() -> bytes:
+            with socket.create_connection((host, acceptor_port), timeout=10) as sock:
+                sock.sendall(connect_packet(client_id=b"refused-1"))
+                return sock.recv(64)
+
+        assert await trio.to_thread.run_sync(client) == b"\x20\x02\x00\x05"
+        registry = runtime.metrics.registry
+        labels = {"router": "r", "reason": "broker_refused"}
+        with trio.fail_after(5):
+            while not registry.get_sample_value("router_target_outlier_failures_total", labels):  # noqa: ASYNC110
+                await trio.sleep(0.02)
+        shutdown.set()
+
+    async def test_many_mqtt_connections_are_counted(self, nursery: trio.Nursery) -> None:
+        """Scenario: 100 MQTT clients connect, get their CONNACK and leave: all counted when
+        scraped, none open, none registered."""
+        port: int = await nursery.start(_serve_mqtt_broker, b"\x20\x02\x00\x00", [])
+        info, shutdown = await _start_lean(nursery, _config(port, key_type=KeyType.CLIENT_ID))
+        runtime = info.runtimes["r"]
+        host, acceptor_port = info.acceptors["a"]
+
+        def clients() -> None:
+            for n in range(100):
+                with socket.create_connection((host, acceptor_port), timeout=10) as sock:
+                    sock.sendall(connect_packet(client_id=b"many-%d" % n))
+                    assert sock.recv(64) == b"\x20\x02\x00\x00"
+
+        await trio.to_thread.run_sync(clients)
+        await _until_no_proxied(info.fast_path)
+        registry = runtime.metrics.registry
+        labels = {"router": "r", "node_id": "b0"}
+        assert registry.get_sample_value("router_target_connect_duration_seconds_count", labels) == 100
+        assert registry.get_sample_value("router_proxied_connections", labels) == 0
+        assert runtime.connections.open_connections() == 0
         shutdown.set()
