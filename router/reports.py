@@ -62,6 +62,8 @@ _WARN_REASONS = frozenset({DecisionReason.ROUTING_TIMED_OUT, DecisionReason.NO_L
 _WARN_CLOSES = frozenset({CloseReason.REPLAY_FAILED.value, CloseReason.INTERNAL_ERROR.value})
 """By value: looking an Enum up in a set calls its Python-level hash, on every close."""
 
+_OK: Final = RouteStatus.OK._value_
+"""The `status` label of a proxied decision."""
 _REFUSAL_LABELS: Final = {reason._value_: reason.name.lower() for reason in DecisionReason}
 """The `reason` label of `router_routing_refusals_total` for each decision reason, by value."""
 _REFUSAL_REASONS: Final = (
@@ -369,9 +371,17 @@ class MetricUpdates:
         """Update the metrics of one event."""
         self._updates[type(event)](event)
 
+    def accepted(self, acceptor: str, router: str) -> None:
+        """An `Accepted`'s update, without the event (it has no line)."""
+        self.metrics.connections_accepted.inc((acceptor, router))
+
+    def proxied(self, router: str) -> None:
+        """A proxied `Decided`'s update, without the event (its line is the Connected one's)."""
+        self.metrics.decisions.inc((router, _OK))
+
     def _accepted(self, event: Accepted) -> None:
         conn = event.conn
-        self.metrics.connections_accepted.inc((conn.acceptor, conn.router))
+        self.accepted(conn.acceptor, conn.router)
 
     def _decided(self, event: Decided) -> None:
         m, router, mode = self.metrics, event.conn.router, event.mode

@@ -1120,7 +1120,11 @@ def planned_action(
     if isinstance(decision, (QuorumWait, SharedCacheWait)):
         return for_fast_path(decision)
     planned = plan(acceptor.config, runtime.name, opening, decision)
-    runtime.report(decided(conn, opening, planned, facts=facts, latency_s=clock() - now))
+    report = runtime.report
+    if isinstance(planned, Proxy) and report.updates is not None and not report.subscribed:
+        report.updates.proxied(runtime.name)  # only the metrics read a proxied Decided
+    else:
+        report(decided(conn, opening, planned, facts=facts, latency_s=clock() - now))
     return for_fast_path(planned)
 
 

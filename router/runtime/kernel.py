@@ -98,7 +98,7 @@ class RouterRuntime:
         self.metrics: Final = metrics
         self._round_robin_start = round_robin_start
         self._updates = updates = MetricUpdates(metrics)
-        self.report: Final = Reports(log_event, updates)
+        self.report: Final = Reports(log_event, updates=updates)
         """Hand an event to every subscriber; `report.subscribe` adds one."""
         self.connections: Final = RouterConnections(self.name, state, self.report)
         """The proxied connections: registered by the data paths, closed by the router."""
@@ -178,7 +178,10 @@ class RouterRuntime:
     def accept(self, acceptor: str, peer: Address) -> ConnectionRef:
         """A new client connection: its reference (with a process-unique id), reported `Accepted`."""
         conn = ConnectionRef(id=next(_connection_ids), router=self.name, acceptor=acceptor, peer=peer)
-        self.report(Accepted(conn=conn))
+        if self.report.subscribed:
+            self.report(Accepted(conn=conn))
+        else:  # only the metrics read it
+            self._updates.accepted(acceptor, self.name)
         return conn
 
     def decide_now(self, facts: ConnectionFacts, now: float) -> RouteDecision | Wait:
