@@ -274,10 +274,10 @@ class TestLean:
         for direction in ("client_to_target", "target_to_client"):
             bytes_labels = {**labels, "direction": direction}
             assert registry.get_sample_value("router_proxied_bytes_total", bytes_labels) == 16 * 300
-        assert (
-            registry.get_sample_value("router_connections_accepted_total", {"router": "r", "acceptor": "a"})
-            == 300
-        )
+        accepted = {"router": "r", "acceptor": "a"}
+        assert registry.get_sample_value("router_connections_accepted_total", accepted) == 300
+        decisions = {"router": "r", "status": "OK"}  # counted without making the events
+        assert registry.get_sample_value("router_routing_decisions_total", decisions) == 300
         with trio.fail_after(5):
             while registry.get_sample_value("router_client_connections"):  # noqa: ASYNC110  # released once per turn
                 await trio.sleep(0.02)
