@@ -118,6 +118,9 @@ class Policy:
         del properties, round_robin_start, counts
         self.slow_start = slow_start
         """The slow-start shares of targets that became ready again (None: every share is full)."""
+        self.reads_counts = False
+        """Whether each pick reads the targets' connection counts (LEAST_CONNECTIONS, CONSISTENT_HASH
+        with LOAD_FACTOR): a data path then has every connection counted from its decision on."""
 
     @classmethod
     def validate_properties(cls, properties: Mapping[str, str]) -> None:
@@ -351,6 +354,7 @@ class ConsistentHashPolicy(Policy):
         )
         self.ring_type, self.load_factor = _ring_settings(properties)
         self.counts = counts
+        self.reads_counts = self.load_factor is not None
         self._rings: dict[tuple[tuple[str, int], ...], _PlacedRing] = {}
         self._artemis_rings: dict[tuple[str, ...], _ArtemisRing] = {}
 
@@ -463,6 +467,7 @@ class LeastConnectionsPolicy(RoundRobinPolicy):
         )
         self.threshold = int(properties.get("CONNECTION_COUNT_THRESHOLD", "0"))
         self.counts = counts
+        self.reads_counts = True
 
     @classmethod
     def validate_properties(cls, properties: Mapping[str, str]) -> None:

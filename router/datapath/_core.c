@@ -177,6 +177,8 @@ typedef struct {
     int32_t nbounds;
     LeanTarget *targets;
     int32_t ntargets;
+    uint32_t *lean_alive;        /* lean connections (connecting or relayed) by router index */
+    int32_t nrouters;
 } Core;
 
 /* -- time -- */
@@ -312,8 +314,11 @@ static int take_pipe(Core *c, Conn *k, int s) {
     return 1;
 }
 
+static void lean_gone(Core *c, Conn *k);
+
 static void release(Core *c, int32_t i) {
     Conn *k = slot(c, i);
+    lean_gone(c, k);
     timer_stop(c, i);
     free_pending(k);
     put_pipes(c, k);
@@ -462,6 +467,29 @@ static LeanTarget *lean_target(Core *c, long ix) {
     return t->hist == NULL ? NULL : t;
 }
 
+/* The count of router ix's lean connections (NULL: out of memory or a wrong index). */
+static uint32_t *lean_alive(Core *c, long ix) {
+    if (ix < 0 || ix >= (1L << 20)) return NULL;
+    if (ix >= c->nrouters) {
+        int32_t n = c->nrouters ? c->nrouters : 8;
+        while (n <= ix) n *= 2;
+        uint32_t *alive = PyMem_Realloc(c->lean_alive, sizeof(uint32_t) * (size_t)n);
+        if (alive == NULL) return NULL;
+        memset(alive + c->nrouters, 0, sizeof(uint32_t) * (size_t)(n - c->nrouters));
+        c->lean_alive = alive;
+        c->nrouters = n;
+    }
+    return &c->lean_alive[ix];
+}
+
+/* Slot i stops being lean (materialized, or released while lean). */
+static void lean_gone(Core *c, Conn *k) {
+    if (k->flags & F_LEAN) {
+        c->lean_alive[k->router]--;
+        k->flags &= (uint8_t)~F_LEAN;
+    }
+}
+
 /* One of the line buffer's methods (`set_lines`); when the buffer is full, the handler's flush. */
 static void lean_line(Core *c, PyObject *method, PyObject *const *args, size_t n) {
     PyObject *full = PyObject_Vectorcall(method, args, n, NULL);
@@ -595,7 +623,9 @@ static PyObject *materialize_once(Core *c, int32_t i, int why, int *again) {
     }
     if (k->state == S_RELAY) c->targets[k->target].moved++;
     /* An ordinary connection's: its first answer (if it has none yet), its packets followed. */
-    k->flags = F_FIRST | ((k->flags & F_MQTT) ? F_FEED : 0);
+    uint8_t mqtt = k->flags & F_MQTT;
+    lean_gone(c, k);
+    k->flags = F_FIRST | (mqtt ? F_FEED : 0);
     Py_XSETREF(k->token, Py_NewRef(token));
     return token;
 }
@@ -769,10 +799,15 @@ static void apply(Core *c, int32_t i, PyObject *action) {
                 if (!PyTuple_Check(token) || PyTuple_GET_SIZE(token) < L_SIZE) break;
                 long target = PyLong_AsLong(PyTuple_GET_ITEM(token, L_TARGET));
                 long router = PyLong_AsLong(PyTuple_GET_ITEM(token, L_ROUTER_IX));
-                if (router < 0 || router > INT32_MAX || lean_target(c, target) == NULL) break;
+                uint32_t *alive = lean_alive(c, router);
+                if (alive == NULL || lean_target(c, target) == NULL) break;
+                lean_gone(c, k); /* (a slot is lean once: a redispatch is not) */
+                (*alive)++;
                 k->target = (int32_t)target;
                 k->router = (int32_t)router;
                 k->t_start = now_s();
+            } else {
+                lean_gone(c, k);
             }
             Py_INCREF(token);
             Py_XSETREF(k->token, token);
@@ -1335,6 +1370,7 @@ static void Core_dealloc(Core *c) {
     for (int32_t t = 0; t < c->ntargets; t++) PyMem_Free(c->targets[t].hist);
     PyMem_Free(c->targets);
     PyMem_Free(c->bounds);
+    PyMem_Free(c->lean_alive);
     if (c->ep >= 0) close(c->ep);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
@@ -1596,6 +1632,7 @@ static PyObject *Core_materialize(Core *c, PyObject *arg) {
     if (router == -1 && PyErr_Occurred()) return NULL;
     PyObject *made = PyList_New(0);
     if (made == NULL) return NULL;
+    if (router < 0 || router >= c->nrouters || c->lean_alive[router] == 0) return made;
     for (uint32_t ch = 0; ch < c->nchunks; ch++) {
         for (uint32_t j = 0; j < CHUNK; j++) {
             int32_t i = (int32_t)((ch << CHUNK_BITS) | j);

@@ -18,9 +18,10 @@ served in the core's thread when the wake pipe is readable. The Python fast path
 fallback when the extension is not built, and as the reference both are tested against.
 
 **Lean connections.** routerd's own (`lean=` the process's metrics) hands the core the connections
-that need nothing of Python once decided: an opening not read (no protocol to answer, watch or
-move at a frame boundary), no gate slot, the first attempt, and no subscriber to its router's
-events besides the log lines and the metrics. The core then connects, relays and closes them with
+that need nothing of Python once decided: an opening not read, a TLS hello passed through or an
+MQTT CONNECT (its broker's packets followed in C), no gate slot, the first attempt, a policy that
+does not read connection counts at each pick, and no subscriber to its router's events besides the
+log lines and the metrics. The core then connects, relays and closes them with
 no call back: it counts them per target (`lean_counts`, folded into the metrics when they are
 scraped: open connections, connect times, bytes), writes their two INFO lines through the C line
 buffer (router/_conn_lines.c), tells a broker's silent early close itself (passive health hears of
@@ -467,7 +468,7 @@ class NativePath(FastPath):
             handoff(HandedOver(_stdlib(fd), conn, opening, action, retry=retry))
             return _HANDED
         if self._lean and not gated and retry and not runtime.report.subscribed:
-            lean = _lean_flags(opening, action)
+            lean = 0 if runtime.connections.counted else _lean_flags(opening, action)
             if lean:
                 return self._lean_proxy(cid, fd, acceptor, conn, opening, action, now, handoff, lean)
         relayed = _Relayed(

@@ -53,6 +53,14 @@ class RouterConnections:
         finally:
             lock.release()
 
+    @property
+    def counted(self) -> bool:
+        """Whether the router's policy reads these connections' counts on every decision
+        (`Policy.reads_counts`): a data path then registers each one at once (read without the
+        lock: a hint, as the policy may change with a reload)."""
+        policy = self._state.engine.policy
+        return policy is not None and policy.reads_counts
+
     def carried_by(self, sync: Callable[[LiveConnections], None]) -> None:
         """A data path carries connections of this router unregistered until the registry is read
         (the native core's lean ones): `sync` registers them, first thing in every read."""

@@ -866,3 +866,19 @@ class TestConsistentHashModulo:
 def test_keyed_policies_pick_by_the_key_and_the_ready_targets_alone():
     keyed = {name for name, policy in Policy.registry.items() if policy.KEYED}
     assert keyed == {"FIRST_ELEMENT", "CONSISTENT_HASH", "CONSISTENT_HASH_MODULO"}
+
+
+@pytest.mark.parametrize(
+    ("name", "properties", "reads"),
+    [
+        ("FIRST_ELEMENT", (), False),
+        ("ROUND_ROBIN", (), False),
+        ("CONSISTENT_HASH", (), False),
+        ("CONSISTENT_HASH", (("RING", "KETAMA"), ("LOAD_FACTOR", "1.25")), True),
+        ("LEAST_CONNECTIONS", (), True),
+    ],
+)
+def test_reads_counts_says_which_picks_read_connection_counts(
+    name: str, properties: tuple[tuple[str, str], ...], reads: bool
+) -> None:
+    assert make_policy(PolicyConfig(name=name, properties=properties)).reads_counts is reads

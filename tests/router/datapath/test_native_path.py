@@ -7,6 +7,7 @@ connections growing past one chunk, its deadline lists), over real loopback sock
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import logging
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from keys import KeyType, WireProtocol
 from keys.refusal import parse_refusal
+from policies import PolicyConfig
 from router import conn_lines
 from router.conn_lines import NativeConnLines
 from router.core.events import Closed, CloseReason, Connected
@@ -378,6 +380,27 @@ class TestLean:
                 "router_target_outlier_failures_total", {"router": "r", "reason": "broker_closed_early"}
             ):
                 await trio.sleep(0.02)
+        shutdown.set()
+
+    async def test_a_policy_that_reads_counts_has_every_connection_registered(
+        self, nursery: trio.Nursery
+    ) -> None:
+        """Scenario: LEAST_CONNECTIONS reads the registry's counts at each pick: its connections are
+        registered at their decision (no lean one to make ordinary at every pick)."""
+        echo_port: int = await nursery.start(_serve_echo)
+        config = _config(echo_port)
+        router = dataclasses.replace(config.routers[0], policy=PolicyConfig(name="LEAST_CONNECTIONS"))
+        info, shutdown = await _start_lean(nursery, dataclasses.replace(config, routers=(router,)))
+        runtime = info.runtimes["r"]
+        host, port = info.acceptors["a"]
+        socks = await trio.to_thread.run_sync(lambda: _echo_round(host, port, 2, keep=True))
+        try:
+            with runtime.held() as state:
+                assert state.connections.sync is None  # nothing carried unregistered
+                assert len(state.connections) == 2
+        finally:
+            for sock in socks:
+                sock.close()
         shutdown.set()
 
     async def test_info_lines_through_logging_make_no_lean_connection(
