@@ -111,8 +111,9 @@ class TestChoosing:
 
 
 async def _start(
-    nursery: trio.Nursery, config: Config, *, limits: ConnectionLimits | None = None
+    nursery: trio.Nursery, config: Config, *, limits: ConnectionLimits | None = None, lean: bool = False
 ) -> tuple[ServerInfo, trio.Event]:
+    """A server on the native path (`lean`: as routerd's, its core carries lean connections)."""
     shutdown = trio.Event()
     info: ServerInfo = await nursery.start(
         lambda task_status: serve_router(
@@ -122,6 +123,7 @@ async def _start(
             shutdown=shutdown,
             limits=limits,
             data_path="native",
+            lean=lean,
             task_status=task_status,
         )
     )
@@ -200,18 +202,7 @@ async def test_connect_that_never_completes_fails_at_the_deadline(nursery: trio.
 
 async def _start_lean(nursery: trio.Nursery, config: Config) -> tuple[ServerInfo, trio.Event]:
     """A server whose core carries lean connections (as routerd's), the pool ready."""
-    shutdown = trio.Event()
-    info: ServerInfo = await nursery.start(
-        lambda task_status: serve_router(
-            config,
-            admin=None,
-            grace_s=1,
-            shutdown=shutdown,
-            data_path="native",
-            lean=True,
-            task_status=task_status,
-        )
-    )
+    info, shutdown = await _start(nursery, config, lean=True)
     runtime = info.runtimes["r"]
     await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 1)
     assert isinstance(info.fast_path, NativePath)
@@ -410,17 +401,7 @@ class TestLean:
         cannot write them, so its connections are ordinary ones."""
         conn_level(logging.INFO)
         echo_port: int = await nursery.start(_serve_echo)
-        shutdown = trio.Event()
-        info: ServerInfo = await nursery.start(
-            lambda task_status: serve_router(
-                _config(echo_port),
-                admin=None,
-                shutdown=shutdown,
-                data_path="native",
-                lean=True,
-                task_status=task_status,
-            )
-        )
+        info, shutdown = await _start(nursery, _config(echo_port), lean=True)
         assert isinstance(info.fast_path, NativePath)
         assert not info.fast_path._lean
         shutdown.set()
