@@ -7,6 +7,7 @@ import itertools
 import logging
 import os
 import subprocess
+import types
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,6 +16,7 @@ import trio
 from policies import PolicyConfig
 from pools import Connector, CountSource, PoolConfig, PoolKind, Target, TargetState
 from router.config.settings import Config, RouterConfig
+from router.features.probes import service as probes_service
 from router.features.probes.checks import (
     LocalShortage,
     check_mqtt,
@@ -521,12 +523,18 @@ class TestServeHealthChecksCounts:
         assert set(seen.values()) == {(None, None), ("m", "p")}
 
     async def test_a_failed_read_forgets_the_count_never_the_readiness(
-        self, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+        self,
+        autojump_clock: trio.testing.MockClock,
+        caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         """Scenario: reads give 5, fail twice (an error, then no answer within the deadline), give
         7: the count falls back to the router's own meanwhile, the target stays ready, the status
         keeps the last good read's time and the last error, and the log says it once each way."""
         caplog.set_level(logging.INFO, "router.health")
+        # The reads' times (the wall clock) follow the virtual one: the test takes under 1 ms.
+        wall = types.SimpleNamespace(time=lambda: 1_800_000_000 + trio.current_time())
+        monkeypatch.setattr(probes_service, "time", wall)
         runtime = _count_runtime(
             {"a": "tcp://127.0.0.1:21001?connectionCount=activemq-jolokia"}, check_period_ms=2000
         )
