@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Sequence
 
 __all__ = [
     "DESCRIPTOR_RESERVE",
@@ -158,11 +158,17 @@ class Admission:
         with self._lock:
             self._release(acceptor, source)
 
-    def release_many(self, ended: Iterable[tuple[str, str]]) -> None:
-        """Connections `admit` counted have ended: (acceptor, source host) each, under one lock."""
+    def release_many(self, acceptor: str, sources: Sequence[str]) -> None:
+        """Connections of one acceptor `admit` counted have ended (their source hosts), under one
+        lock."""
+        limits = self._limits.get(acceptor)
         with self._lock:
-            for acceptor, source in ended:
-                self._release(acceptor, source)
+            if limits is not None and limits.per_source >= 0:
+                for source in sources:
+                    self._release(acceptor, source)
+                return
+            self.open -= len(sources)
+            self._by_acceptor[acceptor] = max(0, self._by_acceptor.get(acceptor, 0) - len(sources))
 
     def _release(self, acceptor: str, source: str) -> None:
         self.open -= 1

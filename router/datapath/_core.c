@@ -857,18 +857,32 @@ static int accept_waits(Core *c, Listener *l, int err) {
     return 0;
 }
 
+/* An IPv4 address as inet_ntop writes it (dotted quad, no leading zeros), without its sprintf:
+ * a tenth of the instructions, on every connection. */
+static size_t ipv4_text(const unsigned char *b, char *out) {
+    char *p = out;
+    for (int octet = 0; octet < 4; octet++) {
+        unsigned v = b[octet];
+        if (v >= 100) *p++ = (char)('0' + v / 100);
+        if (v >= 10) *p++ = (char)('0' + v / 10 % 10);
+        *p++ = (char)('0' + v % 10);
+        if (octet < 3) *p++ = '.';
+    }
+    return (size_t)(p - out);
+}
+
 static PyObject *peer_host(const struct sockaddr_storage *ss, long *port) {
     char text[INET6_ADDRSTRLEN];
     if (ss->ss_family == AF_INET6) {
         const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
         inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
         *port = ntohs(a->sin6_port);
-    } else {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-        inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
-        *port = ntohs(a->sin_port);
+        return PyUnicode_FromString(text);
     }
-    return PyUnicode_FromString(text);
+    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    *port = ntohs(a->sin_port);
+    size_t n = ipv4_text((const unsigned char *)&a->sin_addr, text);
+    return PyUnicode_DecodeASCII(text, (Py_ssize_t)n, NULL);
 }
 
 static void on_listener(Core *c, int32_t li) {
@@ -1800,6 +1814,20 @@ static PyObject *module_mqtt_frames(PyObject *unused, PyObject *reads) {
     return mqtt_state(&k);
 }
 
+/* ipv4_text(4 bytes) -> str: the core's IPv4 text, for the tests against inet_ntop. */
+static PyObject *module_ipv4_text(PyObject *unused, PyObject *arg) {
+    char *data;
+    Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(arg, &data, &len) != 0) return NULL;
+    if (len != 4) {
+        PyErr_SetString(PyExc_ValueError, "an IPv4 address is 4 bytes");
+        return NULL;
+    }
+    char text[16];
+    size_t n = ipv4_text((const unsigned char *)data, text);
+    return PyUnicode_DecodeASCII(text, (Py_ssize_t)n, NULL);
+}
+
 /* mqtt_refused(data) -> bool: the core's reading of a broker's first answer, for the tests. */
 static PyObject *module_mqtt_refused(PyObject *unused, PyObject *arg) {
     char *data;
@@ -1811,6 +1839,7 @@ static PyObject *module_mqtt_refused(PyObject *unused, PyObject *arg) {
 static PyMethodDef module_methods[] = {
     {"mqtt_frames", module_mqtt_frames, METH_VARARGS,
      "mqtt_frames(*reads) -> (frames, left, head, lost): the lean MQTT follower after the reads."},
+    {"ipv4_text", module_ipv4_text, METH_O, "ipv4_text(4 bytes) -> str: an IPv4 address as inet_ntop writes it."},
     {"mqtt_refused", module_mqtt_refused, METH_O,
      "mqtt_refused(first answer) -> bool: whether it is an MQTT CONNACK that refuses the client."},
     {NULL, NULL, 0, NULL},

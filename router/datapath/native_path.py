@@ -78,7 +78,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
 
-    from router.core.admission import Admission
     from router.core.events import ConnectionRef
     from router.datapath.acceptor import ServedAcceptor
     from router.datapath.fast_path import Handoff
@@ -611,12 +610,17 @@ class NativePath(FastPath):
 
     def released(self, ended: list[Lean]) -> None:
         """Lean connections that ended: their admission goes back (once per turn of the loop)."""
-        by_admission: dict[Admission, list[tuple[str, str]]] = {}
+        run: ServedAcceptor | None = None  # runs of one acceptor's (by identity: cheaper than a hash)
+        sources: list[str] = []
         for lean in ended:
             acceptor = lean[_ACCEPTOR]
-            by_admission.setdefault(acceptor.admission, []).append((acceptor.name, lean[_HOST]))
-        for admission, pairs in by_admission.items():
-            admission.release_many(pairs)
+            if acceptor is not run:
+                if run is not None:
+                    run.admission.release_many(run.name, sources)
+                run, sources = acceptor, []
+            sources.append(lean[_HOST])
+        if run is not None:
+            run.admission.release_many(run.name, sources)
 
     def lean_failed(
         self, lean: Lean, reason: CloseReason, bytes_in: int, bytes_out: int, duration_s: float

@@ -114,3 +114,22 @@ def test_a_reload_that_drops_the_per_source_limit_forgets_the_counts_by_source()
     admission.release("a", "10.0.0.1")
     admission.set_limits("a", AcceptorLimits(connections=10, per_source=1))
     assert admission.admit("a", "10.0.0.1") is None
+
+
+def test_release_many_is_each_release() -> None:
+    """Scenario: connections of one acceptor ended together (the native core's batch): the counts
+    are those of one release each, with a per-source limit and without."""
+    limited = {"a": AcceptorLimits(connections=10, per_source=2)}
+    one, many = Admission(100, limited), Admission(100, limited)
+    for admission in (one, many):
+        for acceptor, source in [("a", "h1"), ("a", "h1"), ("a", "h2"), ("b", "h1"), ("b", "h3")]:
+            assert admission.admit(acceptor, source) is None
+    for acceptor, source in [("a", "h1"), ("a", "h2"), ("b", "h1"), ("b", "h3")]:
+        one.release(acceptor, source)
+    many.release_many("a", ["h1", "h2"])
+    many.release_many("b", ["h1", "h3"])
+    assert many.open == one.open == 1
+    assert many.admit("a", "h2") is None  # h2's slot came back
+    assert one.admit("a", "h2") is None
+    assert many.admit("a", "h1") is None
+    assert many.admit("a", "h1") is Refusal.SOURCE_LIMIT  # h1 holds 2 again

@@ -474,6 +474,15 @@ class TestMqttInC:
         assert _core.mqtt_refused(answer) == (parse_refusal(WireProtocol.MQTT, answer) is not None)
 
 
+@pytest.mark.skipif(_core is None, reason="never: ./run-tests builds the core")
+@given(address=st.binary(min_size=4, max_size=4))
+def test_peer_address_is_inet_ntops(address: bytes) -> None:
+    """The core writes a client's IPv4 address itself (inet_ntop's sprintf cost more than the
+    rest of the accept): the same text."""
+    assert _core is not None
+    assert _core.ipv4_text(address) == socket.inet_ntop(socket.AF_INET, address)
+
+
 async def _serve_mqtt_broker(
     answer: bytes, then: list[bytes], *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
 ) -> None:
