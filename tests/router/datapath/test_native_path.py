@@ -43,6 +43,7 @@ from router.datapath.native_path import (
 )
 from router.server import ServerInfo, serve_router
 from tests.keys.test_mqtt import connect_packet
+from tests.router.core.test_framing import _mqtt_packet as _packet
 from tests.router.datapath.test_fast_path import _config, _serve_echo
 
 if TYPE_CHECKING:
@@ -420,16 +421,6 @@ class TestLean:
         assert sum(isinstance(e, Connected) for e in events) == 3
         assert sum(isinstance(e, Closed) for e in events) == 3
         shutdown.set()
-
-
-def _packet(kind: int, body: bytes) -> bytes:
-    length, out = len(body), bytearray()
-    while True:
-        byte, length = length & 0x7F, length >> 7
-        out.append(byte | (0x80 if length else 0))
-        if not length:
-            break
-    return bytes((kind,)) + bytes(out) + body
 
 
 _STREAMS = st.lists(
