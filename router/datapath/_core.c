@@ -120,7 +120,9 @@ typedef struct {
     PyObject *token;
     double t_start, t_connected; /* lean: when the connect started, when it completed */
     int32_t target, router;      /* lean: its counters' index, its router's index */
-    uint8_t silent, closing;     /* lean: the broker ended without a byte after the client's; ending */
+    uint8_t silent;              /* lean: the broker ended without a byte after the client's */
+    uint8_t held;                /* lean: the loop's thread is ending or materializing it (its calls to
+                                  * the handler may let another thread run): others leave it */
     uint8_t mq_lost, mq_headlen; /* lean MQTT: the broker's packets (MqttFrames' state) */
     uint8_t mq_head[MQTT_HEADER_MAX];
     uint32_t mq_left;
@@ -529,7 +531,7 @@ static void lean_connected(Core *c, int32_t i) {
  * `released`; a broker that ended it silently and early is passive health's (lean_failed). */
 static void lean_close(Core *c, int32_t i, int r) {
     Conn *k = slot(c, i);
-    k->closing = 1; /* not materialized any more */
+    k->held = 1; /* not materialized any more */
     double duration = now_s() - k->t_connected;
     if (k->silent && duration <= c->early_close_s) r = R_EARLY;
     LeanTarget *t = &c->targets[k->target];
@@ -583,9 +585,9 @@ static PyObject *mqtt_state(Conn *k) {
 }
 
 /* Make lean connection i an ordinary one: the handler's `materialized` gives its token from now on
- * (NULL: it failed, or the connection ended meanwhile in another turn of the loop). `why`: M_READ,
- * M_CLOSING (the router closes it now, in this thread: nothing else can end it meanwhile),
- * M_ANSWER. `*again`: its connect completed while the handler made the object (the handler's code
+ * (NULL: it failed, or the connection ended meanwhile in another turn of the loop). `why`: M_READ
+ * (from any thread), M_CLOSING or M_ANSWER (from the loop's thread, which holds the slot: `held`).
+ * `*again`: its connect completed while the handler made the object (the handler's code
  * may let the loop's thread run when another thread materializes): the object is stale. */
 static PyObject *materialize_once(Core *c, int32_t i, int why, int *again) {
     Conn *k = slot(c, i);
@@ -611,7 +613,7 @@ static PyObject *materialize_once(Core *c, int32_t i, int why, int *again) {
     Py_XDECREF(reason);
     Py_XDECREF(frames);
     if (token == NULL) return NULL;
-    if (k->gen != gen || !(k->flags & F_LEAN) || (k->closing && why != M_CLOSING) ||
+    if (k->gen != gen || !(k->flags & F_LEAN) || (k->held && why == M_READ) ||
         (k->state != S_RELAY && k->state != S_CONNECTING)) {
         Py_DECREF(token); /* it ended (or changed) while the handler made the object */
         return NULL;
@@ -1127,8 +1129,10 @@ static void pump(Core *c, int32_t i) {
             if (s == 1 && (k->flags & F_LEAN) && (k->flags & F_MQTT)) {
                 if (k->count[1] == 0 && mqtt_refused((const unsigned char *)c->buf, (size_t)n)) {
                     uint32_t gen = k->gen; /* a refusal: passive health and the line need the object */
+                    k->held = 1;           /* (the handler registers it: no other thread makes one) */
                     Py_XDECREF(materialize_slot(c, i, M_ANSWER));
                     if (k->gen != gen || k->state != S_RELAY) return;
+                    k->held = 0;
                 }
                 if (k->flags & F_LEAN) mqtt_follow(k, (const unsigned char *)c->buf, (size_t)n);
             }
@@ -1159,15 +1163,15 @@ static void pump(Core *c, int32_t i) {
 
 static void close_relay(Core *c, int32_t i, PyObject *reason) {
     Conn *k = slot(c, i);
-    if (k->state != S_RELAY || (k->closing && (k->flags & F_LEAN))) return;
+    if (k->state != S_RELAY || (k->held && (k->flags & F_LEAN))) return;
     if (k->flags & F_LEAN) {
         if (reason == c->reasons[R_CLOSED] || reason == c->reasons[R_RESET]) {
             lean_close(c, i, reason == c->reasons[R_RESET] ? R_RESET : R_CLOSED);
             return;
         }
-        k->closing = 1; /* the router closes it for a reason of its own: as an ordinary connection */
+        k->held = 1; /* the router closes it for a reason of its own: as an ordinary connection */
         PyObject *token = materialize_slot(c, i, M_CLOSING);
-        k->closing = 0;
+        k->held = 0;
         if (token == NULL) {
             lean_close(c, i, R_RESET);
             return;
@@ -1651,7 +1655,7 @@ static PyObject *Core_materialize(Core *c, PyObject *arg) {
         for (uint32_t j = 0; j < CHUNK; j++) {
             int32_t i = (int32_t)((ch << CHUNK_BITS) | j);
             Conn *k = slot(c, i);
-            if (!(k->flags & F_LEAN) || k->closing || k->router != router ||
+            if (!(k->flags & F_LEAN) || k->held || k->router != router ||
                 (k->state != S_RELAY && k->state != S_CONNECTING))
                 continue;
             PyObject *token = materialize_slot(c, i, M_READ);
