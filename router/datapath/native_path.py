@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from router.datapath.acceptor import ServedAcceptor
     from router.datapath.fast_path import Handoff
     from router.metrics import Metrics
+    from router.runtime import RouterRuntime
     from router.runtime.connections import RouterConnections
 
 __all__ = ["EXTENSION", "NATIVE", "NativePath"]
@@ -244,9 +245,13 @@ class NativePath(FastPath):
         self._lean_metrics = lean
         self._targets: list[_LeanTarget] = []
         """Lean connections' counters by target index (the core's)."""
-        self._target_ix: dict[tuple[int, str], int] = {}
-        self._routers: dict[RouterConnections, int] = {}
-        """Each router's index (its registry's): its lean connections are materialized together."""
+        self._lean_ix: dict[tuple[str, str], tuple[RouterConnections, int, int]] = {}
+        """(router name, node id) -> (its registry, router index, target index): one lookup per lean
+        connection. A router the configuration made again (a new registry) gets new indexes; the
+        one before is dropped, with its registry."""
+        self._routers: dict[str, tuple[RouterConnections, int]] = {}
+        """Router name -> its registry and index: its lean connections are materialized together."""
+        self._router_count = 0
         super().__init__(clock, call_trio, connect_timeout_s)
 
     def _open_loop(self) -> None:
@@ -470,7 +475,28 @@ class NativePath(FastPath):
             lean = 0 if runtime.connections.counted else _lean_flags(opening, action)
             if lean:
                 return self._lean_proxy(cid, fd, acceptor, conn, opening, action, now, handoff, lean)
-        relayed = _Relayed(
+        relayed = self._relayed(cid, fd, acceptor, conn, opening, action, now, retry=retry, handoff=handoff)
+        relayed.gated = gated
+        runtime.connections.register(relayed)  # unregistered by `closed` or `connect_failed`
+        flags = _F_FIRST | (_F_FEED if relayed.cursor is not None else 0)
+        connector = action.connector
+        return (_PROXY, relayed, connector.host, connector.port, opening.raw, flags)
+
+    def _relayed(
+        self,
+        cid: int,
+        fd: int,
+        acceptor: ServedAcceptor,
+        conn: ConnectionRef,
+        opening: Opening,
+        action: Proxy,
+        started: float,
+        *,
+        retry: bool,
+        handoff: Handoff,
+    ) -> _Relayed:
+        """An ordinary connection of the core (not registered yet)."""
+        return _Relayed(
             core=self._core,
             cid=cid,
             fd=fd,
@@ -481,13 +507,8 @@ class NativePath(FastPath):
             retry=retry,
             handoff=handoff,
             request=self._request_bound,
-            started=now,
+            started=started,
         )
-        relayed.gated = gated
-        runtime.connections.register(relayed)  # unregistered by `closed` or `connect_failed`
-        flags = _F_FIRST | (_F_FEED if relayed.cursor is not None else 0)
-        connector = action.connector
-        return (_PROXY, relayed, connector.host, connector.port, opening.raw, flags)
 
     def _lean_proxy(
         self,
@@ -504,15 +525,10 @@ class NativePath(FastPath):
         """Have the core carry a connection on its own (see the module docstring)."""
         runtime = acceptor.runtime
         node_id = action.target.node_id
-        router = self._routers.get(runtime.connections)
-        if router is None:
-            router = self._routers[runtime.connections] = len(self._routers)
-            runtime.connections.carried_by(lambda registry: self._sync(router, registry))
-        target = self._target_ix.get((router, node_id))
-        if target is None:
-            assert self._lean_metrics is not None, "lean connections have metrics"
-            target = self._target_ix[router, node_id] = len(self._targets)
-            self._targets.append(_LeanTarget(router, (runtime.name, node_id), self._lean_metrics))
+        known = self._lean_ix.get((runtime.name, node_id))
+        if known is None or known[0] is not runtime.connections:
+            known = self._lean_ix[runtime.name, node_id] = self._lean_target(runtime, node_id)
+        _, router, target = known
         peer = conn.peer
         token = (
             peer.host,
@@ -536,6 +552,21 @@ class NativePath(FastPath):
         connector = action.connector
         return (_PROXY, token, connector.host, connector.port, opening.raw, flags)
 
+    def _lean_target(self, runtime: RouterRuntime, node_id: str) -> tuple[RouterConnections, int, int]:
+        """The indexes of a router's target new to lean connections (the router's own too, when it
+        is new or made again): its registry reads materialize them (`carried_by`)."""
+        assert self._lean_metrics is not None, "lean connections have metrics"
+        registry = runtime.connections
+        known = self._routers.get(runtime.name)
+        if known is None or known[0] is not registry:
+            router = self._router_count
+            self._router_count += 1
+            known = self._routers[runtime.name] = (registry, router)
+            registry.carried_by(lambda live: self._sync(router, live))
+        router = known[1]
+        self._targets.append(_LeanTarget(router, (runtime.name, node_id), self._lean_metrics))
+        return registry, router, len(self._targets) - 1
+
     def materialized(
         self,
         lean: Lean,
@@ -552,18 +583,8 @@ class NativePath(FastPath):
         router closes it now, or its broker refused it in its first answer (registered here);
         `frames`: where the core's follower of its broker's MQTT packets stopped."""
         acceptor, conn, opening, action, started, handoff = lean[7:13]
-        relayed = _Relayed(
-            core=self._core,
-            cid=cid,
-            fd=fd,
-            acceptor=acceptor,
-            conn=conn,
-            opening=opening,
-            action=action,
-            retry=True,
-            handoff=handoff,
-            request=self._request_bound,
-            started=started,
+        relayed = self._relayed(
+            cid, fd, acceptor, conn, opening, action, started, retry=True, handoff=handoff
         )
         relayed.silent_close = silent
         if frames is not None:
