@@ -232,11 +232,11 @@ _NATIVE_MQTT: Final = native.NativeMqttSniffer()
 _NATIVE_STOMP: Final = native.NativeStompSniffer()
 
 
-def _native_module() -> ModuleType:
-    """`keys._native`, or InvariantBroken when it is not built (nothing to compare)."""
-    module = native.EXTENSION
+def _built(module: ModuleType | None, name: str) -> ModuleType:
+    """A C extension (`keys._native`, `router.datapath._core`, `router._conn_lines`), or
+    InvariantBroken when it is not built (nothing to compare with its Python reference)."""
     if module is None:
-        raise InvariantBroken("keys._native is not built: python setup.py build_ext --inplace")
+        raise InvariantBroken(f"{name} is not built: python setup.py build_ext --inplace")
     return module
 
 
@@ -253,7 +253,7 @@ def check_native_agrees(data: bytes, *, stomp_frame: bool) -> object:
     Raises:
         InvariantBroken: any disagreement.
     """
-    module = _native_module()
+    module = _built(native.EXTENSION, "keys._native")
     reference: Sniffer = _STOMP if stomp_frame else _MQTT
     wrapper: Sniffer = _NATIVE_STOMP if stomp_frame else _NATIVE_MQTT
     raw = module.stomp_connect(data) if stomp_frame else module.mqtt_connect(data)
@@ -410,9 +410,7 @@ def _parse_client_hello(data: bytes) -> ClientHello | NeedMore:
 def fuzz_mqtt_broker_native(data: bytes) -> None:
     """The core's follower of a broker's MQTT packets and its reading of a first answer, against
     MqttFrames and parse_refusal: the input whole, and cut at each of `_cuts`."""
-    module = native_path.EXTENSION
-    if module is None:
-        raise InvariantBroken("router.datapath._core is not built: python setup.py build_ext --inplace")
+    module = _built(native_path.EXTENSION, "router.datapath._core")
     if module.mqtt_refused(data) != (parse_refusal(WireProtocol.MQTT, data) is not None):
         raise InvariantBroken(
             f"mqtt_refused({data!r}) = {module.mqtt_refused(data)}, parse_refusal disagrees"
@@ -448,9 +446,7 @@ def fuzz_shown_native(data: bytes) -> None:
     """router._conn_lines.shown and the C buffer's lines against logs.shown and `ConnLines`: the
     input as text (UTF-8 with its undecodable bytes as lone surrogates, and as Latin-1), as a key
     and a close's detail, at caps around its length."""
-    module = conn_lines.EXTENSION
-    if module is None:
-        raise InvariantBroken("router._conn_lines is not built: python setup.py build_ext --inplace")
+    module = _built(conn_lines.EXTENSION, "router._conn_lines")
     for value in (data.decode("utf-8", "surrogateescape"), data.decode("latin-1")):
         for cap in {0, 1, len(value) - 1, len(value), MAX_SHOWN_CHARS} - {-1}:
             if module.shown(value, cap) != shown(value, cap):
