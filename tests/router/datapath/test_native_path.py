@@ -319,6 +319,56 @@ class TestLean:
                 sock.close()
         shutdown.set()
 
+    async def test_connect_refused_makes_an_ordinary_connection_of_it(self, nursery: trio.Nursery) -> None:
+        """Scenario: the target stops listening after its probe: a lean connection's refused connect
+        comes back to Python (made an ordinary connection there), is counted as refused, its client
+        is closed and its admission given back."""
+        with socket.socket() as target:
+            target.bind(("127.0.0.1", 0))
+            target.listen(16)
+            config = _config(target.getsockname()[1], check_period_ms=60_000)
+            info, shutdown = await _start_lean(nursery, config)
+        runtime = info.runtimes["r"]
+        host, port = info.acceptors["a"]
+
+        def refused() -> bytes:
+            with socket.create_connection((host, port), timeout=10) as sock:
+                return sock.recv(16)
+
+        assert await trio.to_thread.run_sync(refused) == b""
+        registry = runtime.metrics.registry
+        failures = {"router": "r", "node_id": "b0", "reason": "refused"}
+        assert registry.get_sample_value("router_target_connect_failures_total", failures) == 1
+        assert registry.get_sample_value("router_client_connections") == 0
+        assert runtime.connections.open_connections() == 0
+        shutdown.set()
+
+    async def test_the_core_closing_everything_closes_lean_connections_as_the_routers(
+        self, nursery: trio.Nursery
+    ) -> None:
+        """Scenario: 3 lean connections open, never read from the registry, when the core closes
+        everything (the end of a shutdown): each is made an ordinary connection to be closed for the
+        router's reason, counted so, and the gauge and the admission come back to 0."""
+        echo_port: int = await nursery.start(_serve_echo)
+        info, shutdown = await _start_lean(nursery, _config(echo_port))
+        runtime, fast = info.runtimes["r"], info.fast_path
+        assert isinstance(fast, NativePath)
+        host, port = info.acceptors["a"]
+        socks = await trio.to_thread.run_sync(lambda: _echo_round(host, port, 3, keep=True))
+        try:
+            fast.close_all()
+            assert await trio.to_thread.run_sync(lambda: [_receive(sock, 16) for sock in socks]) == [b""] * 3
+        finally:
+            for sock in socks:
+                sock.close()
+        await _until_no_proxied(fast)
+        registry = runtime.metrics.registry
+        closes = {"router": "r", "reason": "shutdown"}
+        assert registry.get_sample_value("router_proxied_connections_closed_total", closes) == 3
+        assert registry.get_sample_value("router_proxied_connections", {"router": "r", "node_id": "b0"}) == 0
+        assert registry.get_sample_value("router_client_connections") == 0
+        shutdown.set()
+
     async def test_lines_are_written_by_the_core(
         self, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, conn_level: Callable[[int], None]
     ) -> None:
