@@ -18,7 +18,8 @@ The buffer is C's when the extension `router._conn_lines` (router/_conn_lines.c)
 (`NativeConnLines`): the two lines of every proxied connection (`connected`, `closed`) are then
 formatted there from their fields, client-chosen values through a C port of `logs.shown`: at
 INFO a proxied connection's two lines cost routerd's data path 13,000 instructions instead of
-34,000 (callgrind, `benchmarks/bench --only instructions --routerd-log-level INFO`). `ConnLines`
+34,000 (callgrind, `benchmarks/bench --only instructions --routerd-log-level INFO`), and about
+9,000 when the native core writes those of its lean connections itself (`line_writers`). `ConnLines`
 is the Python buffer: the fallback, and the reference the C one is tested against, line for line.
 """
 
