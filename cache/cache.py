@@ -362,6 +362,14 @@ class TargetCache:
         evicted, self._evicted = self._evicted, set()
         return evicted
 
+    def fresh(self, key: str, now: float) -> str | None:
+        """The node id `get` would return for a key that has an entry, not expired and not
+        pinned; None otherwise (no pin looked at, nothing refreshed, counted or evicted)."""
+        node_id = self._node_ids.get(key)
+        if node_id is None or (self._pins and key in self._pins) or self._expired(key, now):
+            return None
+        return node_id
+
     def node_of(self, key: str) -> str | None:
         """The node id of a key's entry, as it is (no refresh, expired or not); None for a key
         without one, and for a pinned key."""

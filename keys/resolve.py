@@ -28,9 +28,11 @@ __all__ = [
     "RAW_VALUE_OF",
     "ConnectionFacts",
     "KeyType",
+    "canonical_ip",
     "is_internal_client_id",
     "raw_value",
     "resolve_key",
+    "resolve_value",
 ]
 
 NULL_KEY: Final = "NULL"
@@ -77,13 +79,13 @@ class ConnectionFacts:
 
     def __post_init__(self) -> None:
         if self.source_ip is not None:
-            canonical = _canonical_ip(self.source_ip)
+            canonical = canonical_ip(self.source_ip)
             if canonical is not self.source_ip:
                 object.__setattr__(self, "source_ip", canonical)
 
 
 @functools.lru_cache(maxsize=4096)
-def _canonical_ip(text: str) -> str:
+def canonical_ip(text: str) -> str:
     """An IP address as `ipaddress` prints it, so equal peers give equal keys: "[::1]" is "::1",
     "::ffff:127.0.0.1" is "127.0.0.1". Remembers the last 4,096 addresses (a connection's source
     address is looked at on every connection; most come back).
@@ -164,7 +166,11 @@ def resolve_key(
         decision: an MQTT client that sends an empty client id has none, and an empty key would
         put all such clients on one broker without saying so).
     """
-    value = _raw_value(key_type, facts, key_filter)
+    return resolve_value(_raw_value(key_type, facts, key_filter), key_filter, max_length)
+
+
+def resolve_value(value: str | None, key_filter: KeyFilter | None, max_length: int) -> str:
+    """Step 2 of `resolve_key` for a raw value already read: the filter and the length cap."""
     if not value or len(value) > max_length:
         return NULL_KEY
     if key_filter is None:

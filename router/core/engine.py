@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
 from cache import TargetCache
-from keys import NULL_KEY, is_internal_client_id, resolve_key
+from keys import NULL_KEY, KeyType, is_internal_client_id, resolve_key
+from keys.resolve import canonical_ip, resolve_value
 from policies import make_policy
 from pools import Pool, PoolKind, Target
 from router.config.settings import compile_filter
@@ -280,6 +281,12 @@ class RoutingEngine:
 
     def _ok(self, key: str, target: Target, reason: DecisionReason) -> RouteDecision:
         """An OK decision, reaching the target through its active member."""
+        return RouteDecision(
+            key=key, status=RouteStatus.OK, target=target, connector=self._reach(target), reason=reason
+        )
+
+    def _reach(self, target: Target) -> Connector | None:
+        """Where a decided target is reached: its active member (the primary when not known)."""
         connector = target.connector
         if connector is not None and connector.backups and self.pool is not None:
             try:
@@ -287,14 +294,66 @@ class RoutingEngine:
             except KeyError:  # a local target outside the pool is not probed: its primary
                 member = None
             connector = connector.members[member or 0]
-        return RouteDecision(
-            key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
-        )
+        return connector
 
     def connection_key(self, facts: ConnectionFacts) -> str:
         """Steps 1-3: the key of a connection after filter and transform."""
         config = self.config
         return self.transform(resolve_key(config.key_type, self._key_filter, facts, config.key_max_length))
+
+    def plain_key(
+        self, source_ip: str, client_id: str | None = None, user_name: str | None = None
+    ) -> str | None:
+        """Steps 0-3 for a connection known by its source address, client id and user name alone
+        (the native path's, with no user the router authenticated): its key, the same as
+        `connection_key` of its facts, for key types SOURCE_IP, CLIENT_ID and USER_NAME; None for
+        other key types and for an internal client id (`begin` decides those)."""
+        if client_id is not None and is_internal_client_id(client_id):
+            return None
+        config = self.config
+        key_type = config.key_type
+        if key_type is KeyType.SOURCE_IP:
+            value: str | None = canonical_ip(source_ip)
+        elif key_type is KeyType.CLIENT_ID:
+            value = client_id
+        elif key_type is KeyType.USER_NAME:
+            value = user_name
+        else:
+            return None
+        return self.transform(resolve_value(value, self._key_filter, config.key_max_length))
+
+    def plain(self, key: str, now: float) -> tuple[Target, Connector | None, DecisionReason] | None:
+        """`begin`'s decision for a transformed key (`plain_key`) in plain values when it is a
+        target, from the cache or from the policy (the native path's lean connections: no
+        `RouteDecision` made): the target, where it is reached and the reason, with the same
+        changes as `begin` (the entry refreshed or written, the hit or miss counted, the policy's
+        position moved). None, with nothing changed or counted, when `begin` decides otherwise or
+        not at once: a local filter that takes the key, no pool or policy, a pinned key, a miss of a
+        cache shared through ZooKeeper, no target open to new connections."""
+        cache, pool, policy = self.cache, self.pool, self.policy
+        if pool is None or policy is None:
+            return None
+        if self._local_filter is not None and self._local_filter.matches_whole(key):
+            return None
+        if cache is not None:
+            node_id = cache.fresh(key, now)
+            if node_id is not None:
+                target = pool.ready_target(node_id)
+                if target is not None:
+                    cache.get(key, now)
+                    return target, self._reach(target), DecisionReason.CACHE
+            if self.shared or cache.is_pinned(key):
+                return None
+        targets = pool.routing_targets()
+        if not targets:
+            return None
+        chosen = policy.select(targets, key)  # None only for no target, or a policy without state
+        if chosen is None:
+            return None
+        if cache is not None:
+            cache.get(key, now)  # as `begin`'s step 6: the miss counted, an expired entry gone
+            cache.put(key, chosen.node_id, now)
+        return chosen, self._reach(chosen), DecisionReason.POLICY
 
     def transform(self, key: str) -> str:
         """Step 3: the policy's key transform; `NULL` is never transformed."""

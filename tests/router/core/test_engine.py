@@ -14,11 +14,13 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cache.cache import CacheConfig
 from keys.resolve import NULL_KEY, ConnectionFacts, KeyType
 from policies.policy import FirstElementPolicy, Policy, PolicyConfig
-from pools.pool import Pool, PoolConfig, PoolKind
+from pools.pool import AdminState, Pool, PoolConfig, PoolKind
 from pools.target import Connector, Target
 from router.config.settings import (
     ClusterConnectionConfig,
@@ -1040,3 +1042,109 @@ class TestDryRunLookup:
         assert engine.peek("admin", 0.0).reason is DecisionReason.LOCAL_TARGET_FILTER
         assert engine.peek("x", 0.0).status is RouteStatus.REFUSED_USE_ANOTHER
         assert make_engine(ready=[]).peek("x", 0.0).reason is DecisionReason.NO_READY_TARGET
+
+
+# -- the native path's decisions in plain values (`RoutingEngine.plain_key` and `plain`) --
+
+_SOURCES = ("10.0.0.1", "10.0.0.2", "10.1.0.3", "::ffff:10.0.0.1", "fd00::7")
+_CLIENTS = (None, "", "c1", "c2", "10.1.0.3", INTERNAL + "x")
+_STEP = st.one_of(
+    st.tuples(
+        st.just("connect"), st.tuples(st.sampled_from(_SOURCES), st.sampled_from(_CLIENTS)), st.floats(0, 2)
+    ),
+    st.tuples(st.just("check"), st.sampled_from(["broker1", "broker2", "broker3"]), st.booleans()),
+    st.tuples(st.just("admin"), st.sampled_from(["broker1", "broker2"]), st.sampled_from(list(AdminState))),
+    st.tuples(st.just("pin"), st.sampled_from(("10.0.0.1", "c1")), st.sampled_from(["broker1", "broker3"])),
+    st.tuples(st.just("evict"), st.sampled_from(("10.0.0.1", "c1", "10.1.0.3")), st.just(0)),
+)
+
+
+class TestPlain:
+    """`plain` is `begin`'s decision when it is a target from the cache or the policy, with the
+    same changes to the cache and the policy; None, changing nothing, for every other connection
+    (which `begin` then decides as always)."""
+
+    @settings(max_examples=400, deadline=None)
+    @given(
+        steps=st.lists(_STEP, max_size=30),
+        key_type=st.sampled_from([KeyType.SOURCE_IP, KeyType.CLIENT_ID]),
+        key_filter=st.sampled_from([None, r"10\.0\.0\.\d+|c\d"]),
+        local_filter=st.sampled_from([None, "10.1.0.3"]),
+        timeout_ms=st.sampled_from([None, 0, 1000]),
+        policy=st.sampled_from(["FIRST_ELEMENT", "ROUND_ROBIN", "CONSISTENT_HASH"]),
+        quorum=st.sampled_from([1, 2]),
+    )
+    def test_same_decisions_cache_and_policy_as_begin(
+        self,
+        steps: list[tuple[str, object, object]],
+        key_type: KeyType,
+        key_filter: str | None,
+        local_filter: str | None,
+        timeout_ms: int | None,
+        policy: str,
+        quorum: int,
+    ) -> None:
+        def engine() -> RoutingEngine:
+            return make_engine(
+                policy=policy,
+                key_type=key_type,
+                key_filter=key_filter,
+                local_filter=local_filter,
+                cache_timeout_ms=timeout_ms,
+                quorum=quorum,
+                round_robin_start=0,
+            )
+
+        whole, plain = engine(), engine()  # the same state throughout, each decided its own way
+        now = 0.0
+        for step, what, value in steps:
+            for e in (whole, plain):
+                assert e.pool is not None
+                if step == "check":
+                    e.pool.record_check(str(what), bool(value))
+                elif step == "admin":
+                    assert isinstance(value, AdminState)
+                    e.pool.set_admin_state(str(what), value)
+                elif step == "pin" and e.cache is not None:
+                    e.cache.pin(str(what), str(value), now)
+                elif step == "evict" and e.cache is not None:
+                    e.cache.evict(str(what))
+            if step != "connect":
+                continue
+            assert isinstance(what, tuple)
+            assert isinstance(value, float)
+            now += value
+            facts = ConnectionFacts(source_ip=what[0], client_id=what[1])
+            expected = whole.begin(facts, now)
+            key = plain.plain_key(what[0], what[1])
+            found = None if key is None else plain.plain(key, now)
+            if found is None:
+                assert plain.begin(facts, now) == expected
+            else:
+                assert isinstance(expected, RouteDecision)
+                assert (expected.key, expected.target, expected.connector, expected.reason) == (key, *found)
+            if whole.cache is not None:
+                assert plain.cache is not None
+                assert plain.cache.entries(now) == whole.cache.entries(now)
+                assert (plain.cache.hits, plain.cache.misses) == (whole.cache.hits, whole.cache.misses)
+                assert plain.cache.take_changes(now) == whole.cache.take_changes(now)
+            # The policy's position: the next pick of a fresh key is the same.
+            assert whole.peek("fresh-key", now) == plain.peek("fresh-key", now)
+
+    def test_keys_of_the_key_types_it_knows(self) -> None:
+        assert make_engine(key_type=KeyType.SNI_HOST).plain_key("10.0.0.1", "c") is None
+        assert make_engine(key_type=KeyType.SOURCE_IP).plain_key("::ffff:10.0.0.1") == "10.0.0.1"
+        assert make_engine(key_type=KeyType.CLIENT_ID).plain_key("10.0.0.1", "c7") == "c7"
+        assert make_engine(key_type=KeyType.CLIENT_ID).plain_key("10.0.0.1", None) == NULL_KEY
+        assert make_engine(key_type=KeyType.CLIENT_ID).plain_key("10.0.0.1", INTERNAL + "x") is None
+        assert make_engine(key_type=KeyType.USER_NAME).plain_key("10.0.0.1", "c", "u") == "u"
+
+    def test_a_miss_then_a_hit(self) -> None:
+        engine = make_engine(policy="ROUND_ROBIN", key_type=KeyType.SOURCE_IP, cache_timeout_ms=1000)
+        assert engine.cache is not None
+        assert engine.plain("10.0.0.9", 0.0) == (B1, B1.connector, DecisionReason.POLICY)
+        assert (engine.cache.hits, engine.cache.misses) == (0, 1)
+        assert engine.plain("10.0.0.9", 0.5) == (B1, B1.connector, DecisionReason.CACHE)
+        assert engine.plain("10.0.0.8", 0.5) == (B2, B2.connector, DecisionReason.POLICY)
+        assert (engine.cache.hits, engine.cache.misses) == (1, 2)
+        assert make_engine(ready=[]).plain("k", 0.0) is None  # no target: `begin` refuses
