@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
-__all__ = ["Family", "Histogram", "MetricKind"]
+__all__ = ["Family", "Histogram", "MetricKind", "Tally"]
 
 
 _V = TypeVar("_V")
@@ -242,3 +242,31 @@ class Histogram(_Labelled[list[float]]):
                 buckets.append((bound, cumulative))
             histogram.add_metric(labels, buckets, counts[-1])
         return histogram
+
+
+class Tally:
+    """Counter increments made by one thread, added to their families when scraped (`fold`).
+
+    The fast path's thread counts every connection (accepted, decided) into a plain dict here: no
+    lock and no call, about a fifth of `Family.inc`. `fold` runs in the scraping thread and adds
+    what was counted since the last fold; the counting thread only ever adds to its dict, so
+    nothing is lost between the two.
+    """
+
+    __slots__ = ("_folded", "counts")
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[Family, tuple[str, ...]], int] = {}
+        """(family, labels) -> how many so far; the counting thread does
+        `counts[k] = counts.get(k, 0) + 1` itself."""
+        self._folded: dict[tuple[Family, tuple[str, ...]], int] = {}
+
+    def fold(self) -> None:
+        """Add what was counted since the last fold to the families (the metrics' thread)."""
+        folded = self._folded
+        for key, count in list(self.counts.items()):  # a copy: the counting thread may add a key
+            before = folded.get(key, 0)
+            if count != before:
+                family, labels = key
+                family.inc(labels, count - before)
+                folded[key] = count

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from router.core.events import Event
     from router.core.status import PoolStatus
+    from router.metric_values import Tally
     from router.metrics import Metrics
 
 __all__ = ["MetricUpdates", "TargetMetrics", "log_event"]
@@ -371,13 +372,24 @@ class MetricUpdates:
         """Update the metrics of one event."""
         self._updates[type(event)](event)
 
-    def accepted(self, acceptor: str, router: str) -> None:
-        """An `Accepted`'s update, without the event (it has no line)."""
-        self.metrics.connections_accepted.inc((acceptor, router))
+    def accepted(self, acceptor: str, router: str, tally: Tally | None = None) -> None:
+        """An `Accepted`'s update, without the event (it has no line); into `tally` when given."""
+        family, labels = self.metrics.connections_accepted, (acceptor, router)
+        if tally is None:
+            family.inc(labels)
+        else:
+            counts, key = tally.counts, (family, labels)
+            counts[key] = counts.get(key, 0) + 1
 
-    def proxied(self, router: str) -> None:
-        """A proxied `Decided`'s update, without the event (its line is the Connected one's)."""
-        self.metrics.decisions.inc((router, _OK))
+    def proxied(self, router: str, tally: Tally | None = None) -> None:
+        """A proxied `Decided`'s update, without the event (its line is the Connected one's); into
+        `tally` when given."""
+        family, labels = self.metrics.decisions, (router, _OK)
+        if tally is None:
+            family.inc(labels)
+        else:
+            counts, key = tally.counts, (family, labels)
+            counts[key] = counts.get(key, 0) + 1
 
     def _accepted(self, event: Accepted) -> None:
         conn = event.conn

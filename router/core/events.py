@@ -26,9 +26,10 @@ block and must be thread-safe.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from router.core.records import quick_init
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from router.core.engine import DecisionReason, RouteStatus
 
 __all__ = [
+    "CONNECTION_IDS",
     "AcceptRefused",
     "Accepted",
     "CloseReason",
@@ -151,6 +153,11 @@ class Mode(enum.Enum):
     PROXY = "proxy"
     REDIRECT = "redirect"
     REFUSE = "refuse"
+
+
+CONNECTION_IDS: Final = itertools.count(1)
+"""`ConnectionRef.id`s: `next(CONNECTION_IDS)`, unique in the process (both data paths draw from
+this one counter; `next` on a count is atomic under the GIL)."""
 
 
 @quick_init

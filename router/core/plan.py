@@ -57,6 +57,7 @@ __all__ = [
     "fast_path_serves",
     "for_fast_path",
     "held_back",
+    "is_ip_literal",
     "must_sniff",
     "not_authorized_answer",
     "plan",
@@ -364,7 +365,7 @@ def for_fast_path(action: Refuse | Redirect | Proxy | Wait) -> Action:
     if isinstance(action, Proxy):
         if action.preamble is not None:
             return HandOver(reason=HandOverReason.TARGET_OPENING, then=action)
-        if not _is_ip_literal(action.connector.host):
+        if not is_ip_literal(action.connector.host):
             return HandOver(reason=HandOverReason.NAME_LOOKUP, then=action)
     return action
 
@@ -406,7 +407,7 @@ def _proxy_header(opening: Opening, version: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=1024)
-def _is_ip_literal(host: str) -> bool:
+def is_ip_literal(host: str) -> bool:
     """Whether a connector's host is an IP address (connectable without a name lookup)."""
     try:
         ipaddress.ip_address(host)

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from router.core.address import Address
 from router.core.admission import Admission
 from router.core.events import AcceptRefused
 
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from keys.users import UserStore
     from pools.gates import AcceptRate
     from router.config.settings import AcceptorConfig
-    from router.core.address import Address
     from router.runtime import RouterRuntime
 
 __all__ = ["ConnectionLimits", "Pending", "ServedAcceptor"]
@@ -80,13 +80,17 @@ class ServedAcceptor:
     def admit(self, peer: Address) -> bool:
         """Count a new connection from `peer`, or report why it is refused (close it then).
         An admitted connection is `release`d by whoever closes its client socket."""
+        return self.admit_from(peer.host, peer.port)
+
+    def admit_from(self, host: str, port: int) -> bool:
+        """`admit` for a peer given as its host and port (no `Address` made unless refused)."""
         name = self.config.name
-        refusal = self.admission.admit(name, peer.host)
+        refusal = self.admission.admit(name, host)
         if refusal is None:
             return True
         limit = self.admission.limit(name, refusal)
         refused = AcceptRefused(
-            router=self.runtime.name, acceptor=name, peer=peer, refusal=refusal, limit=limit
+            router=self.runtime.name, acceptor=name, peer=Address(host, port), refusal=refusal, limit=limit
         )
         self.runtime.report(refused)
         return False

@@ -65,9 +65,12 @@ from router.datapath.net import ACCEPT_BACKOFF_S, ACCEPT_CAPACITY_ERRNOS, connec
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from keys import ConnectionFacts
+    from router.core.engine import RouteDecision
     from router.core.events import ConnectFailed, ConnectionRef
     from router.core.plan import Action as PlannedAction
     from router.datapath.acceptor import ServedAcceptor
+    from router.metric_values import Tally
     from router.runtime import RouterRuntime
 
 __all__ = ["Departing", "FastPath", "HandedOver", "Handoff"]
@@ -1105,7 +1108,12 @@ class FastPath:
 
 
 def planned_action(
-    acceptor: ServedAcceptor, conn: ConnectionRef, opening: Opening, now: float, clock: Callable[[], float]
+    acceptor: ServedAcceptor,
+    conn: ConnectionRef,
+    opening: Opening,
+    now: float,
+    clock: Callable[[], float],
+    tally: Tally | None = None,
 ) -> PlannedAction:
     """Decide and plan a connection as far as it goes without waiting, the decision reported, as
     the fast path carries it out (`plan.for_fast_path`: what needs waiting is a `HandOver`); both
@@ -1113,16 +1121,33 @@ def planned_action(
 
     Args:
         now: when the decision starts (the trio clock); `clock` reads it again for its latency.
+        tally: where a proxied decision only the metrics read is counted (the loop's own), if any.
     """
-    runtime = acceptor.runtime
     facts = routing_facts(opening)
-    decision = runtime.decide_now(facts, now)
+    decision = acceptor.runtime.decide_now(facts, now)
     if isinstance(decision, (QuorumWait, SharedCacheWait)):
         return for_fast_path(decision)
+    return planned_decision(acceptor, conn, opening, decision, now, clock, tally, facts=facts)
+
+
+def planned_decision(
+    acceptor: ServedAcceptor,
+    conn: ConnectionRef,
+    opening: Opening,
+    decision: RouteDecision,
+    now: float,
+    clock: Callable[[], float],
+    tally: Tally | None = None,
+    *,
+    facts: ConnectionFacts | None = None,
+) -> PlannedAction:
+    """`planned_action` from a decision taken (the native path's in plain values, `facts` then
+    unknown): planned and reported, as the fast path carries it out."""
+    runtime = acceptor.runtime
     planned = plan(acceptor.config, runtime.name, opening, decision)
     report = runtime.report
     if isinstance(planned, Proxy) and report.updates is not None and not report.subscribed:
-        report.updates.proxied(runtime.name)  # only the metrics read a proxied Decided
+        report.updates.proxied(runtime.name, tally)  # only the metrics read a proxied Decided
     else:
         report(decided(conn, opening, planned, facts=facts, latency_s=clock() - now))
     return for_fast_path(planned)

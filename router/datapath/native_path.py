@@ -43,8 +43,17 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, Unpack, asser
 from keys import SniffError
 from keys.sniff import WireProtocol
 from router import conn_lines
+from router.core import answers
 from router.core.address import Address
-from router.core.events import Closed, CloseReason, ConnectFailure, OpeningFailure
+from router.core.engine import DecisionReason, RouteDecision, RouteStatus
+from router.core.events import (
+    CONNECTION_IDS,
+    Closed,
+    CloseReason,
+    ConnectFailure,
+    ConnectionRef,
+    OpeningFailure,
+)
 from router.core.framing import MqttFrames
 from router.core.live import BROKER_EARLY_CLOSE_S, LiveConnection, LiveConnections, broker_failure
 from router.core.opening import SniffBuffer, opening_failed
@@ -55,6 +64,8 @@ from router.core.plan import (
     Redirect,
     Refuse,
     for_fast_path,
+    is_ip_literal,
+    plan,
 )
 from router.datapath.fast_path import (
     BUFFER_SIZE,
@@ -67,7 +78,9 @@ from router.datapath.fast_path import (
     _Listener,
     _must_wait,
     planned_action,
+    planned_decision,
 )
+from router.metric_values import Tally
 
 try:
     from router.datapath import _core  # type: ignore[attr-defined]  # the C extension has no stubs
@@ -78,7 +91,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
 
-    from router.core.events import ConnectionRef
+    from pools import Connector, Target
     from router.datapath.acceptor import ServedAcceptor
     from router.datapath.fast_path import Handoff
     from router.metrics import Metrics
@@ -144,12 +157,14 @@ if _core is not None:
     _M_ANSWER: Final = _core.M_ANSWER
 
 Lean: TypeAlias = (
-    "tuple[str, int, str, str, str, int, int, ServedAcceptor, ConnectionRef, Opening, Proxy, float, "
-    "Handoff, int, int]"
+    "tuple[str, int, str, str, str, int, int, ServedAcceptor, ConnectionRef | None, Opening | None, "
+    "Proxy | tuple[Target, Connector, DecisionReason], float, Handoff, int, int]"
 )
 """A lean connection's token: what the core reads (host, port, router, key, node id: its lines;
 the target's and the router's indexes: its counters), then what `materialized` makes a
-`_Relayed` of (acceptor, connection, opening, plan, decision time, hand-off, cid, descriptor)."""
+`_Relayed` of (acceptor, connection, opening, plan, decision time, hand-off, cid, descriptor).
+One decided in plain values (`NativePath._plain`) has its decision's target, connector and reason
+for a plan, and may have no connection and no opening yet: `_planned` makes them when needed."""
 _HOST: Final = 0
 _NODE: Final = 4
 _ACCEPTOR: Final = 7
@@ -252,6 +267,9 @@ class NativePath(FastPath):
         self._routers: dict[str, tuple[RouterConnections, int]] = {}
         """Router name -> its registry and index: its lean connections are materialized together."""
         self._router_count = 0
+        self._tally = None if lean is None else Tally()
+        """Accepted and proxied connections, counted in the loop's thread without a lock (folded
+        into the metrics when they are scraped), when lean connections are carried."""
         super().__init__(clock, call_trio, connect_timeout_s)
 
     def _open_loop(self) -> None:
@@ -273,6 +291,8 @@ class NativePath(FastPath):
             self._core.set_lines(*writers)
             self._core.set_buckets(self._lean_metrics.connect_duration.bounds)
             self._lean_metrics.sample_when_scraped(self._fold)
+            if self._tally is not None:
+                self._lean_metrics.sample_when_scraped(self._tally.fold)
 
     def _close_loop(self) -> None:
         self._core.dispose()
@@ -363,18 +383,22 @@ class NativePath(FastPath):
 
     def accepted(self, listener: _Listener, cid: int, fd: int, host: str, port: int) -> Action:
         acceptor = listener.acceptor
-        peer = Address(host, port)
-        if not acceptor.admit(peer):
+        if not acceptor.admit_from(host, port):
             return _SILENT
         try:
-            conn = acceptor.runtime.accept(acceptor.name, peer)
+            if not listener.sniffs and self._lean:
+                action = self._plain(listener, cid, fd, host, port)
+                if action is not None:
+                    return action
+            peer = Address(host, port)
+            conn = acceptor.runtime.accept(acceptor.name, peer, self._tally)
             if not listener.sniffs:
                 return self._decision(listener, cid, fd, conn, Opening(source=peer))
             buffer = SniffBuffer(acceptor.detect, acceptor.config.sniff_max_bytes)
             return (_WAIT, _Reading(listener, cid, fd, conn, buffer), b"", buffer.read_size)
         except Exception:
             log.exception("fast path: unexpected error on descriptor %d; closing its connection", fd)
-            acceptor.release(peer)
+            acceptor.release(Address(host, port))
             return _SILENT
 
     def read(self, reading: _Reading, chunk: bytes | None) -> Action:
@@ -400,8 +424,23 @@ class NativePath(FastPath):
             log.exception("fast path: unexpected error on descriptor %d; closing its connection", reading.fd)
             acceptor.release(reading.conn.peer)
             return _SILENT
-        read = Opening(source=reading.conn.peer, raw=buffer.raw, sniffed=result, replied=buffer.replied)
-        return self._decision(reading.listener, reading.cid, reading.fd, reading.conn, read)
+        conn = reading.conn
+        read = Opening(source=conn.peer, raw=buffer.raw, sniffed=result, replied=buffer.replied)
+        if self._lean:
+            try:
+                peer = conn.peer
+                action = self._plain(
+                    reading.listener, reading.cid, reading.fd, peer.host, peer.port, conn, read
+                )
+            except Exception:
+                log.exception(
+                    "fast path: unexpected error on descriptor %d; closing its connection", reading.fd
+                )
+                acceptor.release(conn.peer)
+                return _SILENT
+            if action is not None:
+                return action
+        return self._decision(reading.listener, reading.cid, reading.fd, conn, read)
 
     def timed_out(self, reading: _Reading) -> Action:
         listener, buffer = reading.listener, reading.buffer
@@ -419,14 +458,24 @@ class NativePath(FastPath):
         return _SILENT
 
     def _decision(
-        self, listener: _Listener, cid: int, fd: int, conn: ConnectionRef, opening: Opening
+        self,
+        listener: _Listener,
+        cid: int,
+        fd: int,
+        conn: ConnectionRef,
+        opening: Opening,
+        decision: RouteDecision | None = None,
     ) -> Action:
-        """Decide and plan (as `FastPath._decide`): the action for the core."""
+        """Decide (unless `decision` was taken) and plan, as `FastPath._decide`: the action for the
+        core."""
         acceptor = listener.acceptor
         runtime = acceptor.runtime
         now = self._clock()
         try:
-            action = planned_action(acceptor, conn, opening, now, self._clock)
+            if decision is None:
+                action = planned_action(acceptor, conn, opening, now, self._clock, self._tally)
+            else:
+                action = planned_decision(acceptor, conn, opening, decision, now, self._clock, self._tally)
             match action:
                 case Refuse():
                     acceptor.release(conn.peer)
@@ -552,6 +601,73 @@ class NativePath(FastPath):
         connector = action.connector
         return (_PROXY, token, connector.host, connector.port, opening.raw, flags)
 
+    def _plain(
+        self,
+        listener: _Listener,
+        cid: int,
+        fd: int,
+        host: str,
+        port: int,
+        conn: ConnectionRef | None = None,
+        opening: Opening | None = None,
+    ) -> Action:
+        """A connection that may be a lean one, decided in plain values (`RoutingEngine.plain`):
+        one known by its source address (`conn` and `opening` not made yet: accepted just now,
+        counted here) or by its MQTT CONNECT. Lean, no `RouteDecision` or `Proxy` is made (nor a
+        `ConnectionRef` and `Opening`, when not made yet) until the connection is `materialized`;
+        its decision made into one, the workflow goes on as always (`_decision`) when the
+        connection cannot be lean after all. None, with nothing changed, when the engine does not
+        decide in plain values: the whole workflow then decides."""
+        acceptor = listener.acceptor
+        runtime = acceptor.runtime
+        report = runtime.report
+        updates = report.updates
+        if updates is None or report.subscribed or runtime.connections.counted:
+            return None
+        client_id = user_name = None
+        flags = _F_LEAN
+        if opening is not None and (sniffed := opening.sniffed) is not None:
+            if sniffed.protocol is not WireProtocol.MQTT or opening.replied:
+                return None
+            if answers.redirects(acceptor.config.mode, sniffed):
+                return None
+            client_id, user_name, flags = sniffed.client_id, sniffed.user_name, _F_LEAN | _F_MQTT
+        now = self._clock()
+        with runtime.held() as state:
+            engine = state.engine
+            key = engine.plain_key(host, client_id, user_name)
+            found = None if key is None else engine.plain(key, now)
+        if found is None:
+            return None
+        assert key is not None
+        target, connector, reason = found
+        name, tally = runtime.name, self._tally
+        if conn is None:
+            updates.accepted(acceptor.name, name, tally)
+        node_id = target.node_id
+        if connector is None or not is_ip_literal(connector.host) or runtime.pool.gates.limited(node_id):
+            peer = Address(host, port)
+            if conn is None:
+                conn = ConnectionRef(id=next(CONNECTION_IDS), router=name, acceptor=acceptor.name, peer=peer)
+            if opening is None:
+                opening = Opening(source=peer)
+            decision = RouteDecision(
+                key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
+            )
+            return self._decision(listener, cid, fd, conn, opening, decision)
+        updates.proxied(name, tally)
+        known = self._lean_ix.get((name, node_id))
+        if known is None or known[0] is not runtime.connections:
+            known = self._lean_ix[name, node_id] = self._lean_target(runtime, node_id)
+        _, router, index = known
+        token = (
+            host, port, name, key, node_id, index, router, acceptor, conn, opening,
+            (target, connector, reason), now, listener.handoff, cid, fd,
+        )  # fmt: skip
+        if runtime.pool.failing(node_id):
+            flags |= _F_FIRST
+        return (_PROXY, token, connector.host, connector.port, b"" if opening is None else opening.raw, flags)
+
     def _lean_target(self, runtime: RouterRuntime, node_id: str) -> tuple[RouterConnections, int, int]:
         """The indexes of a router's target new to lean connections (the router's own too, when it
         is new or made again): its registry reads materialize them (`carried_by`)."""
@@ -582,7 +698,7 @@ class NativePath(FastPath):
         `age_s` ago or still connecting; `why`: its registry is read (the caller registers it), the
         router closes it now, or its broker refused it in its first answer (registered here);
         `frames`: where the core's follower of its broker's MQTT packets stopped."""
-        acceptor, conn, opening, action, started, handoff = lean[7:13]
+        acceptor, conn, opening, action, started, handoff = _planned(lean)
         relayed = self._relayed(
             cid, fd, acceptor, conn, opening, action, started, retry=True, handoff=handoff
         )
@@ -649,7 +765,7 @@ class NativePath(FastPath):
         """A lean connection the broker ended silently and early: passive health counts it."""
         runtime = lean[_ACCEPTOR].runtime
         closed = Closed(
-            conn=lean[_CONN],
+            conn=_planned(lean)[1],
             node_id=lean[_NODE],
             bytes_in=bytes_in,
             bytes_out=bytes_out,
@@ -753,6 +869,30 @@ def _lean_flags(opening: Opening, action: Proxy) -> int:
     if sniffed.protocol is WireProtocol.MQTT and action.target_filter is None and not opening.replied:
         return _F_LEAN | _F_MQTT
     return 0
+
+
+def _planned(lean: Lean) -> tuple[ServedAcceptor, ConnectionRef, Opening, Proxy, float, Handoff]:
+    """A lean connection's acceptor, connection, opening, plan, decision time and hand-off; made
+    here for one `NativePath._plain` decided in plain values, as the whole workflow makes them
+    (the plan of its decision)."""
+    acceptor, conn, opening, action, started, handoff = lean[7:13]
+    if isinstance(action, tuple):
+        host, port, router, key = lean[0:4]
+        target, connector, reason = action
+        peer = Address(host, port)
+        if conn is None:
+            conn = ConnectionRef(id=next(CONNECTION_IDS), router=router, acceptor=acceptor.name, peer=peer)
+        if opening is None:
+            opening = Opening(source=peer)
+        decision = RouteDecision(
+            key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
+        )
+        planned = plan(acceptor.config, router, opening, decision)
+        assert isinstance(planned, Proxy), "a lean connection is proxied"
+        action = planned
+    assert conn is not None, "made with its plan"
+    assert opening is not None, "made with its plan"
+    return acceptor, conn, opening, action, started, handoff
 
 
 def _adopted(relayed: _Relayed) -> None:

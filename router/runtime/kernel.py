@@ -17,7 +17,6 @@ closers their data path registered (router/core/live.py), so this package knows 
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import TYPE_CHECKING, Final
 
@@ -31,7 +30,7 @@ from router.core.engine import (
     RoutingEngine,
     build_pool,
 )
-from router.core.events import Accepted, ConnectionRef, LookedUp
+from router.core.events import CONNECTION_IDS, Accepted, ConnectionRef, LookedUp
 from router.core.live import LiveConnections
 from router.core.plan import after_connect_failed, held_back
 from router.core.status import TargetHistory, snapshot
@@ -51,13 +50,10 @@ if TYPE_CHECKING:
     from router.core.events import GateOutcome
     from router.core.plan import Opening, Proxy, Refuse
     from router.core.status import RouterStatus
+    from router.metric_values import Tally
     from router.metrics import Metrics
 
 __all__ = ["RouterRuntime", "decide"]
-
-_connection_ids = itertools.count(1)
-"""Connection ids, unique in the process (`next` on a count is atomic under the GIL)."""
-
 
 _DIRECTIONS: Final = ("client_to_target", "target_to_client")
 """The `direction` label of `router_proxied_bytes_total`, in `LiveConnections.relayed`'s order."""
@@ -175,13 +171,14 @@ class RouterRuntime:
 
     # -- connections and decisions (either thread, unless said) --
 
-    def accept(self, acceptor: str, peer: Address) -> ConnectionRef:
-        """A new client connection: its reference (with a process-unique id), reported `Accepted`."""
-        conn = ConnectionRef(id=next(_connection_ids), router=self.name, acceptor=acceptor, peer=peer)
+    def accept(self, acceptor: str, peer: Address, tally: Tally | None = None) -> ConnectionRef:
+        """A new client connection: its reference (with a process-unique id), reported `Accepted`
+        (counted into `tally`, when given and only the metrics read it)."""
+        conn = ConnectionRef(id=next(CONNECTION_IDS), router=self.name, acceptor=acceptor, peer=peer)
         if self.report.subscribed:
             self.report(Accepted(conn=conn))
         else:  # only the metrics read it
-            self._updates.accepted(acceptor, self.name)
+            self._updates.accepted(acceptor, self.name, tally)
         return conn
 
     def decide_now(self, facts: ConnectionFacts, now: float) -> RouteDecision | Wait:

@@ -23,9 +23,11 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cache.cache import CacheConfig
 from keys import KeyType, WireProtocol
 from keys.refusal import parse_refusal
 from policies import PolicyConfig
+from pools import Connector
 from router import conn_lines
 from router.conn_lines import NativeConnLines
 from router.core.events import Closed, CloseReason, Connected
@@ -429,6 +431,80 @@ class TestLean:
             while not registry.get_sample_value(  # noqa: ASYNC110  # counted in the trio thread
                 "router_target_outlier_failures_total", {"router": "r", "reason": "broker_closed_early"}
             ):
+                await trio.sleep(0.02)
+        shutdown.set()
+
+    async def test_decisions_in_plain_values_are_the_workflows(self, nursery: trio.Nursery) -> None:
+        """Scenario: a SOURCE_IP router with a cache and ROUND_ROBIN over two targets: its lean
+        connections are decided in plain values (`RoutingEngine.plain`): the first from 127.0.0.1
+        by the policy, the next ones cache hits to the same target; read, the registry shows each
+        with its own connection id, its key and its target, and the cache counted one miss."""
+        ports = [await nursery.start(_serve_echo) for _ in range(2)]
+        config = _config(ports[0])
+        connectors = tuple(
+            Connector.from_url(f"b{i}", f"tcp://127.0.0.1:{p}?nodeId=b{i}") for i, p in enumerate(ports)
+        )
+        router = config.routers[0]
+        assert router.pool is not None
+        router = dataclasses.replace(
+            router,
+            policy=PolicyConfig(name="ROUND_ROBIN"),
+            cache=CacheConfig(timeout_ms=60_000),
+            pool=dataclasses.replace(router.pool, static_connectors=("b0", "b1")),
+        )
+        config = dataclasses.replace(config, connectors=connectors, routers=(router,))
+        info, shutdown = await _start(nursery, config, lean=True)
+        runtime = info.runtimes["r"]
+        await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 2)
+        host, port = info.acceptors["a"]
+        socks = await trio.to_thread.run_sync(lambda: _echo_round(host, port, 4, keep=True))
+        try:
+            with runtime.held() as state:
+                live = state.connections.open_all()  # made ordinary connections by the read
+                cache = state.engine.cache
+                assert cache is not None
+                assert (cache.hits, cache.misses) == (3, 1)
+            assert len(live) == 4
+            assert len({c.conn.id for c in live}) == 4
+            assert {(c.key, c.conn.peer.host, c.conn.router, c.conn.acceptor) for c in live} == {
+                ("127.0.0.1", "127.0.0.1", "r", "a")
+            }
+            assert len({c.node_id for c in live}) == 1
+        finally:
+            for sock in socks:
+                sock.close()
+        registry = runtime.metrics.registry
+        assert (
+            registry.get_sample_value("router_connections_accepted_total", {"router": "r", "acceptor": "a"})
+            == 4
+        )
+        assert (
+            registry.get_sample_value("router_routing_decisions_total", {"router": "r", "status": "OK"}) == 4
+        )
+        shutdown.set()
+
+    async def test_a_gated_target_is_decided_in_plain_values_and_served_as_ever(
+        self, nursery: trio.Nursery
+    ) -> None:
+        """Scenario: the target has a gate (maxConnections): a connection decided in plain values
+        cannot be lean, and goes on as an ordinary connection from its decision (registered at
+        once, its slot held and given back at its end)."""
+        echo_port: int = await nursery.start(_serve_echo)
+        url = f"tcp://127.0.0.1:{echo_port}?nodeId=b0&maxConnections=10"
+        info, shutdown = await _start_lean(nursery, _config(echo_port, url=url))
+        runtime = info.runtimes["r"]
+        host, port = info.acceptors["a"]
+        socks = await trio.to_thread.run_sync(lambda: _echo_round(host, port, 2, keep=True))
+        try:
+            with runtime.held() as state:
+                assert state.connections.sync is None  # nothing carried unregistered
+                assert len(state.connections) == 2
+            assert runtime.pool.gates.states()["b0"].open == 2
+        finally:
+            for sock in socks:
+                sock.close()
+        with trio.fail_after(5):
+            while runtime.pool.gates.states()["b0"].open:  # noqa: ASYNC110  # the core's thread ends them
                 await trio.sleep(0.02)
         shutdown.set()
 
