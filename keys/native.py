@@ -20,7 +20,7 @@ No I/O, no state.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from keys.mqtt import MqttSniffer
 from keys.sniff import NEED_MORE, Sniffed, WireProtocol
@@ -41,8 +41,10 @@ __all__ = [
     "MQTT_REFUSALS",
     "NATIVE",
     "STOMP_REFUSALS",
+    "MqttConnect",
     "NativeMqttSniffer",
     "NativeStompSniffer",
+    "mqtt_sniffed",
 ]
 
 EXTENSION: Final[ModuleType | None] = _native
@@ -84,6 +86,24 @@ STOMP_REFUSALS: Final = {
 reasons for the same inputs."""
 
 
+MqttConnect: TypeAlias = tuple[int, str | None, str | None, str | None, int, int]
+"""What `mqtt_connect` gives for a valid CONNECT: (protocol level, client id, user name, password,
+keep-alive seconds, bytes it takes)."""
+
+
+def mqtt_sniffed(connect: MqttConnect) -> Sniffed:
+    """What `MqttSniffer.sniff` reveals of a CONNECT that `mqtt_connect` parsed."""
+    level, client_id, user_name, password, keepalive_s, _consumed = connect
+    return Sniffed(
+        protocol=WireProtocol.MQTT,
+        client_id=client_id,
+        user_name=user_name,
+        password=password,
+        protocol_version=_MQTT_VERSIONS[level],
+        keepalive_s=keepalive_s,
+    )
+
+
 class NativeMqttSniffer(MqttSniffer):
     """`MqttSniffer` whose `sniff` parses in C; `looks_like` and `announced_size` are Python's."""
 
@@ -106,15 +126,7 @@ class NativeMqttSniffer(MqttSniffer):
             return NEED_MORE
         if isinstance(result, int):  # a refusal: Python's reason and CONNACK
             return super().sniff(data)
-        level, client_id, user_name, password, keepalive_s, _consumed = result
-        return Sniffed(
-            protocol=WireProtocol.MQTT,
-            client_id=client_id,
-            user_name=user_name,
-            password=password,
-            protocol_version=_MQTT_VERSIONS[level],
-            keepalive_s=keepalive_s,
-        )
+        return mqtt_sniffed(result)
 
 
 class NativeStompSniffer(StompSniffer):

@@ -150,6 +150,8 @@ class _Listener:
     """When its `connectionRate` paused it (the pause is counted when it is watched again)."""
     lid: int = -1
     """Its number in the native path's C core (router/datapath/native_path.py)."""
+    mqtt_lane: bool = False
+    """The native path reads its MQTT CONNECTs in plain values (`NativePath.read`)."""
     accept_fd: Callable[[], tuple[int, Any]] = field(init=False)
     """`sock._accept`: (descriptor, address) of a new connection; `socket.socket.accept` is this plus
     the Python-level socket object we do without (`_Socket`)."""

@@ -41,8 +41,12 @@ import socket
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, Unpack, assert_never, cast
 
 from keys import SniffError
+from keys.detect import SNIFFERS
+from keys.native import EXTENSION as _KEYS_NATIVE
+from keys.native import MqttConnect, mqtt_sniffed
 from keys.sniff import WireProtocol
 from router import conn_lines
+from router.config.settings import AcceptorMode
 from router.core import answers
 from router.core.address import Address
 from router.core.engine import DecisionReason, RouteDecision, RouteStatus
@@ -56,7 +60,7 @@ from router.core.events import (
 )
 from router.core.framing import MqttFrames
 from router.core.live import BROKER_EARLY_CLOSE_S, LiveConnection, LiveConnections, broker_failure
-from router.core.opening import SniffBuffer, opening_failed
+from router.core.opening import READ_BYTES, SniffBuffer, opening_failed
 from router.core.plan import (
     HandOver,
     Opening,
@@ -106,6 +110,12 @@ NATIVE: Final = _core is not None
 """Whether the C core is built (without it the Python fast path serves the same acceptors)."""
 EXTENSION: Final[ModuleType | None] = _core
 """`router.datapath._core`, or None when it is not built (its tests reach its helpers here)."""
+
+_MQTT_CONNECT: Final[Callable[[bytes], object] | None] = (
+    None if _KEYS_NATIVE is None else _KEYS_NATIVE.mqtt_connect
+)
+"""keys/_native.c's CONNECT parser, for the MQTT lanes (`NativePath.read`); None without it."""
+_MQTT: Final = SNIFFERS["MQTT"]
 
 Action: TypeAlias = "tuple[Any, ...] | None"
 """What the core carries out next for one connection (router/datapath/_core.c's actions)."""
@@ -157,14 +167,16 @@ if _core is not None:
     _M_ANSWER: Final = _core.M_ANSWER
 
 Lean: TypeAlias = (
-    "tuple[str, int, str, str, str, int, int, ServedAcceptor, ConnectionRef | None, Opening | None, "
+    "tuple[str, int, str, str, str, int, int, ServedAcceptor, ConnectionRef | None, "
+    "Opening | tuple[bytes, MqttConnect] | None, "
     "Proxy | tuple[Target, Connector, DecisionReason], float, Handoff, int, int]"
 )
 """A lean connection's token: what the core reads (host, port, router, key, node id: its lines;
 the target's and the router's indexes: its counters), then what `materialized` makes a
 `_Relayed` of (acceptor, connection, opening, plan, decision time, hand-off, cid, descriptor).
 One decided in plain values (`NativePath._plain`) has its decision's target, connector and reason
-for a plan, and may have no connection and no opening yet: `_planned` makes them when needed."""
+for a plan, and may have no connection and no opening yet (an MQTT lane's: its CONNECT's bytes and
+their parse): `_planned` makes them when needed."""
 _HOST: Final = 0
 _NODE: Final = 4
 _ACCEPTOR: Final = 7
@@ -173,18 +185,29 @@ _CONN: Final = 8
 
 
 class _Reading:
-    """A client whose opening the core is reading (sniffed); the token of its connection."""
+    """A client whose opening the core is reading (sniffed); the token of its connection. On an
+    MQTT lane (`NativePath.read`) it has no connection reference and no buffer until it leaves the
+    lane (`NativePath._off_lane`)."""
 
-    __slots__ = ("buffer", "cid", "conn", "fd", "listener")
+    __slots__ = ("buffer", "cid", "conn", "fd", "host", "listener", "port")
 
     def __init__(
-        self, listener: _Listener, cid: int, fd: int, conn: ConnectionRef, buffer: SniffBuffer
+        self,
+        listener: _Listener,
+        cid: int,
+        fd: int,
+        conn: ConnectionRef | None,
+        buffer: SniffBuffer | None,
+        host: str = "",
+        port: int = 0,
     ) -> None:
         self.listener = listener
         self.cid = cid
         self.fd = fd
         self.conn = conn
         self.buffer = buffer
+        self.host = host
+        self.port = port
 
 
 class _Relayed(PlannedConnection):
@@ -303,6 +326,12 @@ class NativePath(FastPath):
         self._core.run()
 
     def _watch(self, listener: _Listener) -> None:
+        listener.mqtt_lane = (
+            self._lean
+            and listener.sniffs
+            and _MQTT_CONNECT is not None
+            and listener.acceptor.detect(b"\x10") is _MQTT
+        )
         rated = listener.acceptor.accept_rate is not None
         listener.lid = self._core.watch_listener(
             listener.sock.fileno(), listener, listener.sniffs, rated, listener.handshake_timeout_s
@@ -390,6 +419,13 @@ class NativePath(FastPath):
                 action = self._plain(listener, cid, fd, host, port)
                 if action is not None:
                     return action
+            elif listener.mqtt_lane and not acceptor.runtime.report.subscribed:
+                runtime = acceptor.runtime
+                updates = runtime.report.updates
+                assert updates is not None, "a runtime's reports have metrics"
+                updates.accepted(acceptor.name, runtime.name, self._tally)  # no `Accepted` made
+                size = min(READ_BYTES, acceptor.config.sniff_max_bytes)
+                return (_WAIT, _Reading(listener, cid, fd, None, None, host, port), b"", size)
             peer = Address(host, port)
             conn = acceptor.runtime.accept(acceptor.name, peer, self._tally)
             if not listener.sniffs:
@@ -402,8 +438,38 @@ class NativePath(FastPath):
             return _SILENT
 
     def read(self, reading: _Reading, chunk: bytes | None) -> Action:
-        """More of a client's opening (None: the read failed): read on, or decide."""
+        """More of a client's opening (None: the read failed): read on, or decide.
+
+        On an MQTT lane (a lean listener whose first byte 0x10 can only be MQTT's), a first read
+        that is one whole valid CONNECT is decided in plain values (`_plain`): its C parse
+        (`keys.native`) is what the sniffer's would be, and no `ConnectionRef`, `SniffBuffer`,
+        `Sniffed` or `Opening` is made unless the connection is materialized. Anything else
+        leaves the lane (`_off_lane`) and is read as always."""
         acceptor = reading.listener.acceptor
+        if reading.buffer is None:
+            if chunk is not None and _MQTT_CONNECT is not None:
+                try:
+                    parsed = _MQTT_CONNECT(chunk)
+                    if type(parsed) is tuple and parsed[5] == len(chunk):
+                        action = self._plain(
+                            reading.listener,
+                            reading.cid,
+                            reading.fd,
+                            reading.host,
+                            reading.port,
+                            mqtt=(chunk, parsed),
+                        )
+                        if action is not None:
+                            return action
+                except Exception:
+                    log.exception(
+                        "fast path: unexpected error on descriptor %d; closing its connection", reading.fd
+                    )
+                    acceptor.admission.release(acceptor.name, reading.host)
+                    return _SILENT
+            self._off_lane(reading)
+        assert reading.conn is not None, "off the lane"
+        assert reading.buffer is not None, "off the lane"
         if chunk is None:
             acceptor.release(reading.conn.peer)
             return _SILENT
@@ -442,7 +508,22 @@ class NativePath(FastPath):
                 return action
         return self._decision(reading.listener, reading.cid, reading.fd, conn, read)
 
+    def _off_lane(self, reading: _Reading) -> None:
+        """A connection of an MQTT lane read as always from now on: its reference (counted accepted
+        already) and its buffer."""
+        if reading.buffer is not None:
+            return
+        acceptor = reading.listener.acceptor
+        peer = Address(reading.host, reading.port)
+        reading.conn = ConnectionRef(
+            id=next(CONNECTION_IDS), router=acceptor.runtime.name, acceptor=acceptor.name, peer=peer
+        )
+        reading.buffer = SniffBuffer(acceptor.detect, acceptor.config.sniff_max_bytes)
+
     def timed_out(self, reading: _Reading) -> Action:
+        self._off_lane(reading)
+        assert reading.conn is not None, "off the lane"
+        assert reading.buffer is not None, "off the lane"
         listener, buffer = reading.listener, reading.buffer
         failed = opening_failed(
             reading.conn,
@@ -610,6 +691,8 @@ class NativePath(FastPath):
         port: int,
         conn: ConnectionRef | None = None,
         opening: Opening | None = None,
+        *,
+        mqtt: tuple[bytes, MqttConnect] | None = None,
     ) -> Action:
         """A connection that may be a lean one, decided in plain values (`RoutingEngine.plain`):
         one known by its source address (`conn` and `opening` not made yet: accepted just now,
@@ -626,12 +709,19 @@ class NativePath(FastPath):
             return None
         client_id = user_name = None
         flags = _F_LEAN
-        if opening is not None and (sniffed := opening.sniffed) is not None:
+        raw = b""
+        if mqtt is not None:  # an MQTT lane's CONNECT (`read`)
+            if acceptor.config.mode is not AcceptorMode.PROXY:
+                return None
+            raw, (_, client_id, user_name, _, _, _) = mqtt
+            flags = _F_LEAN | _F_MQTT
+        elif opening is not None and (sniffed := opening.sniffed) is not None:
             if sniffed.protocol is not WireProtocol.MQTT or opening.replied:
                 return None
             if answers.redirects(acceptor.config.mode, sniffed):
                 return None
             client_id, user_name, flags = sniffed.client_id, sniffed.user_name, _F_LEAN | _F_MQTT
+            raw = opening.raw
         now = self._clock()
         with runtime.held() as state:
             engine = state.engine
@@ -642,15 +732,15 @@ class NativePath(FastPath):
         assert key is not None
         target, connector, reason = found
         name, tally = runtime.name, self._tally
-        if conn is None:
-            updates.accepted(acceptor.name, name, tally)
+        if conn is None and mqtt is None:
+            updates.accepted(acceptor.name, name, tally)  # (an MQTT lane's was at its accept)
         node_id = target.node_id
         if connector is None or not is_ip_literal(connector.host) or runtime.pool.gates.limited(node_id):
             peer = Address(host, port)
             if conn is None:
                 conn = ConnectionRef(id=next(CONNECTION_IDS), router=name, acceptor=acceptor.name, peer=peer)
             if opening is None:
-                opening = Opening(source=peer)
+                opening = _opening(peer, mqtt)
             decision = RouteDecision(
                 key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
             )
@@ -661,12 +751,12 @@ class NativePath(FastPath):
             known = self._lean_ix[name, node_id] = self._lean_target(runtime, node_id)
         _, router, index = known
         token = (
-            host, port, name, key, node_id, index, router, acceptor, conn, opening,
+            host, port, name, key, node_id, index, router, acceptor, conn, opening if mqtt is None else mqtt,
             (target, connector, reason), now, listener.handoff, cid, fd,
         )  # fmt: skip
         if runtime.pool.failing(node_id):
             flags |= _F_FIRST
-        return (_PROXY, token, connector.host, connector.port, b"" if opening is None else opening.raw, flags)
+        return (_PROXY, token, connector.host, connector.port, raw, flags)
 
     def _lean_target(self, runtime: RouterRuntime, node_id: str) -> tuple[RouterConnections, int, int]:
         """The indexes of a router's target new to lean connections (the router's own too, when it
@@ -882,8 +972,8 @@ def _planned(lean: Lean) -> tuple[ServedAcceptor, ConnectionRef, Opening, Proxy,
         peer = Address(host, port)
         if conn is None:
             conn = ConnectionRef(id=next(CONNECTION_IDS), router=router, acceptor=acceptor.name, peer=peer)
-        if opening is None:
-            opening = Opening(source=peer)
+        if not isinstance(opening, Opening):
+            opening = _opening(peer, opening)
         decision = RouteDecision(
             key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
         )
@@ -891,8 +981,17 @@ def _planned(lean: Lean) -> tuple[ServedAcceptor, ConnectionRef, Opening, Proxy,
         assert isinstance(planned, Proxy), "a lean connection is proxied"
         action = planned
     assert conn is not None, "made with its plan"
-    assert opening is not None, "made with its plan"
+    assert isinstance(opening, Opening), "made with its plan"
     return acceptor, conn, opening, action, started, handoff
+
+
+def _opening(peer: Address, mqtt: tuple[bytes, MqttConnect] | None) -> Opening:
+    """The opening of a connection decided in plain values: none read, or an MQTT lane's CONNECT
+    (its bytes and their C parse), as its sniffer would have read it."""
+    if mqtt is None:
+        return Opening(source=peer)
+    raw, parsed = mqtt
+    return Opening(source=peer, raw=raw, sniffed=mqtt_sniffed(parsed))
 
 
 def _adopted(relayed: _Relayed) -> None:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pytest
 import trio
@@ -669,6 +669,100 @@ class TestLeanMqtt:
             assert conn.protocol is WireProtocol.MQTT
         finally:
             sock.close()
+        shutdown.set()
+
+    async def _lane(
+        self, nursery: trio.Nursery, *, handshake_timeout_ms: int = 10_000
+    ) -> tuple[ServerInfo, trio.Event, tuple[str, int]]:
+        """A lean MQTT router whose acceptor is an MQTT lane (a CONNECT read in plain values)."""
+        port: int = await nursery.start(_serve_mqtt_broker, b"\x20\x02\x00\x00", [])
+        config = _config(port, key_type=KeyType.CLIENT_ID, handshake_timeout_ms=handshake_timeout_ms)
+        info, shutdown = await _start_lean(nursery, config)
+        (listener,) = cast("NativePath", info.fast_path)._listeners.values()
+        assert listener.mqtt_lane
+        return info, shutdown, info.acceptors["a"]
+
+    @pytest.mark.parametrize("parts", [1, 2], ids=["one-read", "two-reads"])
+    async def test_a_connect_on_the_lane_is_read_as_the_sniffer_reads_it(
+        self, nursery: trio.Nursery, parts: int
+    ) -> None:
+        """Scenario: a CONNECT in one read (decided in plain values) or in two (the lane left, read
+        as always): the client gets the broker's CONNACK; the registry then shows the connection
+        with its client id as key, MQTT, its own reference; one accept and one decision counted."""
+        info, shutdown, (host, port) = await self._lane(nursery)
+        runtime = info.runtimes["r"]
+        packet = connect_packet(client_id=b"lane-7", user=b"u")
+
+        def client() -> socket.socket:
+            sock = socket.create_connection((host, port), timeout=10)
+            sock.sendall(packet[:10] if parts == 2 else packet)
+            if parts == 2:
+                threading.Event().wait(0.1)
+                sock.sendall(packet[10:])
+            assert _receive(sock, 4) == b"\x20\x02\x00\x00"
+            return sock
+
+        sock = await trio.to_thread.run_sync(client)
+        try:
+            (conn,) = runtime.connections.movable("b0")
+            assert (conn.key, conn.protocol, conn.conn.peer.host, conn.conn.acceptor) == (
+                "lane-7",
+                WireProtocol.MQTT,
+                "127.0.0.1",
+                "a",
+            )
+        finally:
+            sock.close()
+        registry = runtime.metrics.registry
+        assert (
+            registry.get_sample_value("router_connections_accepted_total", {"router": "r", "acceptor": "a"})
+            == 1
+        )
+        assert (
+            registry.get_sample_value("router_routing_decisions_total", {"router": "r", "status": "OK"}) == 1
+        )
+        shutdown.set()
+
+    async def test_a_bad_connect_on_the_lane_is_refused_as_ever(self, nursery: trio.Nursery) -> None:
+        """Scenario: a CONNECT of an unknown protocol level on the lane: the sniffer's refusal, its
+        CONNACK 0x01 and the client error counted, as off the lane."""
+        info, shutdown, (host, port) = await self._lane(nursery)
+
+        def client() -> bytes:
+            with socket.create_connection((host, port), timeout=10) as sock:
+                sock.sendall(connect_packet(level=9))
+                return _receive(sock, 8)
+
+        assert await trio.to_thread.run_sync(client) == b"\x20\x02\x00\x01"
+        registry = info.runtimes["r"].metrics.registry
+        assert (
+            registry.get_sample_value("router_client_errors_total", {"acceptor": "a", "reason": "mqtt"}) == 1
+        )
+        shutdown.set()
+
+    @pytest.mark.parametrize("sent", [b"", b"\x10"], ids=["nothing", "one-byte"])
+    async def test_a_connect_that_never_completes_on_the_lane_times_out(
+        self, nursery: trio.Nursery, sent: bytes
+    ) -> None:
+        """Scenario: nothing, or one byte of a CONNECT, then nothing: the handshake deadline closes
+        it, counted as a timeout, and its admission is given back."""
+        info, shutdown, (host, port) = await self._lane(nursery, handshake_timeout_ms=300)
+        runtime = info.runtimes["r"]
+
+        def client() -> bytes:
+            with socket.create_connection((host, port), timeout=10) as sock:
+                sock.sendall(sent)
+                return _receive(sock, 8)
+
+        assert await trio.to_thread.run_sync(client) == b""
+        registry = runtime.metrics.registry
+        assert (
+            registry.get_sample_value("router_client_errors_total", {"acceptor": "a", "reason": "timeout"})
+            == 1
+        )
+        with trio.fail_after(5):
+            while registry.get_sample_value("router_client_connections"):  # noqa: ASYNC110  # the core's thread
+                await trio.sleep(0.02)
         shutdown.set()
 
     async def test_refusal_in_the_first_answer_is_passive_healths(self, nursery: trio.Nursery) -> None:
