@@ -378,8 +378,7 @@ class MetricUpdates:
         if tally is None:
             family.inc(labels)
         else:
-            counts, key = tally.counts, (family, labels)
-            counts[key] = counts.get(key, 0) + 1
+            tally.cell(family, labels)[0] += 1
 
     def proxied(self, router: str, tally: Tally | None = None) -> None:
         """A proxied `Decided`'s update, without the event (its line is the Connected one's); into
@@ -388,8 +387,7 @@ class MetricUpdates:
         if tally is None:
             family.inc(labels)
         else:
-            counts, key = tally.counts, (family, labels)
-            counts[key] = counts.get(key, 0) + 1
+            tally.cell(family, labels)[0] += 1
 
     def _accepted(self, event: Accepted) -> None:
         conn = event.conn

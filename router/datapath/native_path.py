@@ -291,6 +291,9 @@ class NativePath(FastPath):
         """Router name -> its registry and index: its lean connections are materialized together."""
         self._router_count = 0
         self._tally = None if lean is None else Tally()
+        self._cells: dict[str, tuple[str, list[int], list[int]]] = {}
+        """Acceptor name -> its router's name, and the tally's cells of its accepted connections and
+        of its router's proxied decisions (`_counted`)."""
         """Accepted and proxied connections, counted in the loop's thread without a lock (folded
         into the metrics when they are scraped), when lean connections are carried."""
         super().__init__(clock, call_trio, connect_timeout_s)
@@ -420,10 +423,7 @@ class NativePath(FastPath):
                 if action is not None:
                     return action
             elif listener.mqtt_lane and not acceptor.runtime.report.subscribed:
-                runtime = acceptor.runtime
-                updates = runtime.report.updates
-                assert updates is not None, "a runtime's reports have metrics"
-                updates.accepted(acceptor.name, runtime.name, self._tally)  # no `Accepted` made
+                self._counted(acceptor)[0][0] += 1  # no `Accepted` made
                 size = min(READ_BYTES, acceptor.config.sniff_max_bytes)
                 return (_WAIT, _Reading(listener, cid, fd, None, None, host, port), b"", size)
             peer = Address(host, port)
@@ -731,9 +731,10 @@ class NativePath(FastPath):
             return None
         assert key is not None
         target, connector, reason = found
-        name, tally = runtime.name, self._tally
+        name = runtime.name
+        accepted, proxied = self._counted(acceptor)
         if conn is None and mqtt is None:
-            updates.accepted(acceptor.name, name, tally)  # (an MQTT lane's was at its accept)
+            accepted[0] += 1  # (an MQTT lane's was at its accept)
         node_id = target.node_id
         if connector is None or not is_ip_literal(connector.host) or runtime.pool.gates.limited(node_id):
             peer = Address(host, port)
@@ -745,7 +746,7 @@ class NativePath(FastPath):
                 key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
             )
             return self._decision(listener, cid, fd, conn, opening, decision)
-        updates.proxied(name, tally)
+        proxied[0] += 1
         known = self._lean_ix.get((name, node_id))
         if known is None or known[0] is not runtime.connections:
             known = self._lean_ix[name, node_id] = self._lean_target(runtime, node_id)
@@ -757,6 +758,21 @@ class NativePath(FastPath):
         if runtime.pool.failing(node_id):
             flags |= _F_FIRST
         return (_PROXY, token, connector.host, connector.port, raw, flags)
+
+    def _counted(self, acceptor: ServedAcceptor) -> tuple[list[int], list[int]]:
+        """The tally's cells of an acceptor's accepted connections and of its router's proxied
+        decisions (counted there when only the metrics read them, as `MetricUpdates` counts)."""
+        name, router = acceptor.config.name, acceptor.runtime.name
+        known = self._cells.get(name)
+        if known is None or known[0] != router:
+            tally, metrics = self._tally, acceptor.runtime.metrics
+            assert tally is not None, "lean connections have a tally"
+            known = self._cells[name] = (
+                router,
+                tally.cell(metrics.connections_accepted, (name, router)),
+                tally.cell(metrics.decisions, (router, RouteStatus.OK.value)),
+            )
+        return known[1], known[2]
 
     def _lean_target(self, runtime: RouterRuntime, node_id: str) -> tuple[RouterConnections, int, int]:
         """The indexes of a router's target new to lean connections (the router's own too, when it

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from router.metric_values import Histogram
+from router.metric_values import Histogram, Tally
 from router.metrics import CONNECT_BUCKETS_S, Metrics
 
 
@@ -84,3 +84,28 @@ def test_family_remove_matching_drops_every_label_set_with_the_prefix() -> None:
         )
         is None
     )
+
+
+def test_a_tally_adds_what_one_thread_counted_when_folded() -> None:
+    """One thread counts into cells while another folds them into the family, as scrapes do:
+    every count arrives exactly once, and two cells asked for one label set are one."""
+    metrics, tally = Metrics(), Tally()
+    family = metrics.decisions
+    assert tally.cell(family, ("r", "OK")) is tally.cell(family, ("r", "OK"))
+    done = threading.Event()
+
+    def count() -> None:
+        cells = [tally.cell(family, ("r", "OK")), *(tally.cell(family, (f"r{n}", "OK")) for n in range(3))]
+        for n in range(60_000):
+            cells[n % 4][0] += 1
+        done.set()
+
+    thread = threading.Thread(target=count)
+    thread.start()
+    while not done.is_set():
+        tally.fold()
+    thread.join()
+    tally.fold()
+    tally.fold()  # nothing new: nothing added
+    assert family.value(("r", "OK")) == 15_000
+    assert [family.value((f"r{n}", "OK")) for n in range(3)] == [15_000] * 3
