@@ -1126,6 +1126,10 @@ static void pump(Core *c, int32_t i) {
                 }
                 continue;
             }
+            /* A short read drained the socket (as HAProxy takes it): its next bytes or its end
+             * bring a new edge, so no recv just to hear EAGAIN. Not when its end was signalled
+             * already: the next recv reads it. */
+            if ((size_t)n < c->bufsize && !k->hup[s]) k->rd[s] = 0;
             if (s == 1 && (k->flags & F_LEAN) && (k->flags & F_MQTT)) {
                 if (k->count[1] == 0 && mqtt_refused((const unsigned char *)c->buf, (size_t)n)) {
                     uint32_t gen = k->gen; /* a refusal: passive health and the line need the object */
