@@ -31,6 +31,17 @@ router's lean connections ordinary `_Relayed` ones (`materialized`), and so does
 router asks for, so every feature that finds, counts, closes or moves connections sees them as
 before. A redispatch after a failed connect, a first answer of a target with failures in a row,
 and the close of a lean connection the broker ended early come back to Python as before.
+
+**Decisions in plain values.** A connection that may be lean (one known by its source address, or
+an MQTT CONNECT) is decided by `RoutingEngine.plain` (`begin`'s decision when it is a target from
+the cache or the policy, with the same changes to cache and policy; tested against `begin`) and
+counted into the loop's tally cells (folded into the metrics at scrape): no `ConnectionRef`,
+`Opening`, `RouteDecision` or `Proxy` is made for it until it is materialized, when `_planned`
+makes them as the whole workflow would have. An acceptor whose first byte 0x10 can only be MQTT's
+is an MQTT lane: a CONNECT that arrives whole in the first read is parsed in C (keys/_native.c,
+the sniffer's own parser) and decided so too, without a `SniffBuffer`, `Sniffed` or `Opening`.
+Everything else (another key type, a refusal, a wait, a redirect, a connection that cannot be
+lean after all) goes the whole workflow's way, from the decision taken when there is one.
 """
 
 from __future__ import annotations
