@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from router.config.settings import Config
+    from router.runtime import RouterRuntime
 
 _core = native_path.EXTENSION
 
@@ -132,6 +133,15 @@ async def _start(
     )
     assert isinstance(info.fast_path, NativePath)
     return info, shutdown
+
+
+def _accepted_and_proxied(runtime: RouterRuntime) -> tuple[float | None, float | None]:
+    """Router r's connections accepted on acceptor a and its proxied decisions, as scraped."""
+    registry = runtime.metrics.registry
+    return (
+        registry.get_sample_value("router_connections_accepted_total", {"router": "r", "acceptor": "a"}),
+        registry.get_sample_value("router_routing_decisions_total", {"router": "r", "status": "OK"}),
+    )
 
 
 def _receive(sock: socket.socket, size: int) -> bytes:
@@ -473,14 +483,7 @@ class TestLean:
         finally:
             for sock in socks:
                 sock.close()
-        registry = runtime.metrics.registry
-        assert (
-            registry.get_sample_value("router_connections_accepted_total", {"router": "r", "acceptor": "a"})
-            == 4
-        )
-        assert (
-            registry.get_sample_value("router_routing_decisions_total", {"router": "r", "status": "OK"}) == 4
-        )
+        assert _accepted_and_proxied(runtime) == (4, 4)
         shutdown.set()
 
     async def test_a_gated_target_is_decided_in_plain_values_and_served_as_ever(
@@ -713,14 +716,7 @@ class TestLeanMqtt:
             )
         finally:
             sock.close()
-        registry = runtime.metrics.registry
-        assert (
-            registry.get_sample_value("router_connections_accepted_total", {"router": "r", "acceptor": "a"})
-            == 1
-        )
-        assert (
-            registry.get_sample_value("router_routing_decisions_total", {"router": "r", "status": "OK"}) == 1
-        )
+        assert _accepted_and_proxied(runtime) == (1, 1)
         shutdown.set()
 
     async def test_a_bad_connect_on_the_lane_is_refused_as_ever(self, nursery: trio.Nursery) -> None:
