@@ -155,9 +155,11 @@ def _receive(sock: socket.socket, size: int) -> bytes:
 async def test_table_grows_past_one_chunk_and_every_connection_relays(nursery: trio.Nursery) -> None:
     """Scenario: 1,100 connections open at once (more than one chunk of the core's table), each
     sends its own bytes and gets them back; all of them closed, none is left open and every byte
-    is counted."""
+    is counted. One health probe only: on a slow machine (the sanitized run beside CI's brokers) a
+    probe of the in-process echo server busy with 1,100 connections could time out, and a target
+    that is not ready has its connections closed (SPEC B)."""
     echo_port: int = await nursery.start(_serve_echo)
-    info, shutdown = await _start(nursery, _config(echo_port))
+    info, shutdown = await _start(nursery, _config(echo_port, check_period_ms=600_000))
     runtime, fast = info.runtimes["r"], info.fast_path
     assert fast is not None
     await runtime.pool.wait_until(lambda: runtime.pool.ready_count() == 1)
