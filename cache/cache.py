@@ -194,6 +194,12 @@ class TargetCache:
             self.evict(key)
             self.misses += 1
             return None
+        self.touch(key, node_id, now)
+        return node_id
+
+    def touch(self, key: str, node_id: str, now: float) -> None:
+        """`get`'s hit of an entry (one `fresh` has just returned, or `get` found): its expiry
+        refreshed, the change and the use noted, the hit counted."""
         last_access = self._last_access
         del last_access[key]  # to the end: the most recently used
         last_access[key] = now
@@ -202,7 +208,6 @@ class TargetCache:
         if self._used is not None:
             self._used.add(key)
         self.hits += 1
-        return node_id
 
     def put(self, key: str, node_id: str, now: float) -> None:
         """Cache (or overwrite) the node id for a key; a new key beyond `max_entries` evicts the

@@ -340,7 +340,7 @@ class RoutingEngine:
             if node_id is not None:
                 target = pool.ready_target(node_id)
                 if target is not None:
-                    cache.get(key, now)
+                    cache.touch(key, node_id, now)  # as `begin`'s `get`
                     return target, self._reach(target), DecisionReason.CACHE
             if self.shared or cache.is_pinned(key):
                 return None

@@ -714,9 +714,7 @@ class NativePath(FastPath):
         decide in plain values: the whole workflow then decides."""
         acceptor = listener.acceptor
         runtime = acceptor.runtime
-        report = runtime.report
-        updates = report.updates
-        if updates is None or report.subscribed or runtime.connections.counted:
+        if runtime.report.subscribed:
             return None
         client_id = user_name = None
         flags = _F_LEAN
@@ -736,10 +734,14 @@ class NativePath(FastPath):
         now = self._clock()
         with runtime.held() as state:
             engine = state.engine
+            policy, pool = engine.policy, engine.pool
+            if policy is None or pool is None or policy.reads_counts:  # (counted: registered at once)
+                return None
             key = engine.plain_key(host, client_id, user_name)
             found = None if key is None else engine.plain(key, now)
-        if found is None:
-            return None
+            if found is None:
+                return None
+            failing = pool.failing(found[0].node_id)
         assert key is not None
         target, connector, reason = found
         name = runtime.name
@@ -766,7 +768,7 @@ class NativePath(FastPath):
             host, port, name, key, node_id, index, router, acceptor, conn, opening if mqtt is None else mqtt,
             (target, connector, reason), now, listener.handoff, cid, fd,
         )  # fmt: skip
-        if runtime.pool.failing(node_id):
+        if failing:
             flags |= _F_FIRST
         return (_PROXY, token, connector.host, connector.port, raw, flags)
 
