@@ -250,6 +250,23 @@ def _echo_round(host: str, port: int, count: int, *, keep: bool = False) -> list
     return socks
 
 
+async def _registered_at_once(info: ServerInfo, count: int) -> list[socket.socket]:
+    """`count` echo connections through router r, kept open: each one is an ordinary connection,
+    registered at its decision (none carried lean); the caller closes them."""
+    runtime = info.runtimes["r"]
+    host, port = info.acceptors["a"]
+    socks = await trio.to_thread.run_sync(lambda: _echo_round(host, port, count, keep=True))
+    try:
+        with runtime.held() as state:
+            assert state.connections.sync is None  # nothing carried unregistered
+            assert len(state.connections) == count
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
 async def _until_no_proxied(fast: object) -> None:
     assert isinstance(fast, NativePath)
     with trio.fail_after(10):
@@ -498,12 +515,8 @@ class TestLean:
         url = f"tcp://127.0.0.1:{echo_port}?nodeId=b0&maxConnections=10"
         info, shutdown = await _start_lean(nursery, _config(echo_port, url=url))
         runtime = info.runtimes["r"]
-        host, port = info.acceptors["a"]
-        socks = await trio.to_thread.run_sync(lambda: _echo_round(host, port, 2, keep=True))
+        socks = await _registered_at_once(info, 2)
         try:
-            with runtime.held() as state:
-                assert state.connections.sync is None  # nothing carried unregistered
-                assert len(state.connections) == 2
             assert runtime.pool.gates.states()["b0"].open == 2
         finally:
             for sock in socks:
@@ -522,16 +535,8 @@ class TestLean:
         config = _config(echo_port)
         router = dataclasses.replace(config.routers[0], policy=PolicyConfig(name="LEAST_CONNECTIONS"))
         info, shutdown = await _start_lean(nursery, dataclasses.replace(config, routers=(router,)))
-        runtime = info.runtimes["r"]
-        host, port = info.acceptors["a"]
-        socks = await trio.to_thread.run_sync(lambda: _echo_round(host, port, 2, keep=True))
-        try:
-            with runtime.held() as state:
-                assert state.connections.sync is None  # nothing carried unregistered
-                assert len(state.connections) == 2
-        finally:
-            for sock in socks:
-                sock.close()
+        for sock in await _registered_at_once(info, 2):
+            sock.close()
         shutdown.set()
 
     async def test_info_lines_through_logging_make_no_lean_connection(
