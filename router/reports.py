@@ -374,20 +374,26 @@ class MetricUpdates:
 
     def accepted(self, acceptor: str, router: str, tally: Tally | None = None) -> None:
         """An `Accepted`'s update, without the event (it has no line); into `tally` when given."""
-        family, labels = self.metrics.connections_accepted, (acceptor, router)
         if tally is None:
-            family.inc(labels)
+            self.metrics.connections_accepted.inc((acceptor, router))
         else:
-            tally.cell(family, labels)[0] += 1
+            self.accepted_cell(acceptor, router, tally)[0] += 1
 
     def proxied(self, router: str, tally: Tally | None = None) -> None:
         """A proxied `Decided`'s update, without the event (its line is the Connected one's); into
         `tally` when given."""
-        family, labels = self.metrics.decisions, (router, _OK)
         if tally is None:
-            family.inc(labels)
+            self.metrics.decisions.inc((router, _OK))
         else:
-            tally.cell(family, labels)[0] += 1
+            self.proxied_cell(router, tally)[0] += 1
+
+    def accepted_cell(self, acceptor: str, router: str, tally: Tally) -> list[int]:
+        """`tally`'s cell of `accepted`'s count, for a caller that keeps it."""
+        return tally.cell(self.metrics.connections_accepted, (acceptor, router))
+
+    def proxied_cell(self, router: str, tally: Tally) -> list[int]:
+        """`tally`'s cell of `proxied`'s count, for a caller that keeps it."""
+        return tally.cell(self.metrics.decisions, (router, _OK))
 
     def _accepted(self, event: Accepted) -> None:
         conn = event.conn

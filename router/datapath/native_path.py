@@ -302,11 +302,11 @@ class NativePath(FastPath):
         """Router name -> its registry and index: its lean connections are materialized together."""
         self._router_count = 0
         self._tally = None if lean is None else Tally()
+        """Accepted and proxied connections, counted in the loop's thread without a lock (folded
+        into the metrics when they are scraped), when lean connections are carried."""
         self._cells: dict[str, tuple[str, list[int], list[int]]] = {}
         """Acceptor name -> its router's name, and the tally's cells of its accepted connections and
         of its router's proxied decisions (`_counted`)."""
-        """Accepted and proxied connections, counted in the loop's thread without a lock (folded
-        into the metrics when they are scraped), when lean connections are carried."""
         super().__init__(clock, call_trio, connect_timeout_s)
 
     def _open_loop(self) -> None:
@@ -525,10 +525,7 @@ class NativePath(FastPath):
         if reading.buffer is not None:
             return
         acceptor = reading.listener.acceptor
-        peer = Address(reading.host, reading.port)
-        reading.conn = ConnectionRef(
-            id=next(CONNECTION_IDS), router=acceptor.runtime.name, acceptor=acceptor.name, peer=peer
-        )
+        reading.conn = _reference(acceptor, acceptor.runtime.name, Address(reading.host, reading.port))
         reading.buffer = SniffBuffer(acceptor.detect, acceptor.config.sniff_max_bytes)
 
     def timed_out(self, reading: _Reading) -> Action:
@@ -666,10 +663,7 @@ class NativePath(FastPath):
         """Have the core carry a connection on its own (see the module docstring)."""
         runtime = acceptor.runtime
         node_id = action.target.node_id
-        known = self._lean_ix.get((runtime.name, node_id))
-        if known is None or known[0] is not runtime.connections:
-            known = self._lean_ix[runtime.name, node_id] = self._lean_target(runtime, node_id)
-        _, router, target = known
+        router, target = self._lean_indexes(runtime, node_id)
         peer = conn.peer
         token = (
             peer.host,
@@ -750,20 +744,10 @@ class NativePath(FastPath):
             accepted[0] += 1  # (an MQTT lane's was at its accept)
         node_id = target.node_id
         if connector is None or not is_ip_literal(connector.host) or runtime.pool.gates.limited(node_id):
-            peer = Address(host, port)
-            if conn is None:
-                conn = ConnectionRef(id=next(CONNECTION_IDS), router=name, acceptor=acceptor.name, peer=peer)
-            if opening is None:
-                opening = _opening(peer, mqtt)
-            decision = RouteDecision(
-                key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
-            )
-            return self._decision(listener, cid, fd, conn, opening, decision)
+            made = _made(acceptor, name, host, port, key, conn, mqtt if opening is None else opening, found)
+            return self._decision(listener, cid, fd, *made)
         proxied[0] += 1
-        known = self._lean_ix.get((name, node_id))
-        if known is None or known[0] is not runtime.connections:
-            known = self._lean_ix[name, node_id] = self._lean_target(runtime, node_id)
-        _, router, index = known
+        router, index = self._lean_indexes(runtime, node_id)
         token = (
             host, port, name, key, node_id, index, router, acceptor, conn, opening if mqtt is None else mqtt,
             (target, connector, reason), now, listener.handoff, cid, fd,
@@ -778,13 +762,21 @@ class NativePath(FastPath):
         name, router = acceptor.config.name, acceptor.runtime.name
         known = self._cells.get(name)
         if known is None or known[0] != router:
-            tally, metrics = self._tally, acceptor.runtime.metrics
+            tally, updates = self._tally, acceptor.runtime.report.updates
             assert tally is not None, "lean connections have a tally"
+            assert updates is not None, "a router's reports update its metrics"
             known = self._cells[name] = (
                 router,
-                tally.cell(metrics.connections_accepted, (name, router)),
-                tally.cell(metrics.decisions, (router, RouteStatus.OK.value)),
+                updates.accepted_cell(name, router, tally),
+                updates.proxied_cell(router, tally),
             )
+        return known[1], known[2]
+
+    def _lean_indexes(self, runtime: RouterRuntime, node_id: str) -> tuple[int, int]:
+        """The core's indexes of a router and of its target, for a lean connection's counters."""
+        known = self._lean_ix.get((runtime.name, node_id))
+        if known is None or known[0] is not runtime.connections:
+            known = self._lean_ix[runtime.name, node_id] = self._lean_target(runtime, node_id)
         return known[1], known[2]
 
     def _lean_target(self, runtime: RouterRuntime, node_id: str) -> tuple[RouterConnections, int, int]:
@@ -997,15 +989,7 @@ def _planned(lean: Lean) -> tuple[ServedAcceptor, ConnectionRef, Opening, Proxy,
     acceptor, conn, opening, action, started, handoff = lean[7:13]
     if isinstance(action, tuple):
         host, port, router, key = lean[0:4]
-        target, connector, reason = action
-        peer = Address(host, port)
-        if conn is None:
-            conn = ConnectionRef(id=next(CONNECTION_IDS), router=router, acceptor=acceptor.name, peer=peer)
-        if not isinstance(opening, Opening):
-            opening = _opening(peer, opening)
-        decision = RouteDecision(
-            key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
-        )
+        conn, opening, decision = _made(acceptor, router, host, port, key, conn, opening, action)
         planned = plan(acceptor.config, router, opening, decision)
         assert isinstance(planned, Proxy), "a lean connection is proxied"
         action = planned
@@ -1014,13 +998,38 @@ def _planned(lean: Lean) -> tuple[ServedAcceptor, ConnectionRef, Opening, Proxy,
     return acceptor, conn, opening, action, started, handoff
 
 
-def _opening(peer: Address, mqtt: tuple[bytes, MqttConnect] | None) -> Opening:
-    """The opening of a connection decided in plain values: none read, or an MQTT lane's CONNECT
-    (its bytes and their C parse), as its sniffer would have read it."""
-    if mqtt is None:
-        return Opening(source=peer)
-    raw, parsed = mqtt
-    return Opening(source=peer, raw=raw, sniffed=mqtt_sniffed(parsed))
+def _made(
+    acceptor: ServedAcceptor,
+    router: str,
+    host: str,
+    port: int,
+    key: str,
+    conn: ConnectionRef | None,
+    opening: Opening | tuple[bytes, MqttConnect] | None,
+    found: tuple[Target, Connector | None, DecisionReason],
+) -> tuple[ConnectionRef, Opening, RouteDecision]:
+    """The objects of a connection decided in plain values, as the whole workflow makes them: its
+    reference (when it has none yet), its opening (none read, or an MQTT lane's CONNECT: its bytes
+    and their C parse, as its sniffer would have read it) and its decision."""
+    peer = Address(host, port)
+    if conn is None:
+        conn = _reference(acceptor, router, peer)
+    if not isinstance(opening, Opening):
+        if opening is None:
+            opening = Opening(source=peer)
+        else:
+            raw, parsed = opening
+            opening = Opening(source=peer, raw=raw, sniffed=mqtt_sniffed(parsed))
+    target, connector, reason = found
+    decision = RouteDecision(
+        key=key, status=RouteStatus.OK, target=target, connector=connector, reason=reason
+    )
+    return conn, opening, decision
+
+
+def _reference(acceptor: ServedAcceptor, router: str, peer: Address) -> ConnectionRef:
+    """A connection's reference made after its accept (counted then, no `Accepted` made)."""
+    return ConnectionRef(id=next(CONNECTION_IDS), router=router, acceptor=acceptor.name, peer=peer)
 
 
 def _adopted(relayed: _Relayed) -> None:
