@@ -20,7 +20,7 @@ from policies.hashing import artemis_hash
 from policies.ketama import KetamaRing
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from pools.target import Target
 
@@ -210,6 +210,9 @@ class RoundRobinPolicy(Policy):
         )
         # Artemis starts at RandomUtil.randomInterval(0, Integer.MAX_VALUE).
         self.position = random.randrange(2**31 - 1) if round_robin_start is None else round_robin_start
+        self.shared: tuple[Callable[[int], int], Callable[[], int]] | None = None
+        """A position shared with other processes (router/features/workers/zone.py) instead of
+        `position`: (the index of the next turn among n targets, the position now)."""
         self._credit: dict[str, float] = {}
         """Slow start: the credit of each ramping target (see the class docstring)."""
 
@@ -236,12 +239,23 @@ class RoundRobinPolicy(Policy):
         return self._next(targets)
 
     def _next(self, targets: Sequence[Target]) -> Target:
+        if self.shared is not None:
+            return targets[self.shared[0](len(targets))]
         # No shortcut for one target: Artemis's RoundRobinPolicy.selectTarget runs `pos %= n;
         # targets.get(pos++)` for every non-empty list, so a single pick moves the position too.
         self.position %= len(targets)
         target = targets[self.position]
         self.position += 1
         return target
+
+    def __copy__(self) -> RoundRobinPolicy:
+        """A copy that moves its own position (a dry run's), from the shared one's when shared."""
+        twin = type(self).__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin._credit = dict(self._credit)
+        if self.shared is not None:
+            twin.position, twin.shared = self.shared[1](), None
+        return twin
 
 
 _MAX_TURNS_PASSED: Final = 21
