@@ -54,7 +54,7 @@ ENV PATH=/opt/connection-router/bin:$PATH
 # through the slower Python recorder, parse openings in Python, serve on the Python fast path and
 # format its lines in Python. Checked from / against the installed package: no source tree on
 # sys.path can answer for them.
-RUN cd / && python -c "import event_format._native, keys._native, router.datapath._core, router._conn_lines"
+RUN cd / && python -c "import event_format._native, keys._native, router.datapath._core, router._conn_lines, router.features.workers._zone"
 
 USER router
 WORKDIR /var/lib/connection-router

@@ -59,9 +59,9 @@ install_apt() {
 install_venv() {
     local stamp=.venv/.installed stamp_value
     # The C sources are built in place by the editable install: a change to one installs again.
-    stamp_value=$(cat pyproject.toml setup.py event_format/_native.c event_format/_native_program.h keys/_native.c router/datapath/_core.c router/_conn_lines.c | sha256sum | cut -d' ' -f1)
+    stamp_value=$(cat pyproject.toml setup.py event_format/_native.c event_format/_native_program.h keys/_native.c router/datapath/_core.c router/_conn_lines.c router/features/workers/_zone.c | sha256sum | cut -d' ' -f1)
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_value" ] && [ -x .venv/bin/routerd ] \
-        && .venv/bin/python -c "import event_format._native, keys._native, router.datapath._core, router._conn_lines" 2>/dev/null; then
+        && .venv/bin/python -c "import event_format._native, keys._native, router.datapath._core, router._conn_lines, router.features.workers._zone" 2>/dev/null; then
         return 0
     fi
     [ -x .venv/bin/python ] || { log "creating .venv"; python3 -m venv .venv; }
@@ -78,6 +78,8 @@ install_venv() {
         || log "the native data path's C core (router.datapath._core) did not build (a C compiler and Python's headers are needed); routerd serves with --data-path python"
     .venv/bin/python -c "import router._conn_lines" \
         || log "the C line buffer (router._conn_lines) did not build (a C compiler and Python's headers are needed); routerd formats its per-connection lines in Python"
+    .venv/bin/python -c "import router.features.workers._zone" \
+        || log "the workers' zone (router.features.workers._zone) did not build (a C compiler and Python's headers are needed); tests/router/features/workers will fail"
     echo "$stamp_value" > "$stamp"
 }
 
