@@ -267,14 +267,15 @@ def _handoff(handlers: trio.Nursery, acceptor: ServedAcceptor) -> Handoff:
     return handoff
 
 
-async def bind(acceptor: AcceptorConfig) -> list[trio.SocketListener]:
-    """An acceptor's listeners (two for a dual-stack host).
+async def bind(acceptor: AcceptorConfig, *, reuse_port: bool = False) -> list[trio.SocketListener]:
+    """An acceptor's listeners (two for a dual-stack host); with `reuse_port`, ones other processes
+    can open on the same port too (`SO_REUSEPORT`: routerd's worker processes).
 
     Raises:
         OSError: a listener could not be opened (the message names the acceptor).
     """
     where = f"acceptor {acceptor.name!r} on {acceptor.host}:{acceptor.port}"
-    return await open_listeners(acceptor.host, acceptor.port, where)
+    return await open_listeners(acceptor.host, acceptor.port, where, reuse_port=reuse_port)
 
 
 def close_listeners(listeners: Iterable[trio.SocketListener]) -> None:
@@ -308,6 +309,8 @@ class Serving:
         self.handlers: trio.Nursery | None = None
         """The connections' tasks (the server sets it once its nursery is open)."""
         self.accepting: trio.Nursery | None = None
+        self.reuse_port = False
+        """Open listeners with `SO_REUSEPORT` (routerd with worker processes: each opens its own)."""
         """The accept loops."""
 
     def start(self, acceptor: Acceptor) -> None:

@@ -2,7 +2,8 @@
 
     routerd --config FILE [--admin ADDRESS | --no-admin] [--grace-period S] [--max-connections N]
                     [--admin-tokens FILE] [--admin-host NAME]... [--event-log DIR]
-                    [--state-file FILE] [--discard-unreadable-cache] [--log-level L] [--version]
+                    [--state-file FILE] [--discard-unreadable-cache] [--workers N] [--log-level L]
+                    [--version]
 
 routerd takes the admin address in the forms routerctl does (router/ctl_client.py
 `parse_admin_address`). It drains on SIGTERM or SIGINT, moving its clients paced over the grace
@@ -20,6 +21,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import json
 import logging
 import os
 import resource
@@ -48,6 +50,7 @@ from router.ctl_output import (
 )
 from router.datapath.native_path import DATA_PATH_ENV, DATA_PATHS, data_path_problem, default_data_path
 from router.datapath.net import describe_oserror
+from router.feature import MAX_WORKERS, Processes
 from router.features import FEATURES
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
 from router.server import StartupError, serve_router
@@ -181,9 +184,33 @@ def _routerd_parser() -> argparse.ArgumentParser:
         f"python (the Python fast path); default from ${DATA_PATH_ENV}, else native when built",
     )
     parser.add_argument(
+        "--workers",
+        type=integer(1, MAX_WORKERS),
+        default=1,
+        metavar="N",
+        help="processes serving connections, each on its own listeners (SO_REUSEPORT) and core: "
+        "this one, which also probes and serves the admin API, and N - 1 workers it starts; the "
+        "routers' caches and round-robin positions are shared (docs/operations.md, \"Worker "
+        'processes"); default 1',
+    )
+    parser.add_argument("--worker-of", help=argparse.SUPPRESS)  # a worker's, from its supervisor
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO"
     )
     return parser
+
+
+def _processes(args: argparse.Namespace, argv: Sequence[str]) -> Processes:
+    """This process's place among routerd's (`--workers`, and a worker's `--worker-of`)."""
+    if args.worker_of is None:
+        return Processes(count=args.workers, command=(sys.executable, "-m", "router", *argv, "--no-admin"))
+    try:
+        spec = json.loads(args.worker_of)
+        return Processes(count=args.workers, index=int(spec["index"]), zones=dict(spec["zones"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        _fail(
+            "routerd", f"--worker-of is routerd's own (a worker's), got {args.worker_of!r}: {exc}", EXIT_USAGE
+        )
 
 
 def _feature_options() -> list[Option]:
@@ -202,7 +229,9 @@ def _with_event_log(config: Config, directory: str | None) -> Config:
     return dataclasses.replace(config, event_log=dataclasses.replace(config.event_log, directory=directory))
 
 
-async def _run_routerd(config: Config, args: argparse.Namespace, access: AdminAccess) -> None:
+async def _run_routerd(
+    config: Config, args: argparse.Namespace, access: AdminAccess, processes: Processes
+) -> None:
     shutdown = trio.Event()
     log = logging.getLogger("routerd")
     # SIGHUPs wait here while a reload runs; reloading once more covers any number of them.
@@ -250,13 +279,16 @@ async def _run_routerd(config: Config, args: argparse.Namespace, access: AdminAc
             reloads=reloads,
             data_path=args.data_path,
             lean=True,
+            processes=processes,
         )
         nursery.cancel_scope.cancel()
 
 
 def main_routerd(argv: Sequence[str] | None = None) -> int:
     """`routerd`: load the configuration and serve until SIGTERM; 0 after a clean drain."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _routerd_parser().parse_args(argv)
+    processes = _processes(args, argv)
     logging.basicConfig(
         level=args.log_level,
         stream=sys.stderr,
@@ -277,7 +309,7 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
     try:
-        trio.run(_run_routerd, config, args, access)
+        trio.run(_run_routerd, config, args, access, processes)
     except (OSError, StartupError, BaseExceptionGroup) as exc:
         error = only_error(exc, (OSError, StartupError))
         if error is None:

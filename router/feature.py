@@ -10,6 +10,8 @@ in its folder's `__init__.py`, as a `Feature`:
     metrics    its metric families (a `FeatureMetrics` of router/metrics.py)
     options    its routerd command-line options (`Option`), given to its service through `Kernel`
     start      builds its `Service` for one routerd (tests run several in one process)
+    in_workers whether that service runs in routerd's worker processes too, or in the supervisor
+               only (`Processes`)
     router_blocks  its part of a router's `routerctl status` (tables of its members of the
                router's document)
 
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JSON",
+    "MAX_WORKERS",
     "Call",
     "Command",
     "Feature",
@@ -76,6 +79,7 @@ __all__ = [
     "Kernel",
     "OpenError",
     "Option",
+    "Processes",
     "Response",
     "Route",
     "Service",
@@ -231,6 +235,31 @@ class Option:
         return given
 
 
+MAX_WORKERS: Final = 64
+"""Largest `routerd --workers`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Processes:
+    """The processes of one routerd (`routerd --workers N`): a supervisor, which serves too, and
+    N - 1 workers it starts (router/features/workers/)."""
+
+    count: int = 1
+    """Processes serving the data path (`--workers`)."""
+    index: int = 0
+    """This process: 0 the supervisor (or the only one), 1 to count - 1 a worker."""
+    zones: Mapping[str, int] = field(default_factory=dict)
+    """A worker's: router name -> the descriptor of the router's shared zone, from the supervisor."""
+    command: tuple[str, ...] = ()
+    """The supervisor's: the command line that starts a worker (its own, which the workers
+    feature completes with the worker's number and zones)."""
+
+    @property
+    def worker(self) -> bool:
+        """Whether this process is a worker (it runs only the features that serve connections)."""
+        return self.index > 0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Kernel:
     """What a routerd gives each feature's service."""
@@ -245,6 +274,8 @@ class Kernel:
     options: Mapping[str, object] = field(default_factory=dict)
     """The features' routerd options by `Option.name` (routerd gives each; a routerd started in a
     test, only those it sets: `options.get(name)`)."""
+    processes: Processes = field(default_factory=Processes)
+    """This routerd's processes, and which one this is."""
 
 
 class OpenError(Exception):
@@ -347,3 +378,6 @@ class Feature:
     """Its part of a router's routerctl output (`routerctl status ROUTER`, `wait`), after the
     kernel's tables, from the router's document (where its service's `RouterState.target_sections`
     put its members of each target's)."""
+    in_workers: bool = True
+    """Whether its service runs in routerd's worker processes too (`Processes`); False: in the
+    supervisor only (probes, files, discovery: what must happen once per routerd)."""

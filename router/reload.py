@@ -224,7 +224,10 @@ class Reloads:
                 )
             else:
                 try:
-                    prepared.listeners[acceptor.name] = (await bind(acceptor), True)
+                    prepared.listeners[acceptor.name] = (
+                        await bind(acceptor, reuse_port=self._host.serving.reuse_port),
+                        True,
+                    )
                 except OSError as exc:
                     raise ReloadError(exc.strerror or describe_oserror(exc)) from exc
 

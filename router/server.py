@@ -59,7 +59,7 @@ from router.core.events import CloseReason
 from router.core.reload import ReloadError
 from router.datapath.acceptor import ConnectionLimits, ServedAcceptor
 from router.datapath.native_path import open_fast_path
-from router.feature import Kernel, Service
+from router.feature import Kernel, Processes, Service
 from router.features import FEATURES, register_metrics
 from router.features import routes as feature_routes
 from router.kept_files import close_files, open_files
@@ -143,6 +143,7 @@ async def serve_router(
     reloads: trio.MemoryReceiveChannel[None] | None = None,
     data_path: str | None = None,
     lean: bool = False,
+    processes: Processes | None = None,
     task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router until `shutdown` is set (or forever), then drain and return.
@@ -169,6 +170,9 @@ async def serve_router(
         lean: the native core may carry connections without Python once decided (routerd's;
             router/datapath/native_path.py): the metrics then count them when scraped, not as
             they happen.
+        processes: this routerd's processes and which one this is (`routerd --workers N`,
+            router/features/workers/); None: one process. Several open their listeners with
+            `SO_REUSEPORT`, and a worker runs only the features that serve connections.
         task_status: receives a `ServerInfo` once every listener is open.
 
     Raises:
@@ -208,6 +212,7 @@ async def serve_router(
         round_robin_start=round_robin_start,
         data_path=data_path,
         lean=lean,
+        processes=processes or Processes(),
     )
     server = _Server(config, runtimes, metrics, admission, limits, kept)
     services = list(server.features.values())
@@ -265,11 +270,12 @@ class _Server:
             stop=options.shutdown.set,
             config=lambda: self.config,
             options=options.features,
+            processes=options.processes,
         )
         self.features: dict[type, Service] = {}
         """The features' services by type (router/features/), in `FEATURES` order."""
         for feature in FEATURES:
-            if feature.start is not None:
+            if feature.start is not None and (feature.in_workers or not options.processes.worker):
                 service = feature.start(kernel)
                 self.features[type(service)] = service
         self.routers = RouterTasks(self.features, lambda: self.config)
@@ -287,6 +293,7 @@ class _Server:
             z for r in self.runtimes.values() for z in r.held().zookeeper.values()
         ]
         self.serving = Serving(self.fast, self.process)
+        self.serving.reuse_port = options.processes.count > 1
         self.reloads = Reloads(
             self,
             load=options.load,
@@ -332,7 +339,7 @@ class _Server:
             listeners: list[tuple[ServedAcceptor, list[trio.SocketListener]]] = []
             try:
                 for one in served:
-                    listeners.append((one, await bind(one.config)))
+                    listeners.append((one, await bind(one.config, reuse_port=self.serving.reuse_port)))
                 async with trio.open_nursery() as handlers:
                     self.serving.handlers = handlers
                     async with trio.open_nursery() as accepting:
@@ -342,7 +349,14 @@ class _Server:
                         self.serving.fast_path_started()
                         fast_serves = fast.started
                         self.lifecycle.accepting.set()
-                        log.info("ready: %d acceptor(s) listening", len(self.serving.bound))
+                        if self.options.processes.worker:
+                            log.info(
+                                "worker %d ready: %d acceptor(s) listening",
+                                self.options.processes.index,
+                                len(self.serving.bound),
+                            )
+                        else:
+                            log.info("ready: %d acceptor(s) listening", len(self.serving.bound))
                         self.notify.ready(f"{len(self.serving.bound)} acceptor(s) listening")
                         info = ServerInfo(
                             acceptors=self.serving.bound,
@@ -398,3 +412,4 @@ class _Options:
     round_robin_start: int | None
     data_path: str | None
     lean: bool
+    processes: Processes

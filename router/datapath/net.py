@@ -134,13 +134,46 @@ async def open_connection(host: str, port: int) -> trio.SocketStream:
     return trio.SocketStream(sock)
 
 
-async def open_listeners(host: str, port: int, what: str) -> list[trio.SocketListener]:
+async def open_listeners(
+    host: str, port: int, what: str, *, reuse_port: bool = False
+) -> list[trio.SocketListener]:
     """`trio.open_tcp_listeners`, with an error that says which listener could not be opened.
+
+    With `reuse_port` each socket is opened with `SO_REUSEPORT` as well, as
+    `trio.open_tcp_listeners` opens them otherwise: the worker processes of one routerd each open
+    their own on the same port, and the kernel spreads the connections over them.
 
     Raises:
         OSError: same errno, message `"{what} cannot listen: {reason}"`.
     """
     try:
-        return await trio.open_tcp_listeners(port, host=host)
+        if not reuse_port:
+            return await trio.open_tcp_listeners(port, host=host)
+        return await _shared_listeners(host, port)
     except OSError as exc:
         raise OSError(exc.errno, f"{what} cannot listen: {describe_oserror(exc)}") from exc
+
+
+async def _shared_listeners(host: str, port: int) -> list[trio.SocketListener]:
+    """The listeners of `trio.open_tcp_listeners(port, host=host)`, with `SO_REUSEPORT`."""
+    addresses = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    listeners: list[trio.SocketListener] = []
+    try:
+        for family, kind, proto, _, address in addresses:
+            sock = trio.socket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                await sock.bind(address)
+                sock.listen(0xFFFF)  # as trio: the kernel caps it at somaxconn
+            except BaseException:
+                sock.close()
+                raise
+            listeners.append(trio.SocketListener(sock))
+    except BaseException:
+        for listener in listeners:
+            listener.socket.close()
+        raise
+    return listeners

@@ -32,6 +32,7 @@ _FOLDERS: Final = (
     "event_log",
     "discovery",
     "shared_cache",
+    "workers",
 )
 """`FEATURES`' folders, in the order their services start (a router's probes first: its first
 probes run at once)."""

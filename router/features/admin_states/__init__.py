@@ -24,6 +24,7 @@ __all__ = ["FEATURE"]
 
 FEATURE: Final = Feature(
     name="admin_states",
+    in_workers=False,
     routes=ROUTES,
     commands=COMMANDS,
     options=(

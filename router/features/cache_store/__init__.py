@@ -22,6 +22,7 @@ __all__ = ["FEATURE"]
 
 FEATURE: Final = Feature(
     name="cache_store",
+    in_workers=False,
     metrics=CacheStoreMetrics,
     options=(
         Option(

@@ -18,4 +18,4 @@ from router.features.discovery.service import start
 
 __all__ = ["FEATURE"]
 
-FEATURE: Final = Feature(name="discovery", commands=COMMANDS, start=start)
+FEATURE: Final = Feature(name="discovery", in_workers=False, commands=COMMANDS, start=start)

@@ -55,4 +55,11 @@ def _feature() -> Feature:
     from router.features.event_log.routes import ROUTES
     from router.features.event_log.service import start
 
-    return Feature(name="event_log", routes=ROUTES, commands=COMMANDS, metrics=EventLogMetrics, start=start)
+    return Feature(
+        name="event_log",
+        in_workers=False,
+        routes=ROUTES,
+        commands=COMMANDS,
+        metrics=EventLogMetrics,
+        start=start,
+    )

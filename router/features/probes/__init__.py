@@ -24,4 +24,4 @@ from router.features.probes.status import broker_count_blocks
 
 __all__ = ["FEATURE"]
 
-FEATURE: Final = Feature(name="probes", start=start, router_blocks=broker_count_blocks)
+FEATURE: Final = Feature(name="probes", in_workers=False, start=start, router_blocks=broker_count_blocks)

@@ -19,4 +19,4 @@ from router.features.shared_cache.service import start
 
 __all__ = ["FEATURE"]
 
-FEATURE: Final = Feature(name="shared_cache", metrics=SharedCacheMetrics, start=start)
+FEATURE: Final = Feature(name="shared_cache", in_workers=False, metrics=SharedCacheMetrics, start=start)

@@ -1,12 +1,23 @@
-"""Worker processes: state that must be one for all of them.
+"""Worker processes (`routerd --workers N`): N processes serve the data path, as one router.
 
-    _zone.c   the shared zone: one shared memory region with the sticky cache (exact LRU,
-              expire-after-access, pins), the ROUND_ROBIN positions and the node ids
-    zone.py   the zone seen from Python: `ZoneCache` (a `TargetCache` in the zone) and `join_zone`,
-              which makes a router's engine decide with the zone's cache and position
+    _zone.c     the shared zone of a router: its sticky cache (exact LRU, expire-after-access,
+                pins), its ROUND_ROBIN position, and the board the supervisor publishes on
+    zone.py     the zone seen from Python: `ZoneCache` (a `TargetCache` in the zone) and
+                `join_zone`, which makes a router's engine decide with the zone's cache and position
+    rules.py    what several workers accept, and the board: targets' states a worker takes
+    service.py  the supervisor's workers (started, started again, stopped) and a worker's link
+                to its supervisor
 
-This is the first part of `routerd --workers N` (issue 35): the processes themselves, each with its
-own `SO_REUSEPORT` listeners and the C core, and a supervisor keeping the admin API, probes and the
-event-log writer, come next; until then the folder brings no service and no `FEATURE`.
-docs/operations.md ("Worker processes") says what is built and what is not.
+docs/operations.md ("Worker processes") says what is shared, what is not yet, and the figures.
 """
+
+from __future__ import annotations
+
+from typing import Final
+
+from router.feature import Feature
+from router.features.workers.service import start
+
+__all__ = ["FEATURE"]
+
+FEATURE: Final = Feature(name="workers", start=start)

@@ -3,6 +3,9 @@
  * worker sends a key to the same broker), the ROUND_ROBIN positions, and the node ids the cache
  * refers to by number.
  *
+ * It also carries a board: bytes one process publishes (the supervisor: its targets' readiness and
+ * administrative states) and the others read when they change (a sequence lock).
+ *
  * The region is a memfd (`Zone(...)` creates it, `Zone.attach(fd)` maps it in another process, a
  * forked child inherits the mapping). Layout: a header, an index of 2^k slots (open addressing,
  * linear probing, deletion by backward shift: no tombstones), then the entries, handed out from the
@@ -34,6 +37,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -51,6 +55,7 @@
 #define NIL UINT32_MAX
 #define PINS_DEFAULT 10000u
 #define ENTRIES_MAX (1u << 26)
+#define BOARD_MAX 65536u
 
 typedef struct {
     uint64_t magic;
@@ -76,6 +81,11 @@ typedef struct {
     uint64_t hits, misses, evictions;
     _Atomic int64_t rr[ROUTERS_MAX];
     uint8_t node_ids[NODES_MAX][NODE_LEN + 1]; /* [0] = length */
+    /* The board: bytes one process (the supervisor) publishes and the others read, under a
+     * sequence lock (odd while being written). */
+    _Atomic uint64_t board_seq;
+    uint32_t board_len;
+    uint8_t board[BOARD_MAX];
 } zone_header;
 
 typedef struct {
@@ -870,6 +880,57 @@ static PyObject *Zone_position(Zone *self, PyObject *arg) {
     return PyLong_FromLongLong(atomic_load(&self->z.h->rr[router]));
 }
 
+/* publish(bytes) -> sequence: the board's new contents (one writer at a time: the supervisor). */
+static PyObject *Zone_publish(Zone *self, PyObject *arg) {
+    Py_buffer view;
+    if (!ready(self) || PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if ((size_t)view.len > BOARD_MAX) {
+        PyErr_Format(ZoneError, "the board holds %u bytes at most, got %zd", BOARD_MAX, view.len);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    zone_header *h = self->z.h;
+    uint64_t seq = atomic_load(&h->board_seq);
+    atomic_store(&h->board_seq, seq + 1); /* odd: being written */
+    atomic_thread_fence(memory_order_seq_cst);
+    memcpy(h->board, view.buf, (size_t)view.len);
+    h->board_len = (uint32_t)view.len;
+    atomic_thread_fence(memory_order_seq_cst);
+    atomic_store(&h->board_seq, seq + 2);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(seq + 2);
+}
+
+/* board(after=0) -> (sequence, bytes) | None: the board's contents when its sequence is not
+ * `after` (None: unchanged since the caller read it). */
+static PyObject *Zone_board(Zone *self, PyObject *const *args, Py_ssize_t nargs) {
+    unsigned long long after = 0;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "board(after: int = 0)");
+        return NULL;
+    }
+    if (nargs == 1 && (after = PyLong_AsUnsignedLongLong(args[0])) == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (!ready(self)) return NULL;
+    zone_header *h = self->z.h;
+    static uint8_t copy[BOARD_MAX]; /* under the GIL */
+    for (;;) {
+        uint64_t seq = atomic_load(&h->board_seq);
+        if (seq == after) Py_RETURN_NONE;
+        if (seq & 1) {
+            sched_yield();
+            continue;
+        }
+        atomic_thread_fence(memory_order_seq_cst);
+        uint32_t len = h->board_len;
+        if (len > BOARD_MAX) len = BOARD_MAX;
+        memcpy(copy, h->board, len);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load(&h->board_seq) == seq)
+            return Py_BuildValue("(Ky#)", (unsigned long long)seq, (const char *)copy, (Py_ssize_t)len);
+    }
+}
+
 /* hold(): take the cache's lock and keep it (tests: a process that dies holding it). */
 static PyObject *Zone_hold(Zone *self, PyObject *unused) {
     if (!ready(self) || lock_or_raise(self) < 0) return NULL;
@@ -905,6 +966,8 @@ static PyMethodDef Zone_methods[] = {
     {"round_robin", (PyCFunction)(void (*)(void))Zone_round_robin, METH_FASTCALL, "round_robin(router, n) -> index"},
     {"set_position", (PyCFunction)(void (*)(void))Zone_set_position, METH_FASTCALL, "set_position(router, position)"},
     {"position", (PyCFunction)Zone_position, METH_O, "position(router) -> int"},
+    {"publish", (PyCFunction)Zone_publish, METH_O, "publish(bytes) -> sequence"},
+    {"board", (PyCFunction)(void (*)(void))Zone_board, METH_FASTCALL, "board(after=0) -> (sequence, bytes) | None"},
     {"hold", (PyCFunction)Zone_hold, METH_NOARGS, "take the lock and keep it (tests)"},
     {"fileno", (PyCFunction)Zone_fileno, METH_NOARGS, "the zone's memfd"},
     {"settings", (PyCFunction)Zone_settings, METH_NOARGS, "the zone's sizes"},
@@ -936,7 +999,8 @@ PyMODINIT_FUNC PyInit__zone(void) {
         PyModule_AddObjectRef(m, "ZoneError", ZoneError) < 0 ||
         PyModule_AddIntConstant(m, "KEY_INLINE", KEY_INLINE) < 0 ||
         PyModule_AddIntConstant(m, "NODES_MAX", NODES_MAX) < 0 ||
-        PyModule_AddIntConstant(m, "ROUTERS_MAX", ROUTERS_MAX) < 0) {
+        PyModule_AddIntConstant(m, "ROUTERS_MAX", ROUTERS_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "BOARD_MAX", BOARD_MAX) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from router.core.engine import RoutingEngine
 
 try:
-    from router.features.workers import _zone
+    import router.features.workers._zone as _zone
 except ImportError:  # built at install; an install without a C compiler has one worker
     _zone = None  # type: ignore[assignment]  # routerd then runs one worker
 
