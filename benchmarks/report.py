@@ -47,13 +47,15 @@ FAILED: Final = "failed"
 """The start of the reason of a value whose measurement broke."""
 
 GROUPS: Final = (
-    "memory", "bulk", "rate", "mqtt", "redirect", "latency", "decision", "instructions", "artemis",
+    "memory", "bulk", "rate", "mqtt", "redirect", "latency", "decision", "workers", "instructions",
+    "artemis",
 )  # fmt: skip
 """Measurement groups, in the order they run (`--only` takes these names). Memory comes first, on
 fresh proxies, so that heap grown by earlier runs does not hide the cost of new connections;
 instructions runs its own proxies under callgrind, after the timed groups, so that valgrind's load
 is on the machine during none of them; artemis comes last, so that its JVMs (stopped at its end)
-run beside no other group."""
+run beside no other group. workers starts its own second pair of proxies (routerd --workers 2,
+HAProxy nbthread 2) after the single-process groups."""
 DEFAULT_GROUPS: Final = GROUPS[:-1]
 """The groups of a run without `--only`: all but artemis, which starts three JVMs, needs Java and
 the Artemis distribution, and adds about 2 minutes (`--quick`: 20-60 s). The instructions group is
@@ -208,6 +210,12 @@ def new_figures() -> dict[str, Figure]:
                unit="us", better="lower", paths=("routerd",)),
         Figure(name="decision_hit_p99", group="decision", title="routing decision, cache hit, p99",
                unit="us", better="lower", paths=("routerd",)),
+        Figure(name="connection_rate_workers", group="workers",
+               title="short connections, 16 B echo: routerd --workers 2, HAProxy nbthread 2",
+               unit="conn/s", better="higher", paths=proxies),
+        Figure(name="connection_cpu_workers", group="workers",
+               title="proxy CPU per short connection, 2 workers / 2 threads", unit="us", better="lower",
+               paths=proxies),
         Figure(name="instructions_echo", group="instructions",
                title="instructions per short connection, 16 B echo (callgrind)", unit="instr",
                better="lower", paths=proxies, note=_INSTRUCTIONS),
@@ -363,6 +371,12 @@ GOALS: Final = (
          denominator=("added_latency_p99", "haproxy"), bound=1.0, at_least=False),
     Goal(title="idle memory per connection, routerd/HAProxy", numerator=("memory_per_connection", "routerd"),
          denominator=("memory_per_connection", "haproxy"), bound=0.5, at_least=False),
+    Goal(title="short-connection rate, routerd --workers 2 / HAProxy nbthread 2",
+         numerator=("connection_rate_workers", "routerd"), denominator=("connection_rate_workers", "haproxy"),
+         bound=1.0, at_least=True),
+    Goal(title="short-connection rate, routerd --workers 2 / --workers 1",
+         numerator=("connection_rate_workers", "routerd"), denominator=("connection_rate", "routerd"),
+         bound=1.7, at_least=True),
     Goal(title="routing decision p99, cache miss (us)", numerator=("decision_miss_p99", "routerd"),
          denominator=None, bound=50.0, at_least=False),
     Goal(title="routing decision p99, cache hit (us)", numerator=("decision_hit_p99", "routerd"),

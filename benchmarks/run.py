@@ -15,6 +15,9 @@ CONSISTENT_HASH, proxy mode). Then it measures, in this order (`--only` takes th
     redirect  MQTT 5 CONNECT -> CONNACK 0x9C from the proxy itself (HAProxy: a Lua service)
     latency   ping-pong round trips over one connection, p50/p99, and what each proxy adds
     decision  routerd's routing decision in process (cache miss and hit), p50/p99
+    workers   short connections (as rate) through a second pair of proxies on ports of their own,
+              started in turn: routerd --workers 2 and HAProxy nbthread 2; their CPU (all of
+              routerd's processes) and the load client's per connection
     instructions  user-space instructions per connection (echo, MQTT 3.1.1 CONNECT) of a second
               HAProxy and routerd run under valgrind's callgrind on their own ports
     artemis   (only with --only) Artemis 2.40 as a pure router and routerd in mode=redirect over the
@@ -35,6 +38,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -375,6 +379,7 @@ class Bench:
             "redirect": self.redirect,
             "latency": self.latency,
             "decision": self.decision,
+            "workers": self.workers,
             "instructions": self.instructions,
             "artemis": self.artemis,
         }
@@ -656,6 +661,86 @@ class Bench:
         self.figures["decision_miss_p99"].set("routerd", times.miss_p99_us)
         self.figures["decision_hit_p50"].set("routerd", times.hit_p50_us, details)
         self.figures["decision_hit_p99"].set("routerd", times.hit_p99_us)
+
+    def workers(self) -> None:
+        """Short connections through routerd `--workers 2` and HAProxy `nbthread 2`.
+
+        A second routerd and HAProxy, started in turn on ports of their own
+        (`Ports.with_proxy_ports`) in front of the fleet's backends, with the fleet's configurations
+        otherwise (HAProxy's with `nbthread 2`); the fleet's proxies keep theirs. Each gets a
+        warm-up, then the rate group's load; the CPU per connection is all of a proxy's processes',
+        and the load client's own is in the details (the client shares the machine's cores).
+        """
+        ports, loadgen = self._need()
+        s = self.settings
+        work = self.workdir / "workers"
+        work.mkdir(exist_ok=True)
+        own = ports.with_proxy_ports(pick_ports(Ports.PROXY_COUNT))
+        tool = {name: find_tool(name) or name for name in REQUIRED_TOOLS}
+        lua = str(self.workdir / "redirect.lua")
+        single = haproxy_config(own, lua_path=lua, maxconn=haproxy_maxconn(self.fd_limit))
+        (work / "haproxy.cfg").write_text(single.replace("nbthread 1", f"nbthread {WORKERS}", 1))
+        (work / "routerd.xml").write_text(routerd_config(own))
+        routerd_argv = [*self._routerd_argv(work, own.routerd_admin), "--workers", str(WORKERS)]
+        rate, cpu = self.figures["connection_rate_workers"], self.figures["connection_cpu_workers"]
+
+        def routerd_started() -> bool:
+            return _pools_ready(own.routerd_admin) and bool(_worker_pids(own.routerd_admin))
+
+        proxies: list[tuple[PathName, list[str], list[int], int]] = [
+            (
+                "haproxy",
+                [tool["haproxy"], "-f", str(work / "haproxy.cfg"), "-db"],
+                _haproxy_ports(own),
+                own.haproxy_echo,
+            ),
+            ("routerd", routerd_argv, _routerd_ports(own), own.routerd_echo),
+        ]
+        for path, argv, listens, port in proxies:
+            name = f"{path} {WORKERS} workers"
+            try:
+                proc = self.fleet.start(name, argv, ports=listens, cwd=ROOT)
+                try:
+                    pids = [proc.pid]
+                    if path == "routerd":
+                        self.fleet.wait_until(
+                            name,
+                            proc,
+                            routerd_started,
+                            20,
+                            "report every pool target ready and its workers started",
+                        )
+                        pids += _worker_pids(own.routerd_admin)
+                    loadgen.rate(
+                        port, kind="echo", concurrency=s.rate_concurrency, total=s.rate_total // 10,
+                        seconds=s.rate_seconds, id_prefix=f"bench-ww{path[0]}-",
+                    )  # fmt: skip  # warm-up
+                    client_before = _children_cpu_s()
+                    cpu_before = sum(cpu_ns(pid) for pid in pids)
+                    result = loadgen.rate(
+                        port, kind="echo", concurrency=s.rate_concurrency, total=s.rate_total,
+                        seconds=s.rate_seconds, id_prefix=f"bench-w{path[0]}-",
+                    )  # fmt: skip
+                    if result.ok == 0:
+                        raise ClientError(
+                            f"no connection succeeded ({result.errors} errors, last: {result.last_error})"
+                        )
+                    proxy_us = (sum(cpu_ns(pid) for pid in pids) - cpu_before) / 1000 / result.ok
+                    details = result.details()
+                    details["processes"] = len(pids)
+                    details["proxy_cpu_us_per_connection"] = round(proxy_us, 2)
+                    details["client_cpu_us_per_connection"] = round(
+                        (_children_cpu_s() - client_before) * 1e6 / result.ok, 2
+                    )
+                    rate.set(path, result.rate, details)
+                    cpu.set(path, proxy_us)
+                finally:
+                    self.fleet.stop(proc)
+            except (ClientError, FleetError, OSError, ValueError, subprocess.SubprocessError) as exc:
+                _say(f"{WORKERS} workers of {path} failed: {exc}")
+                for figure in (rate, cpu):
+                    if path not in figure.values:
+                        figure.fail(path, f"{type(exc).__name__}: {exc}")
 
     def instructions(self) -> None:
         """User-space instructions per connection, counted by callgrind (benchmarks/callgrind.py).
@@ -945,6 +1030,9 @@ class Bench:
                 figure.set(path, statistics.median(samples), details)
 
 
+WORKERS: Final = 2
+"""The workers group's processes (routerd `--workers`) and threads (HAProxy `nbthread`)."""
+
 _INSTRUCTION_KINDS: Final[tuple[tuple[RateKind, str], ...]] = (
     ("echo", "instructions_echo"),
     ("mqtt3", "instructions_mqtt3"),
@@ -1032,6 +1120,22 @@ def _pools_ready(admin_port: int) -> bool:
         if not all(isinstance(t, dict) and t.get("state") == "ready" for t in targets):
             return False
     return True
+
+
+def _worker_pids(admin_port: int) -> list[int]:
+    """The PIDs of a routerd's running workers (its status document)."""
+    try:
+        status = admin_get(admin_port, "/api/v1/status")
+    except (OSError, ValueError):
+        return []
+    workers = status.get("workers", []) if isinstance(status, dict) else []
+    return [w["pid"] for w in workers if isinstance(w, dict) and isinstance(w.get("pid"), int)]
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's children that have ended (the load client's runs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _echo_paths(ports: Ports) -> list[tuple[PathName, int]]:

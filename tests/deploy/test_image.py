@@ -350,7 +350,12 @@ def test_image_native_check_passes_against_the_installed_wheel_only(installed: I
     purelib = installed.native.parent.parent
     others = [  # the other extensions, planted too: the negative control imports them all
         next((purelib / folder).glob(f"{name}*.so"))
-        for folder, name in (("keys", "_native"), ("router/datapath", "_core"), ("router", "_conn_lines"))
+        for folder, name in (
+            ("keys", "_native"),
+            ("router/datapath", "_core"),
+            ("router", "_conn_lines"),
+            ("router/features/workers", "_zone"),
+        )
     ]
     planted_others = [tree / other.relative_to(purelib) for other in others]
     for other, planted_other in zip(others, planted_others, strict=True):
