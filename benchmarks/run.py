@@ -668,8 +668,9 @@ class Bench:
         A second routerd and HAProxy, started in turn on ports of their own
         (`Ports.with_proxy_ports`) in front of the fleet's backends, with the fleet's configurations
         otherwise (HAProxy's with `nbthread 2`); the fleet's proxies keep theirs. Each gets a
-        warm-up, then the rate group's load; the CPU per connection is all of a proxy's processes',
-        and the load client's own is in the details (the client shares the machine's cores).
+        warm-up, then the rate group's load; the CPU per connection is all of a proxy's processes'
+        (`cpu_ns` counts routerd's workers, its children), and the load client's own is in the
+        details (the client shares the machine's cores).
         """
         ports, loadgen = self._need()
         s = self.settings
@@ -701,7 +702,7 @@ class Bench:
             try:
                 proc = self.fleet.start(name, argv, ports=listens, cwd=ROOT)
                 try:
-                    pids = [proc.pid]
+                    processes = 1
                     if path == "routerd":
                         self.fleet.wait_until(
                             name,
@@ -710,13 +711,13 @@ class Bench:
                             20,
                             "report every pool target ready and its workers started",
                         )
-                        pids += _worker_pids(own.routerd_admin)
+                        processes += len(_worker_pids(own.routerd_admin))
                     loadgen.rate(
                         port, kind="echo", concurrency=s.rate_concurrency, total=s.rate_total // 10,
                         seconds=s.rate_seconds, id_prefix=f"bench-ww{path[0]}-",
                     )  # fmt: skip  # warm-up
                     client_before = _children_cpu_s()
-                    cpu_before = sum(cpu_ns(pid) for pid in pids)
+                    cpu_before = cpu_ns(proc.pid)  # its workers too: they are its children
                     result = loadgen.rate(
                         port, kind="echo", concurrency=s.rate_concurrency, total=s.rate_total,
                         seconds=s.rate_seconds, id_prefix=f"bench-w{path[0]}-",
@@ -725,9 +726,9 @@ class Bench:
                         raise ClientError(
                             f"no connection succeeded ({result.errors} errors, last: {result.last_error})"
                         )
-                    proxy_us = (sum(cpu_ns(pid) for pid in pids) - cpu_before) / 1000 / result.ok
+                    proxy_us = (cpu_ns(proc.pid) - cpu_before) / 1000 / result.ok
                     details = result.details()
-                    details["processes"] = len(pids)
+                    details["processes"] = processes
                     details["proxy_cpu_us_per_connection"] = round(proxy_us, 2)
                     details["client_cpu_us_per_connection"] = round(
                         (_children_cpu_s() - client_before) * 1e6 / result.ok, 2
