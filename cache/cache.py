@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeAlias
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",
@@ -229,6 +229,15 @@ class TargetCache:
             self._note(key, (node_id, now, NO_PIN))
         if self._used is not None:
             self._used.add(key)
+
+    def claim(self, key: str, node_id: str, now: float, usable: Callable[[str], bool]) -> str:
+        """Cache a policy's choice for a key whose entry did not serve (none, expired, or its
+        target not usable), and say where the key goes: `node_id`, or, in a cache other processes
+        write too (a `ZoneCache` of routerd's workers), the node id another one wrote meanwhile,
+        when `usable` says its target takes the key. This cache has no other writer: `put`."""
+        del usable
+        self.put(key, node_id, now)
+        return node_id
 
     def evict(self, key: str) -> bool:
         """Remove one entry (or pin); whether it was there."""

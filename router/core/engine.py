@@ -352,7 +352,9 @@ class RoutingEngine:
             return None
         if cache is not None:
             cache.get(key, now)  # as `begin`'s step 6: the miss counted, an expired entry gone
-            cache.put(key, chosen.node_id, now)
+            node_id = cache.claim(key, chosen.node_id, now, self._takes)
+            if node_id != chosen.node_id and (other := pool.ready_target(node_id)) is not None:
+                return other, self._reach(other), DecisionReason.CACHE  # another worker's choice
         return chosen, self._reach(chosen), DecisionReason.POLICY
 
     def transform(self, key: str) -> str:
@@ -393,8 +395,18 @@ class RoutingEngine:
             reason = DecisionReason.NO_READY_TARGET if not targets else DecisionReason.POLICY_SELECTS_NONE
             return RouteDecision(key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=reason)
         if self.cache is not None and not dry_run:
-            self.cache.put(key, target.node_id, now)
+            node_id = self.cache.claim(key, target.node_id, now, self._takes)
+            if node_id != target.node_id and (other := self._pool_target(node_id)) is not None:
+                return self._ok(key, other, DecisionReason.CACHE)  # another worker's choice
         return self._ok(key, target, DecisionReason.POLICY)
+
+    def _takes(self, node_id: str) -> bool:
+        """Whether the target with this node id takes a key from the cache now (ready, open)."""
+        return self._pool_target(node_id) is not None
+
+    def _pool_target(self, node_id: str) -> Target | None:
+        """The pool's ready target with this node id, as a cache hit takes it."""
+        return None if self.pool is None else self.pool.ready_target(node_id)
 
     def decide(self, key: str, now: float, *, dry_run: bool = False) -> RouteDecision:
         """Steps 4-9 for a transformed key, taking the pool's targets as they are (no quorum wait);

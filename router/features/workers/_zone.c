@@ -603,53 +603,82 @@ static PyObject *Zone_touch(Zone *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* put(key, node_id, now) -> evicted key | None: TargetCache.put; the key evicted to make room. */
+/* Under the lock: `put`'s change. When an entry is evicted to make room, its key's first bytes are
+ * copied to `evicted` (KEY_INLINE bytes at most) and their length returned; else -1. */
+static int put_locked(zone *z, const zone_key *k, uint16_t node, double now, char *evicted) {
+    int found, cut = -1;
+    uint32_t i = find_slot(z, k, &found);
+    if (found) {
+        uint32_t e = z->index[i] - 1;
+        zone_entry *x = &z->entries[e];
+        if (isnan(x->until)) { /* a pin keeps its node */
+            x->node = node;
+            x->access = now;
+            unlink_lru(z, e);
+            append_lru(z, e);
+        }
+        return -1;
+    }
+    if (z->h->size >= z->h->max_entries) {
+        uint32_t oldest = z->h->lru_head;
+        zone_entry *o = &z->entries[oldest];
+        cut = (int)(o->key_len < KEY_INLINE ? o->key_len : KEY_INLINE);
+        memcpy(evicted, o->key, (size_t)cut);
+        remove_slot(z, slot_of_entry(z, oldest));
+        z->h->evictions++;
+        i = find_slot(z, k, &found); /* the shift may have moved the hole */
+    }
+    insert_at(z, i, k, node, now, NAN);
+    return cut;
+}
+
+/* Whether the key's entry is what a caller read: `expected` its node id (len `elen`), or NULL for
+ * no entry that is fresh and not a pin. Under the lock. */
+static int entry_is(const zone *z, const zone_key *k, double now, const char *expected, Py_ssize_t elen) {
+    int found;
+    uint32_t i = find_slot(z, k, &found);
+    const zone_entry *x = found ? &z->entries[z->index[i] - 1] : NULL;
+    if (x == NULL || !isnan(x->until) || expired(z, x, now)) return expected == NULL;
+    const uint8_t *n = z->h->node_ids[x->node];
+    return expected != NULL && n[0] == elen && memcmp(n + 1, expected, (size_t)elen) == 0;
+}
+
+/* put(key, node_id, now) -> evicted key | None: TargetCache.put; the key evicted to make room.
+ * put(key, node_id, now, expected) -> bool: the same only while the key's entry is still what the
+ * caller read (`expected`: its node id, or None for no entry that is fresh and not a pin); False,
+ * with nothing changed, when another process wrote it meanwhile. */
 static PyObject *Zone_put(Zone *self, PyObject *const *args, Py_ssize_t nargs) {
     double now;
     zone_key k;
-    if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "put(key: str, node_id: str, now: float)");
+    int conditional = nargs == 4;
+    if ((nargs != 3 && nargs != 4) || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1]) ||
+        (conditional && args[3] != Py_None && !PyUnicode_Check(args[3]))) {
+        PyErr_SetString(PyExc_TypeError, "put(key: str, node_id: str, now: float[, expected: str | None])");
         return NULL;
     }
     if (!ready(self) || as_time(args[2], &now) < 0) return NULL;
-    Py_ssize_t nlen;
+    Py_ssize_t nlen, elen = 0;
     const char *ntext = PyUnicode_AsUTF8AndSize(args[1], &nlen);
-    if (ntext == NULL || parse_key(self, args[0], &k) < 0 || lock_or_raise(self) < 0) return NULL;
+    if (ntext == NULL) return NULL;
+    const char *etext = NULL;
+    if (conditional && args[3] != Py_None && (etext = PyUnicode_AsUTF8AndSize(args[3], &elen)) == NULL) return NULL;
+    if (parse_key(self, args[0], &k) < 0 || lock_or_raise(self) < 0) return NULL;
     zone *z = &self->z;
-    PyObject *evicted = NULL;
     int node = node_number(z, ntext, nlen);
     if (node < 0) {
         zone_unlock(z);
         return NULL;
     }
-    int found;
-    uint32_t i = find_slot(z, &k, &found);
-    if (found) {
-        uint32_t e = z->index[i] - 1;
-        zone_entry *x = &z->entries[e];
-        if (isnan(x->until)) { /* a pin keeps its node */
-            x->node = (uint16_t)node;
-            x->access = now;
-            unlink_lru(z, e);
-            append_lru(z, e);
-        }
-    } else {
-        if (z->h->size >= z->h->max_entries) {
-            uint32_t oldest = z->h->lru_head;
-            zone_entry *o = &z->entries[oldest];
-            evicted = PyUnicode_DecodeUTF8(o->key, o->key_len < KEY_INLINE ? o->key_len : KEY_INLINE, "replace");
-            remove_slot(z, slot_of_entry(z, oldest));
-            z->h->evictions++;
-            i = find_slot(z, &k, &found); /* the shift may have moved the hole */
-        }
-        insert_at(z, i, &k, (uint16_t)node, now, NAN);
+    if (conditional && !entry_is(z, &k, now, etext, elen)) {
+        zone_unlock(z);
+        Py_RETURN_FALSE;
     }
+    char evicted[KEY_INLINE];
+    int cut = put_locked(z, &k, (uint16_t)node, now, evicted);
     zone_unlock(z);
-    if (evicted == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    return evicted;
+    if (conditional) Py_RETURN_TRUE;
+    if (cut < 0) Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(evicted, cut, "replace");
 }
 
 /* evict(key) -> bool: TargetCache.evict. */
@@ -955,7 +984,8 @@ static PyMethodDef Zone_methods[] = {
     {"fresh", (PyCFunction)(void (*)(void))Zone_fresh, METH_FASTCALL, "fresh(key, now) -> node id | None"},
     {"peek", (PyCFunction)Zone_peek, METH_O, "peek(key) -> (node id, access, until | None) | None"},
     {"touch", (PyCFunction)(void (*)(void))Zone_touch, METH_FASTCALL, "touch(key, now)"},
-    {"put", (PyCFunction)(void (*)(void))Zone_put, METH_FASTCALL, "put(key, node_id, now) -> evicted key | None"},
+    {"put", (PyCFunction)(void (*)(void))Zone_put, METH_FASTCALL,
+     "put(key, node_id, now) -> evicted key | None; put(key, node_id, now, expected) -> bool"},
     {"pin", (PyCFunction)(void (*)(void))Zone_pin, METH_FASTCALL, "pin(key, node_id, now, until)"},
     {"evict", (PyCFunction)Zone_evict, METH_O, "evict(key) -> bool"},
     {"evict_node", (PyCFunction)Zone_evict_node, METH_O, "evict_node(node_id) -> [key]"},

@@ -7,7 +7,9 @@ keeps `TargetCache`'s rules (tests/cache/test_cache.py's cases and a differentia
 both). What it does not do (yet): persistence and ZooKeeper sharing, which stay with one process
 (a configuration asking for them with several workers is refused, `ZONE_CACHE_RULE`); and a key
 longer than `KEY_INLINE` bytes is told apart by its length, prefix and keyed 128-bit hash, and is
-listed by its prefix.
+listed by its prefix. Two processes deciding the same new key at once agree: a policy's choice is
+written only if the entry is still what the decision read, else the other's choice is taken
+(`claim`).
 
 `share_round_robin` points a ROUND_ROBIN (or LEAST_CONNECTIONS, for its ties) policy at the zone's
 position of its router: Artemis's sequence, taken in turns by all the workers.
@@ -26,7 +28,7 @@ from cache.cache import NO_PIN, CacheConfig, CacheEntry, Changes, Row, TargetCac
 from policies.policy import RoundRobinPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from policies.policy import Policy
     from router.core.engine import RoutingEngine
@@ -40,6 +42,10 @@ __all__ = ["EXTENSION", "ZONE_CACHE_RULE", "ZoneCache", "join_zone", "make_zone"
 
 EXTENSION: Final = _zone
 """The C extension, or None when it was not built (then routerd runs one worker)."""
+
+_CLAIM_TRIES: Final = 8
+"""`ZoneCache.claim`'s reads and conditional writes at most before it writes regardless (each retry
+means another process wrote the same key in between)."""
 
 ZONE_CACHE_RULE: Final = "a cache shared by several workers is not persisted and not shared through ZooKeeper"
 
@@ -112,6 +118,21 @@ class ZoneCache(TargetCache):
 
     def put(self, key: str, node_id: str, now: float) -> None:
         self.zone.put(key, node_id, now + self.offset)
+
+    def claim(self, key: str, node_id: str, now: float, usable: Callable[[str], bool]) -> str:
+        """`TargetCache.claim` where other processes write too: the choice is written only while
+        the entry is still what was read (`Zone.put` with `expected`); when another process
+        wrote a usable choice meanwhile, the key goes there (not counted again: the caller's read
+        counted it)."""
+        at = now + self.offset
+        for _ in range(_CLAIM_TRIES):  # each failed try is another process's write in between
+            current = self.zone.fresh(key, at)
+            if current is not None and current != node_id and usable(current):
+                return current
+            if self.zone.put(key, node_id, at, current):
+                return node_id
+        self.zone.put(key, node_id, at)
+        return node_id
 
     def evict(self, key: str) -> bool:
         return self.zone.evict(key)

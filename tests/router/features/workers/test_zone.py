@@ -19,14 +19,21 @@ import textwrap
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cache.cache import CacheConfig, TargetCache
+from router.core.engine import DecisionReason
 from router.features.workers import zone as zone_module
 from router.features.workers.zone import ZONE_CACHE_RULE, ZoneCache, join_zone, make_zone
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pools.target import Target
 
 ROOT = Path(__file__).resolve().parents[4]
 _zone = zone_module.EXTENSION
@@ -339,7 +346,8 @@ class TestEnginesSharingAZone:
         assert _zone is not None
         zone = make_zone(CacheConfig(), 1)
         keys = [f"client-{i}" for i in range(1000)]
-        seen = _decide_in_two_processes(zone.fileno(), policy, keys)
+        even, odd = keys[0::2], keys[1::2]
+        seen = _decide_in_two_processes(zone.fileno(), policy, keys, [(even, odd), (odd, even), (keys, keys)])
         for key, nodes in seen.items():
             assert len(set(nodes)) == 1, (key, nodes)
         assert all(len(nodes) == 4 for nodes in seen.values())
@@ -348,6 +356,84 @@ class TestEnginesSharingAZone:
             assert sorted(spread.values()) == [333, 333, 334], spread
         else:
             assert len(spread) == 3, spread
+
+    def test_two_processes_deciding_the_same_new_keys_at_once_agree(self) -> None:
+        """Both processes decide all 1,000 new client ids at the same time (in opposite orders, so
+        that they meet around the middle), then all again: every key has one broker in all four
+        decisions. (How the two decisions of one key at the same instant agree is
+        `TestClaim.test_an_engine_takes_the_choice_another_wrote_while_it_decided`.)"""
+        zone = make_zone(CacheConfig(), 1)
+        keys = [f"client-{i}" for i in range(1000)]
+        seen = _decide_in_two_processes(
+            zone.fileno(), "ROUND_ROBIN", keys, [(keys, keys[::-1]), (keys, keys)]
+        )
+        split = {key: nodes for key, nodes in seen.items() if len(set(nodes)) != 1}
+        assert split == {}
+        assert all(len(nodes) == 4 for nodes in seen.values())
+
+
+class TestClaim:
+    def test_a_write_over_what_was_read_only(self) -> None:
+        assert _zone is not None
+        zone = _zone.Zone(10)
+        assert zone.put("k", "n1", 0.0, None) is True
+        assert zone.put("k", "n2", 0.0, None) is False  # another wrote n1 since "none" was read
+        assert zone.put("k", "n2", 0.0, "n3") is False
+        assert zone.put("k", "n2", 0.0, "n1") is True
+        assert zone.peek("k") == ("n2", 0.0, None)
+        zone.pin("p", "n1", 0.0, math.inf)
+        assert zone.put("p", "n2", 0.0, "n1") is False  # a pin is no entry to write over
+        assert zone.put("p", "n2", 0.0, None) is True  # and keeps its node, as put
+        assert zone.peek("p") == ("n1", 0.0, math.inf)
+
+    def test_claim_takes_another_writers_usable_choice(self) -> None:
+        config = CacheConfig(timeout_ms=1000)
+        cache = ZoneCache(config, make_zone(config, 1))
+        assert cache.claim("k", "n1", 0.0, lambda _: True) == "n1"
+        assert cache.claim("k", "n2", 0.5, lambda node: node == "n1") == "n1"  # n1 takes keys: kept
+        assert cache.claim("k", "n2", 0.5, lambda _: False) == "n2"  # n1 does not: overwritten
+        assert cache.fresh("k", 0.5) == "n2"
+        assert cache.claim("k", "n3", 2.0, lambda _: True) == "n3"  # n2's entry expired
+        reference = TargetCache(config)
+        assert reference.claim("k", "n1", 0.0, lambda _: False) == "n1"
+        assert reference.claim("k", "n2", 0.0, lambda _: True) == "n2"  # no other writer: put
+
+    @pytest.mark.parametrize("plain", [False, True])
+    def test_an_engine_takes_the_choice_another_wrote_while_it_decided(self, plain: bool) -> None:
+        """Two engines on one zone (two workers); engine B decides each new key while engine A's
+        policy is choosing for it (as B's process would at the same instant): A's write finds B's
+        entry and A sends the key where B did, by `begin`'s path and by the plain one; ROUND_ROBIN
+        gave A the next turn, another target, so without the check A would have split the key."""
+        from tests.router.core.test_engine import make_engine
+
+        zone = make_zone(CacheConfig(), 1)
+        first, second = (make_engine(policy="ROUND_ROBIN", cache_timeout_ms=0) for _ in range(2))
+        for engine in (first, second):
+            join_zone(engine, zone, 0)
+        assert first.policy is not None
+        choose = first.policy.select
+        others: dict[str, str] = {}
+
+        def meanwhile(targets: Sequence[Target], key: str) -> Target | None:
+            decision = second.decide(key, 0.0)
+            assert decision.target is not None
+            others[key] = decision.target.node_id
+            return choose(targets, key)
+
+        first.policy.select = meanwhile  # type: ignore[method-assign]
+        for i in range(30):
+            key = f"k{i}"
+            if plain:
+                decided = first.plain(key, 0.0)
+                assert decided is not None
+                node, reason = decided[0].node_id, decided[2]
+            else:
+                decision = first.decide(key, 0.0)
+                assert decision.target is not None
+                node, reason = decision.target.node_id, decision.reason
+            assert node == others[key]
+            assert reason is DecisionReason.CACHE
+            assert zone.peek(key) == (node, 0.0, None)
 
 
 class TestJoinZone:
@@ -368,14 +454,15 @@ class TestJoinZone:
         assert zone.peek("k1") == (decision.target.node_id, 0.0, None)  # type: ignore[union-attr]
 
 
-def _decide_in_two_processes(zone_fd: int, policy: str, keys: list[str]) -> dict[str, list[str]]:
-    """Each key decided four times by two processes: the even keys by one and the odd by the other
-    at once, then the other way round at once, then all by each; key -> the four node ids."""
+def _decide_in_two_processes(
+    zone_fd: int, policy: str, keys: list[str], passes: Sequence[tuple[list[str], list[str]]]
+) -> dict[str, list[str]]:
+    """The keys decided by two processes, both at once in each pass (each its list of keys);
+    key -> the node ids of its decisions."""
     processes = [_run(_ENGINE, zone_fd, policy, stdin=subprocess.PIPE) for _ in range(2)]
     seen: dict[str, list[str]] = {key: [] for key in keys}
-    even, odd = keys[0::2], keys[1::2]
     try:
-        for orders in ((even, odd), (odd, even), (keys, keys)):
+        for orders in passes:
             for process, order in zip(processes, orders, strict=True):
                 assert process.stdin is not None
                 process.stdin.write(json.dumps(order) + "\n")
