@@ -206,7 +206,12 @@ def _processes(args: argparse.Namespace, argv: Sequence[str]) -> Processes:
         return Processes(count=args.workers, command=(sys.executable, "-m", "router", *argv, "--no-admin"))
     try:
         spec = json.loads(args.worker_of)
-        return Processes(count=args.workers, index=int(spec["index"]), zones=dict(spec["zones"]))
+        return Processes(
+            count=args.workers,
+            index=int(spec["index"]),
+            zones=dict(spec["zones"]),
+            channel=int(spec["channel"]),
+        )
     except (ValueError, KeyError, TypeError) as exc:
         _fail(
             "routerd", f"--worker-of is routerd's own (a worker's), got {args.worker_of!r}: {exc}", EXIT_USAGE

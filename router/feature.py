@@ -250,6 +250,8 @@ class Processes:
     """This process: 0 the supervisor (or the only one), 1 to count - 1 a worker."""
     zones: Mapping[str, int] = field(default_factory=dict)
     """A worker's: router name -> the descriptor of the router's shared zone, from the supervisor."""
+    channel: int | None = None
+    """A worker's: the descriptor of its socket to the supervisor (its metrics go there)."""
     command: tuple[str, ...] = ()
     """The supervisor's: the command line that starts a worker (its own, which the workers
     feature completes with the worker's number and zones)."""

@@ -43,7 +43,7 @@ class _Labelled(Generic[_V]):
     """What `Family` and `Histogram` share: a name, a help text, label names, a value per label
     set (`_V`), and the lock every thread takes to change them."""
 
-    __slots__ = ("_lock", "_values", "documentation", "labels", "name")
+    __slots__ = ("_lock", "_values", "documentation", "labels", "name", "others")
 
     def __init__(self, name: str, documentation: str, labels: tuple[str, ...]) -> None:
         self.name = name
@@ -52,6 +52,14 @@ class _Labelled(Generic[_V]):
         self.labels = labels
         self._values: dict[tuple[str, ...], _V] = {}
         self._lock = threading.Lock()
+        self.others: dict[tuple[str, ...], _V] = {}
+        """Other processes' values (routerd's workers'), added to this process's when collected;
+        replaced as a whole by whoever gathers them."""
+
+    def values(self) -> dict[tuple[str, ...], _V]:
+        """A copy of this process's own values (without `others`)."""
+        with self._lock:
+            return dict(self._values)
 
     def _check(self, labels: tuple[str, ...]) -> None:
         """A new label set: one string per label name.
@@ -134,9 +142,13 @@ class Family(_Labelled[float]):
         self._check(labels)
 
     def collect(self) -> Metric:
-        """The family as the client library exports it (a consistent copy of its values)."""
+        """The family as the client library exports it (a consistent copy of its values, with
+        `others` added)."""
         with self._lock:
-            values = list(self._values.items())
+            mine = dict(self._values)
+        for labels, value in self.others.items():
+            mine[labels] = mine.get(labels, 0.0) + value
+        values = list(mine.items())
         if self.kind is MetricKind.COUNTER:
             counter = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
             for labels, value in values:
@@ -231,7 +243,12 @@ class Histogram(_Labelled[list[float]]):
     def collect(self) -> Metric:
         """The family as the client library exports it (a consistent copy of its counts)."""
         with self._lock:
-            values = [(labels, list(counts)) for labels, counts in self._values.items()]
+            mine = {labels: list(counts) for labels, counts in self._values.items()}
+        for labels, counts in self.others.items():
+            own = mine.setdefault(labels, [0.0] * len(counts))
+            for index, count in enumerate(counts[: len(own)]):
+                own[index] += count
+        values = list(mine.items())
         histogram = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
         # The library's own `le` formatting (Go's), as its Histogram writes it; it is not typed.
         bounds = [*(floatToGoString(b) for b in self._bounds), "+Inf"]  # type: ignore[no-untyped-call]

@@ -376,6 +376,15 @@ class Metrics:
         for family in self._families:
             yield family.collect()
 
+    def sample(self) -> None:
+        """Run the samplers (what a scrape runs first): the families then hold every count."""
+        for sampler in self._samplers:
+            sampler()
+
+    def family(self, name: str) -> Family | Histogram | None:
+        """The family exposed under `name`, if any."""
+        return next((f for f in self._families if f.name == name), None)
+
     def exposition(self) -> bytes:
         """The text exposition format of every metric."""
         return generate_latest(self.registry)

@@ -109,3 +109,28 @@ def test_a_tally_adds_what_one_thread_counted_when_folded() -> None:
     tally.fold()  # nothing new: nothing added
     assert family.value(("r", "OK")) == 15_000
     assert [family.value((f"r{n}", "OK")) for n in range(3)] == [15_000] * 3
+
+
+def test_other_processes_values_are_added_when_collected_and_kept_apart() -> None:
+    """`others` (routerd's workers' counts) add to a family's own values in the exposition, label
+    set by label set, and never into the own values (`values`)."""
+    metrics = Metrics()
+    accepted = metrics.connections_accepted
+    accepted.inc(("a", "r"), 3)
+    accepted.others = {("a", "r"): 4.0, ("b", "r"): 1.0}
+    samples = {s.labels["acceptor"]: s.value for s in accepted.collect().samples if s.name.endswith("_total")}
+    assert samples == {"a": 7.0, "b": 1.0}
+    assert accepted.values() == {("a", "r"): 3.0}
+    histogram = Histogram("h_seconds", "help", ("t",), (0.1, 1.0))
+    histogram.observe(("x",), 0.05)
+    histogram.others = {("x",): [0.0, 2.0, 1.0, 3.5], ("y",): [1.0, 0.0, 0.0, 0.01]}
+    buckets = {
+        (s.labels["t"], s.labels.get("le")): s.value
+        for s in histogram.collect().samples
+        if s.name.endswith("_bucket")
+    }
+    assert buckets[("x", "0.1")] == 1.0
+    assert buckets[("x", "1.0")] == 3.0
+    assert buckets[("x", "+Inf")] == 4.0
+    assert buckets[("y", "+Inf")] == 1.0
+    assert histogram.values() == {("x",): [1.0, 0.0, 0.0, 0.05]}

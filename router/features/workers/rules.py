@@ -9,18 +9,65 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from pools.pool import AdminState, TargetState
 from router.features.workers.zone import ZONE_CACHE_RULE
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from pools.pool import Pool
     from router.config.settings import Config
 
-__all__ = ["Board", "Change", "board_of", "changes", "refusal"]
+__all__ = [
+    "SUMMED",
+    "Board",
+    "Change",
+    "Snapshot",
+    "add_snapshots",
+    "board_of",
+    "changes",
+    "counts_of",
+    "decode_snapshot",
+    "encode_snapshot",
+    "refusal",
+]
+
+SUMMED: Final = frozenset(
+    {
+        "router_connections_accepted_total",
+        "router_routing_decisions_total",
+        "router_routing_refusals_total",
+        "router_connections_refused_total",
+        "router_client_errors_total",
+        "router_authentication_failures_total",
+        "router_client_connections",
+        "router_client_connection_budget",
+        "router_proxied_connections",
+        "router_proxied_connections_closed_total",
+        "router_proxied_bytes_total",
+        "router_target_connect_failures_total",
+        "router_target_connect_duration_seconds",
+        "router_connect_redispatches_total",
+        "router_target_outlier_failures_total",
+        "router_target_ejections_total",
+        "router_target_queue_wait_seconds",
+        "router_target_queue_length",
+        "router_target_gate_connections",
+        "router_acceptor_paused_seconds_total",
+        "router_evacuation_moved_total",
+        "router_log_lines_suppressed_total",
+    }
+)
+"""The metric families a worker's connections count: the supervisor's `/metrics` shows each as its
+own value plus every worker's. The others are the supervisor's alone: what it does for all
+(probes, targets' and pools' states, reloads, the admin API), and the cache's, which is the zone's
+and so counts every process already."""
+
+Snapshot: TypeAlias = dict[str, tuple[str, dict[tuple[str, ...], float | list[float]]]]
+"""A process's summed families: name -> (kind: "counter", "gauge" or "histogram", label set ->
+value; a histogram's value is its buckets' counts, each on its own, then the sum)."""
 
 
 def refusal(config: Config, workers: int) -> str | None:
@@ -124,3 +171,54 @@ def changes(board: Board, pool: Pool) -> list[Change]:
             if theirs is not TargetState.UNKNOWN and theirs is not ours:
                 out.append(Change(node, member, ready=theirs is TargetState.READY))
     return out
+
+
+def encode_snapshot(snapshot: Snapshot) -> bytes:
+    """One line of JSON (a worker sends one every period)."""
+    return (
+        json.dumps(
+            {
+                name: [kind, [[*labels, value] for labels, value in values.items()]]
+                for name, (kind, values) in snapshot.items()
+            },
+            separators=(",", ":"),
+        ).encode()
+        + b"\n"
+    )
+
+
+def decode_snapshot(line: bytes) -> Snapshot:
+    """`encode_snapshot`'s line back.
+
+    Raises:
+        ValueError: not such a line.
+    """
+    document = json.loads(line)
+    if not isinstance(document, dict):
+        raise ValueError(f"a snapshot is a JSON object, got {type(document).__name__}")
+    return {
+        str(name): (str(kind), {tuple(str(label) for label in row[:-1]): row[-1] for row in rows})
+        for name, (kind, rows) in document.items()
+    }
+
+
+def counts_of(snapshot: Snapshot) -> Snapshot:
+    """What of a snapshot only goes up (counters and histograms): what stays counted once the
+    worker that sent it is gone (its gauges went with its connections)."""
+    return {name: (kind, values) for name, (kind, values) in snapshot.items() if kind != "gauge"}
+
+
+def add_snapshots(snapshots: Iterable[Snapshot]) -> Snapshot:
+    """The sum of several processes' snapshots, label set by label set."""
+    total: Snapshot = {}
+    for snapshot in snapshots:
+        for name, (kind, values) in snapshot.items():
+            _, into = total.setdefault(name, (kind, {}))
+            for labels, value in values.items():
+                have = into.get(labels)
+                if isinstance(value, list):
+                    base = have if isinstance(have, list) else [0.0] * len(value)
+                    into[labels] = [a + b for a, b in zip(base, value, strict=False)]
+                else:
+                    into[labels] = (have if isinstance(have, float | int) else 0.0) + value
+    return total

@@ -19,10 +19,12 @@ the kernel gives.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 from typing import TYPE_CHECKING, Final
@@ -30,8 +32,20 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from router.feature import Kernel, OpenError, Service
-from router.features.workers.rules import Board, board_of, changes, refusal
+from router.features.workers.rules import (
+    SUMMED,
+    Board,
+    Snapshot,
+    add_snapshots,
+    board_of,
+    changes,
+    counts_of,
+    decode_snapshot,
+    encode_snapshot,
+    refusal,
+)
 from router.features.workers.zone import EXTENSION, join_zone, make_zone
+from router.metric_values import Family, Histogram, MetricKind
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -51,11 +65,16 @@ RESTART_MAX_S: Final = 30.0
 """At most this long between two starts of a worker."""
 RESTART_RESET_S: Final = 60.0
 """A worker that ran this long before exiting is started again after `RESTART_FIRST_S`."""
+METRICS_PERIOD_S: Final = 1.0
+"""How often a worker sends the supervisor its counts (the supervisor's `/metrics` is at most this
+much behind a worker's connections)."""
+SNAPSHOT_MAX_BYTES: Final = 16 * 1024 * 1024
+"""A worker's line of counts longer than this is a broken worker: its channel is closed."""
 
 
-def worker_spec(index: int, zones: Mapping[str, int]) -> str:
+def worker_spec(index: int, zones: Mapping[str, int], channel: int) -> str:
     """The value of a worker's `--worker-of`."""
-    return json.dumps({"index": index, "zones": dict(zones)}, separators=(",", ":"))
+    return json.dumps({"index": index, "zones": dict(zones), "channel": channel}, separators=(",", ":"))
 
 
 class Workers(Service):
@@ -75,6 +94,10 @@ class Workers(Service):
         self._generation = 0
         """A supervisor's configuration generation (one more at each reload it made)."""
         self._parent = os.getppid()
+        self._counts: dict[int, Snapshot] = {}
+        """A supervisor's: each running worker's last counts."""
+        self._retired: Snapshot = {}
+        """A supervisor's: the counters of workers that exited (they stay counted)."""
 
     # -- start --
 
@@ -101,6 +124,7 @@ class Workers(Service):
         problem = refusal(config, processes.count)
         if problem is not None:
             raise OpenError(problem)
+        self._kernel.metrics.sample_when_scraped(self._add_workers_counts)
         for router in config.routers:
             try:
                 self._zones[router.name] = make_zone(router.cache, 1)
@@ -152,6 +176,7 @@ class Workers(Service):
         async with trio.open_nursery() as nursery:
             if processes.worker:
                 nursery.start_soon(self._follow)
+                nursery.start_soon(self._send_counts)
             else:
                 nursery.start_soon(self._publish)
                 for index in range(1, processes.count):
@@ -212,20 +237,30 @@ class Workers(Service):
         """Run worker `index`, starting it again when it exits before shutdown."""
         pause = RESTART_FIRST_S
         fds = {name: zone.fileno() for name, zone in self._zones.items()}
-        command = [*self._processes.command, "--worker-of", worker_spec(index, fds)]
         env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}  # systemd hears the supervisor
         while not self._stopping:
             began = trio.current_time()
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            command = [*self._processes.command, "--worker-of", worker_spec(index, fds, theirs.fileno())]
             try:
                 process = await trio.lowlevel.open_process(
-                    command, pass_fds=tuple(fds.values()), env=env, stdin=subprocess.DEVNULL
+                    command, pass_fds=(*fds.values(), theirs.fileno()), env=env, stdin=subprocess.DEVNULL
                 )
             except OSError as exc:
                 log.error("worker %d cannot start: %s", index, exc)
+                mine.close()
+                theirs.close()
             else:
+                theirs.close()  # the worker has its own copy
                 self._children[index] = process
                 log.info("worker %d started (pid %d)", index, process.pid)
-                status = await process.wait()
+                async with trio.open_nursery() as reading:
+                    reading.start_soon(
+                        self._receive_counts, index, trio.SocketStream(trio.socket.from_stdlib_socket(mine))
+                    )
+                    status = await process.wait()
+                    reading.cancel_scope.deadline = trio.current_time() + 1.0  # its last counts
+                self._retire_counts(index)
                 self._children.pop(index, None)
                 if self.is_stopping():
                     log.info("worker %d (pid %d) stopped, %s", index, process.pid, _status(status))
@@ -242,6 +277,84 @@ class Workers(Service):
                 pause = RESTART_FIRST_S
             await trio.sleep(pause)
             pause = min(pause * 2, RESTART_MAX_S)
+
+    # -- counts --
+
+    async def _receive_counts(self, index: int, channel: trio.SocketStream) -> None:
+        """A worker's counts as they come (one line each), until it closes its end."""
+        buffer = b""
+        async with channel:
+            while True:
+                try:
+                    data = await channel.receive_some(65536)
+                except trio.BrokenResourceError:
+                    return
+                if not data:
+                    return
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                if len(buffer) > SNAPSHOT_MAX_BYTES:
+                    log.warning(
+                        "worker %d sends counts of more than %d bytes: not read", index, SNAPSHOT_MAX_BYTES
+                    )
+                    return
+                for line in lines[-1:]:  # only the latest matters
+                    try:
+                        self._counts[index] = decode_snapshot(line)
+                    except (ValueError, TypeError) as exc:
+                        log.warning("worker %d sent counts that cannot be read: %s", index, exc)
+
+    def _retire_counts(self, index: int) -> None:
+        """A worker exited: its counters stay counted (its gauges went with its connections)."""
+        last = self._counts.pop(index, None)
+        if last is not None:
+            self._retired = add_snapshots([self._retired, counts_of(last)])
+
+    def _add_workers_counts(self) -> None:
+        """Before a scrape: each summed family's `others` are the workers' counts."""
+        total = add_snapshots([self._retired, *self._counts.values()])
+        for name in SUMMED:
+            family = self._kernel.metrics.family(name)
+            if family is None:
+                continue
+            values = total.get(name, ("", {}))[1]
+            if isinstance(family, Histogram):
+                family.others = {labels: list(v) for labels, v in values.items() if isinstance(v, list)}
+            else:
+                family.others = {labels: float(v) for labels, v in values.items() if not isinstance(v, list)}
+
+    async def _send_counts(self) -> None:
+        """A worker sends its counts every `METRICS_PERIOD_S` (and once more when it stops)."""
+        channel = self._processes.channel
+        if channel is None:
+            return
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=channel)))
+        async with stream:
+            try:
+                while True:
+                    await stream.send_all(encode_snapshot(self._snapshot()))
+                    await trio.sleep(METRICS_PERIOD_S)
+            finally:
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(1.0),
+                    contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+                ):
+                    await stream.send_all(encode_snapshot(self._snapshot()))
+
+    def _snapshot(self) -> Snapshot:
+        """This process's values of the summed families, every sampler run first."""
+        metrics = self._kernel.metrics
+        metrics.sample()
+        snapshot: Snapshot = {}
+        for name in SUMMED:
+            family = metrics.family(name)
+            if isinstance(family, Histogram):
+                snapshot[name] = ("histogram", dict(family.values()))
+            elif isinstance(family, Family):
+                kind = "counter" if family.kind is MetricKind.COUNTER else "gauge"
+                snapshot[name] = (kind, dict(family.values()))
+        return snapshot
 
     # -- stop --
 

@@ -11,7 +11,21 @@ from pools.pool import AdminState, Pool, TargetState
 from pools.target import Connector, Target
 from router.config.loader import load_config_text
 from router.config.settings import EventLogConfig
-from router.features.workers.rules import Board, Change, board_of, changes, refusal
+from router.features import register_metrics
+from router.features.workers.rules import (
+    SUMMED,
+    Board,
+    Change,
+    Snapshot,
+    add_snapshots,
+    board_of,
+    changes,
+    counts_of,
+    decode_snapshot,
+    encode_snapshot,
+    refusal,
+)
+from router.metrics import Metrics
 from tests.router.core.test_engine import B1, B2, B3
 
 if TYPE_CHECKING:
@@ -100,3 +114,43 @@ class TestRefusal:
         assert problem.startswith("--workers 2: ")
         assert expected in problem
         assert refusal(config(), 1) is None
+
+
+class TestSnapshots:
+    def test_a_snapshot_goes_through_its_line_and_sums_label_by_label(self) -> None:
+        one: Snapshot = {
+            "router_connections_accepted_total": ("counter", {("a", "r"): 3.0}),
+            "router_proxied_connections": ("gauge", {("r", "n1"): 2.0}),
+            "router_target_connect_duration_seconds": ("histogram", {("r", "n1"): [1.0, 2.0, 0.5]}),
+        }
+        line = encode_snapshot(one)
+        assert line.endswith(b"\n")
+        assert line.count(b"\n") == 1
+        assert decode_snapshot(line) == one
+        two: Snapshot = {
+            "router_connections_accepted_total": ("counter", {("a", "r"): 4.0, ("b", "r"): 1.0}),
+            "router_target_connect_duration_seconds": ("histogram", {("r", "n1"): [0.0, 1.0, 0.25]}),
+        }
+        assert add_snapshots([one, two]) == {
+            "router_connections_accepted_total": ("counter", {("a", "r"): 7.0, ("b", "r"): 1.0}),
+            "router_proxied_connections": ("gauge", {("r", "n1"): 2.0}),
+            "router_target_connect_duration_seconds": ("histogram", {("r", "n1"): [1.0, 3.0, 0.75]}),
+        }
+
+    def test_a_gone_workers_counters_stay_and_its_gauges_go(self) -> None:
+        snapshot: Snapshot = {
+            "router_connections_accepted_total": ("counter", {("a", "r"): 3.0}),
+            "router_proxied_connections": ("gauge", {("r", "n1"): 2.0}),
+        }
+        assert counts_of(snapshot) == {"router_connections_accepted_total": ("counter", {("a", "r"): 3.0})}
+
+    def test_a_line_that_is_not_a_snapshot_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="a snapshot is a JSON object"):
+            decode_snapshot(b"[1, 2]")
+        with pytest.raises(ValueError, match="Expecting property name"):
+            decode_snapshot(b"{not json")
+
+    def test_the_summed_families_exist_and_the_caches_are_not_summed(self) -> None:
+        metrics = register_metrics(Metrics())
+        assert all(metrics.family(name) is not None for name in SUMMED)
+        assert not any(name.startswith("router_cache_") for name in SUMMED)  # the zone's: counted once
