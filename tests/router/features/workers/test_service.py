@@ -204,6 +204,33 @@ def test_a_drain_reaches_the_workers_and_a_killed_worker_is_started_again(
 
 
 @pytest.mark.integration
+def test_a_reload_of_the_supervisor_reloads_the_workers(
+    mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd]
+) -> None:
+    """Scenario: the file changes (a key filter that routes client ids by their first 8 characters
+    only) and the supervisor reloads (POST /api/v1/reload): the worker reloads its file too, so
+    that clients of either process are routed by the new key."""
+    port = free_port()
+    router = start_routerd(_config(mosquitto_fleet, "CONSISTENT_HASH", port), "--workers", "2")
+    router.wait_for_log(r"worker 1 ready: 1 acceptor\(s\) listening")
+    text = router.config.read_text()
+    filtered = "<key-type>CLIENT_ID</key-type><key-filter>^.{8}</key-filter>"
+    router.config.write_text(text.replace("<key-type>CLIENT_ID</key-type>", filtered))
+    request = urllib.request.Request(f"{router.admin}/api/v1/reload", data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+    router.wait_for_log(r"worker 1: the supervisor reloaded; reloading")
+    router.wait_for_log(r"configuration .* reloaded")
+    router.mark()
+    for i in range(100):
+        _connect(port, f"filtered-{i}")
+    seen = _targets(router, {"filtered"}, 100)  # the key each process took: the filter's match
+    assert len(seen["filtered"]) == 100
+    assert len(set(seen["filtered"])) == 1  # one key, one broker, whichever process decided
+    assert router.stop() == 0
+
+
+@pytest.mark.integration
 def test_what_several_workers_cannot_serve_is_refused_in_one_line(tmp_path: Path) -> None:
     """Scenario: routerd --workers 2 on an acceptor with port 0 (each process would listen on a port
     of its own): exit status 2, the rule in one line on stderr, no traceback. (rules.py's tests
