@@ -170,6 +170,15 @@ def status_blocks(document: object) -> list[Renderable]:
             why = "a write is under way" if error is None else f"{error}; retried"
             lost = "a restart would lose drain/maint states"
             fields.add("state file", f"{path}: NOT PERSISTED, {lost} ({why})")
+    workers = items(document, "workers")
+    if workers:  # routerd --workers N: the rest of this document is the supervisor's own
+        pids = [str(field(w, "pid")) for w in workers if field(w, "pid") is not None]
+        restarts = sum(int(str(field(w, "restarts") or 0)) for w in workers)
+        fields.add(
+            "workers",
+            f"{len(pids)} of {len(workers)} running (pid {', '.join(pids) or '-'}), {restarts} restart(s); "
+            "connections below are this process's",
+        )
     acceptors = Table(["acceptor", "router", "address", "mode", "path", "open", "pending", "limit"])
     for a in items(document, "acceptors"):
         host = str(field(a, "host"))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import free_port
+from tests.router.conftest import ROUTERCTL
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -179,6 +180,14 @@ def test_a_drain_reaches_the_workers_and_a_killed_worker_is_started_again(
     held = [_connect(port, f"held-{i}", stay=True) for i in range(40)]
     assert _accepted_reaches(router, 340) == 340
     pid = _worker_pid(router)
+    shown = subprocess.run(
+        [*ROUTERCTL, "status", "--admin", router.admin],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert f"1 of 1 running (pid {pid}), 0 restart(s)" in shown.stdout, shown.stdout + shown.stderr
     router.mark()
     os.kill(pid, signal.SIGKILL)
     router.wait_for_log(rf"worker 1 \(pid {pid}\) killed by SIGKILL; starting it again in 1 s")
