@@ -253,6 +253,10 @@ async def _run_routerd(
                             request_reload.send_nowait(None)
                         continue
                     if shutdown.is_set():
+                        if processes.worker:  # systemd signals the whole cgroup, its supervisor again
+                            name = signal.Signals(signum).name
+                            log.info("worker %d: %s received, stopping already", processes.index, name)
+                            continue
                         log.warning("second signal: stopping now")
                         nursery.cancel_scope.cancel()
                         return

@@ -244,7 +244,11 @@ class Workers(Service):
             command = [*self._processes.command, "--worker-of", worker_spec(index, fds, theirs.fileno())]
             try:
                 process = await trio.lowlevel.open_process(
-                    command, pass_fds=(*fds.values(), theirs.fileno()), env=env, stdin=subprocess.DEVNULL
+                    command,
+                    pass_fds=(*fds.values(), theirs.fileno()),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor, which tells it
                 )
             except OSError as exc:
                 log.error("worker %d cannot start: %s", index, exc)

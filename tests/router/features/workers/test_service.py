@@ -218,7 +218,8 @@ def test_a_reload_of_the_supervisor_reloads_the_workers(
 ) -> None:
     """Scenario: the file changes (a key filter that routes client ids by their first 8 characters
     only) and the supervisor reloads (POST /api/v1/reload): the worker reloads its file too, so
-    that clients of either process are routed by the new key."""
+    that clients of either process are routed by the new key. Then both get SIGTERM at once (as
+    systemd sends it to the whole cgroup): both drain and exit 0."""
     port = free_port()
     router = start_routerd(_config(mosquitto_fleet, "CONSISTENT_HASH", port), "--workers", "2")
     router.wait_for_log(r"worker 1 ready: 1 acceptor\(s\) listening")
@@ -236,7 +237,16 @@ def test_a_reload_of_the_supervisor_reloads_the_workers(
     seen = _targets(router, {"filtered"}, 100)  # the key each process took: the filter's match
     assert len(seen["filtered"]) == 100
     assert len(set(seen["filtered"])) == 1  # one key, one broker, whichever process decided
+    # SIGTERM to both at once, as systemd's KillMode=control-group sends it: the worker's second one
+    # (from its supervisor) does not cut its grace period short.
+    worker = _worker_pid(router)
+    os.kill(worker, signal.SIGTERM)
     assert router.stop() == 0
+    router_lines = "\n".join(router.lines)
+    assert "worker 1: SIGTERM received, stopping already" in router_lines
+    assert "second signal" not in router_lines
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker, 0)
 
 
 @pytest.mark.integration
