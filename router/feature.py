@@ -79,6 +79,7 @@ __all__ = [
     "Kernel",
     "OpenError",
     "Option",
+    "Peers",
     "Processes",
     "Response",
     "Route",
@@ -262,6 +263,33 @@ class Processes:
         return self.index > 0
 
 
+class Peers:
+    """Orders between routerd's processes (`Processes`): the supervisor's service broadcasts one
+    (an evacuation started through its admin API) and each worker's service of the same feature
+    hears it. The transport is the workers feature's (`send`, `deliver`); with one process an
+    order goes nowhere."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Callable[[Mapping[str, object]], None]] = {}
+        self.send: Callable[[str, Mapping[str, object]], None] | None = None
+        """The transport to the workers (the supervisor's, set by the workers feature)."""
+
+    def broadcast(self, topic: str, order: Mapping[str, object]) -> None:
+        """Tell every worker (nothing without workers). `order` is a JSON object."""
+        if self.send is not None:
+            self.send(topic, order)
+
+    def listen(self, topic: str, handler: Callable[[Mapping[str, object]], None]) -> None:
+        """Have `handler` carry out this process's part of each order of `topic`."""
+        self._handlers[topic] = handler
+
+    def deliver(self, topic: str, order: Mapping[str, object]) -> None:
+        """An order from the supervisor came (the transport calls this): its handler runs."""
+        handler = self._handlers.get(topic)
+        if handler is not None:
+            handler(order)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Kernel:
     """What a routerd gives each feature's service."""
@@ -278,6 +306,8 @@ class Kernel:
     test, only those it sets: `options.get(name)`)."""
     processes: Processes = field(default_factory=Processes)
     """This routerd's processes, and which one this is."""
+    peers: Peers = field(default_factory=Peers)
+    """Orders from the supervisor to the workers."""
 
 
 class OpenError(Exception):

@@ -47,6 +47,7 @@ __all__ = [
     "rebalance_destination",
     "rebalance_excess",
     "rebalance_refusal",
+    "request_of",
     "shutdown_rate",
 ]
 
@@ -119,6 +120,25 @@ class MoveRequest:
             "band": self.band,
             "refer": self.refer,
         }
+
+
+def request_of(document: Mapping[str, object]) -> MoveRequest:
+    """`MoveRequest.to_json`'s object back (a worker's order from its supervisor).
+
+    Raises:
+        ValueError: not such an object (a value out of its range included).
+        KeyError: a member missing.
+    """
+    node, refer = document["node_id"], document["refer"]
+    return MoveRequest(
+        kind=MoveKind(document["kind"]),
+        router=str(document["router"]),
+        node_id=None if node is None else str(node),
+        rate=float(str(document["rate"])),
+        order=MoveOrder(document["order"]),
+        band=float(str(document["band"])),
+        refer=None if refer is None else bool(refer),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,6 +16,7 @@ removed are moved as an evacuation moves them (`targets_left`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import random
 import time
@@ -41,6 +42,7 @@ from router.features.moves.rules import (
     rebalance_destination,
     rebalance_excess,
     rebalance_refusal,
+    request_of,
     shutdown_rate,
 )
 
@@ -51,13 +53,17 @@ if TYPE_CHECKING:
     from router.core.framing import Farewell
     from router.core.live import LiveConnection
     from router.core.reload import Departed
-    from router.feature import Kernel
+    from router.feature import Kernel, Peers
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
 
-__all__ = ["MoveConflict", "Moves", "start"]
+__all__ = ["MOVES_TOPIC", "MoveConflict", "Moves", "start"]
 
 log = logging.getLogger("router.moves")
+
+MOVES_TOPIC: Final = "moves"
+"""The `Peers` topic of the supervisor's orders to its workers: {"start": request} or {"abort":
+{kind, router, node_id}}."""
 
 LOG_EVERY_S: Final = 1.0
 """A running move logs what it did at most this often (one line per batch of a second)."""
@@ -118,8 +124,13 @@ class _Move:
 
 
 def start(kernel: Kernel) -> Moves:
-    """The feature's service for one routerd."""
-    return Moves(kernel.runtimes, kernel.metrics, stop=kernel.stop)
+    """The feature's service for one routerd (one of its processes)."""
+    moves = Moves(kernel.runtimes, kernel.metrics, stop=kernel.stop, processes=kernel.processes.count)
+    if kernel.processes.worker:
+        kernel.peers.listen(MOVES_TOPIC, moves.ordered)
+    else:
+        moves.peers = kernel.peers
+    return moves
 
 
 class Moves(Service):
@@ -132,8 +143,13 @@ class Moves(Service):
         *,
         rng: random.Random | None = None,
         stop: Callable[[], None] | None = None,
+        processes: int = 1,
     ) -> None:
         self._runtimes = runtimes
+        self._processes = processes
+        """routerd's processes serving connections: an operator's move is shared out among them."""
+        self.peers: Peers | None = None
+        """The supervisor's: where an operator's move is told to the workers (`MOVES_TOPIC`)."""
         """Shared with the server: a reload's changes are seen here."""
         self._moves: dict[_Key, _Move] = {}
         self._nursery: trio.Nursery | None = None
@@ -184,7 +200,7 @@ class Moves(Service):
                 continue
             request = MoveRequest(kind=MoveKind.EVACUATE, router=runtime.name, node_id=gone.node_id)
             try:
-                self.start(request)
+                self._begin(request)  # each process reloads: each moves its own
             except LookupError:  # no connection to it: nothing to move
                 pass
             except MoveConflict:
@@ -208,13 +224,37 @@ class Moves(Service):
         self._stop()
 
     def start(self, request: MoveRequest) -> MoveStatus:
-        """Start a paced move.
+        """Start a paced move. With several processes (`routerd --workers N`) an evacuation or a
+        rebalance is shared out: each process moves its own connections at 1/N of the rate, the
+        workers told through `peers`; the status is this process's part.
 
         Raises:
             LookupError: no such router or target.
             MoveConflict: one of the same kind runs already, or a rebalance the router's policy
                 and cache cannot carry out.
         """
+        shared = self._processes > 1 and request.kind is not MoveKind.SHUTDOWN
+        own = dataclasses.replace(request, rate=request.rate / self._processes) if shared else request
+        status = self._begin(own)
+        if shared and self.peers is not None:
+            self.peers.broadcast(MOVES_TOPIC, {"start": own.to_json()})
+        return status
+
+    def ordered(self, order: Mapping[str, object]) -> None:
+        """A worker's part of a move the supervisor started or aborted (`MOVES_TOPIC`)."""
+        try:
+            if isinstance(started := order.get("start"), dict):
+                self._begin(request_of(started))
+            elif isinstance(aborted := order.get("abort"), dict):
+                node = aborted.get("node_id")
+                self.abort(
+                    MoveKind(aborted["kind"]), str(aborted["router"]), None if node is None else str(node)
+                )
+        except (LookupError, MoveConflict, ValueError) as exc:
+            log.info("the supervisor's move order %s: not here: %s", order, exc)
+
+    def _begin(self, request: MoveRequest) -> MoveStatus:
+        """Start a paced move in this process (`start`)."""
         runtime = self._runtime(request.router)
         key = (request.kind, request.router, request.node_id)
         running = self._moves.get(key)
@@ -269,6 +309,10 @@ class Moves(Service):
         if move.running:
             move.scope.cancel(reason="aborted")
             self._finish(move, MoveState.ABORTED)
+        if self.peers is not None and self._processes > 1:
+            self.peers.broadcast(
+                MOVES_TOPIC, {"abort": {"kind": kind.value, "router": router, "node_id": node_id}}
+            )
         return self._status(move)
 
     def all_statuses(self) -> list[MoveStatus]:

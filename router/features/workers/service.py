@@ -68,6 +68,9 @@ RESTART_RESET_S: Final = 60.0
 METRICS_PERIOD_S: Final = 1.0
 """How often a worker sends the supervisor its counts (the supervisor's `/metrics` is at most this
 much behind a worker's connections)."""
+ORDERS_MAX: Final = 64
+"""Orders to the workers waiting to be sent at most (an operator's moves: a few); beyond, one is
+dropped with a WARNING."""
 SNAPSHOT_MAX_BYTES: Final = 16 * 1024 * 1024
 """A worker's line of counts longer than this is a broken worker: its channel is closed."""
 
@@ -98,6 +101,10 @@ class Workers(Service):
         """A supervisor's: each running worker's last counts."""
         self._retired: Snapshot = {}
         """A supervisor's: the counters of workers that exited (they stay counted)."""
+        self._streams: dict[int, trio.SocketStream] = {}
+        """A supervisor's: each running worker's end of its socket pair."""
+        self._orders_in, self._orders_out = trio.open_memory_channel[bytes](ORDERS_MAX)
+        """A supervisor's orders to its workers (`Peers`), as lines, on their way."""
 
     # -- start --
 
@@ -125,6 +132,7 @@ class Workers(Service):
         if problem is not None:
             raise OpenError(problem)
         self._kernel.metrics.sample_when_scraped(self._add_workers_counts)
+        self._kernel.peers.send = self._order
         for router in config.routers:
             try:
                 self._zones[router.name] = make_zone(router.cache, 1)
@@ -176,9 +184,15 @@ class Workers(Service):
         async with trio.open_nursery() as nursery:
             if processes.worker:
                 nursery.start_soon(self._follow)
-                nursery.start_soon(self._send_counts)
+                if processes.channel is not None:
+                    stream = trio.SocketStream(
+                        trio.socket.from_stdlib_socket(socket.socket(fileno=processes.channel))
+                    )
+                    nursery.start_soon(self._send_counts, stream)
+                    nursery.start_soon(self._take_orders, stream)
             else:
                 nursery.start_soon(self._publish)
+                nursery.start_soon(self._tell_workers)
                 for index in range(1, processes.count):
                     self._restarts[index] = 0
                     nursery.start_soon(self._supervise, index)
@@ -258,12 +272,12 @@ class Workers(Service):
                 theirs.close()  # the worker has its own copy
                 self._children[index] = process
                 log.info("worker %d started (pid %d)", index, process.pid)
+                stream = self._streams[index] = trio.SocketStream(trio.socket.from_stdlib_socket(mine))
                 async with trio.open_nursery() as reading:
-                    reading.start_soon(
-                        self._receive_counts, index, trio.SocketStream(trio.socket.from_stdlib_socket(mine))
-                    )
+                    reading.start_soon(self._receive_counts, index, stream)
                     status = await process.wait()
                     reading.cancel_scope.deadline = trio.current_time() + 1.0  # its last counts
+                self._streams.pop(index, None)
                 self._retire_counts(index)
                 self._children.pop(index, None)
                 if self.is_stopping():
@@ -327,12 +341,8 @@ class Workers(Service):
             else:
                 family.others = {labels: float(v) for labels, v in values.items() if not isinstance(v, list)}
 
-    async def _send_counts(self) -> None:
+    async def _send_counts(self, stream: trio.SocketStream) -> None:
         """A worker sends its counts every `METRICS_PERIOD_S` (and once more when it stops)."""
-        channel = self._processes.channel
-        if channel is None:
-            return
-        stream = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=channel)))
         async with stream:
             try:
                 while True:
@@ -359,6 +369,45 @@ class Workers(Service):
                 kind = "counter" if family.kind is MetricKind.COUNTER else "gauge"
                 snapshot[name] = (kind, dict(family.values()))
         return snapshot
+
+    # -- orders (`Peers`) --
+
+    def _order(self, topic: str, order: Mapping[str, object]) -> None:
+        """The supervisor's `Peers.send`: an order on its way to every worker."""
+        line = json.dumps({"topic": topic, "order": order}, separators=(",", ":")).encode() + b"\n"
+        try:
+            self._orders_in.send_nowait(line)
+        except trio.WouldBlock:
+            log.warning("the workers were not told %s: %d orders wait to be sent already", topic, ORDERS_MAX)
+
+    async def _tell_workers(self) -> None:
+        """Send each order to every running worker (one that cannot take it is left out)."""
+        async for line in self._orders_out:
+            for index, stream in list(self._streams.items()):
+                try:
+                    with trio.fail_after(1.0):
+                        await stream.send_all(line)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+                    log.warning("worker %d was not told an order: %s", index, type(exc).__name__)
+
+    async def _take_orders(self, stream: trio.SocketStream) -> None:
+        """A worker carries out its part of each order from its supervisor as it comes."""
+        buffer = b""
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            buffer += data
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                try:
+                    message = json.loads(line)
+                    self._kernel.peers.deliver(str(message["topic"]), dict(message["order"]))
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning("worker %d: an order it cannot read: %s", self._processes.index, exc)
 
     # -- stop --
 

@@ -238,15 +238,63 @@ def test_a_reload_of_the_supervisor_reloads_the_workers(
     assert len(seen["filtered"]) == 100
     assert len(set(seen["filtered"])) == 1  # one key, one broker, whichever process decided
     # SIGTERM to both at once, as systemd's KillMode=control-group sends it: the worker's second one
-    # (from its supervisor) does not cut its grace period short.
+    # (from its supervisor) does not cut its grace period short. Clients held open, so that each
+    # process has some to move over its grace period.
+    held = [_connect(port, f"held-{i}", stay=True) for i in range(30)]
     worker = _worker_pid(router)
     os.kill(worker, signal.SIGTERM)
     assert router.stop() == 0
+    for sock in held:
+        assert sock is not None
+        sock.close()
     router_lines = "\n".join(router.lines)
     assert "worker 1: SIGTERM received, stopping already" in router_lines
     assert "second signal" not in router_lines
     with pytest.raises(ProcessLookupError):
         os.kill(worker, 0)
+
+
+@pytest.mark.integration
+def test_an_evacuation_moves_the_clients_of_every_process(
+    mosquitto_fleet: list[Mosquitto], start_routerd: Callable[..., Routerd]
+) -> None:
+    """Scenario: 40 MQTT clients on one broker (FIRST_ELEMENT), served by both processes; an
+    operator evacuates the broker through the supervisor's admin API: every client is moved
+    (an MQTT 3.1.1 client's connection is closed, so that it reconnects elsewhere), the worker's
+    too, each process at its share of the rate; new clients go to the next broker."""
+    port = free_port()
+    router = start_routerd(_config(mosquitto_fleet, "FIRST_ELEMENT", port), "--workers", "2")
+    router.wait_for_log(r"worker 1 ready: 1 acceptor\(s\) listening")
+    held = [_connect(port, f"evacuated-{i}", stay=True) for i in range(40)]
+    assert _accepted_reaches(router, 40) == 40
+    first = mosquitto_fleet[0].name
+    request = urllib.request.Request(
+        f"{router.admin}/api/v1/routers/r/targets/{first}/evacuation",
+        data=json.dumps({"rate": 400}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 202
+        assert json.loads(answer.read())["rate"] == 200  # the supervisor's share
+    closed = 0
+    for sock in held:
+        assert sock is not None
+        sock.settimeout(10)
+        try:
+            closed += sock.recv(16) == b""
+        except OSError:
+            closed += 1
+        sock.close()
+    assert closed == 40
+    router.mark()
+    started = [line for line in router.lines if f"evacuate of target={first} started" in line]
+    assert len(started) == 2, started  # the supervisor's part and the worker's, at 200/s each
+    assert all("at 200/s" in line for line in started)
+    _connect(port, "after-evacuation")
+    seen = _targets(router, {"after-evacuation"}, 1)
+    assert seen["after-evacuation"] == [mosquitto_fleet[1].name]
+    assert router.stop() == 0
 
 
 @pytest.mark.integration
