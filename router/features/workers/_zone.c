@@ -491,16 +491,23 @@ static int parse_key(Zone *self, PyObject *key, zone_key *k) {
     return 0;
 }
 
+/* The (key, now) of get, fresh and touch, checked and parsed, then the lock taken: 0, or -1 with an
+ * exception (`usage` says the call's signature). */
+static int locked_key_at(Zone *self, PyObject *const *args, Py_ssize_t nargs, const char *usage, zone_key *k,
+                         double *now) {
+    if (nargs != 2 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    if (!ready(self) || as_time(args[1], now) < 0 || parse_key(self, args[0], k) < 0) return -1;
+    return lock_or_raise(self);
+}
+
 /* get(key, now) -> node id | None: TargetCache.get. */
 static PyObject *Zone_get(Zone *self, PyObject *const *args, Py_ssize_t nargs) {
     double now;
     zone_key k;
-    if (nargs != 2 || !PyUnicode_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "get(key: str, now: float)");
-        return NULL;
-    }
-    if (!ready(self) || as_time(args[1], &now) < 0) return NULL;
-    if (parse_key(self, args[0], &k) < 0 || lock_or_raise(self) < 0) return NULL;
+    if (locked_key_at(self, args, nargs, "get(key: str, now: float)", &k, &now) < 0) return NULL;
     zone *z = &self->z;
     int found;
     uint32_t i = find_slot(z, &k, &found);
@@ -531,12 +538,7 @@ static PyObject *Zone_get(Zone *self, PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *Zone_fresh(Zone *self, PyObject *const *args, Py_ssize_t nargs) {
     double now;
     zone_key k;
-    if (nargs != 2 || !PyUnicode_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "fresh(key: str, now: float)");
-        return NULL;
-    }
-    if (!ready(self) || as_time(args[1], &now) < 0) return NULL;
-    if (parse_key(self, args[0], &k) < 0 || lock_or_raise(self) < 0) return NULL;
+    if (locked_key_at(self, args, nargs, "fresh(key: str, now: float)", &k, &now) < 0) return NULL;
     zone *z = &self->z;
     int found;
     uint32_t i = find_slot(z, &k, &found);
@@ -580,12 +582,7 @@ static PyObject *Zone_peek(Zone *self, PyObject *key) {
 static PyObject *Zone_touch(Zone *self, PyObject *const *args, Py_ssize_t nargs) {
     double now;
     zone_key k;
-    if (nargs != 2 || !PyUnicode_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "touch(key: str, now: float)");
-        return NULL;
-    }
-    if (!ready(self) || as_time(args[1], &now) < 0) return NULL;
-    if (parse_key(self, args[0], &k) < 0 || lock_or_raise(self) < 0) return NULL;
+    if (locked_key_at(self, args, nargs, "touch(key: str, now: float)", &k, &now) < 0) return NULL;
     zone *z = &self->z;
     int found;
     uint32_t i = find_slot(z, &k, &found);
