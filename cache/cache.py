@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -132,6 +132,10 @@ class TargetCache:
         "journal_max",
         "misses",
     )
+
+    OTHER_WRITERS: ClassVar[bool] = False
+    """Whether other processes write this cache too (a `ZoneCache`): then a policy's choice is
+    written with `claim`, which may answer another process's choice; here `put` does."""
 
     def __init__(self, config: CacheConfig, *, track_use: bool = False) -> None:
         """An empty cache.

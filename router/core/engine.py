@@ -352,9 +352,12 @@ class RoutingEngine:
             return None
         if cache is not None:
             cache.get(key, now)  # as `begin`'s step 6: the miss counted, an expired entry gone
-            node_id = cache.claim(key, chosen.node_id, now, self._takes)
-            if node_id != chosen.node_id and (other := pool.ready_target(node_id)) is not None:
-                return other, self._reach(other), DecisionReason.CACHE  # another worker's choice
+            if not cache.OTHER_WRITERS:
+                cache.put(key, chosen.node_id, now)
+            elif (node_id := cache.claim(key, chosen.node_id, now, self._takes)) != chosen.node_id:
+                other = pool.ready_target(node_id)
+                if other is not None:
+                    return other, self._reach(other), DecisionReason.CACHE  # another worker's choice
         return chosen, self._reach(chosen), DecisionReason.POLICY
 
     def transform(self, key: str) -> str:
@@ -395,9 +398,12 @@ class RoutingEngine:
             reason = DecisionReason.NO_READY_TARGET if not targets else DecisionReason.POLICY_SELECTS_NONE
             return RouteDecision(key=key, status=RouteStatus.REFUSED_UNAVAILABLE, reason=reason)
         if self.cache is not None and not dry_run:
-            node_id = self.cache.claim(key, target.node_id, now, self._takes)
-            if node_id != target.node_id and (other := self._pool_target(node_id)) is not None:
-                return self._ok(key, other, DecisionReason.CACHE)  # another worker's choice
+            if not self.cache.OTHER_WRITERS:
+                self.cache.put(key, target.node_id, now)
+            elif (node_id := self.cache.claim(key, target.node_id, now, self._takes)) != target.node_id:
+                other = self._pool_target(node_id)
+                if other is not None:
+                    return self._ok(key, other, DecisionReason.CACHE)  # another worker's choice
         return self._ok(key, target, DecisionReason.POLICY)
 
     def _takes(self, node_id: str) -> bool:

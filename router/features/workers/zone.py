@@ -22,7 +22,7 @@ what it reads back.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from cache.cache import NO_PIN, CacheConfig, CacheEntry, Changes, Row, TargetCache
 from policies.policy import RoundRobinPolicy
@@ -70,6 +70,8 @@ class ZoneCache(TargetCache):
     """A `TargetCache` kept in a shared zone (see the module docstring)."""
 
     __slots__ = ("offset", "zone")
+
+    OTHER_WRITERS: ClassVar[bool] = True
 
     def __init__(self, config: CacheConfig, zone: _zone.Zone, *, offset: float = 0.0) -> None:
         """The zone's cache, with the rules of `config` (which made the zone).
