@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from cache import TargetCache
 from keys import NULL_KEY, KeyType, is_internal_client_id, resolve_key
@@ -95,6 +95,16 @@ class DecisionReason(enum.Enum):
     target's gate, router/runtime/gates.py)."""
     QUEUE_TIMEOUT = "queue timeout"
     """The connection waited the chosen target's `queueTimeout` for a slot or a connect token."""
+
+
+_SOURCE_IP: Final = KeyType.SOURCE_IP
+_CLIENT_ID: Final = KeyType.CLIENT_ID
+_USER_NAME: Final = KeyType.USER_NAME
+_BY_CACHE: Final = DecisionReason.CACHE
+_BY_POLICY: Final = DecisionReason.POLICY
+"""Enum members the plain decisions (`plain_key`, `plain`) use, looked up once: in Python 3.11 an
+enum class's attribute goes through `EnumType.__getattr__`'s hook, some 300-700 instructions a
+lookup (callgrind), which every connection would pay."""
 
 
 @quick_init
@@ -312,11 +322,11 @@ class RoutingEngine:
             return None
         config = self.config
         key_type = config.key_type
-        if key_type is KeyType.SOURCE_IP:
+        if key_type is _SOURCE_IP:
             value: str | None = canonical_ip(source_ip)
-        elif key_type is KeyType.CLIENT_ID:
+        elif key_type is _CLIENT_ID:
             value = client_id
-        elif key_type is KeyType.USER_NAME:
+        elif key_type is _USER_NAME:
             value = user_name
         else:
             return None
@@ -341,7 +351,7 @@ class RoutingEngine:
                 target = pool.ready_target(node_id)
                 if target is not None:
                     cache.touch(key, node_id, now)  # as `begin`'s `get`
-                    return target, self._reach(target), DecisionReason.CACHE
+                    return target, self._reach(target), _BY_CACHE
             if self.shared or cache.is_pinned(key):
                 return None
         targets = pool.routing_targets()
@@ -357,8 +367,8 @@ class RoutingEngine:
             elif (node_id := cache.claim(key, chosen.node_id, now, self._takes)) != chosen.node_id:
                 other = pool.ready_target(node_id)
                 if other is not None:
-                    return other, self._reach(other), DecisionReason.CACHE  # another worker's choice
-        return chosen, self._reach(chosen), DecisionReason.POLICY
+                    return other, self._reach(other), _BY_CACHE  # another worker's choice
+        return chosen, self._reach(chosen), _BY_POLICY
 
     def transform(self, key: str) -> str:
         """Step 3: the policy's key transform; `NULL` is never transformed."""

@@ -162,6 +162,9 @@ class Core(Protocol):
     def run(self) -> None: ...
     def dispose(self) -> None: ...
 
+_PROXY_MODE: Final = AcceptorMode.PROXY
+_MQTT_PROTOCOL: Final = WireProtocol.MQTT
+"""Enum members `_plain` compares with, looked up once (router/core/engine.py `_BY_CACHE` says why)."""
 
 if _core is not None:
     _WAIT: Final = _core.ACT_WAIT
@@ -714,12 +717,12 @@ class NativePath(FastPath):
         flags = _F_LEAN
         raw = b""
         if mqtt is not None:  # an MQTT lane's CONNECT (`read`)
-            if acceptor.config.mode is not AcceptorMode.PROXY:
+            if acceptor.config.mode is not _PROXY_MODE:
                 return None
             raw, (_, client_id, user_name, _, _, _) = mqtt
             flags = _F_LEAN | _F_MQTT
         elif opening is not None and (sniffed := opening.sniffed) is not None:
-            if sniffed.protocol is not WireProtocol.MQTT or opening.replied:
+            if sniffed.protocol is not _MQTT_PROTOCOL or opening.replied:
                 return None
             if answers.redirects(acceptor.config.mode, sniffed):
                 return None
