@@ -9,7 +9,6 @@ and the `NULL` rule exactly as Artemis's `KeyResolver` does.
 from __future__ import annotations
 
 import enum
-import functools
 import ipaddress
 import operator
 import re
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
     from keys.filter import KeyFilter
 
 __all__ = [
+    "CANONICAL_KEPT",
     "DEFAULT_KEY_MAX_LENGTH",
     "INTERNAL_CLIENT_ID_PREFIX",
     "NULL_KEY",
@@ -30,6 +30,7 @@ __all__ = [
     "KeyType",
     "canonical_ip",
     "is_internal_client_id",
+    "known_canonical_ip",
     "raw_value",
     "resolve_key",
     "resolve_value",
@@ -84,22 +85,41 @@ class ConnectionFacts:
                 object.__setattr__(self, "source_ip", canonical)
 
 
-@functools.lru_cache(maxsize=4096)
+CANONICAL_KEPT: Final = 4096
+"""Addresses `canonical_ip` remembers at most (then it forgets them all and starts again)."""
+
+_CANONICAL: Final[dict[str, str]] = {}
+"""Addresses `canonical_ip` was given lately -> their canonical text."""
+
+known_canonical_ip: Final = _CANONICAL.get
+"""The canonical text of an address `canonical_ip` was given lately, else None: a dictionary's
+`get`, a fraction of a call (the native path asks it first for every connection)."""
+
+
 def canonical_ip(text: str) -> str:
     """An IP address as `ipaddress` prints it, so equal peers give equal keys: "[::1]" is "::1",
-    "::ffff:127.0.0.1" is "127.0.0.1". Remembers the last 4,096 addresses (a connection's source
-    address is looked at on every connection; most come back).
+    "::ffff:127.0.0.1" is "127.0.0.1". Remembers up to `CANONICAL_KEPT` addresses (a connection's
+    source address is looked at on every connection; most come back).
 
     Raises:
         ValueError: `text` is not an IP address.
     """
+    known = _CANONICAL.get(text)
+    if known is not None:
+        return known
     if _CANONICAL_IPV4.fullmatch(text) is not None:
-        return text  # already what str(ip_address(text)) gives (the common case: skip the parse)
-    address = ipaddress.ip_address(text.strip("[]"))
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    canonical = str(address)
-    return text if canonical == text else canonical
+        canonical = text  # already what str(ip_address(text)) gives (the common case: skip the parse)
+    else:
+        address = ipaddress.ip_address(text.strip("[]"))
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        canonical = str(address)
+        if canonical == text:
+            canonical = text
+    if len(_CANONICAL) >= CANONICAL_KEPT:
+        _CANONICAL.clear()
+    _CANONICAL[text] = canonical
+    return canonical
 
 
 _OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias
 
 from cache import TargetCache
 from keys import NULL_KEY, KeyType, is_internal_client_id, resolve_key
-from keys.resolve import canonical_ip, resolve_value
+from keys.resolve import canonical_ip, known_canonical_ip, resolve_value
 from policies import make_policy
 from pools import Pool, PoolKind, Target
 from router.config.settings import compile_filter
@@ -323,7 +323,7 @@ class RoutingEngine:
         config = self.config
         key_type = config.key_type
         if key_type is _SOURCE_IP:
-            value: str | None = canonical_ip(source_ip)
+            value: str | None = known_canonical_ip(source_ip) or canonical_ip(source_ip)
         elif key_type is _CLIENT_ID:
             value = client_id
         elif key_type is _USER_NAME:

@@ -729,7 +729,10 @@ class NativePath(FastPath):
             client_id, user_name, flags = sniffed.client_id, sniffed.user_name, _F_LEAN | _F_MQTT
             raw = opening.raw
         now = self._clock()
-        with runtime.held() as state:
+        state = runtime.held()
+        lock = state.lock
+        lock.acquire()  # not `with state:` (its __enter__ and __exit__ looked up): every connection's
+        try:
             engine = state.engine
             policy, pool = engine.policy, engine.pool
             if policy is None or pool is None or policy.reads_counts:  # (counted: registered at once)
@@ -739,6 +742,8 @@ class NativePath(FastPath):
             if found is None:
                 return None
             failing = pool.failing(found[0].node_id)
+        finally:
+            lock.release()
         assert key is not None
         target, connector, reason = found
         name = runtime.name
