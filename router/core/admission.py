@@ -64,6 +64,12 @@ class Refusal(enum.Enum):
                 return "connectionsAllowedPerSource"
 
 
+_BUDGET: Final = Refusal.DESCRIPTOR_BUDGET
+_ACCEPTOR_LIMIT: Final = Refusal.ACCEPTOR_LIMIT
+_SOURCE_LIMIT: Final = Refusal.SOURCE_LIMIT
+"""`admit`'s answers, looked up once (an enum class's attribute costs a hook in Python 3.11)."""
+
+
 START_SLACK: Final = 256
 """Descriptors `descriptors_for` allows for what is open when the router starts serving and its
 probes (measured when it starts: about 20 plus one per probed member)."""
@@ -125,21 +131,25 @@ class Admission:
             None when admitted (release it when it ends); the refusal otherwise (nothing counted).
         """
         limits = self._limits.get(acceptor)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`: every connection's (its __enter__ and __exit__ looked up)
+        try:
             if self.open >= self.budget:
-                return Refusal.DESCRIPTOR_BUDGET
+                return _BUDGET
             on_acceptor = self._by_acceptor.get(acceptor, 0)
             if limits is not None:
                 if 0 <= limits.connections <= on_acceptor:
-                    return Refusal.ACCEPTOR_LIMIT
+                    return _ACCEPTOR_LIMIT
                 if limits.per_source >= 0:
                     key = (acceptor, source)
                     from_source = self._by_source.get(key, 0)
                     if from_source >= limits.per_source:
-                        return Refusal.SOURCE_LIMIT
+                        return _SOURCE_LIMIT
                     self._by_source[key] = from_source + 1
             self._by_acceptor[acceptor] = on_acceptor + 1
             self.open += 1
+        finally:
+            lock.release()
         return None
 
     def limit(self, acceptor: str, refusal: Refusal) -> int:

@@ -301,6 +301,9 @@ class NativePath(FastPath):
         """(router name, node id) -> (its registry, router index, target index): one lookup per lean
         connection. A router the configuration made again (a new registry) gets new indexes; the
         one before is dropped, with its registry."""
+        self._literals: dict[str, bool] = {}
+        """Connector host -> whether it is an IP literal (a lean connection connects without a name
+        lookup only to one): the configuration's hosts, looked up once each."""
         self._routers: dict[str, tuple[RouterConnections, int]] = {}
         """Router name -> its registry and index: its lean connections are materialized together."""
         self._router_count = 0
@@ -751,9 +754,15 @@ class NativePath(FastPath):
         if conn is None and mqtt is None:
             accepted[0] += 1  # (an MQTT lane's was at its accept)
         node_id = target.node_id
-        if connector is None or not is_ip_literal(connector.host) or runtime.pool.gates.limited(node_id):
+        literal: bool | None = False
+        if connector is not None:  # (an IP literal's connector: connected without a name lookup)
+            literal = self._literals.get(connector.host)  # not a call: every connection's
+            if literal is None:
+                literal = self._literals[connector.host] = is_ip_literal(connector.host)
+        if not literal or runtime.pool.gates.limited(node_id):
             made = _made(acceptor, name, host, port, key, conn, mqtt if opening is None else opening, found)
             return self._decision(listener, cid, fd, *made)
+        assert connector is not None, "an IP literal's"
         proxied[0] += 1
         router, index = self._lean_indexes(runtime, node_id)
         token = (
