@@ -100,8 +100,13 @@ class Policy:
     back (maxConnections, connectRate) waits for that target instead of going to another one."""
     registry: ClassVar[dict[str, type[Policy]]] = {}
 
+    TRANSFORMS: ClassVar[bool] = False
+    """Whether `transform_key` changes keys (set for each subclass from whether it overrides it):
+    a decision skips the call for a policy that does not."""
+
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()
+        cls.TRANSFORMS = cls.transform_key is not Policy.transform_key
         # Only a class that names itself registers: a subclass (LEAST_CONNECTIONS extends
         # ROUND_ROBIN, a test fake extends a policy) must not replace its parent's entry.
         if cls.__dict__.get("NAME"):

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from pools.outlier import OutlierConfig, Outliers
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from pools.outlier import BrokerFailure, Ejection
     from pools.target import Connector, Target
@@ -216,7 +216,7 @@ class Pool:
     then discovered members in arrival order (SPEC A3 FIRST_ELEMENT).
     """
 
-    __slots__ = ("_active", "_admin", "_outliers", "_slots", "name", "quorum_size")
+    __slots__ = ("_active", "_admin", "_outliers", "_slots", "failing", "name", "quorum_size")
 
     def __init__(
         self,
@@ -227,6 +227,9 @@ class Pool:
     ) -> None:
         self.name = name
         self._outliers = Outliers(OutlierConfig() if outlier_detection is None else outlier_detection)
+        self.failing: Callable[[str], bool] = self._outliers.failing
+        """Whether a target has failures counted (a lookup: an answer then matters); the outliers'
+        own method, so that each connection's question is one call."""
         self.quorum_size = quorum_size
         # By node id, in pool order: a dict keeps insertion order, and targets are only appended.
         self._slots: dict[str, _Slot] = {}
@@ -355,10 +358,6 @@ class Pool:
         return [
             PoolEvent(kind=PoolEventKind.TARGET_EJECTED, pool=self.name, node_id=node_id, detail=ejection.why)
         ]
-
-    def failing(self, node_id: str) -> bool:
-        """Whether a target has failures counted (one dict lookup: an answer then matters)."""
-        return self._outliers.failing(node_id)
 
     def broker_answered(self, node_id: str) -> None:
         """A target's broker answered a client: its failures in a row end (no event)."""

@@ -330,7 +330,11 @@ class RoutingEngine:
             value = user_name
         else:
             return None
-        return self.transform(resolve_value(value, self._key_filter, config.key_max_length))
+        key = resolve_value(value, self._key_filter, config.key_max_length)
+        policy = self.policy
+        if policy is None or not policy.TRANSFORMS or key == NULL_KEY:  # `transform`, not called
+            return key
+        return policy.transform_key(key)
 
     def plain(self, key: str, now: float) -> tuple[Target, Connector | None, DecisionReason] | None:
         """`begin`'s decision for a transformed key (`plain_key`) in plain values when it is a
@@ -372,9 +376,10 @@ class RoutingEngine:
 
     def transform(self, key: str) -> str:
         """Step 3: the policy's key transform; `NULL` is never transformed."""
-        if self.policy is None or key == NULL_KEY:
+        policy = self.policy
+        if policy is None or not policy.TRANSFORMS or key == NULL_KEY:
             return key
-        return self.policy.transform_key(key)
+        return policy.transform_key(key)
 
     def early(self, key: str, now: float, *, dry_run: bool = False) -> RouteDecision | None:
         """Steps 4-6: local filter, missing pool/policy, cache hit; None means ask the pool. A dry

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from keys.users import UserStore
     from pools.gates import AcceptRate
     from router.config.settings import AcceptorConfig
+    from router.core.admission import Refusal
     from router.runtime import RouterRuntime
 
 __all__ = ["ConnectionLimits", "Pending", "ServedAcceptor"]
@@ -84,16 +85,20 @@ class ServedAcceptor:
 
     def admit_from(self, host: str, port: int) -> bool:
         """`admit` for a peer given as its host and port (no `Address` made unless refused)."""
-        name = self.config.name
-        refusal = self.admission.admit(name, host)
+        refusal = self.admission.admit(self.config.name, host)
         if refusal is None:
             return True
+        self.refused(host, port, refusal)
+        return False
+
+    def refused(self, host: str, port: int, refusal: Refusal) -> None:
+        """Report a peer the admission refused (`admit_from`'s, or a caller's own `admit`)."""
+        name = self.config.name
         limit = self.admission.limit(name, refusal)
         refused = AcceptRefused(
             router=self.runtime.name, acceptor=name, peer=Address(host, port), refusal=refusal, limit=limit
         )
         self.runtime.report(refused)
-        return False
 
     def release(self, peer: Address) -> None:
         """A connection `admit` let in has ended (its client socket is closed)."""

@@ -180,6 +180,10 @@ if _core is not None:
     _M_CLOSING: Final = _core.M_CLOSING
     _M_ANSWER: Final = _core.M_ANSWER
 
+_LeanMemo: TypeAlias = "tuple[RouterConnections, list[int], list[int], int, int, ServedAcceptor]"
+"""`NativePath._remember`'s: (registry, accepted cell, proxied cell, router index, target index,
+the acceptor it is for)."""
+
 Lean: TypeAlias = (
     "tuple[str, int, str, str, str, int, int, ServedAcceptor, ConnectionRef | None, "
     "Opening | tuple[bytes, MqttConnect] | None, "
@@ -301,6 +305,8 @@ class NativePath(FastPath):
         """(router name, node id) -> (its registry, router index, target index): one lookup per lean
         connection. A router the configuration made again (a new registry) gets new indexes; the
         one before is dropped, with its registry."""
+        self._lean_memo: dict[tuple[str, str], _LeanMemo] = {}
+        """(acceptor name, node id) -> `_remember`'s answer (for that acceptor object)."""
         self._literals: dict[str, bool] = {}
         """Connector host -> whether it is an IP literal (a lean connection connects without a name
         lookup only to one): the configuration's hosts, looked up once each."""
@@ -432,7 +438,9 @@ class NativePath(FastPath):
 
     def accepted(self, listener: _Listener, cid: int, fd: int, host: str, port: int) -> Action:
         acceptor = listener.acceptor
-        if not acceptor.admit_from(host, port):
+        refusal = acceptor.admission.admit(acceptor.config.name, host)  # (`admit_from`, inline)
+        if refusal is not None:
+            acceptor.refused(host, port, refusal)
             return _SILENT
         try:
             if not listener.sniffs and self._lean:
@@ -750,10 +758,13 @@ class NativePath(FastPath):
         assert key is not None
         target, connector, reason = found
         name = runtime.name
-        accepted, proxied = self._counted(acceptor)
+        node_id = target.node_id
+        memo = self._lean_memo.get((acceptor.config.name, node_id))
+        if memo is None or memo[0] is not runtime.connections or memo[5] is not acceptor:
+            memo = self._remember(acceptor, runtime, node_id)
+        _, accepted, proxied, router, index, _ = memo
         if conn is None and mqtt is None:
             accepted[0] += 1  # (an MQTT lane's was at its accept)
-        node_id = target.node_id
         literal: bool | None = False
         if connector is not None:  # (an IP literal's connector: connected without a name lookup)
             literal = self._literals.get(connector.host)  # not a call: every connection's
@@ -764,7 +775,9 @@ class NativePath(FastPath):
             return self._decision(listener, cid, fd, *made)
         assert connector is not None, "an IP literal's"
         proxied[0] += 1
-        router, index = self._lean_indexes(runtime, node_id)
+        if router < 0:  # the first lean connection of this acceptor and target: the core's indexes
+            router, index = self._lean_indexes(runtime, node_id)
+            self._lean_memo[acceptor.config.name, node_id] = (*memo[:3], router, index, acceptor)
         token = (
             host, port, name, key, node_id, index, router, acceptor, conn, opening if mqtt is None else mqtt,
             (target, connector, reason), now, listener.handoff, cid, fd,
@@ -772,6 +785,17 @@ class NativePath(FastPath):
         if failing:
             flags |= _F_FIRST
         return (_PROXY, token, connector.host, connector.port, raw, flags)
+
+    def _remember(self, acceptor: ServedAcceptor, runtime: RouterRuntime, node_id: str) -> _LeanMemo:
+        """What `_plain` needs of an acceptor and a target, looked up in one place for each
+        connection: the router's registry and the acceptor (which say whether the rest is still
+        right), the tally's cells (`_counted`) and the core's indexes (`_lean_indexes`, -1 until
+        the first lean connection: they make the registry materialize lean connections when read).
+        Keyed by names, it holds the configuration's acceptors and targets at most."""
+        accepted, proxied = self._counted(acceptor)
+        memo = (runtime.connections, accepted, proxied, -1, -1, acceptor)  # indexes: at the first lean one
+        self._lean_memo[acceptor.config.name, node_id] = memo
+        return memo
 
     def _counted(self, acceptor: ServedAcceptor) -> tuple[list[int], list[int]]:
         """The tally's cells of an acceptor's accepted connections and of its router's proxied
