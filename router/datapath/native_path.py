@@ -112,6 +112,7 @@ if TYPE_CHECKING:
     from router.metrics import Metrics
     from router.runtime import RouterRuntime
     from router.runtime.connections import RouterConnections
+    from router.runtime.gates import RouterGates
 
 __all__ = ["EXTENSION", "NATIVE", "NativePath"]
 
@@ -162,6 +163,7 @@ class Core(Protocol):
     def run(self) -> None: ...
     def dispose(self) -> None: ...
 
+
 _PROXY_MODE: Final = AcceptorMode.PROXY
 _MQTT_PROTOCOL: Final = WireProtocol.MQTT
 """Enum members `_plain` compares with, looked up once (router/core/engine.py `_BY_CACHE` says why)."""
@@ -180,9 +182,9 @@ if _core is not None:
     _M_CLOSING: Final = _core.M_CLOSING
     _M_ANSWER: Final = _core.M_ANSWER
 
-_LeanMemo: TypeAlias = "tuple[RouterConnections, list[int], list[int], int, int, ServedAcceptor]"
+_LeanMemo: TypeAlias = "tuple[RouterConnections, list[int], list[int], int, int, ServedAcceptor, RouterGates]"
 """`NativePath._remember`'s: (registry, accepted cell, proxied cell, router index, target index,
-the acceptor it is for)."""
+the acceptor it is for, the router's gates)."""
 
 Lean: TypeAlias = (
     "tuple[str, int, str, str, str, int, int, ServedAcceptor, ConnectionRef | None, "
@@ -762,7 +764,7 @@ class NativePath(FastPath):
         memo = self._lean_memo.get((acceptor.config.name, node_id))
         if memo is None or memo[0] is not runtime.connections or memo[5] is not acceptor:
             memo = self._remember(acceptor, runtime, node_id)
-        _, accepted, proxied, router, index, _ = memo
+        _, accepted, proxied, router, index, _, _ = memo
         if conn is None and mqtt is None:
             accepted[0] += 1  # (an MQTT lane's was at its accept)
         literal: bool | None = False
@@ -770,14 +772,14 @@ class NativePath(FastPath):
             literal = self._literals.get(connector.host)  # not a call: every connection's
             if literal is None:
                 literal = self._literals[connector.host] = is_ip_literal(connector.host)
-        if not literal or runtime.pool.gates.limited(node_id):
+        if not literal or node_id in memo[6].limited_ids:  # (a gated target's: `RouterGates.limited`)
             made = _made(acceptor, name, host, port, key, conn, mqtt if opening is None else opening, found)
             return self._decision(listener, cid, fd, *made)
         assert connector is not None, "an IP literal's"
         proxied[0] += 1
         if router < 0:  # the first lean connection of this acceptor and target: the core's indexes
             router, index = self._lean_indexes(runtime, node_id)
-            self._lean_memo[acceptor.config.name, node_id] = (*memo[:3], router, index, acceptor)
+            self._lean_memo[acceptor.config.name, node_id] = (*memo[:3], router, index, *memo[5:])
         token = (
             host, port, name, key, node_id, index, router, acceptor, conn, opening if mqtt is None else mqtt,
             (target, connector, reason), now, listener.handoff, cid, fd,
@@ -793,7 +795,16 @@ class NativePath(FastPath):
         the first lean connection: they make the registry materialize lean connections when read).
         Keyed by names, it holds the configuration's acceptors and targets at most."""
         accepted, proxied = self._counted(acceptor)
-        memo = (runtime.connections, accepted, proxied, -1, -1, acceptor)  # indexes: at the first lean one
+        gates = runtime.pool.gates
+        memo = (
+            runtime.connections,
+            accepted,
+            proxied,
+            -1,
+            -1,
+            acceptor,
+            gates,
+        )  # indexes: at the first lean one
         self._lean_memo[acceptor.config.name, node_id] = memo
         return memo
 

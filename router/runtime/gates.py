@@ -25,7 +25,7 @@ from pools.gates import GateState, TargetGate, Verdict
 from router.core.events import GateOutcome
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Container, Iterable, Mapping
 
     from pools import Target
 
@@ -40,7 +40,17 @@ _waiter_ids = itertools.count(1)
 class RouterGates:
     """The gates of one router's limited targets (see the module docstring)."""
 
-    __slots__ = ("_clock", "_events", "_first_ready", "_gates", "_lock", "_ramping", "_wakers", "notify")
+    __slots__ = (
+        "_clock",
+        "_events",
+        "_first_ready",
+        "_gates",
+        "_lock",
+        "_ramping",
+        "_wakers",
+        "limited_ids",
+        "notify",
+    )
 
     def __init__(self, targets: Iterable[Target], clock: Callable[[], float]) -> None:
         """Args:
@@ -51,6 +61,9 @@ class RouterGates:
         self._clock: Final = clock
         self._lock = threading.Lock()
         self._gates: dict[str, TargetGate] = {}
+        self.limited_ids: Container[str] = self._gates
+        """The node ids of the targets with a gate (`limited`, without a call: the native path
+        asks it for every connection); replaced when the configuration changes."""
         self._events: dict[int, trio.Event] = {}
         """Waiter id -> the event its `enter` waits on (trio thread only)."""
         self._ramping: set[str] = set()
@@ -225,7 +238,7 @@ class RouterGates:
                 elif gate.limits != limits:
                     gate.retune(limits, now)
                 gates[target.node_id] = gate
-            self._gates = gates
+            self._gates = self.limited_ids = gates
         for node_id in gates:
             self.pump(node_id)
 
