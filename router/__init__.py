@@ -34,9 +34,10 @@ need is the kernel's (tests/test_layout.py checks both rules). Features: `probes
 `ttl` (connection TTL), `admin_states` (drain/maint and the state file), `cache` (operators' view of
 the sticky cache, the sweep), `cache_store` (the persisted cache), `moves` (evacuation, rebalance,
 paced shutdown), `event_log` (the routing event log: its records, ring, recorders, writer process
-and files), `discovery` (members from ZooKeeper) and `shared_cache` (the cache shared through
-ZooKeeper). A feature may also bring routerd command-line options (`Option`: `--state-file`,
-`--discard-unreadable-cache`) and members of the process's status document.
+and files), `discovery` (members from ZooKeeper), `shared_cache` (the cache shared through
+ZooKeeper) and `workers` (routerd's worker processes and the zones they share). A feature may also
+bring routerd command-line options (`Option`: `--state-file`, `--discard-unreadable-cache`) and
+members of the process's status document.
 
 Layers of `router/`, lowest first; a module imports only its own layer and the layers above it in
 this list (tests/test_layout.py checks it, and that there are no import circles):
@@ -103,7 +104,9 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 prepare_router, discard_prepared, router_added, router_changed, router_removed,
                 process_status, serve, serve_router, serve_router_data, targets_left, stopping,
                 close_files), its routerd `Option`s, admin `Route`s and the `Call` they get,
-                routerctl `Command`s and its part of a router's routerctl output.
+                routerctl `Command`s and its part of a router's routerctl output; `processes`,
+                which of routerd's processes this is (`--workers`) and the supervisor's orders to
+                its workers (`Peers`), which the kernel hands every feature.
 9. `services/`  beside the data paths: the ZooKeeper client and a session's state that
                 discovery and the shared cache use (`zookeeper`), the admin API
                 (`admin`, its HTTP server; `admin_routes`, the kernel's routes), a persisted
@@ -129,7 +132,10 @@ this list (tests/test_layout.py checks it, and that there are no import circles)
                 cache shared through ZooKeeper; `metrics`), `admin_states/` (`state_file`: the
                 file and its retried writes; `service`; `routes`; `commands`: `state`),
                 `cache_store/` (`service`: each router's file loaded before it serves, its
-                changes written, the last ones at exit; `metrics`).
+                changes written, the last ones at exit; `metrics`), `workers/` (`_zone.c` and
+                `zone`: a router's shared cache, round-robin position and board; `rules`, pure:
+                what several workers refuse, the board, the counts summed; `service`: the
+                supervisor's workers and a worker's link to it).
 11. `acceptors`, `kept_files`, `router_tasks`, `reload`: what the process and a reload share
                 (serving acceptors, the features' files at start and exit, each router's service
                 tasks), and the reload itself.

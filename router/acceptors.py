@@ -25,6 +25,7 @@ from keys.users import UserStore
 from pools.gates import AcceptRate
 from router.core.address import Address
 from router.core.admission import DESCRIPTOR_RESERVE, AcceptorLimits, Admission, Refusal, descriptor_budget
+from router.core.events import CloseReason
 from router.core.plan import fast_path_serves
 from router.datapath.acceptor import ServedAcceptor
 from router.datapath.fast_path import Departing
@@ -299,7 +300,7 @@ class Acceptor:
 class Serving:
     """The acceptors being served, and where each listens."""
 
-    def __init__(self, fast: FastPath, process: ProcessView) -> None:
+    def __init__(self, fast: FastPath, process: ProcessView, *, reuse_port: bool = False) -> None:
         self.fast = fast
         self.process = process
         """Told which acceptors listen whenever they change (`GET /api/v1/status`)."""
@@ -309,9 +310,27 @@ class Serving:
         self.handlers: trio.Nursery | None = None
         """The connections' tasks (the server sets it once its nursery is open)."""
         self.accepting: trio.Nursery | None = None
-        self.reuse_port = False
-        """Open listeners with `SO_REUSEPORT` (routerd with worker processes: each opens its own)."""
         """The accept loops."""
+        self.reuse_port = reuse_port
+        """Open listeners with `SO_REUSEPORT` (routerd with worker processes: each opens its own)."""
+
+    async def listen(self, acceptor: AcceptorConfig) -> list[trio.SocketListener]:
+        """An acceptor's listeners, opened as this process opens them (`bind`)."""
+        return await bind(acceptor, reuse_port=self.reuse_port)
+
+    async def end_of_grace(self, deadline: float, runtimes: Iterable[RouterRuntime]) -> None:
+        """At the end of the grace period close every proxied connection left, on both data paths
+        (reported as closed at shutdown), then cancel what is still opening or deciding."""
+        await trio.sleep_until(deadline)
+        for runtime in runtimes:
+            runtime.connections.close_all(CloseReason.SHUTDOWN)
+        self.fast.close_all()
+        assert self.handlers is not None, "serving"
+        self.handlers.cancel_scope.cancel(reason="grace period over")
+
+    async def wait_for_fast_path(self) -> None:
+        """Keep the handlers nursery open until the fast path's connections have ended."""
+        await trio.to_thread.run_sync(self.fast.join, abandon_on_cancel=True)
 
     def start(self, acceptor: Acceptor) -> None:
         """Serve an acceptor's listeners: the fast path's thread, or accept loops."""

@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import functools
 import gc
-import json
 import logging
 import os
 import resource
@@ -50,9 +49,10 @@ from router.ctl_output import (
 )
 from router.datapath.native_path import DATA_PATH_ENV, DATA_PATHS, data_path_problem, default_data_path
 from router.datapath.net import describe_oserror
-from router.feature import MAX_WORKERS, Processes
 from router.features import FEATURES
 from router.logs import LOG_INTERVAL_S, flush_log_limits, install_log_limits
+from router.processes import Processes, processes_of
+from router.processes import add_arguments as add_process_arguments
 from router.server import StartupError, serve_router
 from router.services.process import package_version
 
@@ -183,39 +183,11 @@ def _routerd_parser() -> argparse.ArgumentParser:
         help="what carries plain-TCP acceptors: native (the C core, the default when it is built) or "
         f"python (the Python fast path); default from ${DATA_PATH_ENV}, else native when built",
     )
-    parser.add_argument(
-        "--workers",
-        type=integer(1, MAX_WORKERS),
-        default=1,
-        metavar="N",
-        help="processes serving connections, each on its own listeners (SO_REUSEPORT) and core: "
-        "this one, which also probes and serves the admin API, and N - 1 workers it starts; the "
-        "routers' caches and round-robin positions are shared (docs/operations.md, \"Worker "
-        'processes"); default 1',
-    )
-    parser.add_argument("--worker-of", help=argparse.SUPPRESS)  # a worker's, from its supervisor
+    add_process_arguments(parser)
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO"
     )
     return parser
-
-
-def _processes(args: argparse.Namespace, argv: Sequence[str]) -> Processes:
-    """This process's place among routerd's (`--workers`, and a worker's `--worker-of`)."""
-    if args.worker_of is None:
-        return Processes(count=args.workers, command=(sys.executable, "-m", "router", *argv, "--no-admin"))
-    try:
-        spec = json.loads(args.worker_of)
-        return Processes(
-            count=args.workers,
-            index=int(spec["index"]),
-            zones=dict(spec["zones"]),
-            channel=int(spec["channel"]),
-        )
-    except (ValueError, KeyError, TypeError) as exc:
-        _fail(
-            "routerd", f"--worker-of is routerd's own (a worker's), got {args.worker_of!r}: {exc}", EXIT_USAGE
-        )
 
 
 def _feature_options() -> list[Option]:
@@ -297,7 +269,10 @@ def main_routerd(argv: Sequence[str] | None = None) -> int:
     """`routerd`: load the configuration and serve until SIGTERM; 0 after a clean drain."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _routerd_parser().parse_args(argv)
-    processes = _processes(args, argv)
+    try:
+        processes = processes_of(args, argv)
+    except ValueError as exc:
+        _fail("routerd", str(exc), EXIT_USAGE)
     logging.basicConfig(
         level=args.log_level,
         stream=sys.stderr,

@@ -58,6 +58,8 @@ from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
 import trio
 
+from router.processes import Peers, Processes
+
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -71,7 +73,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JSON",
-    "MAX_WORKERS",
     "Call",
     "Command",
     "Feature",
@@ -79,8 +80,6 @@ __all__ = [
     "Kernel",
     "OpenError",
     "Option",
-    "Peers",
-    "Processes",
     "Response",
     "Route",
     "Service",
@@ -234,60 +233,6 @@ class Option:
         if given is None and self.default is not None:
             return self.default(config)
         return given
-
-
-MAX_WORKERS: Final = 64
-"""Largest `routerd --workers`."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Processes:
-    """The processes of one routerd (`routerd --workers N`): a supervisor, which serves too, and
-    N - 1 workers it starts (router/features/workers/)."""
-
-    count: int = 1
-    """Processes serving the data path (`--workers`)."""
-    index: int = 0
-    """This process: 0 the supervisor (or the only one), 1 to count - 1 a worker."""
-    zones: Mapping[str, int] = field(default_factory=dict)
-    """A worker's: router name -> the descriptor of the router's shared zone, from the supervisor."""
-    channel: int | None = None
-    """A worker's: the descriptor of its socket to the supervisor (its metrics go there)."""
-    command: tuple[str, ...] = ()
-    """The supervisor's: the command line that starts a worker (its own, which the workers
-    feature completes with the worker's number and zones)."""
-
-    @property
-    def worker(self) -> bool:
-        """Whether this process is a worker (it runs only the features that serve connections)."""
-        return self.index > 0
-
-
-class Peers:
-    """Orders between routerd's processes (`Processes`): the supervisor's service broadcasts one
-    (an evacuation started through its admin API) and each worker's service of the same feature
-    hears it. The transport is the workers feature's (`send`, `deliver`); with one process an
-    order goes nowhere."""
-
-    def __init__(self) -> None:
-        self._handlers: dict[str, Callable[[Mapping[str, object]], None]] = {}
-        self.send: Callable[[str, Mapping[str, object]], None] | None = None
-        """The transport to the workers (the supervisor's, set by the workers feature)."""
-
-    def broadcast(self, topic: str, order: Mapping[str, object]) -> None:
-        """Tell every worker (nothing without workers). `order` is a JSON object."""
-        if self.send is not None:
-            self.send(topic, order)
-
-    def listen(self, topic: str, handler: Callable[[Mapping[str, object]], None]) -> None:
-        """Have `handler` carry out this process's part of each order of `topic`."""
-        self._handlers[topic] = handler
-
-    def deliver(self, topic: str, order: Mapping[str, object]) -> None:
-        """An order from the supervisor came (the transport calls this): its handler runs."""
-        handler = self._handlers.get(topic)
-        if handler is not None:
-            handler(order)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,7 +29,6 @@ from router.acceptors import (
     StartupError,
     acceptor_limits,
     acceptor_stores,
-    bind,
     close_listeners,
     serve_acceptor,
     warn_unsupported,
@@ -224,10 +223,7 @@ class Reloads:
                 )
             else:
                 try:
-                    prepared.listeners[acceptor.name] = (
-                        await bind(acceptor, reuse_port=self._host.serving.reuse_port),
-                        True,
-                    )
+                    prepared.listeners[acceptor.name] = (await self._host.serving.listen(acceptor), True)
                 except OSError as exc:
                     raise ReloadError(exc.strerror or describe_oserror(exc)) from exc
 

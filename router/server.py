@@ -47,7 +47,6 @@ import trio
 from router.acceptors import (
     Serving,
     StartupError,
-    bind,
     close_listeners,
     make_admission,
     serve_acceptor,
@@ -55,15 +54,15 @@ from router.acceptors import (
 )
 from router.config import load_config
 from router.core.admin_access import AdminAccess
-from router.core.events import CloseReason
 from router.core.reload import ReloadError
 from router.datapath.acceptor import ConnectionLimits, ServedAcceptor
 from router.datapath.native_path import open_fast_path
-from router.feature import Kernel, Processes, Service
-from router.features import FEATURES, register_metrics
+from router.feature import Kernel
+from router.features import FEATURES, register_metrics, start_services
 from router.features import routes as feature_routes
 from router.kept_files import close_files, open_files
 from router.metrics import Metrics
+from router.processes import Processes
 from router.reload import Reloads
 from router.router_tasks import RouterTasks
 from router.runtime import RouterRuntime
@@ -111,23 +110,6 @@ class ServerInfo:
     """Read the configuration file again and apply it (`ReloadError`: nothing changed)."""
 
 
-async def _end_of_grace(
-    deadline: float, runtimes: Iterable[RouterRuntime], fast: FastPath, handlers: trio.CancelScope
-) -> None:
-    """At the end of the grace period close every proxied connection left, on both data paths
-    (reported as closed at shutdown), then cancel what is still opening or deciding."""
-    await trio.sleep_until(deadline)
-    for runtime in runtimes:
-        runtime.connections.close_all(CloseReason.SHUTDOWN)
-    fast.close_all()
-    handlers.cancel(reason="grace period over")
-
-
-async def _wait_for_fast_path(fast: FastPath) -> None:
-    """Keep the handlers nursery open until the fast path's connections have ended."""
-    await trio.to_thread.run_sync(fast.join, abandon_on_cancel=True)
-
-
 async def serve_router(
     config: Config,
     *,
@@ -170,9 +152,8 @@ async def serve_router(
         lean: the native core may carry connections without Python once decided (routerd's;
             router/datapath/native_path.py): the metrics then count them when scraped, not as
             they happen.
-        processes: this routerd's processes and which one this is (`routerd --workers N`,
-            router/features/workers/); None: one process. Several open their listeners with
-            `SO_REUSEPORT`, and a worker runs only the features that serve connections.
+        processes: which of routerd's processes this is (router/processes.py); None: the only
+            one. Several open `SO_REUSEPORT` listeners; a worker runs only `Feature.in_workers`.
         task_status: receives a `ServerInfo` once every listener is open.
 
     Raises:
@@ -272,12 +253,8 @@ class _Server:
             options=options.features,
             processes=options.processes,
         )
-        self.features: dict[type, Service] = {}
+        self.features = start_services(kernel)
         """The features' services by type (router/features/), in `FEATURES` order."""
-        for feature in FEATURES:
-            if feature.start is not None and (feature.in_workers or not options.processes.worker):
-                service = feature.start(kernel)
-                self.features[type(service)] = service
         self.routers = RouterTasks(self.features, lambda: self.config)
         """Each router's service tasks (router/router_tasks.py)."""
         self.lifecycle = Lifecycle(shutdown=options.shutdown)
@@ -292,8 +269,7 @@ class _Server:
         self.process.zookeeper = lambda: [
             z for r in self.runtimes.values() for z in r.held().zookeeper.values()
         ]
-        self.serving = Serving(self.fast, self.process)
-        self.serving.reuse_port = options.processes.count > 1
+        self.serving = Serving(self.fast, self.process, reuse_port=options.processes.count > 1)
         self.reloads = Reloads(
             self,
             load=options.load,
@@ -339,7 +315,7 @@ class _Server:
             listeners: list[tuple[ServedAcceptor, list[trio.SocketListener]]] = []
             try:
                 for one in served:
-                    listeners.append((one, await bind(one.config, reuse_port=self.serving.reuse_port)))
+                    listeners.append((one, await self.serving.listen(one.config)))
                 async with trio.open_nursery() as handlers:
                     self.serving.handlers = handlers
                     async with trio.open_nursery() as accepting:
@@ -349,15 +325,9 @@ class _Server:
                         self.serving.fast_path_started()
                         fast_serves = fast.started
                         self.lifecycle.accepting.set()
-                        if self.options.processes.worker:
-                            log.info(
-                                "worker %d ready: %d acceptor(s) listening",
-                                self.options.processes.index,
-                                len(self.serving.bound),
-                            )
-                        else:
-                            log.info("ready: %d acceptor(s) listening", len(self.serving.bound))
-                        self.notify.ready(f"{len(self.serving.bound)} acceptor(s) listening")
+                        listening = f"{len(self.serving.bound)} acceptor(s) listening"
+                        log.info("%sready: %s", self.options.processes.who, listening)
+                        self.notify.ready(listening)
                         info = ServerInfo(
                             acceptors=self.serving.bound,
                             admin=admin_bound,
@@ -381,11 +351,9 @@ class _Server:
                     for service in self.features.values():
                         service.stopping(grace_s)
                     deadline = trio.current_time() + grace_s
-                    services.start_soon(
-                        _end_of_grace, deadline, list(self.runtimes.values()), fast, handlers.cancel_scope
-                    )
+                    services.start_soon(self.serving.end_of_grace, deadline, list(self.runtimes.values()))
                     if fast.started:
-                        handlers.start_soon(_wait_for_fast_path, fast)
+                        handlers.start_soon(self.serving.wait_for_fast_path)
             finally:
                 self.stopping = True
                 fast.close_all()

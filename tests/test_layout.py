@@ -82,7 +82,7 @@ ROUTER_LAYERS = (
     ("router.metric_values", "router.storm_metrics", "router.metrics", "router.reports"),
     ("router.runtime",),
     ("router.datapath",),
-    ("router.feature",),
+    ("router.feature", "router.processes"),
     ("router.services",),
     ("router.features",),
     ("router.acceptors", "router.kept_files", "router.reload", "router.router_tasks"),

@@ -185,6 +185,8 @@ if _core is not None:
 _LeanMemo: TypeAlias = "tuple[RouterConnections, list[int], list[int], int, int, ServedAcceptor, RouterGates]"
 """`NativePath._remember`'s: (registry, accepted cell, proxied cell, router index, target index,
 the acceptor it is for, the router's gates)."""
+_LEAN_MEMO_MAX: Final = 4096
+"""(acceptor, target) pairs `NativePath._remember` keeps at most (then it starts again)."""
 
 Lean: TypeAlias = (
     "tuple[str, int, str, str, str, int, int, ServedAcceptor, ConnectionRef | None, "
@@ -793,7 +795,9 @@ class NativePath(FastPath):
         connection: the router's registry and the acceptor (which say whether the rest is still
         right), the tally's cells (`_counted`) and the core's indexes (`_lean_indexes`, -1 until
         the first lean connection: they make the registry materialize lean connections when read).
-        Keyed by names, it holds the configuration's acceptors and targets at most."""
+        Keyed by names, at most `_LEAN_MEMO_MAX` of them."""
+        if len(self._lean_memo) >= _LEAN_MEMO_MAX:  # targets a discovery pool saw come and go
+            self._lean_memo.clear()
         accepted, proxied = self._counted(acceptor)
         gates = runtime.pool.gates
         memo = (

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from router.ctl_output import Blocks
-    from router.feature import Command, Feature, Route
+    from router.feature import Command, Feature, Kernel, Route, Service
     from router.metrics import Metrics
 
     FEATURES: tuple[Feature, ...]
 
-__all__ = ["FEATURES", "commands", "register_metrics", "router_blocks", "routes"]
+__all__ = ["FEATURES", "commands", "register_metrics", "router_blocks", "routes", "start_services"]
 
 _FOLDERS: Final = (
     "probes",
@@ -51,6 +51,17 @@ def __getattr__(name: str) -> object:
 @functools.cache
 def _features() -> tuple[Feature, ...]:
     return tuple(importlib.import_module(f"{__name__}.{folder}").FEATURE for folder in _FOLDERS)
+
+
+def start_services(kernel: Kernel) -> dict[type, Service]:
+    """Each feature's service in this process, by type, in `FEATURES` order: every feature's in the
+    supervisor (or the only process), those `in_workers` in a worker (`Processes`)."""
+    services: dict[type, Service] = {}
+    for feature in _features():
+        if feature.start is not None and (feature.in_workers or not kernel.processes.worker):
+            service = feature.start(kernel)
+            services[type(service)] = service
+    return services
 
 
 def routes() -> tuple[Route, ...]:

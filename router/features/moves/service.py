@@ -53,8 +53,9 @@ if TYPE_CHECKING:
     from router.core.framing import Farewell
     from router.core.live import LiveConnection
     from router.core.reload import Departed
-    from router.feature import Kernel, Peers
+    from router.feature import Kernel
     from router.metrics import Metrics
+    from router.processes import Peers
     from router.runtime import RouterRuntime
 
 __all__ = ["MOVES_TOPIC", "MoveConflict", "Moves", "start"]
